@@ -1,0 +1,217 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures_util::FutureExt as _;
+use serde_json::json;
+
+use super::*;
+
+fn block<F: Future>(f: F) -> F::Output {
+    f.now_or_never().expect("steps in these tests never wait")
+}
+
+fn paused(outcome: Outcome) -> (Vec<Interrupt>, Checkpoint) {
+    match outcome {
+        Outcome::Paused { interrupts, checkpoint } => (interrupts, checkpoint),
+        other => panic!("expected a pause, got {other:?}"),
+    }
+}
+
+fn answer(interrupts: &[Interrupt], value: Value) -> ResumeValues {
+    interrupts.iter().map(|i| (i.id.clone(), value.clone())).collect()
+}
+
+#[test]
+fn code_before_interrupt_reruns_and_code_after_runs_once() {
+    let before = Arc::new(AtomicUsize::new(0));
+    let after = Arc::new(AtomicUsize::new(0));
+    let (b, a) = (before.clone(), after.clone());
+    let graph = StateGraph::new()
+        .add_step("ask", move |_, ctx| {
+            let (b, a) = (b.clone(), a.clone());
+            async move {
+                b.fetch_add(1, Ordering::SeqCst);
+                let v = ctx.interrupt(json!("q"))?;
+                a.fetch_add(1, Ordering::SeqCst);
+                Ok(json!({ "v": v }))
+            }
+        })
+        .add_edge(START, "ask")
+        .compile()
+        .unwrap();
+    let (interrupts, cp) = paused(block(graph.invoke(json!({}), Value::Null)).unwrap());
+    assert_eq!(interrupts.len(), 1);
+    assert_eq!(interrupts[0].id, "0:ask:0");
+    let done = block(graph.resume(cp, answer(&interrupts, json!(1)), Value::Null)).unwrap();
+    assert_eq!(done, Outcome::Done(json!({"v": 1})));
+    assert_eq!(before.load(Ordering::SeqCst), 2);
+    assert_eq!(after.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn parallel_interrupts_pause_together_and_finished_steps_do_not_rerun() {
+    let quick_runs = Arc::new(AtomicUsize::new(0));
+    let q = quick_runs.clone();
+    let graph = StateGraph::new()
+        .add_step("a", |_, ctx| async move { Ok(json!({ "a": ctx.interrupt(json!("qa"))? })) })
+        .add_step("b", |_, ctx| async move { Ok(json!({ "b": ctx.interrupt(json!("qb"))? })) })
+        .add_step("quick", move |_, _| {
+            let q = q.clone();
+            async move {
+                q.fetch_add(1, Ordering::SeqCst);
+                Ok(json!({ "quick": true }))
+            }
+        })
+        .add_edge(START, "a")
+        .add_edge(START, "b")
+        .add_edge(START, "quick")
+        .compile()
+        .unwrap();
+    let (interrupts, cp) = paused(block(graph.invoke(json!({}), Value::Null)).unwrap());
+    assert_eq!(interrupts.iter().map(|i| i.value.clone()).collect::<Vec<_>>(), vec![json!("qa"), json!("qb")]);
+    // Answer only one: the other asks again.
+    let partial = [(interrupts[0].id.clone(), json!(1))].into_iter().collect();
+    let (again, cp) = paused(block(graph.resume(cp, partial, Value::Null)).unwrap());
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].value, json!("qb"));
+    let done = block(graph.resume(cp, answer(&again, json!(2)), Value::Null)).unwrap();
+    assert_eq!(done, Outcome::Done(json!({"a": 1, "b": 2, "quick": true})));
+    assert_eq!(quick_runs.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn checkpoint_round_trips_byte_for_byte() {
+    let graph = StateGraph::new()
+        .add_step("ask", |_, ctx| async move { Ok(json!({ "v": ctx.interrupt(json!({"deep": [1, 2]}))? })) })
+        .add_edge(START, "ask")
+        .compile()
+        .unwrap();
+    let (_, cp) = paused(block(graph.invoke(json!({"seed": "x"}), Value::Null)).unwrap());
+    let text = serde_json::to_string(&cp).unwrap();
+    let back: Checkpoint = serde_json::from_str(&text).unwrap();
+    assert_eq!(serde_json::to_string(&back).unwrap(), text);
+    assert_eq!(back, cp);
+}
+
+#[test]
+fn two_interrupts_in_one_step_are_asked_in_turn() {
+    let graph = StateGraph::new()
+        .add_step("two", |_, ctx| async move {
+            let first = ctx.interrupt(json!("one"))?;
+            let second = ctx.interrupt(json!("two"))?;
+            Ok(json!({ "first": first, "second": second }))
+        })
+        .add_edge(START, "two")
+        .compile()
+        .unwrap();
+    let (i1, cp) = paused(block(graph.invoke(json!({}), Value::Null)).unwrap());
+    let (i2, cp) = paused(block(graph.resume(cp, answer(&i1, json!(1)), Value::Null)).unwrap());
+    assert_eq!(i2[0].value, json!("two"));
+    assert_ne!(i1[0].id, i2[0].id);
+    let done = block(graph.resume(cp, answer(&i2, json!(2)), Value::Null)).unwrap();
+    assert_eq!(done, Outcome::Done(json!({"first": 1, "second": 2})));
+}
+
+#[test]
+fn runtime_context_is_the_callers_and_not_stored() {
+    let graph = StateGraph::new()
+        .add_step("echo", |_, ctx| async move {
+            let answer = ctx.interrupt(json!("Say something."))?;
+            Ok(json!({ "answer": answer, "context": ctx.runtime_context().clone() }))
+        })
+        .add_edge(START, "echo")
+        .compile()
+        .unwrap();
+    let (i, cp) = paused(block(graph.invoke(json!({}), json!({"user": "first"}))).unwrap());
+    assert!(!serde_json::to_string(&cp).unwrap().contains("first"));
+    let done = block(graph.resume(cp, answer(&i, json!("hi")), json!({"user": "second"}))).unwrap();
+    assert_eq!(done, Outcome::Done(json!({"answer": "hi", "context": {"user": "second"}})));
+}
+
+#[test]
+fn compile_reports_every_problem() {
+    let err = StateGraph::new()
+        .add_step("a", |_, _| async { Ok(json!({})) })
+        .add_step("orphan", |_, _| async { Ok(json!({})) })
+        .add_edge("a", "missing")
+        .add_edge("ghost", "a")
+        .compile()
+        .unwrap_err();
+    assert_eq!(
+        err.problems,
+        vec![
+            "edge from unknown step ghost",
+            "edge to unknown step missing",
+            "no edge from START",
+            "no edge reaches step a",
+            "no edge reaches step orphan",
+        ]
+    );
+}
+
+#[test]
+fn errors_and_panics_name_the_step() {
+    let graph = StateGraph::new()
+        .add_step("bad", |_, _| async { Err::<Value, _>(StepError::msg("boom")) })
+        .add_edge(START, "bad")
+        .compile()
+        .unwrap();
+    let err = block(graph.invoke(json!({}), Value::Null)).unwrap_err();
+    assert_eq!(err.to_string(), "step bad failed: boom");
+    let graph = StateGraph::new()
+        .add_step("wild", |_, _| async { panic!("oops") })
+        .add_edge(START, "wild")
+        .compile()
+        .unwrap();
+    let err = block(graph.invoke(json!({}), Value::Null)).unwrap_err();
+    assert_eq!(err.to_string(), "step wild panicked: oops");
+}
+
+#[test]
+fn runaway_graphs_hit_the_recursion_limit() {
+    let graph = StateGraph::new()
+        .add_step("loop", |_, _| async { Ok(json!({})) })
+        .add_edge(START, "loop")
+        .add_edge("loop", "loop")
+        .recursion_limit(5)
+        .compile()
+        .unwrap();
+    assert!(matches!(block(graph.invoke(json!({}), Value::Null)), Err(RunError::RecursionLimit(5))));
+}
+
+#[test]
+fn conditional_edges_and_append_reducer() {
+    let graph = StateGraph::new()
+        .add_step("count", |state, _| async move {
+            let n = state["log"].as_array().map_or(0, Vec::len);
+            Ok(json!({ "log": n }))
+        })
+        .add_edge(START, "count")
+        .add_conditional_edges("count", |state| {
+            if state["log"].as_array().map_or(0, Vec::len) < 3 { vec!["count".into()] } else { vec![END.into()] }
+        })
+        .reducer("log", Reducer::Append)
+        .compile()
+        .unwrap();
+    let done = block(graph.invoke(json!({}), Value::Null)).unwrap();
+    assert_eq!(done, Outcome::Done(json!({"log": [0, 1, 2]})));
+}
+
+#[test]
+fn static_breakpoint_stops_before_the_step() {
+    let graph = StateGraph::new()
+        .add_step("prepare", |_, _| async { Ok(json!({"ready": true})) })
+        .add_step("release", |_, _| async { Ok(json!({"released": true})) })
+        .add_edge(START, "prepare")
+        .add_edge("prepare", "release")
+        .interrupt_before("release")
+        .compile()
+        .unwrap();
+    match block(graph.invoke(json!({}), Value::Null)).unwrap() {
+        Outcome::Breakpoint { state, checkpoint } => {
+            assert_eq!(state, json!({"ready": true}));
+            assert_eq!(checkpoint.next, vec!["release".to_owned()]);
+        }
+        other => panic!("expected a breakpoint, got {other:?}"),
+    }
+}

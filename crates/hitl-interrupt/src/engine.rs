@@ -1,0 +1,398 @@
+//! The engine: runs an agent for one `tools/call`, stores its thread between rounds and
+//! resumes it once per round.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hitl_graph::{Checkpoint, Graph, Outcome};
+use hitl_protocol::{
+    CallToolResponse, CallToolResult, ClientCapabilities, ErrorObject, InputRequests, InputRequiredResult,
+    InputResponses,
+};
+use serde_json::{Map, Value};
+
+use crate::questions::{self, Verdict};
+use crate::state::{self, Secret};
+use crate::store::{Clock, SaveError, StoreError, ThreadStore};
+use crate::{Last, LastOutcome, Round, THREAD_FORMAT, Thread, digest};
+
+/// The message of every `requestState` that does not verify.
+pub const INVALID_STATE: &str = "Invalid or expired requestState";
+
+/// An agent exposed as an MCP tool.
+#[derive(Debug, Clone)]
+pub struct Agent {
+    /// The tool name.
+    pub name: String,
+    /// What the tool does, for `tools/list`.
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub input_schema: Value,
+    /// The graph that runs.
+    pub graph: Graph,
+}
+
+/// How long threads live. `default_ttl` (the deployment's thread TTL) shortens all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifetimes {
+    /// A paused call, from its latest round.
+    pub paused: Duration,
+    /// A call finished by a request with a `requestState`, for resends.
+    pub finished: Duration,
+    /// A paused call whose round needs a mode the client did not declare.
+    pub waiting_for_capability: Duration,
+}
+
+impl Default for Lifetimes {
+    fn default() -> Self {
+        Self {
+            paused: Duration::from_secs(24 * 3600),
+            finished: Duration::from_secs(600),
+            waiting_for_capability: Duration::from_secs(600),
+        }
+    }
+}
+
+impl Lifetimes {
+    /// The defaults, each shortened to `default_ttl` when that is shorter.
+    pub fn with_default_ttl(default_ttl: Option<Duration>) -> Self {
+        let d = Self::default();
+        let cap = |x: Duration| default_ttl.map_or(x, |t| x.min(t));
+        Self {
+            paused: cap(d.paused),
+            finished: cap(d.finished),
+            waiting_for_capability: cap(d.waiting_for_capability),
+        }
+    }
+}
+
+/// One `tools/call` as the engine sees it.
+#[derive(Debug, Clone, Default)]
+pub struct Call {
+    /// The arguments (an object).
+    pub arguments: Map<String, Value>,
+    /// Answers, by question key.
+    pub input_responses: Option<InputResponses>,
+    /// The `requestState` echoed by the client.
+    pub request_state: Option<String>,
+    /// The runtime context for the run.
+    pub context: Option<Value>,
+    /// What the client declared it can do.
+    pub capabilities: ClientCapabilities,
+    /// Who is calling, when an auth layer said so.
+    pub principal: Option<String>,
+}
+
+/// An infrastructure failure (the store), as opposed to a protocol error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What a call gets: a response, or a JSON-RPC error.
+pub type Answer = Result<CallToolResponse, ErrorObject>;
+
+/// Runs agents round by round over a [`ThreadStore`].
+#[derive(Clone)]
+pub struct Engine {
+    store: Arc<dyn ThreadStore>,
+    clock: Arc<dyn Clock>,
+    secret: Secret,
+    lifetimes: Lifetimes,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("lifetimes", &self.lifetimes).finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// An engine over `store`, reading time from `clock`.
+    pub fn new(store: Arc<dyn ThreadStore>, clock: Arc<dyn Clock>, secret: Secret, lifetimes: Lifetimes) -> Self {
+        Self { store, clock, secret, lifetimes }
+    }
+
+    /// Serves one `tools/call` of `agent`.
+    pub async fn call(&self, agent: &Agent, call: Call) -> Result<Answer, EngineError> {
+        let args_digest = digest::digest_hex(&Value::Object(call.arguments.clone()));
+        match call.request_state.clone() {
+            None => self.start(agent, call, args_digest).await,
+            Some(request_state) => self.answer(agent, call, args_digest, &request_state).await,
+        }
+    }
+
+    /// A call without `requestState`: a new thread.
+    async fn start(&self, agent: &Agent, call: Call, args_digest: String) -> Result<Answer, EngineError> {
+        let context = call.context.clone().unwrap_or(Value::Null);
+        let outcome = agent.graph.invoke(Value::Object(call.arguments.clone()), context.clone()).await;
+        let mut thread = Thread {
+            format: THREAD_FORMAT,
+            id: uuid::Uuid::now_v7().to_string(),
+            version: 0,
+            tool: agent.name.clone(),
+            args_digest,
+            principal: call.principal.clone(),
+            checkpoint: None,
+            round: None,
+            last: None,
+            expires_at_ms: 0,
+        };
+        let (mut checkpoint, mut round) = match self.settle(outcome, 1) {
+            Settled::Done(answer) => return Ok(Ok(answer)),
+            Settled::Paused(cp, round) => (cp, round),
+        };
+        // Answers sent with the first call answer the first round (and, when they also
+        // fit, the rounds after it that ask the same questions).
+        if let Some(responses) = &call.input_responses {
+            loop {
+                match questions::judge(&round, responses) {
+                    Verdict::Missing => break,
+                    // Nothing was stored yet: the thread is gone with this error.
+                    Verdict::Invalid(e) => return Ok(Err(e)),
+                    Verdict::Finish(result) => return Ok(Ok(CallToolResponse::Complete(result))),
+                    Verdict::Resume(values) => {
+                        let outcome = agent.graph.resume(checkpoint, values, context.clone()).await;
+                        match self.settle(outcome, round.n + 1) {
+                            Settled::Done(answer) => return Ok(Ok(answer)),
+                            Settled::Paused(cp, next) => (checkpoint, round) = (cp, next),
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(e) = self.missing_capability(&round, &call.capabilities) {
+            return Ok(Err(e));
+        }
+        let response = self.render(&thread.id, &round);
+        thread.checkpoint = Some(checkpoint);
+        thread.round = Some(round);
+        thread.version = 1;
+        thread.expires_at_ms = self.expiry(self.lifetimes.paused);
+        match self.store.save(&thread, None).await {
+            Ok(()) => Ok(Ok(response)),
+            Err(SaveError::Store(e)) => Err(e.into()),
+            Err(SaveError::Conflict(id)) => Err(StoreError::Unavailable(format!("new thread {id} already exists")).into()),
+        }
+    }
+
+    /// A call with `requestState`: answer the open round, or resend the last answers.
+    async fn answer(
+        &self,
+        agent: &Agent,
+        call: Call,
+        args_digest: String,
+        request_state: &str,
+    ) -> Result<Answer, EngineError> {
+        let invalid = || Ok(invalid_state());
+        let Some((thread_id, token)) = state::split(request_state) else { return invalid() };
+        let Some(mut thread) = self.store.load(thread_id).await? else { return invalid() };
+        if thread.tool != agent.name || thread.args_digest != args_digest || thread.principal != call.principal {
+            return invalid();
+        }
+        let responses = call.input_responses.clone().unwrap_or_default();
+        if let Some(round) = thread.round.clone()
+            && self.secret.verify(&thread.id, round.n, &round.nonce, token)
+        {
+            let checkpoint = thread.checkpoint.clone().expect("a paused thread has a checkpoint");
+            let values = match questions::judge(&round, &responses) {
+                Verdict::Missing => return Ok(self.reask(&thread.id, &round, &call.capabilities)),
+                Verdict::Invalid(e) => return Ok(Err(e)),
+                Verdict::Finish(result) => {
+                    let last = self.last(&round, &responses, LastOutcome::Result { result: result.clone() });
+                    return self.finish(thread, last, CallToolResponse::Complete(result), token, &call).await;
+                }
+                Verdict::Resume(values) => values,
+            };
+            let context = call.context.clone().unwrap_or(Value::Null);
+            let outcome = agent.graph.resume(checkpoint, values, context).await;
+            let expected = thread.version;
+            return match self.settle(outcome, round.n + 1) {
+                Settled::Done(response) => {
+                    let outcome = match &response {
+                        CallToolResponse::Complete(result) => LastOutcome::Result { result: result.clone() },
+                        CallToolResponse::InputRequired(_) => unreachable!("settle finishes with a result"),
+                    };
+                    let last = self.last(&round, &responses, outcome);
+                    self.finish(thread, last, response, token, &call).await
+                }
+                Settled::Paused(cp, next) => {
+                    let missing = self.missing_capability(&next, &call.capabilities);
+                    let lifetime =
+                        if missing.is_some() { self.lifetimes.waiting_for_capability } else { self.lifetimes.paused };
+                    thread.last = Some(self.last(&round, &responses, LastOutcome::NextRound));
+                    thread.checkpoint = Some(cp);
+                    thread.round = Some(next.clone());
+                    thread.version = expected + 1;
+                    thread.expires_at_ms = self.expiry(lifetime);
+                    match self.store.save(&thread, Some(expected)).await {
+                        Ok(()) => Ok(match missing {
+                            Some(e) => Err(e),
+                            None => Ok(self.render(&thread.id, &next)),
+                        }),
+                        Err(SaveError::Store(e)) => Err(e.into()),
+                        Err(SaveError::Conflict(_)) => self.after_conflict(&thread.id, &responses, token, &call).await,
+                    }
+                }
+            };
+        }
+        Ok(self.replay(&thread, &responses, token, &call.capabilities).unwrap_or_else(invalid_state))
+    }
+
+    /// A resend of the last round's answers gets what they led to.
+    fn replay(
+        &self,
+        thread: &Thread,
+        responses: &InputResponses,
+        token: &str,
+        capabilities: &ClientCapabilities,
+    ) -> Option<Answer> {
+        let last = thread.last.as_ref()?;
+        if !self.secret.verify(&thread.id, last.round, &last.nonce, token) {
+            return None;
+        }
+        if questions::answers_digest(&last.keys, responses) != last.answers_digest {
+            return None;
+        }
+        Some(match &last.outcome {
+            LastOutcome::Result { result } => Ok(CallToolResponse::Complete(result.clone())),
+            LastOutcome::NextRound => {
+                let round = thread.round.as_ref()?;
+                match self.missing_capability(round, capabilities) {
+                    Some(e) => Err(e),
+                    None => Ok(self.render(&thread.id, round)),
+                }
+            }
+        })
+    }
+
+    fn reask(&self, thread_id: &str, round: &Round, capabilities: &ClientCapabilities) -> Answer {
+        match self.missing_capability(round, capabilities) {
+            Some(e) => Err(e),
+            None => Ok(self.render(thread_id, round)),
+        }
+    }
+
+    async fn finish(
+        &self,
+        mut thread: Thread,
+        last: Last,
+        response: CallToolResponse,
+        token: &str,
+        call: &Call,
+    ) -> Result<Answer, EngineError> {
+        let expected = thread.version;
+        thread.version += 1;
+        thread.checkpoint = None;
+        thread.round = None;
+        thread.last = Some(last);
+        thread.expires_at_ms = self.expiry(self.lifetimes.finished);
+        match self.store.save(&thread, Some(expected)).await {
+            Ok(()) => Ok(Ok(response)),
+            Err(SaveError::Store(e)) => Err(e.into()),
+            Err(SaveError::Conflict(_)) => {
+                let responses = call.input_responses.clone().unwrap_or_default();
+                self.after_conflict(&thread.id, &responses, token, call).await
+            }
+        }
+    }
+
+    /// Another request answered the same round first: when it sent the same answers,
+    /// its outcome is the answer; otherwise the state is stale.
+    async fn after_conflict(
+        &self,
+        thread_id: &str,
+        responses: &InputResponses,
+        token: &str,
+        call: &Call,
+    ) -> Result<Answer, EngineError> {
+        Ok(match self.store.load(thread_id).await? {
+            Some(current) => {
+                self.replay(&current, responses, token, &call.capabilities).unwrap_or_else(invalid_state)
+            }
+            None => invalid_state(),
+        })
+    }
+
+    fn last(&self, round: &Round, responses: &InputResponses, outcome: LastOutcome) -> Last {
+        Last {
+            round: round.n,
+            nonce: round.nonce.clone(),
+            keys: round.questions.iter().map(|q| q.key.clone()).collect(),
+            answers_digest: questions::answers_digest_of(round, responses),
+            outcome,
+        }
+    }
+
+    /// Turns a run's outcome into a final answer or the next round.
+    fn settle(&self, outcome: Result<Outcome, hitl_graph::RunError>, n: u32) -> Settled {
+        let done = |result: CallToolResult| Settled::Done(CallToolResponse::Complete(result));
+        match outcome {
+            Err(e) => done(CallToolResult::error([format!("The agent failed: {e}")])),
+            Ok(Outcome::Done(output)) => done(CallToolResult::json(&output)),
+            Ok(Outcome::Breakpoint { .. }) => done(CallToolResult::error([
+                "The agent stopped at a static breakpoint, which cannot be resumed over MCP.".to_owned(),
+            ])),
+            Ok(Outcome::Paused { interrupts, checkpoint }) => match questions::build(&interrupts) {
+                Err(cannot) => done(cannot.to_result()),
+                Ok(questions) => Settled::Paused(checkpoint, Round { n, nonce: state::nonce(), questions }),
+            },
+        }
+    }
+
+    fn missing_capability(&self, round: &Round, capabilities: &ClientCapabilities) -> Option<ErrorObject> {
+        let missing = questions::needs(&round.questions).missing_from(capabilities);
+        if missing.is_empty() {
+            return None;
+        }
+        let needs = questions::needs(&round.questions);
+        let mode = if missing.form {
+            "form elicitation"
+        } else if missing.url {
+            "url elicitation"
+        } else if missing.sampling {
+            "sampling"
+        } else {
+            "roots"
+        };
+        let required = needs_as_required(needs, missing);
+        Some(ErrorObject::missing_capability(
+            format!("This tool asks for human input and needs {mode}."),
+            &required.to_capabilities(),
+        ))
+    }
+
+    fn render(&self, thread_id: &str, round: &Round) -> CallToolResponse {
+        let requests: InputRequests = round.questions.iter().map(|q| (q.key.clone(), q.request.clone())).collect();
+        let request_state = self.secret.request_state(thread_id, round.n, &round.nonce);
+        CallToolResponse::InputRequired(InputRequiredResult::new(requests, request_state))
+    }
+
+    fn expiry(&self, lifetime: Duration) -> u64 {
+        self.clock.now_ms().saturating_add(lifetime.as_millis() as u64)
+    }
+}
+
+/// Every mode the round needs, among the kinds the client misses (so a client that
+/// lacks elicitation altogether learns of both form and url).
+fn needs_as_required(needs: hitl_protocol::Needs, missing: hitl_protocol::Needs) -> hitl_protocol::Needs {
+    let elicitation_missing = missing.form || missing.url;
+    hitl_protocol::Needs {
+        form: elicitation_missing && needs.form,
+        url: elicitation_missing && needs.url,
+        sampling: missing.sampling,
+        roots: missing.roots,
+    }
+}
+
+fn invalid_state() -> Answer {
+    Err(ErrorObject::invalid_params(INVALID_STATE))
+}
+
+enum Settled {
+    Done(CallToolResponse),
+    Paused(Checkpoint, Round),
+}

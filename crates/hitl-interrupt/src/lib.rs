@@ -1,0 +1,55 @@
+//! The round state machine of hitl: what happens when an agent exposed as an MCP tool
+//! calls `interrupt`, and when the client answers.
+//!
+//! A `tools/call` without `requestState` starts the agent on a new thread. When it
+//! pauses, its interrupts become questions (one `elicitation/create` each, keyed by a
+//! digest of the question), the thread is stored, and the call answers
+//! `input_required` with a `requestState` of `<thread id>.<token>`. A call with that
+//! state and the answers resumes the agent once; the result is the next round or the
+//! tool result. Threads live behind the [`ThreadStore`] port; [`MemoryStore`] is the
+//! in-process default and `hitl-store-redis` the shared one.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use hitl_graph::{START, StateGraph};
+//! use hitl_interrupt::{Agent, Call, Engine, Lifetimes, MemoryStore, Secret, SystemClock};
+//! use hitl_protocol::{CallToolResponse, ClientCapabilities};
+//! use serde_json::json;
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let graph = StateGraph::new()
+//!     .add_step("choose_region", |_, ctx| async move {
+//!         Ok(json!({ "region": ctx.interrupt(json!("Which region should the service deploy to?"))? }))
+//!     })
+//!     .add_edge(START, "choose_region")
+//!     .compile()
+//!     .unwrap();
+//! let agent = Agent { name: "choose_region".into(), description: String::new(), input_schema: json!({"type": "object"}), graph };
+//! let engine = Engine::new(Arc::new(MemoryStore::default()), Arc::new(SystemClock), Secret::generate(), Lifetimes::default());
+//! let capabilities: ClientCapabilities = serde_json::from_value(json!({"elicitation": {}})).unwrap();
+//!
+//! let first = engine.call(&agent, Call { capabilities: capabilities.clone(), ..Call::default() }).await.unwrap().unwrap();
+//! let CallToolResponse::InputRequired(round) = first else { panic!() };
+//! let key = round.input_requests.unwrap().keys().next().unwrap().clone();
+//! let answers = [(key, json!({"action": "accept", "content": {"response": "eu-west-1"}}))].into_iter().collect();
+//! let call = Call { input_responses: Some(answers), request_state: round.request_state, capabilities, ..Call::default() };
+//! let CallToolResponse::Complete(result) = engine.call(&agent, call).await.unwrap().unwrap() else { panic!() };
+//! assert_eq!(result.content[0].as_text(), Some(r#"{"region":"eu-west-1"}"#));
+//! # });
+//! ```
+
+mod digest;
+mod engine;
+pub mod questions;
+pub mod state;
+mod store;
+mod thread;
+
+pub use digest::{canonical, digest_hex, short_digest};
+pub use engine::{Agent, Answer, Call, Engine, EngineError, INVALID_STATE, Lifetimes};
+pub use state::Secret;
+pub use store::{Clock, ManualClock, MemoryStore, SaveError, StoreError, SystemClock, ThreadStore};
+pub use thread::{Last, LastOutcome, Question, QuestionKind, Round, THREAD_FORMAT, Thread};
+
+#[cfg(test)]
+mod tests;

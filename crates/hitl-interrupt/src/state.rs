@@ -1,0 +1,83 @@
+//! `requestState`: `<thread id>.<token>`, where the token is an HMAC-SHA256 under the
+//! server secret of the thread id, the round number and a per-round random nonce.
+//! The thread record keeps the nonce, never the token, so reading a record does not
+//! reveal a usable state; verification recomputes the token and compares in constant
+//! time.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ring::hmac;
+use ring::rand::{SecureRandom, SystemRandom};
+
+/// The server secret that keys request-state tokens and digests.
+#[derive(Clone)]
+pub struct Secret {
+    key: hmac::Key,
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// Too short a secret.
+#[derive(Debug, thiserror::Error)]
+#[error("the server secret must be at least {min} bytes, got {got}")]
+pub struct WeakSecret {
+    /// The minimum.
+    pub min: usize,
+    /// What was given.
+    pub got: usize,
+}
+
+impl Secret {
+    /// The shortest secret accepted.
+    pub const MIN_LEN: usize = 32;
+
+    /// A secret from bytes (at least [`Secret::MIN_LEN`]).
+    pub fn new(bytes: &[u8]) -> Result<Self, WeakSecret> {
+        if bytes.len() < Self::MIN_LEN {
+            return Err(WeakSecret { min: Self::MIN_LEN, got: bytes.len() });
+        }
+        Ok(Self { key: hmac::Key::new(hmac::HMAC_SHA256, bytes) })
+    }
+
+    /// A random secret, for a single process that keeps its threads in memory.
+    pub fn generate() -> Self {
+        let mut bytes = [0u8; 32];
+        SystemRandom::new().fill(&mut bytes).expect("the system random source works");
+        Self { key: hmac::Key::new(hmac::HMAC_SHA256, &bytes) }
+    }
+
+    fn token(&self, thread: &str, round: u32, nonce: &str) -> hmac::Tag {
+        let message = format!("hitl/request-state/v1\n{thread}\n{round}\n{nonce}");
+        hmac::sign(&self.key, message.as_bytes())
+    }
+
+    /// The `requestState` of round `round` of `thread`.
+    pub fn request_state(&self, thread: &str, round: u32, nonce: &str) -> String {
+        format!("{thread}.{}", URL_SAFE_NO_PAD.encode(self.token(thread, round, nonce).as_ref()))
+    }
+
+    /// Does `token` (the part after the dot) belong to that round? Constant-time.
+    pub fn verify(&self, thread: &str, round: u32, nonce: &str, token: &str) -> bool {
+        let Ok(given) = URL_SAFE_NO_PAD.decode(token) else { return false };
+        let message = format!("hitl/request-state/v1\n{thread}\n{round}\n{nonce}");
+        hmac::verify(&self.key, message.as_bytes(), &given).is_ok()
+    }
+}
+
+/// A fresh nonce for a round: 16 random bytes, base64url.
+pub fn nonce() -> String {
+    let mut bytes = [0u8; 16];
+    SystemRandom::new().fill(&mut bytes).expect("the system random source works");
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// Splits a `requestState` into thread id and token; `None` when it is not of that shape.
+pub fn split(request_state: &str) -> Option<(&str, &str)> {
+    let (thread, token) = request_state.split_once('.')?;
+    let valid_id = uuid::Uuid::try_parse(thread).is_ok();
+    (valid_id && !token.is_empty() && token.len() <= 64).then_some((thread, token))
+}

@@ -1,0 +1,162 @@
+//! The thread store port, the clock, and the in-memory store.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+
+use crate::Thread;
+
+/// Milliseconds since the Unix epoch.
+pub trait Clock: Send + Sync + 'static {
+    /// Now.
+    fn now_ms(&self) -> u64;
+}
+
+/// The system clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    }
+}
+
+/// A clock tests move by hand, so that expiry needs no sleeping.
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicU64);
+
+impl ManualClock {
+    /// A clock at `now_ms`.
+    pub fn new(now_ms: u64) -> Self {
+        Self(AtomicU64::new(now_ms))
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, ms: u64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl<C: Clock> Clock for std::sync::Arc<C> {
+    fn now_ms(&self) -> u64 {
+        (**self).now_ms()
+    }
+}
+
+/// A store failure (not a lost race: see [`SaveError::Conflict`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The backend could not be reached or failed.
+    #[error("thread store unavailable: {0}")]
+    Unavailable(String),
+    /// A stored record could not be read.
+    #[error("thread record {id} is corrupt: {reason}")]
+    Corrupt {
+        /// The thread.
+        id: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Why a save did not happen.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SaveError {
+    /// Another writer saved a newer version first.
+    #[error("thread {0} was changed concurrently")]
+    Conflict(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Where threads live between rounds. Implementations must honour
+/// [`Thread::expires_at_ms`] (an expired thread loads as `None`) and make
+/// [`ThreadStore::save`] a compare-and-set on [`Thread::version`].
+#[async_trait]
+pub trait ThreadStore: Send + Sync + 'static {
+    /// The thread, unless it is missing or expired.
+    async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError>;
+
+    /// Writes `thread` if the stored version is `expected` (`None`: no live record).
+    async fn save(&self, thread: &Thread, expected: Option<u64>) -> Result<(), SaveError>;
+
+    /// Removes the thread (no error when it is gone).
+    async fn delete(&self, id: &str) -> Result<(), StoreError>;
+}
+
+/// Threads in a process-local map: the default store, and the reference the store
+/// conformance tests hold other stores to.
+pub struct MemoryStore<C: Clock = SystemClock> {
+    threads: Mutex<HashMap<String, Thread>>,
+    clock: C,
+    saves: AtomicU64,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::with_clock(SystemClock)
+    }
+}
+
+impl<C: Clock> MemoryStore<C> {
+    /// A store that reads expiry from `clock`.
+    pub fn with_clock(clock: C) -> Self {
+        Self { threads: Mutex::new(HashMap::new()), clock, saves: AtomicU64::new(0) }
+    }
+
+    /// Live threads (for tests and metrics).
+    pub fn len(&self) -> usize {
+        let now = self.clock.now_ms();
+        self.lock().values().filter(|t| t.expires_at_ms > now).count()
+    }
+
+    /// No live thread?
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Thread>> {
+        self.threads.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl<C: Clock> ThreadStore for MemoryStore<C> {
+    async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
+        let now = self.clock.now_ms();
+        Ok(self.lock().get(id).filter(|t| t.expires_at_ms > now).cloned())
+    }
+
+    async fn save(&self, thread: &Thread, expected: Option<u64>) -> Result<(), SaveError> {
+        let now = self.clock.now_ms();
+        let mut threads = self.lock();
+        // Sweep expired records now and then, so abandoned calls do not pile up.
+        if self.saves.fetch_add(1, Ordering::Relaxed) % 1024 == 1023 {
+            threads.retain(|_, t| t.expires_at_ms > now);
+        }
+        let current = threads.get(&thread.id).filter(|t| t.expires_at_ms > now).map(|t| t.version);
+        if current != expected {
+            return Err(SaveError::Conflict(thread.id.clone()));
+        }
+        threads.insert(thread.id.clone(), thread.clone());
+        Ok(())
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), StoreError> {
+        self.lock().remove(id);
+        Ok(())
+    }
+}

@@ -1,0 +1,288 @@
+//! The round rules on the in-memory store, with a manual clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hitl_graph::{START, StateGraph};
+use hitl_protocol::{CallToolResponse, ClientCapabilities, ErrorCode, InputRequiredResult, InputResponses};
+use serde_json::{Value, json};
+
+use crate::*;
+
+const HOUR: u64 = 3600 * 1000;
+
+struct Fixture {
+    engine: Engine,
+    clock: Arc<ManualClock>,
+    store: Arc<MemoryStore<Arc<ManualClock>>>,
+}
+
+fn fixture() -> Fixture {
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let engine = Engine::new(store.clone(), clock.clone(), Secret::generate(), Lifetimes::default());
+    Fixture { engine, clock, store }
+}
+
+fn text_agent(name: &str, questions: &'static [&'static str]) -> Agent {
+    let mut graph = StateGraph::new();
+    for (i, q) in questions.iter().enumerate() {
+        let step = format!("s{i}");
+        graph = graph
+            .add_step(step.clone(), move |_, ctx| async move { Ok(json!({ format!("a{i}"): ctx.interrupt(json!(q))? })) })
+            .add_edge(START, step);
+    }
+    Agent { name: name.into(), description: String::new(), input_schema: json!({"type": "object"}), graph: graph.compile().unwrap() }
+}
+
+fn caps() -> ClientCapabilities {
+    serde_json::from_value(json!({"elicitation": {}})).unwrap()
+}
+
+fn accept(text: &str) -> Value {
+    json!({"action": "accept", "content": {"response": text}})
+}
+
+fn run(f: impl std::future::Future<Output = Result<Answer, EngineError>>) -> Answer {
+    tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f).expect("no store failure")
+}
+
+fn round(answer: Answer) -> InputRequiredResult {
+    match answer {
+        Ok(CallToolResponse::InputRequired(r)) => r,
+        other => panic!("expected input_required, got {other:?}"),
+    }
+}
+
+fn text(answer: &Answer) -> (String, bool) {
+    match answer {
+        Ok(CallToolResponse::Complete(r)) => (r.content[0].as_text().unwrap().to_owned(), r.is_error == Some(true)),
+        other => panic!("expected a result, got {other:?}"),
+    }
+}
+
+fn answers(pairs: &[(&str, Value)]) -> InputResponses {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect()
+}
+
+fn first_key(r: &InputRequiredResult) -> String {
+    r.input_requests.as_ref().unwrap().keys().next().unwrap().clone()
+}
+
+fn call(responses: Option<InputResponses>, state: Option<&str>) -> Call {
+    Call {
+        input_responses: responses,
+        request_state: state.map(str::to_owned),
+        capabilities: caps(),
+        ..Call::default()
+    }
+}
+
+#[test]
+fn pause_and_resume_a_tool_call() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region should the service deploy to?"]);
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let key = first_key(&r);
+    assert!(key.starts_with("answer-") && key.len() == "answer-".len() + 16, "{key}");
+    let state = r.request_state.clone().unwrap();
+    let (thread, token) = state.split_once('.').unwrap();
+    assert_eq!(uuid::Uuid::parse_str(thread).unwrap().get_version_num(), 7);
+    assert_eq!(token.len(), 43, "32 bytes in base64url");
+    let done = run(f.engine.call(&agent, call(Some(answers(&[(&key, accept("eu-west-1"))])), Some(&state))));
+    assert_eq!(text(&done), (r#"{"a0":"eu-west-1"}"#.to_owned(), false));
+}
+
+#[test]
+fn the_key_is_derived_from_the_question() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region should the service deploy to?"]);
+    let a = round(run(f.engine.call(&agent, call(None, None))));
+    let b = round(run(f.engine.call(&agent, call(None, None))));
+    assert_eq!(first_key(&a), first_key(&b));
+    assert_ne!(a.request_state, b.request_state);
+}
+
+#[test]
+fn missing_answers_ask_the_same_round_with_the_same_state() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region?"]);
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let state = r.request_state.clone().unwrap();
+    let again = round(run(f.engine.call(&agent, call(Some(answers(&[("other", accept("x"))])), Some(&state)))));
+    assert_eq!(again, r);
+}
+
+#[test]
+fn answers_in_the_first_call_answer_the_first_round() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region?"]);
+    let key = first_key(&round(run(f.engine.call(&agent, call(None, None)))));
+    let done = run(f.engine.call(&agent, call(Some(answers(&[(&key, accept("us-east-1"))])), None)));
+    assert_eq!(text(&done).0, r#"{"a0":"us-east-1"}"#);
+}
+
+#[test]
+fn repeated_answers_get_the_same_result() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region?"]);
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let (key, state) = (first_key(&r), r.request_state.unwrap());
+    let a = answers(&[(&key, accept("eu-west-1"))]);
+    let first = run(f.engine.call(&agent, call(Some(a.clone()), Some(&state))));
+    let second = run(f.engine.call(&agent, call(Some(a), Some(&state))));
+    assert_eq!(first, second);
+    let other = run(f.engine.call(&agent, call(Some(answers(&[(&key, accept("us-east-1"))])), Some(&state))));
+    assert_eq!(other.unwrap_err().message, INVALID_STATE, "other answers to a closed round");
+}
+
+#[test]
+fn invalid_answers_keep_the_round_open() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region?"]);
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let (key, state) = (first_key(&r), r.request_state.unwrap());
+    let bad = run(f.engine.call(&agent, call(Some(answers(&[(&key, json!({"action": "accept", "content": {"response": 3}}))])), Some(&state))));
+    let err = bad.unwrap_err();
+    assert_eq!((err.code, err.message.as_str()), (ErrorCode::INVALID_PARAMS, "Form content does not match requestedSchema"));
+    assert_eq!(err.data.unwrap()["errors"][0]["field"], "response");
+    let done = run(f.engine.call(&agent, call(Some(answers(&[(&key, accept("ok"))])), Some(&state))));
+    assert!(!text(&done).1);
+}
+
+#[test]
+fn invalid_answers_in_a_first_call_store_nothing() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region?"]);
+    let key = first_key(&round(run(f.engine.call(&agent, call(None, None)))));
+    let before = f.store.len();
+    let bad = run(f.engine.call(&agent, call(Some(answers(&[(&key, json!(12345))])), None)));
+    assert_eq!(bad.unwrap_err().code, ErrorCode::INVALID_PARAMS);
+    assert_eq!(f.store.len(), before);
+}
+
+#[test]
+fn invalid_state_is_rejected() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region?"]);
+    let other = text_agent("other", &["Which region?"]);
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let (key, state) = (first_key(&r), r.request_state.unwrap());
+    let a = Some(answers(&[(&key, accept("x"))]));
+    let mut tampered = state.clone();
+    tampered.pop();
+    tampered.push(if state.ends_with('A') { 'B' } else { 'A' });
+    for (agent, state, args) in [
+        (&agent, tampered.as_str(), json!({})),
+        (&agent, &format!("{state}-TAMPERED"), json!({})),
+        (&agent, "not-a-state", json!({})),
+        (&other, state.as_str(), json!({})),
+        (&agent, state.as_str(), json!({"x": 1})),
+    ] {
+        let mut c = call(a.clone(), Some(state));
+        c.arguments = args.as_object().unwrap().clone();
+        let err = run(f.engine.call(agent, c)).unwrap_err();
+        assert_eq!((err.code, err.message.as_str()), (ErrorCode::INVALID_PARAMS, INVALID_STATE), "{state}");
+    }
+}
+
+#[test]
+fn lifetime_paused_calls_expire_after_24_hours() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region?"]);
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let (key, state) = (first_key(&r), r.request_state.unwrap());
+    f.clock.advance(24 * HOUR);
+    let err = run(f.engine.call(&agent, call(Some(answers(&[(&key, accept("x"))])), Some(&state)))).unwrap_err();
+    assert_eq!(err.message, INVALID_STATE);
+}
+
+#[test]
+fn lifetime_finished_calls_are_kept_10_minutes_for_resends() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region?"]);
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let (key, state) = (first_key(&r), r.request_state.unwrap());
+    let a = answers(&[(&key, accept("x"))]);
+    run(f.engine.call(&agent, call(Some(a.clone()), Some(&state)))).unwrap();
+    f.clock.advance(9 * 60 * 1000);
+    assert!(run(f.engine.call(&agent, call(Some(a.clone()), Some(&state)))).is_ok());
+    f.clock.advance(60 * 1000);
+    assert_eq!(run(f.engine.call(&agent, call(Some(a), Some(&state)))).unwrap_err().message, INVALID_STATE);
+}
+
+#[test]
+fn lifetime_finished_without_state_keeps_nothing() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region?"]);
+    let key = first_key(&round(run(f.engine.call(&agent, call(None, None)))));
+    let before = f.store.len();
+    run(f.engine.call(&agent, call(Some(answers(&[(&key, accept("x"))])), None))).unwrap();
+    assert_eq!(f.store.len(), before);
+}
+
+#[test]
+fn default_ttl_shortens_lifetimes() {
+    let l = Lifetimes::with_default_ttl(Some(Duration::from_secs(60)));
+    assert_eq!((l.paused, l.finished), (Duration::from_secs(60), Duration::from_secs(60)));
+    let l = Lifetimes::with_default_ttl(Some(Duration::from_secs(3600)));
+    assert_eq!((l.paused, l.finished), (Duration::from_secs(3600), Duration::from_secs(600)));
+}
+
+#[test]
+fn decline_and_cancel_end_the_call() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region?"]);
+    for (action, expected) in [("decline", questions::DECLINED), ("cancel", questions::CANCELLED)] {
+        let r = round(run(f.engine.call(&agent, call(None, None))));
+        let a = answers(&[(&first_key(&r), json!({ "action": action }))]);
+        let done = run(f.engine.call(&agent, call(Some(a), r.request_state.as_deref())));
+        assert_eq!(text(&done), (expected.to_owned(), true));
+    }
+}
+
+#[test]
+fn several_questions_are_asked_in_one_round() {
+    let f = fixture();
+    let agent = text_agent("survey", &["What is your favorite color?", "What is your quest?"]);
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let keys: Vec<String> = r.input_requests.as_ref().unwrap().keys().cloned().collect();
+    assert_eq!(keys.len(), 2);
+    let a = answers(&[(&keys[0], accept("blue")), (&keys[1], accept("grail"))]);
+    let done = run(f.engine.call(&agent, call(Some(a), r.request_state.as_deref())));
+    assert_eq!(text(&done).0, r#"{"a0":"blue","a1":"grail"}"#);
+}
+
+#[test]
+fn one_answer_resumes_twin_questions() {
+    let f = fixture();
+    let agent = text_agent("twins", &["Same?", "Same?"]);
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    assert_eq!(r.input_requests.as_ref().unwrap().len(), 1);
+    let a = answers(&[(&first_key(&r), accept("yes"))]);
+    let done = run(f.engine.call(&agent, call(Some(a), r.request_state.as_deref())));
+    assert_eq!(text(&done).0, r#"{"a0":"yes","a1":"yes"}"#);
+}
+
+#[test]
+fn clients_without_elicitation_get_32021() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region?"]);
+    let mut c = call(None, None);
+    c.capabilities = ClientCapabilities::default();
+    let err = run(f.engine.call(&agent, c)).unwrap_err();
+    assert_eq!(err.code, ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY);
+    assert_eq!(err.message, "This tool asks for human input and needs form elicitation.");
+    assert_eq!(err.data.unwrap(), json!({"requiredCapabilities": {"elicitation": {"form": {}}}}));
+}
+
+#[test]
+fn stored_records_hold_no_usable_token() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region?"]);
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let state = r.request_state.unwrap();
+    let (id, token) = state.split_once('.').unwrap();
+    let thread = tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f.store.load(id)).unwrap().unwrap();
+    assert!(!serde_json::to_string(&thread).unwrap().contains(token));
+}

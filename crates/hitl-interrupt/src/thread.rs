@@ -1,0 +1,97 @@
+//! The thread record: one per paused or recently finished call.
+
+use hitl_graph::Checkpoint;
+use hitl_protocol::{CallToolResult, InputRequest};
+use serde::{Deserialize, Serialize};
+
+/// The format version of [`Thread`] records written by this crate.
+pub const THREAD_FORMAT: u32 = 1;
+
+/// One paused or recently finished tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Thread {
+    /// [`THREAD_FORMAT`] when written.
+    pub format: u32,
+    /// A UUIDv7.
+    pub id: String,
+    /// Bumped on every save; saves compare and set on it.
+    pub version: u64,
+    /// The tool the call was made to.
+    pub tool: String,
+    /// Digest of the canonical JSON of the call's arguments.
+    pub args_digest: String,
+    /// Who made the call, when the server knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// Where the agent stopped, while it is paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<Checkpoint>,
+    /// The open round, while the agent is paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<Round>,
+    /// The last round answered and what it led to, for resends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<Last>,
+    /// When the record expires (ms since the epoch).
+    pub expires_at_ms: u64,
+}
+
+/// A round of questions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Round {
+    /// 1 for the first round.
+    pub n: u32,
+    /// The random input of this round's `requestState` token.
+    pub nonce: String,
+    /// The questions, in the order asked.
+    pub questions: Vec<Question>,
+}
+
+/// One question of a round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Question {
+    /// Its key in `inputRequests`.
+    pub key: String,
+    /// The request as sent.
+    pub request: InputRequest,
+    /// How the answer becomes resume values.
+    pub kind: QuestionKind,
+    /// The interrupts this question answers (several when they asked the same).
+    pub interrupt_ids: Vec<String>,
+}
+
+/// How a question's answer is turned into what the agent resumes with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum QuestionKind {
+    /// A string interrupt: the agent gets the `response` field's string.
+    Text,
+}
+
+/// The last round answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Last {
+    /// Its number.
+    pub round: u32,
+    /// Its nonce, to recognise its `requestState`.
+    pub nonce: String,
+    /// The keys it asked.
+    pub keys: Vec<String>,
+    /// Digest of the answers it was given (to its own keys only).
+    pub answers_digest: String,
+    /// What the answers led to.
+    pub outcome: LastOutcome,
+}
+
+/// What answering a round led to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LastOutcome {
+    /// The tool's result.
+    Result {
+        /// The result.
+        result: CallToolResult,
+    },
+    /// The thread's current round.
+    NextRound,
+}

@@ -1,0 +1,138 @@
+//! Client and server capabilities, and the questions the server asks of them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A JSON object, as capabilities use for their sub-options.
+pub type JsonObject = Map<String, Value>;
+
+/// What a client declares it can do (`io.modelcontextprotocol/clientCapabilities` in
+/// 2026-07-28, `capabilities` of `initialize` before).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientCapabilities {
+    /// Non-standard capabilities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experimental: Option<Map<String, Value>>,
+    /// `roots/list` (deprecated in 2026-07-28, still functional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roots: Option<JsonObject>,
+    /// `sampling/createMessage` (deprecated in 2026-07-28, still functional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<JsonObject>,
+    /// `elicitation/create`, with its modes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elicitation: Option<ElicitationCapability>,
+    /// Extensions, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<Map<String, Value>>,
+    /// Anything else the client sent, kept as it was.
+    #[serde(flatten)]
+    pub other: JsonObject,
+}
+
+/// The `elicitation` capability. `{}` means form mode only.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ElicitationCapability {
+    /// Form mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub form: Option<JsonObject>,
+    /// URL mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<JsonObject>,
+    /// Anything else the client sent.
+    #[serde(flatten)]
+    pub other: JsonObject,
+}
+
+impl ClientCapabilities {
+    /// Does the client take form-mode elicitation? `elicitation: {}` counts as form.
+    pub fn elicits_form(&self) -> bool {
+        self.elicitation.as_ref().is_some_and(|e| e.form.is_some() || e.url.is_none())
+    }
+
+    /// Does the client take URL-mode elicitation?
+    pub fn elicits_url(&self) -> bool {
+        self.elicitation.as_ref().is_some_and(|e| e.url.is_some())
+    }
+
+    /// Does the client take `sampling/createMessage`?
+    pub fn samples(&self) -> bool {
+        self.sampling.is_some()
+    }
+
+    /// Does the client answer `roots/list`?
+    pub fn lists_roots(&self) -> bool {
+        self.roots.is_some()
+    }
+}
+
+/// What input a round of questions needs from the client. Also the value of
+/// `data.requiredCapabilities` in a `-32021` error, through [`Needs::to_capabilities`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Needs {
+    /// Form-mode elicitation.
+    pub form: bool,
+    /// URL-mode elicitation.
+    pub url: bool,
+    /// Sampling.
+    pub sampling: bool,
+    /// Roots.
+    pub roots: bool,
+}
+
+impl Needs {
+    /// The needs that `caps` does not meet.
+    pub fn missing_from(&self, caps: &ClientCapabilities) -> Needs {
+        Needs {
+            form: self.form && !caps.elicits_form(),
+            url: self.url && !caps.elicits_url(),
+            sampling: self.sampling && !caps.samples(),
+            roots: self.roots && !caps.lists_roots(),
+        }
+    }
+
+    /// Nothing needed.
+    pub fn is_empty(&self) -> bool {
+        !(self.form || self.url || self.sampling || self.roots)
+    }
+
+    /// The needs as capabilities, e.g. `{"elicitation": {"form": {}}}`.
+    pub fn to_capabilities(&self) -> ClientCapabilities {
+        let mut caps = ClientCapabilities::default();
+        if self.form || self.url {
+            caps.elicitation = Some(ElicitationCapability {
+                form: self.form.then(JsonObject::new),
+                url: self.url.then(JsonObject::new),
+                other: JsonObject::new(),
+            });
+        }
+        caps.sampling = self.sampling.then(JsonObject::new);
+        caps.roots = self.roots.then(JsonObject::new);
+        caps
+    }
+}
+
+/// What the server declares (`server/discover`, `initialize`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerCapabilities {
+    /// Tools, when served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<JsonObject>,
+    /// Prompts, when served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts: Option<JsonObject>,
+    /// Resources, when served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<JsonObject>,
+    /// Logging, when served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logging: Option<JsonObject>,
+    /// Extensions, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<Map<String, Value>>,
+    /// Anything else.
+    #[serde(flatten)]
+    pub other: JsonObject,
+}

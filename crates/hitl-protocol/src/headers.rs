@@ -1,0 +1,86 @@
+//! The HTTP header rules of 2026-07-28 Streamable HTTP (`MCP-Protocol-Version`,
+//! `Mcp-Method`, `Mcp-Name`), written without naming any HTTP library: callers pass a
+//! lookup function over their header map.
+
+use base64::Engine as _;
+
+use crate::ErrorObject;
+
+/// `MCP-Protocol-Version`.
+pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+/// `Mcp-Method`.
+pub const METHOD: &str = "mcp-method";
+/// `Mcp-Name`.
+pub const NAME: &str = "mcp-name";
+
+/// Methods whose `Mcp-Name` header is required, and the param it must match.
+pub fn name_param(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        _ => None,
+    }
+}
+
+/// Decodes a header value: trims surrounding whitespace, and decodes the
+/// `=?base64?…?=` form (strict padding). `None` when the value is not valid UTF-8 or
+/// the base64 form is malformed. A value that only looks partly like the encoded form
+/// (say, without the closing `?=`) is taken literally.
+pub fn decode_value(raw: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(raw).ok()?.trim_matches([' ', '\t']);
+    match text.strip_prefix("=?base64?").and_then(|rest| rest.strip_suffix("?=")) {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(text.to_owned()),
+    }
+}
+
+/// Checks the `Mcp-Method` and `Mcp-Name` headers of a 2026-07-28 request against its
+/// body. `header` looks a header up by its lowercase name and returns its raw value.
+/// Fails with `-32020` saying which header is missing or differs.
+pub fn check_method_and_name<'a>(
+    header: impl Fn(&str) -> Option<&'a [u8]>,
+    method: &str,
+    params: Option<&serde_json::Value>,
+) -> Result<(), ErrorObject> {
+    expect(&header, METHOD, "Mcp-Method", method)?;
+    if let Some(param) = name_param(method) {
+        let body = params.and_then(|p| p.get(param)).and_then(|v| v.as_str()).unwrap_or_default();
+        expect(&header, NAME, "Mcp-Name", body)?;
+    }
+    Ok(())
+}
+
+/// Checks that the `MCP-Protocol-Version` header equals the `_meta` version.
+pub fn check_version(header_value: &str, meta_version: &str) -> Result<(), ErrorObject> {
+    if header_value == meta_version {
+        Ok(())
+    } else {
+        Err(ErrorObject::header_mismatch(format!(
+            "Header mismatch: MCP-Protocol-Version header value '{header_value}' does not match body value '{meta_version}'"
+        )))
+    }
+}
+
+fn expect<'a>(
+    header: &impl Fn(&str) -> Option<&'a [u8]>,
+    lookup: &str,
+    display: &str,
+    body: &str,
+) -> Result<(), ErrorObject> {
+    let Some(raw) = header(lookup) else {
+        return Err(ErrorObject::header_mismatch(format!("Header mismatch: {display} header is required")));
+    };
+    let Some(value) = decode_value(raw) else {
+        return Err(ErrorObject::header_mismatch(format!("Header mismatch: {display} header value is not valid")));
+    };
+    if value == body {
+        Ok(())
+    } else {
+        Err(ErrorObject::header_mismatch(format!(
+            "Header mismatch: {display} header value '{value}' does not match body value '{body}'"
+        )))
+    }
+}

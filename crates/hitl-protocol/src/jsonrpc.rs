@@ -1,0 +1,350 @@
+//! The JSON-RPC 2.0 envelope, parsed by explicit rules rather than an untagged enum,
+//! so that every malformed message gets an error that says what is wrong with it.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A JSON-RPC request id: a string or an integer.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RequestId {
+    /// An integer id.
+    Number(i64),
+    /// A string id.
+    String(String),
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Number(n) => write!(f, "{n}"),
+            Self::String(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+/// A JSON-RPC error code. The codes hitl emits are the associated constants, assigned
+/// here and nowhere else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ErrorCode(pub i64);
+
+impl ErrorCode {
+    /// Invalid JSON was received.
+    pub const PARSE_ERROR: Self = Self(-32700);
+    /// The JSON sent is not a valid request object.
+    pub const INVALID_REQUEST: Self = Self(-32600);
+    /// The method does not exist or is not available.
+    pub const METHOD_NOT_FOUND: Self = Self(-32601);
+    /// Invalid method parameters.
+    pub const INVALID_PARAMS: Self = Self(-32602);
+    /// Internal error.
+    pub const INTERNAL_ERROR: Self = Self(-32603);
+    /// 2026-07-28: an `MCP-*` header is missing or does not match the body.
+    pub const HEADER_MISMATCH: Self = Self(-32020);
+    /// 2026-07-28: the request needs a client capability the client did not declare.
+    pub const MISSING_REQUIRED_CLIENT_CAPABILITY: Self = Self(-32021);
+    /// 2026-07-28: the protocol version is not one the server supports.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: Self = Self(-32022);
+    /// 2025-11-25 only: the request needs URL-mode elicitation first.
+    pub const URL_ELICITATION_REQUIRED: Self = Self(-32042);
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The `error` member of a JSON-RPC error response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorObject {
+    /// The error code.
+    pub code: ErrorCode,
+    /// A short description of the error.
+    pub message: String,
+    /// Structured details, when the code defines them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl ErrorObject {
+    /// An error without `data`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self { code, message: message.into(), data: None }
+    }
+
+    /// Adds `data`.
+    #[must_use]
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    /// `-32700`.
+    pub fn parse_error(detail: impl fmt::Display) -> Self {
+        Self::new(ErrorCode::PARSE_ERROR, format!("Parse error: {detail}"))
+    }
+
+    /// `-32600`.
+    pub fn invalid_request(detail: impl fmt::Display) -> Self {
+        Self::new(ErrorCode::INVALID_REQUEST, format!("Invalid request: {detail}"))
+    }
+
+    /// `-32601` for `method`.
+    pub fn method_not_found(method: &str) -> Self {
+        Self::new(ErrorCode::METHOD_NOT_FOUND, format!("Method not found: {method}"))
+    }
+
+    /// `-32602` with a message that says what is wrong.
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::INVALID_PARAMS, message)
+    }
+
+    /// `-32603`.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::INTERNAL_ERROR, message)
+    }
+
+    /// `-32020`, which carries no `data`.
+    pub fn header_mismatch(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::HEADER_MISMATCH, message)
+    }
+
+    /// `-32021` with `data.requiredCapabilities`.
+    pub fn missing_capability(message: impl Into<String>, required: &crate::ClientCapabilities) -> Self {
+        let required = serde_json::to_value(required).unwrap_or_default();
+        Self::new(ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY, message)
+            .with_data(serde_json::json!({ "requiredCapabilities": required }))
+    }
+
+    /// `-32022` with `data.supported` and `data.requested`.
+    pub fn unsupported_version(supported: &[&str], requested: &str) -> Self {
+        Self::new(ErrorCode::UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version")
+            .with_data(serde_json::json!({ "supported": supported, "requested": requested }))
+    }
+}
+
+impl fmt::Display for ErrorObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+/// One JSON-RPC message, after the envelope rules have been applied.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// A request: it has an id and expects a response.
+    Request(Request),
+    /// A notification: a method without an id.
+    Notification(Notification),
+    /// A successful response.
+    Response {
+        /// The id of the request answered.
+        id: RequestId,
+        /// The result.
+        result: Value,
+    },
+    /// An error response.
+    Error {
+        /// The id of the request answered, when it could be read.
+        id: Option<RequestId>,
+        /// The error.
+        error: ErrorObject,
+    },
+}
+
+/// A JSON-RPC request whose method and params are still untyped; see
+/// [`crate::ClientRequest::parse`] for the typed form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The request id.
+    pub id: RequestId,
+    /// The method name.
+    pub method: String,
+    /// The params, when present (an object or an array).
+    pub params: Option<Value>,
+}
+
+/// A JSON-RPC notification.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notification {
+    /// The method name.
+    pub method: String,
+    /// The params, when present.
+    pub params: Option<Value>,
+}
+
+/// Why a message could not be read, and the id to echo in the error response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejection {
+    /// The request id, when the message had a readable one.
+    pub id: Option<RequestId>,
+    /// The error to answer with.
+    pub error: ErrorObject,
+}
+
+impl Rejection {
+    fn new(id: Option<RequestId>, error: ErrorObject) -> Self {
+        Self { id, error }
+    }
+}
+
+/// The fields of any JSON-RPC message, read without judging which kind it is.
+#[derive(Deserialize)]
+struct RawMessage {
+    #[serde(default)]
+    jsonrpc: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<Value>,
+    #[serde(default)]
+    params: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Value>,
+}
+
+/// Keeps an explicit `null` as `Some(Value::Null)`, so that `"id": null` differs from
+/// a missing id.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// Parses one JSON-RPC message from bytes.
+///
+/// Rules: bytes that are not JSON are `-32700`; a batch (a JSON array), a value that is
+/// not an object, a `jsonrpc` other than `"2.0"`, an id that is neither a string nor an
+/// integer, a method that is not a string, a response with both or neither of `result`
+/// and `error`: `-32600`. The error carries the request id whenever one could be read.
+pub fn parse(bytes: &[u8]) -> Result<Message, Rejection> {
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| Rejection::new(None, ErrorObject::parse_error(e)))?;
+    from_value(value)
+}
+
+/// Applies the envelope rules of [`parse`] to an already parsed JSON value.
+pub fn from_value(value: Value) -> Result<Message, Rejection> {
+    let invalid = |id: Option<RequestId>, why: &str| Rejection::new(id, ErrorObject::invalid_request(why));
+    let raw = match value {
+        Value::Array(_) => return Err(invalid(None, "batch requests are not supported")),
+        Value::Object(map) => {
+            RawMessage::deserialize(Value::Object(map)).map_err(|e| invalid(None, &e.to_string()))?
+        }
+        _ => return Err(invalid(None, "a message must be a JSON object")),
+    };
+    let id = match raw.id {
+        None => None,
+        Some(Value::String(s)) => Some(RequestId::String(s)),
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(n) => Some(RequestId::Number(n)),
+            None => return Err(invalid(None, "id must be a string or an integer")),
+        },
+        Some(_) => return Err(invalid(None, "id must be a string or an integer")),
+    };
+    match raw.jsonrpc {
+        Some(Value::String(v)) if v == "2.0" => {}
+        Some(_) => return Err(invalid(id, "jsonrpc must be \"2.0\"")),
+        None => return Err(invalid(id, "jsonrpc is missing")),
+    }
+    if let Some(method) = raw.method {
+        let Value::String(method) = method else {
+            return Err(invalid(id, "method must be a string"));
+        };
+        if raw.result.is_some() || raw.error.is_some() {
+            return Err(invalid(id, "a request cannot carry result or error"));
+        }
+        if let Some(params) = &raw.params
+            && !(params.is_object() || params.is_array())
+        {
+            return Err(invalid(id, "params must be an object or an array"));
+        }
+        return Ok(match id {
+            Some(id) => Message::Request(Request { id, method, params: raw.params }),
+            None => Message::Notification(Notification { method, params: raw.params }),
+        });
+    }
+    match (raw.result, raw.error) {
+        (Some(_), Some(_)) => Err(invalid(id, "a response cannot carry both result and error")),
+        (None, None) => Err(invalid(id, "a message needs a method, a result or an error")),
+        (Some(result), None) => match id {
+            Some(id) => Ok(Message::Response { id, result }),
+            None => Err(invalid(None, "a response needs an id")),
+        },
+        (None, Some(error)) => {
+            let error = ErrorObject::deserialize(error).map_err(|e| invalid(id.clone(), &e.to_string()))?;
+            Ok(Message::Error { id, error })
+        }
+    }
+}
+
+/// A response to write: a result or an error for one request id.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Response {
+    /// `{"jsonrpc":"2.0","id":…,"result":…}`
+    Result {
+        /// The id of the request answered.
+        id: RequestId,
+        /// The result object.
+        result: Value,
+    },
+    /// `{"jsonrpc":"2.0","id":…,"error":…}`; the id is `null` when the request's id
+    /// could not be read.
+    Error {
+        /// The id of the request answered.
+        id: Option<RequestId>,
+        /// The error.
+        error: ErrorObject,
+    },
+}
+
+impl Response {
+    /// The message as a JSON value.
+    pub fn to_value(&self) -> Value {
+        let mut map = Map::new();
+        map.insert("jsonrpc".into(), Value::from("2.0"));
+        match self {
+            Self::Result { id, result } => {
+                map.insert("id".into(), serde_json::to_value(id).unwrap_or(Value::Null));
+                map.insert("result".into(), result.clone());
+            }
+            Self::Error { id, error } => {
+                map.insert("id".into(), serde_json::to_value(id).unwrap_or(Value::Null));
+                map.insert("error".into(), serde_json::to_value(error).unwrap_or(Value::Null));
+            }
+        }
+        Value::Object(map)
+    }
+
+    /// The message as compact JSON bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.to_value()).unwrap_or_default()
+    }
+
+    /// The error, when this is an error response.
+    pub fn error(&self) -> Option<&ErrorObject> {
+        match self {
+            Self::Error { error, .. } => Some(error),
+            Self::Result { .. } => None,
+        }
+    }
+}
+
+/// Deserializes `params` into `T`, turning a failure into `-32602` with serde's message
+/// and the JSON path of the offending value.
+pub fn params<T: serde::de::DeserializeOwned>(params: Option<Value>) -> Result<T, ErrorObject> {
+    let value = params.unwrap_or_else(|| Value::Object(Map::new()));
+    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." || path.is_empty() {
+            ErrorObject::invalid_params(format!("Invalid params: {inner}"))
+        } else {
+            ErrorObject::invalid_params(format!("Invalid params at {path}: {inner}"))
+        }
+    })
+}

@@ -1,0 +1,62 @@
+//! MCP and JSON-RPC wire types for hitl.
+//!
+//! This crate knows every message a hitl server reads or writes, for the modern
+//! revision (2026-07-28: stateless requests with per-request `_meta`, results with
+//! `resultType`, `input_required` rounds) and the legacy ones (2025-11-25 and earlier,
+//! with `initialize`). It is serde only: no runtime, no HTTP, no storage, so it can be
+//! reused by any client or server.
+//!
+//! The JSON-RPC envelope is read by explicit rules ([`jsonrpc::parse`]), never through
+//! an untagged enum, so that every malformed message gets an error that says what is
+//! wrong with it.
+//!
+//! ```
+//! use hitl_protocol::{jsonrpc, ClientRequest, Message};
+//!
+//! let bytes = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{
+//!     "name":"choose_region","arguments":{},
+//!     "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+//!              "io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}}}"#;
+//! let Message::Request(request) = jsonrpc::parse(bytes).unwrap() else { unreachable!() };
+//! let ClientRequest::CallTool(call) = ClientRequest::parse(&request.method, request.params).unwrap() else {
+//!     unreachable!()
+//! };
+//! let meta = call.meta.require_modern().unwrap();
+//! assert!(meta.client_capabilities.elicits_form());
+//! assert!(!meta.client_capabilities.elicits_url());
+//!
+//! // A bad message gets a precise error, with the id echoed.
+//! let rejected = jsonrpc::parse(br#"{"jsonrpc":"1.0","id":"a","method":"ping"}"#).unwrap_err();
+//! assert_eq!(rejected.error.code, hitl_protocol::ErrorCode::INVALID_REQUEST);
+//! ```
+
+mod capabilities;
+pub mod headers;
+pub mod jsonrpc;
+mod meta;
+mod mrtr;
+mod request;
+mod types;
+pub mod version;
+
+pub use capabilities::{ClientCapabilities, ElicitationCapability, JsonObject, Needs, ServerCapabilities};
+pub use jsonrpc::{ErrorCode, ErrorObject, Message, RequestId, Response};
+pub use meta::{Implementation, Meta, ModernMeta};
+pub use mrtr::{
+    CreateMessageParams, CreateMessageResult, ElicitAction, ElicitRequestParams, ElicitResult, FormElicitation,
+    InputRequest, InputRequests, InputRequiredResult, InputResponses, ListRootsResult, RequestedSchema, Root,
+    SamplingMessage, UrlElicitation, UrlElicitationRequiredData,
+};
+pub use request::{ClientNotification, ClientRequest, server_request};
+pub use types::{
+    CacheScope, CallToolParams, CallToolResponse, CallToolResult, ContentBlock, DiscoverResult, EmptyParams,
+    GetPromptParams, GetPromptResult, InitializeParams, InitializeResult, ListParams, ListPromptsResult,
+    ListToolsResult, Prompt, PromptArgument, PromptMessage, ResultType, Role, Tool,
+};
+
+/// The `_meta` keys reserved by MCP.
+pub mod meta_keys {
+    pub use crate::meta::{
+        CLIENT_CAPABILITIES, CLIENT_INFO, LOG_LEVEL, PROGRESS_TOKEN, PROTOCOL_VERSION, SERVER_INFO,
+    };
+}

@@ -1,0 +1,112 @@
+//! Typed client requests and notifications, and server-to-client requests.
+
+use serde_json::{Map, Value};
+
+use crate::jsonrpc::{self, ErrorObject, RequestId};
+use crate::{CallToolParams, EmptyParams, GetPromptParams, InitializeParams, InputRequest, ListParams, Meta};
+
+/// A client request hitl understands, with typed params.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientRequest {
+    /// `server/discover` (2026-07-28).
+    Discover(EmptyParams),
+    /// `tools/list`.
+    ListTools(ListParams),
+    /// `tools/call`.
+    CallTool(CallToolParams),
+    /// `prompts/list`.
+    ListPrompts(ListParams),
+    /// `prompts/get`.
+    GetPrompt(GetPromptParams),
+    /// `initialize` (legacy).
+    Initialize(InitializeParams),
+    /// `ping` (legacy).
+    Ping(EmptyParams),
+}
+
+impl ClientRequest {
+    /// Every method name this type reads.
+    pub const METHODS: &'static [&'static str] =
+        &["server/discover", "tools/list", "tools/call", "prompts/list", "prompts/get", "initialize", "ping"];
+
+    /// Types a request: `-32601` for a method hitl does not serve, `-32602` with
+    /// serde's message and the JSON path when the params do not fit.
+    pub fn parse(method: &str, params: Option<Value>) -> Result<Self, ErrorObject> {
+        let params = match params {
+            Some(Value::Array(_)) => {
+                return Err(ErrorObject::invalid_params("Invalid params: params must be an object"));
+            }
+            other => other,
+        };
+        Ok(match method {
+            "server/discover" => Self::Discover(jsonrpc::params(params)?),
+            "tools/list" => Self::ListTools(jsonrpc::params(params)?),
+            "tools/call" => Self::CallTool(jsonrpc::params(params)?),
+            "prompts/list" => Self::ListPrompts(jsonrpc::params(params)?),
+            "prompts/get" => Self::GetPrompt(jsonrpc::params(params)?),
+            "initialize" => Self::Initialize(jsonrpc::params(params)?),
+            "ping" => Self::Ping(jsonrpc::params(params)?),
+            other => return Err(ErrorObject::method_not_found(other)),
+        })
+    }
+
+    /// The method name.
+    pub fn method(&self) -> &'static str {
+        match self {
+            Self::Discover(_) => "server/discover",
+            Self::ListTools(_) => "tools/list",
+            Self::CallTool(_) => "tools/call",
+            Self::ListPrompts(_) => "prompts/list",
+            Self::GetPrompt(_) => "prompts/get",
+            Self::Initialize(_) => "initialize",
+            Self::Ping(_) => "ping",
+        }
+    }
+
+    /// The request's `_meta`.
+    pub fn meta(&self) -> &Meta {
+        match self {
+            Self::Discover(p) | Self::Ping(p) => &p.meta,
+            Self::ListTools(p) | Self::ListPrompts(p) => &p.meta,
+            Self::CallTool(p) => &p.meta,
+            Self::GetPrompt(p) => &p.meta,
+            Self::Initialize(p) => &p.meta,
+        }
+    }
+}
+
+/// A client notification.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientNotification {
+    /// `notifications/initialized` (legacy).
+    Initialized,
+    /// `notifications/cancelled`, with the id of the request to cancel when given.
+    Cancelled(Option<RequestId>),
+    /// Any other notification, which servers ignore.
+    Other(String),
+}
+
+impl ClientNotification {
+    /// Types a notification. Notifications get no response, so nothing here fails.
+    pub fn parse(method: &str, params: Option<&Value>) -> Self {
+        match method {
+            "notifications/initialized" => Self::Initialized,
+            "notifications/cancelled" => Self::Cancelled(
+                params.and_then(|p| p.get("requestId")).and_then(|id| serde_json::from_value(id.clone()).ok()),
+            ),
+            other => Self::Other(other.to_owned()),
+        }
+    }
+}
+
+/// A server-to-client JSON-RPC request (legacy revisions: `elicitation/create` and
+/// friends sent on the `tools/call` stream), as JSON.
+pub fn server_request(id: &RequestId, request: &InputRequest) -> Value {
+    let mut map = Map::new();
+    map.insert("jsonrpc".into(), "2.0".into());
+    map.insert("id".into(), serde_json::to_value(id).unwrap_or(Value::Null));
+    if let Ok(Value::Object(body)) = serde_json::to_value(request) {
+        map.extend(body);
+    }
+    Value::Object(map)
+}

@@ -1,0 +1,126 @@
+//! The JSON-RPC envelope rules, one test per rule, and a property test that no byte
+//! string panics the parser.
+
+use hitl_protocol::jsonrpc::{self, Rejection};
+use hitl_protocol::{ClientRequest, ErrorCode, Message, RequestId};
+use proptest::prelude::*;
+
+fn reject(bytes: &str) -> Rejection {
+    jsonrpc::parse(bytes.as_bytes()).expect_err("must be rejected")
+}
+
+#[test]
+fn bad_json_is_parse_error() {
+    let r = reject(r#"{"jsonrpc":"2.0","#);
+    assert_eq!(r.error.code, ErrorCode::PARSE_ERROR);
+    assert_eq!(r.id, None);
+}
+
+#[test]
+fn batch_is_invalid_request() {
+    let r = reject(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#);
+    assert_eq!(r.error.code, ErrorCode::INVALID_REQUEST);
+    assert!(r.error.message.contains("batch"));
+}
+
+#[test]
+fn non_object_is_invalid_request() {
+    assert_eq!(reject("42").error.code, ErrorCode::INVALID_REQUEST);
+    assert_eq!(reject("\"x\"").error.code, ErrorCode::INVALID_REQUEST);
+}
+
+#[test]
+fn bad_jsonrpc_version_is_invalid_request_with_id() {
+    let r = reject(r#"{"jsonrpc":"1.0","id":"abc","method":"ping"}"#);
+    assert_eq!(r.error.code, ErrorCode::INVALID_REQUEST);
+    assert_eq!(r.id, Some(RequestId::String("abc".into())));
+    let r = reject(r#"{"id":5,"method":"ping"}"#);
+    assert_eq!(r.id, Some(RequestId::Number(5)));
+    assert!(r.error.message.contains("jsonrpc"));
+}
+
+#[test]
+fn result_and_error_together_is_invalid_request() {
+    let r = reject(r#"{"jsonrpc":"2.0","id":9,"result":{},"error":{"code":1,"message":"x"}}"#);
+    assert_eq!(r.error.code, ErrorCode::INVALID_REQUEST);
+    assert_eq!(r.id, Some(RequestId::Number(9)));
+}
+
+#[test]
+fn bad_ids_are_invalid_requests() {
+    for id in ["1.5", "null", "true", "{}", "[]"] {
+        let r = reject(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#));
+        assert_eq!(r.error.code, ErrorCode::INVALID_REQUEST, "id {id}");
+    }
+}
+
+#[test]
+fn method_must_be_a_string_and_params_structured() {
+    assert_eq!(reject(r#"{"jsonrpc":"2.0","id":1,"method":7}"#).error.code, ErrorCode::INVALID_REQUEST);
+    assert_eq!(reject(r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":3}"#).error.code, ErrorCode::INVALID_REQUEST);
+}
+
+#[test]
+fn requests_notifications_and_responses_are_told_apart() {
+    let parse = |s: &str| jsonrpc::parse(s.as_bytes()).unwrap();
+    assert!(matches!(parse(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Message::Request(_)));
+    assert!(matches!(parse(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), Message::Notification(_)));
+    assert!(matches!(parse(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), Message::Response { .. }));
+    assert!(matches!(
+        parse(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no"}}"#),
+        Message::Error { .. }
+    ));
+}
+
+#[test]
+fn unknown_method_is_method_not_found() {
+    let err = ClientRequest::parse("resources/subscribe", None).unwrap_err();
+    assert_eq!(err.code, ErrorCode::METHOD_NOT_FOUND);
+    assert!(err.message.contains("resources/subscribe"));
+}
+
+#[test]
+fn bad_params_name_the_path() {
+    let params = serde_json::json!({"name": "greeter", "arguments": {}, "requestState": 12});
+    let err = ClientRequest::parse("tools/call", Some(params)).unwrap_err();
+    assert_eq!(err.code, ErrorCode::INVALID_PARAMS);
+    assert!(err.message.contains("requestState"), "{}", err.message);
+    let err = ClientRequest::parse("tools/call", Some(serde_json::json!({"arguments": {}}))).unwrap_err();
+    assert!(err.message.contains("name"), "{}", err.message);
+    let err = ClientRequest::parse("tools/call", Some(serde_json::json!([1]))).unwrap_err();
+    assert_eq!(err.code, ErrorCode::INVALID_PARAMS);
+}
+
+#[test]
+fn error_response_echoes_id() {
+    let response = hitl_protocol::Response::Error {
+        id: Some(RequestId::Number(101)),
+        error: hitl_protocol::ErrorObject::method_not_found("x"),
+    };
+    let v = response.to_value();
+    assert_eq!(v["id"], 101);
+    assert_eq!(v["error"]["code"], -32601);
+    let v = hitl_protocol::Response::Error { id: None, error: hitl_protocol::ErrorObject::parse_error("x") }.to_value();
+    assert!(v["id"].is_null());
+}
+
+proptest! {
+    #[test]
+    fn no_bytes_panic_the_parser(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        if let Ok(Message::Request(r)) = jsonrpc::parse(&bytes) {
+            let _ = ClientRequest::parse(&r.method, r.params);
+        }
+    }
+
+    #[test]
+    fn no_json_shaped_text_panics_the_parser(
+        method in "(tools/call|tools/list|server/discover|initialize|ping|prompts/get|[a-z/]{0,12})",
+        params in "(\\{\\}|\\[\\]|null|1|\"s\"|\\{\"name\":[0-9]\\}|\\{\"_meta\":\\{\\}\\})",
+        id in "(1|\"a\"|null|1\\.5|\\[\\])",
+    ) {
+        let text = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
+        if let Ok(Message::Request(r)) = jsonrpc::parse(text.as_bytes()) {
+            let _ = ClientRequest::parse(&r.method, r.params);
+        }
+    }
+}
