@@ -158,11 +158,8 @@ fn errors_and_panics_name_the_step() {
         .unwrap();
     let err = block(graph.invoke(json!({}), Value::Null)).unwrap_err();
     assert_eq!(err.to_string(), "step bad failed: boom");
-    let graph = StateGraph::new()
-        .add_step("wild", |_, _| async { panic!("oops") })
-        .add_edge(START, "wild")
-        .compile()
-        .unwrap();
+    let graph =
+        StateGraph::new().add_step("wild", |_, _| async { panic!("oops") }).add_edge(START, "wild").compile().unwrap();
     let err = block(graph.invoke(json!({}), Value::Null)).unwrap_err();
     assert_eq!(err.to_string(), "step wild panicked: oops");
 }

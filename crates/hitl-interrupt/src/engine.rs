@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hitl_graph::{Checkpoint, Graph, Outcome};
+use hitl_protocol::version::Era;
 use hitl_protocol::{
     CallToolResponse, CallToolResult, ClientCapabilities, ErrorObject, InputRequests, InputRequiredResult,
     InputResponses,
@@ -58,11 +59,7 @@ impl Lifetimes {
     pub fn with_default_ttl(default_ttl: Option<Duration>) -> Self {
         let d = Self::default();
         let cap = |x: Duration| default_ttl.map_or(x, |t| x.min(t));
-        Self {
-            paused: cap(d.paused),
-            finished: cap(d.finished),
-            waiting_for_capability: cap(d.waiting_for_capability),
-        }
+        Self { paused: cap(d.paused), finished: cap(d.finished), waiting_for_capability: cap(d.waiting_for_capability) }
     }
 }
 
@@ -81,7 +78,12 @@ pub struct Call {
     pub capabilities: ClientCapabilities,
     /// Who is calling, when an auth layer said so.
     pub principal: Option<String>,
+    /// The era of the client: a legacy client cannot answer a round.
+    pub era: Era,
 }
+
+/// The first text block of the error result a legacy client gets when a tool pauses.
+pub const LEGACY_CANNOT_ANSWER: &str = "This tool paused to ask for human input, and this client can't answer it.";
 
 /// An infrastructure failure (the store), as opposed to a protocol error.
 #[derive(Debug, thiserror::Error)]
@@ -145,6 +147,12 @@ impl Engine {
             Settled::Done(answer) => return Ok(Ok(answer)),
             Settled::Paused(cp, round) => (cp, round),
         };
+        if call.era == Era::Legacy {
+            let pending: Vec<Value> =
+                checkpoint.interrupts.iter().map(|i| serde_json::json!({ "id": i.id, "value": i.value })).collect();
+            let json = serde_json::to_string(&pending).unwrap_or_default();
+            return Ok(Ok(CallToolResponse::Complete(CallToolResult::error([LEGACY_CANNOT_ANSWER.to_owned(), json]))));
+        }
         // Answers sent with the first call answer the first round (and, when they also
         // fit, the rounds after it that ask the same questions).
         if let Some(responses) = &call.input_responses {
@@ -175,7 +183,9 @@ impl Engine {
         match self.store.save(&thread, None).await {
             Ok(()) => Ok(Ok(response)),
             Err(SaveError::Store(e)) => Err(e.into()),
-            Err(SaveError::Conflict(id)) => Err(StoreError::Unavailable(format!("new thread {id} already exists")).into()),
+            Err(SaveError::Conflict(id)) => {
+                Err(StoreError::Unavailable(format!("new thread {id} already exists")).into())
+            }
         }
     }
 
@@ -310,9 +320,7 @@ impl Engine {
         call: &Call,
     ) -> Result<Answer, EngineError> {
         Ok(match self.store.load(thread_id).await? {
-            Some(current) => {
-                self.replay(&current, responses, token, &call.capabilities).unwrap_or_else(invalid_state)
-            }
+            Some(current) => self.replay(&current, responses, token, &call.capabilities).unwrap_or_else(invalid_state),
             None => invalid_state(),
         })
     }

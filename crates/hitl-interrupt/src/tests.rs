@@ -29,10 +29,18 @@ fn text_agent(name: &str, questions: &'static [&'static str]) -> Agent {
     for (i, q) in questions.iter().enumerate() {
         let step = format!("s{i}");
         graph = graph
-            .add_step(step.clone(), move |_, ctx| async move { Ok(json!({ format!("a{i}"): ctx.interrupt(json!(q))? })) })
+            .add_step(
+                step.clone(),
+                move |_, ctx| async move { Ok(json!({ format!("a{i}"): ctx.interrupt(json!(q))? })) },
+            )
             .add_edge(START, step);
     }
-    Agent { name: name.into(), description: String::new(), input_schema: json!({"type": "object"}), graph: graph.compile().unwrap() }
+    Agent {
+        name: name.into(),
+        description: String::new(),
+        input_schema: json!({"type": "object"}),
+        graph: graph.compile().unwrap(),
+    }
 }
 
 fn caps() -> ClientCapabilities {
@@ -142,9 +150,15 @@ fn invalid_answers_keep_the_round_open() {
     let agent = text_agent("choose_region", &["Which region?"]);
     let r = round(run(f.engine.call(&agent, call(None, None))));
     let (key, state) = (first_key(&r), r.request_state.unwrap());
-    let bad = run(f.engine.call(&agent, call(Some(answers(&[(&key, json!({"action": "accept", "content": {"response": 3}}))])), Some(&state))));
+    let bad = run(f.engine.call(
+        &agent,
+        call(Some(answers(&[(&key, json!({"action": "accept", "content": {"response": 3}}))])), Some(&state)),
+    ));
     let err = bad.unwrap_err();
-    assert_eq!((err.code, err.message.as_str()), (ErrorCode::INVALID_PARAMS, "Form content does not match requestedSchema"));
+    assert_eq!(
+        (err.code, err.message.as_str()),
+        (ErrorCode::INVALID_PARAMS, "Form content does not match requestedSchema")
+    );
     assert_eq!(err.data.unwrap()["errors"][0]["field"], "response");
     let done = run(f.engine.call(&agent, call(Some(answers(&[(&key, accept("ok"))])), Some(&state))));
     assert!(!text(&done).1);
@@ -283,6 +297,7 @@ fn stored_records_hold_no_usable_token() {
     let r = round(run(f.engine.call(&agent, call(None, None))));
     let state = r.request_state.unwrap();
     let (id, token) = state.split_once('.').unwrap();
-    let thread = tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f.store.load(id)).unwrap().unwrap();
+    let thread =
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f.store.load(id)).unwrap().unwrap();
     assert!(!serde_json::to_string(&thread).unwrap().contains(token));
 }

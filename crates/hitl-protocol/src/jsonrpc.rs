@@ -221,20 +221,19 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::E
 /// not an object, a `jsonrpc` other than `"2.0"`, an id that is neither a string nor an
 /// integer, a method that is not a string, a response with both or neither of `result`
 /// and `error`: `-32600`. The error carries the request id whenever one could be read.
+#[allow(clippy::result_large_err, reason = "one parse per HTTP request; the error path is cold")]
 pub fn parse(bytes: &[u8]) -> Result<Message, Rejection> {
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| Rejection::new(None, ErrorObject::parse_error(e)))?;
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| Rejection::new(None, ErrorObject::parse_error(e)))?;
     from_value(value)
 }
 
 /// Applies the envelope rules of [`parse`] to an already parsed JSON value.
+#[allow(clippy::result_large_err, reason = "one parse per HTTP request; the error path is cold")]
 pub fn from_value(value: Value) -> Result<Message, Rejection> {
     let invalid = |id: Option<RequestId>, why: &str| Rejection::new(id, ErrorObject::invalid_request(why));
     let raw = match value {
         Value::Array(_) => return Err(invalid(None, "batch requests are not supported")),
-        Value::Object(map) => {
-            RawMessage::deserialize(Value::Object(map)).map_err(|e| invalid(None, &e.to_string()))?
-        }
+        Value::Object(map) => RawMessage::deserialize(Value::Object(map)).map_err(|e| invalid(None, &e.to_string()))?,
         _ => return Err(invalid(None, "a message must be a JSON object")),
     };
     let id = match raw.id {

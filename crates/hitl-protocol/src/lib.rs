@@ -56,7 +56,5 @@ pub use types::{
 
 /// The `_meta` keys reserved by MCP.
 pub mod meta_keys {
-    pub use crate::meta::{
-        CLIENT_CAPABILITIES, CLIENT_INFO, LOG_LEVEL, PROGRESS_TOKEN, PROTOCOL_VERSION, SERVER_INFO,
-    };
+    pub use crate::meta::{CLIENT_CAPABILITIES, CLIENT_INFO, LOG_LEVEL, PROGRESS_TOKEN, PROTOCOL_VERSION, SERVER_INFO};
 }

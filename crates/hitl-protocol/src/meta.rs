@@ -121,7 +121,9 @@ impl Meta {
         let protocol_version = match self.get(PROTOCOL_VERSION) {
             None => return Err(missing(PROTOCOL_VERSION)),
             Some(Value::String(v)) => v.clone(),
-            Some(_) => return Err(ErrorObject::invalid_params(format!("_meta[\"{PROTOCOL_VERSION}\"] must be a string"))),
+            Some(_) => {
+                return Err(ErrorObject::invalid_params(format!("_meta[\"{PROTOCOL_VERSION}\"] must be a string")));
+            }
         };
         let client_capabilities = self.client_capabilities()?.ok_or_else(|| missing(CLIENT_CAPABILITIES))?;
         let client_info = self.client_info()?;

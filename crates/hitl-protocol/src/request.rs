@@ -7,6 +7,7 @@ use crate::{CallToolParams, EmptyParams, GetPromptParams, InitializeParams, Inpu
 
 /// A client request hitl understands, with typed params.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant, reason = "built once per request and moved into its handler")]
 pub enum ClientRequest {
     /// `server/discover` (2026-07-28).
     Discover(EmptyParams),

@@ -13,9 +13,10 @@ pub const SUPPORTED: &[&str] = &[MODERN, "2025-11-25", "2025-06-18", "2025-03-26
 pub const LEGACY_DEFAULT: &str = "2025-03-26";
 
 /// Which set of rules a request is served under.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Era {
     /// 2026-07-28: stateless, every request carries its `_meta`.
+    #[default]
     Modern,
     /// 2025-11-25 and earlier: the `initialize` handshake.
     Legacy,

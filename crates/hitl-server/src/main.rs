@@ -1,1 +1,5 @@
-fn main() {}
+//! `hitl`: human-in-the-loop over MCP for agent graphs.
+
+fn main() -> anyhow::Result<()> {
+    hitl_server::main()
+}

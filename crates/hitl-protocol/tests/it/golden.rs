@@ -18,11 +18,8 @@ fn check(kind: &str, json: &Value) -> Value {
     match kind {
         "response" => match jsonrpc::from_value(json.clone()).expect("envelope") {
             Message::Response { id, result } => {
-                let result = if result.get("resultType").is_some() {
-                    round_trip::<CallToolResponse>(&result)
-                } else {
-                    result
-                };
+                let result =
+                    if result.get("resultType").is_some() { round_trip::<CallToolResponse>(&result) } else { result };
                 Response::Result { id, result }.to_value()
             }
             Message::Error { id, error } => Response::Error { id, error }.to_value(),

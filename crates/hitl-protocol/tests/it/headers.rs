@@ -1,7 +1,7 @@
 //! The 2026-07-28 header rules.
 
-use hitl_protocol::headers::{check_method_and_name, check_version, decode_value};
 use hitl_protocol::ErrorCode;
+use hitl_protocol::headers::{check_method_and_name, check_version, decode_value};
 use serde_json::json;
 
 fn lookup<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<&'a [u8]> {

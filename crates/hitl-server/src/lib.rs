@@ -1,0 +1,202 @@
+//! The `hitl` binary: serves agents as MCP tools, with human-in-the-loop over
+//! elicitation. The only crate that knows hyper, clap and store URLs.
+//!
+//! `hitl serve` listens on `127.0.0.1:8123` and serves `POST /mcp` (the MCP endpoint)
+//! and `GET /healthz`, with the example agents and an in-memory thread store. The
+//! binary's `main` is [`main`] here, so that other packages (the end-to-end tests) can
+//! build the very same program under another name.
+//!
+//! ```no_run
+//! fn main() -> anyhow::Result<()> {
+//!     hitl_server::main()
+//! }
+//! ```
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use bytes::Bytes;
+use clap::{Parser, Subcommand};
+use hitl_interrupt::{Engine, Lifetimes, MemoryStore, Secret, SystemClock};
+use hitl_protocol::{ErrorObject, Response};
+use hitl_tower::{McpBody, McpService, ServerOptions};
+use http::{StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tower::ServiceExt as _;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(name = "hitl", version, about = "Human-in-the-loop over MCP for agent graphs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the MCP endpoint.
+    Serve(ServeArgs),
+}
+
+#[derive(Parser)]
+struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port; the bound address is printed).
+    #[arg(long, env = "HITL_LISTEN", default_value = "127.0.0.1:8123")]
+    listen: SocketAddr,
+    /// Where paused calls live: `memory` (this process only).
+    #[arg(long, env = "HITL_STORE", default_value = "memory")]
+    store: String,
+    /// Do not serve the example agents.
+    #[arg(long)]
+    no_examples: bool,
+    /// The deployment's thread TTL, in seconds: shortens every thread lifetime.
+    #[arg(long, env = "HITL_DEFAULT_TTL", value_name = "SECONDS")]
+    default_ttl: Option<u64>,
+    /// A file holding the server secret that signs requestState (at least 32 bytes).
+    #[arg(long, env = "HITL_SECRET_FILE")]
+    secret_file: Option<PathBuf>,
+    /// The largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    max_body_bytes: usize,
+}
+
+/// Parses the command line and runs the command.
+pub fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match cli.command {
+        Command::Serve(args) => runtime.block_on(serve(args)),
+    }
+}
+
+fn secret(args: &ServeArgs) -> anyhow::Result<Secret> {
+    if let Ok(value) = std::env::var("HITL_SECRET") {
+        return Secret::new(value.as_bytes()).context("HITL_SECRET");
+    }
+    match &args.secret_file {
+        Some(path) => {
+            let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let trimmed = bytes.trim_ascii();
+            Secret::new(trimmed).with_context(|| format!("secret file {}", path.display()))
+        }
+        None => Ok(Secret::generate()),
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    if args.store != "memory" {
+        bail!("unsupported --store {:?}: this build keeps threads in memory only (use `memory`)", args.store);
+    }
+    let lifetimes = Lifetimes::with_default_ttl(args.default_ttl.map(Duration::from_secs));
+    let engine = Engine::new(Arc::new(MemoryStore::default()), Arc::new(SystemClock), secret(&args)?, lifetimes);
+    let agents = if args.no_examples { Vec::new() } else { hitl_agents::examples() };
+    let mcp = McpService::new(agents, engine, ServerOptions::default());
+    let max_body = args.max_body_bytes;
+
+    let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let local = listener.local_addr()?;
+    // The first line on stdout is the bound address, for scripts and tests.
+    println!("hitl listening on http://{local}/mcp");
+    tracing::info!(%local, "listening");
+
+    let graceful = GracefulShutdown::new();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut shutdown = std::pin::pin!(shutdown_signal());
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        continue;
+                    }
+                };
+                let mcp = mcp.clone();
+                let service = hyper::service::service_fn(move |request| route(mcp.clone(), request, max_body));
+                let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                let connection = graceful.watch(connection);
+                tokio::spawn(async move {
+                    if let Err(e) = connection.await {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    tracing::info!("shutting down");
+    if tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await.is_err() {
+        tracing::warn!("connections still open after 10 s; closing");
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
+
+fn plain(status: StatusCode, content_type: &'static str, text: impl Into<Bytes>) -> http::Response<McpBody> {
+    let mut out = http::Response::new(Full::new(text.into()).boxed_unsync());
+    *out.status_mut() = status;
+    out.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    out
+}
+
+async fn route(
+    mcp: McpService,
+    request: http::Request<Incoming>,
+    max_body: usize,
+) -> Result<http::Response<McpBody>, Infallible> {
+    match request.uri().path() {
+        "/healthz" => Ok(plain(StatusCode::OK, "application/json", r#"{"status":"ok"}"#)),
+        "/mcp" => {
+            let (parts, body) = request.into_parts();
+            let bytes = match Limited::new(body, max_body).collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(e) => {
+                    let too_large = e.downcast_ref::<http_body_util::LengthLimitError>().is_some();
+                    let (status, why) = if too_large {
+                        (StatusCode::PAYLOAD_TOO_LARGE, format!("the body exceeds {max_body} bytes"))
+                    } else {
+                        (StatusCode::BAD_REQUEST, format!("the body could not be read: {e}"))
+                    };
+                    let error = Response::Error { id: None, error: ErrorObject::invalid_request(why) };
+                    return Ok(plain(status, "application/json", error.to_bytes()));
+                }
+            };
+            mcp.oneshot(http::Request::from_parts(parts, bytes)).await
+        }
+        _ => Ok(plain(StatusCode::NOT_FOUND, "text/plain", "not found; the MCP endpoint is POST /mcp\n")),
+    }
+}

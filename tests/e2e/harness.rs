@@ -1,0 +1,126 @@
+//! Starts the real binary on a free port and talks HTTP to it.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+
+/// A running `hitl serve`, killed on drop.
+pub(crate) struct Server {
+    child: Child,
+    pub(crate) addr: SocketAddr,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP response: status, headers, JSON body (`Null` when empty).
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) headers: http::HeaderMap,
+    pub(crate) body: Value,
+}
+
+impl Server {
+    /// Starts the server with `args` after `serve`, on a free loopback port, and waits
+    /// until `/healthz` answers.
+    pub(crate) async fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hitl-e2e-server"))
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the server starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("the server prints its address");
+        let addr = line
+            .trim()
+            .strip_prefix("hitl listening on http://")
+            .and_then(|rest| rest.strip_suffix("/mcp"))
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .unwrap();
+        let server = Server { child, addr };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(reply) = server.request(http::Method::GET, "/healthz", &[], Bytes::new()).await
+                && reply.status == 200
+            {
+                return server;
+            }
+            assert!(Instant::now() < deadline, "the server did not become healthy");
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// One request on a fresh connection.
+    pub(crate) async fn request(
+        &self,
+        method: http::Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Reply, Box<dyn std::error::Error + Send + Sync>> {
+        let stream = tokio::net::TcpStream::connect(self.addr).await?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(connection);
+        let mut request = http::Request::builder().method(method).uri(path).header("host", self.addr.to_string());
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let response = sender.send_request(request.body(Full::new(body))?).await?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = response.into_body().collect().await?.to_bytes();
+        let body = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes)? };
+        Ok(Reply { status, headers, body })
+    }
+
+    /// POSTs raw bytes to `/mcp`.
+    pub(crate) async fn post_raw(&self, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Reply {
+        let mut all = vec![("content-type", "application/json"), ("accept", "application/json, text/event-stream")];
+        all.extend_from_slice(headers);
+        self.request(http::Method::POST, "/mcp", &all, body.into()).await.expect("the request completes")
+    }
+
+    /// A 2026-07-28 request with correct headers and `_meta`; `params` are merged over
+    /// the `_meta`.
+    pub(crate) async fn modern(&self, id: u64, method: &str, params: Value, capabilities: Value) -> Reply {
+        let mut full = json!({ "_meta": modern_meta(capabilities) });
+        full.as_object_mut().unwrap().extend(params.as_object().cloned().unwrap_or_default());
+        let name = full.get("name").and_then(Value::as_str).map(str::to_owned);
+        let mut headers = vec![("mcp-protocol-version", "2026-07-28"), ("mcp-method", method)];
+        if let Some(name) = name.as_deref() {
+            headers.push(("mcp-name", name));
+        }
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": full});
+        self.post_raw(&headers, body.to_string()).await
+    }
+
+    /// A 2026-07-28 `tools/call` from a client with form elicitation.
+    pub(crate) async fn call_tool(&self, id: u64, params: Value) -> Reply {
+        self.modern(id, "tools/call", params, json!({"elicitation": {}})).await
+    }
+}
+
+/// The `_meta` of a 2026-07-28 request.
+pub(crate) fn modern_meta(capabilities: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "hitl-e2e", "version": "0"}
+    })
+}

@@ -1,0 +1,4 @@
+//! The whole server over real HTTP: the binary is started per test on a free port.
+
+mod harness;
+mod skeleton;
