@@ -38,6 +38,8 @@
 //! # });
 //! ```
 
+#[cfg(any(test, feature = "test-support"))]
+pub mod conformance;
 mod digest;
 mod engine;
 pub mod questions;

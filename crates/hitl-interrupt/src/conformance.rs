@@ -1,0 +1,69 @@
+//! The store conformance suite: what every [`ThreadStore`] must do, run against the
+//! in-memory store here and against Redis in `hitl-store-redis`.
+//!
+//! Each check panics with a message naming the rule it broke.
+
+use crate::{SaveError, THREAD_FORMAT, Thread, ThreadStore};
+
+fn thread(id: &str, version: u64, expires_at_ms: u64) -> Thread {
+    Thread {
+        format: THREAD_FORMAT,
+        id: id.to_owned(),
+        version,
+        tool: "choose_region".into(),
+        args_digest: "d".into(),
+        principal: None,
+        checkpoint: None,
+        round: None,
+        last: None,
+        expires_at_ms,
+    }
+}
+
+/// Runs every check against `store`, with thread ids made unique by `prefix` and expiry
+/// times relative to `now_ms` (the store's clock).
+pub async fn run(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
+    let later = now_ms + 3_600_000;
+    let id = format!("{prefix}-a");
+
+    assert_eq!(store.load(&id).await.unwrap(), None, "a missing thread loads as None");
+
+    let first = thread(&id, 1, later);
+    store.save(&first, None).await.expect("a new thread saves with expected None");
+    assert_eq!(store.load(&id).await.unwrap().as_ref(), Some(&first), "a saved thread loads unchanged");
+
+    assert!(
+        matches!(store.save(&first, None).await, Err(SaveError::Conflict(_))),
+        "saving a new thread over a live one is a conflict"
+    );
+    let second = thread(&id, 2, later);
+    assert!(
+        matches!(store.save(&second, Some(7)).await, Err(SaveError::Conflict(_))),
+        "a save with a stale expected version is a conflict"
+    );
+    store.save(&second, Some(1)).await.expect("a save with the current version succeeds");
+    assert_eq!(store.load(&id).await.unwrap().map(|t| t.version), Some(2), "the new version is stored");
+
+    store.delete(&id).await.unwrap();
+    assert_eq!(store.load(&id).await.unwrap(), None, "a deleted thread is gone");
+    store.delete(&id).await.expect("deleting a missing thread is not an error");
+
+    let expired = format!("{prefix}-expired");
+    store.save(&thread(&expired, 1, now_ms.saturating_sub(1)), None).await.unwrap();
+    assert_eq!(store.load(&expired).await.unwrap(), None, "an expired thread loads as None");
+    store.save(&thread(&expired, 1, later), None).await.expect("an expired thread counts as absent for saves");
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::{Clock, ManualClock, MemoryStore};
+
+    #[tokio::test]
+    async fn memory_store_conforms() {
+        let clock = Arc::new(ManualClock::new(10_000_000));
+        let store = MemoryStore::with_clock(clock.clone());
+        super::run(&store, "memory", clock.now_ms()).await;
+    }
+}

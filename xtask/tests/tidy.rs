@@ -1,0 +1,122 @@
+//! Tidy checks: the crate layering of docs/ARCHITECTURE.md and the crate docs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The layers, lowest first. A crate may depend only on crates listed before it.
+const LAYERS: &[&str] = &[
+    "hitl-protocol",
+    "hitl-schema",
+    "hitl-graph",
+    "hitl-interrupt",
+    "hitl-store-redis",
+    "hitl-tower",
+    "hitl-agents",
+    "hitl-server",
+];
+
+/// Crates a crate must not reach, even transitively, through normal dependencies.
+const FORBIDDEN: &[(&str, &[&str])] = &[
+    ("hitl-protocol", &["tokio", "tower", "hyper", "redis"]),
+    ("hitl-graph", &["hitl-protocol", "tokio", "hyper", "redis"]),
+    ("hitl-interrupt", &["tokio", "hyper", "redis", "tower"]),
+    ("hitl-tower", &["redis", "hyper", "hitl-store-redis"]),
+];
+
+fn metadata() -> Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["metadata", "--format-version", "1"])
+        .current_dir(root)
+        .output()
+        .expect("cargo metadata runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn name_of(packages: &BTreeMap<String, String>, id: &str) -> String {
+    packages.get(id).cloned().unwrap_or_default()
+}
+
+#[test]
+fn lower_crates_never_name_higher_ones() {
+    let meta = metadata();
+    let mut problems = Vec::new();
+    for package in meta["packages"].as_array().unwrap() {
+        let name = package["name"].as_str().unwrap();
+        let Some(level) = LAYERS.iter().position(|l| *l == name) else { continue };
+        for dep in package["dependencies"].as_array().unwrap() {
+            let dep_name = dep["name"].as_str().unwrap();
+            if let Some(dep_level) = LAYERS.iter().position(|l| *l == dep_name)
+                && dep_level >= level
+            {
+                problems.push(format!("{name} depends on {dep_name}, which is not below it"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn forbidden_transitive_dependencies() {
+    let meta = metadata();
+    let packages: BTreeMap<String, String> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap().to_owned(), p["name"].as_str().unwrap().to_owned()))
+        .collect();
+    // Normal (non-dev, non-build) edges of the resolved graph.
+    let mut edges: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for node in meta["resolve"]["nodes"].as_array().unwrap() {
+        let id = node["id"].as_str().unwrap().to_owned();
+        let deps = node["deps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["dep_kinds"].as_array().unwrap().iter().any(|k| k["kind"].is_null()))
+            .map(|d| d["pkg"].as_str().unwrap().to_owned())
+            .collect();
+        edges.insert(id, deps);
+    }
+    let mut problems = Vec::new();
+    for (krate, forbidden) in FORBIDDEN {
+        let start = packages.iter().find(|(_, n)| n == krate).map(|(id, _)| id.clone()).expect("crate exists");
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![start];
+        while let Some(id) = todo.pop() {
+            for dep in edges.get(&id).into_iter().flatten() {
+                if seen.insert(dep.clone()) {
+                    todo.push(dep.clone());
+                }
+            }
+        }
+        for dep in seen {
+            let name = name_of(&packages, &dep);
+            if forbidden.contains(&name.as_str()) {
+                problems.push(format!("{krate} pulls {name}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn every_library_starts_with_crate_docs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut problems = Vec::new();
+    for name in LAYERS {
+        let lib = root.join("crates").join(name).join("src/lib.rs");
+        let text = std::fs::read_to_string(&lib).unwrap_or_default();
+        if !text.starts_with("//! ") {
+            problems.push(format!("{} does not start with //! docs", lib.display()));
+        }
+        if !text.contains("```") {
+            problems.push(format!("{} has no example in its crate docs", lib.display()));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
