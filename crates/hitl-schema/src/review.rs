@@ -1,0 +1,97 @@
+//! The form of a tool-call review: one question per call the agent wants to make.
+
+use hitl_protocol::RequestedSchema;
+use serde_json::{Map, Value, json};
+
+use crate::CannotAsk;
+
+/// The largest arguments prefilled in the `args` field, in bytes of compact JSON.
+/// Larger arguments make a form too big for many clients to show: the question is then
+/// asked without the `edit` choice.
+pub const MAX_PREFILL_BYTES: usize = 16 * 1024;
+
+/// A decision a reviewer can take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Decision {
+    /// Run the call as proposed.
+    Approve,
+    /// Run it with other arguments.
+    Edit,
+    /// Do not run it.
+    Reject,
+    /// Answer in place of the tool.
+    Respond,
+}
+
+impl Decision {
+    /// Every decision, in the order the form lists them.
+    pub const ALL: [Decision; 4] = [Self::Approve, Self::Edit, Self::Reject, Self::Respond];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Approve => "approve",
+            Self::Edit => "edit",
+            Self::Reject => "reject",
+            Self::Respond => "respond",
+        }
+    }
+
+    /// The title shown for the choice.
+    pub fn title(self) -> &'static str {
+        match self {
+            Self::Approve => "Approve",
+            Self::Edit => "Edit the arguments",
+            Self::Reject => "Reject",
+            Self::Respond => "Answer for the tool",
+        }
+    }
+
+    /// Reads a wire name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.as_str() == name)
+    }
+}
+
+/// The review form of a call with `args` that allows `allowed`: a required `decision`
+/// among the allowed choices, a `message` when `reject` or `respond` is allowed, and
+/// `args` prefilled with the arguments as JSON text when `edit` is allowed and they fit
+/// in [`MAX_PREFILL_BYTES`]. Returns the form and the decisions it offers.
+pub fn review_form(
+    allowed: &[Decision],
+    args: &Map<String, Value>,
+) -> Result<(RequestedSchema, Vec<Decision>), CannotAsk> {
+    let prefill = serde_json::to_string(args).unwrap_or_default();
+    let mut offered: Vec<Decision> = Decision::ALL.into_iter().filter(|d| allowed.contains(d)).collect();
+    if prefill.len() > MAX_PREFILL_BYTES {
+        offered.retain(|d| *d != Decision::Edit);
+    }
+    if offered.is_empty() {
+        let why = if allowed.contains(&Decision::Edit) {
+            format!("the call allows only edit, and its arguments ({} bytes) are too large to prefill", prefill.len())
+        } else {
+            "the call allows no decision".to_owned()
+        };
+        return Err(CannotAsk::at("/properties/decision", why));
+    }
+    let choices: Vec<Value> = offered.iter().map(|d| json!({"const": d.as_str(), "title": d.title()})).collect();
+    let mut properties = Map::new();
+    properties.insert("decision".into(), json!({"type": "string", "title": "Decision", "oneOf": choices}));
+    if offered.iter().any(|d| matches!(d, Decision::Reject | Decision::Respond)) {
+        properties.insert(
+            "message".into(),
+            json!({"type": "string", "title": "Message",
+                   "description": "Why you reject the call, or the answer to send in its place"}),
+        );
+    }
+    if offered.contains(&Decision::Edit) {
+        properties.insert(
+            "args".into(),
+            json!({"type": "string", "title": "Arguments",
+                   "description": "The arguments to run the tool with, as a JSON object", "default": prefill}),
+        );
+    }
+    let schema =
+        RequestedSchema { schema: None, type_: "object".into(), properties, required: Some(vec!["decision".into()]) };
+    Ok((schema, offered))
+}

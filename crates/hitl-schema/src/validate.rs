@@ -1,0 +1,74 @@
+//! Answers checked against the form they answer, with the `jsonschema` crate.
+//! Validators are compiled once per distinct form and cached.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use hitl_protocol::RequestedSchema;
+use jsonschema::error::ValidationErrorKind;
+use serde_json::{Map, Value};
+
+/// How many distinct forms keep a compiled validator. Forms are few (one per question
+/// an agent can ask, and review forms per tool-call shape); when the cache is full it
+/// is emptied and fills again, so memory stays bounded whatever agents ask.
+pub const CACHE_CAPACITY: usize = 1024;
+
+/// One way an answer does not fit its form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct Violation {
+    /// The field (property name) at fault; empty for the answer as a whole.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+type Cache = Mutex<HashMap<String, Arc<jsonschema::Validator>>>;
+
+fn cache() -> &'static Cache {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn validator(form: &RequestedSchema) -> Result<Arc<jsonschema::Validator>, Violation> {
+    let key = serde_json::to_string(form).unwrap_or_default();
+    if let Some(v) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(v.clone());
+    }
+    let schema: Value = serde_json::from_str(&key).unwrap_or_default();
+    let compiled = jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .should_validate_formats(true)
+        .build(&schema)
+        .map_err(|e| Violation { field: String::new(), message: format!("the form is not a valid schema: {e}") })?;
+    let compiled = Arc::new(compiled);
+    let mut cache = cache().lock().unwrap_or_else(|p| p.into_inner());
+    if cache.len() >= CACHE_CAPACITY {
+        cache.clear();
+    }
+    cache.insert(key, compiled.clone());
+    Ok(compiled)
+}
+
+/// Checks an accepted answer against the form it answers and returns every violation,
+/// each naming its field: missing required fields, values of the wrong type, choices
+/// outside the list, numbers, strings and arrays outside their bounds, bad formats.
+pub fn validate(form: &RequestedSchema, content: &Map<String, Value>) -> Result<(), Vec<Violation>> {
+    let validator = validator(form).map_err(|v| vec![v])?;
+    let instance = Value::Object(content.clone());
+    let violations: Vec<Violation> = validator
+        .iter_errors(&instance)
+        .map(|error| {
+            let field = match error.kind() {
+                ValidationErrorKind::Required { property } => property.as_str().unwrap_or_default().to_owned(),
+                _ => {
+                    let path = error.instance_path().as_str().trim_start_matches('/');
+                    let first = path.split('/').next().unwrap_or_default();
+                    first.replace("~1", "/").replace("~0", "~")
+                }
+            };
+            Violation { field, message: error.to_string() }
+        })
+        .collect();
+    if violations.is_empty() { Ok(()) } else { Err(violations) }
+}

@@ -1,0 +1,73 @@
+//! The review form and the 2025-06-18 downgrade.
+
+use hitl_schema::{Decision, MAX_PREFILL_BYTES, downgrade_2025_06_18, review_form};
+use serde_json::{Map, Value, json};
+
+fn args(v: Value) -> Map<String, Value> {
+    v.as_object().unwrap().clone()
+}
+
+#[test]
+fn seed_review_form_is_exact() {
+    let (form, offered) =
+        review_form(&Decision::ALL, &args(json!({"to": "ada@example.com", "subject": "Launch"}))).unwrap();
+    assert_eq!(offered, Decision::ALL.to_vec());
+    let seed = json!({
+        "properties": {
+            "decision": {"type": "string", "title": "Decision", "oneOf": [
+                {"const": "approve", "title": "Approve"}, {"const": "edit", "title": "Edit the arguments"},
+                {"const": "reject", "title": "Reject"}, {"const": "respond", "title": "Answer for the tool"}]},
+            "message": {"type": "string", "title": "Message",
+                        "description": "Why you reject the call, or the answer to send in its place"},
+            "args": {"type": "string", "title": "Arguments",
+                     "description": "The arguments to run the tool with, as a JSON object",
+                     "default": "{\"to\":\"ada@example.com\",\"subject\":\"Launch\"}"}
+        },
+        "required": ["decision"],
+        "type": "object"
+    });
+    assert_eq!(serde_json::to_value(&form).unwrap(), seed);
+    let keys: Vec<&String> = form.properties.keys().collect();
+    assert_eq!(keys, ["decision", "message", "args"]);
+}
+
+#[test]
+fn review_fields_follow_the_allowed_decisions() {
+    let (form, _) = review_form(&[Decision::Approve], &Map::new()).unwrap();
+    assert_eq!(form.properties.keys().collect::<Vec<_>>(), ["decision"]);
+    let (form, _) = review_form(&[Decision::Approve, Decision::Edit], &Map::new()).unwrap();
+    assert_eq!(form.properties.keys().collect::<Vec<_>>(), ["decision", "args"]);
+}
+
+#[test]
+fn large_arguments_drop_the_edit_choice() {
+    let big = args(json!({"body": "x".repeat(MAX_PREFILL_BYTES)}));
+    let (form, offered) = review_form(&Decision::ALL, &big).unwrap();
+    assert!(!offered.contains(&Decision::Edit));
+    assert!(!form.properties.contains_key("args"));
+    let err = review_form(&[Decision::Edit], &big).unwrap_err();
+    assert!(err.reason.contains("only edit"), "{err}");
+}
+
+#[test]
+fn downgrade_keeps_boolean_defaults_and_uses_enum_names() {
+    let (form, _) = review_form(&Decision::ALL, &Map::new()).unwrap();
+    let old = downgrade_2025_06_18(&form).unwrap();
+    let decision = &old.properties["decision"];
+    assert_eq!(decision["enum"], json!(["approve", "edit", "reject", "respond"]));
+    assert_eq!(decision["enumNames"][1], "Edit the arguments");
+    assert!(decision.get("oneOf").is_none());
+    assert!(old.properties["args"].get("default").is_none());
+    let with_bool = hitl_schema::to_form(
+        &json!({"type": "object", "properties": {"ok": {"type": "boolean", "default": true}}}),
+        &Default::default(),
+    )
+    .unwrap();
+    assert_eq!(downgrade_2025_06_18(&with_bool.schema).unwrap().properties["ok"]["default"], true);
+    let multi = hitl_schema::to_form(
+        &json!({"type": "object", "properties": {"t": {"type": "array", "items": {"enum": ["a"]}}}}),
+        &Default::default(),
+    )
+    .unwrap();
+    assert!(downgrade_2025_06_18(&multi.schema).is_err());
+}
