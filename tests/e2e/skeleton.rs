@@ -61,8 +61,9 @@ async fn discover_and_tools_list() {
     assert!(result["ttlMs"].is_u64() && result["cacheScope"].is_string());
     let list = server.modern(2, "tools/list", json!({}), json!({})).await;
     let tools = list.body["result"]["tools"].as_array().unwrap();
-    assert_eq!(tools[0]["name"], "choose_region");
-    assert_eq!(tools[0]["inputSchema"]["type"], "object");
+    let choose_region = tools.iter().find(|t| t["name"] == "choose_region").expect("choose_region is listed");
+    assert_eq!(choose_region["inputSchema"]["type"], "object");
+    assert!(choose_region["description"].is_string());
     assert!(list.body["result"]["ttlMs"].is_u64());
     assert_eq!(list.body["result"]["cacheScope"], "public");
 }

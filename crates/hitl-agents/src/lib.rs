@@ -2,18 +2,40 @@
 //! unless `--no-examples` is given. Their names, questions and outputs are a contract
 //! that the end-to-end tests rely on.
 //!
+//! They are also the seed's Python examples translated, and show the three ways an
+//! agent asks: a text question (`ctx.interrupt(json!("…"))`), a typed question
+//! (`ctx.interrupt_as::<Deployment>(…)`, the schema coming from schemars), and relayed
+//! MCP requests (an interrupt value of type `mcp_elicitation`).
+//!
 //! ```
 //! let agents = hitl_agents::examples();
-//! assert_eq!(agents[0].name, "choose_region");
+//! assert_eq!(agents[0].name, "greeter");
+//! assert!(agents.iter().any(|a| a.name == "plan_deployment"));
 //! ```
 
-use hitl_graph::{END, START, StateGraph};
+use hitl_graph::{END, START, StateGraph, StepError};
 use hitl_interrupt::Agent;
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// Every example agent, in the order `tools/list` shows them.
 pub fn examples() -> Vec<Agent> {
-    vec![choose_region(), survey(), twin_questions(), echo_context()]
+    vec![
+        greeter(),
+        choose_region(),
+        plan_deployment(),
+        connect_calendar(),
+        deploy_production_release(),
+        onboarding(),
+        survey(),
+        twin_questions(),
+        relay_pair(),
+        issue_ticket(),
+        echo_context(),
+        release_gate(),
+        unaskable(),
+    ]
 }
 
 fn no_arguments() -> Value {
@@ -37,10 +59,155 @@ fn ask_text(graph: StateGraph, step: &str, question: &'static str, key: &'static
         .add_edge(step, END)
 }
 
+/// One relayed form request, in the list shape of the seed.
+fn relay_form(key: &str, message: &str, schema: Value) -> Value {
+    json!({
+        "type": "mcp_elicitation",
+        "requests": [{"key": key, "message": message, "mode": "form", "requested_schema": schema}]
+    })
+}
+
+/// The answer to relayed request `key` in a reply `{"responses": {key: answer}}`.
+fn relayed<'a>(reply: &'a Value, key: &str) -> &'a Value {
+    &reply["responses"][key]
+}
+
+fn accepted(answer: &Value) -> bool {
+    answer["action"] == "accept"
+}
+
+/// `greeter`: relays a form that asks for a name.
+pub fn greeter() -> Agent {
+    let graph = StateGraph::new()
+        .add_step("ask_name", |_, ctx| async move {
+            let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
+            let reply = ctx.interrupt(relay_form("user_name", "What is your name?", schema))?;
+            let answer = relayed(&reply, "user_name");
+            if !accepted(answer) {
+                return Ok(json!({"greeting": "Hello, stranger!"}));
+            }
+            let name = answer["content"]["name"].as_str().unwrap_or_default();
+            Ok(json!({ "greeting": format!("Hello, {name}!") }))
+        })
+        .add_edge(START, "ask_name")
+        .add_edge("ask_name", END);
+    agent("greeter", "Asks for your name and greets you.", no_arguments(), graph)
+}
+
 /// `choose_region`: a text question; output `{"region": <answer>}`.
 pub fn choose_region() -> Agent {
     let graph = ask_text(StateGraph::new(), "choose_region", "Which region should the service deploy to?", "region");
     agent("choose_region", "Asks which region the service should deploy to.", no_arguments(), graph)
+}
+
+// Where a deployment goes: the seed's Pydantic `Deployment` model in Rust. Plain
+// comments, not doc comments, on purpose: schemars turns doc comments into
+// `description`s, and the seed's form has none.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+struct Deployment {
+    #[schemars(title = "Region")]
+    region: Region,
+    #[schemars(title = "Replicas", range(min = 1, max = 10))]
+    replicas: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+enum Region {
+    #[serde(rename = "us-east-1")]
+    UsEast1,
+    #[serde(rename = "eu-west-1")]
+    EuWest1,
+}
+
+impl Region {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::UsEast1 => "us-east-1",
+            Self::EuWest1 => "eu-west-1",
+        }
+    }
+}
+
+/// `plan_deployment`: a typed question with the `Deployment` type (region, replicas).
+pub fn plan_deployment() -> Agent {
+    let graph = StateGraph::new()
+        .add_step("plan_deployment", |_, ctx| async move {
+            let deployment: Deployment = ctx.interrupt_as(json!("Where should the service deploy?"))?;
+            Ok(json!({ "region": deployment.region.as_str(), "replicas": deployment.replicas }))
+        })
+        .add_edge(START, "plan_deployment")
+        .add_edge("plan_deployment", END);
+    agent("plan_deployment", "Asks where and how wide the service should deploy.", no_arguments(), graph)
+}
+
+/// `connect_calendar`: relays a URL request (an OAuth consent page).
+pub fn connect_calendar() -> Agent {
+    let graph = StateGraph::new()
+        .add_step("connect_calendar", |_, ctx| async move {
+            let reply = ctx.interrupt(json!({
+                "type": "mcp_elicitation",
+                "requests": [{
+                    "key": "calendar_auth",
+                    "message": "Connect your calendar to continue.",
+                    "mode": "url",
+                    "url": "https://example.com/oauth/calendar/start"
+                }]
+            }))?;
+            let status = if accepted(relayed(&reply, "calendar_auth")) { "connected" } else { "not connected" };
+            Ok(json!({ "status": status }))
+        })
+        .add_edge(START, "connect_calendar")
+        .add_edge("connect_calendar", END);
+    agent("connect_calendar", "Sends you to a page to connect your calendar.", no_arguments(), graph)
+}
+
+/// `deploy_production_release`: the confirmation gate of seed 003.
+pub fn deploy_production_release() -> Agent {
+    let graph = StateGraph::new()
+        .add_step("confirm", |state, ctx| async move {
+            let service = state["service"].as_str().unwrap_or_default().to_owned();
+            let version = state["version"].as_str().unwrap_or_default().to_owned();
+            let schema = json!({
+                "type": "object",
+                "properties": {"confirm": {"type": "boolean", "title": "Confirm Production Release"}},
+                "required": ["confirm"]
+            });
+            let message = format!("Deploying {service} to PRODUCTION ({version}). Confirm release?");
+            let reply = ctx.interrupt(relay_form("confirm_release", &message, schema))?;
+            let answer = relayed(&reply, "confirm_release");
+            let result = if accepted(answer) && answer["content"]["confirm"] == true {
+                format!("Successfully released {service} v{version} to prod.")
+            } else {
+                "Deployment aborted by user.".to_owned()
+            };
+            Ok(json!({ "result": result }))
+        })
+        .add_edge(START, "confirm")
+        .add_edge("confirm", END)
+        .output_keys(["result"]);
+    let input = json!({
+        "type": "object",
+        "properties": {"service": {"type": "string"}, "version": {"type": "string"}},
+        "required": ["service", "version"]
+    });
+    agent("deploy_production_release", "Deploys a service version to production with HITL approval", input, graph)
+}
+
+/// `onboarding`: two rounds, a text question then a typed integer.
+pub fn onboarding() -> Agent {
+    let graph = StateGraph::new()
+        .add_step(
+            "ask_name",
+            |_, ctx| async move { Ok(json!({ "name": ctx.interrupt(json!("What is your name?"))? })) },
+        )
+        .add_step("ask_age", |_, ctx| async move {
+            let schema = json!({"type": "integer", "minimum": 0, "maximum": 150});
+            Ok(json!({ "age": ctx.interrupt_with_schema(json!("How old are you?"), schema)? }))
+        })
+        .add_edge(START, "ask_name")
+        .add_edge("ask_name", "ask_age")
+        .add_edge("ask_age", END);
+    agent("onboarding", "Asks your name, then your age.", no_arguments(), graph)
 }
 
 /// `survey`: two parallel steps, asked in one round.
@@ -57,6 +224,50 @@ pub fn twin_questions() -> Agent {
     agent("twin_questions", "Asks the same question from two steps.", no_arguments(), graph)
 }
 
+/// `relay_pair`: two parallel steps relay forms with the same key.
+pub fn relay_pair() -> Agent {
+    fn ask(message: &'static str, out: &'static str) -> impl Fn(Value, hitl_graph::StepContext) -> futures_step::Step {
+        move |_, ctx| {
+            Box::pin(async move {
+                let schema =
+                    json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
+                let reply = ctx.interrupt(relay_form("user_name", message, schema))?;
+                let answer = relayed(&reply, "user_name");
+                let name = if accepted(answer) { answer["content"]["name"].clone() } else { Value::Null };
+                Ok(json!({ out: name }))
+            })
+        }
+    }
+    let graph = StateGraph::new()
+        .add_step("first", ask("What is your name?", "first"))
+        .add_step("second", ask("What is your partner's name?", "second"))
+        .add_edge(START, "first")
+        .add_edge(START, "second");
+    agent("relay_pair", "Relays two forms that use the same key.", no_arguments(), graph)
+}
+
+/// `issue_ticket`: asks for approval, then a later step draws a random ticket id, so a
+/// resent answer that resumed the agent twice would show two different tickets.
+pub fn issue_ticket() -> Agent {
+    let graph = StateGraph::new()
+        .add_step("approve", |_, ctx| async move {
+            let schema =
+                json!({"type": "object", "properties": {"approve": {"type": "boolean"}}, "required": ["approve"]});
+            let reply = ctx.interrupt(relay_form("approve", "Issue a ticket?", schema))?;
+            let answer = relayed(&reply, "approve");
+            Ok(json!({ "approved": accepted(answer) && answer["content"]["approve"] == true }))
+        })
+        .add_step("issue", |state, _| async move {
+            let ticket = if state["approved"] == true { json!(uuid::Uuid::new_v4().to_string()) } else { Value::Null };
+            Ok(json!({ "ticket": ticket }))
+        })
+        .add_edge(START, "approve")
+        .add_edge("approve", "issue")
+        .add_edge("issue", END)
+        .output_keys(["ticket"]);
+    agent("issue_ticket", "Issues a ticket once you approve.", no_arguments(), graph)
+}
+
 /// `echo_context`: asks `Say something.` and returns the answer with the runtime
 /// context of the request that resumed it.
 pub fn echo_context() -> Agent {
@@ -68,6 +279,78 @@ pub fn echo_context() -> Agent {
         .add_edge(START, "echo")
         .add_edge("echo", END);
     agent("echo_context", "Echoes an answer and the runtime context.", no_arguments(), graph)
+}
+
+/// `release_gate`: no interrupt, a static breakpoint before its `release` step.
+pub fn release_gate() -> Agent {
+    let graph = StateGraph::new()
+        .add_step("prepare", |_, _| async move { Ok(json!({ "prepared": true })) })
+        .add_step("release", |_, _| async move { Ok(json!({ "released": true })) })
+        .add_edge(START, "prepare")
+        .add_edge("prepare", "release")
+        .add_edge("release", END)
+        .interrupt_before("release");
+    agent("release_gate", "Stops at a static breakpoint before releasing.", no_arguments(), graph)
+}
+
+/// `unaskable`: interrupts that cannot be asked over MCP, one per `variant`.
+pub fn unaskable() -> Agent {
+    let graph = StateGraph::new()
+        .add_step("ask", |state, ctx| async move {
+            let variant = state["variant"].as_str().unwrap_or_default().to_owned();
+            let (value, schema) = match variant.as_str() {
+                "object" => (json!({"question": "Which region?"}), None),
+                "pattern" => (
+                    json!("Which code?"),
+                    Some(
+                        json!({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}$"}}}),
+                    ),
+                ),
+                "too_many_fields" => {
+                    let fields: serde_json::Map<String, Value> =
+                        (0..101).map(|i| (format!("field_{i}"), json!({"type": "string"}))).collect();
+                    (json!("Fill in 101 fields."), Some(json!({"type": "object", "properties": fields})))
+                }
+                "bad_url" => (
+                    json!({"type": "mcp_elicitation", "requests": [{
+                        "key": "download", "message": "Open this.", "mode": "url", "url": "ftp://example.com/file"
+                    }]}),
+                    None,
+                ),
+                "nested" => (
+                    json!("Where do you live?"),
+                    Some(json!({"type": "object", "properties": {
+                        "address": {"type": "object", "properties": {"street": {"type": "string"}}}
+                    }})),
+                ),
+                other => return Err(StepError::msg(format!("unknown variant {other}"))),
+            };
+            let answer = match schema {
+                Some(schema) => ctx.interrupt_with_schema(value, schema)?,
+                None => ctx.interrupt(value)?,
+            };
+            Ok(json!({ "answer": answer }))
+        })
+        .add_edge(START, "ask")
+        .add_edge("ask", END);
+    let input = json!({
+        "type": "object",
+        "properties": {"variant": {"type": "string", "enum": ["object", "pattern", "too_many_fields", "bad_url", "nested"]}},
+        "required": ["variant"]
+    });
+    agent("unaskable", "Asks questions that cannot be asked over MCP.", input, graph)
+}
+
+/// A boxed step future, for step functions built by other functions.
+mod futures_step {
+    use std::future::Future;
+    use std::pin::Pin;
+
+    use hitl_graph::StepError;
+    use serde_json::Value;
+
+    /// The future a step returns.
+    pub(crate) type Step = Pin<Box<dyn Future<Output = Result<Value, StepError>> + Send>>;
 }
 
 #[cfg(test)]

@@ -1,59 +1,206 @@
 //! Each example driven through its pauses with the runtime alone.
 
-use hitl_graph::{Outcome, ResumeValues};
+use hitl_graph::{Interrupt, Outcome, ResumeValues};
 use serde_json::{Value, json};
 
 use super::*;
 
-async fn drive(agent: &Agent, answers: &[Value], context: Value) -> Value {
-    let mut outcome = agent.graph.invoke(json!({}), Value::Null).await.unwrap();
-    let mut answers = answers.iter();
-    loop {
+/// Runs `agent` with `input`, answering each pause with `answer(interrupt)`.
+async fn drive(agent: Agent, input: Value, mut answer: impl FnMut(&Interrupt) -> Value, context: Value) -> Value {
+    let mut outcome = agent.graph.invoke(input, Value::Null).await.unwrap();
+    for _ in 0..10 {
         match outcome {
             Outcome::Done(output) => return output,
             Outcome::Paused { interrupts, checkpoint } => {
-                let values: ResumeValues =
-                    interrupts.iter().map(|i| (i.id.clone(), answers.next().expect("an answer").clone())).collect();
+                let values: ResumeValues = interrupts.iter().map(|i| (i.id.clone(), answer(i))).collect();
                 outcome = agent.graph.resume(checkpoint, values, context.clone()).await.unwrap();
             }
             Outcome::Breakpoint { .. } => panic!("no breakpoint expected"),
         }
     }
+    panic!("too many pauses")
+}
+
+fn first_pause(agent: &Agent, input: Value) -> Vec<Interrupt> {
+    // Example steps never wait on anything, so one poll finishes a run.
+    let run = futures_util::FutureExt::now_or_never(agent.graph.invoke(input, Value::Null));
+    match run.expect("the run finishes in one poll").unwrap() {
+        Outcome::Paused { interrupts, .. } => interrupts,
+        other => panic!("expected a pause, got {other:?}"),
+    }
+}
+
+fn reply(key: &str, answer: Value) -> Value {
+    json!({ "responses": { key: answer } })
+}
+
+#[tokio::test]
+async fn greeter_greets_by_name_or_stranger() {
+    let ok = drive(
+        greeter(),
+        json!({}),
+        |_| reply("user_name", json!({"action": "accept", "content": {"name": "Ada"}})),
+        Value::Null,
+    );
+    assert_eq!(ok.await, json!({"greeting": "Hello, Ada!"}));
+    let no = drive(greeter(), json!({}), |_| reply("user_name", json!({"action": "decline"})), Value::Null);
+    assert_eq!(no.await, json!({"greeting": "Hello, stranger!"}));
+}
+
+#[test]
+fn greeter_relays_the_seed_request() {
+    let interrupts = first_pause(&greeter(), json!({}));
+    assert_eq!(interrupts[0].value["type"], "mcp_elicitation");
+    assert_eq!(interrupts[0].value["requests"][0]["key"], "user_name");
+    assert_eq!(interrupts[0].value["requests"][0]["message"], "What is your name?");
 }
 
 #[tokio::test]
 async fn choose_region_returns_the_region() {
-    assert_eq!(drive(&choose_region(), &[json!("eu-west-1")], Value::Null).await, json!({"region": "eu-west-1"}));
+    let out = drive(choose_region(), json!({}), |_| json!("eu-west-1"), Value::Null).await;
+    assert_eq!(out, json!({"region": "eu-west-1"}));
+}
+
+#[tokio::test]
+async fn plan_deployment_returns_the_typed_answer() {
+    let interrupts = first_pause(&plan_deployment(), json!({}));
+    let schema = interrupts[0].response_schema.clone().unwrap();
+    assert_eq!(schema["properties"]["replicas"]["maximum"], 10);
+    let out = drive(plan_deployment(), json!({}), |_| json!({"region": "eu-west-1", "replicas": 3}), Value::Null).await;
+    assert_eq!(out, json!({"region": "eu-west-1", "replicas": 3}));
+}
+
+#[tokio::test]
+async fn connect_calendar_reports_the_flow() {
+    let yes =
+        drive(connect_calendar(), json!({}), |_| reply("calendar_auth", json!({"action": "accept"})), Value::Null);
+    assert_eq!(yes.await, json!({"status": "connected"}));
+    let no = drive(connect_calendar(), json!({}), |_| reply("calendar_auth", json!({"action": "cancel"})), Value::Null);
+    assert_eq!(no.await, json!({"status": "not connected"}));
+}
+
+#[tokio::test]
+async fn deploy_production_release_needs_confirm_true() {
+    let input = json!({"service": "api", "version": "1.2.3"});
+    let interrupts = first_pause(&deploy_production_release(), input.clone());
+    assert_eq!(interrupts[0].value["requests"][0]["message"], "Deploying api to PRODUCTION (1.2.3). Confirm release?");
+    let ok = drive(
+        deploy_production_release(),
+        input.clone(),
+        |_| reply("confirm_release", json!({"action": "accept", "content": {"confirm": true}})),
+        Value::Null,
+    );
+    assert_eq!(ok.await, json!({"result": "Successfully released api v1.2.3 to prod."}));
+    let no = drive(
+        deploy_production_release(),
+        input,
+        |_| reply("confirm_release", json!({"action": "accept", "content": {"confirm": false}})),
+        Value::Null,
+    );
+    assert_eq!(no.await, json!({"result": "Deployment aborted by user."}));
+}
+
+#[tokio::test]
+async fn onboarding_asks_two_rounds() {
+    let mut rounds = Vec::new();
+    let out = drive(
+        onboarding(),
+        json!({}),
+        |i| {
+            rounds.push(i.value.clone());
+            if i.response_schema.is_some() { json!(36) } else { json!("Ada") }
+        },
+        Value::Null,
+    )
+    .await;
+    assert_eq!(rounds, vec![json!("What is your name?"), json!("How old are you?")]);
+    assert_eq!(out, json!({"name": "Ada", "age": 36}));
 }
 
 #[tokio::test]
 async fn survey_asks_both_in_one_pause() {
-    let agent = survey();
-    let Outcome::Paused { interrupts, .. } = agent.graph.invoke(json!({}), Value::Null).await.unwrap() else {
-        panic!("expected a pause")
-    };
-    assert_eq!(interrupts.len(), 2);
-    let out = drive(&agent, &[json!("blue"), json!("grail")], Value::Null).await;
-    assert_eq!(out, json!({"color": "blue", "quest": "grail"}));
+    assert_eq!(first_pause_len(&survey()), 2);
+    let out = drive(
+        survey(),
+        json!({}),
+        |i| if i.value == "What is your quest?" { json!("grail") } else { json!("blue") },
+        Value::Null,
+    );
+    assert_eq!(out.await, json!({"color": "blue", "quest": "grail"}));
+}
+
+fn first_pause_len(agent: &Agent) -> usize {
+    first_pause(agent, json!({})).len()
 }
 
 #[tokio::test]
 async fn twin_questions_ask_the_same_text() {
-    let agent = twin_questions();
-    let Outcome::Paused { interrupts, .. } = agent.graph.invoke(json!({}), Value::Null).await.unwrap() else {
-        panic!("expected a pause")
-    };
+    let interrupts = first_pause(&twin_questions(), json!({}));
     assert_eq!(interrupts[0].value, interrupts[1].value);
+    let out = drive(twin_questions(), json!({}), |_| json!("eu-west-1"), Value::Null).await;
+    assert_eq!(out, json!({"primary": "eu-west-1", "secondary": "eu-west-1"}));
+}
+
+#[tokio::test]
+async fn relay_pair_relays_the_same_key_twice() {
+    let interrupts = first_pause(&relay_pair(), json!({}));
+    assert_eq!(interrupts.len(), 2);
+    let out = drive(
+        relay_pair(),
+        json!({}),
+        |i| {
+            let name = if i.step == "first" { "Ada" } else { "Charles" };
+            reply("user_name", json!({"action": "accept", "content": {"name": name}}))
+        },
+        Value::Null,
+    )
+    .await;
+    assert_eq!(out, json!({"first": "Ada", "second": "Charles"}));
+}
+
+#[tokio::test]
+async fn issue_ticket_draws_a_ticket_when_approved() {
+    let yes = drive(
+        issue_ticket(),
+        json!({}),
+        |_| reply("approve", json!({"action": "accept", "content": {"approve": true}})),
+        Value::Null,
+    )
+    .await;
+    assert!(uuid::Uuid::parse_str(yes["ticket"].as_str().unwrap()).is_ok());
+    let no = drive(issue_ticket(), json!({}), |_| reply("approve", json!({"action": "decline"})), Value::Null).await;
+    assert_eq!(no, json!({"ticket": null}));
 }
 
 #[tokio::test]
 async fn echo_context_returns_the_resuming_context() {
-    let out = drive(&echo_context(), &[json!("hi")], json!({"k": 1})).await;
+    let out = drive(echo_context(), json!({}), |_| json!("hi"), json!({"k": 1})).await;
     assert_eq!(out, json!({"answer": "hi", "context": {"k": 1}}));
 }
 
+#[tokio::test]
+async fn release_gate_stops_at_its_breakpoint() {
+    match release_gate().graph.invoke(json!({}), Value::Null).await.unwrap() {
+        Outcome::Breakpoint { state, .. } => assert_eq!(state, json!({"prepared": true})),
+        other => panic!("expected a breakpoint, got {other:?}"),
+    }
+}
+
 #[test]
-fn names_are_unique() {
-    let names: std::collections::BTreeSet<String> = examples().into_iter().map(|a| a.name).collect();
-    assert_eq!(names.len(), examples().len());
+fn unaskable_pauses_for_every_variant() {
+    for variant in ["object", "pattern", "too_many_fields", "bad_url", "nested"] {
+        let interrupts = first_pause(&unaskable(), json!({ "variant": variant }));
+        assert_eq!(interrupts.len(), 1, "{variant}");
+    }
+}
+
+#[test]
+fn names_are_unique_and_match_the_examples_doc() {
+    let names: Vec<String> = examples().into_iter().map(|a| a.name).collect();
+    let unique: std::collections::BTreeSet<&String> = names.iter().collect();
+    assert_eq!(unique.len(), names.len());
+    let doc = include_str!("../../../docs/examples.md");
+    for name in &names {
+        assert!(doc.contains(&format!("| `{name}` |")), "{name} is not in docs/examples.md");
+    }
 }

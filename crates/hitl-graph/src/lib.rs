@@ -277,6 +277,22 @@ impl StepContext {
         self.ask(value, Some(response_schema))
     }
 
+    /// Asks a typed question: `T`'s JSON Schema (from schemars, the Rust analogue of a
+    /// Pydantic model) is the response schema, and the answer is deserialized into `T`.
+    ///
+    /// Callers that resume runs check answers against the response schema first, so a
+    /// value that does not fit is reported before anything runs; one that still fails
+    /// to deserialize fails the step with the type's error.
+    pub fn interrupt_as<T>(&self, question: Value) -> Result<T, StepError>
+    where
+        T: schemars::JsonSchema + serde::de::DeserializeOwned,
+    {
+        let schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default();
+        let answer = self.ask(question, Some(schema))?;
+        serde_json::from_value(answer)
+            .map_err(|e| StepError::msg(format!("the answer does not fit {}: {e}", std::any::type_name::<T>())))
+    }
+
     fn ask(&self, value: Value, response_schema: Option<Value>) -> Result<Value, Interrupted> {
         let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         let index = calls.next_index;
@@ -308,6 +324,7 @@ pub struct StateGraph {
     interrupt_before: BTreeSet<String>,
     interrupt_after: BTreeSet<String>,
     recursion_limit: Option<u32>,
+    output_keys: Option<Vec<String>>,
 }
 
 impl StateGraph {
@@ -365,6 +382,13 @@ impl StateGraph {
     #[must_use]
     pub fn interrupt_after(mut self, step: impl Into<String>) -> Self {
         self.interrupt_after.insert(step.into());
+        self
+    }
+
+    /// Limits the run's output to these state keys (by default the whole state).
+    #[must_use]
+    pub fn output_keys<I: IntoIterator<Item = S>, S: Into<String>>(mut self, keys: I) -> Self {
+        self.output_keys = Some(keys.into_iter().map(Into::into).collect());
         self
     }
 
@@ -441,6 +465,7 @@ impl StateGraph {
                 interrupt_before: self.interrupt_before,
                 interrupt_after: self.interrupt_after,
                 recursion_limit: self.recursion_limit.unwrap_or(DEFAULT_RECURSION_LIMIT),
+                output_keys: self.output_keys,
             }),
         })
     }
@@ -461,6 +486,7 @@ struct GraphInner {
     interrupt_before: BTreeSet<String>,
     interrupt_after: BTreeSet<String>,
     recursion_limit: u32,
+    output_keys: Option<Vec<String>>,
 }
 
 /// A compiled graph; cheap to clone and share.
@@ -518,7 +544,7 @@ impl Graph {
     async fn run(&self, mut cp: Checkpoint, runtime: Arc<Value>) -> Result<Outcome, RunError> {
         loop {
             if cp.next.is_empty() {
-                return Ok(Outcome::Done(cp.state));
+                return Ok(Outcome::Done(self.output(cp.state)));
             }
             if cp.superstep >= self.inner.recursion_limit {
                 return Err(RunError::RecursionLimit(self.inner.recursion_limit));
@@ -598,6 +624,15 @@ impl Graph {
             if stop_after.is_some() {
                 return Ok(Outcome::Breakpoint { state: cp.state.clone(), checkpoint: cp });
             }
+        }
+    }
+
+    fn output(&self, state: Value) -> Value {
+        match (&self.inner.output_keys, state) {
+            (Some(keys), Value::Object(mut map)) => {
+                Value::Object(keys.iter().filter_map(|k| map.remove(k).map(|v| (k.clone(), v))).collect())
+            }
+            (_, state) => state,
         }
     }
 

@@ -212,3 +212,40 @@ fn static_breakpoint_stops_before_the_step() {
         other => panic!("expected a breakpoint, got {other:?}"),
     }
 }
+
+#[derive(Debug, PartialEq, serde::Deserialize, schemars::JsonSchema)]
+struct Plan {
+    replicas: u8,
+}
+
+#[test]
+fn typed_interrupts_carry_the_schema_and_return_the_type() {
+    let graph = StateGraph::new()
+        .add_step("plan", |_, ctx| async move {
+            let plan: Plan = ctx.interrupt_as(json!("How many?"))?;
+            Ok(json!({ "replicas": plan.replicas }))
+        })
+        .add_edge(START, "plan")
+        .compile()
+        .unwrap();
+    let (interrupts, cp) = paused(block(graph.invoke(json!({}), Value::Null)).unwrap());
+    let schema = interrupts[0].response_schema.as_ref().unwrap();
+    assert_eq!(schema["properties"]["replicas"]["type"], "integer");
+    let bad =
+        block(graph.resume(cp.clone(), answer(&interrupts, json!({"replicas": "many"})), Value::Null)).unwrap_err();
+    assert!(bad.to_string().contains("does not fit"), "{bad}");
+    let done = block(graph.resume(cp, answer(&interrupts, json!({"replicas": 3})), Value::Null)).unwrap();
+    assert_eq!(done, Outcome::Done(json!({"replicas": 3})));
+}
+
+#[test]
+fn output_keys_project_the_final_state() {
+    let graph = StateGraph::new()
+        .add_step("s", |state, _| async move { Ok(json!({ "result": format!("got {}", state["input"]) })) })
+        .add_edge(START, "s")
+        .output_keys(["result"])
+        .compile()
+        .unwrap();
+    let done = block(graph.invoke(json!({"input": 1}), Value::Null)).unwrap();
+    assert_eq!(done, Outcome::Done(json!({"result": "got 1"})));
+}

@@ -84,6 +84,12 @@ pub struct Call {
 
 /// The first text block of the error result a legacy client gets when a tool pauses.
 pub const LEGACY_CANNOT_ANSWER: &str = "This tool paused to ask for human input, and this client can't answer it.";
+/// The first text block of the error result when the call cannot keep a thread.
+pub const CANNOT_RESUME: &str = "This tool paused to ask for human input, and this call can't be resumed.";
+/// The error result of a graph that stopped at a static breakpoint, for clients that
+/// can elicit (others get the state at the breakpoint as the result).
+pub const BREAKPOINT: &str =
+    "This tool stopped at a static breakpoint (interrupt_before or interrupt_after), which can't be resumed over MCP.";
 
 /// An infrastructure failure (the store), as opposed to a protocol error.
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +110,7 @@ pub struct Engine {
     clock: Arc<dyn Clock>,
     secret: Secret,
     lifetimes: Lifetimes,
+    threads: bool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -115,11 +122,36 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// An engine over `store`, reading time from `clock`.
     pub fn new(store: Arc<dyn ThreadStore>, clock: Arc<dyn Clock>, secret: Secret, lifetimes: Lifetimes) -> Self {
-        Self { store, clock, secret, lifetimes }
+        Self { store, clock, secret, lifetimes, threads: true }
+    }
+
+    /// Turns threads off (a deployment that keeps none): a pause then ends the call
+    /// with an error result that says it can't be resumed.
+    #[must_use]
+    pub fn without_threads(mut self) -> Self {
+        self.threads = false;
+        self
     }
 
     /// Serves one `tools/call` of `agent`.
     pub async fn call(&self, agent: &Agent, call: Call) -> Result<Answer, EngineError> {
+        if let Err(violations) =
+            hitl_schema::validate_value(&agent.input_schema, &Value::Object(call.arguments.clone()))
+        {
+            let details: Vec<String> = violations
+                .iter()
+                .map(|v| if v.field.is_empty() { v.message.clone() } else { format!("{}: {}", v.field, v.message) })
+                .collect();
+            let errors: Vec<Value> =
+                violations.iter().map(|v| serde_json::json!({ "path": v.field, "message": v.message })).collect();
+            let error = ErrorObject::invalid_params(format!(
+                "Invalid arguments for tool {}: {}",
+                agent.name,
+                details.join("; ")
+            ))
+            .with_data(serde_json::json!({ "errors": errors }));
+            return Ok(Err(error));
+        }
         let args_digest = digest::digest_hex(&Value::Object(call.arguments.clone()));
         match call.request_state.clone() {
             None => self.start(agent, call, args_digest).await,
@@ -143,16 +175,11 @@ impl Engine {
             last: None,
             expires_at_ms: 0,
         };
-        let (mut checkpoint, mut round) = match self.settle(outcome, 1) {
+        let (mut checkpoint, mut round) = match self.settle(outcome, 1, &call) {
             Settled::Done(answer) => return Ok(Ok(answer)),
             Settled::Paused(cp, round) => (cp, round),
         };
-        if call.era == Era::Legacy {
-            let pending: Vec<Value> =
-                checkpoint.interrupts.iter().map(|i| serde_json::json!({ "id": i.id, "value": i.value })).collect();
-            let json = serde_json::to_string(&pending).unwrap_or_default();
-            return Ok(Ok(CallToolResponse::Complete(CallToolResult::error([LEGACY_CANNOT_ANSWER.to_owned(), json]))));
-        }
+
         // Answers sent with the first call answer the first round (and, when they also
         // fit, the rounds after it that ask the same questions).
         if let Some(responses) = &call.input_responses {
@@ -164,7 +191,7 @@ impl Engine {
                     Verdict::Finish(result) => return Ok(Ok(CallToolResponse::Complete(result))),
                     Verdict::Resume(values) => {
                         let outcome = agent.graph.resume(checkpoint, values, context.clone()).await;
-                        match self.settle(outcome, round.n + 1) {
+                        match self.settle(outcome, round.n + 1, &call) {
                             Settled::Done(answer) => return Ok(Ok(answer)),
                             Settled::Paused(cp, next) => (checkpoint, round) = (cp, next),
                         }
@@ -220,7 +247,7 @@ impl Engine {
             let context = call.context.clone().unwrap_or(Value::Null);
             let outcome = agent.graph.resume(checkpoint, values, context).await;
             let expected = thread.version;
-            return match self.settle(outcome, round.n + 1) {
+            return match self.settle(outcome, round.n + 1, &call) {
                 Settled::Done(response) => {
                     let outcome = match &response {
                         CallToolResponse::Complete(result) => LastOutcome::Result { result: result.clone() },
@@ -336,14 +363,26 @@ impl Engine {
     }
 
     /// Turns a run's outcome into a final answer or the next round.
-    fn settle(&self, outcome: Result<Outcome, hitl_graph::RunError>, n: u32) -> Settled {
+    fn settle(&self, outcome: Result<Outcome, hitl_graph::RunError>, n: u32, call: &Call) -> Settled {
         let done = |result: CallToolResult| Settled::Done(CallToolResponse::Complete(result));
+        let pending = |interrupts: &[hitl_graph::Interrupt]| {
+            let list: Vec<Value> =
+                interrupts.iter().map(|i| serde_json::json!({ "id": i.id, "value": i.value })).collect();
+            serde_json::to_string(&list).unwrap_or_default()
+        };
+        let can_elicit =
+            call.era == Era::Modern && (call.capabilities.elicits_form() || call.capabilities.elicits_url());
         match outcome {
             Err(e) => done(CallToolResult::error([format!("The agent failed: {e}")])),
             Ok(Outcome::Done(output)) => done(CallToolResult::json(&output)),
-            Ok(Outcome::Breakpoint { .. }) => done(CallToolResult::error([
-                "The agent stopped at a static breakpoint, which cannot be resumed over MCP.".to_owned(),
-            ])),
+            Ok(Outcome::Breakpoint { .. }) if can_elicit => done(CallToolResult::error([BREAKPOINT.to_owned()])),
+            Ok(Outcome::Breakpoint { state, .. }) => done(CallToolResult::json(&state)),
+            Ok(Outcome::Paused { interrupts, .. }) if call.era == Era::Legacy => {
+                done(CallToolResult::error([LEGACY_CANNOT_ANSWER.to_owned(), pending(&interrupts)]))
+            }
+            Ok(Outcome::Paused { interrupts, .. }) if !self.threads => {
+                done(CallToolResult::error([CANNOT_RESUME.to_owned(), pending(&interrupts)]))
+            }
             Ok(Outcome::Paused { interrupts, checkpoint }) => match questions::build(&interrupts) {
                 Err(cannot) => done(cannot.to_result()),
                 Ok(questions) => Settled::Paused(checkpoint, Round { n, nonce: state::nonce(), questions }),

@@ -48,7 +48,9 @@ mod store;
 mod thread;
 
 pub use digest::{canonical, digest_hex, short_digest};
-pub use engine::{Agent, Answer, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, Lifetimes};
+pub use engine::{
+    Agent, Answer, BREAKPOINT, CANNOT_RESUME, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, Lifetimes,
+};
 pub use state::Secret;
 pub use store::{Clock, ManualClock, MemoryStore, SaveError, StoreError, SystemClock, ThreadStore};
 pub use thread::{Last, LastOutcome, Question, QuestionKind, Round, THREAD_FORMAT, Thread};

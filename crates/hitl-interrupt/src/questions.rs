@@ -1,21 +1,38 @@
 //! From pending interrupts to questions, and from answers back to resume values. Pure:
 //! no I/O, no clock.
+//!
+//! An interrupt becomes questions in one of four ways:
+//! - a string value with no response schema: a **text** question, the one-field
+//!   `response` form, keyed `answer-<16 hex of a digest of the question>`;
+//! - a value with a response schema: a **typed** question whose form comes from the
+//!   schema (`hitl_schema::to_form`), keyed the same way over question and schema;
+//! - a value `{"type": "mcp_elicitation", "requests": …}`: **relayed** elicitation
+//!   requests, each checked by the form and URL rules and keyed by the agent's own key;
+//! - a value `{"type": "mcp_input", "requests": {key: {method, params}}}`: relayed
+//!   input requests of any kind MCP allows (elicitation, sampling, roots).
+//!
+//! Keys are derived from the questions, never random, so a call restarted from the
+//! start sees the same keys. When several interrupts are pending, relayed keys are
+//! prefixed with a digest of their interrupt: `<16 hex>.<n>/<key>`.
+
+use std::collections::{BTreeMap, HashMap};
 
 use hitl_graph::{Interrupt, ResumeValues};
 use hitl_protocol::{
-    CallToolResult, ElicitAction, ElicitRequestParams, ElicitResult, ErrorObject, FormElicitation, InputRequest,
-    InputResponses, Needs,
+    CallToolResult, CreateMessageResult, ElicitAction, ElicitRequestParams, ElicitResult, ErrorObject, FormElicitation,
+    InputRequest, InputResponses, ListRootsResult, Needs, UrlElicitation,
 };
-use serde_json::{Value, json};
+use hitl_schema::{CannotAsk as SchemaCannotAsk, FormOptions};
+use serde_json::{Map, Value, json};
 
 use crate::digest::{digest_hex, short_digest};
 use crate::{Question, QuestionKind, Round};
 
 /// The text every "cannot be asked" error result starts with.
 pub const CANNOT_ASK: &str = "This tool needs input that can't be asked over MCP";
-/// The error result of a declined text question.
+/// The error result of a declined text or typed question.
 pub const DECLINED: &str = "The request for input was declined.";
-/// The error result of a cancelled text question.
+/// The error result of a cancelled text or typed question.
 pub const CANCELLED: &str = "The request for input was cancelled.";
 /// The `-32602` message of an answer that does not fit its form.
 pub const FORM_MISMATCH: &str = "Form content does not match requestedSchema";
@@ -30,44 +47,171 @@ impl CannotAsk {
     pub fn to_result(&self) -> CallToolResult {
         CallToolResult::error([self.to_string()])
     }
+
+    fn schema(step: &str, what: &str, e: &SchemaCannotAsk) -> Self {
+        Self(format!("the {what} of step {step} cannot be asked: {} (at {})", e.reason, e.pointer))
+    }
 }
 
 /// Turns the pending interrupts into one round's questions. Interrupts that ask the
-/// same text question share one question.
+/// same text (or typed) question share one question.
 pub fn build(interrupts: &[Interrupt]) -> Result<Vec<Question>, CannotAsk> {
+    let several = interrupts.len() > 1;
     let mut questions: Vec<Question> = Vec::new();
+    let mut seen_digests: HashMap<String, usize> = HashMap::new();
     for interrupt in interrupts {
-        let question = match (&interrupt.value, &interrupt.response_schema) {
-            (Value::String(message), None) => text_question(message, &interrupt.id),
-            (_, None) => {
+        let relay_type = interrupt.value.get("type").and_then(Value::as_str);
+        let built = match (relay_type, &interrupt.response_schema, &interrupt.value) {
+            (Some("mcp_elicitation"), _, _) => relay(interrupt, false)?,
+            (Some("mcp_input"), _, _) => relay(interrupt, true)?,
+            (_, Some(schema), value) => vec![typed_question(interrupt, value, schema)?],
+            (_, None, Value::String(message)) => vec![text_question(message, &interrupt.id)],
+            (_, None, _) => {
                 return Err(CannotAsk(format!(
                     "the interrupt of step {} is not a string and has no response schema",
                     interrupt.step
                 )));
             }
-            (_, Some(_)) => {
-                return Err(CannotAsk(format!(
-                    "the interrupt of step {} has a response schema, which this server does not ask yet",
-                    interrupt.step
-                )));
-            }
         };
-        match questions.iter_mut().find(|q| q.key == question.key) {
-            Some(same) => same.interrupt_ids.extend(question.interrupt_ids),
-            None => questions.push(question),
+        let prefix = if several && matches!(relay_type, Some("mcp_elicitation" | "mcp_input")) {
+            let digest = short_digest(&interrupt.value);
+            let n = seen_digests.entry(digest.clone()).or_default();
+            *n += 1;
+            format!("{digest}.{n}/")
+        } else {
+            String::new()
+        };
+        for mut question in built {
+            question.key = format!("{prefix}{}", question.key);
+            match questions.iter_mut().find(|q| q.key == question.key) {
+                Some(same) if matches!(question.kind, QuestionKind::Text | QuestionKind::Typed { .. }) => {
+                    same.interrupt_ids.extend(question.interrupt_ids);
+                }
+                Some(_) => {
+                    return Err(CannotAsk(format!("two requests of one interrupt use the key {}", question.key)));
+                }
+                None => questions.push(question),
+            }
         }
+    }
+    if questions.is_empty() {
+        return Err(CannotAsk("the interrupt asks no question".into()));
     }
     Ok(questions)
 }
 
+fn form_request(message: String, requested_schema: hitl_protocol::RequestedSchema) -> InputRequest {
+    InputRequest::Elicit(ElicitRequestParams::Form(FormElicitation { message, requested_schema, meta: None }))
+}
+
 fn text_question(message: &str, interrupt_id: &str) -> Question {
     let key = format!("answer-{}", short_digest(&json!({ "text": message })));
-    let request = InputRequest::Elicit(ElicitRequestParams::Form(FormElicitation {
-        message: message.to_owned(),
-        requested_schema: hitl_schema::text_form(),
-        meta: None,
-    }));
-    Question { key, request, kind: QuestionKind::Text, interrupt_ids: vec![interrupt_id.to_owned()] }
+    Question {
+        key,
+        request: form_request(message.to_owned(), hitl_schema::text_form()),
+        kind: QuestionKind::Text,
+        interrupt_ids: vec![interrupt_id.to_owned()],
+    }
+}
+
+fn typed_question(interrupt: &Interrupt, value: &Value, schema: &Value) -> Result<Question, CannotAsk> {
+    // A question that is not a string is shown as JSON.
+    let message = match value {
+        Value::String(s) => s.clone(),
+        other => serde_json::to_string(other).unwrap_or_default(),
+    };
+    let form = hitl_schema::to_form(schema, &FormOptions::default())
+        .map_err(|e| CannotAsk::schema(&interrupt.step, "response schema", &e))?;
+    let key = format!("answer-{}", short_digest(&json!({ "text": message, "schema": schema })));
+    Ok(Question {
+        key,
+        request: form_request(message, form.schema),
+        kind: QuestionKind::Typed { wrapped: form.wrapped },
+        interrupt_ids: vec![interrupt.id.clone()],
+    })
+}
+
+/// The requests of a relay interrupt, in the list shape (`[{key, message, mode,
+/// requested_schema | url}]`) or the object shape (`{key: {message, mode?,
+/// requestedSchema | url}}`, MCP's field names, a missing mode meaning form).
+fn relay(interrupt: &Interrupt, any_method: bool) -> Result<Vec<Question>, CannotAsk> {
+    let step = &interrupt.step;
+    let entries: Vec<(String, Value)> = match interrupt.value.get("requests") {
+        Some(Value::Array(list)) => list
+            .iter()
+            .enumerate()
+            .map(|(i, r)| match r.get("key").and_then(Value::as_str) {
+                Some(key) => Ok((key.to_owned(), r.clone())),
+                None => Err(CannotAsk(format!("request {i} of the interrupt of step {step} has no key"))),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(Value::Object(map)) => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        _ => return Err(CannotAsk(format!("the interrupt of step {step} has no requests"))),
+    };
+    if entries.is_empty() {
+        return Err(CannotAsk(format!("the interrupt of step {step} has no requests")));
+    }
+    entries
+        .into_iter()
+        .map(|(key, entry)| {
+            let request = relayed_request(step, &key, entry, any_method)?;
+            Ok(Question {
+                key: key.clone(),
+                request,
+                kind: QuestionKind::Relay { agent_key: key },
+                interrupt_ids: vec![interrupt.id.clone()],
+            })
+        })
+        .collect()
+}
+
+fn relayed_request(step: &str, key: &str, entry: Value, any_method: bool) -> Result<InputRequest, CannotAsk> {
+    let what = format!("request {key}");
+    let method = entry.get("method").and_then(Value::as_str).map(str::to_owned);
+    let params = match (&method, entry.get("params")) {
+        (Some(_), Some(params)) => params.clone(),
+        _ => entry.clone(),
+    };
+    match method.as_deref() {
+        None | Some("elicitation/create") => {}
+        Some("sampling/createMessage" | "roots/list") if any_method => {
+            let request: InputRequest =
+                serde_json::from_value(json!({ "method": method, "params": params })).map_err(|e| {
+                    CannotAsk(format!("the {what} of step {step} is not a valid {}: {e}", method.unwrap_or_default()))
+                })?;
+            return Ok(request);
+        }
+        Some(other) => return Err(CannotAsk(format!("the {what} of step {step} uses the method {other}"))),
+    }
+    let message = params.get("message").and_then(Value::as_str);
+    let Some(message) = message else {
+        return Err(CannotAsk(format!("the {what} of step {step} has no message")));
+    };
+    match params.get("mode").and_then(Value::as_str) {
+        None | Some("form") => {
+            let schema = params.get("requested_schema").or_else(|| params.get("requestedSchema"));
+            let Some(schema) = schema else {
+                return Err(CannotAsk(format!("the {what} of step {step} is a form without a schema")));
+            };
+            let form = hitl_schema::to_form(schema, &FormOptions::default())
+                .map_err(|e| CannotAsk::schema(step, &what, &e))?;
+            if form.wrapped {
+                return Err(CannotAsk(format!("the {what} of step {step} has a form schema that is not an object")));
+            }
+            Ok(form_request(message.to_owned(), form.schema))
+        }
+        Some("url") => {
+            let url = params.get("url").and_then(Value::as_str).unwrap_or_default();
+            hitl_schema::check_url(url).map_err(|e| CannotAsk::schema(step, &what, &e))?;
+            Ok(InputRequest::Elicit(ElicitRequestParams::Url(UrlElicitation {
+                message: message.to_owned(),
+                url: url.to_owned(),
+                elicitation_id: None,
+                meta: None,
+            })))
+        }
+        Some(other) => Err(CannotAsk(format!("the {what} of step {step} uses the mode {other}"))),
+    }
 }
 
 /// What a round needs from the client.
@@ -101,6 +245,7 @@ pub enum Verdict {
 /// ignored; an invalid answer wins over a missing one, so the client learns of it.
 pub fn judge(round: &Round, responses: &InputResponses) -> Verdict {
     let mut resume = ResumeValues::new();
+    let mut relayed: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
     let mut missing = false;
     let mut finish = None;
     for question in &round.questions {
@@ -108,41 +253,91 @@ pub fn judge(round: &Round, responses: &InputResponses) -> Verdict {
             missing = true;
             continue;
         };
-        let answer = match ElicitResult::from_value(&question.key, raw) {
+        let answer = match answer(question, raw) {
             Ok(answer) => answer,
             Err(e) => return Verdict::Invalid(e),
         };
-        match question.kind {
-            QuestionKind::Text => match answer.action {
-                ElicitAction::Accept => {
-                    let content = answer.content.unwrap_or_default();
-                    let form = match &question.request {
-                        InputRequest::Elicit(ElicitRequestParams::Form(f)) => &f.requested_schema,
-                        _ => unreachable!("text questions are forms"),
-                    };
-                    if let Err(violations) = hitl_schema::validate(form, &content) {
-                        return Verdict::Invalid(form_mismatch(&question.key, &violations));
-                    }
-                    let value = content.get(hitl_schema::RESPONSE_FIELD).cloned().unwrap_or(Value::Null);
-                    for id in &question.interrupt_ids {
-                        resume.insert(id.clone(), value.clone());
-                    }
+        match (&question.kind, answer) {
+            (QuestionKind::Text | QuestionKind::Typed { .. }, Answer::Value(value)) => {
+                for id in &question.interrupt_ids {
+                    resume.insert(id.clone(), value.clone());
                 }
-                ElicitAction::Decline => {
-                    finish.get_or_insert_with(|| CallToolResult::error([DECLINED.to_owned()]));
+            }
+            (QuestionKind::Text | QuestionKind::Typed { .. }, Answer::Declined(action)) => {
+                let text = if action == ElicitAction::Decline { DECLINED } else { CANCELLED };
+                finish.get_or_insert_with(|| CallToolResult::error([text.to_owned()]));
+            }
+            (QuestionKind::Relay { agent_key }, answer) => {
+                let value = match answer {
+                    Answer::Value(v) => v,
+                    Answer::Declined(action) => json!({ "action": action }),
+                };
+                for id in &question.interrupt_ids {
+                    relayed.entry(id.clone()).or_default().insert(agent_key.clone(), value.clone());
                 }
-                ElicitAction::Cancel => {
-                    finish.get_or_insert_with(|| CallToolResult::error([CANCELLED.to_owned()]));
-                }
-            },
+            }
         }
     }
     if missing {
         return Verdict::Missing;
     }
-    match finish {
-        Some(result) => Verdict::Finish(result),
-        None => Verdict::Resume(resume),
+    if let Some(result) = finish {
+        return Verdict::Finish(result);
+    }
+    for (id, responses) in relayed {
+        resume.insert(id, json!({ "responses": responses }));
+    }
+    Verdict::Resume(resume)
+}
+
+enum Answer {
+    /// What the agent gets for this question.
+    Value(Value),
+    /// A text or typed question, or a relayed one, was declined or cancelled.
+    Declined(ElicitAction),
+}
+
+/// Reads and checks one answer against its question.
+fn answer(question: &Question, raw: &Value) -> Result<Answer, ErrorObject> {
+    let key = &question.key;
+    match &question.request {
+        InputRequest::CreateMessage(_) => {
+            let result = CreateMessageResult::from_value(key, raw)?;
+            Ok(Answer::Value(serde_json::to_value(result).unwrap_or_default()))
+        }
+        InputRequest::ListRoots(_) => {
+            let result = ListRootsResult::from_value(key, raw)?;
+            Ok(Answer::Value(serde_json::to_value(result).unwrap_or_default()))
+        }
+        InputRequest::Elicit(params) => {
+            let result = ElicitResult::from_value(key, raw)?;
+            if result.action != ElicitAction::Accept {
+                return Ok(Answer::Declined(result.action));
+            }
+            match params {
+                // Accepting a URL question means the user finished the flow on the page.
+                ElicitRequestParams::Url(_) => Ok(Answer::Value(json!({ "action": "accept" }))),
+                ElicitRequestParams::Form(form) => {
+                    let content = result.content.unwrap_or_default();
+                    if let Err(violations) = hitl_schema::validate(&form.requested_schema, &content) {
+                        return Err(form_mismatch(key, &violations));
+                    }
+                    let asked: Map<String, Value> = content
+                        .iter()
+                        .filter(|(k, _)| form.requested_schema.properties.contains_key(*k))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    Ok(Answer::Value(match question.kind {
+                        QuestionKind::Text => asked.get(hitl_schema::RESPONSE_FIELD).cloned().unwrap_or(Value::Null),
+                        QuestionKind::Typed { wrapped: true } => {
+                            asked.get(hitl_schema::RESPONSE_FIELD).cloned().unwrap_or(Value::Null)
+                        }
+                        QuestionKind::Typed { wrapped: false } => Value::Object(asked),
+                        QuestionKind::Relay { .. } => json!({ "action": "accept", "content": asked }),
+                    }))
+                }
+            }
+        }
     }
 }
 
@@ -155,7 +350,7 @@ pub fn form_mismatch(key: &str, violations: &[hitl_schema::Violation]) -> ErrorO
 /// Digest of the answers to `keys` (others are ignored), to recognise a resend of the
 /// same answers.
 pub fn answers_digest(keys: &[String], responses: &InputResponses) -> String {
-    let own: serde_json::Map<String, Value> =
+    let own: Map<String, Value> =
         keys.iter().filter_map(|k| responses.get(k).map(|v| (k.clone(), v.clone()))).collect();
     digest_hex(&Value::Object(own))
 }

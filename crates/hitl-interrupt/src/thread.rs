@@ -66,6 +66,18 @@ pub struct Question {
 pub enum QuestionKind {
     /// A string interrupt: the agent gets the `response` field's string.
     Text,
+    /// An interrupt with a response schema: the agent gets the form's content, or the
+    /// `response` field's value when the schema was not an object (`wrapped`).
+    Typed {
+        /// Whether the form wraps a non-object schema in one `response` field.
+        wrapped: bool,
+    },
+    /// A relayed request: the agent gets `{"responses": {agent_key: answer}}` with the
+    /// answers to every request of its interrupt, declines and cancels included.
+    Relay {
+        /// The agent's own key for the request.
+        agent_key: String,
+    },
 }
 
 /// The last round answered.

@@ -180,9 +180,19 @@ impl Resolver<'_> {
                 .filter(|(_, o)| o.get("type").and_then(Value::as_str) != Some("null"))
                 .collect();
             let had_null = non_null.len() < options.len();
-            // Titled choices (`oneOf` or `anyOf` of `const`) stay as they are.
+            // Choices: `oneOf`/`anyOf` of `const`. Titled ones stay as they are (MCP's
+            // titled selects); untitled ones (schemars writes them for documented enum
+            // variants) become a plain `enum`.
             let is_choice = !options.is_empty() && options.iter().all(|o| o.get("const").is_some());
             if is_choice {
+                if !options.iter().all(|o| o.get("title").is_some_and(Value::is_string)) {
+                    let values: Vec<Value> = options.iter().map(|o| o["const"].clone()).collect();
+                    out.remove(keyword);
+                    if values.iter().all(Value::is_string) {
+                        out.entry("type").or_insert_with(|| json!("string"));
+                    }
+                    out.insert("enum".into(), Value::Array(values));
+                }
                 continue;
             }
             match non_null.as_slice() {

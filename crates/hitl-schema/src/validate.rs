@@ -30,8 +30,8 @@ fn cache() -> &'static Cache {
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-fn validator(form: &RequestedSchema) -> Result<Arc<jsonschema::Validator>, Violation> {
-    let key = serde_json::to_string(form).unwrap_or_default();
+fn validator(schema: &impl serde::Serialize) -> Result<Arc<jsonschema::Validator>, Violation> {
+    let key = serde_json::to_string(schema).unwrap_or_default();
     if let Some(v) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
         return Ok(v.clone());
     }
@@ -40,7 +40,7 @@ fn validator(form: &RequestedSchema) -> Result<Arc<jsonschema::Validator>, Viola
         .with_draft(jsonschema::Draft::Draft202012)
         .should_validate_formats(true)
         .build(&schema)
-        .map_err(|e| Violation { field: String::new(), message: format!("the form is not a valid schema: {e}") })?;
+        .map_err(|e| Violation { field: String::new(), message: format!("the schema is not valid: {e}") })?;
     let compiled = Arc::new(compiled);
     let mut cache = cache().lock().unwrap_or_else(|p| p.into_inner());
     if cache.len() >= CACHE_CAPACITY {
@@ -69,6 +69,18 @@ pub fn validate(form: &RequestedSchema, content: &Map<String, Value>) -> Result<
             };
             Violation { field, message: error.to_string() }
         })
+        .collect();
+    if violations.is_empty() { Ok(()) } else { Err(violations) }
+}
+
+/// Checks any JSON value against any JSON Schema (tool arguments against a tool's input
+/// schema), sharing the validator cache. Each violation's `field` is the JSON Pointer
+/// of the offending value (`""` for the value as a whole).
+pub fn validate_value(schema: &Value, instance: &Value) -> Result<(), Vec<Violation>> {
+    let validator = validator(schema).map_err(|v| vec![v])?;
+    let violations: Vec<Violation> = validator
+        .iter_errors(instance)
+        .map(|error| Violation { field: error.instance_path().as_str().to_owned(), message: error.to_string() })
         .collect();
     if violations.is_empty() { Ok(()) } else { Err(violations) }
 }

@@ -64,6 +64,10 @@ struct ServeArgs {
     /// A file holding the server secret that signs requestState (at least 32 bytes).
     #[arg(long, env = "HITL_SECRET_FILE")]
     secret_file: Option<PathBuf>,
+    /// Keep no threads: a tool that pauses ends with an error result saying the call
+    /// can't be resumed.
+    #[arg(long)]
+    no_threads: bool,
     /// The largest request body accepted, in bytes.
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     max_body_bytes: usize,
@@ -101,7 +105,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         bail!("unsupported --store {:?}: this build keeps threads in memory only (use `memory`)", args.store);
     }
     let lifetimes = Lifetimes::with_default_ttl(args.default_ttl.map(Duration::from_secs));
-    let engine = Engine::new(Arc::new(MemoryStore::default()), Arc::new(SystemClock), secret(&args)?, lifetimes);
+    let mut engine = Engine::new(Arc::new(MemoryStore::default()), Arc::new(SystemClock), secret(&args)?, lifetimes);
+    if args.no_threads {
+        engine = engine.without_threads();
+    }
     let agents = if args.no_examples { Vec::new() } else { hitl_agents::examples() };
     let mcp = McpService::new(agents, engine, ServerOptions::default());
     let max_body = args.max_body_bytes;
