@@ -116,6 +116,7 @@ fn pong(port: u16) -> bool {
 
 fn test(extra: &[String]) -> anyhow::Result<()> {
     let mut skipped = Vec::new();
+    let mut skipped_owned: Vec<String> = Vec::new();
     let mut _redis = None;
     let redis_url = match std::env::var("REDIS_URL") {
         Ok(url) => Some(url),
@@ -132,20 +133,60 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
             None
         }
     };
+    let python = match python_sdk() {
+        Ok(python) => Some(python),
+        Err(why) => {
+            skipped_owned.push(format!("Python SDK suite (tests/python): {why}"));
+            None
+        }
+    };
     let mut command = cargo();
     command.args(["test", "--workspace"]).args(extra);
     if let Some(url) = &redis_url {
         command.env("REDIS_URL", url);
     }
+    if let Some(python) = &python {
+        command.env("HITL_PYTHON", python);
+    }
     let result = run(command);
     eprintln!();
-    if skipped.is_empty() {
+    skipped_owned.extend(skipped.iter().map(|s| (*s).to_owned()));
+    if skipped_owned.is_empty() {
         eprintln!("every suite ran");
     } else {
         eprintln!("suites that could not run:");
-        for s in &skipped {
+        for s in &skipped_owned {
             eprintln!("  - {s}");
         }
     }
     result
+}
+
+/// The pinned official MCP Python SDK, for the suite that drives hitl with it.
+const PYTHON_SDK: &str = "mcp==2.3.0";
+
+/// A virtualenv under `target/` with the Python SDK; returns its interpreter.
+fn python_sdk() -> Result<PathBuf, String> {
+    let venv = workspace_root().join("target/python-sdk");
+    let python = venv.join("bin/python");
+    let has_sdk = |python: &Path| {
+        Command::new(python)
+            .args(["-c", "import mcp, importlib.metadata as m; assert m.version('mcp') == '2.3.0'"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if has_sdk(&python) {
+        return Ok(python);
+    }
+    let status = Command::new("python3").arg("-m").arg("venv").arg(&venv).status();
+    if !status.is_ok_and(|s| s.success()) {
+        return Err("python3 -m venv failed (is python3 with venv installed?)".into());
+    }
+    eprintln!("installing {PYTHON_SDK} into {}", venv.display());
+    let status = Command::new(&python).args(["-m", "pip", "install", "-q", PYTHON_SDK]).status();
+    if !status.is_ok_and(|s| s.success()) || !has_sdk(&python) {
+        return Err(format!("pip install {PYTHON_SDK} failed (no access to PyPI?)"));
+    }
+    Ok(python)
 }
