@@ -360,3 +360,6 @@ pub fn answers_digest_of(round: &Round, responses: &InputResponses) -> String {
     let keys: Vec<String> = round.questions.iter().map(|q| q.key.clone()).collect();
     answers_digest(&keys, responses)
 }
+
+#[cfg(test)]
+mod tests;
