@@ -22,6 +22,10 @@ fn is_hex16(s: &str) -> bool {
     s.len() == 16 && s.chars().all(|c| c.is_ascii_hexdigit())
 }
 
+/// A case: its name, the pending interrupts, and the keys (`answer-` for a derived
+/// key, `/k` for a prefixed relay key `<digest>.1/k`) or a part of the error.
+type BuildCase = (&'static str, Vec<Interrupt>, Result<Vec<&'static str>, &'static str>);
+
 #[test]
 fn build_table() {
     let relay_list = json!({"type": "mcp_elicitation", "tool_name": "ignored", "requests": [
@@ -33,7 +37,7 @@ fn build_table() {
     let relay_wrapped = json!({"type": "mcp_elicitation", "requests": {
         "user_name": {"method": "elicitation/create", "params": {"mode": "form", "message": "What is your name?",
                       "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}}}});
-    let cases: Vec<(&str, Vec<Interrupt>, Result<Vec<&str>, &str>)> = vec![
+    let cases: Vec<BuildCase> = vec![
         ("text", vec![interrupt("a", json!("Q?"), None)], Ok(vec!["answer-"])),
         (
             "same text twice",
