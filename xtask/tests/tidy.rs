@@ -22,7 +22,7 @@ const LAYERS: &[&str] = &[
 const FORBIDDEN: &[(&str, &[&str])] = &[
     ("hitl-protocol", &["tokio", "tower", "hyper", "redis"]),
     ("hitl-graph", &["hitl-protocol", "tokio", "hyper", "redis"]),
-    ("hitl-interrupt", &["tokio", "hyper", "redis", "tower"]),
+    ("hitl-interrupt", &["hyper", "redis", "tower"]),
     ("hitl-tower", &["redis", "hyper", "hitl-store-redis"]),
 ];
 

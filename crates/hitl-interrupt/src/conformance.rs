@@ -16,6 +16,7 @@ fn thread(id: &str, version: u64, expires_at_ms: u64) -> Thread {
         checkpoint: None,
         round: None,
         last: None,
+        claim: None,
         expires_at_ms,
     }
 }

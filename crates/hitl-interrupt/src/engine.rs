@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use crate::questions::{self, Verdict};
 use crate::state::{self, Secret};
 use crate::store::{Clock, SaveError, StoreError, ThreadStore};
-use crate::{Last, LastOutcome, Round, THREAD_FORMAT, Thread, digest};
+use crate::{Claim, Last, LastOutcome, Round, THREAD_FORMAT, Thread, digest};
 
 /// The message of every `requestState` that does not verify.
 pub const INVALID_STATE: &str = "Invalid or expired requestState";
@@ -42,6 +42,10 @@ pub struct Lifetimes {
     pub finished: Duration,
     /// A paused call whose round needs a mode the client did not declare.
     pub waiting_for_capability: Duration,
+    /// How long a request that resumes an agent holds its round before another may
+    /// take over (when the first died mid-run). Code before an `interrupt` may then
+    /// run again, as in LangGraph.
+    pub lease: Duration,
 }
 
 impl Default for Lifetimes {
@@ -50,6 +54,7 @@ impl Default for Lifetimes {
             paused: Duration::from_secs(24 * 3600),
             finished: Duration::from_secs(600),
             waiting_for_capability: Duration::from_secs(600),
+            lease: Duration::from_secs(30),
         }
     }
 }
@@ -59,7 +64,12 @@ impl Lifetimes {
     pub fn with_default_ttl(default_ttl: Option<Duration>) -> Self {
         let d = Self::default();
         let cap = |x: Duration| default_ttl.map_or(x, |t| x.min(t));
-        Self { paused: cap(d.paused), finished: cap(d.finished), waiting_for_capability: cap(d.waiting_for_capability) }
+        Self {
+            paused: cap(d.paused),
+            finished: cap(d.finished),
+            waiting_for_capability: cap(d.waiting_for_capability),
+            lease: d.lease,
+        }
     }
 }
 
@@ -173,6 +183,7 @@ impl Engine {
             checkpoint: None,
             round: None,
             last: None,
+            claim: None,
             expires_at_ms: 0,
         };
         let (mut checkpoint, mut round) = match self.settle(outcome, 1, &call) {
@@ -226,15 +237,17 @@ impl Engine {
     ) -> Result<Answer, EngineError> {
         let invalid = || Ok(invalid_state());
         let Some((thread_id, token)) = state::split(request_state) else { return invalid() };
-        let Some(mut thread) = self.store.load(thread_id).await? else { return invalid() };
-        if thread.tool != agent.name || thread.args_digest != args_digest || thread.principal != call.principal {
-            return invalid();
-        }
         let responses = call.input_responses.clone().unwrap_or_default();
-        if let Some(round) = thread.round.clone()
-            && self.secret.verify(&thread.id, round.n, &round.nonce, token)
-        {
-            let checkpoint = thread.checkpoint.clone().expect("a paused thread has a checkpoint");
+        let mut backoff = Duration::from_millis(2);
+        loop {
+            let Some(mut thread) = self.store.load(thread_id).await? else { return invalid() };
+            if thread.tool != agent.name || thread.args_digest != args_digest || thread.principal != call.principal {
+                return invalid();
+            }
+            let Some(round) = thread.round.clone().filter(|r| self.secret.verify(&thread.id, r.n, &r.nonce, token))
+            else {
+                return Ok(self.replay(&thread, &responses, token, &call.capabilities).unwrap_or_else(invalid_state));
+            };
             let values = match questions::judge(&round, &responses) {
                 Verdict::Missing => return Ok(self.reask(&thread.id, &round, &call.capabilities)),
                 Verdict::Invalid(e) => return Ok(Err(e)),
@@ -244,39 +257,73 @@ impl Engine {
                 }
                 Verdict::Resume(values) => values,
             };
-            let context = call.context.clone().unwrap_or(Value::Null);
-            let outcome = agent.graph.resume(checkpoint, values, context).await;
+            // Resume once: claim the round before running the agent. A request that
+            // finds the round claimed waits for the claimer's outcome (or for its
+            // lease to run out, if it died) and then answers from it.
+            let now = self.clock.now_ms();
+            if thread.claim.as_ref().is_some_and(|c| c.round == round.n && c.until_ms > now) {
+                self.clock.sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(100));
+                continue;
+            }
             let expected = thread.version;
-            return match self.settle(outcome, round.n + 1, &call) {
-                Settled::Done(response) => {
-                    let outcome = match &response {
-                        CallToolResponse::Complete(result) => LastOutcome::Result { result: result.clone() },
-                        CallToolResponse::InputRequired(_) => unreachable!("settle finishes with a result"),
-                    };
-                    let last = self.last(&round, &responses, outcome);
-                    self.finish(thread, last, response, token, &call).await
-                }
-                Settled::Paused(cp, next) => {
-                    let missing = self.missing_capability(&next, &call.capabilities);
-                    let lifetime =
-                        if missing.is_some() { self.lifetimes.waiting_for_capability } else { self.lifetimes.paused };
-                    thread.last = Some(self.last(&round, &responses, LastOutcome::NextRound));
-                    thread.checkpoint = Some(cp);
-                    thread.round = Some(next.clone());
-                    thread.version = expected + 1;
-                    thread.expires_at_ms = self.expiry(lifetime);
-                    match self.store.save(&thread, Some(expected)).await {
-                        Ok(()) => Ok(match missing {
-                            Some(e) => Err(e),
-                            None => Ok(self.render(&thread.id, &next)),
-                        }),
-                        Err(SaveError::Store(e)) => Err(e.into()),
-                        Err(SaveError::Conflict(_)) => self.after_conflict(&thread.id, &responses, token, &call).await,
-                    }
-                }
-            };
+            thread.claim =
+                Some(Claim { round: round.n, until_ms: now.saturating_add(self.lifetimes.lease.as_millis() as u64) });
+            thread.version += 1;
+            match self.store.save(&thread, Some(expected)).await {
+                Ok(()) => {}
+                Err(SaveError::Conflict(_)) => continue,
+                Err(SaveError::Store(e)) => return Err(e.into()),
+            }
+            return self.resume_claimed(agent, &call, thread, round, values, &responses, token).await;
         }
-        Ok(self.replay(&thread, &responses, token, &call.capabilities).unwrap_or_else(invalid_state))
+    }
+
+    /// Runs the agent for a claimed round and stores what it led to.
+    #[allow(clippy::too_many_arguments, reason = "one call site; the pieces of one answered round")]
+    async fn resume_claimed(
+        &self,
+        agent: &Agent,
+        call: &Call,
+        mut thread: Thread,
+        round: Round,
+        values: hitl_graph::ResumeValues,
+        responses: &InputResponses,
+        token: &str,
+    ) -> Result<Answer, EngineError> {
+        let checkpoint = thread.checkpoint.clone().expect("a paused thread has a checkpoint");
+        let context = call.context.clone().unwrap_or(Value::Null);
+        let outcome = agent.graph.resume(checkpoint, values, context).await;
+        let expected = thread.version;
+        thread.claim = None;
+        match self.settle(outcome, round.n + 1, call) {
+            Settled::Done(response) => {
+                let outcome = match &response {
+                    CallToolResponse::Complete(result) => LastOutcome::Result { result: result.clone() },
+                    CallToolResponse::InputRequired(_) => unreachable!("settle finishes with a result"),
+                };
+                let last = self.last(&round, responses, outcome);
+                self.finish(thread, last, response, token, call).await
+            }
+            Settled::Paused(cp, next) => {
+                let missing = self.missing_capability(&next, &call.capabilities);
+                let lifetime =
+                    if missing.is_some() { self.lifetimes.waiting_for_capability } else { self.lifetimes.paused };
+                thread.last = Some(self.last(&round, responses, LastOutcome::NextRound));
+                thread.checkpoint = Some(cp);
+                thread.round = Some(next.clone());
+                thread.version = expected + 1;
+                thread.expires_at_ms = self.expiry(lifetime);
+                match self.store.save(&thread, Some(expected)).await {
+                    Ok(()) => Ok(match missing {
+                        Some(e) => Err(e),
+                        None => Ok(self.render(&thread.id, &next)),
+                    }),
+                    Err(SaveError::Store(e)) => Err(e.into()),
+                    Err(SaveError::Conflict(_)) => self.after_conflict(&thread.id, responses, token, call).await,
+                }
+            }
+        }
     }
 
     /// A resend of the last round's answers gets what they led to.

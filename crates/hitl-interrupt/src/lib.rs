@@ -52,8 +52,8 @@ pub use engine::{
     Agent, Answer, BREAKPOINT, CANNOT_RESUME, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, Lifetimes,
 };
 pub use state::Secret;
-pub use store::{Clock, ManualClock, MemoryStore, SaveError, StoreError, SystemClock, ThreadStore};
-pub use thread::{Last, LastOutcome, Question, QuestionKind, Round, THREAD_FORMAT, Thread};
+pub use store::{Clock, ManualClock, MemoryStore, SaveError, Sleep, StoreError, SystemClock, ThreadStore};
+pub use thread::{Claim, Last, LastOutcome, Question, QuestionKind, Round, THREAD_FORMAT, Thread};
 
 #[cfg(test)]
 mod tests;

@@ -3,16 +3,23 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
 use crate::Thread;
 
-/// Milliseconds since the Unix epoch.
+/// A boxed future, as [`Clock::sleep`] returns.
+pub type Sleep = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Time: milliseconds since the Unix epoch, and waiting.
 pub trait Clock: Send + Sync + 'static {
     /// Now.
     fn now_ms(&self) -> u64;
+
+    /// Waits `duration` (a request waiting for another one that resumes the same
+    /// round polls the store in between).
+    fn sleep(&self, duration: Duration) -> Sleep;
 }
 
 /// The system clock.
@@ -22,6 +29,11 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
         SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    }
+
+    /// A tokio timer: the engine runs on tokio.
+    fn sleep(&self, duration: Duration) -> Sleep {
+        Box::pin(tokio::time::sleep(duration))
     }
 }
 
@@ -45,11 +57,30 @@ impl Clock for ManualClock {
     fn now_ms(&self) -> u64 {
         self.0.load(Ordering::SeqCst)
     }
+
+    /// Moves the clock by `duration` and yields once, so waiting costs no real time.
+    fn sleep(&self, duration: Duration) -> Sleep {
+        self.advance(duration.as_millis() as u64);
+        let mut yielded = false;
+        Box::pin(std::future::poll_fn(move |cx| {
+            if yielded {
+                std::task::Poll::Ready(())
+            } else {
+                yielded = true;
+                cx.waker().wake_by_ref();
+                std::task::Poll::Pending
+            }
+        }))
+    }
 }
 
 impl<C: Clock> Clock for std::sync::Arc<C> {
     fn now_ms(&self) -> u64 {
         (**self).now_ms()
+    }
+
+    fn sleep(&self, duration: Duration) -> Sleep {
+        (**self).sleep(duration)
     }
 }
 

@@ -301,3 +301,61 @@ fn stored_records_hold_no_usable_token() {
         tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f.store.load(id)).unwrap().unwrap();
     assert!(!serde_json::to_string(&thread).unwrap().contains(token));
 }
+
+fn counting_agent(runs: Arc<std::sync::atomic::AtomicUsize>) -> Agent {
+    let graph = StateGraph::new()
+        .add_step("ask", move |_, ctx| {
+            let runs = runs.clone();
+            async move {
+                let answer = ctx.interrupt(json!("Go?"))?;
+                // Give concurrent requests a chance to interleave.
+                for _ in 0..5 {
+                    tokio::task::yield_now().await;
+                }
+                let n = runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                Ok(json!({ "answer": answer, "run": n }))
+            }
+        })
+        .add_edge(START, "ask")
+        .compile()
+        .unwrap();
+    Agent { name: "count".into(), description: String::new(), input_schema: json!({"type": "object"}), graph }
+}
+
+#[test]
+fn repeated_answers_at_the_same_time_resume_once_and_share_the_result() {
+    let f = fixture();
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let agent = counting_agent(runs.clone());
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let a = answers(&[(&first_key(&r), accept("yes"))]);
+    let state = r.request_state.unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let results = rt.block_on(futures_util::future::join_all(
+        (0..6).map(|_| f.engine.call(&agent, call(Some(a.clone()), Some(&state)))),
+    ));
+    let texts: Vec<String> = results.into_iter().map(|r| text(&r.unwrap()).0).collect();
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1, "the agent resumed once");
+    assert!(texts.iter().all(|t| t == r#"{"answer":"yes","run":1}"#), "{texts:?}");
+}
+
+#[test]
+fn a_lapsed_claim_lets_another_request_take_the_round_over() {
+    let f = fixture();
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let agent = counting_agent(runs.clone());
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let state = r.request_state.clone().unwrap();
+    let id = state.split_once('.').unwrap().0.to_owned();
+    // A replica claimed the round and died.
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let mut thread = rt.block_on(f.store.load(&id)).unwrap().unwrap();
+    let version = thread.version;
+    thread.claim = Some(Claim { round: 1, until_ms: f.clock.now_ms() + 30_000 });
+    thread.version += 1;
+    rt.block_on(f.store.save(&thread, Some(version))).unwrap();
+    let a = answers(&[(&first_key(&r), accept("yes"))]);
+    let done = run(f.engine.call(&agent, call(Some(a), Some(&state))));
+    assert_eq!(text(&done).0, r#"{"answer":"yes","run":1}"#);
+    assert!(f.clock.now_ms() >= 1_000_000 + 30_000, "it waited for the lease to lapse");
+}

@@ -32,8 +32,20 @@ pub struct Thread {
     /// The last round answered and what it led to, for resends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last: Option<Last>,
+    /// A request resuming the open round, while it runs the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<Claim>,
     /// When the record expires (ms since the epoch).
     pub expires_at_ms: u64,
+}
+
+/// A round claimed by the request that resumes the agent, so that it resumes once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    /// The round claimed.
+    pub round: u32,
+    /// When the claim lapses and another request may take the round over.
+    pub until_ms: u64,
 }
 
 /// A round of questions.
