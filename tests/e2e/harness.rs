@@ -10,10 +10,24 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
-/// A running `hitl serve`, killed on drop.
+/// A running `hitl serve`, killed on drop. Derefs to a [`Client`] of it.
 pub(crate) struct Server {
     child: Child,
+    client: Client,
+}
+
+/// Speaks HTTP to a server; `Copy`, so tasks can take one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Client {
     pub(crate) addr: SocketAddr,
+}
+
+impl std::ops::Deref for Server {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
 }
 
 impl Drop for Server {
@@ -31,15 +45,42 @@ pub(crate) struct Reply {
     pub(crate) body: Value,
 }
 
+/// The secret the tests' replicas share.
+pub(crate) const TEST_SECRET: &str = "hitl-e2e-test-secret-0123456789abcdef";
+
 impl Server {
     /// Starts the server with `args` after `serve`, on a free loopback port, and waits
-    /// until `/healthz` answers.
+    /// until `/healthz` answers. When `HITL_E2E_STORE` is set (a Redis URL), the server
+    /// keeps its threads there: the whole suite then runs against Redis.
     pub(crate) async fn start(args: &[&str]) -> Server {
+        let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        if let Ok(store) = std::env::var("HITL_E2E_STORE")
+            && !args.contains(&"--store")
+        {
+            all.extend(["--store".to_owned(), store]);
+        }
+        let server = Self::spawn(&all);
+        server.wait_healthy().await;
+        server
+    }
+
+    /// Starts the server on `store` (a Redis URL) with the shared test secret.
+    pub(crate) async fn start_on(store: &str, args: &[&str]) -> Server {
+        let mut all = vec!["--store".to_owned(), store.to_owned()];
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        let server = Self::spawn(&all);
+        server.wait_healthy().await;
+        server
+    }
+
+    /// Starts the server without waiting for it to be healthy.
+    pub(crate) fn spawn(args: &[String]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_hitl-e2e-server"))
             .arg("serve")
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .env("RUST_LOG", "warn")
+            .env("HITL_SECRET", TEST_SECRET)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -53,19 +94,31 @@ impl Server {
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .parse()
             .unwrap();
-        let server = Server { child, addr };
-        let deadline = Instant::now() + Duration::from_secs(10);
+        Server { child, client: Client { addr } }
+    }
+
+    /// Polls `/healthz` until it answers 200.
+    pub(crate) async fn wait_healthy(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(reply) = server.request(http::Method::GET, "/healthz", &[], Bytes::new()).await
+            if let Ok(reply) = self.request(http::Method::GET, "/healthz", &[], Bytes::new()).await
                 && reply.status == 200
             {
-                return server;
+                return;
             }
             assert!(Instant::now() < deadline, "the server did not become healthy");
-            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
+    /// Kills the process at once (SIGKILL), as a crash would.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Client {
     /// One request on a fresh connection.
     pub(crate) async fn request(
         &self,

@@ -2,5 +2,7 @@
 
 mod harness;
 mod python_sdk;
+mod redis_faults;
+mod replicas;
 mod rules;
 mod skeleton;

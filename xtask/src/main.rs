@@ -1,8 +1,10 @@
 //! `cargo xtask`: the workspace's automation, in Rust.
 //!
-//! - `cargo xtask test`: every test of the workspace. When `REDIS_URL` is unset and
-//!   `redis-server` is on PATH, starts one on a free loopback port for the run. Ends
-//!   with the list of suites that could not run, and why.
+//! - `cargo xtask test`: every test of the workspace, then the end-to-end suite again
+//!   with the server on Redis. When `REDIS_URL` is unset and `redis-server` is on PATH,
+//!   starts one on a free loopback port for the run; provides the official MCP Python
+//!   SDK in a virtualenv under `target/`. Ends with the list of suites that could not
+//!   run, and why.
 //! - `cargo xtask ci`: `cargo fmt --check`, clippy with `-D warnings` on all targets,
 //!   then `test`, then `cargo deny check bans licenses sources` when cargo-deny is
 //!   installed.
@@ -115,8 +117,7 @@ fn pong(port: u16) -> bool {
 }
 
 fn test(extra: &[String]) -> anyhow::Result<()> {
-    let mut skipped = Vec::new();
-    let mut skipped_owned: Vec<String> = Vec::new();
+    let mut skipped: Vec<String> = Vec::new();
     let mut _redis = None;
     let redis_url = match std::env::var("REDIS_URL") {
         Ok(url) => Some(url),
@@ -128,7 +129,8 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
         }
         Err(_) => {
             skipped.push(
-                "Redis suites (hitl-store-redis conformance): REDIS_URL is unset and redis-server is not on PATH",
+                "Redis suites (store conformance, replicas, faults): REDIS_URL is unset and redis-server is not on PATH"
+                    .into(),
             );
             None
         }
@@ -136,7 +138,7 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     let python = match python_sdk() {
         Ok(python) => Some(python),
         Err(why) => {
-            skipped_owned.push(format!("Python SDK suite (tests/python): {why}"));
+            skipped.push(format!("Python SDK suite (tests/python): {why}"));
             None
         }
     };
@@ -148,14 +150,26 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     if let Some(python) = &python {
         command.env("HITL_PYTHON", python);
     }
-    let result = run(command);
+    let mut result = run(command);
+    if result.is_ok()
+        && let Some(url) = &redis_url
+    {
+        // The whole end-to-end suite once more, with the server keeping its threads in Redis.
+        let mut again = cargo();
+        again.args(["test", "-p", "hitl-e2e", "--test", "e2e"]).env("REDIS_URL", url).env("HITL_E2E_STORE", url);
+        if let Some(python) = &python {
+            again.env("HITL_PYTHON", python);
+        }
+        result = run(again);
+    } else if redis_url.is_none() {
+        skipped.push("the e2e suite on --store redis: no Redis".into());
+    }
     eprintln!();
-    skipped_owned.extend(skipped.iter().map(|s| (*s).to_owned()));
-    if skipped_owned.is_empty() {
+    if skipped.is_empty() {
         eprintln!("every suite ran");
     } else {
         eprintln!("suites that could not run:");
-        for s in &skipped_owned {
+        for s in &skipped {
             eprintln!("  - {s}");
         }
     }

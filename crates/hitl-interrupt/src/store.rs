@@ -118,6 +118,11 @@ pub enum SaveError {
 /// [`ThreadStore::save`] a compare-and-set on [`Thread::version`].
 #[async_trait]
 pub trait ThreadStore: Send + Sync + 'static {
+    /// Can the store serve now? (`/healthz` readiness.)
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// The thread, unless it is missing or expired.
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError>;
 

@@ -21,8 +21,9 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
-use hitl_interrupt::{Engine, Lifetimes, MemoryStore, Secret, SystemClock};
+use hitl_interrupt::{Engine, Lifetimes, MemoryStore, Secret, SystemClock, ThreadStore};
 use hitl_protocol::{ErrorObject, Response};
+use hitl_store_redis::RedisStore;
 use hitl_tower::{McpBody, McpService, ServerOptions};
 use http::{StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
@@ -52,7 +53,8 @@ struct ServeArgs {
     /// Address to listen on (port 0 picks a free port; the bound address is printed).
     #[arg(long, env = "HITL_LISTEN", default_value = "127.0.0.1:8123")]
     listen: SocketAddr,
-    /// Where paused calls live: `memory` (this process only).
+    /// Where paused calls live: `memory` (this process only) or `redis://host:port/db`
+    /// (shared by every replica; needs a shared secret).
     #[arg(long, env = "HITL_STORE", default_value = "memory")]
     store: String,
     /// Do not serve the example agents.
@@ -86,7 +88,9 @@ pub fn main() -> anyhow::Result<()> {
     }
 }
 
-fn secret(args: &ServeArgs) -> anyhow::Result<Secret> {
+/// The server secret: `HITL_SECRET`, else `--secret-file`, else (in-memory store only)
+/// a random one for this process.
+fn secret(args: &ServeArgs, shared_store: bool) -> anyhow::Result<Secret> {
     if let Ok(value) = std::env::var("HITL_SECRET") {
         return Secret::new(value.as_bytes()).context("HITL_SECRET");
     }
@@ -96,16 +100,38 @@ fn secret(args: &ServeArgs) -> anyhow::Result<Secret> {
             let trimmed = bytes.trim_ascii();
             Secret::new(trimmed).with_context(|| format!("secret file {}", path.display()))
         }
+        None if shared_store => bail!(
+            "--store {} is shared by every replica, so they must share the secret that signs requestState: \
+             set HITL_SECRET or --secret-file (at least {} bytes)",
+            args.store,
+            Secret::MIN_LEN
+        ),
         None => Ok(Secret::generate()),
     }
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    if args.store != "memory" {
-        bail!("unsupported --store {:?}: this build keeps threads in memory only (use `memory`)", args.store);
+/// The thread store named by `--store`.
+async fn store(url: &str) -> anyhow::Result<Arc<dyn ThreadStore>> {
+    if url == "memory" {
+        return Ok(Arc::new(MemoryStore::default()));
     }
+    if url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("redis+unix://") {
+        let store = RedisStore::new(url).map_err(|e| anyhow::anyhow!("--store {url}: {e}"))?;
+        // Start even when Redis is down: /healthz says so, and service resumes with it.
+        if let Err(e) = store.ping().await {
+            tracing::warn!(error = %e, "Redis is not reachable yet; serving anyway, /healthz reports not ready");
+        }
+        return Ok(Arc::new(store));
+    }
+    bail!("unsupported --store {url:?}: use `memory` or `redis://host:port/db`")
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let shared_store = args.store != "memory";
+    let secret = secret(&args, shared_store)?;
+    let store = store(&args.store).await?;
     let lifetimes = Lifetimes::with_default_ttl(args.default_ttl.map(Duration::from_secs));
-    let mut engine = Engine::new(Arc::new(MemoryStore::default()), Arc::new(SystemClock), secret(&args)?, lifetimes);
+    let mut engine = Engine::new(store.clone(), Arc::new(SystemClock), secret, lifetimes);
     if args.no_threads {
         engine = engine.without_threads();
     }
@@ -132,8 +158,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                         continue;
                     }
                 };
-                let mcp = mcp.clone();
-                let service = hyper::service::service_fn(move |request| route(mcp.clone(), request, max_body));
+                let (mcp, store) = (mcp.clone(), store.clone());
+                let service =
+                    hyper::service::service_fn(move |request| route(mcp.clone(), store.clone(), request, max_body));
                 let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
                 let connection = graceful.watch(connection);
                 tokio::spawn(async move {
@@ -182,11 +209,18 @@ fn plain(status: StatusCode, content_type: &'static str, text: impl Into<Bytes>)
 
 async fn route(
     mcp: McpService,
+    store: Arc<dyn ThreadStore>,
     request: http::Request<Incoming>,
     max_body: usize,
 ) -> Result<http::Response<McpBody>, Infallible> {
     match request.uri().path() {
-        "/healthz" => Ok(plain(StatusCode::OK, "application/json", r#"{"status":"ok"}"#)),
+        "/healthz" => Ok(match store.ping().await {
+            Ok(()) => plain(StatusCode::OK, "application/json", r#"{"status":"ok"}"#),
+            Err(e) => {
+                let body = serde_json::json!({"status": "unavailable", "reason": e.to_string()}).to_string();
+                plain(StatusCode::SERVICE_UNAVAILABLE, "application/json", body)
+            }
+        }),
         "/mcp" => {
             let (parts, body) = request.into_parts();
             let bytes = match Limited::new(body, max_body).collect().await {

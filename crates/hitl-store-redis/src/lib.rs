@@ -15,6 +15,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -35,7 +36,8 @@ return 1
 /// Threads in Redis.
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: ConnectionManager,
+    client: redis::Client,
+    connection: Arc<Mutex<Option<ConnectionManager>>>,
     save: redis::Script,
 }
 
@@ -55,23 +57,47 @@ pub fn thread_key(id: &str) -> String {
 }
 
 impl RedisStore {
-    /// Connects to `url` (`redis://` or `rediss://`); the connection reconnects by
-    /// itself when Redis comes back.
+    /// A store for `url` (`redis://host:port/db`) that connects on first use, so the
+    /// server starts while Redis is down and serves once it is back. Fails only on a
+    /// malformed URL.
+    pub fn new(url: &str) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url).map_err(|e| StoreError::Unavailable(format!("bad Redis URL: {e}")))?;
+        Ok(Self { client, connection: Arc::new(Mutex::new(None)), save: redis::Script::new(SAVE) })
+    }
+
+    /// A store for `url`, connected now: fails when Redis cannot be reached.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(unavailable)?;
+        let store = Self::new(url)?;
+        store.ping().await?;
+        Ok(store)
+    }
+
+    /// The shared connection, made on first use. The connection manager reconnects by
+    /// itself after Redis restarts.
+    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        if let Some(c) = self.connection.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            return Ok(c.clone());
+        }
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(COMMAND_TIMEOUT))
             .set_response_timeout(Some(COMMAND_TIMEOUT))
-            .set_number_of_retries(2);
-        let connection = client.get_connection_manager_with_config(config).await.map_err(unavailable)?;
-        Ok(Self { connection, save: redis::Script::new(SAVE) })
+            .set_number_of_retries(1);
+        let manager = self.client.get_connection_manager_with_config(config).await.map_err(unavailable)?;
+        let mut slot = self.connection.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(slot.get_or_insert(manager).clone())
     }
 }
 
 #[async_trait]
 impl ThreadStore for RedisStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        let _: String = redis::cmd("PING").query_async(&mut connection).await.map_err(unavailable)?;
+        Ok(())
+    }
+
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection().await?;
         let data: Option<String> =
             redis::cmd("HGET").arg(thread_key(id)).arg("d").query_async(&mut connection).await.map_err(unavailable)?;
         match data {
@@ -85,7 +111,7 @@ impl ThreadStore for RedisStore {
     async fn save(&self, thread: &Thread, expected: Option<u64>) -> Result<(), SaveError> {
         let json = serde_json::to_string(thread)
             .map_err(|e| StoreError::Corrupt { id: thread.id.clone(), reason: e.to_string() })?;
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection().await?;
         let saved: i64 = self
             .save
             .key(thread_key(&thread.id))
@@ -100,7 +126,7 @@ impl ThreadStore for RedisStore {
     }
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection().await?;
         let _: i64 = redis::cmd("DEL").arg(thread_key(id)).query_async(&mut connection).await.map_err(unavailable)?;
         Ok(())
     }
