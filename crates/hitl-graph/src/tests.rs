@@ -249,3 +249,80 @@ fn output_keys_project_the_final_state() {
     let done = block(graph.invoke(json!({"input": 1}), Value::Null)).unwrap();
     assert_eq!(done, Outcome::Done(json!({"result": "got 1"})));
 }
+
+mod random_graphs {
+    //! For random layered graphs of up to 8 steps with random interrupt placements,
+    //! resuming every pause eventually reaches `Done`, and each step's code after its
+    //! interrupts runs exactly once.
+
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::{block, *};
+
+    fn layers() -> impl Strategy<Value = Vec<Vec<u8>>> {
+        // Each layer: the number of interrupts (0..=2) of each of its steps.
+        prop::collection::vec(prop::collection::vec(0u8..=2, 1..=3), 1..=4)
+            .prop_filter("at most 8 steps", |l| l.iter().map(Vec::len).sum::<usize>() <= 8)
+    }
+
+    proptest! {
+        #[test]
+        fn every_pause_resumes_to_done_and_post_interrupt_code_runs_once(layers in layers()) {
+            let mut graph = StateGraph::new();
+            let mut counters = Vec::new();
+            let mut previous: Vec<String> = vec![START.to_owned()];
+            for (l, layer) in layers.iter().enumerate() {
+                let mut names = Vec::new();
+                for (s, &asks) in layer.iter().enumerate() {
+                    let name = format!("l{l}s{s}");
+                    let after = Arc::new(AtomicUsize::new(0));
+                    counters.push((name.clone(), after.clone()));
+                    let key = name.clone();
+                    graph = graph.add_step(name.clone(), move |_, ctx| {
+                        let (after, key) = (after.clone(), key.clone());
+                        async move {
+                            let mut answers = Vec::new();
+                            for i in 0..asks {
+                                answers.push(ctx.interrupt(json!(format!("{key} q{i}")))?);
+                            }
+                            after.fetch_add(1, Ordering::SeqCst);
+                            Ok(json!({ key: answers }))
+                        }
+                    });
+                    for from in &previous {
+                        graph = graph.add_edge(from.clone(), name.clone());
+                    }
+                    names.push(name);
+                }
+                previous = names;
+            }
+            let graph = graph.compile().unwrap();
+            let mut outcome = block(graph.invoke(json!({}), Value::Null)).unwrap();
+            let mut pauses = 0;
+            let output = loop {
+                match outcome {
+                    Outcome::Done(output) => break output,
+                    Outcome::Paused { interrupts, checkpoint } => {
+                        pauses += 1;
+                        prop_assert!(pauses <= 20, "too many pauses");
+                        let values = interrupts.iter().map(|i| (i.id.clone(), json!(i.id))).collect();
+                        outcome = block(graph.resume(checkpoint, values, Value::Null)).unwrap();
+                    }
+                    Outcome::Breakpoint { .. } => unreachable!("no breakpoints"),
+                }
+            };
+            for (name, after) in &counters {
+                prop_assert_eq!(after.load(Ordering::SeqCst), 1, "{}", name);
+                prop_assert!(output.get(name).is_some());
+            }
+            let total: usize = layers.iter().flatten().map(|&n| n as usize).sum();
+            let max_per_step = layers.iter().flatten().copied().max().unwrap_or(0) as usize;
+            prop_assert!(pauses <= total);
+            prop_assert!(pauses >= max_per_step.min(total));
+        }
+    }
+}
