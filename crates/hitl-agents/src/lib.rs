@@ -13,6 +13,8 @@
 //! assert!(agents.iter().any(|a| a.name == "plan_deployment"));
 //! ```
 
+pub mod conformance;
+
 use hitl_graph::{END, START, StateGraph, StepError};
 use hitl_interrupt::Agent;
 use schemars::JsonSchema;

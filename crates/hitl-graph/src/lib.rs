@@ -229,6 +229,9 @@ pub enum RunError {
     /// The checkpoint was written by another format or names unknown steps.
     #[error("invalid checkpoint: {0}")]
     BadCheckpoint(String),
+    /// The caller cancelled the run.
+    #[error("the run was cancelled")]
+    Cancelled,
     /// A route function chose a step that does not exist.
     #[error("step {from} routed to unknown step {to}")]
     BadRoute {
@@ -239,12 +242,47 @@ pub enum RunError {
     },
 }
 
+/// Called after each superstep with the number of supersteps finished in this run.
+pub type ProgressFn = Arc<dyn Fn(u32) + Send + Sync>;
+
+/// What a caller gives one run besides its input: the runtime context, metadata about
+/// the request, a progress callback, and a way to cancel it.
+#[derive(Clone, Default)]
+pub struct Run {
+    /// The runtime context steps see ([`StepContext::runtime_context`]); not stored.
+    pub context: Value,
+    /// What the caller knows of the request (for MCP: the client's capabilities),
+    /// visible to steps as [`StepContext::metadata`]; not stored.
+    pub metadata: Value,
+    /// Called as supersteps finish.
+    pub progress: Option<ProgressFn>,
+    /// Set to stop the run before its next superstep ([`RunError::Cancelled`]).
+    pub cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl fmt::Debug for Run {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Run").field("context", &self.context).field("metadata", &self.metadata).finish_non_exhaustive()
+    }
+}
+
+impl Run {
+    /// A run with this runtime context and nothing else.
+    pub fn with_context(context: Value) -> Self {
+        Self { context, ..Self::default() }
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
 /// What a step sees besides the state: the runtime context and `interrupt`.
 #[derive(Clone)]
 pub struct StepContext {
     step: Arc<str>,
     superstep: u32,
-    runtime: Arc<Value>,
+    run: Arc<Run>,
     calls: Arc<Mutex<StepCalls>>,
 }
 
@@ -258,7 +296,12 @@ struct StepCalls {
 impl StepContext {
     /// The runtime context of the run (the caller's, not stored in checkpoints).
     pub fn runtime_context(&self) -> &Value {
-        &self.runtime
+        &self.run.context
+    }
+
+    /// What the caller knows of the request (for MCP: `{"clientCapabilities": …}`).
+    pub fn metadata(&self) -> &Value {
+        &self.run.metadata
     }
 
     /// The name of the running step.
@@ -506,6 +549,22 @@ impl fmt::Debug for Graph {
 impl Graph {
     /// Starts a run with `input` (merged into an empty state) and a runtime context.
     pub async fn invoke(&self, input: Value, runtime_context: Value) -> Result<Outcome, RunError> {
+        self.invoke_run(input, Run::with_context(runtime_context)).await
+    }
+
+    /// Resumes a paused run: each pending interrupt with a value in `resume` gets it;
+    /// steps without one ask again.
+    pub async fn resume(
+        &self,
+        checkpoint: Checkpoint,
+        resume: ResumeValues,
+        runtime_context: Value,
+    ) -> Result<Outcome, RunError> {
+        self.resume_run(checkpoint, resume, Run::with_context(runtime_context)).await
+    }
+
+    /// [`Graph::invoke`] with every option of a [`Run`].
+    pub async fn invoke_run(&self, input: Value, run: Run) -> Result<Outcome, RunError> {
         let mut state = Value::Object(Map::new());
         self.merge(&mut state, input);
         let next = self.successors(START, &state)?;
@@ -519,16 +578,15 @@ impl Graph {
             interrupts: Vec::new(),
             passed_breakpoints: BTreeSet::new(),
         };
-        self.run(checkpoint, Arc::new(runtime_context)).await
+        self.run(checkpoint, Arc::new(run)).await
     }
 
-    /// Resumes a paused run: each pending interrupt with a value in `resume` gets it;
-    /// steps without one ask again.
-    pub async fn resume(
+    /// [`Graph::resume`] with every option of a [`Run`].
+    pub async fn resume_run(
         &self,
         mut checkpoint: Checkpoint,
         resume: ResumeValues,
-        runtime_context: Value,
+        run: Run,
     ) -> Result<Outcome, RunError> {
         if checkpoint.format != CHECKPOINT_FORMAT {
             return Err(RunError::BadCheckpoint(format!("format {} is not {CHECKPOINT_FORMAT}", checkpoint.format)));
@@ -538,11 +596,15 @@ impl Graph {
         }
         checkpoint.resume.extend(resume);
         checkpoint.interrupts.clear();
-        self.run(checkpoint, Arc::new(runtime_context)).await
+        self.run(checkpoint, Arc::new(run)).await
     }
 
-    async fn run(&self, mut cp: Checkpoint, runtime: Arc<Value>) -> Result<Outcome, RunError> {
+    async fn run(&self, mut cp: Checkpoint, run: Arc<Run>) -> Result<Outcome, RunError> {
+        let mut finished = 0;
         loop {
+            if run.cancelled() {
+                return Err(RunError::Cancelled);
+            }
             if cp.next.is_empty() {
                 return Ok(Outcome::Done(self.output(cp.state)));
             }
@@ -559,7 +621,7 @@ impl Graph {
                 let ctx = StepContext {
                     step: Arc::from(name.as_str()),
                     superstep: cp.superstep,
-                    runtime: runtime.clone(),
+                    run: run.clone(),
                     calls: Arc::new(Mutex::new(StepCalls { resume: cp.resume.clone(), ..StepCalls::default() })),
                 };
                 let fut = (self.inner.steps[name].run)(cp.state.clone(), ctx.clone());
@@ -618,6 +680,10 @@ impl Graph {
             cp.writes.clear();
             cp.resume.clear();
             cp.superstep += 1;
+            finished += 1;
+            if let Some(progress) = &run.progress {
+                progress(finished);
+            }
             let stop_after = ran.iter().find(|s| self.inner.interrupt_after.contains(*s)).cloned();
             cp.passed_breakpoints.clear();
             cp.next = next;

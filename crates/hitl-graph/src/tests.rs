@@ -326,3 +326,27 @@ mod random_graphs {
         }
     }
 }
+
+#[test]
+fn runs_report_progress_see_metadata_and_can_be_cancelled() {
+    let graph = StateGraph::new()
+        .add_step("a", |_, ctx| async move { Ok(json!({ "caps": ctx.metadata()["caps"].clone() })) })
+        .add_step("b", |_, _| async move { Ok(json!({ "b": true })) })
+        .add_edge(START, "a")
+        .add_edge("a", "b")
+        .compile()
+        .unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let run = Run {
+        metadata: json!({"caps": {"sampling": {}}}),
+        progress: Some(Arc::new(move |n| s.lock().unwrap().push(n))),
+        ..Run::default()
+    };
+    let done = block(graph.invoke_run(json!({}), run)).unwrap();
+    assert_eq!(done, Outcome::Done(json!({"caps": {"sampling": {}}, "b": true})));
+    assert_eq!(*seen.lock().unwrap(), vec![1, 2]);
+    let cancel = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let run = Run { cancel: Some(cancel), ..Run::default() };
+    assert!(matches!(block(graph.invoke_run(json!({}), run)), Err(RunError::Cancelled)));
+}

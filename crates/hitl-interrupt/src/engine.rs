@@ -74,7 +74,7 @@ impl Lifetimes {
 }
 
 /// One `tools/call` as the engine sees it.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Call {
     /// The arguments (an object).
     pub arguments: Map<String, Value>,
@@ -90,6 +90,48 @@ pub struct Call {
     pub principal: Option<String>,
     /// The era of the client: a legacy client cannot answer a round.
     pub era: Era,
+    /// `true` for `prompts/get`: the call is bound to the prompt, not a tool of the
+    /// same name.
+    pub prompt: bool,
+    /// Called as the agent's supersteps finish (for `notifications/progress`).
+    pub progress: Option<hitl_graph::ProgressFn>,
+    /// Set when the client went away: the run stops before its next superstep and the
+    /// round stays as it was.
+    pub cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl std::fmt::Debug for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Call")
+            .field("arguments", &self.arguments)
+            .field("input_responses", &self.input_responses)
+            .field("request_state", &self.request_state.as_ref().map(|_| ".."))
+            .field("context", &self.context)
+            .field("capabilities", &self.capabilities)
+            .field("principal", &self.principal)
+            .field("era", &self.era)
+            .field("prompt", &self.prompt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Call {
+    /// The graph run options of this call: its runtime context, the client's
+    /// capabilities as metadata (so an agent can ask only for what the client takes),
+    /// progress and cancellation.
+    fn run(&self) -> hitl_graph::Run {
+        hitl_graph::Run {
+            context: self.context.clone().unwrap_or(Value::Null),
+            metadata: serde_json::json!({ "clientCapabilities": self.capabilities }),
+            progress: self.progress.clone(),
+            cancel: self.cancel.clone(),
+        }
+    }
+
+    /// The name a thread is bound to.
+    fn binding(&self, agent: &Agent) -> String {
+        if self.prompt { format!("prompt:{}", agent.name) } else { agent.name.clone() }
+    }
 }
 
 /// The first text block of the error result a legacy client gets when a tool pauses.
@@ -171,13 +213,12 @@ impl Engine {
 
     /// A call without `requestState`: a new thread.
     async fn start(&self, agent: &Agent, call: Call, args_digest: String) -> Result<Answer, EngineError> {
-        let context = call.context.clone().unwrap_or(Value::Null);
-        let outcome = agent.graph.invoke(Value::Object(call.arguments.clone()), context.clone()).await;
+        let outcome = agent.graph.invoke_run(Value::Object(call.arguments.clone()), call.run()).await;
         let mut thread = Thread {
             format: THREAD_FORMAT,
             id: uuid::Uuid::now_v7().to_string(),
             version: 0,
-            tool: agent.name.clone(),
+            tool: call.binding(agent),
             args_digest,
             principal: call.principal.clone(),
             checkpoint: None,
@@ -201,7 +242,7 @@ impl Engine {
                     Verdict::Invalid(e) => return Ok(Err(e)),
                     Verdict::Finish(result) => return Ok(Ok(CallToolResponse::Complete(result))),
                     Verdict::Resume(values) => {
-                        let outcome = agent.graph.resume(checkpoint, values, context.clone()).await;
+                        let outcome = agent.graph.resume_run(checkpoint, values, call.run()).await;
                         match self.settle(outcome, round.n + 1, &call) {
                             Settled::Done(answer) => return Ok(Ok(answer)),
                             Settled::Paused(cp, next) => (checkpoint, round) = (cp, next),
@@ -241,7 +282,10 @@ impl Engine {
         let mut backoff = Duration::from_millis(2);
         loop {
             let Some(mut thread) = self.store.load(thread_id).await? else { return invalid() };
-            if thread.tool != agent.name || thread.args_digest != args_digest || thread.principal != call.principal {
+            if thread.tool != call.binding(agent)
+                || thread.args_digest != args_digest
+                || thread.principal != call.principal
+            {
                 return invalid();
             }
             let Some(round) = thread.round.clone().filter(|r| self.secret.verify(&thread.id, r.n, &r.nonce, token))
@@ -292,10 +336,17 @@ impl Engine {
         token: &str,
     ) -> Result<Answer, EngineError> {
         let checkpoint = thread.checkpoint.clone().expect("a paused thread has a checkpoint");
-        let context = call.context.clone().unwrap_or(Value::Null);
-        let outcome = agent.graph.resume(checkpoint, values, context).await;
+        let outcome = agent.graph.resume_run(checkpoint, values, call.run()).await;
         let expected = thread.version;
         thread.claim = None;
+        if matches!(outcome, Err(hitl_graph::RunError::Cancelled)) {
+            // The client went away: give the round back as it was.
+            thread.version = expected + 1;
+            return match self.store.save(&thread, Some(expected)).await {
+                Ok(()) | Err(SaveError::Conflict(_)) => Ok(Err(ErrorObject::internal("the request was cancelled"))),
+                Err(SaveError::Store(e)) => Err(e.into()),
+            };
+        }
         match self.settle(outcome, round.n + 1, call) {
             Settled::Done(response) => {
                 let outcome = match &response {

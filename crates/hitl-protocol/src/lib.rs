@@ -47,7 +47,9 @@ pub use mrtr::{
     InputRequest, InputRequests, InputRequiredResult, InputResponses, ListRootsResult, RequestedSchema, Root,
     SamplingMessage, UrlElicitation, UrlElicitationRequiredData,
 };
-pub use request::{ClientNotification, ClientRequest, server_request};
+pub use request::{
+    ClientNotification, ClientRequest, CompleteParams, ReadResourceParams, SetLevelParams, server_request,
+};
 pub use types::{
     CacheScope, CallToolParams, CallToolResponse, CallToolResult, ContentBlock, DiscoverResult, EmptyParams,
     GetPromptParams, GetPromptResult, InitializeParams, InitializeResult, ListParams, ListPromptsResult,

@@ -23,12 +23,67 @@ pub enum ClientRequest {
     Initialize(InitializeParams),
     /// `ping` (legacy).
     Ping(EmptyParams),
+    /// `completion/complete`.
+    Complete(CompleteParams),
+    /// `resources/list`.
+    ListResources(ListParams),
+    /// `resources/templates/list`.
+    ListResourceTemplates(ListParams),
+    /// `resources/read`.
+    ReadResource(ReadResourceParams),
+    /// `logging/setLevel` (legacy).
+    SetLevel(SetLevelParams),
+}
+
+/// Params of `completion/complete`: what is being completed, kept as sent.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CompleteParams {
+    /// `ref/prompt` or `ref/resource`, with its name or URI.
+    #[serde(rename = "ref")]
+    pub reference: Value,
+    /// The argument being completed (`name`, `value`).
+    pub argument: Value,
+    /// Request metadata.
+    #[serde(rename = "_meta", default, skip_serializing_if = "Meta::is_empty")]
+    pub meta: Meta,
+}
+
+/// Params of `resources/read`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ReadResourceParams {
+    /// The resource.
+    pub uri: String,
+    /// Request metadata.
+    #[serde(rename = "_meta", default, skip_serializing_if = "Meta::is_empty")]
+    pub meta: Meta,
+}
+
+/// Params of `logging/setLevel`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SetLevelParams {
+    /// The lowest level to send.
+    pub level: String,
+    /// Request metadata.
+    #[serde(rename = "_meta", default, skip_serializing_if = "Meta::is_empty")]
+    pub meta: Meta,
 }
 
 impl ClientRequest {
     /// Every method name this type reads.
-    pub const METHODS: &'static [&'static str] =
-        &["server/discover", "tools/list", "tools/call", "prompts/list", "prompts/get", "initialize", "ping"];
+    pub const METHODS: &'static [&'static str] = &[
+        "server/discover",
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "initialize",
+        "ping",
+        "completion/complete",
+        "logging/setLevel",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+    ];
 
     /// Types a request: `-32601` for a method hitl does not serve, `-32602` with
     /// serde's message and the JSON path when the params do not fit.
@@ -47,6 +102,11 @@ impl ClientRequest {
             "prompts/get" => Self::GetPrompt(jsonrpc::params(params)?),
             "initialize" => Self::Initialize(jsonrpc::params(params)?),
             "ping" => Self::Ping(jsonrpc::params(params)?),
+            "completion/complete" => Self::Complete(jsonrpc::params(params)?),
+            "logging/setLevel" => Self::SetLevel(jsonrpc::params(params)?),
+            "resources/list" => Self::ListResources(jsonrpc::params(params)?),
+            "resources/templates/list" => Self::ListResourceTemplates(jsonrpc::params(params)?),
+            "resources/read" => Self::ReadResource(jsonrpc::params(params)?),
             other => return Err(ErrorObject::method_not_found(other)),
         })
     }
@@ -61,6 +121,11 @@ impl ClientRequest {
             Self::GetPrompt(_) => "prompts/get",
             Self::Initialize(_) => "initialize",
             Self::Ping(_) => "ping",
+            Self::Complete(_) => "completion/complete",
+            Self::SetLevel(_) => "logging/setLevel",
+            Self::ListResources(_) => "resources/list",
+            Self::ListResourceTemplates(_) => "resources/templates/list",
+            Self::ReadResource(_) => "resources/read",
         }
     }
 
@@ -68,10 +133,15 @@ impl ClientRequest {
     pub fn meta(&self) -> &Meta {
         match self {
             Self::Discover(p) | Self::Ping(p) => &p.meta,
-            Self::ListTools(p) | Self::ListPrompts(p) => &p.meta,
+            Self::ListTools(p) | Self::ListPrompts(p) | Self::ListResources(p) | Self::ListResourceTemplates(p) => {
+                &p.meta
+            }
+            Self::ReadResource(p) => &p.meta,
             Self::CallTool(p) => &p.meta,
             Self::GetPrompt(p) => &p.meta,
             Self::Initialize(p) => &p.meta,
+            Self::Complete(p) => &p.meta,
+            Self::SetLevel(p) => &p.meta,
         }
     }
 }

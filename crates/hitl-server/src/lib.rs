@@ -24,7 +24,7 @@ use clap::{Parser, Subcommand};
 use hitl_interrupt::{Engine, Lifetimes, MemoryStore, Secret, SystemClock, ThreadStore};
 use hitl_protocol::{ErrorObject, Response};
 use hitl_store_redis::RedisStore;
-use hitl_tower::{McpBody, McpService, ServerOptions};
+use hitl_tower::{AllowedHosts, McpBody, McpService, ServerOptions, ValidateOrigin, ValidateOriginLayer};
 use http::{StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -32,7 +32,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tower::ServiceExt as _;
+use tower::{Layer as _, ServiceExt as _};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -66,6 +66,15 @@ struct ServeArgs {
     /// A file holding the server secret that signs requestState (at least 32 bytes).
     #[arg(long, env = "HITL_SECRET_FILE")]
     secret_file: Option<PathBuf>,
+    /// Also serve the fixtures of the official MCP conformance suite (tools and
+    /// prompts named `test_*`), listed first.
+    #[arg(long)]
+    conformance_fixtures: bool,
+    /// A host name requests may name in `Host` and `Origin` (repeatable). By default a
+    /// server on a loopback address accepts only `localhost`, `127.0.0.1` and `[::1]`
+    /// (DNS-rebinding protection) and one on another address accepts any.
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    allowed_hosts: Vec<String>,
     /// Keep no threads: a tool that pauses ends with an error result saying the call
     /// can't be resumed.
     #[arg(long)]
@@ -135,8 +144,27 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if args.no_threads {
         engine = engine.without_threads();
     }
-    let agents = if args.no_examples { Vec::new() } else { hitl_agents::examples() };
-    let mcp = McpService::new(agents, engine, ServerOptions::default());
+    let (mut tools, mut prompts) = (Vec::new(), Vec::new());
+    if args.conformance_fixtures {
+        tools.extend(hitl_agents::conformance::tools());
+        prompts.extend(hitl_agents::conformance::prompts());
+    }
+    if !args.no_examples {
+        tools.extend(hitl_agents::examples());
+    }
+    let allowed = if !args.allowed_hosts.is_empty() {
+        AllowedHosts::new(args.allowed_hosts.iter().cloned())
+    } else if args.listen.ip().is_loopback() {
+        AllowedHosts::loopback()
+    } else {
+        AllowedHosts::any()
+    };
+    let mcp = ValidateOriginLayer::new(allowed).layer(McpService::with_prompts(
+        tools,
+        prompts,
+        engine,
+        ServerOptions::default(),
+    ));
     let max_body = args.max_body_bytes;
 
     let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
@@ -208,7 +236,7 @@ fn plain(status: StatusCode, content_type: &'static str, text: impl Into<Bytes>)
 }
 
 async fn route(
-    mcp: McpService,
+    mcp: ValidateOrigin<McpService>,
     store: Arc<dyn ThreadStore>,
     request: http::Request<Incoming>,
     max_body: usize,

@@ -37,23 +37,24 @@
 //! # });
 //! ```
 
+mod endpoint;
+mod origin;
+mod sse;
+
+pub use origin::{AllowedHosts, ValidateOrigin, ValidateOriginLayer};
+
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use hitl_interrupt::{Agent, Call, Engine};
-use hitl_protocol::version::{self, Era};
-use hitl_protocol::{
-    CacheScope, CallToolParams, CallToolResponse, ClientCapabilities, ClientRequest, DiscoverResult, ErrorCode,
-    ErrorObject, Implementation, InitializeResult, ListToolsResult, Message, Meta, RequestId, Response, ResultType,
-    ServerCapabilities, Tool, headers, jsonrpc,
-};
-use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use hitl_interrupt::{Agent, Engine};
+use hitl_protocol::version::Era;
+use hitl_protocol::{ErrorCode, ErrorObject, Implementation, RequestId, Response};
+use http::{HeaderValue, StatusCode, header};
 use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
 use indexmap::IndexMap;
-use serde_json::{Map, Value};
 use tower::Service;
 
 /// The response body of the endpoint.
@@ -86,7 +87,8 @@ impl Default for ServerOptions {
 }
 
 struct Shared {
-    agents: IndexMap<String, Agent>,
+    tools: IndexMap<String, Agent>,
+    prompts: IndexMap<String, Agent>,
     engine: Engine,
     options: ServerOptions,
 }
@@ -99,15 +101,24 @@ pub struct McpService {
 
 impl std::fmt::Debug for McpService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("McpService").field("agents", &self.shared.agents.keys().collect::<Vec<_>>()).finish()
+        f.debug_struct("McpService")
+            .field("tools", &self.shared.tools.keys().collect::<Vec<_>>())
+            .field("prompts", &self.shared.prompts.keys().collect::<Vec<_>>())
+            .finish()
     }
 }
 
 impl McpService {
-    /// An endpoint serving `agents` (listed in this order) through `engine`.
+    /// An endpoint serving `agents` as tools (listed in this order) through `engine`.
     pub fn new(agents: Vec<Agent>, engine: Engine, options: ServerOptions) -> Self {
-        let agents = agents.into_iter().map(|a| (a.name.clone(), a)).collect();
-        Self { shared: Arc::new(Shared { agents, engine, options }) }
+        Self::with_prompts(agents, Vec::new(), engine, options)
+    }
+
+    /// An endpoint serving `tools` as tools and `prompts` as prompts: `prompts/get` runs
+    /// the agent with the same rounds as a tool call and returns its output as messages.
+    pub fn with_prompts(tools: Vec<Agent>, prompts: Vec<Agent>, engine: Engine, options: ServerOptions) -> Self {
+        let by_name = |agents: Vec<Agent>| agents.into_iter().map(|a| (a.name.clone(), a)).collect();
+        Self { shared: Arc::new(Shared { tools: by_name(tools), prompts: by_name(prompts), engine, options }) }
     }
 }
 
@@ -140,18 +151,18 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
     }
 }
 
-fn body(bytes: impl Into<Bytes>) -> McpBody {
+pub(crate) fn body(bytes: impl Into<Bytes>) -> McpBody {
     Full::new(bytes.into()).boxed_unsync()
 }
 
-fn json_response(status: StatusCode, response: &Response) -> http::Response<McpBody> {
+pub(crate) fn json_response(status: StatusCode, response: &Response) -> http::Response<McpBody> {
     let mut out = http::Response::new(body(response.to_bytes()));
     *out.status_mut() = status;
     out.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     out
 }
 
-fn error_response(era: Era, id: Option<RequestId>, error: ErrorObject) -> http::Response<McpBody> {
+pub(crate) fn error_response(era: Era, id: Option<RequestId>, error: ErrorObject) -> http::Response<McpBody> {
     // Legacy clients read errors from the body; only the modern wire defines statuses,
     // except for messages that are not JSON-RPC at all.
     let status = match era {
@@ -164,251 +175,10 @@ fn error_response(era: Era, id: Option<RequestId>, error: ErrorObject) -> http::
     json_response(status, &Response::Error { id, error })
 }
 
-fn empty(status: StatusCode) -> http::Response<McpBody> {
+pub(crate) fn empty(status: StatusCode) -> http::Response<McpBody> {
     let mut out = http::Response::new(body(Bytes::new()));
     *out.status_mut() = status;
     out
-}
-
-fn header_bytes<'a>(headers: &'a HeaderMap) -> impl Fn(&str) -> Option<&'a [u8]> {
-    move |name| headers.get(name).map(HeaderValue::as_bytes)
-}
-
-impl Shared {
-    async fn handle(&self, request: http::Request<Bytes>) -> http::Response<McpBody> {
-        let (parts, bytes) = request.into_parts();
-        if parts.method != Method::POST {
-            let mut out = empty(StatusCode::METHOD_NOT_ALLOWED);
-            out.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
-            return out;
-        }
-        let version_header = match parts.headers.get(headers::PROTOCOL_VERSION) {
-            None => None,
-            Some(raw) => match headers::decode_value(raw.as_bytes()) {
-                Some(v) => Some(v),
-                None => {
-                    let error =
-                        ErrorObject::header_mismatch("Header mismatch: MCP-Protocol-Version header value is not valid");
-                    return error_response(Era::Modern, None, error);
-                }
-            },
-        };
-        let era = version_header.as_deref().map_or(Era::Legacy, version::era_of);
-        if let Some(content_type) = parts.headers.get(header::CONTENT_TYPE)
-            && !content_type.to_str().is_ok_and(|v| v.trim_start().to_ascii_lowercase().starts_with("application/json"))
-        {
-            let mut out =
-                error_response(era, None, ErrorObject::invalid_request("Content-Type must be application/json"));
-            *out.status_mut() = StatusCode::UNSUPPORTED_MEDIA_TYPE;
-            return out;
-        }
-        let message = match jsonrpc::parse(&bytes) {
-            Ok(m) => m,
-            Err(rejection) => return error_response(era, rejection.id, rejection.error),
-        };
-        let principal = parts.extensions.get::<Principal>().map(|p| p.0.clone());
-        match era {
-            Era::Modern => self.modern(&parts.headers, version_header.unwrap_or_default(), message, principal).await,
-            Era::Legacy => self.legacy(message, principal).await,
-        }
-    }
-
-    async fn modern(
-        &self,
-        http_headers: &HeaderMap,
-        version_header: String,
-        message: Message,
-        principal: Option<String>,
-    ) -> http::Response<McpBody> {
-        let request = match message {
-            Message::Request(r) => r,
-            Message::Notification(_) => return empty(StatusCode::ACCEPTED),
-            Message::Response { id, .. } | Message::Error { id: Some(id), .. } => {
-                let error = ErrorObject::invalid_request("the 2026-07-28 transport takes no responses from clients");
-                return error_response(Era::Modern, Some(id), error);
-            }
-            Message::Error { id: None, .. } => {
-                let error = ErrorObject::invalid_request("the 2026-07-28 transport takes no responses from clients");
-                return error_response(Era::Modern, None, error);
-            }
-        };
-        let id = request.id.clone();
-        let fail = |error: ErrorObject| error_response(Era::Modern, Some(id.clone()), error);
-        if let Err(e) =
-            headers::check_method_and_name(header_bytes(http_headers), &request.method, request.params.as_ref())
-        {
-            return fail(e);
-        }
-        if !matches!(request.method.as_str(), "server/discover" | "tools/list" | "tools/call") {
-            return fail(ErrorObject::method_not_found(&request.method));
-        }
-        let meta: Meta = match request.params.as_ref().and_then(|p| p.get("_meta")) {
-            None => Meta::new(),
-            Some(raw) => match serde_json::from_value(raw.clone()) {
-                Ok(meta) => meta,
-                Err(_) => return fail(ErrorObject::invalid_params("Invalid params: _meta must be an object")),
-            },
-        };
-        let modern = match meta.require_modern() {
-            Ok(m) => m,
-            Err(e) => return fail(e),
-        };
-        if let Err(e) = headers::check_version(&version_header, &modern.protocol_version) {
-            return fail(e);
-        }
-        if modern.protocol_version != version::MODERN {
-            return fail(ErrorObject::unsupported_version(version::SUPPORTED, &modern.protocol_version));
-        }
-        let typed = match ClientRequest::parse(&request.method, request.params) {
-            Ok(t) => t,
-            Err(e) => return fail(e),
-        };
-        let result = match typed {
-            ClientRequest::Discover(_) => Ok(self.discover()),
-            ClientRequest::ListTools(_) => Ok(self.list_tools(Era::Modern)),
-            ClientRequest::CallTool(params) => {
-                self.call_tool(params, modern.client_capabilities, principal, Era::Modern).await
-            }
-            other => Err(ErrorObject::method_not_found(other.method())),
-        };
-        match result {
-            Ok(result) => {
-                json_response(StatusCode::OK, &Response::Result { id, result: self.stamp(result, Era::Modern) })
-            }
-            Err(error) => fail(error),
-        }
-    }
-
-    async fn legacy(&self, message: Message, principal: Option<String>) -> http::Response<McpBody> {
-        let request = match message {
-            Message::Request(r) => r,
-            // Notifications and answers to server requests are accepted and need no body.
-            _ => return empty(StatusCode::ACCEPTED),
-        };
-        let id = request.id.clone();
-        let typed = match ClientRequest::parse(&request.method, request.params) {
-            Ok(t) => t,
-            Err(e) => return error_response(Era::Legacy, Some(id), e),
-        };
-        let result = match typed {
-            ClientRequest::Initialize(params) => {
-                let result = InitializeResult {
-                    protocol_version: version::negotiate_legacy(&params.protocol_version).to_owned(),
-                    capabilities: self.capabilities(),
-                    server_info: self.options.server_info.clone(),
-                    instructions: self.options.instructions.clone(),
-                };
-                Ok(serde_json::to_value(result).unwrap_or_default())
-            }
-            ClientRequest::Ping(_) => Ok(Value::Object(Map::new())),
-            ClientRequest::ListTools(_) => Ok(self.list_tools(Era::Legacy)),
-            ClientRequest::CallTool(params) => {
-                self.call_tool(params, ClientCapabilities::default(), principal, Era::Legacy).await
-            }
-            other => Err(ErrorObject::method_not_found(other.method())),
-        };
-        match result {
-            Ok(result) => {
-                json_response(StatusCode::OK, &Response::Result { id, result: self.stamp(result, Era::Legacy) })
-            }
-            Err(error) => error_response(Era::Legacy, Some(id), error),
-        }
-    }
-
-    /// Adds `serverInfo` to modern results; strips `resultType` from legacy ones.
-    fn stamp(&self, mut result: Value, era: Era) -> Value {
-        if let Value::Object(map) = &mut result {
-            match era {
-                Era::Modern => {
-                    map.entry("resultType").or_insert_with(|| Value::from("complete"));
-                    let info = serde_json::to_value(&self.options.server_info).unwrap_or_default();
-                    let meta = map.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
-                    if let Value::Object(meta) = meta {
-                        meta.insert(hitl_protocol::meta_keys::SERVER_INFO.into(), info);
-                    }
-                }
-                Era::Legacy => {
-                    map.remove("resultType");
-                }
-            }
-        }
-        result
-    }
-
-    fn capabilities(&self) -> ServerCapabilities {
-        ServerCapabilities { tools: Some(Map::new()), ..ServerCapabilities::default() }
-    }
-
-    fn discover(&self) -> Value {
-        let result = DiscoverResult {
-            result_type: ResultType::Complete,
-            supported_versions: version::SUPPORTED.iter().map(|v| (*v).to_owned()).collect(),
-            capabilities: self.capabilities(),
-            instructions: self.options.instructions.clone(),
-            ttl_ms: self.options.list_ttl_ms,
-            cache_scope: CacheScope::Public,
-            meta: None,
-        };
-        serde_json::to_value(result).unwrap_or_default()
-    }
-
-    fn list_tools(&self, era: Era) -> Value {
-        let tools = self
-            .agents
-            .values()
-            .map(|a| Tool {
-                name: a.name.clone(),
-                title: None,
-                description: Some(a.description.clone()),
-                input_schema: a.input_schema.clone(),
-                output_schema: None,
-                other: Map::new(),
-            })
-            .collect();
-        let modern = era == Era::Modern;
-        let result = ListToolsResult {
-            result_type: modern.then_some(ResultType::Complete),
-            tools,
-            next_cursor: None,
-            ttl_ms: modern.then_some(self.options.list_ttl_ms),
-            cache_scope: modern.then_some(CacheScope::Public),
-            meta: None,
-        };
-        serde_json::to_value(result).unwrap_or_default()
-    }
-
-    async fn call_tool(
-        &self,
-        params: CallToolParams,
-        capabilities: ClientCapabilities,
-        principal: Option<String>,
-        era: Era,
-    ) -> Result<Value, ErrorObject> {
-        let Some(agent) = self.agents.get(&params.name) else {
-            return Err(ErrorObject::invalid_params(format!("Unknown tool: {}", params.name)));
-        };
-        let call = Call {
-            arguments: params.arguments.unwrap_or_default(),
-            input_responses: params.input_responses,
-            request_state: params.request_state,
-            context: params.context,
-            capabilities,
-            principal,
-            era,
-        };
-        match self.engine.call(agent, call).await {
-            Ok(Ok(response)) => Ok(match response {
-                CallToolResponse::Complete(r) => serde_json::to_value(r),
-                CallToolResponse::InputRequired(r) => serde_json::to_value(r),
-            }
-            .unwrap_or_default()),
-            Ok(Err(error)) => Err(error),
-            Err(e) => {
-                tracing::error!(error = %e, tool = %agent.name, "tools/call failed");
-                Err(ErrorObject::internal(format!("Internal error: {e}")))
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use hitl_graph::{START, StateGraph};
 use hitl_interrupt::{Lifetimes, MemoryStore, Secret, SystemClock};
-use serde_json::json;
+use http::Method;
+use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
 use super::*;
@@ -137,4 +138,56 @@ async fn legacy_initialize_negotiates() {
     assert_eq!(body["result"]["serverInfo"]["name"], "hitl");
     let (status, _) = post(&svc, &[], json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
     assert_eq!(status, StatusCode::ACCEPTED);
+}
+
+#[tokio::test]
+async fn foreign_hosts_and_origins_are_403() {
+    use tower::Layer as _;
+    let svc = ValidateOriginLayer::new(AllowedHosts::loopback()).layer(service());
+    let request = |host: &str, origin: Option<&str>| {
+        let mut r = http::Request::post("/mcp").header("host", host).header("content-type", "application/json");
+        if let Some(o) = origin {
+            r = r.header("origin", o);
+        }
+        r.body(Bytes::from(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)).unwrap()
+    };
+    for (host, origin, status) in [
+        ("127.0.0.1:8123", None, StatusCode::OK),
+        ("localhost:8123", Some("http://localhost:3000"), StatusCode::OK),
+        ("[::1]:8123", None, StatusCode::OK),
+        ("evil.example.com", None, StatusCode::FORBIDDEN),
+        ("127.0.0.1:8123", Some("http://evil.example.com"), StatusCode::FORBIDDEN),
+        ("127.0.0.1:8123", Some("null"), StatusCode::FORBIDDEN),
+    ] {
+        let response = svc.clone().oneshot(request(host, origin)).await.unwrap();
+        assert_eq!(response.status(), status, "{host} {origin:?}");
+    }
+}
+
+#[tokio::test]
+async fn progress_streams_as_server_sent_events() {
+    let svc = service();
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "choose_region", "arguments": {},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}, "progressToken": "p"}}});
+    let request = http::Request::post("/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "choose_region")
+        .body(Bytes::from(body.to_string()))
+        .unwrap();
+    let response = svc.oneshot(request).await.unwrap();
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    assert_eq!(response.headers()["x-accel-buffering"], "no");
+    let text = String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    let messages: Vec<Value> =
+        text.lines().filter_map(|l| l.strip_prefix("data: ")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(messages[0]["method"], "notifications/progress");
+    assert_eq!(messages[0]["params"]["progressToken"], "p");
+    let last = messages.last().unwrap();
+    assert_eq!(last["id"], 3);
+    assert_eq!(last["result"]["resultType"], "input_required");
 }

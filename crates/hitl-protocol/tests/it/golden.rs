@@ -35,6 +35,12 @@ fn check(kind: &str, json: &Value) -> Value {
                     ClientRequest::Ping(p) | ClientRequest::Discover(p) => serde_json::to_value(p),
                     ClientRequest::ListTools(p) | ClientRequest::ListPrompts(p) => serde_json::to_value(p),
                     ClientRequest::GetPrompt(p) => serde_json::to_value(p),
+                    ClientRequest::Complete(p) => serde_json::to_value(p),
+                    ClientRequest::SetLevel(p) => serde_json::to_value(p),
+                    ClientRequest::ListResources(p) | ClientRequest::ListResourceTemplates(p) => {
+                        serde_json::to_value(p)
+                    }
+                    ClientRequest::ReadResource(p) => serde_json::to_value(p),
                 }
                 .unwrap();
                 let mut out = serde_json::json!({"jsonrpc": "2.0", "id": request.id, "method": typed.method()});

@@ -1,0 +1,76 @@
+//! Progress over Server-Sent Events: when a `tools/call` or `prompts/get` carries a
+//! `progressToken` and the client accepts `text/event-stream`, the response is a stream
+//! of `notifications/progress` (one per finished superstep, after a first `0`) ending
+//! with the JSON-RPC response. One JSON message per `data:` line. Closing the stream
+//! cancels the run: it stops before its next superstep and the round stays open.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use futures_util::stream;
+use hitl_protocol::{ClientRequest, RequestId};
+use http::{HeaderValue, StatusCode, header};
+use http_body::Frame;
+use http_body_util::{BodyExt, StreamBody};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::endpoint::Caller;
+use crate::{McpBody, Shared};
+
+/// One SSE event carrying one JSON message on one line.
+fn event(message: &Value) -> Bytes {
+    Bytes::from(format!("event: message\ndata: {message}\n\n"))
+}
+
+/// Sets the flag when the response body is dropped: the client went away (or the
+/// stream ended, when the flag no longer matters).
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+pub(crate) fn respond(
+    shared: Arc<Shared>,
+    id: RequestId,
+    request: ClientRequest,
+    caller: Caller,
+    token: Value,
+) -> http::Response<McpBody> {
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let note = |progress: u32| {
+        json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                                      "params": {"progressToken": token, "progress": progress}})
+    };
+    let _ = tx.send(event(&note(0)));
+    let progress: hitl_graph::ProgressFn = {
+        let (tx, token) = (tx.clone(), token.clone());
+        Arc::new(move |n| {
+            let message = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                                 "params": {"progressToken": token, "progress": n}});
+            let _ = tx.send(event(&message));
+        })
+    };
+    let era = caller.era;
+    let run_cancel = cancel.clone();
+    tokio::spawn(async move {
+        let result = shared.dispatch(request, caller, Some(progress), Some(run_cancel)).await;
+        let _ = tx.send(event(&shared.message(id, era, result).to_value()));
+    });
+    let guard = CancelOnDrop(cancel);
+    let frames = stream::unfold((rx, guard), |(mut rx, guard)| async move {
+        rx.recv().await.map(|bytes| (Ok::<_, std::convert::Infallible>(Frame::data(bytes)), (rx, guard)))
+    });
+    let mut response = http::Response::new(StreamBody::new(frames).boxed_unsync());
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
