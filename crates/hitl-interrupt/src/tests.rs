@@ -359,3 +359,46 @@ fn a_lapsed_claim_lets_another_request_take_the_round_over() {
     assert_eq!(text(&done).0, r#"{"answer":"yes","run":1}"#);
     assert!(f.clock.now_ms() >= 1_000_000 + 30_000, "it waited for the lease to lapse");
 }
+
+fn text_then_url_agent() -> Agent {
+    let graph = StateGraph::new()
+        .add_step("name", |_, ctx| async move { Ok(json!({ "name": ctx.interrupt(json!("Name?"))? })) })
+        .add_step("auth", |_, ctx| async move {
+            let reply = ctx.interrupt(json!({"type": "mcp_elicitation", "requests": [
+                {"key": "auth", "message": "Sign in.", "mode": "url", "url": "https://example.com/start"}]}))?;
+            Ok(json!({ "auth": reply["responses"]["auth"]["action"] }))
+        })
+        .add_edge(START, "name")
+        .add_edge("name", "auth")
+        .compile()
+        .unwrap();
+    Agent { name: "signup".into(), description: String::new(), input_schema: json!({"type": "object"}), graph }
+}
+
+#[test]
+fn a_later_round_needing_url_waits_10_minutes_for_the_client_to_declare_it() {
+    let f = fixture();
+    let agent = text_then_url_agent();
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let (key, state) = (first_key(&r), r.request_state.unwrap());
+    let a = answers(&[(&key, accept("Ada"))]);
+    let err = run(f.engine.call(&agent, call(Some(a.clone()), Some(&state)))).unwrap_err();
+    assert_eq!(err.code, ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY);
+    assert_eq!(err.message, "This tool asks for human input and needs url elicitation.");
+    assert_eq!(err.data.unwrap(), json!({"requiredCapabilities": {"elicitation": {"url": {}}}}));
+    // Within 10 minutes, the same answers with url declared get the URL question.
+    f.clock.advance(9 * 60 * 1000);
+    let mut with_url = call(Some(a.clone()), Some(&state));
+    with_url.capabilities = serde_json::from_value(json!({"elicitation": {"form": {}, "url": {}}})).unwrap();
+    let next = round(run(f.engine.call(&agent, with_url.clone())));
+    assert_eq!(first_key(&next), "auth");
+    // After 10 minutes the paused call is gone.
+    let g = fixture();
+    let r = round(run(g.engine.call(&agent, call(None, None))));
+    let state = r.request_state.unwrap();
+    let _ = run(g.engine.call(&agent, call(Some(a.clone()), Some(&state))));
+    g.clock.advance(10 * 60 * 1000);
+    let mut late = call(Some(a), Some(&state));
+    late.capabilities = with_url.capabilities;
+    assert_eq!(run(g.engine.call(&agent, late)).unwrap_err().message, INVALID_STATE);
+}

@@ -50,7 +50,7 @@ pub use convert::{Form, FormOptions, to_form};
 pub use downgrade::downgrade_2025_06_18;
 pub use review::{Decision, MAX_PREFILL_BYTES, review_form};
 pub use url::{MAX_URL_LEN, check_url};
-pub use validate::{CACHE_CAPACITY, Violation, validate, validate_value};
+pub use validate::{CACHE_CAPACITY, Violation, deserialize_answer, validate, validate_value};
 
 /// The field a text question's answer (and a non-object schema's value) comes back in.
 pub const RESPONSE_FIELD: &str = "response";

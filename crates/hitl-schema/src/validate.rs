@@ -84,3 +84,13 @@ pub fn validate_value(schema: &Value, instance: &Value) -> Result<(), Vec<Violat
         .collect();
     if violations.is_empty() { Ok(()) } else { Err(violations) }
 }
+
+/// Deserializes accepted content into a Rust type, for typed questions: a failure is a
+/// [`Violation`] naming the field at fault, reported like any answer that does not fit.
+pub fn deserialize_answer<T: serde::de::DeserializeOwned>(content: &Map<String, Value>) -> Result<T, Violation> {
+    serde_path_to_error::deserialize(Value::Object(content.clone())).map_err(|e| {
+        let path = e.path().to_string();
+        let field = path.split('.').next().filter(|f| *f != "?").unwrap_or_default().to_owned();
+        Violation { field, message: e.into_inner().to_string() }
+    })
+}

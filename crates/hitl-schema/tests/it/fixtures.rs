@@ -103,3 +103,21 @@ fn wrapped_answers_unwrap_to_the_bare_value() {
     let content = serde_json::json!({"a": "x", "extra": 1});
     assert_eq!(form.unwrap_answer(content.as_object().unwrap()), serde_json::json!({"a": "x"}));
 }
+
+#[test]
+fn typed_answers_deserialize_or_name_the_field() {
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct Deployment {
+        region: String,
+        replicas: u8,
+    }
+    let ok: Deployment =
+        hitl_schema::deserialize_answer(serde_json::json!({"region": "eu-west-1", "replicas": 3}).as_object().unwrap())
+            .unwrap();
+    assert_eq!(ok, Deployment { region: "eu-west-1".into(), replicas: 3 });
+    let err = hitl_schema::deserialize_answer::<Deployment>(
+        serde_json::json!({"region": "eu-west-1", "replicas": 300}).as_object().unwrap(),
+    )
+    .unwrap_err();
+    assert_eq!(err.field, "replicas");
+}
