@@ -350,3 +350,21 @@ fn runs_report_progress_see_metadata_and_can_be_cancelled() {
     let run = Run { cancel: Some(cancel), ..Run::default() };
     assert!(matches!(block(graph.invoke_run(json!({}), run)), Err(RunError::Cancelled)));
 }
+
+#[test]
+fn static_breakpoint_stops_after_the_step_and_resumes_past_it() {
+    let graph = StateGraph::new()
+        .add_step("prepare", |_, _| async { Ok(json!({"ready": true})) })
+        .add_step("release", |_, _| async { Ok(json!({"released": true})) })
+        .add_edge(START, "prepare")
+        .add_edge("prepare", "release")
+        .interrupt_after("prepare")
+        .compile()
+        .unwrap();
+    let Outcome::Breakpoint { state, checkpoint } = block(graph.invoke(json!({}), Value::Null)).unwrap() else {
+        panic!("expected a breakpoint")
+    };
+    assert_eq!(state, json!({"ready": true}));
+    let done = block(graph.resume(checkpoint, ResumeValues::new(), Value::Null)).unwrap();
+    assert_eq!(done, Outcome::Done(json!({"ready": true, "released": true})));
+}

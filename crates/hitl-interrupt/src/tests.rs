@@ -402,3 +402,21 @@ fn a_later_round_needing_url_waits_10_minutes_for_the_client_to_declare_it() {
     late.capabilities = with_url.capabilities;
     assert_eq!(run(g.engine.call(&agent, late)).unwrap_err().message, INVALID_STATE);
 }
+
+#[test]
+fn a_cancelled_resume_leaves_the_round_open() {
+    let f = fixture();
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let agent = counting_agent(runs.clone());
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let a = answers(&[(&first_key(&r), accept("yes"))]);
+    let state = r.request_state.unwrap();
+    let mut cancelled = call(Some(a.clone()), Some(&state));
+    cancelled.cancel = Some(Arc::new(std::sync::atomic::AtomicBool::new(true)));
+    assert!(run(f.engine.call(&agent, cancelled)).is_err());
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 0);
+    // The round is as it was: the same answers resume it at once (no lease to wait for).
+    let done = run(f.engine.call(&agent, call(Some(a), Some(&state))));
+    assert_eq!(text(&done).0, r#"{"answer":"yes","run":1}"#);
+    assert_eq!(f.clock.now_ms(), 1_000_000, "no waiting");
+}
