@@ -336,7 +336,9 @@ impl Engine {
         token: &str,
     ) -> Result<Answer, EngineError> {
         let checkpoint = thread.checkpoint.clone().expect("a paused thread has a checkpoint");
-        let outcome = agent.graph.resume_run(checkpoint, values, call.run()).await;
+        let (outcome, version) =
+            self.run_renewing(agent.graph.resume_run(checkpoint, values, call.run()), &thread).await;
+        thread.version = version;
         let expected = thread.version;
         thread.claim = None;
         if matches!(outcome, Err(hitl_graph::RunError::Cancelled)) {
@@ -375,6 +377,40 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Runs the agent while renewing the claim's lease every third of it, so a long step
+    /// does not let a duplicate take the round over. Returns the outcome and the
+    /// thread's version after the last renewal.
+    async fn run_renewing<F>(&self, run: F, claimed: &Thread) -> (F::Output, u64)
+    where
+        F: std::future::Future,
+    {
+        let version = std::sync::atomic::AtomicU64::new(claimed.version);
+        let renew = async {
+            let mut thread = claimed.clone();
+            loop {
+                self.clock.sleep(self.lifetimes.lease / 3).await;
+                let expected = thread.version;
+                let until = self.clock.now_ms().saturating_add(self.lifetimes.lease.as_millis() as u64);
+                thread.claim = thread.claim.take().map(|c| Claim { until_ms: until, ..c });
+                thread.version = expected + 1;
+                match self.store.save(&thread, Some(expected)).await {
+                    Ok(()) => version.store(thread.version, std::sync::atomic::Ordering::SeqCst),
+                    // Someone else holds the round now; our outcome will lose its save.
+                    Err(SaveError::Conflict(_)) => return,
+                    // Try again at the next tick; the lease has time left.
+                    Err(SaveError::Store(_)) => thread.version = expected,
+                }
+            }
+        };
+        let run = std::pin::pin!(run);
+        let renew = std::pin::pin!(renew);
+        let outcome = match futures_util::future::select(run, renew).await {
+            futures_util::future::Either::Left((outcome, _)) => outcome,
+            futures_util::future::Either::Right(((), run)) => run.await,
+        };
+        (outcome, version.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// A resend of the last round's answers gets what they led to.

@@ -415,8 +415,49 @@ fn a_cancelled_resume_leaves_the_round_open() {
     cancelled.cancel = Some(Arc::new(std::sync::atomic::AtomicBool::new(true)));
     assert!(run(f.engine.call(&agent, cancelled)).is_err());
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 0);
-    // The round is as it was: the same answers resume it at once (no lease to wait for).
+    // The round is as it was: no claim left to wait for, and the same answers resume it.
+    let id = state.split_once('.').unwrap().0;
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let thread = rt.block_on(f.store.load(id)).unwrap().unwrap();
+    assert_eq!((thread.claim, thread.round.map(|r| r.n)), (None, Some(1)));
     let done = run(f.engine.call(&agent, call(Some(a), Some(&state))));
     assert_eq!(text(&done).0, r#"{"answer":"yes","run":1}"#);
-    assert_eq!(f.clock.now_ms(), 1_000_000, "no waiting");
+}
+
+#[test]
+fn a_long_step_renews_its_lease_so_duplicates_keep_waiting() {
+    let f = fixture();
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // A step that takes 100 s of (manual) time, longer than the 30 s lease.
+    let r2 = runs.clone();
+    let clock = f.clock.clone();
+    let graph = StateGraph::new()
+        .add_step("slow", move |_, ctx| {
+            let (runs, clock) = (r2.clone(), clock.clone());
+            async move {
+                let answer = ctx.interrupt(json!("Go?"))?;
+                for _ in 0..100 {
+                    clock.advance(1000);
+                    tokio::task::yield_now().await;
+                }
+                let n = runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                Ok(json!({ "answer": answer, "run": n }))
+            }
+        })
+        .add_edge(START, "slow")
+        .compile()
+        .unwrap();
+    let agent =
+        Agent { name: "slow".into(), description: String::new(), input_schema: json!({"type": "object"}), graph };
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let a = answers(&[(&first_key(&r), accept("yes"))]);
+    let state = r.request_state.unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let results = rt.block_on(futures_util::future::join_all(
+        (0..3).map(|_| f.engine.call(&agent, call(Some(a.clone()), Some(&state)))),
+    ));
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1, "the agent resumed once");
+    for result in results {
+        assert_eq!(text(&result.unwrap()).0, r#"{"answer":"yes","run":1}"#);
+    }
 }
