@@ -305,6 +305,22 @@ impl Resolver<'_> {
             };
             return Err(CannotAsk::at(&format!("{pointer}/{}", escape(keyword)), why));
         }
+        for (keyword, value) in &field {
+            let fits = match keyword.as_str() {
+                "title" | "description" => value.is_string(),
+                "minLength" | "maxLength" | "minItems" | "maxItems" => value.is_u64(),
+                "minimum" | "maximum" => value.is_number(),
+                "enumNames" => value.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+                "uniqueItems" => value.is_boolean(),
+                _ => true,
+            };
+            if !fits {
+                return Err(CannotAsk::at(
+                    &format!("{pointer}/{}", escape(keyword)),
+                    format!("the keyword {keyword} has a value of the wrong type"),
+                ));
+            }
+        }
         match ty.as_str() {
             "string" => self.string_field(&mut field, pointer)?,
             "number" | "integer" => {
