@@ -53,8 +53,9 @@ struct ServeArgs {
     /// Address to listen on (port 0 picks a free port; the bound address is printed).
     #[arg(long, env = "HITL_LISTEN", default_value = "127.0.0.1:8123")]
     listen: SocketAddr,
-    /// Where paused calls live: `memory` (this process only) or `redis://host:port/db`
-    /// (shared by every replica; needs a shared secret).
+    /// Where paused calls live: `memory` (this process only), `redis://host:port/db` or
+    /// `redis+cluster://host:port,host:port` (shared by every replica; needs a shared
+    /// secret).
     #[arg(long, env = "HITL_STORE", default_value = "memory")]
     store: String,
     /// Do not serve the example agents.
@@ -124,7 +125,10 @@ async fn store(url: &str) -> anyhow::Result<Arc<dyn ThreadStore>> {
     if url == "memory" {
         return Ok(Arc::new(MemoryStore::default()));
     }
-    if url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("redis+unix://") {
+    if url.starts_with("rediss://") {
+        bail!("--store {url}: TLS (rediss://) is not built into this server yet; use redis:// on a trusted network");
+    }
+    if url.starts_with("redis://") || url.starts_with("redis+cluster://") || url.starts_with("redis+unix://") {
         let store = RedisStore::new(url).map_err(|e| anyhow::anyhow!("--store {url}: {e}"))?;
         // Start even when Redis is down: /healthz says so, and service resumes with it.
         if let Err(e) = store.ping().await {
@@ -132,7 +136,7 @@ async fn store(url: &str) -> anyhow::Result<Arc<dyn ThreadStore>> {
         }
         return Ok(Arc::new(store));
     }
-    bail!("unsupported --store {url:?}: use `memory` or `redis://host:port/db`")
+    bail!("unsupported --store {url:?}: use `memory`, `redis://host:port/db` or `redis+cluster://host:port,…`")
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {

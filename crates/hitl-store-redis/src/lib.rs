@@ -3,7 +3,7 @@
 //!
 //! Each thread is one hash, `hitl:{<thread id>}:thread`, with its version (`v`) and its
 //! JSON record (`d`). The braces are a Redis Cluster hash tag: every key of a thread
-//! lands in one slot. Saves are a compare-and-set on the version in a Lua script, and
+//! lands in one slot, so the store works on a cluster too (`redis+cluster://…`). Saves are a compare-and-set on the version in a Lua script, and
 //! the record's expiry is set on the key itself (`PEXPIREAT`), so Redis drops abandoned
 //! calls without a sweeper.
 //!
@@ -33,12 +33,54 @@ redis.call('PEXPIREAT', KEYS[1], ARGV[4])
 return 1
 ";
 
-/// Threads in Redis.
+/// Threads in Redis, or in a Redis Cluster.
 #[derive(Clone)]
 pub struct RedisStore {
-    client: redis::Client,
-    connection: Arc<Mutex<Option<ConnectionManager>>>,
+    client: Client,
+    connection: Arc<Mutex<Option<Connection>>>,
     save: redis::Script,
+}
+
+#[derive(Clone)]
+enum Client {
+    Single(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
+}
+
+/// One shared connection: a reconnecting manager for a single Redis, or a cluster
+/// connection that follows slots and reconnects to nodes.
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+        }
+    }
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -57,11 +99,30 @@ pub fn thread_key(id: &str) -> String {
 }
 
 impl RedisStore {
-    /// A store for `url` (`redis://host:port/db`) that connects on first use, so the
-    /// server starts while Redis is down and serves once it is back. Fails only on a
-    /// malformed URL.
+    /// A store for `url` that connects on first use, so the server starts while Redis
+    /// is down and serves once it is back. `redis://host:port/db` names one Redis;
+    /// `redis+cluster://host:port,host:port` names seed nodes of a Redis Cluster. Fails
+    /// only on a malformed URL.
     pub fn new(url: &str) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(|e| StoreError::Unavailable(format!("bad Redis URL: {e}")))?;
+        let bad = |e: redis::RedisError| StoreError::Unavailable(format!("bad Redis URL {url:?}: {e}"));
+        let client = match url.strip_prefix("redis+cluster://") {
+            Some(nodes) => {
+                let nodes: Vec<String> = nodes
+                    .trim_end_matches('/')
+                    .split(',')
+                    .filter(|n| !n.is_empty())
+                    .map(|n| format!("redis://{n}"))
+                    .collect();
+                let cluster = redis::cluster::ClusterClient::builder(nodes)
+                    .connection_timeout(COMMAND_TIMEOUT)
+                    .response_timeout(COMMAND_TIMEOUT)
+                    .retries(2)
+                    .build()
+                    .map_err(bad)?;
+                Client::Cluster(cluster)
+            }
+            None => Client::Single(redis::Client::open(url).map_err(bad)?),
+        };
         Ok(Self { client, connection: Arc::new(Mutex::new(None)), save: redis::Script::new(SAVE) })
     }
 
@@ -74,17 +135,22 @@ impl RedisStore {
 
     /// The shared connection, made on first use. The connection manager reconnects by
     /// itself after Redis restarts.
-    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+    async fn connection(&self) -> Result<Connection, StoreError> {
         if let Some(c) = self.connection.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             return Ok(c.clone());
         }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(COMMAND_TIMEOUT))
-            .set_response_timeout(Some(COMMAND_TIMEOUT))
-            .set_number_of_retries(1);
-        let manager = self.client.get_connection_manager_with_config(config).await.map_err(unavailable)?;
+        let connection = match &self.client {
+            Client::Single(client) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(COMMAND_TIMEOUT))
+                    .set_response_timeout(Some(COMMAND_TIMEOUT))
+                    .set_number_of_retries(1);
+                Connection::Single(client.get_connection_manager_with_config(config).await.map_err(unavailable)?)
+            }
+            Client::Cluster(client) => Connection::Cluster(client.get_async_connection().await.map_err(unavailable)?),
+        };
         let mut slot = self.connection.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(slot.get_or_insert(manager).clone())
+        Ok(slot.get_or_insert(connection).clone())
     }
 }
 

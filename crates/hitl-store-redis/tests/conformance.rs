@@ -23,3 +23,97 @@ async fn unreachable_redis_is_a_clear_error() {
     let err = RedisStore::connect("redis://127.0.0.1:1/0").await.unwrap_err();
     assert!(err.to_string().starts_with("thread store unavailable"), "{err}");
 }
+
+/// Three `redis-server` nodes in cluster mode on loopback, stopped on drop.
+struct Cluster {
+    nodes: Vec<std::process::Child>,
+    ports: Vec<u16>,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            let _ = node.kill();
+            let _ = node.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+fn start_cluster() -> Option<Cluster> {
+    use std::process::{Command, Stdio};
+    if !on_path("redis-server") || !on_path("redis-cli") {
+        return None;
+    }
+    let ports: Vec<u16> =
+        (0..3).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()).collect();
+    let dir = std::env::temp_dir().join(format!("hitl-cluster-{}", ports[0]));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cluster = Cluster { nodes: Vec::new(), ports: ports.clone(), dir: dir.clone() };
+    for port in &ports {
+        let node = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", &format!("nodes-{port}.conf"), "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .ok()?;
+        cluster.nodes.push(node);
+    }
+    let ping = |port: u16| {
+        Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "ping"])
+            .output()
+            .is_ok_and(|o| o.stdout.starts_with(b"PONG"))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !ports.iter().all(|p| ping(*p)) {
+        assert!(std::time::Instant::now() < deadline, "cluster nodes did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let created = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addresses)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdout(Stdio::null())
+        .status()
+        .ok()?;
+    assert!(created.success(), "redis-cli --cluster create failed");
+    let ready = |port: u16| {
+        Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "cluster", "info"])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("cluster_state:ok"))
+    };
+    while !ports.iter().all(|p| ready(*p)) {
+        assert!(std::time::Instant::now() < deadline + std::time::Duration::from_secs(10), "cluster not ready");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Some(cluster)
+}
+
+#[tokio::test]
+async fn redis_cluster_store_conforms() {
+    let Some(cluster) = start_cluster() else {
+        eprintln!("hitl-store-redis: redis-server/redis-cli are not on PATH; the Redis Cluster suite did not run");
+        return;
+    };
+    let url = format!(
+        "redis+cluster://{}",
+        cluster.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
+    );
+    let store = RedisStore::connect(&url).await.expect("the cluster answers");
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    // Enough threads that their keys spread over every node's slots.
+    for i in 0..12 {
+        let prefix = format!("{}-{i}", uuid::Uuid::now_v7());
+        hitl_interrupt::conformance::run(&store, &prefix, now).await;
+    }
+}
