@@ -44,7 +44,7 @@ pub struct RedisStore {
 #[derive(Clone)]
 enum Client {
     Single(redis::Client),
-    Cluster(redis::cluster::ClusterClient),
+    Cluster(Box<redis::cluster::ClusterClient>),
 }
 
 /// One shared connection: a reconnecting manager for a single Redis, or a cluster
@@ -119,7 +119,7 @@ impl RedisStore {
                     .retries(2)
                     .build()
                     .map_err(bad)?;
-                Client::Cluster(cluster)
+                Client::Cluster(Box::new(cluster))
             }
             None => Client::Single(redis::Client::open(url).map_err(bad)?),
         };
