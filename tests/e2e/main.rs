@@ -5,5 +5,6 @@ mod harness;
 mod python_sdk;
 mod redis_faults;
 mod replicas;
+mod review;
 mod rules;
 mod skeleton;

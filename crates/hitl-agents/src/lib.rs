@@ -14,12 +14,16 @@
 //! ```
 
 pub mod conformance;
+pub mod tool_agent;
+
+use std::sync::Arc;
 
 use hitl_graph::{END, START, StateGraph, StepError};
 use hitl_interrupt::Agent;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tool_agent::{HumanInTheLoop, InterruptMode, Model, Tool, ToolCall, Turn, python_repr, tool_calling_agent};
 
 /// Every example agent, in the order `tools/list` shows them.
 pub fn examples() -> Vec<Agent> {
@@ -37,6 +41,8 @@ pub fn examples() -> Vec<Agent> {
         echo_context(),
         release_gate(),
         unaskable(),
+        email_assistant(InterruptMode::Batched),
+        email_assistant(InterruptMode::PerCall),
     ]
 }
 
@@ -341,6 +347,77 @@ pub fn unaskable() -> Agent {
         "required": ["variant"]
     });
     agent("unaskable", "Asks questions that cannot be asked over MCP.", input, graph)
+}
+
+/// The scripted model of the email assistants: it proposes `send_email` with the call's
+/// `to` and `subject`, then answers from the tool's message.
+struct EmailModel;
+
+impl Model for EmailModel {
+    fn next(&self, state: &Value) -> Turn {
+        let messages = state["messages"].as_array().cloned().unwrap_or_default();
+        match messages.iter().rev().find(|m| m["role"] == "tool") {
+            None => Turn::ToolCalls(vec![ToolCall {
+                id: "call_1".into(),
+                name: "send_email".into(),
+                args: [("to".to_owned(), state["to"].clone()), ("subject".to_owned(), state["subject"].clone())]
+                    .into_iter()
+                    .collect(),
+            }]),
+            Some(tool) => {
+                let content = tool["content"].as_str().unwrap_or_default();
+                Turn::Message(match tool["status"].as_str() {
+                    Some("error") => format!("I did not send the email: {content}"),
+                    _ => format!("Done: {content}"),
+                })
+            }
+        }
+    }
+}
+
+/// `email_assistant` (batched review) and `email_assistant_per_call`: the model
+/// proposes `send_email`, a person reviews the call.
+pub fn email_assistant(mode: InterruptMode) -> Agent {
+    let args_schema = json!({"type": "object", "properties": {
+        "to": {"type": "string", "format": "email"},
+        "subject": {"type": "string"}
+    }, "required": ["to", "subject"]});
+    let send_email = Tool {
+        name: "send_email".into(),
+        // Batched mode relies on the tool's own check when it runs; per-call mode also
+        // puts the types in the review's response schema.
+        args_schema: Some(args_schema),
+        run: Arc::new(|args| {
+            Ok(format!(
+                "Sent the email to {} with subject {}.",
+                args["to"].as_str().unwrap_or_default(),
+                python_repr(&args["subject"])
+            ))
+        }),
+    };
+    let (name, description) = match mode {
+        InterruptMode::Batched => ("email_assistant", "Drafts and sends an email after you review the call."),
+        InterruptMode::PerCall => ("email_assistant_per_call", "The email assistant, with one review per tool call."),
+    };
+    let input = json!({"type": "object", "properties": {"to": {"type": "string"}, "subject": {"type": "string"}},
+                       "required": ["to", "subject"]});
+    tool_calling_agent(
+        name,
+        description,
+        input,
+        Arc::new(EmailModel),
+        vec![send_email],
+        HumanInTheLoop::all_decisions(&["send_email"], mode),
+        |state| {
+            let sent = state["ran"]
+                .as_array()
+                .and_then(|ran| ran.iter().rev().find(|r| r["name"] == "send_email"))
+                .map_or(Value::Null, |r| r["args"].clone());
+            let reply =
+                state["messages"].as_array().and_then(|m| m.last()).map_or(Value::Null, |m| m["content"].clone());
+            json!({ "sent": sent, "reply": reply })
+        },
+    )
 }
 
 /// A boxed step future, for step functions built by other functions.

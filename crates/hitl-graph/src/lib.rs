@@ -368,6 +368,7 @@ pub struct StateGraph {
     interrupt_after: BTreeSet<String>,
     recursion_limit: Option<u32>,
     output_keys: Option<Vec<String>>,
+    output_value: Option<String>,
 }
 
 impl StateGraph {
@@ -425,6 +426,13 @@ impl StateGraph {
     #[must_use]
     pub fn interrupt_after(mut self, step: impl Into<String>) -> Self {
         self.interrupt_after.insert(step.into());
+        self
+    }
+
+    /// Makes the run's output the value of one state key (by default the whole state).
+    #[must_use]
+    pub fn output_key(mut self, key: impl Into<String>) -> Self {
+        self.output_value = Some(key.into());
         self
     }
 
@@ -509,6 +517,7 @@ impl StateGraph {
                 interrupt_after: self.interrupt_after,
                 recursion_limit: self.recursion_limit.unwrap_or(DEFAULT_RECURSION_LIMIT),
                 output_keys: self.output_keys,
+                output_value: self.output_value,
             }),
         })
     }
@@ -530,6 +539,7 @@ struct GraphInner {
     interrupt_after: BTreeSet<String>,
     recursion_limit: u32,
     output_keys: Option<Vec<String>>,
+    output_value: Option<String>,
 }
 
 /// A compiled graph; cheap to clone and share.
@@ -694,6 +704,9 @@ impl Graph {
     }
 
     fn output(&self, state: Value) -> Value {
+        if let (Some(key), Value::Object(mut map)) = (&self.inner.output_value, state.clone()) {
+            return map.remove(key).unwrap_or(Value::Null);
+        }
         match (&self.inner.output_keys, state) {
             (Some(keys), Value::Object(mut map)) => {
                 Value::Object(keys.iter().filter_map(|k| map.remove(k).map(|v| (k.clone(), v))).collect())

@@ -43,6 +43,7 @@ pub mod conformance;
 mod digest;
 mod engine;
 pub mod questions;
+pub mod review;
 pub mod state;
 mod store;
 mod thread;

@@ -26,7 +26,7 @@ use hitl_schema::{CannotAsk as SchemaCannotAsk, FormOptions};
 use serde_json::{Map, Value, json};
 
 use crate::digest::{digest_hex, short_digest};
-use crate::{Question, QuestionKind, Round};
+use crate::{Question, QuestionKind, Round, review};
 
 /// The text every "cannot be asked" error result starts with.
 pub const CANNOT_ASK: &str = "This tool needs input that can't be asked over MCP";
@@ -48,7 +48,7 @@ impl CannotAsk {
         CallToolResult::error([self.to_string()])
     }
 
-    fn schema(step: &str, what: &str, e: &SchemaCannotAsk) -> Self {
+    pub(crate) fn schema(step: &str, what: &str, e: &SchemaCannotAsk) -> Self {
         Self(format!("the {what} of step {step} cannot be asked: {} (at {})", e.reason, e.pointer))
     }
 }
@@ -60,6 +60,10 @@ pub fn build(interrupts: &[Interrupt]) -> Result<Vec<Question>, CannotAsk> {
     let mut questions: Vec<Question> = Vec::new();
     let mut seen_digests: HashMap<String, usize> = HashMap::new();
     for interrupt in interrupts {
+        if let Some(calls) = review::calls(interrupt) {
+            questions.extend(review_questions(interrupt, calls?, &mut seen_digests)?);
+            continue;
+        }
         let relay_type = interrupt.value.get("type").and_then(Value::as_str);
         let built = match (relay_type, &interrupt.response_schema, &interrupt.value) {
             (Some("mcp_elicitation"), _, _) => relay(interrupt, false)?,
@@ -98,6 +102,46 @@ pub fn build(interrupts: &[Interrupt]) -> Result<Vec<Question>, CannotAsk> {
         return Err(CannotAsk("the interrupt asks no question".into()));
     }
     Ok(questions)
+}
+
+/// One question per tool call of a review interrupt, keyed `review-<16 hex of the
+/// interrupt>.<n>`: `n` is the call's position in a batched interrupt, or counts
+/// identical per-call interrupts, so every call gets its own question.
+fn review_questions(
+    interrupt: &Interrupt,
+    calls: Vec<review::Call>,
+    seen_digests: &mut HashMap<String, usize>,
+) -> Result<Vec<Question>, CannotAsk> {
+    let digest = short_digest(&interrupt.value);
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, call)| {
+            let n = match call.mode {
+                review::ReviewMode::Batched { .. } => i + 1,
+                review::ReviewMode::PerCall { .. } => {
+                    let seen = seen_digests.entry(format!("review-{digest}")).or_default();
+                    *seen += 1;
+                    *seen
+                }
+            };
+            let (form, offered) = hitl_schema::review_form(&call.allowed, &call.args)
+                .map_err(|e| CannotAsk::schema(&interrupt.step, &format!("review of the {} call", call.tool), &e))?;
+            let message = call.description.clone().unwrap_or_else(|| format!("Run {}?", call.tool));
+            let kind = QuestionKind::Review(review::Review {
+                tool: call.tool,
+                args: call.args,
+                offered: offered.iter().map(|d| d.as_str().to_owned()).collect(),
+                mode: call.mode,
+            });
+            Ok(Question {
+                key: format!("review-{digest}.{n}"),
+                request: form_request(message, form),
+                kind,
+                interrupt_ids: vec![interrupt.id.clone()],
+            })
+        })
+        .collect()
 }
 
 fn form_request(message: String, requested_schema: hitl_protocol::RequestedSchema) -> InputRequest {
@@ -246,6 +290,7 @@ pub enum Verdict {
 pub fn judge(round: &Round, responses: &InputResponses) -> Verdict {
     let mut resume = ResumeValues::new();
     let mut relayed: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
+    let mut batched: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     let mut missing = false;
     let mut finish = None;
     for question in &round.questions {
@@ -253,6 +298,30 @@ pub fn judge(round: &Round, responses: &InputResponses) -> Verdict {
             missing = true;
             continue;
         };
+        if let QuestionKind::Review(review) = &question.kind {
+            match review_answer(question, review, raw) {
+                Err(e) => return Verdict::Invalid(e),
+                Ok(review::Outcome::Finish(text)) => {
+                    finish.get_or_insert_with(|| CallToolResult::error([text.to_owned()]));
+                }
+                Ok(review::Outcome::Decision(decision)) => {
+                    for id in &question.interrupt_ids {
+                        match review.mode {
+                            review::ReviewMode::PerCall { .. } => {
+                                resume.insert(id.clone(), decision.clone());
+                            }
+                            review::ReviewMode::Batched { index, count, .. } => {
+                                let decisions = batched.entry(id.clone()).or_insert_with(|| vec![Value::Null; count]);
+                                if let Some(slot) = decisions.get_mut(index) {
+                                    *slot = decision.clone();
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            continue;
+        }
         let answer = match answer(question, raw) {
             Ok(answer) => answer,
             Err(e) => return Verdict::Invalid(e),
@@ -267,6 +336,7 @@ pub fn judge(round: &Round, responses: &InputResponses) -> Verdict {
                 let text = if action == ElicitAction::Decline { DECLINED } else { CANCELLED };
                 finish.get_or_insert_with(|| CallToolResult::error([text.to_owned()]));
             }
+            (QuestionKind::Review(_), _) => unreachable!("review answers are judged above"),
             (QuestionKind::Relay { agent_key }, answer) => {
                 let value = match answer {
                     Answer::Value(v) => v,
@@ -287,6 +357,9 @@ pub fn judge(round: &Round, responses: &InputResponses) -> Verdict {
     for (id, responses) in relayed {
         resume.insert(id, json!({ "responses": responses }));
     }
+    for (id, decisions) in batched {
+        resume.insert(id, json!({ "decisions": decisions }));
+    }
     Verdict::Resume(resume)
 }
 
@@ -295,6 +368,19 @@ enum Answer {
     Value(Value),
     /// A text or typed question, or a relayed one, was declined or cancelled.
     Declined(ElicitAction),
+}
+
+/// Reads a review answer: the form's rules first, then the decision's.
+fn review_answer(question: &Question, review: &review::Review, raw: &Value) -> Result<review::Outcome, ErrorObject> {
+    let result = ElicitResult::from_value(&question.key, raw)?;
+    let content = result.content.unwrap_or_default();
+    if result.action == ElicitAction::Accept
+        && let InputRequest::Elicit(ElicitRequestParams::Form(form)) = &question.request
+        && let Err(violations) = hitl_schema::validate(&form.requested_schema, &content)
+    {
+        return Err(form_mismatch(&question.key, &violations));
+    }
+    review::decide(review, result.action, &content)
 }
 
 /// Reads and checks one answer against its question.
@@ -334,6 +420,7 @@ fn answer(question: &Question, raw: &Value) -> Result<Answer, ErrorObject> {
                         }
                         QuestionKind::Typed { wrapped: false } => Value::Object(asked),
                         QuestionKind::Relay { .. } => json!({ "action": "accept", "content": asked }),
+                        QuestionKind::Review(_) => unreachable!("review answers are read by review_answer"),
                     }))
                 }
             }

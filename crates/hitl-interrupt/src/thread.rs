@@ -90,6 +90,8 @@ pub enum QuestionKind {
         /// The agent's own key for the request.
         agent_key: String,
     },
+    /// A tool call to review: the answer becomes the middleware's decision.
+    Review(crate::review::Review),
 }
 
 /// The last round answered.

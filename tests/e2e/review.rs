@@ -1,0 +1,209 @@
+//! The seed's "Review tool calls": one question per tool call, each answer turned into
+//! the middleware's decision, in batched and per-call mode (`email_assistant`,
+//! `email_assistant_per_call`).
+
+use serde_json::{Value, json};
+
+use crate::harness::{Reply, Server};
+
+const ARGS: &str = r#"{"to": "ada@example.com", "subject": "Launch"}"#;
+
+fn args() -> Value {
+    serde_json::from_str(ARGS).unwrap()
+}
+
+async fn ask(server: &Server, tool: &str) -> (String, Value, String) {
+    let reply = server.call_tool(1, json!({"name": tool, "arguments": args()})).await;
+    let result = &reply.body["result"];
+    assert_eq!(result["resultType"], "input_required", "{result}");
+    let (key, request) = result["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    (key.clone(), request.clone(), result["requestState"].as_str().unwrap().to_owned())
+}
+
+async fn answer(server: &Server, tool: &str, key: &str, state: &str, answer: Value) -> Reply {
+    server
+        .call_tool(
+            2,
+            json!({"name": tool, "arguments": args(), "inputResponses": { key: answer }, "requestState": state}),
+        )
+        .await
+}
+
+fn output(reply: &Reply) -> Value {
+    let result = &reply.body["result"];
+    assert_eq!(result["isError"], Value::Null, "{result}");
+    serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
+}
+
+fn accept(content: Value) -> Value {
+    json!({"action": "accept", "content": content})
+}
+
+#[tokio::test]
+async fn review_question_matches_the_seed() {
+    let server = Server::start(&[]).await;
+    let (key, request, _) = ask(&server, "email_assistant").await;
+    let (digest, n) = key.strip_prefix("review-").unwrap().split_once('.').unwrap();
+    assert!(digest.len() == 16 && digest.chars().all(|c| c.is_ascii_hexdigit()) && n == "1", "{key}");
+    assert_eq!(
+        request,
+        json!({"method": "elicitation/create", "params": {
+            "message": "Tool execution requires approval\n\nTool: send_email\nArgs: {'to': 'ada@example.com', 'subject': 'Launch'}",
+            "mode": "form",
+            "requestedSchema": {
+                "properties": {
+                    "decision": {"type": "string", "title": "Decision", "oneOf": [
+                        {"const": "approve", "title": "Approve"}, {"const": "edit", "title": "Edit the arguments"},
+                        {"const": "reject", "title": "Reject"}, {"const": "respond", "title": "Answer for the tool"}]},
+                    "message": {"type": "string", "title": "Message",
+                                "description": "Why you reject the call, or the answer to send in its place"},
+                    "args": {"type": "string", "title": "Arguments",
+                             "description": "The arguments to run the tool with, as a JSON object",
+                             "default": "{\"to\":\"ada@example.com\",\"subject\":\"Launch\"}"}
+                },
+                "required": ["decision"], "type": "object"
+            }
+        }})
+    );
+    let (again, _, _) = ask(&server, "email_assistant").await;
+    assert_eq!(key, again, "the key is derived from the question");
+}
+
+#[tokio::test]
+async fn approve_runs_the_call() {
+    let server = Server::start(&[]).await;
+    for tool in ["email_assistant", "email_assistant_per_call"] {
+        let (key, _, state) = ask(&server, tool).await;
+        let out = output(&answer(&server, tool, &key, &state, accept(json!({"decision": "approve"}))).await);
+        assert_eq!(out["sent"], args(), "{tool}");
+    }
+}
+
+#[tokio::test]
+async fn edit_runs_the_call_with_the_edited_arguments() {
+    let server = Server::start(&[]).await;
+    for tool in ["email_assistant", "email_assistant_per_call"] {
+        let (key, _, state) = ask(&server, tool).await;
+        let edited = r#"{"to": "grace@example.com", "subject": "Launch v2"}"#;
+        let out =
+            output(&answer(&server, tool, &key, &state, accept(json!({"decision": "edit", "args": edited}))).await);
+        assert_eq!(out["sent"], json!({"to": "grace@example.com", "subject": "Launch v2"}), "{tool}");
+    }
+}
+
+#[tokio::test]
+async fn reject_skips_the_call_with_its_message() {
+    let server = Server::start(&[]).await;
+    let (key, _, state) = ask(&server, "email_assistant").await;
+    let out = output(
+        &answer(&server, "email_assistant", &key, &state, accept(json!({"decision": "reject", "message": "Not yet"})))
+            .await,
+    );
+    assert_eq!(out, json!({"sent": null, "reply": "I did not send the email: Not yet"}));
+    let (key, _, state) = ask(&server, "email_assistant").await;
+    let out = output(
+        &answer(&server, "email_assistant", &key, &state, accept(json!({"decision": "reject", "message": "  "}))).await,
+    );
+    assert_eq!(out["sent"], Value::Null);
+    assert!(out["reply"].as_str().unwrap().contains("User rejected the tool call"), "a blank message is left out");
+}
+
+#[tokio::test]
+async fn respond_answers_in_place_of_the_tool_and_needs_a_message() {
+    let server = Server::start(&[]).await;
+    let (key, _, state) = ask(&server, "email_assistant").await;
+    let bad = answer(&server, "email_assistant", &key, &state, accept(json!({"decision": "respond"}))).await;
+    assert_eq!((bad.status, bad.body["error"]["code"].clone()), (400, json!(-32602)));
+    let out = output(
+        &answer(
+            &server,
+            "email_assistant",
+            &key,
+            &state,
+            accept(json!({"decision": "respond", "message": "Already sent"})),
+        )
+        .await,
+    );
+    assert_eq!(out, json!({"sent": null, "reply": "Done: Already sent"}));
+}
+
+#[tokio::test]
+async fn decline_rejects_and_cancel_ends_the_call() {
+    let server = Server::start(&[]).await;
+    let (key, _, state) = ask(&server, "email_assistant").await;
+    let out = output(&answer(&server, "email_assistant", &key, &state, json!({"action": "decline"})).await);
+    assert_eq!(out["sent"], Value::Null);
+    let (key, _, state) = ask(&server, "email_assistant").await;
+    let cancelled = answer(&server, "email_assistant", &key, &state, json!({"action": "cancel"})).await;
+    assert_eq!(cancelled.body["result"]["isError"], true);
+    assert_eq!(cancelled.body["result"]["content"][0]["text"], "The request for input was cancelled.");
+}
+
+#[tokio::test]
+async fn invalid_review_answers_fail_and_keep_the_round_open() {
+    let server = Server::start(&[]).await;
+    let (key, _, state) = ask(&server, "email_assistant").await;
+    for bad in [
+        json!({"decision": "edit", "args": "[1, 2]"}),
+        json!({"decision": "edit", "args": "not json"}),
+        json!({"decision": "respond", "message": ""}),
+        json!({"decision": "launch"}),
+    ] {
+        let reply = answer(&server, "email_assistant", &key, &state, accept(bad.clone())).await;
+        assert_eq!((reply.status, reply.body["error"]["code"].clone()), (400, json!(-32602)), "{bad}");
+    }
+    let out = output(&answer(&server, "email_assistant", &key, &state, accept(json!({"decision": "approve"}))).await);
+    assert_eq!(out["sent"], args());
+}
+
+#[tokio::test]
+async fn batched_edits_are_checked_by_the_tool_when_it_runs() {
+    let server = Server::start(&[]).await;
+    let (key, _, state) = ask(&server, "email_assistant").await;
+    let out = output(
+        &answer(
+            &server,
+            "email_assistant",
+            &key,
+            &state,
+            accept(json!({"decision": "edit", "args": r#"{"to": "ada@example.com"}"#})),
+        )
+        .await,
+    );
+    assert_eq!(out["sent"], Value::Null);
+    assert!(out["reply"].as_str().unwrap().contains("\"subject\" is a required property"), "{out}");
+}
+
+#[tokio::test]
+async fn per_call_edits_must_fit_the_tool() {
+    let server = Server::start(&[]).await;
+    let (key, _, state) = ask(&server, "email_assistant_per_call").await;
+    let reply = answer(
+        &server,
+        "email_assistant_per_call",
+        &key,
+        &state,
+        accept(json!({"decision": "edit", "args": r#"{"to": "ada@example.com"}"#})),
+    )
+    .await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.body["error"]["code"], -32602);
+    assert_eq!(
+        reply.body["error"]["message"],
+        r#"The decision does not fit the tool: "subject" is a required property"#
+    );
+    let reply = answer(
+        &server,
+        "email_assistant_per_call",
+        &key,
+        &state,
+        accept(json!({"decision": "edit", "args": r#"{"to": "nobody", "subject": "x"}"#})),
+    )
+    .await;
+    assert_eq!(reply.body["error"]["code"], -32602, "the email format is checked");
+    // Nothing ran, and the round is still open.
+    let out = output(
+        &answer(&server, "email_assistant_per_call", &key, &state, accept(json!({"decision": "approve"}))).await,
+    );
+    assert_eq!(out["sent"], args());
+}
