@@ -204,3 +204,14 @@ fn names_are_unique_and_match_the_examples_doc() {
         assert!(doc.contains(&format!("| `{name}` |")), "{name} is not in docs/examples.md");
     }
 }
+
+#[test]
+fn python_repr_matches_python() {
+    use crate::tool_agent::python_repr;
+    assert_eq!(
+        python_repr(&json!({"to": "ada@example.com", "subject": "Launch"})),
+        "{'to': 'ada@example.com', 'subject': 'Launch'}"
+    );
+    assert_eq!(python_repr(&json!([true, false, null, 1.5, "it's"])), "[True, False, None, 1.5, \"it's\"]");
+    assert_eq!(python_repr(&json!("a\nb\\")), "'a\\nb\\\\'");
+}

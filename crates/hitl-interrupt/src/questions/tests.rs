@@ -262,3 +262,113 @@ fn answers_digest_ignores_other_keys() {
     let c = responses(json!({ &key: {"action": "cancel"} }));
     assert_ne!(answers_digest_of(&r, &a), answers_digest_of(&r, &c));
 }
+
+fn batched(calls: Value) -> Interrupt {
+    let requests: Vec<Value> = calls.as_array().unwrap().iter().map(|c| json!({"name": c[0], "args": c[1]})).collect();
+    let configs: Vec<Value> =
+        calls.as_array().unwrap().iter().map(|c| json!({"action_name": c[0], "allowed_decisions": c[2]})).collect();
+    interrupt("r", json!({"action_requests": requests, "review_configs": configs}), None)
+}
+
+#[test]
+fn every_tool_call_gets_its_own_review_question() {
+    let same = json!(["send_email", {"to": "a@b.c"}, ["approve", "reject"]]);
+    let questions = build(&[batched(json!([same.clone(), same]))]).unwrap();
+    let keys = keys(&questions);
+    assert_eq!(keys.len(), 2);
+    assert!(keys[0].starts_with("review-") && keys[0].ends_with(".1") && keys[1].ends_with(".2"), "{keys:?}");
+    let r = request(&questions[0]);
+    assert_eq!(r["params"]["message"], "Run send_email?", "no description: Run <tool>?");
+    let choices: Vec<&str> = r["params"]["requestedSchema"]["properties"]["decision"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["const"].as_str().unwrap())
+        .collect();
+    assert_eq!(choices, ["approve", "reject"]);
+    assert!(r["params"]["requestedSchema"]["properties"].get("args").is_none(), "no edit, no args field");
+}
+
+#[test]
+fn review_answers_become_decisions_in_order() {
+    let all = json!(["approve", "edit", "reject", "respond"]);
+    let r = round(build(&[batched(json!([["a", {"x": 1}, all.clone()], ["b", {}, all]]))]).unwrap());
+    let (k1, k2) = (r.questions[0].key.clone(), r.questions[1].key.clone());
+    let accept = |c: Value| json!({"action": "accept", "content": c});
+    let verdict = judge(
+        &r,
+        &responses(json!({
+            &k1: accept(json!({"decision": "edit", "args": "{\"x\": 2}"})),
+            &k2: accept(json!({"decision": "reject", "message": " "})),
+        })),
+    );
+    assert_eq!(
+        verdict,
+        Verdict::Resume(
+            [(
+                "r".into(),
+                json!({"decisions": [
+                    {"type": "edit", "edited_action": {"name": "a", "args": {"x": 2}}},
+                    {"type": "reject"}
+                ]})
+            )]
+            .into_iter()
+            .collect()
+        )
+    );
+    let verdict = judge(
+        &r,
+        &responses(json!({ &k1: {"action": "decline"}, &k2: accept(json!({"decision": "respond", "message": "hi"})) })),
+    );
+    assert_eq!(
+        verdict,
+        Verdict::Resume(
+            [("r".into(), json!({"decisions": [{"type": "reject"}, {"type": "respond", "message": "hi"}]}))]
+                .into_iter()
+                .collect()
+        )
+    );
+    assert!(matches!(
+        judge(&r, &responses(json!({ &k1: {"action": "cancel"}, &k2: {"action": "cancel"} }))),
+        Verdict::Finish(_)
+    ));
+}
+
+#[test]
+fn per_call_reviews_check_the_decision_schema_but_never_fetch() {
+    let schema = json!({"oneOf": [
+        {"type": "object", "properties": {"type": {"const": "approve"}}, "required": ["type"]},
+        {"type": "object", "properties": {"type": {"const": "edit"}, "edited_action": {"type": "object", "properties": {
+            "name": {"const": "t"}, "args": {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}}, "required": ["name", "args"]}},
+         "required": ["type", "edited_action"]}]});
+    let value = json!({"type": "tool_approval", "action_request": {"name": "t", "args": {"n": 1}},
+                       "review_config": {"action_name": "t", "allowed_decisions": ["approve", "edit"]}});
+    let r = round(build(&[interrupt("p", value.clone(), Some(schema))]).unwrap());
+    let key = r.questions[0].key.clone();
+    let Verdict::Invalid(e) =
+        judge(&r, &responses(json!({ &key: {"action": "accept", "content": {"decision": "edit", "args": "{}"}} })))
+    else {
+        panic!()
+    };
+    assert_eq!(e.message, r#"The decision does not fit the tool: "n" is a required property"#);
+    let ok = judge(
+        &r,
+        &responses(json!({ &key: {"action": "accept", "content": {"decision": "edit", "args": "{\"n\": 5}"}} })),
+    );
+    assert_eq!(
+        ok,
+        Verdict::Resume(
+            [("p".into(), json!({"type": "edit", "edited_action": {"name": "t", "args": {"n": 5}}}))]
+                .into_iter()
+                .collect()
+        )
+    );
+    // A schema that refers outside itself is not checked.
+    let remote = json!({"oneOf": [{"$ref": "https://example.com/decision.json"}]});
+    let r = round(build(&[interrupt("p", value, Some(remote))]).unwrap());
+    let key = r.questions[0].key.clone();
+    assert!(matches!(
+        judge(&r, &responses(json!({ &key: {"action": "accept", "content": {"decision": "edit", "args": "{}"}} }))),
+        Verdict::Resume(_)
+    ));
+}
