@@ -10,6 +10,10 @@
 //!   `hitl serve --conformance-fixtures`, for the 2026-07-28 and 2025-11-25
 //!   requirements, with the baselines in `xtask/conformance/`: fails on any unexpected
 //!   failure or stale baseline entry.
+//! - `cargo xtask bench`: release builds of `hitl` and `hitl-bench`; rounds per second
+//!   and latency of `hitl serve` (memory store, then Redis when available) as ratios to
+//!   a bare hyper JSON echo server measured in the same run, p99 at half of peak load,
+//!   and the same with 100,000 paused calls held.
 //! - `cargo xtask ci`: `cargo fmt --check`, clippy with `-D warnings` on all targets,
 //!   then `test`, `conformance`, and `cargo deny check bans licenses sources` when
 //!   cargo-deny is installed.
@@ -30,6 +34,7 @@ fn main() -> anyhow::Result<()> {
         Some("test") => test(&args[1..]),
         Some("ci") => ci(),
         Some("conformance") => conformance(),
+        Some("bench") => bench(),
         _ => {
             eprintln!(
                 "usage: cargo xtask <test|ci>\n  test  run every test (starts Redis when it can)\n  ci    fmt, clippy, test, deny"
@@ -303,4 +308,115 @@ fn run_conformance(dir: &Path, bin: &Path, node_bin: &Path, url: &str) -> anyhow
     } else {
         bail!("conformance failed for {failed:?}: an unexpected failure or a stale baseline entry (see above)")
     }
+}
+
+/// A child process that prints `… listening on http://ADDR/mcp` first; killed on drop.
+struct Served {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(mut command: Command) -> anyhow::Result<Served> {
+    let mut child = command.stdout(Stdio::piped()).spawn().with_context(|| format!("starting {command:?}"))?;
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().expect("piped")), &mut line)?;
+    let url = line.trim().rsplit(' ').next().unwrap_or_default().to_owned();
+    if !url.starts_with("http://") {
+        let _ = child.kill();
+        bail!("{command:?} printed {line:?} instead of its address");
+    }
+    Ok(Served { child, url })
+}
+
+/// One load run: the JSON line `hitl-bench load` prints.
+fn load(url: &str, scenario: &str, extra: &[&str]) -> anyhow::Result<serde_json::Value> {
+    let bench = workspace_root().join("target/release/hitl-bench");
+    let output = Command::new(bench)
+        .args(["load", "--url", url, "--scenario", scenario])
+        .args(extra)
+        .output()
+        .context("running hitl-bench load")?;
+    if !output.status.success() {
+        bail!("hitl-bench load failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    Ok(serde_json::from_slice(&output.stdout)?)
+}
+
+fn bench() -> anyhow::Result<()> {
+    let mut build = cargo();
+    build.args(["build", "--release", "-p", "hitl-server", "-p", "hitl-bench"]);
+    run(build)?;
+    let release = workspace_root().join("target/release");
+    let mut report = serde_json::Map::new();
+    let row = |name: &str, r: &serde_json::Value| {
+        eprintln!(
+            "  {name:<44} {:>9.0} req/s   p50 {:>6} µs   p99 {:>6} µs   errors {}",
+            r["throughput"].as_f64().unwrap_or_default(),
+            r["p50_us"],
+            r["p99_us"],
+            r["errors"]
+        );
+    };
+    let echo = serve({
+        let mut c = Command::new(release.join("hitl-bench"));
+        c.args(["echo", "--listen", "127.0.0.1:0"]);
+        c
+    })?;
+    let baseline = load(&echo.url, "echo", &[])?;
+    drop(echo);
+    eprintln!("bench (2 cores shared by server and load generator; ratios are what count):");
+    row("bare hyper JSON echo", &baseline);
+    let peak = baseline["throughput"].as_f64().unwrap_or(1.0).max(1.0);
+
+    let mut stores = vec![("memory".to_owned(), None)];
+    let mut _redis = None;
+    match std::env::var("REDIS_URL") {
+        Ok(url) => stores.push(("redis".to_owned(), Some(url))),
+        Err(_) if on_path("redis-server") => {
+            let (redis, url) = start_redis()?;
+            _redis = Some(redis);
+            stores.push(("redis".to_owned(), Some(url)));
+        }
+        Err(_) => eprintln!("  (no Redis: the Redis rows are skipped)"),
+    }
+    for (name, url) in stores {
+        let mut command = Command::new(release.join("hitl"));
+        command.args(["serve", "--listen", "127.0.0.1:0"]).env("RUST_LOG", "error");
+        if let Some(url) = &url {
+            command.args(["--store", url]).env("HITL_SECRET", "hitl-bench-secret-0123456789abcdef0123");
+        }
+        let hitl = serve(command)?;
+        let pause = load(&hitl.url, "pause", &[])?;
+        let round = load(&hitl.url, "round", &[])?;
+        let half = round["throughput"].as_f64().unwrap_or_default() / 2.0;
+        let paced = load(&hitl.url, "round", &["--rate", &format!("{half:.0}")])?;
+        load(&hitl.url, "fill", &["--count", "100000"])?;
+        let held = load(&hitl.url, "round", &[])?;
+        let held_paced = load(&hitl.url, "round", &["--rate", &format!("{half:.0}")])?;
+        row(&format!("{name}: pause (new paused call per request)"), &pause);
+        row(&format!("{name}: round (pause or resume per request)"), &round);
+        row(&format!("{name}: round at half of peak"), &paced);
+        row(&format!("{name}: round with 100,000 calls paused"), &held);
+        row(&format!("{name}: round at half of peak, 100,000 paused"), &held_paced);
+        let ratio = round["throughput"].as_f64().unwrap_or_default() / peak;
+        let flat = held["throughput"].as_f64().unwrap_or_default() / round["throughput"].as_f64().unwrap_or(1.0).max(1.0);
+        eprintln!("  {name}: rounds/s vs echo = {:.0}%; with 100,000 paused = {:.0}% of empty", ratio * 100.0, flat * 100.0);
+        report.insert(
+            name,
+            serde_json::json!({"pause": pause, "round": round, "round_half_peak": paced, "round_100k": held,
+                               "round_half_peak_100k": held_paced, "ratio_to_echo": ratio, "held_vs_empty": flat}),
+        );
+    }
+    report.insert("echo".into(), baseline);
+    let out = workspace_root().join("target/bench-report.json");
+    std::fs::write(&out, serde_json::to_string_pretty(&report)?)?;
+    eprintln!("report: {}", out.display());
+    Ok(())
 }

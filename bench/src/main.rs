@@ -1,0 +1,254 @@
+//! `hitl-bench`: what `cargo xtask bench` runs.
+//!
+//! - `hitl-bench echo --listen ADDR`: a bare hyper server that answers every POST with
+//!   its body as JSON, the baseline hitl's throughput is compared with.
+//! - `hitl-bench load --url URL --scenario S`: closed-loop load over keep-alive HTTP/1.1
+//!   connections (or paced at `--rate`), printing one JSON line of throughput and
+//!   latency percentiles. Scenarios: `echo` (post a `tools/call` body), `pause` (call
+//!   `choose_region`: each request pauses a new call), `round` (each connection pauses a
+//!   call, then answers it: every request is one round), `fill` (pause `--count` calls
+//!   and exit).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use bytes::Bytes;
+use clap::{Parser, Subcommand};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// A bare hyper JSON echo server.
+    Echo {
+        /// Where to listen (port 0: a free port, printed on stdout).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+    },
+    /// Closed-loop (or paced) load against a URL.
+    Load {
+        /// The endpoint (`http://127.0.0.1:PORT/mcp`).
+        #[arg(long)]
+        url: String,
+        /// `echo`, `pause`, `round` or `fill`.
+        #[arg(long)]
+        scenario: String,
+        /// Connections, each with one request in flight.
+        #[arg(long, default_value_t = 32)]
+        connections: usize,
+        /// How long to measure, after a one-second warm-up.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Requests per second over all connections (open loop); 0: as fast as possible.
+        #[arg(long, default_value_t = 0.0)]
+        rate: f64,
+        /// For `fill`: how many calls to pause.
+        #[arg(long, default_value_t = 100_000)]
+        count: usize,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        match cli.command {
+            Command::Echo { listen } => echo(listen).await,
+            Command::Load { url, scenario, connections, seconds, rate, count } => {
+                load(&url, &scenario, connections, Duration::from_secs_f64(seconds), rate, count).await
+            }
+        }
+    })
+}
+
+async fn echo(listen: SocketAddr) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(listen).await?;
+    println!("echo listening on http://{}/mcp", listener.local_addr()?);
+    loop {
+        let (stream, _) = listener.accept().await?;
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(|request: http::Request<hyper::body::Incoming>| async move {
+                let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                let mut response = http::Response::new(Full::new(body));
+                response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+                Ok::<_, Infallible>(response)
+            });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+           "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}})
+}
+
+fn pause_body() -> Bytes {
+    Bytes::from(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "choose_region", "arguments": {}, "_meta": meta()}})
+        .to_string(),
+    )
+}
+
+fn answer_body(key: &str, state: &str) -> Bytes {
+    Bytes::from(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "choose_region", "arguments": {}, "_meta": meta(),
+            "inputResponses": { key: {"action": "accept", "content": {"response": "eu-west-1"}} },
+            "requestState": state}})
+        .to_string(),
+    )
+}
+
+/// One keep-alive HTTP/1.1 connection.
+struct Connection {
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    authority: String,
+    path: String,
+}
+
+impl Connection {
+    async fn open(url: &str) -> anyhow::Result<Self> {
+        let uri: http::Uri = url.parse()?;
+        let authority = uri.authority().context("the URL names no host")?.to_string();
+        let stream = TcpStream::connect(&authority).await?;
+        stream.set_nodelay(true)?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(connection);
+        Ok(Self { sender, authority, path: uri.path().to_owned() })
+    }
+
+    async fn post(&mut self, body: Bytes) -> anyhow::Result<Bytes> {
+        self.sender.ready().await?;
+        let request = http::Request::post(&self.path)
+            .header("host", &self.authority)
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "choose_region")
+            .body(Full::new(body))?;
+        let response = self.sender.send_request(request).await?;
+        if !response.status().is_success() {
+            bail!("HTTP {}", response.status());
+        }
+        Ok(response.into_body().collect().await?.to_bytes())
+    }
+}
+
+/// What a worker sends next.
+async fn step(scenario: &str, connection: &mut Connection, pending: &mut Option<(String, String)>) -> anyhow::Result<()> {
+    match (scenario, pending.take()) {
+        ("echo" | "pause" | "fill", _) => {
+            connection.post(pause_body()).await?;
+        }
+        ("round", None) => {
+            let reply: Value = serde_json::from_slice(&connection.post(pause_body()).await?)?;
+            let result = &reply["result"];
+            let key = result["inputRequests"].as_object().and_then(|m| m.keys().next().cloned()).context("no question")?;
+            *pending = Some((key, result["requestState"].as_str().unwrap_or_default().to_owned()));
+        }
+        ("round", Some((key, state))) => {
+            connection.post(answer_body(&key, &state)).await?;
+        }
+        (other, _) => bail!("unknown scenario {other}"),
+    }
+    Ok(())
+}
+
+async fn load(
+    url: &str,
+    scenario: &str,
+    connections: usize,
+    measure: Duration,
+    rate: f64,
+    count: usize,
+) -> anyhow::Result<()> {
+    if scenario == "fill" {
+        let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..connections {
+            let (url, done) = (url.to_owned(), done.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut connection = Connection::open(&url).await?;
+                while done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < count {
+                    connection.post(pause_body()).await?;
+                }
+                anyhow::Ok(())
+            }));
+        }
+        for task in tasks {
+            task.await??;
+        }
+        println!("{}", json!({"scenario": "fill", "paused": count}));
+        return Ok(());
+    }
+    let warmup = Duration::from_secs(1);
+    let start = Instant::now() + warmup;
+    let end = start + measure;
+    let interval = (rate > 0.0).then(|| Duration::from_secs_f64(connections as f64 / rate));
+    let mut tasks = Vec::new();
+    for i in 0..connections {
+        let (url, scenario) = (url.to_owned(), scenario.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut connection = Connection::open(&url).await?;
+            let mut pending = None;
+            let mut latencies: Vec<u32> = Vec::new();
+            let mut errors = 0u64;
+            // Spread paced workers over one interval.
+            let mut next = Instant::now() + interval.map_or(Duration::ZERO, |d| d.mul_f64(i as f64 / connections as f64));
+            loop {
+                if let Some(interval) = interval {
+                    tokio::time::sleep_until(next.into()).await;
+                    next += interval;
+                }
+                let sent = Instant::now();
+                if sent >= end {
+                    break;
+                }
+                match step(&scenario, &mut connection, &mut pending).await {
+                    Ok(()) if sent >= start => latencies.push(sent.elapsed().as_micros() as u32),
+                    Ok(()) => {}
+                    Err(_) => {
+                        errors += 1;
+                        pending = None;
+                        connection = Connection::open(&url).await?;
+                    }
+                }
+            }
+            anyhow::Ok((latencies, errors))
+        }));
+    }
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    for task in tasks {
+        let (l, e) = task.await??;
+        latencies.extend(l);
+        errors += e;
+    }
+    latencies.sort_unstable();
+    let pct = |p: f64| latencies.get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1))).copied().unwrap_or(0);
+    println!(
+        "{}",
+        json!({
+            "scenario": scenario, "connections": connections, "rate": rate,
+            "requests": latencies.len(), "errors": errors,
+            "throughput": latencies.len() as f64 / measure.as_secs_f64(),
+            "p50_us": pct(0.50), "p99_us": pct(0.99), "max_us": latencies.last().copied().unwrap_or(0)
+        })
+    );
+    Ok(())
+}
