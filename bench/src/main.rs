@@ -81,7 +81,9 @@ async fn echo(listen: SocketAddr) -> anyhow::Result<()> {
             let service = hyper::service::service_fn(|request: http::Request<hyper::body::Incoming>| async move {
                 let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
                 let mut response = http::Response::new(Full::new(body));
-                response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+                response
+                    .headers_mut()
+                    .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
                 Ok::<_, Infallible>(response)
             });
             let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -150,7 +152,11 @@ impl Connection {
 }
 
 /// What a worker sends next.
-async fn step(scenario: &str, connection: &mut Connection, pending: &mut Option<(String, String)>) -> anyhow::Result<()> {
+async fn step(
+    scenario: &str,
+    connection: &mut Connection,
+    pending: &mut Option<(String, String)>,
+) -> anyhow::Result<()> {
     match (scenario, pending.take()) {
         ("echo" | "pause" | "fill", _) => {
             connection.post(pause_body()).await?;
@@ -158,7 +164,8 @@ async fn step(scenario: &str, connection: &mut Connection, pending: &mut Option<
         ("round", None) => {
             let reply: Value = serde_json::from_slice(&connection.post(pause_body()).await?)?;
             let result = &reply["result"];
-            let key = result["inputRequests"].as_object().and_then(|m| m.keys().next().cloned()).context("no question")?;
+            let key =
+                result["inputRequests"].as_object().and_then(|m| m.keys().next().cloned()).context("no question")?;
             *pending = Some((key, result["requestState"].as_str().unwrap_or_default().to_owned()));
         }
         ("round", Some((key, state))) => {
@@ -209,7 +216,8 @@ async fn load(
             let mut latencies: Vec<u32> = Vec::new();
             let mut errors = 0u64;
             // Spread paced workers over one interval.
-            let mut next = Instant::now() + interval.map_or(Duration::ZERO, |d| d.mul_f64(i as f64 / connections as f64));
+            let mut next =
+                Instant::now() + interval.map_or(Duration::ZERO, |d| d.mul_f64(i as f64 / connections as f64));
             loop {
                 if let Some(interval) = interval {
                     tokio::time::sleep_until(next.into()).await;
@@ -240,7 +248,12 @@ async fn load(
         errors += e;
     }
     latencies.sort_unstable();
-    let pct = |p: f64| latencies.get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1))).copied().unwrap_or(0);
+    let pct = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
     println!(
         "{}",
         json!({

@@ -406,8 +406,13 @@ fn bench() -> anyhow::Result<()> {
         row(&format!("{name}: round with 100,000 calls paused"), &held);
         row(&format!("{name}: round at half of peak, 100,000 paused"), &held_paced);
         let ratio = round["throughput"].as_f64().unwrap_or_default() / peak;
-        let flat = held["throughput"].as_f64().unwrap_or_default() / round["throughput"].as_f64().unwrap_or(1.0).max(1.0);
-        eprintln!("  {name}: rounds/s vs echo = {:.0}%; with 100,000 paused = {:.0}% of empty", ratio * 100.0, flat * 100.0);
+        let flat =
+            held["throughput"].as_f64().unwrap_or_default() / round["throughput"].as_f64().unwrap_or(1.0).max(1.0);
+        eprintln!(
+            "  {name}: rounds/s vs echo = {:.0}%; with 100,000 paused = {:.0}% of empty",
+            ratio * 100.0,
+            flat * 100.0
+        );
         report.insert(
             name,
             serde_json::json!({"pause": pause, "round": round, "round_half_peak": paced, "round_100k": held,

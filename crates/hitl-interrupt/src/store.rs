@@ -1,6 +1,7 @@
 //! The thread store port, the clock, and the in-memory store.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -134,12 +135,36 @@ pub trait ThreadStore: Send + Sync + 'static {
 }
 
 /// Threads in a process-local map: the default store, and the reference the store
-/// conformance tests hold other stores to.
+/// conformance tests hold other stores to. Sharded, so concurrent rounds rarely wait on
+/// each other's lock; each shard drops expired threads as it goes, from a queue ordered
+/// by expiry, so the cost of a save does not grow with the number of paused calls.
 pub struct MemoryStore<C: Clock = SystemClock> {
-    threads: Mutex<HashMap<String, Thread>>,
+    shards: Box<[Mutex<Shard>]>,
     clock: C,
-    saves: AtomicU64,
 }
+
+#[derive(Default)]
+struct Shard {
+    threads: HashMap<String, Thread>,
+    /// `(expires_at_ms, id)` of every save; stale entries are skipped when popped.
+    expiry: BinaryHeap<Reverse<(u64, String)>>,
+}
+
+impl Shard {
+    fn sweep(&mut self, now: u64) {
+        while let Some(Reverse((at, _))) = self.expiry.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(Reverse((_, id))) = self.expiry.pop() else { break };
+            if self.threads.get(&id).is_some_and(|t| t.expires_at_ms <= now) {
+                self.threads.remove(&id);
+            }
+        }
+    }
+}
+
+const SHARDS: usize = 16;
 
 impl Default for MemoryStore {
     fn default() -> Self {
@@ -150,13 +175,18 @@ impl Default for MemoryStore {
 impl<C: Clock> MemoryStore<C> {
     /// A store that reads expiry from `clock`.
     pub fn with_clock(clock: C) -> Self {
-        Self { threads: Mutex::new(HashMap::new()), clock, saves: AtomicU64::new(0) }
+        Self { shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(), clock }
     }
 
     /// Live threads (for tests and metrics).
     pub fn len(&self) -> usize {
         let now = self.clock.now_ms();
-        self.lock().values().filter(|t| t.expires_at_ms > now).count()
+        self.shards
+            .iter()
+            .map(|s| {
+                s.lock().unwrap_or_else(|p| p.into_inner()).threads.values().filter(|t| t.expires_at_ms > now).count()
+            })
+            .sum()
     }
 
     /// No live thread?
@@ -164,8 +194,11 @@ impl<C: Clock> MemoryStore<C> {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Thread>> {
-        self.threads.lock().unwrap_or_else(|p| p.into_inner())
+    fn shard(&self, id: &str) -> std::sync::MutexGuard<'_, Shard> {
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(id, &mut hasher);
+        let index = (std::hash::Hasher::finish(&hasher) % SHARDS as u64) as usize;
+        self.shards[index].lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -173,26 +206,24 @@ impl<C: Clock> MemoryStore<C> {
 impl<C: Clock> ThreadStore for MemoryStore<C> {
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
         let now = self.clock.now_ms();
-        Ok(self.lock().get(id).filter(|t| t.expires_at_ms > now).cloned())
+        Ok(self.shard(id).threads.get(id).filter(|t| t.expires_at_ms > now).cloned())
     }
 
     async fn save(&self, thread: &Thread, expected: Option<u64>) -> Result<(), SaveError> {
         let now = self.clock.now_ms();
-        let mut threads = self.lock();
-        // Sweep expired records now and then, so abandoned calls do not pile up.
-        if self.saves.fetch_add(1, Ordering::Relaxed) % 1024 == 1023 {
-            threads.retain(|_, t| t.expires_at_ms > now);
-        }
-        let current = threads.get(&thread.id).filter(|t| t.expires_at_ms > now).map(|t| t.version);
+        let mut shard = self.shard(&thread.id);
+        shard.sweep(now);
+        let current = shard.threads.get(&thread.id).filter(|t| t.expires_at_ms > now).map(|t| t.version);
         if current != expected {
             return Err(SaveError::Conflict(thread.id.clone()));
         }
-        threads.insert(thread.id.clone(), thread.clone());
+        shard.expiry.push(Reverse((thread.expires_at_ms, thread.id.clone())));
+        shard.threads.insert(thread.id.clone(), thread.clone());
         Ok(())
     }
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
-        self.lock().remove(id);
+        self.shard(id).threads.remove(id);
         Ok(())
     }
 }

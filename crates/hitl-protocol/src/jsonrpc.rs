@@ -319,9 +319,13 @@ impl Response {
         Value::Object(map)
     }
 
-    /// The message as compact JSON bytes.
+    /// The message as compact JSON bytes, written without copying the result.
     pub fn to_bytes(&self) -> Vec<u8> {
-        serde_json::to_vec(&self.to_value()).unwrap_or_default()
+        let written = match self {
+            Self::Result { id, result } => serde_json::to_vec(&ResultOut { jsonrpc: "2.0", id, result }),
+            Self::Error { id, error } => serde_json::to_vec(&ErrorOut { jsonrpc: "2.0", id, error }),
+        };
+        written.unwrap_or_default()
     }
 
     /// The error, when this is an error response.
@@ -331,6 +335,22 @@ impl Response {
             Self::Result { .. } => None,
         }
     }
+}
+
+/// A result response, serialized from borrowed parts.
+#[derive(Serialize)]
+struct ResultOut<'a> {
+    jsonrpc: &'static str,
+    id: &'a RequestId,
+    result: &'a Value,
+}
+
+/// An error response, serialized from borrowed parts (`id` is `null` when unknown).
+#[derive(Serialize)]
+struct ErrorOut<'a> {
+    jsonrpc: &'static str,
+    id: &'a Option<RequestId>,
+    error: &'a ErrorObject,
 }
 
 /// Deserializes `params` into `T`, turning a failure into `-32602` with serde's message

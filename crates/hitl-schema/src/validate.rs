@@ -2,6 +2,7 @@
 //! Validators are compiled once per distinct form and cached.
 
 use std::collections::HashMap;
+use std::hash::Hasher;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use hitl_protocol::RequestedSchema;
@@ -23,19 +24,44 @@ pub struct Violation {
     pub message: String,
 }
 
-type Cache = Mutex<HashMap<String, Arc<jsonschema::Validator>>>;
+/// Compiled validators by a 128-bit digest of the schema's JSON (two salted SipHash
+/// runs), so a lookup serializes the schema into a hasher and allocates nothing.
+type Cache = Mutex<HashMap<(u64, u64), Arc<jsonschema::Validator>>>;
 
 fn cache() -> &'static Cache {
     static CACHE: OnceLock<Cache> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// Feeds serialized JSON to a hasher.
+struct HashWriter<'a, H: Hasher>(&'a mut H);
+
+impl<H: Hasher> std::io::Write for HashWriter<'_, H> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.write(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn digest(schema: &impl serde::Serialize) -> (u64, u64) {
+    let mut first = std::hash::DefaultHasher::new();
+    let mut second = std::hash::DefaultHasher::new();
+    second.write_u8(0x5a);
+    let _ = serde_json::to_writer(HashWriter(&mut first), schema);
+    let _ = serde_json::to_writer(HashWriter(&mut second), schema);
+    (first.finish(), second.finish())
+}
+
 fn validator(schema: &impl serde::Serialize) -> Result<Arc<jsonschema::Validator>, Violation> {
-    let key = serde_json::to_string(schema).unwrap_or_default();
+    let key = digest(schema);
     if let Some(v) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
         return Ok(v.clone());
     }
-    let schema: Value = serde_json::from_str(&key).unwrap_or_default();
+    let schema = serde_json::to_value(schema).unwrap_or_default();
     let compiled = jsonschema::options()
         .with_draft(jsonschema::Draft::Draft202012)
         .should_validate_formats(true)

@@ -125,3 +125,14 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn response_bytes_equal_the_response_value() {
+    let result =
+        hitl_protocol::Response::Result { id: RequestId::String("a".into()), result: serde_json::json!({"x": [1, 2]}) };
+    let error = hitl_protocol::Response::Error { id: None, error: hitl_protocol::ErrorObject::parse_error("bad") };
+    for response in [result, error] {
+        let from_bytes: serde_json::Value = serde_json::from_slice(&response.to_bytes()).unwrap();
+        assert_eq!(from_bytes, response.to_value());
+    }
+}
