@@ -4,6 +4,7 @@ mod fixtures;
 mod harness;
 mod python_sdk;
 mod redis_faults;
+mod redis_tls;
 mod replicas;
 mod review;
 mod rules;

@@ -53,11 +53,14 @@ struct ServeArgs {
     /// Address to listen on (port 0 picks a free port; the bound address is printed).
     #[arg(long, env = "HITL_LISTEN", default_value = "127.0.0.1:8123")]
     listen: SocketAddr,
-    /// Where paused calls live: `memory` (this process only), `redis://host:port/db` or
-    /// `redis+cluster://host:port,host:port` (shared by every replica; needs a shared
-    /// secret).
+    /// Where paused calls live: `memory` (this process only), `redis://host:port/db`,
+    /// `rediss://…` (TLS) or `redis+cluster://host:port,host:port` (shared by every
+    /// replica; needs a shared secret).
     #[arg(long, env = "HITL_STORE", default_value = "memory")]
     store: String,
+    /// A PEM file of CA certificates to trust for `rediss://` (default: the system's).
+    #[arg(long, env = "HITL_REDIS_CA_FILE")]
+    redis_ca_file: Option<PathBuf>,
     /// Do not serve the example agents.
     #[arg(long)]
     no_examples: bool,
@@ -121,28 +124,32 @@ fn secret(args: &ServeArgs, shared_store: bool) -> anyhow::Result<Secret> {
 }
 
 /// The thread store named by `--store`.
-async fn store(url: &str) -> anyhow::Result<Arc<dyn ThreadStore>> {
+async fn store(url: &str, ca_file: Option<&std::path::Path>) -> anyhow::Result<Arc<dyn ThreadStore>> {
     if url == "memory" {
         return Ok(Arc::new(MemoryStore::default()));
     }
-    if url.starts_with("rediss://") {
-        bail!("--store {url}: TLS (rediss://) is not built into this server yet; use redis:// on a trusted network");
-    }
-    if url.starts_with("redis://") || url.starts_with("redis+cluster://") || url.starts_with("redis+unix://") {
-        let store = RedisStore::new(url).map_err(|e| anyhow::anyhow!("--store {url}: {e}"))?;
+    let redis = ["redis://", "rediss://", "redis+cluster://", "redis+unix://"];
+    if redis.iter().any(|scheme| url.starts_with(scheme)) {
+        let ca = match ca_file {
+            Some(path) => Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?),
+            None => None,
+        };
+        let store = RedisStore::with_tls_roots(url, ca).map_err(|e| anyhow::anyhow!("--store {url}: {e}"))?;
         // Start even when Redis is down: /healthz says so, and service resumes with it.
         if let Err(e) = store.ping().await {
             tracing::warn!(error = %e, "Redis is not reachable yet; serving anyway, /healthz reports not ready");
         }
         return Ok(Arc::new(store));
     }
-    bail!("unsupported --store {url:?}: use `memory`, `redis://host:port/db` or `redis+cluster://host:port,…`")
+    bail!(
+        "unsupported --store {url:?}: use `memory`, `redis://host:port/db`, `rediss://…` or `redis+cluster://host:port,…`"
+    )
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let shared_store = args.store != "memory";
     let secret = secret(&args, shared_store)?;
-    let store = store(&args.store).await?;
+    let store = store(&args.store, args.redis_ca_file.as_deref()).await?;
     let lifetimes = Lifetimes::with_default_ttl(args.default_ttl.map(Duration::from_secs));
     let mut engine = Engine::new(store.clone(), Arc::new(SystemClock), secret, lifetimes);
     if args.no_threads {

@@ -3,7 +3,9 @@
 //!
 //! Each thread is one hash, `hitl:{<thread id>}:thread`, with its version (`v`) and its
 //! JSON record (`d`). The braces are a Redis Cluster hash tag: every key of a thread
-//! lands in one slot, so the store works on a cluster too (`redis+cluster://…`). Saves are a compare-and-set on the version in a Lua script, and
+//! lands in one slot, so the store works on a cluster too (`redis+cluster://…`).
+//! `rediss://` connects over TLS (rustls), trusting the system's roots or a CA given to
+//! [`RedisStore::with_tls_roots`]. Saves are a compare-and-set on the version in a Lua script, and
 //! the record's expiry is set on the key itself (`PEXPIREAT`), so Redis drops abandoned
 //! calls without a sweeper.
 //!
@@ -42,9 +44,10 @@ pub struct RedisStore {
 }
 
 #[derive(Clone)]
+#[allow(clippy::large_enum_variant, reason = "one per store, made once")]
 enum Client {
     Single(redis::Client),
-    Cluster(Box<redis::cluster::ClusterClient>),
+    Cluster(redis::cluster::ClusterClient),
 }
 
 /// One shared connection: a reconnecting manager for a single Redis, or a cluster
@@ -104,7 +107,18 @@ impl RedisStore {
     /// `redis+cluster://host:port,host:port` names seed nodes of a Redis Cluster. Fails
     /// only on a malformed URL.
     pub fn new(url: &str) -> Result<Self, StoreError> {
+        Self::with_tls_roots(url, None)
+    }
+
+    /// [`RedisStore::new`], trusting the CA certificates in `ca_pem` (PEM) for
+    /// `rediss://` instead of the system's roots.
+    pub fn with_tls_roots(url: &str, ca_pem: Option<Vec<u8>>) -> Result<Self, StoreError> {
         let bad = |e: redis::RedisError| StoreError::Unavailable(format!("bad Redis URL {url:?}: {e}"));
+        if url.starts_with("rediss://") {
+            // TLS through rustls on ring (already used for requestState HMACs); a
+            // provider installed earlier by the embedding program stays.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
         let client = match url.strip_prefix("redis+cluster://") {
             Some(nodes) => {
                 let nodes: Vec<String> = nodes
@@ -119,9 +133,15 @@ impl RedisStore {
                     .retries(2)
                     .build()
                     .map_err(bad)?;
-                Client::Cluster(Box::new(cluster))
+                Client::Cluster(cluster)
             }
-            None => Client::Single(redis::Client::open(url).map_err(bad)?),
+            None => match ca_pem {
+                Some(root_cert) => {
+                    let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
+                    Client::Single(redis::Client::build_with_tls(url, certificates).map_err(bad)?)
+                }
+                None => Client::Single(redis::Client::open(url).map_err(bad)?),
+            },
         };
         Ok(Self { client, connection: Arc::new(Mutex::new(None)), save: redis::Script::new(SAVE) })
     }
