@@ -335,7 +335,10 @@ impl Engine {
         responses: &InputResponses,
         token: &str,
     ) -> Result<Answer, EngineError> {
-        let checkpoint = thread.checkpoint.clone().expect("a paused thread has a checkpoint");
+        let Some(checkpoint) = thread.checkpoint.clone() else {
+            let reason = "a paused thread has no checkpoint".to_owned();
+            return Err(StoreError::Corrupt { id: thread.id.clone(), reason }.into());
+        };
         let (outcome, version) =
             self.run_renewing(agent.graph.resume_run(checkpoint, values, call.run()), &thread).await;
         thread.version = version;
