@@ -302,14 +302,23 @@ fn stored_records_hold_no_usable_token() {
     assert!(!serde_json::to_string(&thread).unwrap().contains(token));
 }
 
-fn counting_agent(runs: Arc<std::sync::atomic::AtomicUsize>) -> Agent {
+/// An agent whose step, after its interrupt, yields `yields` times (so concurrent
+/// requests interleave), moving `clock` a second per yield when given, then counts its
+/// run in `runs`.
+fn counting_agent_with(
+    runs: Arc<std::sync::atomic::AtomicUsize>,
+    yields: usize,
+    clock: Option<Arc<ManualClock>>,
+) -> Agent {
     let graph = StateGraph::new()
         .add_step("ask", move |_, ctx| {
-            let runs = runs.clone();
+            let (runs, clock) = (runs.clone(), clock.clone());
             async move {
                 let answer = ctx.interrupt(json!("Go?"))?;
-                // Give concurrent requests a chance to interleave.
-                for _ in 0..5 {
+                for _ in 0..yields {
+                    if let Some(clock) = &clock {
+                        clock.advance(1000);
+                    }
                     tokio::task::yield_now().await;
                 }
                 let n = runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
@@ -320,6 +329,10 @@ fn counting_agent(runs: Arc<std::sync::atomic::AtomicUsize>) -> Agent {
         .compile()
         .unwrap();
     Agent { name: "count".into(), description: String::new(), input_schema: json!({"type": "object"}), graph }
+}
+
+fn counting_agent(runs: Arc<std::sync::atomic::AtomicUsize>) -> Agent {
+    counting_agent_with(runs, 5, None)
 }
 
 #[test]
@@ -429,26 +442,7 @@ fn a_long_step_renews_its_lease_so_duplicates_keep_waiting() {
     let f = fixture();
     let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     // A step that takes 100 s of (manual) time, longer than the 30 s lease.
-    let r2 = runs.clone();
-    let clock = f.clock.clone();
-    let graph = StateGraph::new()
-        .add_step("slow", move |_, ctx| {
-            let (runs, clock) = (r2.clone(), clock.clone());
-            async move {
-                let answer = ctx.interrupt(json!("Go?"))?;
-                for _ in 0..100 {
-                    clock.advance(1000);
-                    tokio::task::yield_now().await;
-                }
-                let n = runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-                Ok(json!({ "answer": answer, "run": n }))
-            }
-        })
-        .add_edge(START, "slow")
-        .compile()
-        .unwrap();
-    let agent =
-        Agent { name: "slow".into(), description: String::new(), input_schema: json!({"type": "object"}), graph };
+    let agent = counting_agent_with(runs.clone(), 100, Some(f.clock.clone()));
     let r = round(run(f.engine.call(&agent, call(None, None))));
     let a = answers(&[(&first_key(&r), accept("yes"))]);
     let state = r.request_state.unwrap();

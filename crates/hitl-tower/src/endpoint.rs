@@ -220,6 +220,19 @@ impl Shared {
         cancel: Option<Arc<AtomicBool>>,
     ) -> Result<Value, ErrorObject> {
         let era = caller.era;
+        // The engine's view of a tools/call or prompts/get; each request makes one.
+        let call = move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, prompt| Call {
+            arguments: arguments.unwrap_or_default(),
+            input_responses,
+            request_state,
+            context,
+            capabilities: caller.capabilities,
+            principal: caller.principal,
+            era,
+            prompt,
+            progress,
+            cancel,
+        };
         match (request, era) {
             (ClientRequest::Discover(_), Era::Modern) => Ok(self.discover()),
             (ClientRequest::ListTools(_), _) => Ok(self.list_tools(era)),
@@ -236,18 +249,7 @@ impl Shared {
                 let Some(agent) = self.tools.get(&params.name) else {
                     return Err(ErrorObject::invalid_params(format!("Unknown tool: {}", params.name)));
                 };
-                let call = Call {
-                    arguments: params.arguments.unwrap_or_default(),
-                    input_responses: params.input_responses,
-                    request_state: params.request_state,
-                    context: params.context,
-                    capabilities: caller.capabilities,
-                    principal: caller.principal,
-                    era,
-                    prompt: false,
-                    progress,
-                    cancel,
-                };
+                let call = call(params.arguments, params.input_responses, params.request_state, params.context, false);
                 self.run(agent, call).await.map(|response| match response {
                     CallToolResponse::Complete(r) => serde_json::to_value(r).unwrap_or_default(),
                     CallToolResponse::InputRequired(r) => serde_json::to_value(r).unwrap_or_default(),
@@ -257,18 +259,7 @@ impl Shared {
                 let Some(agent) = self.prompts.get(&params.name) else {
                     return Err(ErrorObject::invalid_params(format!("Unknown prompt: {}", params.name)));
                 };
-                let call = Call {
-                    arguments: params.arguments.unwrap_or_default(),
-                    input_responses: params.input_responses,
-                    request_state: params.request_state,
-                    context: None,
-                    capabilities: caller.capabilities,
-                    principal: caller.principal,
-                    era,
-                    prompt: true,
-                    progress,
-                    cancel,
-                };
+                let call = call(params.arguments, params.input_responses, params.request_state, None, true);
                 match self.run(agent, call).await? {
                     CallToolResponse::InputRequired(r) => Ok(serde_json::to_value(r).unwrap_or_default()),
                     CallToolResponse::Complete(r) => {
