@@ -2,9 +2,11 @@
 
 Usage: python sdk_e2e.py http://127.0.0.1:PORT/mcp
 
-In 2026-07-28 mode, `Client.call_tool` with an elicitation callback completes
-`greeter`, `plan_deployment`, `survey` and `connect_calendar`; in legacy mode a pause
-gives the error result for clients that can't answer. Exits non-zero on failure.
+In 2026-07-28 mode (and in "auto" mode, which must pick it), `Client.call_tool` with an
+elicitation callback completes `greeter`, `plan_deployment`, `survey`,
+`connect_calendar`, the two rounds of `onboarding`, and the release gate
+`deploy_production_release`; in legacy mode a pause gives the error result for clients
+that can't answer. Exits non-zero on failure.
 """
 
 import asyncio
@@ -19,6 +21,8 @@ URL = sys.argv.pop(1) if len(sys.argv) > 1 else "http://127.0.0.1:8123/mcp"
 
 ANSWERS = {
     "What is your name?": {"name": "Ada"},
+    "Deploying api to PRODUCTION (1.2.3). Confirm release?": {"confirm": True},
+    "How old are you?": {"response": 36},
     "Where should the service deploy?": {"region": "eu-west-1", "replicas": 3},
     "What is your favorite color?": {"response": "blue"},
     "What is your quest?": {"response": "grail"},
@@ -28,14 +32,23 @@ ANSWERS = {
 class Asker:
     """An elicitation callback that answers known questions and records what it saw."""
 
-    def __init__(self):
+    def __init__(self, action="accept"):
         self.seen = []
+        self.action = action
 
     async def __call__(self, context, params):
         self.seen.append(params)
+        if self.action != "accept":
+            return types.ElicitResult(action=self.action)
         if getattr(params, "mode", None) == "url":
             return types.ElicitResult(action="accept")
-        return types.ElicitResult(action="accept", content=ANSWERS[params.message])
+        schema = params.requested_schema
+        fields = schema["properties"] if isinstance(schema, dict) else schema.properties
+        answer = ANSWERS[params.message]
+        if "response" in fields and "response" not in answer:
+            # A text question (onboarding's first) asks in one `response` field.
+            answer = {"response": next(iter(answer.values()))}
+        return types.ElicitResult(action="accept", content=answer)
 
 
 def run(coro):
@@ -50,8 +63,8 @@ async def call(mode, tool, arguments=None, asker=None):
 class Modern(unittest.TestCase):
     mode = "2026-07-28"
 
-    def output(self, tool, asker=None):
-        result = run(call(self.mode, tool, asker=asker))
+    def output(self, tool, asker=None, arguments=None):
+        result = run(call(self.mode, tool, arguments, asker=asker))
         self.assertFalse(result.is_error, result)
         return json.loads(result.content[0].text)
 
@@ -71,6 +84,22 @@ class Modern(unittest.TestCase):
         asker = Asker()
         self.assertEqual(self.output("survey", asker), {"color": "blue", "quest": "grail"})
         self.assertEqual(len(asker.seen), 2)
+
+    def test_deploy_production_release_is_gated_by_the_user(self):
+        args = {"service": "api", "version": "1.2.3"}
+        self.assertEqual(
+            self.output("deploy_production_release", arguments=args),
+            {"result": "Successfully released api v1.2.3 to prod."},
+        )
+        self.assertEqual(
+            self.output("deploy_production_release", Asker("decline"), arguments=args),
+            {"result": "Deployment aborted by user."},
+        )
+
+    def test_onboarding_takes_two_rounds(self):
+        asker = Asker()
+        self.assertEqual(self.output("onboarding", asker), {"name": "Ada", "age": 36})
+        self.assertEqual([p.message for p in asker.seen], ["What is your name?", "How old are you?"])
 
     def test_connect_calendar(self):
         asker = Asker()
