@@ -658,3 +658,34 @@ async fn tools_list_lists_every_example_agent() {
     let list = without.modern(1, "tools/list", json!({}), json!({})).await;
     assert_eq!(result(&list)["tools"], json!([]));
 }
+
+// --- Secure paused calls ------------------------------------------------------------
+
+#[tokio::test]
+async fn a_request_state_works_only_for_its_caller() {
+    let server = Server::start(&["--principal-header", "x-hitl-user"]).await;
+    let call_as = |user: Option<&'static str>, id: u64, params: Value| {
+        let server = &server;
+        async move {
+            let mut meta = crate::harness::modern_meta(json!({"elicitation": {}}));
+            let mut full = params;
+            full["_meta"] = meta.take();
+            let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": full});
+            let mut headers =
+                vec![("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", "greeter")];
+            if let Some(user) = user {
+                headers.push(("x-hitl-user", user));
+            }
+            server.post_raw(&headers, body.to_string()).await
+        }
+    };
+    let first = call_as(Some("alice"), 1, call("greeter", json!({}))).await;
+    let s = state(&first);
+    let answer_params = answer("greeter", json!({}), json!({"user_name": accept(json!({"name": "Ada"}))}), Some(&s));
+    for (user, id) in [(Some("bob"), 2), (None, 3)] {
+        let reply = call_as(user, id, answer_params.clone()).await;
+        assert_eq!(error(&reply), (400, -32602, "Invalid or expired requestState".to_owned()), "{user:?}");
+    }
+    let done = call_as(Some("alice"), 4, answer_params).await;
+    assert_eq!(text(&done), r#"{"greeting":"Hello, Ada!"}"#);
+}

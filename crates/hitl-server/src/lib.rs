@@ -24,7 +24,7 @@ use clap::{Parser, Subcommand};
 use hitl_interrupt::{Engine, Lifetimes, MemoryStore, Secret, SystemClock, ThreadStore};
 use hitl_protocol::{ErrorObject, Response};
 use hitl_store_redis::RedisStore;
-use hitl_tower::{AllowedHosts, McpBody, McpService, ServerOptions, ValidateOrigin, ValidateOriginLayer};
+use hitl_tower::{AllowedHosts, McpBody, McpService, PrincipalFromHeaderLayer, ServerOptions, ValidateOriginLayer};
 use http::{StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -32,7 +32,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tower::{Layer as _, ServiceExt as _};
+use tower::util::BoxCloneService;
+use tower::{ServiceBuilder, ServiceExt as _};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -79,6 +80,11 @@ struct ServeArgs {
     /// (DNS-rebinding protection) and one on another address accepts any.
     #[arg(long = "allowed-host", value_name = "HOST")]
     allowed_hosts: Vec<String>,
+    /// A header an authenticating proxy sets to the caller's identity (for example
+    /// `X-Forwarded-User`): paused calls are bound to it, and another caller's
+    /// `requestState` fails. Only behind a proxy that sets and strips it.
+    #[arg(long, env = "HITL_PRINCIPAL_HEADER", value_name = "HEADER")]
+    principal_header: Option<String>,
     /// Keep no threads: a tool that pauses ends with an error result saying the call
     /// can't be resumed.
     #[arg(long)]
@@ -170,12 +176,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     } else {
         AllowedHosts::any()
     };
-    let mcp = ValidateOriginLayer::new(allowed).layer(McpService::with_prompts(
-        tools,
-        prompts,
-        engine,
-        ServerOptions::default(),
-    ));
+    let principal = match &args.principal_header {
+        Some(name) => {
+            Some(http::HeaderName::try_from(name.as_str()).with_context(|| format!("--principal-header {name:?}"))?)
+        }
+        None => None,
+    };
+    let service = McpService::with_prompts(tools, prompts, engine, ServerOptions::default());
+    let mcp: Endpoint = ServiceBuilder::new()
+        .layer(ValidateOriginLayer::new(allowed))
+        .option_layer(principal.map(PrincipalFromHeaderLayer::new))
+        .service(service)
+        .boxed_clone();
     let max_body = args.max_body_bytes;
 
     let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
@@ -246,8 +258,11 @@ fn plain(status: StatusCode, content_type: &'static str, text: impl Into<Bytes>)
     out
 }
 
+/// The MCP endpoint with its layers.
+type Endpoint = BoxCloneService<http::Request<Bytes>, http::Response<McpBody>, Infallible>;
+
 async fn route(
-    mcp: ValidateOrigin<McpService>,
+    mcp: Endpoint,
     store: Arc<dyn ThreadStore>,
     request: http::Request<Incoming>,
     max_body: usize,

@@ -39,9 +39,11 @@
 
 mod endpoint;
 mod origin;
+mod principal;
 mod sse;
 
 pub use origin::{AllowedHosts, ValidateOrigin, ValidateOriginLayer};
+pub use principal::{PrincipalFromHeader, PrincipalFromHeaderLayer};
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -191,3 +191,35 @@ async fn progress_streams_as_server_sent_events() {
     assert_eq!(last["id"], 3);
     assert_eq!(last["result"]["resultType"], "input_required");
 }
+
+#[tokio::test]
+async fn the_principal_comes_from_the_configured_header_only() {
+    use tower::Layer as _;
+    #[derive(Clone)]
+    struct Seen(std::sync::Arc<std::sync::Mutex<Vec<Option<Principal>>>>);
+    impl tower::Service<http::Request<Bytes>> for Seen {
+        type Response = http::Response<McpBody>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+        fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, request: http::Request<Bytes>) -> Self::Future {
+            self.0.lock().unwrap().push(request.extensions().get::<Principal>().cloned());
+            std::future::ready(Ok(http::Response::new(body(Bytes::new()))))
+        }
+    }
+    let seen = Seen(Default::default());
+    let svc = PrincipalFromHeaderLayer::new(http::HeaderName::from_static("x-user")).layer(seen.clone());
+    for header in [Some(" alice "), None, Some("")] {
+        let mut request = http::Request::post("/mcp");
+        if let Some(h) = header {
+            request = request.header("x-user", h);
+        }
+        let mut request = request.body(Bytes::new()).unwrap();
+        // A principal set by someone else upstream does not survive without the header.
+        request.extensions_mut().insert(Principal("mallory".into()));
+        svc.clone().oneshot(request).await.unwrap();
+    }
+    assert_eq!(*seen.0.lock().unwrap(), vec![Some(Principal("alice".into())), None, None]);
+}
