@@ -68,7 +68,8 @@ struct ServeArgs {
     /// The deployment's thread TTL, in seconds: shortens every thread lifetime.
     #[arg(long, env = "HITL_DEFAULT_TTL", value_name = "SECONDS")]
     default_ttl: Option<u64>,
-    /// A file holding the server secret that signs requestState (at least 32 bytes).
+    /// A file holding the server secret that signs requestState (at least 32 bytes);
+    /// `HITL_SECRET` may hold the secret itself instead. Replicas must share it.
     #[arg(long, env = "HITL_SECRET_FILE")]
     secret_file: Option<PathBuf>,
     /// Also serve the fixtures of the official MCP conformance suite (tools and
