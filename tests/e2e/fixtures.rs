@@ -117,3 +117,23 @@ async fn legacy_initialize_names_a_session() {
     let session = reply.headers["mcp-session-id"].to_str().unwrap();
     assert!(!session.is_empty() && session.bytes().all(|b| (0x21..=0x7e).contains(&b)));
 }
+
+#[tokio::test]
+async fn arguments_declared_as_headers_must_match_them() {
+    let server = Server::start(&["--conformance-fixtures"]).await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "test_custom_header", "arguments": {"region": "Hello"}, "_meta": modern_meta(json!({}))}});
+    let base =
+        [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", "test_custom_header")];
+    let with = |value: &'static str| {
+        let mut h = base.to_vec();
+        h.push(("mcp-param-region", value));
+        h
+    };
+    let ok = server.post_raw(&with("=?base64?SGVsbG8=?="), body.to_string()).await;
+    assert_eq!(ok.body["result"]["content"][0]["text"], r#"{"region":"Hello"}"#);
+    for headers in [base.to_vec(), with("Bye"), with("=?base64?SGVsbG8?=")] {
+        let reply = server.post_raw(&headers, body.to_string()).await;
+        assert_eq!((reply.status, reply.body["error"]["code"].clone()), (400, json!(-32020)), "{headers:?}");
+    }
+}

@@ -45,7 +45,21 @@ pub fn tools() -> Vec<Agent> {
         input_one("test_missing_capability", "sample", sampling("Say something.", 20)),
         relay_one("test_streaming_elicitation", "answer", "Say something.", "answer", |a| json!({ "answer": a })),
         json_schema_2020_12(),
+        custom_header(),
     ]
+}
+
+/// A tool whose argument travels in a header too (`x-mcp-header`), so clients send
+/// `Mcp-Param-Region` and the server checks it against the body.
+fn custom_header() -> Agent {
+    let input = json!({"type": "object", "properties": {
+        "region": {"type": "string", "description": "Where to run", "x-mcp-header": "Region"}
+    }, "required": ["region"]});
+    let graph = StateGraph::new()
+        .add_step("echo", |state, _| async move { Ok(json!({ "region": state["region"] })) })
+        .add_edge(START, "echo")
+        .add_edge("echo", END);
+    agent("test_custom_header", "Echoes a region that also travels in the Mcp-Param-Region header.", input, graph)
 }
 
 /// A tool whose input schema uses JSON Schema 2020-12 keywords, listed as written.

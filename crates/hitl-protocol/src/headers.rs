@@ -53,6 +53,41 @@ pub fn check_method_and_name<'a>(
     Ok(())
 }
 
+/// Checks the `Mcp-Param-{Name}` headers of a `tools/call`: every argument whose
+/// property in the tool's input schema carries `"x-mcp-header": "Name"` must come with
+/// that header, equal to the argument (a string as is, a number or boolean as its JSON
+/// text). Fails with `-32020` naming the header.
+pub fn check_params<'a>(
+    header: impl Fn(&str) -> Option<&'a [u8]>,
+    input_schema: &serde_json::Value,
+    arguments: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Result<(), ErrorObject> {
+    let Some(properties) = input_schema.get("properties").and_then(|p| p.as_object()) else { return Ok(()) };
+    for (name, property) in properties {
+        let Some(suffix) = property.get("x-mcp-header").and_then(|h| h.as_str()) else { continue };
+        let display = format!("Mcp-Param-{suffix}");
+        let lookup = display.to_ascii_lowercase();
+        let body = match arguments.and_then(|a| a.get(name)) {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(other) => Some(other.to_string()),
+        };
+        match (header(&lookup), body) {
+            (None, None) => {}
+            (None, Some(_)) => {
+                return Err(ErrorObject::header_mismatch(format!("Header mismatch: {display} header is required")));
+            }
+            (Some(_), None) => {
+                return Err(ErrorObject::header_mismatch(format!(
+                    "Header mismatch: {display} header is set but the argument {name} is not"
+                )));
+            }
+            (Some(_), Some(body)) => expect(&header, &lookup, &display, &body)?,
+        }
+    }
+    Ok(())
+}
+
 /// Checks that the `MCP-Protocol-Version` header equals the `_meta` version.
 pub fn check_version(header_value: &str, meta_version: &str) -> Result<(), ErrorObject> {
     if header_value == meta_version {

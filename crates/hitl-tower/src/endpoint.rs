@@ -134,6 +134,13 @@ impl Shared {
             Ok(t) => t,
             Err(e) => return fail(e),
         };
+        if let ClientRequest::CallTool(params) = &typed
+            && let Some(agent) = self.tools.get(&params.name)
+            && let Err(e) =
+                headers::check_params(header_bytes(http_headers), &agent.input_schema, params.arguments.as_ref())
+        {
+            return fail(e);
+        }
         let caller = Caller { era: Era::Modern, capabilities: modern.client_capabilities, principal };
         let runs_agent = matches!(typed, ClientRequest::CallTool(_) | ClientRequest::GetPrompt(_));
         if runs_agent

@@ -1,7 +1,7 @@
 //! The 2026-07-28 header rules.
 
 use hitl_protocol::ErrorCode;
-use hitl_protocol::headers::{check_method_and_name, check_version, decode_value};
+use hitl_protocol::headers::{check_method_and_name, check_params, check_version, decode_value};
 use serde_json::json;
 
 fn lookup<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<&'a [u8]> {
@@ -51,4 +51,27 @@ fn version_header_must_equal_meta() {
     let err = check_version("2026-07-28", "v999.0.0").unwrap_err();
     assert_eq!(err.code, ErrorCode::HEADER_MISMATCH);
     assert!(err.data.is_none());
+}
+
+#[test]
+fn param_headers_follow_x_mcp_header() {
+    let schema = json!({"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"},
+                                                          "count": {"type": "integer", "x-mcp-header": "Count"},
+                                                          "note": {"type": "string"}}});
+    let args = json!({"region": "Hello", "count": 3, "note": "x"});
+    let args = args.as_object();
+    let ok = [("Mcp-Param-Region", "=?base64?SGVsbG8=?="), ("mcp-param-count", "3")];
+    assert!(check_params(lookup(&ok), &schema, args).is_ok());
+    for bad in [
+        vec![("Mcp-Param-Region", "=?base64?SGVsbG8?="), ("mcp-param-count", "3")],
+        vec![("Mcp-Param-Region", "=?base64?SGVs!!!bG8=?="), ("mcp-param-count", "3")],
+        vec![("mcp-param-count", "3")],
+        vec![("Mcp-Param-Region", "Hello"), ("mcp-param-count", "4")],
+    ] {
+        let err = check_params(lookup(&bad), &schema, args).unwrap_err();
+        assert_eq!(err.code, ErrorCode::HEADER_MISMATCH, "{bad:?}");
+    }
+    let literal = json!({"region": "=?base64?SGVsbG8=", "count": 1});
+    let headers = [("Mcp-Param-Region", "=?base64?SGVsbG8="), ("Mcp-Param-Count", "1")];
+    assert!(check_params(lookup(&headers), &schema, literal.as_object()).is_ok(), "unterminated is literal");
 }
