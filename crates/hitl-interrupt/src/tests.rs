@@ -331,46 +331,63 @@ fn counting_agent_with(
     Agent { name: "count".into(), description: String::new(), input_schema: json!({"type": "object"}), graph }
 }
 
-fn counting_agent(runs: Arc<std::sync::atomic::AtomicUsize>) -> Agent {
-    counting_agent_with(runs, 5, None)
+/// A counting agent paused at its question, and the answers and state that resume it.
+struct PausedCount {
+    f: Fixture,
+    runs: Arc<std::sync::atomic::AtomicUsize>,
+    agent: Agent,
+    answers: InputResponses,
+    state: String,
+}
+
+/// Pauses a counting agent whose step yields `yields` times, moving the fixture's clock
+/// a second each time when `tick`.
+fn paused_count(yields: usize, tick: bool) -> PausedCount {
+    let f = fixture();
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let agent = counting_agent_with(runs.clone(), yields, tick.then(|| f.clock.clone()));
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let answers = answers(&[(&first_key(&r), accept("yes"))]);
+    PausedCount { f, runs, agent, answers, state: r.request_state.unwrap() }
+}
+
+fn runs_of(p: &PausedCount) -> usize {
+    p.runs.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// `n` identical answer calls, polled concurrently on one thread.
+fn concurrently(p: &PausedCount, n: usize) -> Vec<Answer> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    rt.block_on(futures_util::future::join_all(
+        (0..n).map(|_| p.f.engine.call(&p.agent, call(Some(p.answers.clone()), Some(&p.state)))),
+    ))
+    .into_iter()
+    .map(|r| r.expect("no store failure"))
+    .collect()
 }
 
 #[test]
 fn repeated_answers_at_the_same_time_resume_once_and_share_the_result() {
-    let f = fixture();
-    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let agent = counting_agent(runs.clone());
-    let r = round(run(f.engine.call(&agent, call(None, None))));
-    let a = answers(&[(&first_key(&r), accept("yes"))]);
-    let state = r.request_state.unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-    let results = rt.block_on(futures_util::future::join_all(
-        (0..6).map(|_| f.engine.call(&agent, call(Some(a.clone()), Some(&state)))),
-    ));
-    let texts: Vec<String> = results.into_iter().map(|r| text(&r.unwrap()).0).collect();
-    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1, "the agent resumed once");
+    let p = paused_count(5, false);
+    let texts: Vec<String> = concurrently(&p, 6).iter().map(|r| text(r).0).collect();
+    assert_eq!(runs_of(&p), 1, "the agent resumed once");
     assert!(texts.iter().all(|t| t == r#"{"answer":"yes","run":1}"#), "{texts:?}");
 }
 
 #[test]
 fn a_lapsed_claim_lets_another_request_take_the_round_over() {
-    let f = fixture();
-    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let agent = counting_agent(runs.clone());
-    let r = round(run(f.engine.call(&agent, call(None, None))));
-    let state = r.request_state.clone().unwrap();
-    let id = state.split_once('.').unwrap().0.to_owned();
+    let p = paused_count(5, false);
+    let id = p.state.split_once('.').unwrap().0.to_owned();
     // A replica claimed the round and died.
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    let mut thread = rt.block_on(f.store.load(&id)).unwrap().unwrap();
+    let mut thread = rt.block_on(p.f.store.load(&id)).unwrap().unwrap();
     let version = thread.version;
-    thread.claim = Some(Claim { round: 1, until_ms: f.clock.now_ms() + 30_000 });
+    thread.claim = Some(Claim { round: 1, until_ms: p.f.clock.now_ms() + 30_000 });
     thread.version += 1;
-    rt.block_on(f.store.save(&thread, Some(version))).unwrap();
-    let a = answers(&[(&first_key(&r), accept("yes"))]);
-    let done = run(f.engine.call(&agent, call(Some(a), Some(&state))));
+    rt.block_on(p.f.store.save(&thread, Some(version))).unwrap();
+    let done = run(p.f.engine.call(&p.agent, call(Some(p.answers.clone()), Some(&p.state))));
     assert_eq!(text(&done).0, r#"{"answer":"yes","run":1}"#);
-    assert!(f.clock.now_ms() >= 1_000_000 + 30_000, "it waited for the lease to lapse");
+    assert!(p.f.clock.now_ms() >= 1_000_000 + 30_000, "it waited for the lease to lapse");
 }
 
 fn text_then_url_agent() -> Agent {
@@ -418,40 +435,27 @@ fn a_later_round_needing_url_waits_10_minutes_for_the_client_to_declare_it() {
 
 #[test]
 fn a_cancelled_resume_leaves_the_round_open() {
-    let f = fixture();
-    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let agent = counting_agent(runs.clone());
-    let r = round(run(f.engine.call(&agent, call(None, None))));
-    let a = answers(&[(&first_key(&r), accept("yes"))]);
-    let state = r.request_state.unwrap();
-    let mut cancelled = call(Some(a.clone()), Some(&state));
+    let p = paused_count(5, false);
+    let mut cancelled = call(Some(p.answers.clone()), Some(&p.state));
     cancelled.cancel = Some(Arc::new(std::sync::atomic::AtomicBool::new(true)));
-    assert!(run(f.engine.call(&agent, cancelled)).is_err());
-    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert!(run(p.f.engine.call(&p.agent, cancelled)).is_err());
+    assert_eq!(runs_of(&p), 0);
     // The round is as it was: no claim left to wait for, and the same answers resume it.
-    let id = state.split_once('.').unwrap().0;
+    let id = p.state.split_once('.').unwrap().0;
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    let thread = rt.block_on(f.store.load(id)).unwrap().unwrap();
+    let thread = rt.block_on(p.f.store.load(id)).unwrap().unwrap();
     assert_eq!((thread.claim, thread.round.map(|r| r.n)), (None, Some(1)));
-    let done = run(f.engine.call(&agent, call(Some(a), Some(&state))));
+    let done = run(p.f.engine.call(&p.agent, call(Some(p.answers.clone()), Some(&p.state))));
     assert_eq!(text(&done).0, r#"{"answer":"yes","run":1}"#);
 }
 
 #[test]
 fn a_long_step_renews_its_lease_so_duplicates_keep_waiting() {
-    let f = fixture();
-    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     // A step that takes 100 s of (manual) time, longer than the 30 s lease.
-    let agent = counting_agent_with(runs.clone(), 100, Some(f.clock.clone()));
-    let r = round(run(f.engine.call(&agent, call(None, None))));
-    let a = answers(&[(&first_key(&r), accept("yes"))]);
-    let state = r.request_state.unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-    let results = rt.block_on(futures_util::future::join_all(
-        (0..3).map(|_| f.engine.call(&agent, call(Some(a.clone()), Some(&state)))),
-    ));
-    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1, "the agent resumed once");
-    for result in results {
-        assert_eq!(text(&result.unwrap()).0, r#"{"answer":"yes","run":1}"#);
+    let p = paused_count(100, true);
+    let results = concurrently(&p, 3);
+    assert_eq!(runs_of(&p), 1, "the agent resumed once");
+    for result in &results {
+        assert_eq!(text(result).0, r#"{"answer":"yes","run":1}"#);
     }
 }
