@@ -113,9 +113,11 @@ impl Shared {
         if !MODERN_METHODS.contains(&request.method.as_str()) {
             return fail(ErrorObject::method_not_found(&request.method));
         }
-        let meta: Meta = match request.params.as_ref().and_then(|p| p.get("_meta")) {
+        // `_meta` is read once, here; the typed params below go without it.
+        let mut params = request.params;
+        let meta: Meta = match params.as_mut().and_then(Value::as_object_mut).and_then(|p| p.remove("_meta")) {
             None => Meta::new(),
-            Some(raw) => match serde_json::from_value(raw.clone()) {
+            Some(raw) => match serde_json::from_value(raw) {
                 Ok(meta) => meta,
                 Err(_) => return fail(ErrorObject::invalid_params("Invalid params: _meta must be an object")),
             },
@@ -130,7 +132,7 @@ impl Shared {
         if modern.protocol_version != version::MODERN {
             return fail(ErrorObject::unsupported_version(version::SUPPORTED, &modern.protocol_version));
         }
-        let typed = match ClientRequest::parse(&request.method, request.params) {
+        let typed = match ClientRequest::parse(&request.method, params) {
             Ok(t) => t,
             Err(e) => return fail(e),
         };
@@ -304,10 +306,9 @@ impl Shared {
             match era {
                 Era::Modern => {
                     map.entry("resultType").or_insert_with(|| Value::from("complete"));
-                    let info = serde_json::to_value(&self.options.server_info).unwrap_or_default();
                     let meta = map.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
                     if let Value::Object(meta) = meta {
-                        meta.insert(hitl_protocol::meta_keys::SERVER_INFO.into(), info);
+                        meta.insert(hitl_protocol::meta_keys::SERVER_INFO.into(), self.server_info.clone());
                     }
                 }
                 Era::Legacy => {

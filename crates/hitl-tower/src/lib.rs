@@ -93,6 +93,8 @@ struct Shared {
     prompts: IndexMap<String, Agent>,
     engine: Engine,
     options: ServerOptions,
+    /// `options.server_info` as JSON, stamped on every modern result.
+    server_info: serde_json::Value,
 }
 
 /// The MCP endpoint: `POST` JSON-RPC in, JSON out.
@@ -120,7 +122,10 @@ impl McpService {
     /// the agent with the same rounds as a tool call and returns its output as messages.
     pub fn with_prompts(tools: Vec<Agent>, prompts: Vec<Agent>, engine: Engine, options: ServerOptions) -> Self {
         let by_name = |agents: Vec<Agent>| agents.into_iter().map(|a| (a.name.clone(), a)).collect();
-        Self { shared: Arc::new(Shared { tools: by_name(tools), prompts: by_name(prompts), engine, options }) }
+        let server_info = serde_json::to_value(&options.server_info).unwrap_or_default();
+        Self {
+            shared: Arc::new(Shared { tools: by_name(tools), prompts: by_name(prompts), engine, options, server_info }),
+        }
     }
 }
 
