@@ -45,26 +45,10 @@ async fn review_question_matches_the_seed() {
     let (key, request, _) = ask(&server, "email_assistant").await;
     let (digest, n) = key.strip_prefix("review-").unwrap().split_once('.').unwrap();
     assert!(digest.len() == 16 && digest.chars().all(|c| c.is_ascii_hexdigit()) && n == "1", "{key}");
-    assert_eq!(
-        request,
-        json!({"method": "elicitation/create", "params": {
-            "message": "Tool execution requires approval\n\nTool: send_email\nArgs: {'to': 'ada@example.com', 'subject': 'Launch'}",
-            "mode": "form",
-            "requestedSchema": {
-                "properties": {
-                    "decision": {"type": "string", "title": "Decision", "oneOf": [
-                        {"const": "approve", "title": "Approve"}, {"const": "edit", "title": "Edit the arguments"},
-                        {"const": "reject", "title": "Reject"}, {"const": "respond", "title": "Answer for the tool"}]},
-                    "message": {"type": "string", "title": "Message",
-                                "description": "Why you reject the call, or the answer to send in its place"},
-                    "args": {"type": "string", "title": "Arguments",
-                             "description": "The arguments to run the tool with, as a JSON object",
-                             "default": "{\"to\":\"ada@example.com\",\"subject\":\"Launch\"}"}
-                },
-                "required": ["decision"], "type": "object"
-            }
-        }})
-    );
+    // The seed's own example, kept once in hitl-protocol's golden fixtures.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../crates/hitl-protocol/tests/fixtures/seed_review_question.json");
+    let fixture: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    assert_eq!(request, fixture["json"]["review-7c69d526bcc899c4.1"]);
     let (again, _, _) = ask(&server, "email_assistant").await;
     assert_eq!(key, again, "the key is derived from the question");
 }

@@ -12,20 +12,10 @@ fn seed_review_form_is_exact() {
     let (form, offered) =
         review_form(&Decision::ALL, &args(json!({"to": "ada@example.com", "subject": "Launch"}))).unwrap();
     assert_eq!(offered, Decision::ALL.to_vec());
-    let seed = json!({
-        "properties": {
-            "decision": {"type": "string", "title": "Decision", "oneOf": [
-                {"const": "approve", "title": "Approve"}, {"const": "edit", "title": "Edit the arguments"},
-                {"const": "reject", "title": "Reject"}, {"const": "respond", "title": "Answer for the tool"}]},
-            "message": {"type": "string", "title": "Message",
-                        "description": "Why you reject the call, or the answer to send in its place"},
-            "args": {"type": "string", "title": "Arguments",
-                     "description": "The arguments to run the tool with, as a JSON object",
-                     "default": "{\"to\":\"ada@example.com\",\"subject\":\"Launch\"}"}
-        },
-        "required": ["decision"],
-        "type": "object"
-    });
+    // The seed's own example, kept once in hitl-protocol's golden fixtures.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../hitl-protocol/tests/fixtures/seed_review_question.json");
+    let fixture: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let seed = fixture["json"]["review-7c69d526bcc899c4.1"]["params"]["requestedSchema"].clone();
     assert_eq!(serde_json::to_value(&form).unwrap(), seed);
     let keys: Vec<&String> = form.properties.keys().collect();
     assert_eq!(keys, ["decision", "message", "args"]);
