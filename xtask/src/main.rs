@@ -238,22 +238,10 @@ fn conformance() -> anyhow::Result<()> {
     let mut build = cargo();
     build.args(["build", "-p", "hitl-server", "--bin", "hitl"]);
     run(build)?;
-    let mut server = Command::new(workspace_root().join("target/debug/hitl"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--conformance-fixtures"])
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("starting hitl")?;
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.stdout.take().expect("piped")), &mut line)?;
-    let url = line.trim().strip_prefix("hitl listening on ").map(str::to_owned);
-    let result = match url {
-        Some(url) => run_conformance(&dir, &bin, &node_bin, &url),
-        None => Err(anyhow::anyhow!("hitl printed {line:?} instead of its address")),
-    };
-    let _ = server.kill();
-    let _ = server.wait();
-    result
+    let mut command = Command::new(workspace_root().join("target/debug/hitl"));
+    command.args(["serve", "--listen", "127.0.0.1:0", "--conformance-fixtures"]).env("RUST_LOG", "error");
+    let hitl = serve(command)?;
+    run_conformance(&dir, &bin, &node_bin, &hitl.url)
 }
 
 fn run_conformance(dir: &Path, bin: &Path, node_bin: &Path, url: &str) -> anyhow::Result<()> {

@@ -187,9 +187,9 @@ impl Engine {
 
     /// Serves one `tools/call` of `agent`.
     pub async fn call(&self, agent: &Agent, call: Call) -> Result<Answer, EngineError> {
-        if let Err(violations) =
-            hitl_schema::validate_value(&agent.input_schema, &Value::Object(call.arguments.clone()))
-        {
+        // The arguments as one JSON value: checked, digested, and the input of a new run.
+        let arguments = Value::Object(call.arguments.clone());
+        if let Err(violations) = hitl_schema::validate_value(&agent.input_schema, &arguments) {
             let details: Vec<String> = violations
                 .iter()
                 .map(|v| if v.field.is_empty() { v.message.clone() } else { format!("{}: {}", v.field, v.message) })
@@ -204,16 +204,22 @@ impl Engine {
             .with_data(serde_json::json!({ "errors": errors }));
             return Ok(Err(error));
         }
-        let args_digest = digest::digest_hex(&Value::Object(call.arguments.clone()));
+        let args_digest = digest::digest_hex(&arguments);
         match call.request_state.clone() {
-            None => self.start(agent, call, args_digest).await,
+            None => self.start(agent, call, args_digest, arguments).await,
             Some(request_state) => self.answer(agent, call, args_digest, &request_state).await,
         }
     }
 
     /// A call without `requestState`: a new thread.
-    async fn start(&self, agent: &Agent, call: Call, args_digest: String) -> Result<Answer, EngineError> {
-        let outcome = agent.graph.invoke_run(Value::Object(call.arguments.clone()), call.run()).await;
+    async fn start(
+        &self,
+        agent: &Agent,
+        call: Call,
+        args_digest: String,
+        arguments: Value,
+    ) -> Result<Answer, EngineError> {
+        let outcome = agent.graph.invoke_run(arguments, call.run()).await;
         let mut thread = Thread {
             format: THREAD_FORMAT,
             id: uuid::Uuid::now_v7().to_string(),
