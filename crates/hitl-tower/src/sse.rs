@@ -43,19 +43,16 @@ pub(crate) fn respond(
 ) -> http::Response<McpBody> {
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     let cancel = Arc::new(AtomicBool::new(false));
-    let note = |progress: u32| {
-        json!({"jsonrpc": "2.0", "method": "notifications/progress",
-                                      "params": {"progressToken": token, "progress": progress}})
-    };
-    let _ = tx.send(event(&note(0)));
     let progress: hitl_graph::ProgressFn = {
-        let (tx, token) = (tx.clone(), token.clone());
+        let tx = tx.clone();
         Arc::new(move |n| {
             let message = json!({"jsonrpc": "2.0", "method": "notifications/progress",
                                  "params": {"progressToken": token, "progress": n}});
             let _ = tx.send(event(&message));
         })
     };
+    // Progress 0 before the first superstep, so the client hears from the run at once.
+    progress(0);
     let era = caller.era;
     let run_cancel = cancel.clone();
     tokio::spawn(async move {
