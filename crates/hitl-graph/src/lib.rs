@@ -229,9 +229,10 @@ pub enum RunError {
     /// The checkpoint was written by another format or names unknown steps.
     #[error("invalid checkpoint: {0}")]
     BadCheckpoint(String),
-    /// The caller cancelled the run.
+    /// The caller cancelled the run between supersteps; the checkpoint holds every
+    /// superstep that finished, so resuming from it never repeats one.
     #[error("the run was cancelled")]
-    Cancelled,
+    Cancelled(Box<Checkpoint>),
     /// A route function chose a step that does not exist.
     #[error("step {from} routed to unknown step {to}")]
     BadRoute {
@@ -256,7 +257,8 @@ pub struct Run {
     pub metadata: Value,
     /// Called as supersteps finish.
     pub progress: Option<ProgressFn>,
-    /// Set to stop the run before its next superstep ([`RunError::Cancelled`]).
+    /// Set to stop the run before its next superstep ([`RunError::Cancelled`]); a
+    /// superstep that started always finishes.
     pub cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
@@ -612,11 +614,12 @@ impl Graph {
     async fn run(&self, mut cp: Checkpoint, run: Arc<Run>) -> Result<Outcome, RunError> {
         let mut finished = 0;
         loop {
-            if run.cancelled() {
-                return Err(RunError::Cancelled);
-            }
+            // A run that ended is done even when the caller just went away.
             if cp.next.is_empty() {
                 return Ok(Outcome::Done(self.output(cp.state)));
+            }
+            if run.cancelled() {
+                return Err(RunError::Cancelled(Box::new(cp)));
             }
             if cp.superstep >= self.inner.recursion_limit {
                 return Err(RunError::RecursionLimit(self.inner.recursion_limit));

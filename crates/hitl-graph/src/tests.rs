@@ -348,7 +348,52 @@ fn runs_report_progress_see_metadata_and_can_be_cancelled() {
     assert_eq!(*seen.lock().unwrap(), vec![1, 2]);
     let cancel = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let run = Run { cancel: Some(cancel), ..Run::default() };
-    assert!(matches!(block(graph.invoke_run(json!({}), run)), Err(RunError::Cancelled)));
+    assert!(matches!(block(graph.invoke_run(json!({}), run)), Err(RunError::Cancelled(_))));
+}
+
+#[test]
+fn a_cancelled_run_keeps_its_finished_steps_and_a_finished_run_ignores_cancel() {
+    // The step after the interrupt has a side effect (a sent email): it must run once
+    // even when the caller goes away right after it.
+    let sent = Arc::new(AtomicUsize::new(0));
+    let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (s, c) = (sent.clone(), cancel.clone());
+    let graph = StateGraph::new()
+        .add_step("ask", |_, ctx| async move { Ok(json!({ "ok": ctx.interrupt(json!("send?"))? })) })
+        .add_step("send", move |_, _| {
+            let (s, c) = (s.clone(), c.clone());
+            async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                c.store(true, Ordering::SeqCst);
+                Ok(json!({ "sent": true }))
+            }
+        })
+        .add_step("report", |_, _| async { Ok(json!({ "reported": true })) })
+        .add_edge(START, "ask")
+        .add_edge("ask", "send")
+        .add_edge("send", "report")
+        .compile()
+        .unwrap();
+    let (interrupts, checkpoint) = paused(block(graph.invoke(json!({}), Value::Null)).unwrap());
+    let run = Run { cancel: Some(cancel.clone()), ..Run::default() };
+    let Err(RunError::Cancelled(kept)) = block(graph.resume_run(checkpoint, answer(&interrupts, json!(true)), run))
+    else {
+        panic!("the run stops between supersteps")
+    };
+    assert_eq!(kept.next, vec!["report".to_owned()]);
+    assert_eq!(kept.state["sent"], true);
+    cancel.store(false, Ordering::SeqCst);
+    let done = block(graph.resume(*kept, ResumeValues::new(), Value::Null)).unwrap();
+    assert_eq!(done, Outcome::Done(json!({"ok": true, "sent": true, "reported": true})));
+    assert_eq!(sent.load(Ordering::SeqCst), 1, "the finished step never runs again");
+
+    // A run whose last superstep finished is done, cancelled or not.
+    let one = StateGraph::new().add_step("only", |_, _| async { Ok(json!({"x": 1})) }).add_edge(START, "only");
+    let one = one.compile().unwrap();
+    let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f = flag.clone();
+    let run = Run { progress: Some(Arc::new(move |_| f.store(true, Ordering::SeqCst))), cancel: Some(flag), ..Run::default() };
+    assert_eq!(block(one.invoke_run(json!({}), run)).unwrap(), Outcome::Done(json!({"x": 1})));
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //!
 //! Each check panics with a message naming the rule it broke.
 
-use crate::{SaveError, THREAD_FORMAT, Thread, ThreadStore};
+use crate::{LimitReached, PausedLimits, SaveError, THREAD_FORMAT, Thread, ThreadStore};
 
 fn thread(id: &str, version: u64, expires_at_ms: u64) -> Thread {
     Thread {
@@ -13,6 +13,7 @@ fn thread(id: &str, version: u64, expires_at_ms: u64) -> Thread {
         tool: "choose_region".into(),
         args_digest: "d".into(),
         principal: None,
+        owner: None,
         checkpoint: None,
         round: None,
         last: None,
@@ -53,6 +54,48 @@ pub async fn run(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
     store.save(&thread(&expired, 1, now_ms.saturating_sub(1)), None).await.unwrap();
     assert_eq!(store.load(&expired).await.unwrap(), None, "an expired thread loads as None");
     store.save(&thread(&expired, 1, later), None).await.expect("an expired thread counts as absent for saves");
+
+    paused_counts(store, prefix, now_ms).await;
+}
+
+/// The paused-call ledger: limits per owner and in all, recounts, uncounts, expiry.
+async fn paused_counts(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
+    let later = now_ms + 3_600_000;
+    let (alice, bob) = (format!("{prefix}-alice"), format!("{prefix}-bob"));
+    let limits = PausedLimits { per_owner: 2, total: u64::MAX };
+    let count = |owner: String, id: &'static str, until: u64, limits: PausedLimits| async move {
+        store.count_paused(&owner, &format!("{prefix}-{id}"), until, limits).await.unwrap()
+    };
+    assert_eq!(count(alice.clone(), "p1", later, limits).await, Ok(()), "a first paused call counts");
+    assert_eq!(count(alice.clone(), "p2", later, limits).await, Ok(()), "a second one fits a limit of 2");
+    assert_eq!(
+        count(alice.clone(), "p3", later, limits).await,
+        Err(LimitReached::PerOwner),
+        "a third one passes the owner's limit"
+    );
+    assert_eq!(count(alice.clone(), "p2", later + 1, limits).await, Ok(()), "a counted call is never refused");
+    assert_eq!(count(bob.clone(), "p4", later, limits).await, Ok(()), "limits are per owner");
+    store.uncount_paused(&alice, &format!("{prefix}-p1")).await.unwrap();
+    store.uncount_paused(&alice, &format!("{prefix}-p1")).await.expect("uncounting twice is not an error");
+    assert_eq!(count(alice.clone(), "p3", later, limits).await, Ok(()), "an uncounted call frees its place");
+    store.uncount_paused(&alice, &format!("{prefix}-p2")).await.unwrap();
+    store.uncount_paused(&alice, &format!("{prefix}-p3")).await.unwrap();
+
+    let carol = format!("{prefix}-carol");
+    assert_eq!(count(carol.clone(), "p5", now_ms.saturating_sub(1), limits).await, Ok(()));
+    assert_eq!(count(carol.clone(), "p6", now_ms.saturating_sub(1), limits).await, Ok(()));
+    assert_eq!(count(carol.clone(), "p7", later, limits).await, Ok(()), "calls past their time no longer count");
+    store.uncount_paused(&carol, &format!("{prefix}-p7")).await.unwrap();
+    store.uncount_paused(&bob, &format!("{prefix}-p4")).await.unwrap();
+
+    // The total limit, with one place left for this prefix's owners whatever else the
+    // store holds: fill it, then a new owner is refused.
+    let dave = format!("{prefix}-dave");
+    let total = PausedLimits { per_owner: u64::MAX, total: u64::MAX };
+    assert_eq!(count(dave.clone(), "p8", later, total).await, Ok(()));
+    let full = PausedLimits { per_owner: u64::MAX, total: 1 };
+    assert_eq!(count(format!("{prefix}-erin"), "p9", later, full).await, Err(LimitReached::Total), "the total limit");
+    store.uncount_paused(&dave, &format!("{prefix}-p8")).await.unwrap();
 }
 
 #[cfg(test)]

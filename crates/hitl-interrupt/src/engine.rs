@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use crate::questions::{self, Verdict};
 use crate::state::{self, Secret};
-use crate::store::{Clock, SaveError, StoreError, ThreadStore};
+use crate::store::{Clock, LimitReached, PausedLimits, SaveError, StoreError, ThreadStore};
 use crate::{Claim, Last, LastOutcome, Round, THREAD_FORMAT, Thread, digest};
 
 /// The message of every `requestState` that does not verify.
@@ -73,6 +73,32 @@ impl Lifetimes {
     }
 }
 
+/// How much one caller, and everyone, may make the engine hold and do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Paused calls per owner and in all.
+    pub paused: PausedLimits,
+    /// The largest thread record stored, as JSON bytes.
+    pub max_record_bytes: usize,
+    /// How long one request may run agents (`None`: no limit). A paused call whose
+    /// resume runs out of time stays paused.
+    pub request_timeout: Option<Duration>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { paused: PausedLimits::default(), max_record_bytes: 1024 * 1024, request_timeout: None }
+    }
+}
+
+/// How many rounds one request may resolve with answers it carried (a first call's
+/// `inputResponses`): past it the call answers `input_required` as usual, so an agent
+/// that keeps asking cannot hold a request for ever (rmcp's bound).
+pub const MAX_ROUNDS_PER_REQUEST: u32 = 10;
+
+/// The message of a call whose thread was saved by a newer build.
+pub const NEWER_FORMAT: &str = "this paused call was saved by a newer hitl";
+
 /// One `tools/call` as the engine sees it.
 #[derive(Clone, Default)]
 pub struct Call {
@@ -88,6 +114,9 @@ pub struct Call {
     pub capabilities: ClientCapabilities,
     /// Who is calling, when an auth layer said so.
     pub principal: Option<String>,
+    /// The caller's network address, which paused calls count against when there is no
+    /// principal.
+    pub peer: Option<String>,
     /// The era of the client: a legacy client cannot answer a round.
     pub era: Era,
     /// `true` for `prompts/get`: the call is bound to the prompt, not a tool of the
@@ -109,6 +138,7 @@ impl std::fmt::Debug for Call {
             .field("context", &self.context)
             .field("capabilities", &self.capabilities)
             .field("principal", &self.principal)
+            .field("peer", &self.peer)
             .field("era", &self.era)
             .field("prompt", &self.prompt)
             .finish_non_exhaustive()
@@ -131,6 +161,15 @@ impl Call {
     /// The name a thread is bound to.
     fn binding(&self, agent: &Agent) -> String {
         if self.prompt { format!("prompt:{}", agent.name) } else { agent.name.clone() }
+    }
+
+    /// Whose paused calls this call's thread counts among.
+    fn owner(&self) -> String {
+        match (&self.principal, &self.peer) {
+            (Some(principal), _) => format!("principal:{principal}"),
+            (None, Some(peer)) => format!("peer:{peer}"),
+            (None, None) => "anonymous".to_owned(),
+        }
     }
 }
 
@@ -162,7 +201,26 @@ pub struct Engine {
     clock: Arc<dyn Clock>,
     secret: Secret,
     lifetimes: Lifetimes,
+    limits: Limits,
     threads: bool,
+}
+
+/// When the request's agent work must end.
+#[derive(Clone, Copy)]
+struct Deadline(Option<tokio::time::Instant>);
+
+impl Deadline {
+    /// `fut`'s output, or `None` when the deadline passed first (`fut` is dropped).
+    async fn run<F: std::future::Future>(self, fut: F) -> Option<F::Output> {
+        match self.0 {
+            None => Some(fut.await),
+            Some(at) => tokio::time::timeout_at(at, fut).await.ok(),
+        }
+    }
+
+    fn passed(self) -> bool {
+        self.0.is_some_and(|at| tokio::time::Instant::now() >= at)
+    }
 }
 
 impl std::fmt::Debug for Engine {
@@ -174,7 +232,14 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// An engine over `store`, reading time from `clock`.
     pub fn new(store: Arc<dyn ThreadStore>, clock: Arc<dyn Clock>, secret: Secret, lifetimes: Lifetimes) -> Self {
-        Self { store, clock, secret, lifetimes, threads: true }
+        Self { store, clock, secret, lifetimes, limits: Limits::default(), threads: true }
+    }
+
+    /// Sets the limits on paused calls, records and request time.
+    #[must_use]
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// Turns threads off (a deployment that keeps none): a pause then ends the call
@@ -205,9 +270,19 @@ impl Engine {
             return Ok(Err(error));
         }
         let args_digest = digest::digest_hex(&arguments);
-        match call.request_state.clone() {
-            None => self.start(agent, call, args_digest, arguments).await,
-            Some(request_state) => self.answer(agent, call, args_digest, &request_state).await,
+        let deadline = Deadline(self.limits.request_timeout.map(|t| tokio::time::Instant::now() + t));
+        let answer = match call.request_state.clone() {
+            None => self.start(agent, call, args_digest, arguments, deadline).await,
+            // A client that can't answer rounds learns that the call is paused; the
+            // thread stays as it is for the client that can.
+            Some(request_state) if call.era == Era::Legacy => {
+                self.legacy_resend(agent, &call, &args_digest, &request_state).await
+            }
+            Some(request_state) => self.answer(agent, call, args_digest, &request_state, deadline).await,
+        };
+        match answer {
+            Err(EngineError::Store(StoreError::NewerFormat { .. })) => Ok(Err(ErrorObject::internal(NEWER_FORMAT))),
+            other => other,
         }
     }
 
@@ -218,20 +293,10 @@ impl Engine {
         call: Call,
         args_digest: String,
         arguments: Value,
+        deadline: Deadline,
     ) -> Result<Answer, EngineError> {
-        let outcome = agent.graph.invoke_run(arguments, call.run()).await;
-        let mut thread = Thread {
-            format: THREAD_FORMAT,
-            id: uuid::Uuid::now_v7().to_string(),
-            version: 0,
-            tool: call.binding(agent),
-            args_digest,
-            principal: call.principal.clone(),
-            checkpoint: None,
-            round: None,
-            last: None,
-            claim: None,
-            expires_at_ms: 0,
+        let Some(outcome) = deadline.run(agent.graph.invoke_run(arguments, call.run())).await else {
+            return Ok(Err(self.timed_out(false)));
         };
         let (mut checkpoint, mut round) = match self.settle(outcome, 1, &call) {
             Settled::Done(answer) => return Ok(Ok(answer)),
@@ -239,16 +304,17 @@ impl Engine {
         };
 
         // Answers sent with the first call answer the first round (and, when they also
-        // fit, the rounds after it that ask the same questions).
+        // fit, the rounds after it that ask the same questions), up to a bound.
         if let Some(responses) = &call.input_responses {
-            loop {
+            while round.n <= MAX_ROUNDS_PER_REQUEST {
                 match questions::judge(&round, responses) {
                     Verdict::Missing => break,
                     // Nothing was stored yet: the thread is gone with this error.
                     Verdict::Invalid(e) => return Ok(Err(e)),
                     Verdict::Finish(result) => return Ok(Ok(CallToolResponse::Complete(result))),
                     Verdict::Resume(values) => {
-                        let outcome = agent.graph.resume_run(checkpoint, values, call.run()).await;
+                        let run = agent.graph.resume_run(checkpoint, values, call.run());
+                        let Some(outcome) = deadline.run(run).await else { return Ok(Err(self.timed_out(false))) };
                         match self.settle(outcome, round.n + 1, &call) {
                             Settled::Done(answer) => return Ok(Ok(answer)),
                             Settled::Paused(cp, next) => (checkpoint, round) = (cp, next),
@@ -260,18 +326,69 @@ impl Engine {
         if let Some(e) = self.missing_capability(&round, &call.capabilities) {
             return Ok(Err(e));
         }
-        let response = self.render(&thread.id, &round);
-        thread.checkpoint = Some(checkpoint);
-        thread.round = Some(round);
-        thread.version = 1;
-        thread.expires_at_ms = self.expiry(self.lifetimes.paused);
-        match self.store.save(&thread, None).await {
-            Ok(()) => Ok(Ok(response)),
-            Err(SaveError::Store(e)) => Err(e.into()),
-            Err(SaveError::Conflict(id)) => {
-                Err(StoreError::Unavailable(format!("new thread {id} already exists")).into())
-            }
+        let owner = call.owner();
+        let thread = Thread {
+            format: THREAD_FORMAT,
+            id: uuid::Uuid::now_v7().to_string(),
+            version: 1,
+            tool: call.binding(agent),
+            args_digest,
+            principal: call.principal.clone(),
+            owner: Some(owner.clone()),
+            checkpoint: Some(checkpoint),
+            round: Some(round),
+            last: None,
+            claim: None,
+            expires_at_ms: self.expiry(self.lifetimes.paused),
+        };
+        if let Err(e) = self.fits(&thread) {
+            return Ok(Err(e));
         }
+        match self.store.count_paused(&owner, &thread.id, thread.expires_at_ms, self.limits.paused).await? {
+            Ok(()) => {}
+            Err(limit) => return Ok(Err(self.limit_reached(limit))),
+        }
+        let saved = match self.store.save(&thread, None).await {
+            Ok(()) => Ok(()),
+            Err(SaveError::Store(e)) => Err(e),
+            Err(SaveError::Conflict(id)) => Err(StoreError::Unavailable(format!("new thread {id} already exists"))),
+        };
+        if let Err(e) = saved {
+            let _ = self.store.uncount_paused(&owner, &thread.id).await;
+            return Err(e.into());
+        }
+        let round = thread.round.as_ref().expect("a paused thread has its round");
+        Ok(Ok(self.render(&thread.id, round)))
+    }
+
+    /// A client that can't answer rounds sent a paused call's `requestState`: it gets the
+    /// error result it gets for any pause, and the thread is not touched.
+    async fn legacy_resend(
+        &self,
+        agent: &Agent,
+        call: &Call,
+        args_digest: &str,
+        request_state: &str,
+    ) -> Result<Answer, EngineError> {
+        let Some((thread_id, token)) = state::split(request_state) else { return Ok(invalid_state()) };
+        let Some(thread) = self.store.load(thread_id).await? else { return Ok(invalid_state()) };
+        if !self.bound(&thread, agent, call, args_digest) {
+            return Ok(invalid_state());
+        }
+        let open = thread.round.as_ref().filter(|r| self.secret.verify(&thread.id, r.n, &r.nonce, token));
+        match (open, &thread.checkpoint) {
+            (Some(_), Some(checkpoint)) => Ok(Ok(CallToolResponse::Complete(CallToolResult::error([
+                LEGACY_CANNOT_ANSWER.to_owned(),
+                pending(&checkpoint.interrupts),
+            ])))),
+            _ => Ok(invalid_state()),
+        }
+    }
+
+    /// Does the thread belong to this call (tool, arguments, caller), in a format this
+    /// build reads?
+    fn bound(&self, thread: &Thread, agent: &Agent, call: &Call, args_digest: &str) -> bool {
+        thread.tool == call.binding(agent) && thread.args_digest == args_digest && thread.principal == call.principal
     }
 
     /// A call with `requestState`: answer the open round, or resend the last answers.
@@ -281,6 +398,7 @@ impl Engine {
         call: Call,
         args_digest: String,
         request_state: &str,
+        deadline: Deadline,
     ) -> Result<Answer, EngineError> {
         let invalid = || Ok(invalid_state());
         let Some((thread_id, token)) = state::split(request_state) else { return invalid() };
@@ -288,11 +406,13 @@ impl Engine {
         let mut backoff = Duration::from_millis(2);
         loop {
             let Some(mut thread) = self.store.load(thread_id).await? else { return invalid() };
-            if thread.tool != call.binding(agent)
-                || thread.args_digest != args_digest
-                || thread.principal != call.principal
-            {
+            if !self.bound(&thread, agent, &call, &args_digest) {
                 return invalid();
+            }
+            // A newer build's record is left for a newer replica to resume.
+            let newer_checkpoint = thread.checkpoint.as_ref().is_some_and(|c| c.format > hitl_graph::CHECKPOINT_FORMAT);
+            if thread.format > THREAD_FORMAT || newer_checkpoint {
+                return Ok(Err(ErrorObject::internal(NEWER_FORMAT)));
             }
             let Some(round) = thread.round.clone().filter(|r| self.secret.verify(&thread.id, r.n, &r.nonce, token))
             else {
@@ -312,6 +432,9 @@ impl Engine {
             // lease to run out, if it died) and then answers from it.
             let now = self.clock.now_ms();
             if thread.claim.as_ref().is_some_and(|c| c.round == round.n && c.until_ms > now) {
+                if deadline.passed() {
+                    return Ok(Err(self.timed_out(true)));
+                }
                 self.clock.sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_millis(100));
                 continue;
@@ -325,39 +448,41 @@ impl Engine {
                 Err(SaveError::Conflict(_)) => continue,
                 Err(SaveError::Store(e)) => return Err(e.into()),
             }
-            return self.resume_claimed(agent, &call, thread, round, values, &responses, token).await;
+            let answered = Answered { round, values, responses: &responses, token };
+            return self.resume_claimed(agent, &call, thread, answered, deadline).await;
         }
     }
 
     /// Runs the agent for a claimed round and stores what it led to.
-    #[allow(clippy::too_many_arguments, reason = "one call site; the pieces of one answered round")]
     async fn resume_claimed(
         &self,
         agent: &Agent,
         call: &Call,
         mut thread: Thread,
-        round: Round,
-        values: hitl_graph::ResumeValues,
-        responses: &InputResponses,
-        token: &str,
+        answered: Answered<'_>,
+        deadline: Deadline,
     ) -> Result<Answer, EngineError> {
+        let Answered { round, values, responses, token } = answered;
         let Some(checkpoint) = thread.checkpoint.clone() else {
             let reason = "a paused thread has no checkpoint".to_owned();
             return Err(StoreError::Corrupt { id: thread.id.clone(), reason }.into());
         };
-        let (outcome, version) =
-            self.run_renewing(agent.graph.resume_run(checkpoint, values, call.run()), &thread).await;
+        let run = deadline.run(agent.graph.resume_run(checkpoint, values, call.run()));
+        let (outcome, version) = self.run_renewing(run, &thread).await;
         thread.version = version;
         let expected = thread.version;
         thread.claim = None;
-        if matches!(outcome, Err(hitl_graph::RunError::Cancelled)) {
-            // The client went away: give the round back as it was.
-            thread.version = expected + 1;
-            return match self.store.save(&thread, Some(expected)).await {
-                Ok(()) | Err(SaveError::Conflict(_)) => Ok(Err(ErrorObject::internal("the request was cancelled"))),
-                Err(SaveError::Store(e)) => Err(e.into()),
-            };
-        }
+        let outcome = match outcome {
+            // Out of time: give the round back as it was; the call stays paused.
+            None => return self.give_back(thread, expected, self.timed_out(true)).await,
+            // The client went away between supersteps: give the round back with every
+            // superstep that finished, so a resend never repeats one.
+            Some(Err(hitl_graph::RunError::Cancelled(kept))) => {
+                thread.checkpoint = Some(*kept);
+                return self.give_back(thread, expected, ErrorObject::internal("the request was cancelled")).await;
+            }
+            Some(outcome) => outcome,
+        };
         match self.settle(outcome, round.n + 1, call) {
             Settled::Done(response) => {
                 let outcome = match &response {
@@ -371,20 +496,41 @@ impl Engine {
                 let missing = self.missing_capability(&next, &call.capabilities);
                 let lifetime =
                     if missing.is_some() { self.lifetimes.waiting_for_capability } else { self.lifetimes.paused };
+                let kept = thread.clone();
                 thread.last = Some(self.last(&round, responses, LastOutcome::NextRound));
                 thread.checkpoint = Some(cp);
                 thread.round = Some(next.clone());
                 thread.version = expected + 1;
                 thread.expires_at_ms = self.expiry(lifetime);
-                match self.store.save(&thread, Some(expected)).await {
-                    Ok(()) => Ok(match missing {
-                        Some(e) => Err(e),
-                        None => Ok(self.render(&thread.id, &next)),
-                    }),
-                    Err(SaveError::Store(e)) => Err(e.into()),
-                    Err(SaveError::Conflict(_)) => self.after_conflict(&thread.id, responses, token, call).await,
+                if let Err(e) = self.fits(&thread) {
+                    return self.give_back(kept, expected, e).await;
                 }
+                match self.store.save(&thread, Some(expected)).await {
+                    Ok(()) => {}
+                    Err(SaveError::Store(e)) => return Err(e.into()),
+                    Err(SaveError::Conflict(_)) => return self.after_conflict(&thread.id, responses, token, call).await,
+                }
+                if let Some(owner) = &thread.owner {
+                    // The call lives on to its new expiry; a failure here only makes it
+                    // stop counting at its old one.
+                    let _ = self.store.count_paused(owner, &thread.id, thread.expires_at_ms, self.limits.paused).await;
+                }
+                Ok(match missing {
+                    Some(e) => Err(e),
+                    None => Ok(self.render(&thread.id, &next)),
+                })
             }
+        }
+    }
+
+    /// Releases a claimed round without answering it (the thread's checkpoint as given)
+    /// and fails the call with `error`.
+    async fn give_back(&self, mut thread: Thread, expected: u64, error: ErrorObject) -> Result<Answer, EngineError> {
+        thread.claim = None;
+        thread.version = expected + 1;
+        match self.store.save(&thread, Some(expected)).await {
+            Ok(()) | Err(SaveError::Conflict(_)) => Ok(Err(error)),
+            Err(SaveError::Store(e)) => Err(e.into()),
         }
     }
 
@@ -456,10 +602,11 @@ impl Engine {
         }
     }
 
+    /// Ends the thread with `last` (kept for resends) and answers `response`.
     async fn finish(
         &self,
         mut thread: Thread,
-        last: Last,
+        mut last: Last,
         response: CallToolResponse,
         token: &str,
         call: &Call,
@@ -468,16 +615,70 @@ impl Engine {
         thread.version += 1;
         thread.checkpoint = None;
         thread.round = None;
-        thread.last = Some(last);
         thread.expires_at_ms = self.expiry(self.lifetimes.finished);
+        thread.last = Some(last.clone());
+        if let Err(too_large) = self.fits(&thread) {
+            // This caller gets the result; resends learn why it was not kept.
+            last.outcome = LastOutcome::Result { result: CallToolResult::error([too_large.message]) };
+            thread.last = Some(last);
+        }
         match self.store.save(&thread, Some(expected)).await {
-            Ok(()) => Ok(Ok(response)),
-            Err(SaveError::Store(e)) => Err(e.into()),
+            Ok(()) => {}
+            Err(SaveError::Store(e)) => return Err(e.into()),
             Err(SaveError::Conflict(_)) => {
                 let responses = call.input_responses.clone().unwrap_or_default();
-                self.after_conflict(&thread.id, &responses, token, call).await
+                return self.after_conflict(&thread.id, &responses, token, call).await;
             }
         }
+        if let Some(owner) = &thread.owner {
+            // A failure only leaves the call counted until its paused expiry.
+            let _ = self.store.uncount_paused(owner, &thread.id).await;
+        }
+        Ok(Ok(response))
+    }
+
+    /// Is the record within `max_record_bytes`? The error says by how much it is not.
+    fn fits(&self, thread: &Thread) -> Result<(), ErrorObject> {
+        struct Count(usize);
+        impl std::io::Write for Count {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0 += bytes.len();
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut count = Count(0);
+        serde_json::to_writer(&mut count, thread)
+            .map_err(|e| ErrorObject::internal(format!("the paused call could not be encoded: {e}")))?;
+        if count.0 <= self.limits.max_record_bytes {
+            return Ok(());
+        }
+        Err(ErrorObject::internal(format!(
+            "the paused call's record would take {} bytes, more than the limit of {} (--max-record-bytes)",
+            count.0, self.limits.max_record_bytes
+        )))
+    }
+
+    fn limit_reached(&self, limit: LimitReached) -> ErrorObject {
+        ErrorObject::internal(match limit {
+            LimitReached::PerOwner => format!(
+                "too many paused calls from this caller: the limit is {} (--max-paused-per-caller); \
+                 answer or let some expire first",
+                self.limits.paused.per_owner
+            ),
+            LimitReached::Total => format!(
+                "too many paused calls on this server: the limit is {} (--max-paused-calls)",
+                self.limits.paused.total
+            ),
+        })
+    }
+
+    fn timed_out(&self, paused: bool) -> ErrorObject {
+        let secs = self.limits.request_timeout.map_or(0, |t| t.as_secs_f64().ceil() as u64);
+        let tail = if paused { "; the call stays paused, send the same answers again to resume it" } else { "" };
+        ErrorObject::internal(format!("the agent did not finish within the request timeout of {secs} s{tail}"))
     }
 
     /// Another request answered the same round first: when it sent the same answers,
@@ -508,11 +709,6 @@ impl Engine {
     /// Turns a run's outcome into a final answer or the next round.
     fn settle(&self, outcome: Result<Outcome, hitl_graph::RunError>, n: u32, call: &Call) -> Settled {
         let done = |result: CallToolResult| Settled::Done(CallToolResponse::Complete(result));
-        let pending = |interrupts: &[hitl_graph::Interrupt]| {
-            let list: Vec<Value> =
-                interrupts.iter().map(|i| serde_json::json!({ "id": i.id, "value": i.value })).collect();
-            serde_json::to_string(&list).unwrap_or_default()
-        };
         let can_elicit =
             call.era == Era::Modern && (call.capabilities.elicits_form() || call.capabilities.elicits_url());
         match outcome {
@@ -576,6 +772,21 @@ fn needs_as_required(needs: hitl_protocol::Needs, missing: hitl_protocol::Needs)
         sampling: missing.sampling,
         roots: missing.roots,
     }
+}
+
+/// The pending interrupts as JSON text, the second block of the error results of calls
+/// that can't be resumed.
+fn pending(interrupts: &[hitl_graph::Interrupt]) -> String {
+    let list: Vec<Value> = interrupts.iter().map(|i| serde_json::json!({ "id": i.id, "value": i.value })).collect();
+    Value::Array(list).to_string()
+}
+
+/// A round with the answers that resume it.
+struct Answered<'a> {
+    round: Round,
+    values: hitl_graph::ResumeValues,
+    responses: &'a InputResponses,
+    token: &'a str,
 }
 
 fn invalid_state() -> Answer {

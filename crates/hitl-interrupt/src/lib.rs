@@ -51,9 +51,12 @@ mod thread;
 pub use digest::{canonical, digest_hex, short_digest};
 pub use engine::{
     Agent, Answer, BREAKPOINT, CANNOT_RESUME, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, Lifetimes,
+    Limits, MAX_ROUNDS_PER_REQUEST, NEWER_FORMAT,
 };
 pub use state::Secret;
-pub use store::{Clock, ManualClock, MemoryStore, SaveError, Sleep, StoreError, SystemClock, ThreadStore};
+pub use store::{
+    Clock, LimitReached, ManualClock, MemoryStore, PausedLimits, SaveError, Sleep, StoreError, SystemClock, ThreadStore,
+};
 pub use thread::{Claim, Last, LastOutcome, Question, QuestionKind, Round, THREAD_FORMAT, Thread};
 
 #[cfg(test)]

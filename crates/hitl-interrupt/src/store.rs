@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
-use crate::Thread;
+use crate::{THREAD_FORMAT, Thread};
 
 /// A boxed future, as [`Clock::sleep`] returns.
 pub type Sleep = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -100,6 +100,54 @@ pub enum StoreError {
         /// Why.
         reason: String,
     },
+    /// A record written by a newer build, in a format this one does not know: left as
+    /// it is (a rolling upgrade's newer replica can still resume it).
+    #[error("thread record {id} has format {format}, newer than this build's {THREAD_FORMAT}")]
+    NewerFormat {
+        /// The thread.
+        id: String,
+        /// The record's format.
+        format: u32,
+    },
+}
+
+impl StoreError {
+    /// The error for a record whose format is newer than [`THREAD_FORMAT`], or `None`
+    /// when the record is not one: stores call it when a record does not parse, so that
+    /// a newer record is reported as such rather than as corrupt.
+    pub fn newer_format(id: &str, json: &[u8]) -> Option<Self> {
+        #[derive(serde::Deserialize)]
+        struct Probe {
+            format: u32,
+        }
+        let probe: Probe = serde_json::from_slice(json).ok()?;
+        (probe.format > THREAD_FORMAT).then(|| Self::NewerFormat { id: id.to_owned(), format: probe.format })
+    }
+}
+
+/// How many paused calls the store may hold: per owner (the caller's principal, or its
+/// address) and in all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PausedLimits {
+    /// Paused calls of one owner.
+    pub per_owner: u64,
+    /// Paused calls of every owner together.
+    pub total: u64,
+}
+
+impl Default for PausedLimits {
+    fn default() -> Self {
+        Self { per_owner: 1_000, total: 1_000_000 }
+    }
+}
+
+/// Which limit of [`PausedLimits`] a new paused call would pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitReached {
+    /// The owner's.
+    PerOwner,
+    /// The store's.
+    Total,
 }
 
 /// Why a save did not happen.
@@ -132,6 +180,20 @@ pub trait ThreadStore: Send + Sync + 'static {
 
     /// Removes the thread (no error when it is gone).
     async fn delete(&self, id: &str) -> Result<(), StoreError>;
+
+    /// Counts thread `id` among `owner`'s paused calls until `until_ms`, unless a new
+    /// one would pass `limits`. A thread already counted is never refused: its time is
+    /// moved to `until_ms` (a later round). Entries past their time no longer count.
+    async fn count_paused(
+        &self,
+        owner: &str,
+        id: &str,
+        until_ms: u64,
+        limits: PausedLimits,
+    ) -> Result<Result<(), LimitReached>, StoreError>;
+
+    /// Stops counting thread `id` (it finished); no error when it was not counted.
+    async fn uncount_paused(&self, owner: &str, id: &str) -> Result<(), StoreError>;
 }
 
 /// Threads in a process-local map: the default store, and the reference the store
@@ -140,7 +202,41 @@ pub trait ThreadStore: Send + Sync + 'static {
 /// by expiry, so the cost of a save does not grow with the number of paused calls.
 pub struct MemoryStore<C: Clock = SystemClock> {
     shards: Box<[Mutex<Shard>]>,
+    paused: Mutex<Ledger>,
     clock: C,
+}
+
+/// The paused calls counted per owner, with their times.
+#[derive(Default)]
+struct Ledger {
+    owners: HashMap<String, HashMap<String, u64>>,
+    /// `(until_ms, owner, id)` of every count; stale entries are skipped when popped.
+    expiry: BinaryHeap<Reverse<(u64, String, String)>>,
+    total: u64,
+}
+
+impl Ledger {
+    fn sweep(&mut self, now: u64) {
+        while let Some(Reverse((at, _, _))) = self.expiry.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(Reverse((at, owner, id))) = self.expiry.pop() else { break };
+            if self.owners.get(&owner).and_then(|ids| ids.get(&id)) == Some(&at) {
+                self.remove(&owner, &id);
+            }
+        }
+    }
+
+    fn remove(&mut self, owner: &str, id: &str) {
+        let Some(ids) = self.owners.get_mut(owner) else { return };
+        if ids.remove(id).is_some() {
+            self.total -= 1;
+        }
+        if ids.is_empty() {
+            self.owners.remove(owner);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -175,7 +271,11 @@ impl Default for MemoryStore {
 impl<C: Clock> MemoryStore<C> {
     /// A store that reads expiry from `clock`.
     pub fn with_clock(clock: C) -> Self {
-        Self { shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(), clock }
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            paused: Mutex::new(Ledger::default()),
+            clock,
+        }
     }
 
     /// Live threads (for tests and metrics).
@@ -224,6 +324,36 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
         self.shard(id).threads.remove(id);
+        Ok(())
+    }
+
+    async fn count_paused(
+        &self,
+        owner: &str,
+        id: &str,
+        until_ms: u64,
+        limits: PausedLimits,
+    ) -> Result<Result<(), LimitReached>, StoreError> {
+        let mut ledger = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        ledger.sweep(self.clock.now_ms());
+        let counted = ledger.owners.get(owner).map_or(0, HashMap::len) as u64;
+        let known = ledger.owners.get(owner).is_some_and(|ids| ids.contains_key(id));
+        if !known {
+            if counted >= limits.per_owner {
+                return Ok(Err(LimitReached::PerOwner));
+            }
+            if ledger.total >= limits.total {
+                return Ok(Err(LimitReached::Total));
+            }
+            ledger.total += 1;
+        }
+        ledger.owners.entry(owner.to_owned()).or_default().insert(id.to_owned(), until_ms);
+        ledger.expiry.push(Reverse((until_ms, owner.to_owned(), id.to_owned())));
+        Ok(Ok(()))
+    }
+
+    async fn uncount_paused(&self, owner: &str, id: &str) -> Result<(), StoreError> {
+        self.paused.lock().unwrap_or_else(|p| p.into_inner()).remove(owner, id);
         Ok(())
     }
 }

@@ -459,3 +459,193 @@ fn a_long_step_renews_its_lease_so_duplicates_keep_waiting() {
         assert_eq!(text(result).0, r#"{"answer":"yes","run":1}"#);
     }
 }
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
+}
+
+fn load(f: &Fixture, state: &str) -> Option<Thread> {
+    block_on(f.store.load(state.split_once('.').unwrap().0)).unwrap()
+}
+
+#[test]
+fn a_cancelled_resume_keeps_the_steps_that_finished() {
+    // The email is sent in the superstep after the answer; the client goes away as it
+    // finishes. The resend continues after it and never sends it again.
+    let f = fixture();
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (s, c) = (sent.clone(), cancel.clone());
+    let graph = StateGraph::new()
+        .add_step("ask", |_, ctx| async move { Ok(json!({ "ok": ctx.interrupt(json!("Send it?"))? })) })
+        .add_step("send", move |_, _| {
+            let (s, c) = (s.clone(), c.clone());
+            async move {
+                let n = s.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                c.store(true, std::sync::atomic::Ordering::SeqCst);
+                Ok(json!({ "sent": n }))
+            }
+        })
+        .add_step("report", |state, _| async move { Ok(json!({ "report": state["sent"] })) })
+        .add_edge(START, "ask")
+        .add_edge("ask", "send")
+        .add_edge("send", "report")
+        .compile()
+        .unwrap();
+    let agent = Agent { name: "mail".into(), description: String::new(), input_schema: json!({"type": "object"}), graph };
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let (a, state) = (answers(&[(&first_key(&r), accept("yes"))]), r.request_state.unwrap());
+    let mut first = call(Some(a.clone()), Some(&state));
+    first.cancel = Some(cancel);
+    assert!(run(f.engine.call(&agent, first)).is_err(), "the cancelled request fails");
+    let thread = load(&f, &state).unwrap();
+    assert_eq!(thread.claim, None);
+    assert_eq!(thread.checkpoint.unwrap().next, vec!["report".to_owned()], "the finished superstep is kept");
+    let done = run(f.engine.call(&agent, call(Some(a), Some(&state))));
+    assert_eq!(text(&done).0, r#"{"ok":"yes","sent":1,"report":1}"#);
+    assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 1, "the email went once");
+}
+
+#[test]
+fn answers_in_a_first_call_resolve_at_most_ten_rounds() {
+    // A step that asks again, in one superstep, whatever the answer.
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = asked.clone();
+    let graph = StateGraph::new()
+        .add_step("nag", move |_, ctx| {
+            let counter = counter.clone();
+            async move {
+                for _ in 0.. {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    ctx.interrupt(json!("Really?"))?;
+                }
+                Ok(json!({}))
+            }
+        })
+        .add_edge(START, "nag")
+        .compile()
+        .unwrap();
+    let agent = Agent { name: "nag".into(), description: String::new(), input_schema: json!({"type": "object"}), graph };
+    let f = fixture();
+    let key = first_key(&round(run(f.engine.call(&agent, call(None, None)))));
+    let r = round(run(f.engine.call(&agent, call(Some(answers(&[(&key, accept("yes"))])), None))));
+    assert!(r.request_state.is_some(), "the call pauses after the bound");
+    assert_eq!(load(&f, r.request_state.as_ref().unwrap()).unwrap().round.unwrap().n, MAX_ROUNDS_PER_REQUEST + 1);
+}
+
+#[test]
+fn a_legacy_resend_gets_the_legacy_error_and_leaves_the_thread() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region?"]);
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let (a, state) = (answers(&[(&first_key(&r), accept("eu-west-1"))]), r.request_state.unwrap());
+    let before = load(&f, &state).unwrap();
+    let mut legacy = call(Some(a.clone()), Some(&state));
+    legacy.era = hitl_protocol::version::Era::Legacy;
+    let answer = run(f.engine.call(&agent, legacy));
+    let Ok(CallToolResponse::Complete(result)) = &answer else { panic!("{answer:?}") };
+    assert_eq!(result.content[0].as_text(), Some(LEGACY_CANNOT_ANSWER));
+    assert!(result.content[1].as_text().unwrap().contains("Which region?"));
+    assert_eq!(load(&f, &state).unwrap(), before, "the thread is untouched");
+    let done = run(f.engine.call(&agent, call(Some(a), Some(&state))));
+    assert_eq!(text(&done), (r#"{"a0":"eu-west-1"}"#.to_owned(), false), "the modern client still resumes it");
+}
+
+#[test]
+fn a_record_of_a_newer_format_is_left_untouched() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region?"]);
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let (a, state) = (answers(&[(&first_key(&r), accept("x"))]), r.request_state.unwrap());
+    let mut newer = load(&f, &state).unwrap();
+    let version = newer.version;
+    newer.format = THREAD_FORMAT + 1;
+    newer.version += 1;
+    block_on(f.store.save(&newer, Some(version))).unwrap();
+    let err = run(f.engine.call(&agent, call(Some(a.clone()), Some(&state)))).unwrap_err();
+    assert_eq!((err.code, err.message.as_str()), (ErrorCode::INTERNAL_ERROR, NEWER_FORMAT));
+    assert_eq!(load(&f, &state).unwrap(), newer);
+    // A checkpoint of a newer format too.
+    let mut checkpoint_newer = newer.clone();
+    checkpoint_newer.format = THREAD_FORMAT;
+    checkpoint_newer.checkpoint.as_mut().unwrap().format = hitl_graph::CHECKPOINT_FORMAT + 1;
+    checkpoint_newer.version += 1;
+    block_on(f.store.save(&checkpoint_newer, Some(newer.version))).unwrap();
+    let err = run(f.engine.call(&agent, call(Some(a), Some(&state)))).unwrap_err();
+    assert_eq!(err.message, NEWER_FORMAT);
+    assert_eq!(load(&f, &state).unwrap(), checkpoint_newer);
+}
+
+fn limited(limits: Limits) -> Fixture {
+    let f = fixture();
+    Fixture { engine: f.engine.clone().with_limits(limits), ..f }
+}
+
+#[test]
+fn paused_calls_are_limited_per_caller_and_in_all() {
+    let paused = PausedLimits { per_owner: 2, total: 3 };
+    let f = limited(Limits { paused, ..Limits::default() });
+    let agent = text_agent("choose_region", &["Which region?"]);
+    let from = |peer: &str| Call { peer: Some(peer.to_owned()), ..call(None, None) };
+    let first = round(run(f.engine.call(&agent, from("10.0.0.1"))));
+    round(run(f.engine.call(&agent, from("10.0.0.1"))));
+    let err = run(f.engine.call(&agent, from("10.0.0.1"))).unwrap_err();
+    assert!(err.message.contains("--max-paused-per-caller"), "{}", err.message);
+    assert_eq!(f.store.len(), 2, "nothing else changed");
+    round(run(f.engine.call(&agent, from("10.0.0.2"))));
+    let err = run(f.engine.call(&agent, from("10.0.0.3"))).unwrap_err();
+    assert!(err.message.contains("--max-paused-calls"), "{}", err.message);
+    // A principal is its own owner, whatever its address.
+    let alice = Call { principal: Some("alice".into()), ..from("10.0.0.1") };
+    assert!(run(f.engine.call(&agent, alice)).unwrap_err().message.contains("--max-paused-calls"));
+    // Finishing a call frees its place.
+    let key = first_key(&first);
+    let mut answer = from("10.0.0.1");
+    (answer.input_responses, answer.request_state) =
+        (Some(answers(&[(&key, accept("eu"))])), first.request_state.clone());
+    assert_eq!(text(&run(f.engine.call(&agent, answer))).1, false);
+    round(run(f.engine.call(&agent, from("10.0.0.1"))));
+}
+
+#[test]
+fn a_record_above_the_size_limit_fails_the_call_and_stores_nothing() {
+    let f = limited(Limits { max_record_bytes: 2048, ..Limits::default() });
+    let agent = text_agent("choose_region", &["Which region?"]);
+    let mut big = call(None, None);
+    big.arguments.insert("padding".into(), json!("x".repeat(4096)));
+    let err = run(f.engine.call(&agent, big)).unwrap_err();
+    assert_eq!(err.code, ErrorCode::INTERNAL_ERROR);
+    assert!(err.message.contains("--max-record-bytes"), "{}", err.message);
+    assert!(f.store.is_empty());
+    round(run(f.engine.call(&agent, call(None, None))));
+}
+
+#[test]
+fn a_resume_out_of_time_leaves_the_call_paused() {
+    let f = limited(Limits { request_timeout: Some(Duration::from_millis(50)), ..Limits::default() });
+    let hang = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let h = hang.clone();
+    let graph = StateGraph::new()
+        .add_step("ask", move |_, ctx| {
+            let h = h.clone();
+            async move {
+                let answer = ctx.interrupt(json!("Go?"))?;
+                if h.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                    std::future::pending::<()>().await;
+                }
+                Ok(json!({ "answer": answer }))
+            }
+        })
+        .add_edge(START, "ask")
+        .compile()
+        .unwrap();
+    let agent = Agent { name: "slow".into(), description: String::new(), input_schema: json!({"type": "object"}), graph };
+    let r = round(block_on(f.engine.call(&agent, call(None, None))).unwrap());
+    let (a, state) = (answers(&[(&first_key(&r), accept("yes"))]), r.request_state.unwrap());
+    let err = block_on(f.engine.call(&agent, call(Some(a.clone()), Some(&state)))).unwrap().unwrap_err();
+    assert!(err.message.contains("request timeout"), "{}", err.message);
+    let thread = load(&f, &state).unwrap();
+    assert_eq!((thread.claim, thread.round.map(|r| r.n)), (None, Some(1)), "the round is open, unclaimed");
+    let done = block_on(f.engine.call(&agent, call(Some(a), Some(&state)))).unwrap();
+    assert_eq!(text(&done).0, r#"{"answer":"yes"}"#);
+}

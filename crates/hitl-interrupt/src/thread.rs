@@ -23,6 +23,10 @@ pub struct Thread {
     /// Who made the call, when the server knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
+    /// Whose paused calls this one counts among (the principal, or the caller's
+    /// address), while it is counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// Where the agent stopped, while it is paused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<Checkpoint>,
