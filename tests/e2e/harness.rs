@@ -75,16 +75,34 @@ impl Server {
 
     /// Starts the server without waiting for it to be healthy.
     pub(crate) fn spawn(args: &[String]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hitl-e2e-server"))
-            .arg("serve")
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .env("HITL_SECRET", TEST_SECRET)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("the server starts");
+        let mut command = Command::new(Self::program());
+        command.arg("serve").args(["--listen", "127.0.0.1:0"]).args(args).stderr(Stdio::inherit());
+        // Every test calls from 127.0.0.1, and the suite's Redis outlives a run: one
+        // caller's default share of paused calls is too small for all of them.
+        if !args.iter().any(|a| a == "--max-paused-per-caller") {
+            command.args(["--max-paused-per-caller", "1000000"]);
+        }
+        Self::spawn_command(command)
+    }
+
+    /// The path of the server program.
+    pub(crate) fn program() -> &'static str {
+        env!("CARGO_BIN_EXE_hitl-e2e-server")
+    }
+
+    /// Starts `command` (which runs the server program on a free port), with the test
+    /// secret and warnings logged, without waiting for it to be healthy.
+    pub(crate) fn spawn_command(command: Command) -> Server {
+        Self::spawn_command_with_env(command, &[("HITL_SECRET", TEST_SECRET)])
+    }
+
+    /// [`Server::spawn_command`] with `env` instead of the test secret.
+    pub(crate) fn spawn_command_with_env(mut command: Command, env: &[(&str, &str)]) -> Server {
+        command.env("RUST_LOG", "warn").env_remove("HITL_SECRET").env_remove("HITL_PREVIOUS_SECRET");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.stdout(Stdio::piped()).spawn().expect("the server starts");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("the server prints its address");
         let addr = line
@@ -109,6 +127,16 @@ impl Server {
             assert!(Instant::now() < deadline, "the server did not become healthy");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Takes the server's stderr, when it was piped.
+    pub(crate) fn take_stderr(&mut self) -> Option<std::process::ChildStderr> {
+        self.child.stderr.take()
     }
 
     /// Kills the process at once (SIGKILL), as a crash would.

@@ -379,6 +379,9 @@ fn bench() -> anyhow::Result<()> {
     for (name, url) in stores {
         let mut command = Command::new(release.join("hitl"));
         command.args(["serve", "--listen", "127.0.0.1:0"]).env("RUST_LOG", "error");
+        // One load generator is one caller that holds far more than a caller's default
+        // share of paused calls; the limits are still checked on every pause.
+        command.args(["--max-paused-per-caller", "100000000", "--max-paused-calls", "100000000"]);
         if let Some(url) = &url {
             command.args(["--store", url]).env("HITL_SECRET", "hitl-bench-secret-0123456789abcdef0123");
         }

@@ -46,8 +46,10 @@ pub fn examples() -> Vec<Agent> {
     ]
 }
 
+/// The input schema of a tool without arguments: any extra property is refused before a
+/// thread is made (it would be stored with the paused call).
 fn no_arguments() -> Value {
-    json!({"type": "object", "properties": {}})
+    json!({"type": "object", "properties": {}, "additionalProperties": false})
 }
 
 fn agent(name: &str, description: &str, input_schema: Value, graph: StateGraph) -> Agent {
@@ -196,7 +198,8 @@ pub fn deploy_production_release() -> Agent {
     let input = json!({
         "type": "object",
         "properties": {"service": {"type": "string"}, "version": {"type": "string"}},
-        "required": ["service", "version"]
+        "required": ["service", "version"],
+        "additionalProperties": false
     });
     agent("deploy_production_release", "Deploys a service version to production with HITL approval", input, graph)
 }
@@ -344,7 +347,8 @@ pub fn unaskable() -> Agent {
     let input = json!({
         "type": "object",
         "properties": {"variant": {"type": "string", "enum": ["object", "pattern", "too_many_fields", "bad_url", "nested"]}},
-        "required": ["variant"]
+        "required": ["variant"],
+        "additionalProperties": false
     });
     agent("unaskable", "Asks questions that cannot be asked over MCP.", input, graph)
 }
@@ -400,7 +404,7 @@ pub fn email_assistant(mode: InterruptMode) -> Agent {
         InterruptMode::PerCall => ("email_assistant_per_call", "The email assistant, with one review per tool call."),
     };
     let input = json!({"type": "object", "properties": {"to": {"type": "string"}, "subject": {"type": "string"}},
-                       "required": ["to", "subject"]});
+                       "required": ["to", "subject"], "additionalProperties": false});
     tool_calling_agent(
         name,
         description,

@@ -392,7 +392,11 @@ fn a_cancelled_run_keeps_its_finished_steps_and_a_finished_run_ignores_cancel() 
     let one = one.compile().unwrap();
     let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let f = flag.clone();
-    let run = Run { progress: Some(Arc::new(move |_| f.store(true, Ordering::SeqCst))), cancel: Some(flag), ..Run::default() };
+    let run = Run {
+        progress: Some(Arc::new(move |_| f.store(true, Ordering::SeqCst))),
+        cancel: Some(flag),
+        ..Run::default()
+    };
     assert_eq!(block(one.invoke_run(json!({}), run)).unwrap(), Outcome::Done(json!({"x": 1})));
 }
 

@@ -508,7 +508,9 @@ impl Engine {
                 match self.store.save(&thread, Some(expected)).await {
                     Ok(()) => {}
                     Err(SaveError::Store(e)) => return Err(e.into()),
-                    Err(SaveError::Conflict(_)) => return self.after_conflict(&thread.id, responses, token, call).await,
+                    Err(SaveError::Conflict(_)) => {
+                        return self.after_conflict(&thread.id, responses, token, call).await;
+                    }
                 }
                 if let Some(owner) = &thread.owner {
                     // The call lives on to its new expiry; a failure here only makes it

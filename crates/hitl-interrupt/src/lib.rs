@@ -50,8 +50,8 @@ mod thread;
 
 pub use digest::{canonical, digest_hex, short_digest};
 pub use engine::{
-    Agent, Answer, BREAKPOINT, CANNOT_RESUME, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, Lifetimes,
-    Limits, MAX_ROUNDS_PER_REQUEST, NEWER_FORMAT,
+    Agent, Answer, BREAKPOINT, CANNOT_RESUME, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER,
+    Lifetimes, Limits, MAX_ROUNDS_PER_REQUEST, NEWER_FORMAT,
 };
 pub use state::Secret;
 pub use store::{

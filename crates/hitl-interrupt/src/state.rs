@@ -9,10 +9,12 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
-/// The server secret that keys request-state tokens and digests.
+/// The server secret that keys request-state tokens, and the one it replaced while
+/// rounds issued under that one are still open (a rotation).
 #[derive(Clone)]
 pub struct Secret {
     key: hmac::Key,
+    previous: Option<hmac::Key>,
 }
 
 impl std::fmt::Debug for Secret {
@@ -40,14 +42,22 @@ impl Secret {
         if bytes.len() < Self::MIN_LEN {
             return Err(WeakSecret { min: Self::MIN_LEN, got: bytes.len() });
         }
-        Ok(Self { key: hmac::Key::new(hmac::HMAC_SHA256, bytes) })
+        Ok(Self { key: hmac::Key::new(hmac::HMAC_SHA256, bytes), previous: None })
+    }
+
+    /// This secret, still accepting the `requestState`s `previous` issued: new rounds
+    /// are signed with this one only.
+    #[must_use]
+    pub fn with_previous(mut self, previous: Secret) -> Self {
+        self.previous = Some(previous.key);
+        self
     }
 
     /// A random secret, for a single process that keeps its threads in memory.
     pub fn generate() -> Self {
         let mut bytes = [0u8; 32];
         SystemRandom::new().fill(&mut bytes).expect("the system random source works");
-        Self { key: hmac::Key::new(hmac::HMAC_SHA256, &bytes) }
+        Self { key: hmac::Key::new(hmac::HMAC_SHA256, &bytes), previous: None }
     }
 
     fn token(&self, thread: &str, round: u32, nonce: &str) -> hmac::Tag {
@@ -60,11 +70,14 @@ impl Secret {
         format!("{thread}.{}", URL_SAFE_NO_PAD.encode(self.token(thread, round, nonce).as_ref()))
     }
 
-    /// Does `token` (the part after the dot) belong to that round? Constant-time.
+    /// Does `token` (the part after the dot) belong to that round, under this secret or
+    /// the previous one? Constant-time.
     pub fn verify(&self, thread: &str, round: u32, nonce: &str, token: &str) -> bool {
         let Ok(given) = URL_SAFE_NO_PAD.decode(token) else { return false };
         let message = format!("hitl/request-state/v1\n{thread}\n{round}\n{nonce}");
-        hmac::verify(&self.key, message.as_bytes(), &given).is_ok()
+        std::iter::once(&self.key)
+            .chain(&self.previous)
+            .any(|key| hmac::verify(key, message.as_bytes(), &given).is_ok())
     }
 }
 

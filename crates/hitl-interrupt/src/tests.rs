@@ -492,7 +492,8 @@ fn a_cancelled_resume_keeps_the_steps_that_finished() {
         .add_edge("send", "report")
         .compile()
         .unwrap();
-    let agent = Agent { name: "mail".into(), description: String::new(), input_schema: json!({"type": "object"}), graph };
+    let agent =
+        Agent { name: "mail".into(), description: String::new(), input_schema: json!({"type": "object"}), graph };
     let r = round(run(f.engine.call(&agent, call(None, None))));
     let (a, state) = (answers(&[(&first_key(&r), accept("yes"))]), r.request_state.unwrap());
     let mut first = call(Some(a.clone()), Some(&state));
@@ -525,7 +526,8 @@ fn answers_in_a_first_call_resolve_at_most_ten_rounds() {
         .add_edge(START, "nag")
         .compile()
         .unwrap();
-    let agent = Agent { name: "nag".into(), description: String::new(), input_schema: json!({"type": "object"}), graph };
+    let agent =
+        Agent { name: "nag".into(), description: String::new(), input_schema: json!({"type": "object"}), graph };
     let f = fixture();
     let key = first_key(&round(run(f.engine.call(&agent, call(None, None)))));
     let r = round(run(f.engine.call(&agent, call(Some(answers(&[(&key, accept("yes"))])), None))));
@@ -603,7 +605,7 @@ fn paused_calls_are_limited_per_caller_and_in_all() {
     let mut answer = from("10.0.0.1");
     (answer.input_responses, answer.request_state) =
         (Some(answers(&[(&key, accept("eu"))])), first.request_state.clone());
-    assert_eq!(text(&run(f.engine.call(&agent, answer))).1, false);
+    assert!(!text(&run(f.engine.call(&agent, answer))).1, "the call finished without error");
     round(run(f.engine.call(&agent, from("10.0.0.1"))));
 }
 
@@ -639,7 +641,8 @@ fn a_resume_out_of_time_leaves_the_call_paused() {
         .add_edge(START, "ask")
         .compile()
         .unwrap();
-    let agent = Agent { name: "slow".into(), description: String::new(), input_schema: json!({"type": "object"}), graph };
+    let agent =
+        Agent { name: "slow".into(), description: String::new(), input_schema: json!({"type": "object"}), graph };
     let r = round(block_on(f.engine.call(&agent, call(None, None))).unwrap());
     let (a, state) = (answers(&[(&first_key(&r), accept("yes"))]), r.request_state.unwrap());
     let err = block_on(f.engine.call(&agent, call(Some(a.clone()), Some(&state)))).unwrap().unwrap_err();
@@ -648,4 +651,31 @@ fn a_resume_out_of_time_leaves_the_call_paused() {
     assert_eq!((thread.claim, thread.round.map(|r| r.n)), (None, Some(1)), "the round is open, unclaimed");
     let done = block_on(f.engine.call(&agent, call(Some(a), Some(&state)))).unwrap();
     assert_eq!(text(&done).0, r#"{"answer":"yes"}"#);
+}
+
+#[test]
+fn a_rotated_secret_keeps_open_rounds_valid_and_signs_new_ones() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region?"]);
+    let old = Secret::new(&[1; 32]).unwrap();
+    let new = Secret::new(&[2; 32]).unwrap();
+    let before = Engine::new(f.store.clone(), f.clock.clone(), old.clone(), Lifetimes::default());
+    let r = round(run(before.call(&agent, call(None, None))));
+    let key = first_key(&r);
+    let (a, state) = (answers(&[(&key, accept("eu"))]), r.request_state.unwrap());
+    let rotated = Engine::new(f.store.clone(), f.clock.clone(), new.clone().with_previous(old), Lifetimes::default());
+    let fresh = round(run(rotated.call(&agent, call(None, None)))).request_state.unwrap();
+    assert_eq!(text(&run(rotated.call(&agent, call(Some(a.clone()), Some(&state))))).0, r#"{"a0":"eu"}"#);
+    // The new secret alone accepts the new round, not the old one.
+    let only_new = Engine::new(f.store.clone(), f.clock.clone(), new, Lifetimes::default());
+    let fresh_key = answers(&[(&key, accept("us"))]);
+    assert_eq!(text(&run(only_new.call(&agent, call(Some(fresh_key), Some(&fresh))))).0, r#"{"a0":"us"}"#);
+    let g = fixture();
+    let r =
+        round(run(Engine::new(g.store.clone(), g.clock.clone(), Secret::new(&[1; 32]).unwrap(), Lifetimes::default())
+            .call(&agent, call(None, None))));
+    let stranger = Engine::new(g.store.clone(), g.clock.clone(), Secret::new(&[2; 32]).unwrap(), Lifetimes::default());
+    let err =
+        run(stranger.call(&agent, call(Some(answers(&[(&first_key(&r), accept("x"))])), r.request_state.as_deref())));
+    assert_eq!(err.unwrap_err().message, INVALID_STATE);
 }

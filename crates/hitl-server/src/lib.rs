@@ -12,27 +12,22 @@
 //! }
 //! ```
 
-use std::convert::Infallible;
+mod listener;
+mod secrets;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use bytes::Bytes;
 use clap::{Parser, Subcommand};
-use hitl_interrupt::{Engine, Lifetimes, MemoryStore, Secret, SystemClock, ThreadStore};
-use hitl_protocol::{ErrorObject, Response};
-use hitl_store_redis::RedisStore;
-use hitl_tower::{AllowedHosts, McpBody, McpService, PrincipalFromHeaderLayer, ServerOptions, ValidateOriginLayer};
-use http::{StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hitl_interrupt::{Engine, Lifetimes, Limits, MemoryStore, PausedLimits, SystemClock, ThreadStore};
+use hitl_store_redis::{RedisStore, redact_url};
+use hitl_tower::{
+    AllowedHosts, MaxConcurrentRequestsLayer, McpService, PrincipalFromHeaderLayer, ServerOptions, ValidateOriginLayer,
+};
 use tokio::net::TcpListener;
-use tower::util::BoxCloneService;
 use tower::{ServiceBuilder, ServiceExt as _};
 use tracing_subscriber::EnvFilter;
 
@@ -68,35 +63,76 @@ struct ServeArgs {
     /// The deployment's thread TTL, in seconds: shortens every thread lifetime.
     #[arg(long, env = "HITL_DEFAULT_TTL", value_name = "SECONDS")]
     default_ttl: Option<u64>,
-    /// A file holding the server secret that signs requestState (at least 32 bytes);
-    /// `HITL_SECRET` may hold the secret itself instead. Replicas must share it.
+    /// A file holding the server secret that signs requestState (at least 32 bytes,
+    /// mode 600); `HITL_SECRET` may hold the secret itself instead (not both).
+    /// Replicas must share it.
     #[arg(long, env = "HITL_SECRET_FILE")]
     secret_file: Option<PathBuf>,
+    /// During a rotation, a file holding the secret before this one (or
+    /// `HITL_PREVIOUS_SECRET`): rounds it issued stay valid, new ones use the new secret.
+    #[arg(long, env = "HITL_PREVIOUS_SECRET_FILE")]
+    previous_secret_file: Option<PathBuf>,
     /// Also serve the fixtures of the official MCP conformance suite (tools and
     /// prompts named `test_*`), listed first.
     #[arg(long)]
     conformance_fixtures: bool,
-    /// A host name requests may name in `Host` and `Origin` (repeatable). By default a
-    /// server on a loopback address accepts only `localhost`, `127.0.0.1` and `[::1]`
+    /// A host requests may name in `Host` (or `:authority`) and `Origin` (repeatable):
+    /// `name` for any port, `name:port` for one. By default a server on a loopback
+    /// address accepts only `localhost`, `127.0.0.1` and `[::1]` on its own port
     /// (DNS-rebinding protection) and one on another address accepts any.
     #[arg(long = "allowed-host", value_name = "HOST")]
     allowed_hosts: Vec<String>,
     /// A header an authenticating proxy sets to the caller's identity (for example
     /// `X-Forwarded-User`): paused calls are bound to it, and another caller's
-    /// `requestState` fails. Only behind a proxy that sets and strips it.
+    /// `requestState` fails. Requests without it (or with it empty, repeated or not
+    /// UTF-8) get 401. Only behind a proxy that sets and strips it.
     #[arg(long, env = "HITL_PRINCIPAL_HEADER", value_name = "HEADER")]
     principal_header: Option<String>,
     /// Keep no threads: a tool that pauses ends with an error result saying the call
     /// can't be resumed.
     #[arg(long)]
     no_threads: bool,
-    /// The largest request body accepted, in bytes.
-    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    /// The largest request body accepted, in bytes (a larger `Content-Length` gets 413
+    /// before the body is read).
+    #[arg(long, env = "HITL_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
     max_body_bytes: usize,
+    /// Seconds a client has to send a complete request head; then the connection is
+    /// closed.
+    #[arg(long, env = "HITL_HEADER_READ_TIMEOUT", value_name = "SECONDS", default_value_t = 10)]
+    header_read_timeout: u64,
+    /// Seconds a client has to send a request's body after its head; then 408.
+    #[arg(long, env = "HITL_BODY_READ_TIMEOUT", value_name = "SECONDS", default_value_t = 30)]
+    body_read_timeout: u64,
+    /// Connections served at once; past it new connections wait to be accepted.
+    #[arg(long, env = "HITL_MAX_CONNECTIONS", default_value_t = 10_000)]
+    max_connections: usize,
+    /// Requests served at once; past it requests get 503 with `Retry-After`.
+    #[arg(long, env = "HITL_MAX_CONCURRENT_REQUESTS", default_value_t = 1_024)]
+    max_concurrent_requests: usize,
+    /// Seconds one request may run agents; then the call fails with a JSON-RPC error
+    /// and a paused call stays paused.
+    #[arg(long, env = "HITL_REQUEST_TIMEOUT", value_name = "SECONDS", default_value_t = 300)]
+    request_timeout: u64,
+    /// Paused calls one caller may hold (its principal, or its IP address when there is
+    /// none); a call that would pause beyond it fails.
+    #[arg(long, env = "HITL_MAX_PAUSED_PER_CALLER", default_value_t = 1_000)]
+    max_paused_per_caller: u64,
+    /// Paused calls the server holds in all; a call that would pause beyond it fails.
+    #[arg(long, env = "HITL_MAX_PAUSED_CALLS", default_value_t = 1_000_000)]
+    max_paused_calls: u64,
+    /// The largest thread record, in bytes; a call whose record would be larger fails.
+    #[arg(long, env = "HITL_MAX_RECORD_BYTES", default_value_t = 1024 * 1024)]
+    max_record_bytes: usize,
 }
 
 /// Parses the command line and runs the command.
 pub fn main() -> anyhow::Result<()> {
+    main_with(Vec::new())
+}
+
+/// [`main`], also serving `agents` as tools (after the others): a program that adds its
+/// own agents to the `hitl` command line.
+pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
@@ -104,61 +140,52 @@ pub fn main() -> anyhow::Result<()> {
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
-        Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::Serve(args) => runtime.block_on(serve(args, agents)),
     }
 }
 
-/// The server secret: `HITL_SECRET`, else `--secret-file`, else (in-memory store only)
-/// a random one for this process.
-fn secret(args: &ServeArgs, shared_store: bool) -> anyhow::Result<Secret> {
-    if let Ok(value) = std::env::var("HITL_SECRET") {
-        return Secret::new(value.as_bytes()).context("HITL_SECRET");
-    }
-    match &args.secret_file {
-        Some(path) => {
-            let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-            let trimmed = bytes.trim_ascii();
-            Secret::new(trimmed).with_context(|| format!("secret file {}", path.display()))
-        }
-        None if shared_store => bail!(
-            "--store {} is shared by every replica, so they must share the secret that signs requestState: \
-             set HITL_SECRET or --secret-file (at least {} bytes)",
-            args.store,
-            Secret::MIN_LEN
-        ),
-        None => Ok(Secret::generate()),
-    }
-}
-
-/// The thread store named by `--store`.
+/// The thread store named by `--store`. Errors show the URL with its password masked.
 async fn store(url: &str, ca_file: Option<&std::path::Path>) -> anyhow::Result<Arc<dyn ThreadStore>> {
     if url == "memory" {
         return Ok(Arc::new(MemoryStore::default()));
     }
+    let shown = redact_url(url);
     let redis = ["redis://", "rediss://", "redis+cluster://", "redis+unix://"];
     if redis.iter().any(|scheme| url.starts_with(scheme)) {
         let ca = match ca_file {
             Some(path) => Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?),
             None => None,
         };
-        let store = RedisStore::with_tls_roots(url, ca).map_err(|e| anyhow::anyhow!("--store {url}: {e}"))?;
+        let store = RedisStore::with_tls_roots(url, ca).map_err(|e| anyhow::anyhow!("--store {shown}: {e}"))?;
         // Start even when Redis is down: /healthz says so, and service resumes with it.
         if let Err(e) = store.ping().await {
-            tracing::warn!(error = %e, "Redis is not reachable yet; serving anyway, /healthz reports not ready");
+            tracing::warn!(store = %shown, error = %e, "Redis is not reachable yet; serving anyway, /healthz reports not ready");
         }
         return Ok(Arc::new(store));
     }
     bail!(
-        "unsupported --store {url:?}: use `memory`, `redis://host:port/db`, `rediss://…` or `redis+cluster://host:port,…`"
+        "unsupported --store {shown:?}: use `memory`, `redis://host:port/db`, `rediss://…` or `redis+cluster://host:port,…`"
     )
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let shared_store = args.store != "memory";
-    let secret = secret(&args, shared_store)?;
+async fn serve(args: ServeArgs, agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
+    let shared_store = (args.store != "memory").then(|| redact_url(&args.store));
+    let (env, previous_env) = secrets::Sources::env_values();
+    let sources = secrets::Sources {
+        env,
+        file: args.secret_file.as_deref(),
+        previous_env,
+        previous_file: args.previous_secret_file.as_deref(),
+    };
+    let secret = secrets::load(&sources, shared_store.as_deref())?;
     let store = store(&args.store, args.redis_ca_file.as_deref()).await?;
     let lifetimes = Lifetimes::with_default_ttl(args.default_ttl.map(Duration::from_secs));
-    let mut engine = Engine::new(store.clone(), Arc::new(SystemClock), secret, lifetimes);
+    let limits = Limits {
+        paused: PausedLimits { per_owner: args.max_paused_per_caller, total: args.max_paused_calls },
+        max_record_bytes: args.max_record_bytes,
+        request_timeout: Some(Duration::from_secs(args.request_timeout)),
+    };
+    let mut engine = Engine::new(store.clone(), Arc::new(SystemClock), secret, lifetimes).with_limits(limits);
     if args.no_threads {
         engine = engine.without_threads();
     }
@@ -170,64 +197,43 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if !args.no_examples {
         tools.extend(hitl_agents::examples());
     }
-    let allowed = if !args.allowed_hosts.is_empty() {
-        AllowedHosts::new(args.allowed_hosts.iter().cloned())
-    } else if args.listen.ip().is_loopback() {
-        AllowedHosts::loopback()
-    } else {
-        AllowedHosts::any()
-    };
+    tools.extend(agents);
     let principal = match &args.principal_header {
         Some(name) => {
             Some(http::HeaderName::try_from(name.as_str()).with_context(|| format!("--principal-header {name:?}"))?)
         }
         None => None,
     };
+    if args.max_connections == 0 || args.max_concurrent_requests == 0 {
+        bail!("--max-connections and --max-concurrent-requests must be at least 1");
+    }
+
+    let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let local = listener.local_addr()?;
+    let allowed = if !args.allowed_hosts.is_empty() {
+        AllowedHosts::new(args.allowed_hosts.iter().cloned())
+    } else if local.ip().is_loopback() {
+        AllowedHosts::loopback(local.port())
+    } else {
+        AllowedHosts::any()
+    };
     let service = McpService::with_prompts(tools, prompts, engine, ServerOptions::default());
-    let mcp: Endpoint = ServiceBuilder::new()
+    let mcp: listener::Endpoint = ServiceBuilder::new()
+        .layer(MaxConcurrentRequestsLayer::new(args.max_concurrent_requests))
         .layer(ValidateOriginLayer::new(allowed))
         .option_layer(principal.map(PrincipalFromHeaderLayer::new))
         .service(service)
         .boxed_clone();
-    let max_body = args.max_body_bytes;
-
-    let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
-    let local = listener.local_addr()?;
+    let edge = listener::EdgeLimits {
+        header_read: Duration::from_secs(args.header_read_timeout.max(1)),
+        body_read: Duration::from_secs(args.body_read_timeout.max(1)),
+        max_body: args.max_body_bytes,
+        max_connections: args.max_connections,
+    };
     // The first line on stdout is the bound address, for scripts and tests.
     println!("hitl listening on http://{local}/mcp");
     tracing::info!(%local, "listening");
-
-    let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
-    let mut shutdown = std::pin::pin!(shutdown_signal());
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(conn) => conn,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        continue;
-                    }
-                };
-                let (mcp, store) = (mcp.clone(), store.clone());
-                let service =
-                    hyper::service::service_fn(move |request| route(mcp.clone(), store.clone(), request, max_body));
-                let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                let connection = graceful.watch(connection);
-                tokio::spawn(async move {
-                    if let Err(e) = connection.await {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
-                });
-            }
-            () = &mut shutdown => break,
-        }
-    }
-    tracing::info!("shutting down");
-    if tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await.is_err() {
-        tracing::warn!("connections still open after 10 s; closing");
-    }
+    listener::serve(listener, mcp, store, edge, shutdown_signal()).await;
     Ok(())
 }
 
@@ -249,50 +255,5 @@ async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {},
         () = term => {},
-    }
-}
-
-fn plain(status: StatusCode, content_type: &'static str, text: impl Into<Bytes>) -> http::Response<McpBody> {
-    let mut out = http::Response::new(Full::new(text.into()).boxed_unsync());
-    *out.status_mut() = status;
-    out.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
-    out
-}
-
-/// The MCP endpoint with its layers.
-type Endpoint = BoxCloneService<http::Request<Bytes>, http::Response<McpBody>, Infallible>;
-
-async fn route(
-    mcp: Endpoint,
-    store: Arc<dyn ThreadStore>,
-    request: http::Request<Incoming>,
-    max_body: usize,
-) -> Result<http::Response<McpBody>, Infallible> {
-    match request.uri().path() {
-        "/healthz" => Ok(match store.ping().await {
-            Ok(()) => plain(StatusCode::OK, "application/json", r#"{"status":"ok"}"#),
-            Err(e) => {
-                let body = serde_json::json!({"status": "unavailable", "reason": e.to_string()}).to_string();
-                plain(StatusCode::SERVICE_UNAVAILABLE, "application/json", body)
-            }
-        }),
-        "/mcp" => {
-            let (parts, body) = request.into_parts();
-            let bytes = match Limited::new(body, max_body).collect().await {
-                Ok(collected) => collected.to_bytes(),
-                Err(e) => {
-                    let too_large = e.downcast_ref::<http_body_util::LengthLimitError>().is_some();
-                    let (status, why) = if too_large {
-                        (StatusCode::PAYLOAD_TOO_LARGE, format!("the body exceeds {max_body} bytes"))
-                    } else {
-                        (StatusCode::BAD_REQUEST, format!("the body could not be read: {e}"))
-                    };
-                    let error = Response::Error { id: None, error: ErrorObject::invalid_request(why) };
-                    return Ok(plain(status, "application/json", error.to_bytes()));
-                }
-            };
-            mcp.oneshot(http::Request::from_parts(parts, bytes)).await
-        }
-        _ => Ok(plain(StatusCode::NOT_FOUND, "text/plain", "not found; the MCP endpoint is POST /mcp\n")),
     }
 }

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hitl_interrupt::{SaveError, StoreError, Thread, ThreadStore};
+use hitl_interrupt::{LimitReached, PausedLimits, SaveError, StoreError, Thread, ThreadStore};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 /// How long one Redis command may take before the store reports it unavailable.
@@ -35,12 +35,29 @@ redis.call('PEXPIREAT', KEYS[1], ARGV[4])
 return 1
 ";
 
+/// Counts a paused call (KEYS: the owner's set, the set of all; ARGV: now, id, until,
+/// per-owner limit, total limit). Returns 1, or -1/-2 for the limit it would pass.
+const COUNT: &str = r"
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return -1 end
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
+  if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return -2 end
+end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], last[2])
+return 1
+";
+
 /// Threads in Redis, or in a Redis Cluster.
 #[derive(Clone)]
 pub struct RedisStore {
     client: Client,
     connection: Arc<Mutex<Option<Connection>>>,
     save: redis::Script,
+    count: redis::Script,
 }
 
 #[derive(Clone)]
@@ -101,6 +118,31 @@ pub fn thread_key(id: &str) -> String {
     format!("hitl:{{{id}}}:thread")
 }
 
+/// The sorted set of an owner's paused calls (thread ids scored by expiry). Every
+/// ledger key shares the `{paused}` hash tag, so one script updates an owner's set and
+/// the set of all on a cluster too.
+fn owner_key(owner: &str) -> String {
+    format!("hitl:{{paused}}:owner:{owner}")
+}
+
+const ALL_PAUSED_KEY: &str = "hitl:{paused}:all";
+
+/// `url` with its password (and a user name alone, which Redis 6 ACLs may treat as a
+/// password) replaced by `***`, for logs and error messages.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    // The user info ends at the last '@' before the path.
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        None => url.to_owned(),
+        Some(at) => {
+            let user = rest[..at].split_once(':').map_or("", |(user, _)| user);
+            let shown = if user.is_empty() { "***".to_owned() } else { format!("{user}:***") };
+            format!("{scheme}://{shown}{}", &rest[at..])
+        }
+    }
+}
+
 impl RedisStore {
     /// A store for `url` that connects on first use, so the server starts while Redis
     /// is down and serves once it is back. `redis://host:port/db` names one Redis;
@@ -113,7 +155,7 @@ impl RedisStore {
     /// [`RedisStore::new`], trusting the CA certificates in `ca_pem` (PEM) for
     /// `rediss://` instead of the system's roots.
     pub fn with_tls_roots(url: &str, ca_pem: Option<Vec<u8>>) -> Result<Self, StoreError> {
-        let bad = |e: redis::RedisError| StoreError::Unavailable(format!("bad Redis URL {url:?}: {e}"));
+        let bad = |e: redis::RedisError| StoreError::Unavailable(format!("bad Redis URL {}: {e}", redact_url(url)));
         if url.starts_with("rediss://") {
             // TLS through rustls on ring (already used for requestState HMACs); a
             // provider installed earlier by the embedding program stays.
@@ -143,7 +185,12 @@ impl RedisStore {
                 None => Client::Single(redis::Client::open(url).map_err(bad)?),
             },
         };
-        Ok(Self { client, connection: Arc::new(Mutex::new(None)), save: redis::Script::new(SAVE) })
+        Ok(Self {
+            client,
+            connection: Arc::new(Mutex::new(None)),
+            save: redis::Script::new(SAVE),
+            count: redis::Script::new(COUNT),
+        })
     }
 
     /// A store for `url`, connected now: fails when Redis cannot be reached.
@@ -186,12 +233,13 @@ impl ThreadStore for RedisStore {
         let mut connection = self.connection().await?;
         let data: Option<String> =
             redis::cmd("HGET").arg(thread_key(id)).arg("d").query_async(&mut connection).await.map_err(unavailable)?;
-        match data {
-            None => Ok(None),
-            Some(json) => serde_json::from_str(&json)
-                .map(Some)
-                .map_err(|e| StoreError::Corrupt { id: id.to_owned(), reason: e.to_string() }),
+        let Some(json) = data else { return Ok(None) };
+        if let Some(newer) = StoreError::newer_format(id, json.as_bytes()) {
+            return Err(newer);
         }
+        serde_json::from_str(&json)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt { id: id.to_owned(), reason: e.to_string() })
     }
 
     async fn save(&self, thread: &Thread, expected: Option<u64>) -> Result<(), SaveError> {
@@ -214,6 +262,51 @@ impl ThreadStore for RedisStore {
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
         let mut connection = self.connection().await?;
         let _: i64 = redis::cmd("DEL").arg(thread_key(id)).query_async(&mut connection).await.map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn count_paused(
+        &self,
+        owner: &str,
+        id: &str,
+        until_ms: u64,
+        limits: PausedLimits,
+    ) -> Result<Result<(), LimitReached>, StoreError> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        let mut connection = self.connection().await?;
+        let counted: i64 = self
+            .count
+            .key(owner_key(owner))
+            .key(ALL_PAUSED_KEY)
+            .arg(now as u64)
+            .arg(id)
+            .arg(until_ms)
+            .arg(limits.per_owner)
+            .arg(limits.total)
+            .invoke_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        Ok(match counted {
+            -1 => Err(LimitReached::PerOwner),
+            -2 => Err(LimitReached::Total),
+            _ => Ok(()),
+        })
+    }
+
+    async fn uncount_paused(&self, owner: &str, id: &str) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        let _: () = redis::pipe()
+            .cmd("ZREM")
+            .arg(owner_key(owner))
+            .arg(id)
+            .ignore()
+            .cmd("ZREM")
+            .arg(ALL_PAUSED_KEY)
+            .arg(id)
+            .ignore()
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
         Ok(())
     }
 }

@@ -14,7 +14,7 @@ use hitl_protocol::{
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use serde_json::{Map, Value, json};
 
-use crate::{McpBody, Principal, Shared, empty, error_response, json_response, sse};
+use crate::{McpBody, PeerAddr, Principal, Shared, empty, error_response, json_response, sse};
 
 /// Methods served on the modern wire.
 const MODERN_METHODS: &[&str] = &[
@@ -38,11 +38,19 @@ fn accepts_sse(headers: &HeaderMap) -> bool {
     headers.get_all(header::ACCEPT).iter().any(|v| v.to_str().is_ok_and(|v| v.contains("text/event-stream")))
 }
 
+/// Who sent a request, from its extensions.
+struct Who {
+    principal: Option<String>,
+    peer: Option<String>,
+}
+
 /// What the dispatch of one request needs besides its params.
 pub(crate) struct Caller {
     pub(crate) era: Era,
     pub(crate) capabilities: ClientCapabilities,
     pub(crate) principal: Option<String>,
+    /// The client's IP address, when the server gave it.
+    pub(crate) peer: Option<String>,
 }
 
 impl Shared {
@@ -77,10 +85,13 @@ impl Shared {
             Ok(m) => m,
             Err(rejection) => return error_response(era, rejection.id, rejection.error),
         };
-        let principal = parts.extensions.get::<Principal>().map(|p| p.0.clone());
+        let who = Who {
+            principal: parts.extensions.get::<Principal>().map(|p| p.0.clone()),
+            peer: parts.extensions.get::<PeerAddr>().map(|p| p.0.ip().to_string()),
+        };
         match era {
-            Era::Modern => self.modern(&parts.headers, version_header.unwrap_or_default(), message, principal).await,
-            Era::Legacy => self.legacy(&parts.headers, message, principal).await,
+            Era::Modern => self.modern(&parts.headers, version_header.unwrap_or_default(), message, who).await,
+            Era::Legacy => self.legacy(&parts.headers, message, who).await,
         }
     }
 
@@ -89,7 +100,7 @@ impl Shared {
         http_headers: &HeaderMap,
         version_header: String,
         message: Message,
-        principal: Option<String>,
+        who: Who,
     ) -> http::Response<McpBody> {
         let request = match message {
             Message::Request(r) => r,
@@ -143,7 +154,12 @@ impl Shared {
         {
             return fail(e);
         }
-        let caller = Caller { era: Era::Modern, capabilities: modern.client_capabilities, principal };
+        let caller = Caller {
+            era: Era::Modern,
+            capabilities: modern.client_capabilities,
+            principal: who.principal,
+            peer: who.peer,
+        };
         let runs_agent = matches!(typed, ClientRequest::CallTool(_) | ClientRequest::GetPrompt(_));
         if runs_agent
             && accepts_sse(http_headers)
@@ -155,12 +171,7 @@ impl Shared {
         self.respond(id, Era::Modern, result)
     }
 
-    async fn legacy(
-        self: Arc<Self>,
-        http_headers: &HeaderMap,
-        message: Message,
-        principal: Option<String>,
-    ) -> http::Response<McpBody> {
+    async fn legacy(self: Arc<Self>, http_headers: &HeaderMap, message: Message, who: Who) -> http::Response<McpBody> {
         let request = match message {
             Message::Request(r) => r,
             // Notifications and answers to server requests are accepted and need no body.
@@ -171,7 +182,12 @@ impl Shared {
             Ok(t) => t,
             Err(e) => return error_response(Era::Legacy, Some(id), e),
         };
-        let caller = Caller { era: Era::Legacy, capabilities: ClientCapabilities::default(), principal };
+        let caller = Caller {
+            era: Era::Legacy,
+            capabilities: ClientCapabilities::default(),
+            principal: who.principal,
+            peer: who.peer,
+        };
         let runs_agent = matches!(typed, ClientRequest::CallTool(_) | ClientRequest::GetPrompt(_));
         if runs_agent
             && accepts_sse(http_headers)
@@ -237,6 +253,7 @@ impl Shared {
             context,
             capabilities: caller.capabilities,
             principal: caller.principal,
+            peer: caller.peer,
             era,
             prompt,
             progress,
@@ -294,8 +311,9 @@ impl Shared {
         match self.engine.call(agent, call).await {
             Ok(answer) => answer,
             Err(e) => {
+                // The detail (hosts, record ids) goes to the log, not to the client.
                 tracing::error!(error = %e, agent = %agent.name, "call failed");
-                Err(ErrorObject::internal(format!("Internal error: {e}")))
+                Err(ErrorObject::internal("Internal error: the thread store is unavailable"))
             }
         }
     }

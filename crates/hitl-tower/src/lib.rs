@@ -38,10 +38,12 @@
 //! ```
 
 mod endpoint;
+mod limit;
 mod origin;
 mod principal;
 mod sse;
 
+pub use limit::{MaxConcurrentRequests, MaxConcurrentRequestsLayer};
 pub use origin::{AllowedHosts, ValidateOrigin, ValidateOriginLayer};
 pub use principal::{PrincipalFromHeader, PrincipalFromHeaderLayer};
 
@@ -66,6 +68,11 @@ pub type McpBody = UnsyncBoxBody<Bytes, Infallible>;
 /// extensions. Paused calls are bound to it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Principal(pub String);
+
+/// The client's socket address, as the server accepted the connection: insert it into
+/// the request's extensions. Paused calls without a [`Principal`] count against it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerAddr(pub std::net::SocketAddr);
 
 /// Server-wide settings of the endpoint.
 #[derive(Debug, Clone)]

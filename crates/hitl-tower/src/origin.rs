@@ -1,15 +1,17 @@
 //! DNS-rebinding protection: a layer that answers `403 Forbidden` to requests whose
-//! `Host` or `Origin` names a host the server does not serve.
+//! `Host` (or HTTP/2 `:authority`) or `Origin` names a host the server does not serve.
 //!
 //! A server on loopback is reachable from any web page through DNS rebinding unless it
-//! checks these headers: by default only `localhost`, `127.0.0.1` and `[::1]` (any port)
-//! are accepted.
+//! checks these headers: by default only `localhost`, `127.0.0.1` and `[::1]` on the
+//! server's own port are accepted as the request's authority. A request that names no
+//! authority at all (HTTP/1.0 without `Host`) is refused too. `Origin` is checked by
+//! host name only, so a local web client on another port (an inspector) still works.
 
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use hitl_protocol::{ErrorObject, Response};
-use http::{HeaderMap, StatusCode, header};
+use http::{StatusCode, header};
 use tower::{Layer, Service};
 
 use crate::{McpBody, json_response};
@@ -17,8 +19,22 @@ use crate::{McpBody, json_response};
 /// Which hosts a request may name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllowedHosts {
-    /// `None`: any host.
-    hosts: Option<Vec<String>>,
+    /// `None`: any host. Each entry is a lowercase host name (IPv6 in brackets) and the
+    /// port it is served on, `None` for any.
+    hosts: Option<Vec<(String, Option<u16>)>>,
+}
+
+/// Splits `host[:port]` (IPv6 in brackets) into a lowercase host and its port.
+fn split_authority(authority: &str) -> Option<(String, Option<u16>)> {
+    let authority = authority.trim();
+    let (host, port) = match authority.rsplit_once(':') {
+        // `[::1]:8080`, `host:8080`; a bare `[::1]` has its colons inside brackets.
+        Some((host, port)) if !port.contains(']') && (!host.contains(':') || host.ends_with(']')) => {
+            (host, Some(port.parse::<u16>().ok()?))
+        }
+        _ => (authority, None),
+    };
+    (!host.is_empty()).then(|| (host.to_ascii_lowercase(), port))
 }
 
 impl AllowedHosts {
@@ -27,42 +43,61 @@ impl AllowedHosts {
         Self { hosts: None }
     }
 
-    /// `localhost`, `127.0.0.1` and `[::1]`.
-    pub fn loopback() -> Self {
-        Self::new(["localhost", "127.0.0.1", "[::1]"])
+    /// `localhost`, `127.0.0.1` and `[::1]` on `port`.
+    pub fn loopback(port: u16) -> Self {
+        Self::new(["localhost", "127.0.0.1", "[::1]"].map(|h| format!("{h}:{port}")))
     }
 
-    /// These host names (without ports; IPv6 in brackets), compared ignoring case.
+    /// These authorities: `host` (any port) or `host:port` (that port only), IPv6 in
+    /// brackets, compared ignoring case. Entries that are not authorities are ignored.
     pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(hosts: I) -> Self {
-        Self { hosts: Some(hosts.into_iter().map(|h| h.into().to_ascii_lowercase()).collect()) }
+        Self { hosts: Some(hosts.into_iter().filter_map(|h| split_authority(&h.into())).collect()) }
     }
 
-    fn allows(&self, authority: &str) -> bool {
+    /// Does `authority` (a `Host` value) name an allowed host and port? A missing port
+    /// is `default_port`.
+    fn allows(&self, authority: &str, default_port: u16) -> bool {
         let Some(hosts) = &self.hosts else { return true };
-        let host = match authority.rsplit_once(':') {
-            // `[::1]:8080`, `host:8080`; a bare `[::1]` has its colons inside brackets.
-            Some((host, port)) if !port.contains(']') && port.chars().all(|c| c.is_ascii_digit()) => host,
-            _ => authority,
-        };
-        hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
+        let Some((host, port)) = split_authority(authority) else { return false };
+        let port = port.unwrap_or(default_port);
+        hosts.iter().any(|(h, p)| *h == host && p.is_none_or(|p| p == port))
     }
 
-    /// Why `headers` are refused, if they are.
-    fn refuse(&self, headers: &HeaderMap) -> Option<String> {
-        if let Some(host) = headers.get(header::HOST) {
-            let host = host.to_str().unwrap_or_default().trim();
-            if !self.allows(host) {
+    /// Does `authority` (from an `Origin`) name an allowed host, on any port?
+    fn allows_host(&self, authority: &str) -> bool {
+        let Some(hosts) = &self.hosts else { return true };
+        split_authority(authority).is_some_and(|(host, _)| hosts.iter().any(|(h, _)| *h == host))
+    }
+
+    /// Why `request` is refused, if it is.
+    fn refuse<B>(&self, request: &http::Request<B>) -> Option<String> {
+        // Any host: nothing to check.
+        self.hosts.as_ref()?;
+        // HTTP/2's `:authority` (and an absolute-form HTTP/1 target) is in the URI; HTTP/1
+        // names it in `Host`. Every one given must be allowed, and one must be given.
+        let mut named = false;
+        if let Some(authority) = request.uri().authority() {
+            named = true;
+            if !self.allows(authority.as_str(), 80) {
+                return Some(format!("the authority {:?} is not served here", authority.as_str()));
+            }
+        }
+        for host in request.headers().get_all(header::HOST) {
+            named = true;
+            let host = String::from_utf8_lossy(host.as_bytes());
+            if !self.allows(&host, 80) {
                 return Some(format!("the Host {host:?} is not served here"));
             }
         }
-        if let Some(origin) = headers.get(header::ORIGIN) {
-            let origin = origin.to_str().unwrap_or_default().trim();
+        if !named {
+            return Some("the request names no Host".to_owned());
+        }
+        if let Some(origin) = request.headers().get(header::ORIGIN) {
+            let origin = String::from_utf8_lossy(origin.as_bytes());
+            let origin = origin.trim();
             let authority = origin.split_once("://").map_or(origin, |(_, rest)| rest).trim_end_matches('/');
-            if origin != "null" && !self.allows(authority) {
+            if origin == "null" || !self.allows_host(authority) {
                 return Some(format!("the Origin {origin:?} is not allowed"));
-            }
-            if origin == "null" {
-                return Some("the Origin \"null\" is not allowed".to_owned());
             }
         }
         None
@@ -112,7 +147,7 @@ where
     }
 
     fn call(&mut self, request: http::Request<Bytes>) -> Self::Future {
-        if let Some(why) = self.allowed.refuse(request.headers()) {
+        if let Some(why) = self.allowed.refuse(&request) {
             let error = Response::Error { id: None, error: ErrorObject::invalid_request(format!("Forbidden: {why}")) };
             return futures_util::future::Either::Left(std::future::ready(Ok(json_response(
                 StatusCode::FORBIDDEN,

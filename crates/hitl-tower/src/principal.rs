@@ -3,15 +3,19 @@
 //! caller and a `requestState` from another caller fails.
 //!
 //! Only use it behind a proxy that sets (and strips from clients) the header: hitl
-//! trusts it as given.
+//! trusts it as given. It fails closed: a request whose header is missing, empty, not
+//! UTF-8 or repeated gets `401 Unauthorized` and never reaches the endpoint, so no call
+//! runs without a principal. Any UTF-8 value is a principal (`josé` included).
 
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::HeaderName;
+use futures_util::future::Either;
+use hitl_protocol::{ErrorObject, Response};
+use http::{HeaderName, StatusCode};
 use tower::{Layer, Service};
 
-use crate::Principal;
+use crate::{McpBody, Principal, json_response};
 
 /// The layer of [`PrincipalFromHeader`].
 #[derive(Debug, Clone)]
@@ -41,37 +45,50 @@ pub struct PrincipalFromHeader<S> {
     header: HeaderName,
 }
 
+impl<S> PrincipalFromHeader<S> {
+    /// The principal the request's header names, or why there is none.
+    fn principal(&self, headers: &http::HeaderMap) -> Result<Principal, String> {
+        let name = &self.header;
+        let mut values = headers.get_all(name).iter();
+        let value = values.next().ok_or_else(|| format!("the {name} header is missing"))?;
+        if values.next().is_some() {
+            return Err(format!("the {name} header is repeated"));
+        }
+        let text = std::str::from_utf8(value.as_bytes()).map_err(|_| format!("the {name} header is not UTF-8"))?;
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(format!("the {name} header is empty"));
+        }
+        Ok(Principal(text.to_owned()))
+    }
+}
+
 impl<S> Service<http::Request<Bytes>> for PrincipalFromHeader<S>
 where
-    S: Service<http::Request<Bytes>> + Clone,
+    S: Service<http::Request<Bytes>, Response = http::Response<McpBody>> + Clone,
 {
-    type Response = S::Response;
+    type Response = http::Response<McpBody>;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = Either<std::future::Ready<Result<http::Response<McpBody>, S::Error>>, S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut request: http::Request<Bytes>) -> Self::Future {
-        let principal = request
-            .headers()
-            .get(&self.header)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(|v| Principal(v.to_owned()));
-        match principal {
-            Some(p) => {
-                request.extensions_mut().insert(p);
+        match self.principal(request.headers()) {
+            Ok(principal) => {
+                request.extensions_mut().insert(principal);
             }
-            None => {
-                request.extensions_mut().remove::<Principal>();
+            Err(why) => {
+                let error =
+                    Response::Error { id: None, error: ErrorObject::invalid_request(format!("Unauthorized: {why}")) };
+                return Either::Left(std::future::ready(Ok(json_response(StatusCode::UNAUTHORIZED, &error))));
             }
         }
         // Call the service that was polled ready, leaving a fresh clone in its place.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        inner.call(request)
+        Either::Right(inner.call(request))
     }
 }

@@ -143,25 +143,56 @@ async fn legacy_initialize_negotiates() {
 #[tokio::test]
 async fn foreign_hosts_and_origins_are_403() {
     use tower::Layer as _;
-    let svc = ValidateOriginLayer::new(AllowedHosts::loopback()).layer(service());
-    let request = |host: &str, origin: Option<&str>| {
-        let mut r = http::Request::post("/mcp").header("host", host).header("content-type", "application/json");
-        if let Some(o) = origin {
-            r = r.header("origin", o);
+    let check = |allowed: AllowedHosts, cases: &[(&'static str, &'static str, Option<&'static str>, StatusCode)]| {
+        let svc = ValidateOriginLayer::new(allowed).layer(service());
+        let cases = cases.to_vec();
+        async move {
+            for (uri, host, origin, status) in cases {
+                let mut r = http::Request::post(uri).header("content-type", "application/json");
+                if !host.is_empty() {
+                    r = r.header("host", host);
+                }
+                if let Some(o) = origin {
+                    r = r.header("origin", o);
+                }
+                let request = r.body(Bytes::from(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)).unwrap();
+                let response = svc.clone().oneshot(request).await.unwrap();
+                assert_eq!(response.status(), status, "{uri} {host} {origin:?}");
+            }
         }
-        r.body(Bytes::from(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)).unwrap()
     };
-    for (host, origin, status) in [
-        ("127.0.0.1:8123", None, StatusCode::OK),
-        ("localhost:8123", Some("http://localhost:3000"), StatusCode::OK),
-        ("[::1]:8123", None, StatusCode::OK),
-        ("evil.example.com", None, StatusCode::FORBIDDEN),
-        ("127.0.0.1:8123", Some("http://evil.example.com"), StatusCode::FORBIDDEN),
-        ("127.0.0.1:8123", Some("null"), StatusCode::FORBIDDEN),
-    ] {
-        let response = svc.clone().oneshot(request(host, origin)).await.unwrap();
-        assert_eq!(response.status(), status, "{host} {origin:?}");
-    }
+    let (ok, forbidden) = (StatusCode::OK, StatusCode::FORBIDDEN);
+    check(
+        AllowedHosts::loopback(8123),
+        &[
+            ("/mcp", "127.0.0.1:8123", None, ok),
+            ("/mcp", "LOCALHOST:8123", Some("http://localhost:3000"), ok),
+            ("/mcp", "[::1]:8123", None, ok),
+            ("/mcp", "localhost:9999", None, forbidden),
+            ("/mcp", "localhost", None, forbidden),
+            ("/mcp", "evil.example.com", None, forbidden),
+            ("/mcp", "evil.example.com:8123", None, forbidden),
+            ("/mcp", "127.0.0.1:8123", Some("http://evil.example.com"), forbidden),
+            ("/mcp", "127.0.0.1:8123", Some("null"), forbidden),
+            // HTTP/1.0 without Host; HTTP/2 names its authority in the URI.
+            ("/mcp", "", None, forbidden),
+            ("http://localhost:8123/mcp", "", None, ok),
+            ("http://evil.example:8123/mcp", "", None, forbidden),
+            ("http://evil.example:8123/mcp", "localhost:8123", None, forbidden),
+        ],
+    )
+    .await;
+    check(
+        AllowedHosts::new(["hitl.example.com", "localhost:9999"]),
+        &[
+            ("/mcp", "hitl.example.com", None, ok),
+            ("/mcp", "hitl.example.com:443", None, ok),
+            ("/mcp", "localhost:9999", None, ok),
+            ("/mcp", "localhost:8123", None, forbidden),
+        ],
+    )
+    .await;
+    check(AllowedHosts::any(), &[("/mcp", "", None, ok), ("/mcp", "evil.example", None, ok)]).await;
 }
 
 #[tokio::test]
@@ -211,15 +242,57 @@ async fn the_principal_comes_from_the_configured_header_only() {
     }
     let seen = Seen(Default::default());
     let svc = PrincipalFromHeaderLayer::new(http::HeaderName::from_static("x-user")).layer(seen.clone());
-    for header in [Some(" alice "), None, Some("")] {
-        let mut request = http::Request::post("/mcp");
-        if let Some(h) = header {
-            request = request.header("x-user", h);
+    let send = |values: Vec<http::HeaderValue>| {
+        let svc = svc.clone();
+        async move {
+            let mut request = http::Request::post("/mcp").body(Bytes::new()).unwrap();
+            for v in values {
+                request.headers_mut().append("x-user", v);
+            }
+            // A principal set by someone else upstream never survives.
+            request.extensions_mut().insert(Principal("mallory".into()));
+            let response = svc.oneshot(request).await.unwrap();
+            let status = response.status();
+            let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+            let body: Value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
+            (status, body["error"]["message"].as_str().unwrap_or_default().to_owned())
         }
-        let mut request = request.body(Bytes::new()).unwrap();
-        // A principal set by someone else upstream does not survive without the header.
-        request.extensions_mut().insert(Principal("mallory".into()));
-        svc.clone().oneshot(request).await.unwrap();
+    };
+    let value = |bytes: &[u8]| http::HeaderValue::from_bytes(bytes).unwrap();
+    assert_eq!(send(vec![value(b" alice ")]).await.0, StatusCode::OK);
+    assert_eq!(send(vec![value("jos\u{e9}".as_bytes())]).await.0, StatusCode::OK, "UTF-8 names are principals");
+    for (values, why) in [
+        (vec![], "the x-user header is missing"),
+        (vec![value(b"  ")], "the x-user header is empty"),
+        (vec![value(b"\xff\xfe")], "the x-user header is not UTF-8"),
+        (vec![value(b"alice"), value(b"bob")], "the x-user header is repeated"),
+    ] {
+        let (status, message) = send(values).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(message, format!("Invalid request: Unauthorized: {why}"));
     }
-    assert_eq!(*seen.0.lock().unwrap(), vec![Some(Principal("alice".into())), None, None]);
+    let principals = seen.0.lock().unwrap().clone();
+    assert_eq!(principals, vec![Some(Principal("alice".into())), Some(Principal("jos\u{e9}".into()))]);
+}
+
+#[tokio::test]
+async fn past_the_concurrency_limit_requests_get_503_until_a_body_ends() {
+    use tower::Layer as _;
+    let svc = MaxConcurrentRequestsLayer::new(1).layer(service());
+    let ping = || {
+        http::Request::post("/mcp")
+            .header("content-type", "application/json")
+            .body(Bytes::from(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#))
+            .unwrap()
+    };
+    let first = svc.clone().oneshot(ping()).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    // The first response's body is not read yet: its request still counts.
+    let busy = svc.clone().oneshot(ping()).await.unwrap();
+    assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(busy.headers()["retry-after"], "1");
+    let body: Value = serde_json::from_slice(&busy.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("busy"), "{body}");
+    drop(first);
+    assert_eq!(svc.clone().oneshot(ping()).await.unwrap().status(), StatusCode::OK);
 }

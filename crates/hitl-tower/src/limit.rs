@@ -1,0 +1,106 @@
+//! Load shedding: a layer that answers `503 Service Unavailable` with `Retry-After`
+//! once a number of requests are in flight, instead of queueing them without bound.
+//!
+//! A request counts until its response body ends, so a long SSE stream holds its
+//! place for as long as it runs.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::TryFutureExt as _;
+use futures_util::future::{Either, MapOk};
+use hitl_protocol::{ErrorObject, Response};
+use http::{HeaderValue, StatusCode, header};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt as _;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tower::{Layer, Service};
+
+use crate::{McpBody, json_response};
+
+/// The layer of [`MaxConcurrentRequests`].
+#[derive(Debug, Clone)]
+pub struct MaxConcurrentRequestsLayer {
+    permits: Arc<Semaphore>,
+    max: usize,
+}
+
+impl MaxConcurrentRequestsLayer {
+    /// Serves at most `max` requests at a time; the services it makes share the count.
+    pub fn new(max: usize) -> Self {
+        Self { permits: Arc::new(Semaphore::new(max)), max }
+    }
+}
+
+impl<S> Layer<S> for MaxConcurrentRequestsLayer {
+    type Service = MaxConcurrentRequests<S>;
+
+    fn layer(&self, inner: S) -> MaxConcurrentRequests<S> {
+        MaxConcurrentRequests { inner, permits: self.permits.clone(), max: self.max }
+    }
+}
+
+/// Answers 503 with `Retry-After: 1` while `max` requests are in flight.
+#[derive(Debug, Clone)]
+pub struct MaxConcurrentRequests<S> {
+    inner: S,
+    permits: Arc<Semaphore>,
+    max: usize,
+}
+
+type Busy<E> = std::future::Ready<Result<http::Response<McpBody>, E>>;
+type Hold<F> = MapOk<F, Box<dyn FnOnce(http::Response<McpBody>) -> http::Response<McpBody> + Send>>;
+
+impl<S> Service<http::Request<Bytes>> for MaxConcurrentRequests<S>
+where
+    S: Service<http::Request<Bytes>, Response = http::Response<McpBody>> + Clone,
+{
+    type Response = http::Response<McpBody>;
+    type Error = S::Error;
+    type Future = Either<Busy<S::Error>, Hold<S::Future>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Bytes>) -> Self::Future {
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            let why = format!("the server is busy: {} requests are in flight; retry shortly", self.max);
+            let error = Response::Error { id: None, error: ErrorObject::internal(why) };
+            let mut response = json_response(StatusCode::SERVICE_UNAVAILABLE, &error);
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return Either::Left(std::future::ready(Ok(response)));
+        };
+        // Call the service that was polled ready, leaving a fresh clone in its place.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let hold: Box<dyn FnOnce(http::Response<McpBody>) -> http::Response<McpBody> + Send> =
+            Box::new(move |response| response.map(|body| Holding { body, _permit: permit }.boxed_unsync()));
+        Either::Right(inner.call(request).map_ok(hold))
+    }
+}
+
+/// A response body that keeps its request's place until it is dropped.
+struct Holding {
+    body: McpBody,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Body for Holding {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
