@@ -96,6 +96,35 @@ async fn paused_counts(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
     let full = PausedLimits { per_owner: u64::MAX, total: 1 };
     assert_eq!(count(format!("{prefix}-erin"), "p9", later, full).await, Err(LimitReached::Total), "the total limit");
     store.uncount_paused(&dave, &format!("{prefix}-p8")).await.unwrap();
+
+    // Creating and finishing a paused call counts it and stops counting it, in one step
+    // where the store can.
+    let frank = format!("{prefix}-frank");
+    let one = PausedLimits { per_owner: 1, total: u64::MAX };
+    let created = thread(&format!("{prefix}-c1"), 1, later);
+    assert_eq!(store.create_paused(&created, &frank, one).await.unwrap(), Ok(()), "a paused call is created");
+    assert_eq!(store.load(&created.id).await.unwrap().as_ref(), Some(&created));
+    let refused = thread(&format!("{prefix}-c2"), 1, later);
+    assert_eq!(
+        store.create_paused(&refused, &frank, one).await.unwrap(),
+        Err(LimitReached::PerOwner),
+        "a paused call past the limit is refused"
+    );
+    assert_eq!(store.load(&refused.id).await.unwrap(), None, "and nothing is stored");
+    assert!(
+        matches!(store.create_paused(&created, &format!("{prefix}-gina"), one).await, Err(SaveError::Conflict(_))),
+        "creating over a live thread is a conflict"
+    );
+    let finished = thread(&created.id, 2, later);
+    store.save_finished(&finished, 1, Some(&frank)).await.expect("a finished call saves");
+    assert_eq!(store.load(&created.id).await.unwrap().map(|t| t.version), Some(2));
+    assert_eq!(store.create_paused(&refused, &frank, one).await.unwrap(), Ok(()), "finishing frees the place");
+    assert!(
+        matches!(store.save_finished(&finished, 1, Some(&frank)).await, Err(SaveError::Conflict(_))),
+        "finishing with a stale version is a conflict"
+    );
+    store.uncount_paused(&format!("{prefix}-gina"), &created.id).await.unwrap();
+    store.uncount_paused(&frank, &refused.id).await.unwrap();
 }
 
 #[cfg(test)]

@@ -344,18 +344,13 @@ impl Engine {
         if let Err(e) = self.fits(&thread) {
             return Ok(Err(e));
         }
-        match self.store.count_paused(&owner, &thread.id, thread.expires_at_ms, self.limits.paused).await? {
-            Ok(()) => {}
-            Err(limit) => return Ok(Err(self.limit_reached(limit))),
-        }
-        let saved = match self.store.save(&thread, None).await {
-            Ok(()) => Ok(()),
-            Err(SaveError::Store(e)) => Err(e),
-            Err(SaveError::Conflict(id)) => Err(StoreError::Unavailable(format!("new thread {id} already exists"))),
-        };
-        if let Err(e) = saved {
-            let _ = self.store.uncount_paused(&owner, &thread.id).await;
-            return Err(e.into());
+        match self.store.create_paused(&thread, &owner, self.limits.paused).await {
+            Ok(Ok(())) => {}
+            Ok(Err(limit)) => return Ok(Err(self.limit_reached(limit))),
+            Err(SaveError::Store(e)) => return Err(e.into()),
+            Err(SaveError::Conflict(id)) => {
+                return Err(StoreError::Unavailable(format!("new thread {id} already exists")).into());
+            }
         }
         let round = thread.round.as_ref().expect("a paused thread has its round");
         Ok(Ok(self.render(&thread.id, round)))
@@ -624,19 +619,14 @@ impl Engine {
             last.outcome = LastOutcome::Result { result: CallToolResult::error([too_large.message]) };
             thread.last = Some(last);
         }
-        match self.store.save(&thread, Some(expected)).await {
-            Ok(()) => {}
-            Err(SaveError::Store(e)) => return Err(e.into()),
+        match self.store.save_finished(&thread, expected, thread.owner.as_deref()).await {
+            Ok(()) => Ok(Ok(response)),
+            Err(SaveError::Store(e)) => Err(e.into()),
             Err(SaveError::Conflict(_)) => {
                 let responses = call.input_responses.clone().unwrap_or_default();
-                return self.after_conflict(&thread.id, &responses, token, call).await;
+                self.after_conflict(&thread.id, &responses, token, call).await
             }
         }
-        if let Some(owner) = &thread.owner {
-            // A failure only leaves the call counted until its paused expiry.
-            let _ = self.store.uncount_paused(owner, &thread.id).await;
-        }
-        Ok(Ok(response))
     }
 
     /// Is the record within `max_record_bytes`? The error says by how much it is not.

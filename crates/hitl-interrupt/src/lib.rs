@@ -55,7 +55,8 @@ pub use engine::{
 };
 pub use state::Secret;
 pub use store::{
-    Clock, LimitReached, ManualClock, MemoryStore, PausedLimits, SaveError, Sleep, StoreError, SystemClock, ThreadStore,
+    Clock, LimitReached, ManualClock, MemoryStore, PausedLimits, SaveError, Sleep, StoreError, SystemClock,
+    ThreadStore, create_paused_in_steps, save_finished_in_steps,
 };
 pub use thread::{Claim, Last, LastOutcome, Question, QuestionKind, Round, THREAD_FORMAT, Thread};
 

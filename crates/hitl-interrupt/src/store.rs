@@ -194,6 +194,60 @@ pub trait ThreadStore: Send + Sync + 'static {
 
     /// Stops counting thread `id` (it finished); no error when it was not counted.
     async fn uncount_paused(&self, owner: &str, id: &str) -> Result<(), StoreError>;
+
+    /// Stores a new paused `thread` counted among `owner`'s, unless that would pass
+    /// `limits` (then nothing is stored or counted). A store may do both in one step.
+    async fn create_paused(
+        &self,
+        thread: &Thread,
+        owner: &str,
+        limits: PausedLimits,
+    ) -> Result<Result<(), LimitReached>, SaveError> {
+        create_paused_in_steps(self, thread, owner, limits).await
+    }
+
+    /// Saves a finished `thread` (compare-and-set on `expected`) and stops counting it
+    /// among `owner`'s paused calls. A store may do both in one step.
+    async fn save_finished(&self, thread: &Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
+        save_finished_in_steps(self, thread, expected, owner).await
+    }
+}
+
+/// [`ThreadStore::create_paused`] as a count, then a save (the default; stores that
+/// override it may fall back to it).
+pub async fn create_paused_in_steps<S: ThreadStore + ?Sized>(
+    store: &S,
+    thread: &Thread,
+    owner: &str,
+    limits: PausedLimits,
+) -> Result<Result<(), LimitReached>, SaveError> {
+    if let Err(limit) = store.count_paused(owner, &thread.id, thread.expires_at_ms, limits).await? {
+        return Ok(Err(limit));
+    }
+    match store.save(thread, None).await {
+        Ok(()) => Ok(Ok(())),
+        Err(e) => {
+            // Best effort: an entry left behind stops counting at its expiry.
+            let _ = store.uncount_paused(owner, &thread.id).await;
+            Err(e)
+        }
+    }
+}
+
+/// [`ThreadStore::save_finished`] as a save, then an uncount (the default; stores that
+/// override it may fall back to it).
+pub async fn save_finished_in_steps<S: ThreadStore + ?Sized>(
+    store: &S,
+    thread: &Thread,
+    expected: u64,
+    owner: Option<&str>,
+) -> Result<(), SaveError> {
+    store.save(thread, Some(expected)).await?;
+    if let Some(owner) = owner {
+        // Best effort: an entry left behind stops counting at its expiry.
+        let _ = store.uncount_paused(owner, &thread.id).await;
+    }
+    Ok(())
 }
 
 /// Threads in a process-local map: the default store, and the reference the store

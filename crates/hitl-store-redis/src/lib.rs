@@ -35,19 +35,58 @@ redis.call('PEXPIREAT', KEYS[1], ARGV[4])
 return 1
 ";
 
-/// Counts a paused call (KEYS: the owner's set, the set of all; ARGV: now, id, until,
-/// per-owner limit, total limit). Returns 1, or -1/-2 for the limit it would pass.
-const COUNT: &str = r"
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
-  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return -1 end
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
-  if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return -2 end
+/// A Lua function that counts paused call `id` in the owner's set and the set of all
+/// (scored by its expiry), unless a new one would pass a limit: 1, or -1/-2 for the limit.
+macro_rules! count_function {
+    () => {
+        r"
+local function count(owner, all, now, id, expiry, per_owner, total)
+  redis.call('ZREMRANGEBYSCORE', owner, '-inf', now)
+  if not redis.call('ZSCORE', owner, id) then
+    if redis.call('ZCARD', owner) >= tonumber(per_owner) then return -1 end
+    redis.call('ZREMRANGEBYSCORE', all, '-inf', now)
+    if redis.call('ZCARD', all) >= tonumber(total) then return -2 end
+  end
+  redis.call('ZADD', owner, expiry, id)
+  redis.call('ZADD', all, expiry, id)
+  local last = redis.call('ZRANGE', owner, -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', owner, last[2])
+  return 1
 end
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[1], last[2])
+"
+    };
+}
+
+/// Counts a paused call (KEYS: the owner's set, the set of all; ARGV: now, id, expiry,
+/// per-owner limit, total limit).
+const COUNT: &str =
+    concat!(count_function!(), "return count(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])");
+
+/// A new paused thread, counted, in one step (KEYS: the thread, the owner's set, the set
+/// of all; ARGV: version, record, expiry, now, id, per-owner limit, total limit): 1, 0
+/// when the thread exists, or -1/-2 for the limit.
+const CREATE: &str = concat!(
+    count_function!(),
+    r"
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local counted = count(KEYS[2], KEYS[3], ARGV[4], ARGV[5], ARGV[3], ARGV[6], ARGV[7])
+if counted ~= 1 then return counted end
+redis.call('HSET', KEYS[1], 'v', ARGV[1], 'd', ARGV[2])
+redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+return 1
+"
+);
+
+/// A finished thread saved (compare-and-set) and no longer counted, in one step (KEYS:
+/// the thread, the owner's set, the set of all; ARGV: expected, version, record, expiry,
+/// id): 1, or 0 on a conflict.
+const FINISH: &str = r"
+local current = redis.call('HGET', KEYS[1], 'v')
+if (current or '') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 'd', ARGV[3])
+redis.call('PEXPIREAT', KEYS[1], ARGV[4])
+redis.call('ZREM', KEYS[2], ARGV[5])
+redis.call('ZREM', KEYS[3], ARGV[5])
 return 1
 ";
 
@@ -58,6 +97,8 @@ pub struct RedisStore {
     connection: Arc<Mutex<Option<Connection>>>,
     save: redis::Script,
     count: redis::Script,
+    create: redis::Script,
+    finish: redis::Script,
 }
 
 #[derive(Clone)]
@@ -107,6 +148,14 @@ impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore").finish_non_exhaustive()
     }
+}
+
+fn encode(thread: &Thread) -> Result<String, StoreError> {
+    serde_json::to_string(thread).map_err(|e| StoreError::Corrupt { id: thread.id.clone(), reason: e.to_string() })
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -190,6 +239,8 @@ impl RedisStore {
             connection: Arc::new(Mutex::new(None)),
             save: redis::Script::new(SAVE),
             count: redis::Script::new(COUNT),
+            create: redis::Script::new(CREATE),
+            finish: redis::Script::new(FINISH),
         })
     }
 
@@ -243,8 +294,7 @@ impl ThreadStore for RedisStore {
     }
 
     async fn save(&self, thread: &Thread, expected: Option<u64>) -> Result<(), SaveError> {
-        let json = serde_json::to_string(thread)
-            .map_err(|e| StoreError::Corrupt { id: thread.id.clone(), reason: e.to_string() })?;
+        let json = encode(thread)?;
         let mut connection = self.connection().await?;
         let saved: i64 = self
             .save
@@ -272,13 +322,12 @@ impl ThreadStore for RedisStore {
         until_ms: u64,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, StoreError> {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
         let mut connection = self.connection().await?;
         let counted: i64 = self
             .count
             .key(owner_key(owner))
             .key(ALL_PAUSED_KEY)
-            .arg(now as u64)
+            .arg(now_ms())
             .arg(id)
             .arg(until_ms)
             .arg(limits.per_owner)
@@ -291,6 +340,65 @@ impl ThreadStore for RedisStore {
             -2 => Err(LimitReached::Total),
             _ => Ok(()),
         })
+    }
+
+    /// One script on a single Redis; on a cluster the thread and the counts live in
+    /// different slots, so it takes two steps.
+    async fn create_paused(
+        &self,
+        thread: &Thread,
+        owner: &str,
+        limits: PausedLimits,
+    ) -> Result<Result<(), LimitReached>, SaveError> {
+        if matches!(self.client, Client::Cluster(_)) {
+            return hitl_interrupt::create_paused_in_steps(self, thread, owner, limits).await;
+        }
+        let json = encode(thread)?;
+        let mut connection = self.connection().await?;
+        let created: i64 = self
+            .create
+            .key(thread_key(&thread.id))
+            .key(owner_key(owner))
+            .key(ALL_PAUSED_KEY)
+            .arg(thread.version)
+            .arg(json)
+            .arg(thread.expires_at_ms)
+            .arg(now_ms())
+            .arg(&thread.id)
+            .arg(limits.per_owner)
+            .arg(limits.total)
+            .invoke_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        match created {
+            1 => Ok(Ok(())),
+            0 => Err(SaveError::Conflict(thread.id.clone())),
+            -1 => Ok(Err(LimitReached::PerOwner)),
+            _ => Ok(Err(LimitReached::Total)),
+        }
+    }
+
+    /// One script on a single Redis, two steps on a cluster (see `create_paused`).
+    async fn save_finished(&self, thread: &Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
+        let Some(owner) = owner.filter(|_| matches!(self.client, Client::Single(_))) else {
+            return hitl_interrupt::save_finished_in_steps(self, thread, expected, owner).await;
+        };
+        let json = encode(thread)?;
+        let mut connection = self.connection().await?;
+        let saved: i64 = self
+            .finish
+            .key(thread_key(&thread.id))
+            .key(owner_key(owner))
+            .key(ALL_PAUSED_KEY)
+            .arg(expected)
+            .arg(thread.version)
+            .arg(json)
+            .arg(thread.expires_at_ms)
+            .arg(&thread.id)
+            .invoke_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        if saved == 1 { Ok(()) } else { Err(SaveError::Conflict(thread.id.clone())) }
     }
 
     async fn uncount_paused(&self, owner: &str, id: &str) -> Result<(), StoreError> {
