@@ -291,6 +291,18 @@ impl Ledger {
             self.owners.remove(owner);
         }
     }
+
+    /// Drops stale queue entries (of calls that finished or were counted again) once
+    /// they outnumber the counted calls.
+    fn compact(&mut self) {
+        if self.expiry.len() as u64 > 2 * self.total + 64 {
+            self.expiry = self
+                .owners
+                .iter()
+                .flat_map(|(owner, ids)| ids.iter().map(|(id, at)| Reverse((*at, owner.clone(), id.clone()))))
+                .collect();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -301,6 +313,14 @@ struct Shard {
 }
 
 impl Shard {
+    /// Drops stale queue entries once they outnumber the threads, so the queue stays
+    /// proportional to what is stored (every save pushes one entry).
+    fn compact(&mut self) {
+        if self.expiry.len() > 2 * self.threads.len() + 64 {
+            self.expiry = self.threads.values().map(|t| Reverse((t.expires_at_ms, t.id.clone()))).collect();
+        }
+    }
+
     fn sweep(&mut self, now: u64) {
         while let Some(Reverse((at, _))) = self.expiry.peek() {
             if *at > now {
@@ -348,6 +368,16 @@ impl<C: Clock> MemoryStore<C> {
         self.len() == 0
     }
 
+    /// Stored threads (live or not yet swept), their expiry queue entries, paused calls
+    /// counted, and the ledger's queue entries: what the store's memory grows with.
+    #[cfg(test)]
+    pub(crate) fn sizes(&self) -> (usize, usize, u64, usize) {
+        let shards = self.shards.iter().map(|s| s.lock().unwrap_or_else(|p| p.into_inner()));
+        let (threads, queued) = shards.fold((0, 0), |(t, q), s| (t + s.threads.len(), q + s.expiry.len()));
+        let ledger = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        (threads, queued, ledger.total, ledger.expiry.len())
+    }
+
     fn shard(&self, id: &str) -> std::sync::MutexGuard<'_, Shard> {
         let mut hasher = std::hash::DefaultHasher::new();
         std::hash::Hash::hash(id, &mut hasher);
@@ -373,6 +403,7 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
         }
         shard.expiry.push(Reverse((thread.expires_at_ms, thread.id.clone())));
         shard.threads.insert(thread.id.clone(), thread.clone());
+        shard.compact();
         Ok(())
     }
 
@@ -403,6 +434,7 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
         }
         ledger.owners.entry(owner.to_owned()).or_default().insert(id.to_owned(), until_ms);
         ledger.expiry.push(Reverse((until_ms, owner.to_owned(), id.to_owned())));
+        ledger.compact();
         Ok(Ok(()))
     }
 

@@ -679,3 +679,24 @@ fn a_rotated_secret_keeps_open_rounds_valid_and_signs_new_ones() {
         run(stranger.call(&agent, call(Some(answers(&[(&first_key(&r), accept("x"))])), r.request_state.as_deref())));
     assert_eq!(err.unwrap_err().message, INVALID_STATE);
 }
+
+#[test]
+fn the_memory_store_stays_proportional_to_what_it_holds() {
+    // Paused calls answered at once leave nothing behind but their finished records;
+    // the expiry queues are compacted rather than growing with every save.
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region?"]);
+    for _ in 0..3000 {
+        let r = round(run(f.engine.call(&agent, call(None, None))));
+        let a = answers(&[(&first_key(&r), accept("eu"))]);
+        text(&run(f.engine.call(&agent, call(Some(a), r.request_state.as_deref()))));
+    }
+    f.clock.advance(11 * 60 * 1000);
+    round(run(f.engine.call(&agent, call(None, None))));
+    let (threads, queued, counted, ledger_queue) = f.store.sizes();
+    assert!(threads <= 3001, "{threads}");
+    // Each call saved three times (paused, claimed, finished): 9,000 entries uncompacted.
+    assert!(queued <= 2 * threads + 16 * 64 + 16, "the shards queue {queued} entries for {threads} threads");
+    assert_eq!(counted, 1, "finished calls no longer count");
+    assert!(ledger_queue <= 2 + 64 + 1, "the ledger queues {ledger_queue} entries");
+}
