@@ -22,8 +22,7 @@ use crate::harness::{Client, Server, TEST_SECRET, modern_meta};
 fn redis_url(suite: &str) -> Option<String> {
     let url = std::env::var("REDIS_URL").ok();
     if url.is_none() {
-        assert!(std::env::var_os("CI").is_none(), "{suite}: REDIS_URL is not set, and CI needs every suite to run");
-        eprintln!("{suite}: REDIS_URL is not set; skipped outside CI");
+        crate::harness::cannot_run(suite, "REDIS_URL is not set");
     }
     url
 }

@@ -10,7 +10,7 @@ use crate::harness::Server;
 #[tokio::test]
 async fn python_sdk_drives_the_example_agents() {
     let Ok(python) = std::env::var("HITL_PYTHON") else {
-        eprintln!("python-sdk: HITL_PYTHON is not set; the Python SDK suite did not run");
+        crate::harness::cannot_run("python-sdk", "HITL_PYTHON is not set");
         return;
     };
     let server = Server::start(&[]).await;

@@ -26,7 +26,7 @@ impl Redis {
         std::fs::create_dir_all(&dir).ok()?;
         let mut redis = Redis { child: None, port, dir };
         if !redis.run() {
-            eprintln!("redis-faults: redis-server is not on PATH; the Redis fault suite did not run");
+            crate::harness::cannot_run("redis-faults", "redis-server is not on PATH");
             return None;
         }
         Some(redis)

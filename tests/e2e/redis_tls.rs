@@ -136,7 +136,7 @@ fn start() -> Option<TlsRedis> {
 #[tokio::test]
 async fn paused_calls_live_in_redis_over_tls() {
     let Some(redis) = start() else {
-        eprintln!("redis-tls: openssl or a TLS-capable redis-server is missing; the TLS suite did not run");
+        crate::harness::cannot_run("redis-tls", "openssl or a TLS-capable redis-server is missing");
         return;
     };
     let url = format!("rediss://127.0.0.1:{}/0", redis.port);

@@ -11,7 +11,7 @@ use crate::harness::{Reply, Server};
 fn redis_url() -> Option<String> {
     let url = std::env::var("REDIS_URL").ok();
     if url.is_none() {
-        eprintln!("replicas: REDIS_URL is not set; the multi-replica suite did not run");
+        crate::harness::cannot_run("replicas", "REDIS_URL is not set");
     }
     url
 }

@@ -18,6 +18,22 @@ const LAYERS: &[&str] = &[
     "hitl-server",
 ];
 
+/// Every dependency one workspace crate may have on another (normal or dev), as in
+/// docs/ARCHITECTURE.md. Any other edge fails, and so does an entry no crate uses.
+const ALLOWED_EDGES: &[(&str, &[&str])] = &[
+    ("hitl-protocol", &[]),
+    ("hitl-schema", &["hitl-protocol"]),
+    ("hitl-graph", &[]),
+    ("hitl-interrupt", &["hitl-protocol", "hitl-schema", "hitl-graph"]),
+    ("hitl-store-redis", &["hitl-interrupt"]),
+    ("hitl-tower", &["hitl-protocol", "hitl-graph", "hitl-interrupt"]),
+    ("hitl-agents", &["hitl-schema", "hitl-graph", "hitl-interrupt"]),
+    ("hitl-server", &["hitl-protocol", "hitl-interrupt", "hitl-store-redis", "hitl-tower", "hitl-agents"]),
+    ("hitl-e2e", &["hitl-graph", "hitl-interrupt", "hitl-server"]),
+    ("hitl-bench", &[]),
+    ("xtask", &[]),
+];
+
 /// Crates a crate must not reach, even transitively, through normal dependencies.
 const FORBIDDEN: &[(&str, &[&str])] = &[
     ("hitl-protocol", &["tokio", "tower", "hyper", "redis"]),
@@ -42,18 +58,39 @@ fn name_of(packages: &BTreeMap<String, String>, id: &str) -> String {
 }
 
 #[test]
-fn lower_crates_never_name_higher_ones() {
+fn the_crate_graph_has_only_the_allowed_edges() {
     let meta = metadata();
+    let members: BTreeSet<&str> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["source"].is_null())
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
     let mut problems = Vec::new();
-    for package in meta["packages"].as_array().unwrap() {
+    let mut used = BTreeSet::new();
+    for package in meta["packages"].as_array().unwrap().iter().filter(|p| p["source"].is_null()) {
         let name = package["name"].as_str().unwrap();
-        let Some(level) = LAYERS.iter().position(|l| *l == name) else { continue };
+        let Some((_, allowed)) = ALLOWED_EDGES.iter().find(|(crate_name, _)| *crate_name == name) else {
+            problems.push(format!("{name} is not in ALLOWED_EDGES"));
+            continue;
+        };
         for dep in package["dependencies"].as_array().unwrap() {
             let dep_name = dep["name"].as_str().unwrap();
-            if let Some(dep_level) = LAYERS.iter().position(|l| *l == dep_name)
-                && dep_level >= level
-            {
-                problems.push(format!("{name} depends on {dep_name}, which is not below it"));
+            if !members.contains(dep_name) {
+                continue;
+            }
+            if allowed.contains(&dep_name) {
+                used.insert((name, dep_name));
+            } else {
+                problems.push(format!("{name} depends on {dep_name}, an edge ALLOWED_EDGES does not list"));
+            }
+        }
+    }
+    for (name, allowed) in ALLOWED_EDGES {
+        for dep in *allowed {
+            if members.contains(name) && !used.contains(&(*name, *dep)) {
+                problems.push(format!("ALLOWED_EDGES lists {name} -> {dep}, which no manifest has"));
             }
         }
     }
