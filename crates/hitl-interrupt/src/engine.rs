@@ -473,7 +473,10 @@ impl Engine {
             // The client went away between supersteps: give the round back with every
             // superstep that finished, so a resend never repeats one.
             Some(Err(hitl_graph::RunError::Cancelled(kept))) => {
-                thread.checkpoint = Some(*kept);
+                // Before any superstep finished, the round's checkpoint stays as it was.
+                if thread.checkpoint.as_ref().is_some_and(|before| kept.superstep > before.superstep) {
+                    thread.checkpoint = Some(*kept);
+                }
                 return self.give_back(thread, expected, ErrorObject::internal("the request was cancelled")).await;
             }
             Some(outcome) => outcome,

@@ -444,6 +444,7 @@ fn a_cancelled_resume_leaves_the_round_open() {
     let id = p.state.split_once('.').unwrap().0;
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let thread = rt.block_on(p.f.store.load(id)).unwrap().unwrap();
+    assert_eq!(thread.checkpoint.unwrap().interrupts.len(), 1, "the checkpoint still names its question");
     assert_eq!((thread.claim, thread.round.map(|r| r.n)), (None, Some(1)));
     let done = run(p.f.engine.call(&p.agent, call(Some(p.answers.clone()), Some(&p.state))));
     assert_eq!(text(&done).0, r#"{"answer":"yes","run":1}"#);

@@ -211,7 +211,7 @@ async fn serve(args: ServeArgs, agents: Vec<hitl_interrupt::Agent>) -> anyhow::R
     let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let local = listener.local_addr()?;
     let allowed = if !args.allowed_hosts.is_empty() {
-        AllowedHosts::new(args.allowed_hosts.iter().cloned())
+        AllowedHosts::new(args.allowed_hosts.iter().cloned()).map_err(|e| anyhow::anyhow!("--allowed-host {e}"))?
     } else if local.ip().is_loopback() {
         AllowedHosts::loopback(local.port())
     } else {

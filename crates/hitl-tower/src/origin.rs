@@ -45,13 +45,20 @@ impl AllowedHosts {
 
     /// `localhost`, `127.0.0.1` and `[::1]` on `port`.
     pub fn loopback(port: u16) -> Self {
-        Self::new(["localhost", "127.0.0.1", "[::1]"].map(|h| format!("{h}:{port}")))
+        let hosts = ["localhost", "127.0.0.1", "[::1]"].map(|h| (h.to_owned(), Some(port)));
+        Self { hosts: Some(hosts.into()) }
     }
 
     /// These authorities: `host` (any port) or `host:port` (that port only), IPv6 in
-    /// brackets, compared ignoring case. Entries that are not authorities are ignored.
-    pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(hosts: I) -> Self {
-        Self { hosts: Some(hosts.into_iter().filter_map(|h| split_authority(&h.into())).collect()) }
+    /// brackets, compared ignoring case. Fails on the first entry that is not one.
+    pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(hosts: I) -> Result<Self, String> {
+        let parsed = hosts.into_iter().map(|h| {
+            let h = h.into();
+            split_authority(&h)
+                .filter(|(host, _)| !host.contains('/'))
+                .ok_or_else(|| format!("{h:?} is not a host or host:port"))
+        });
+        Ok(Self { hosts: Some(parsed.collect::<Result<_, _>>()?) })
     }
 
     /// Does `authority` (a `Host` value) name an allowed host and port? A missing port

@@ -182,8 +182,10 @@ async fn foreign_hosts_and_origins_are_403() {
         ],
     )
     .await;
+    assert!(AllowedHosts::new(["localhost:http"]).is_err(), "a port must be a number");
+    assert!(AllowedHosts::new(["https://hitl.example.com/"]).is_err(), "a URL is not a host");
     check(
-        AllowedHosts::new(["hitl.example.com", "localhost:9999"]),
+        AllowedHosts::new(["hitl.example.com", "localhost:9999"]).unwrap(),
         &[
             ("/mcp", "hitl.example.com", None, ok),
             ("/mcp", "hitl.example.com:443", None, ok),
