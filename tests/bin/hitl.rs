@@ -4,8 +4,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use hitl_graph::{END, START, StateGraph};
-use hitl_interrupt::Agent;
+use hitl_graph::{Agent, END, START, StateGraph};
 use serde_json::json;
 
 /// How many times `test_send_once`'s send step ran in this process.

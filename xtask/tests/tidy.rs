@@ -27,9 +27,9 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-interrupt", &["hitl-protocol", "hitl-schema", "hitl-graph"]),
     ("hitl-store-redis", &["hitl-interrupt"]),
     ("hitl-tower", &["hitl-protocol", "hitl-graph", "hitl-interrupt"]),
-    ("hitl-agents", &["hitl-schema", "hitl-graph", "hitl-interrupt"]),
+    ("hitl-agents", &["hitl-schema", "hitl-graph"]),
     ("hitl-server", &["hitl-protocol", "hitl-interrupt", "hitl-store-redis", "hitl-tower", "hitl-agents"]),
-    ("hitl-e2e", &["hitl-graph", "hitl-interrupt", "hitl-server"]),
+    ("hitl-e2e", &["hitl-graph", "hitl-server"]),
     ("hitl-bench", &[]),
     ("xtask", &[]),
 ];

@@ -2,8 +2,8 @@
 //! --conformance-fixtures`), each an ordinary hitl agent: graphs whose steps interrupt
 //! with text, typed or relayed questions. Nothing in the server knows them.
 
+use hitl_graph::Agent;
 use hitl_graph::{END, START, StateGraph, StepError};
-use hitl_interrupt::Agent;
 use serde_json::{Value, json};
 
 use crate::{agent, no_arguments};

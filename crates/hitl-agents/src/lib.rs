@@ -18,8 +18,8 @@ pub mod tool_agent;
 
 use std::sync::Arc;
 
+use hitl_graph::Agent;
 use hitl_graph::{END, START, StateGraph, StepError};
-use hitl_interrupt::Agent;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};

@@ -12,8 +12,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use hitl_graph::Agent;
 use hitl_graph::{END, START, StateGraph, StepError};
-use hitl_interrupt::Agent;
 use hitl_schema::Decision;
 use serde_json::{Map, Value, json};
 

@@ -36,6 +36,10 @@
 //! # }).unwrap();
 //! ```
 
+mod agent;
+
+pub use agent::Agent;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::future::Future;

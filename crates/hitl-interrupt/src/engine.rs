@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hitl_graph::{Checkpoint, Graph, Outcome};
+use hitl_graph::{Agent, Checkpoint, Outcome};
 use hitl_protocol::version::Era;
 use hitl_protocol::{
     CallToolResponse, CallToolResult, ClientCapabilities, ErrorObject, InputRequests, InputRequiredResult,
@@ -19,19 +19,6 @@ use crate::{Claim, Last, LastOutcome, Round, THREAD_FORMAT, Thread, digest};
 
 /// The message of every `requestState` that does not verify.
 pub const INVALID_STATE: &str = "Invalid or expired requestState";
-
-/// An agent exposed as an MCP tool.
-#[derive(Debug, Clone)]
-pub struct Agent {
-    /// The tool name.
-    pub name: String,
-    /// What the tool does, for `tools/list`.
-    pub description: String,
-    /// JSON Schema of the arguments.
-    pub input_schema: Value,
-    /// The graph that runs.
-    pub graph: Graph,
-}
 
 /// How long threads live. `default_ttl` (the deployment's thread TTL) shortens all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -49,9 +49,12 @@ mod store;
 mod thread;
 
 pub use digest::{canonical, digest_hex, short_digest};
+/// An agent: defined in `hitl-graph`, so that a crate of agents needs nothing else.
+pub use hitl_graph::Agent;
+
 pub use engine::{
-    Agent, Answer, BREAKPOINT, CANNOT_RESUME, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER,
-    Lifetimes, Limits, MAX_ROUNDS_PER_REQUEST, NEWER_FORMAT,
+    Answer, BREAKPOINT, CANNOT_RESUME, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, Lifetimes,
+    Limits, MAX_ROUNDS_PER_REQUEST, NEWER_FORMAT,
 };
 pub use state::Secret;
 pub use store::{
