@@ -28,9 +28,11 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-store-redis", &["hitl-interrupt"]),
     ("hitl-tower", &["hitl-protocol", "hitl-graph", "hitl-interrupt"]),
     ("hitl-agents", &["hitl-schema", "hitl-graph"]),
-    ("hitl-server", &["hitl-protocol", "hitl-interrupt", "hitl-store-redis", "hitl-tower", "hitl-agents"]),
+    ("hitl-server", &["hitl-graph", "hitl-interrupt", "hitl-store-redis", "hitl-tower", "hitl-agents"]),
     ("hitl-e2e", &["hitl-graph", "hitl-server"]),
     ("hitl-bench", &[]),
+    ("custom-agents", &["hitl-graph"]),
+    ("custom-server", &["hitl-server", "custom-agents"]),
     ("xtask", &[]),
 ];
 

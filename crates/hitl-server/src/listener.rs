@@ -1,39 +1,23 @@
-//! The HTTP edge: accepting connections within limits, and serving each with
-//! timeouts, body limits and the routes (`/mcp`, `/healthz`).
+//! The HTTP edge: accepting connections within limits and serving each, with its
+//! header timeout, to the [`HttpApp`].
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use hitl_interrupt::ThreadStore;
-use hitl_protocol::{ErrorObject, Response};
-use hitl_tower::{McpBody, PeerAddr};
-use http::{StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
+use hitl_tower::{HttpApp, PeerAddr};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower::ServiceExt as _;
-use tower::util::BoxCloneService;
 
-/// The MCP endpoint with its layers.
-pub(crate) type Endpoint = BoxCloneService<http::Request<Bytes>, http::Response<McpBody>, Infallible>;
-
-/// The limits of the HTTP edge.
+/// The limits of accepting and reading connections.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct EdgeLimits {
     /// From a connection's start (or its previous response) to a complete request head.
     pub(crate) header_read: Duration,
-    /// From a request head to its complete body.
-    pub(crate) body_read: Duration,
-    /// The largest request body.
-    pub(crate) max_body: usize,
     /// Connections served at once; past it the listener stops accepting.
     pub(crate) max_connections: usize,
 }
@@ -42,8 +26,7 @@ pub(crate) struct EdgeLimits {
 /// up to 10 s.
 pub(crate) async fn serve(
     listener: TcpListener,
-    mcp: Endpoint,
-    store: Arc<dyn ThreadStore>,
+    app: HttpApp,
     limits: EdgeLimits,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
@@ -82,10 +65,11 @@ pub(crate) async fn serve(
         };
         accept_errors.succeeded();
         let started = Arc::new(AtomicBool::new(false));
-        let (mcp, store, seen) = (mcp.clone(), store.clone(), started.clone());
-        let service = hyper::service::service_fn(move |request| {
+        let (app, seen) = (app.clone(), started.clone());
+        let service = hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
             seen.store(true, Ordering::Relaxed);
-            route(mcp.clone(), store.clone(), request, peer, limits)
+            request.extensions_mut().insert(PeerAddr(peer));
+            app.clone().oneshot(request)
         });
         let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
         tokio::spawn(async move {
@@ -135,65 +119,5 @@ impl AcceptErrors {
 
     fn succeeded(&mut self) {
         self.pause = None;
-    }
-}
-
-fn plain(status: StatusCode, content_type: &'static str, text: impl Into<Bytes>) -> http::Response<McpBody> {
-    let mut out = http::Response::new(Full::new(text.into()).boxed_unsync());
-    *out.status_mut() = status;
-    out.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
-    out
-}
-
-/// A JSON-RPC error without an id, as the body of an HTTP error. The connection
-/// closes after it: the rest of the body may still be on its way.
-fn refused(status: StatusCode, why: String) -> http::Response<McpBody> {
-    let error = Response::Error { id: None, error: ErrorObject::invalid_request(why) };
-    let mut out = plain(status, "application/json", error.to_bytes());
-    out.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
-    out
-}
-
-async fn route(
-    mcp: Endpoint,
-    store: Arc<dyn ThreadStore>,
-    request: http::Request<Incoming>,
-    peer: SocketAddr,
-    limits: EdgeLimits,
-) -> Result<http::Response<McpBody>, Infallible> {
-    match request.uri().path() {
-        "/healthz" => Ok(match store.ping().await {
-            Ok(()) => plain(StatusCode::OK, "application/json", r#"{"status":"ok"}"#),
-            Err(e) => {
-                tracing::warn!(error = %e, "health check: the thread store is unavailable");
-                let body = r#"{"status":"unavailable","reason":"the thread store is unavailable"}"#;
-                plain(StatusCode::SERVICE_UNAVAILABLE, "application/json", body)
-            }
-        }),
-        "/mcp" => {
-            let (mut parts, body) = request.into_parts();
-            let too_large =
-                || refused(StatusCode::PAYLOAD_TOO_LARGE, format!("the body exceeds {} bytes", limits.max_body));
-            let announced =
-                parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-            if announced.is_some_and(|n| n > limits.max_body as u64) {
-                // Refused before a byte of it is read.
-                return Ok(too_large());
-            }
-            let bytes = match tokio::time::timeout(limits.body_read, Limited::new(body, limits.max_body).collect())
-                .await
-            {
-                Ok(Ok(collected)) => collected.to_bytes(),
-                Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return Ok(too_large()),
-                Ok(Err(e)) => return Ok(refused(StatusCode::BAD_REQUEST, format!("the body could not be read: {e}"))),
-                Err(_) => {
-                    let why = format!("the body did not arrive within {} s", limits.body_read.as_secs());
-                    return Ok(refused(StatusCode::REQUEST_TIMEOUT, why));
-                }
-            };
-            parts.extensions.insert(PeerAddr(peer));
-            mcp.oneshot(http::Request::from_parts(parts, bytes)).await
-        }
-        _ => Ok(plain(StatusCode::NOT_FOUND, "text/plain", "not found; the MCP endpoint is POST /mcp\n")),
     }
 }

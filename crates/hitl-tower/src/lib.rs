@@ -37,12 +37,14 @@
 //! # });
 //! ```
 
+mod app;
 mod endpoint;
 mod limit;
 mod origin;
 mod principal;
 mod sse;
 
+pub use app::{BodyLimits, Endpoint, HttpApp};
 pub use limit::{MaxConcurrentRequests, MaxConcurrentRequestsLayer};
 pub use origin::{AllowedHosts, ValidateOrigin, ValidateOriginLayer};
 pub use principal::{PrincipalFromHeader, PrincipalFromHeaderLayer};

@@ -1,0 +1,275 @@
+//! The embeddable server: agents, a store, a secret, options and your own tower layers,
+//! served on a `TcpListener` until a shutdown future resolves.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hitl_interrupt::{Agent, Engine, Lifetimes, Limits, MemoryStore, Secret, SystemClock, ThreadStore};
+use hitl_tower::{
+    AllowedHosts, BodyLimits, Endpoint, HttpApp, MaxConcurrentRequestsLayer, McpBody, McpService,
+    PrincipalFromHeaderLayer, ServerOptions, ValidateOriginLayer,
+};
+use tokio::net::TcpListener;
+use tower::{Layer, Service, ServiceBuilder, ServiceExt as _};
+
+use crate::listener::{self, EdgeLimits};
+
+/// The limits of the HTTP edge, with production defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// From a connection's start (or its previous response) to a complete request head;
+    /// then the connection is closed.
+    pub header_read_timeout: Duration,
+    /// The request body's size and time to arrive (413, 408).
+    pub body: BodyLimits,
+    /// Connections served at once; past it the listener stops accepting.
+    pub max_connections: usize,
+    /// Requests served at once; past it 503 with `Retry-After`.
+    pub max_concurrent_requests: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            body: BodyLimits::default(),
+            max_connections: 10_000,
+            max_concurrent_requests: 1_024,
+        }
+    }
+}
+
+type Wrap = Box<dyn FnOnce(Endpoint) -> Endpoint + Send>;
+
+/// Builds a [`Server`]; see [`Server::builder`].
+pub struct ServerBuilder {
+    tools: Vec<Agent>,
+    prompts: Vec<Agent>,
+    store: Option<Arc<dyn ThreadStore>>,
+    secret: Option<Secret>,
+    lifetimes: Lifetimes,
+    limits: Limits,
+    http: HttpLimits,
+    allowed_hosts: Option<AllowedHosts>,
+    principal_header: Option<http::HeaderName>,
+    options: ServerOptions,
+    threads: bool,
+    layers: Vec<Wrap>,
+}
+
+impl std::fmt::Debug for ServerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerBuilder")
+            .field("tools", &self.tools.iter().map(|a| &a.name).collect::<Vec<_>>())
+            .field("prompts", &self.prompts.iter().map(|a| &a.name).collect::<Vec<_>>())
+            .field("limits", &self.limits)
+            .field("http", &self.http)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerBuilder {
+    /// Serves `agent` as a tool (listed in the order added).
+    #[must_use]
+    pub fn agent(mut self, agent: Agent) -> Self {
+        self.tools.push(agent);
+        self
+    }
+
+    /// Serves each of `agents` as a tool.
+    #[must_use]
+    pub fn agents(mut self, agents: impl IntoIterator<Item = Agent>) -> Self {
+        self.tools.extend(agents);
+        self
+    }
+
+    /// Serves each of `agents` as a prompt (`prompts/get` runs it with the same rounds).
+    #[must_use]
+    pub fn prompts(mut self, agents: impl IntoIterator<Item = Agent>) -> Self {
+        self.prompts.extend(agents);
+        self
+    }
+
+    /// Where paused calls live (default: in this process's memory).
+    #[must_use]
+    pub fn store(mut self, store: Arc<dyn ThreadStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The secret that signs `requestState` (default: a random one, fine for one process
+    /// on the memory store; replicas on a shared store must share theirs).
+    #[must_use]
+    pub fn secret(mut self, secret: Secret) -> Self {
+        self.secret = Some(secret);
+        self
+    }
+
+    /// How long paused and finished calls live.
+    #[must_use]
+    pub fn lifetimes(mut self, lifetimes: Lifetimes) -> Self {
+        self.lifetimes = lifetimes;
+        self
+    }
+
+    /// The limits on paused calls, records and agent time.
+    #[must_use]
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits of the HTTP edge.
+    #[must_use]
+    pub fn http_limits(mut self, http: HttpLimits) -> Self {
+        self.http = http;
+        self
+    }
+
+    /// The hosts requests may name (default: loopback names on the bound port when the
+    /// listener is on loopback, else any).
+    #[must_use]
+    pub fn allowed_hosts(mut self, hosts: AllowedHosts) -> Self {
+        self.allowed_hosts = Some(hosts);
+        self
+    }
+
+    /// Reads each caller's principal from `header`, set by an authenticating proxy;
+    /// requests without it get 401.
+    #[must_use]
+    pub fn principal_header(mut self, header: http::HeaderName) -> Self {
+        self.principal_header = Some(header);
+        self
+    }
+
+    /// `serverInfo`, instructions and list caching.
+    #[must_use]
+    pub fn options(mut self, options: ServerOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Keeps no threads: a tool that pauses ends with an error result.
+    #[must_use]
+    pub fn without_threads(mut self) -> Self {
+        self.threads = false;
+        self
+    }
+
+    /// Wraps the MCP endpoint in `layer` (an auth layer that inserts a `Principal`, a
+    /// header, a metric). Layers added first are outermost; all run inside the built-in
+    /// load shedding, host check and principal header.
+    #[must_use]
+    pub fn layer<L>(mut self, layer: L) -> Self
+    where
+        L: Layer<Endpoint> + Send + 'static,
+        L::Service: Service<http::Request<bytes::Bytes>, Response = http::Response<McpBody>, Error = std::convert::Infallible>
+            + Clone
+            + Send
+            + 'static,
+        <L::Service as Service<http::Request<bytes::Bytes>>>::Future: Send + 'static,
+    {
+        self.layers.push(Box::new(move |inner| Endpoint::new(layer.layer(inner))));
+        self
+    }
+
+    /// The server, ready to serve.
+    pub fn build(self) -> Server {
+        let store: Arc<dyn ThreadStore> = self.store.unwrap_or_else(|| Arc::new(MemoryStore::default()));
+        let secret = self.secret.unwrap_or_else(Secret::generate);
+        let mut engine =
+            Engine::new(store.clone(), Arc::new(SystemClock), secret, self.lifetimes).with_limits(self.limits);
+        if !self.threads {
+            engine = engine.without_threads();
+        }
+        let mut mcp = Endpoint::new(McpService::with_prompts(self.tools, self.prompts, engine, self.options));
+        for wrap in self.layers.into_iter().rev() {
+            mcp = wrap(mcp);
+        }
+        Server {
+            mcp,
+            store,
+            http: self.http,
+            allowed_hosts: self.allowed_hosts,
+            principal_header: self.principal_header,
+        }
+    }
+}
+
+/// hitl as a library: the MCP endpoint and `/healthz` over HTTP, with every limit of the
+/// binary.
+///
+/// ```no_run
+/// use hitl_graph::{Agent, START, StateGraph};
+/// use serde_json::json;
+///
+/// # async fn demo() -> std::io::Result<()> {
+/// let graph = StateGraph::new()
+///     .add_step("ask", |_, ctx| async move { Ok(json!({ "ok": ctx.interrupt(json!("Proceed?"))? })) })
+///     .add_edge(START, "ask")
+///     .compile()
+///     .unwrap();
+/// let server = hitl_server::Server::builder().agent(Agent::new("proceed", "Asks first.", json!({"type": "object"}), graph)).build();
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// server.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await
+/// # }
+/// ```
+pub struct Server {
+    mcp: Endpoint,
+    store: Arc<dyn ThreadStore>,
+    http: HttpLimits,
+    allowed_hosts: Option<AllowedHosts>,
+    principal_header: Option<http::HeaderName>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("http", &self.http).finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// A builder with no agents, the memory store, a random secret and default limits.
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder {
+            tools: Vec::new(),
+            prompts: Vec::new(),
+            store: None,
+            secret: None,
+            lifetimes: Lifetimes::default(),
+            limits: Limits::default(),
+            http: HttpLimits::default(),
+            allowed_hosts: None,
+            principal_header: None,
+            options: ServerOptions::default(),
+            threads: true,
+            layers: Vec::new(),
+        }
+    }
+
+    /// Serves `listener` until `shutdown` resolves, then lets open connections finish
+    /// for up to 10 s.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) -> std::io::Result<()> {
+        let local = listener.local_addr()?;
+        let allowed = self.allowed_hosts.unwrap_or_else(|| {
+            if local.ip().is_loopback() { AllowedHosts::loopback(local.port()) } else { AllowedHosts::any() }
+        });
+        let mcp: Endpoint = ServiceBuilder::new()
+            .layer(MaxConcurrentRequestsLayer::new(self.http.max_concurrent_requests.max(1)))
+            .layer(ValidateOriginLayer::new(allowed))
+            .option_layer(self.principal_header.map(PrincipalFromHeaderLayer::new))
+            .service(self.mcp)
+            .boxed_clone();
+        let app = HttpApp::new(mcp, self.store, self.http.body);
+        let edge = EdgeLimits {
+            header_read: self.http.header_read_timeout,
+            max_connections: self.http.max_connections.max(1),
+        };
+        listener::serve(listener, app, edge, shutdown).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,146 @@
+//! The HTTP application: `POST /mcp` (the endpoint, behind a body that must arrive in
+//! time and within a size), `GET /healthz` (the store's readiness), and 404 elsewhere.
+//! It takes any `http_body::Body`, so any server (hyper, or a test) can mount it.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use hitl_interrupt::ThreadStore;
+use hitl_protocol::{ErrorObject, Response};
+use http::{HeaderValue, StatusCode, header};
+use http_body_util::{BodyExt as _, Limited};
+use tower::util::BoxCloneService;
+use tower::{Service, ServiceExt as _};
+
+use crate::{McpBody, body, json_response};
+
+/// The MCP endpoint with its layers, boxed: what [`HttpApp`] serves at `/mcp`.
+pub type Endpoint = BoxCloneService<http::Request<Bytes>, http::Response<McpBody>, Infallible>;
+
+/// How much of a request body the app waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyLimits {
+    /// The largest body: a larger `Content-Length` is refused before a byte is read.
+    pub max_bytes: usize,
+    /// How long the body may take to arrive after the head.
+    pub read_timeout: Duration,
+}
+
+impl Default for BodyLimits {
+    fn default() -> Self {
+        Self { max_bytes: 4 * 1024 * 1024, read_timeout: Duration::from_secs(30) }
+    }
+}
+
+/// Routes requests to the endpoint and the health check.
+#[derive(Clone)]
+pub struct HttpApp {
+    mcp: Endpoint,
+    store: Arc<dyn ThreadStore>,
+    limits: BodyLimits,
+}
+
+impl std::fmt::Debug for HttpApp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpApp").field("limits", &self.limits).finish_non_exhaustive()
+    }
+}
+
+impl HttpApp {
+    /// Serves `mcp` at `/mcp` and the readiness of `store` at `/healthz`.
+    pub fn new(mcp: Endpoint, store: Arc<dyn ThreadStore>, limits: BodyLimits) -> Self {
+        Self { mcp, store, limits }
+    }
+
+    async fn route<B>(self, request: http::Request<B>) -> http::Response<McpBody>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        match request.uri().path() {
+            "/healthz" => match self.store.ping().await {
+                Ok(()) => plain(StatusCode::OK, "application/json", r#"{"status":"ok"}"#),
+                Err(e) => {
+                    tracing::warn!(error = %e, "health check: the thread store is unavailable");
+                    let text = r#"{"status":"unavailable","reason":"the thread store is unavailable"}"#;
+                    plain(StatusCode::SERVICE_UNAVAILABLE, "application/json", text)
+                }
+            },
+            "/mcp" => {
+                let (parts, incoming) = request.into_parts();
+                match self.limits.collect(&parts.headers, incoming).await {
+                    Ok(bytes) => match self.mcp.oneshot(http::Request::from_parts(parts, bytes)).await {
+                        Ok(response) => response,
+                        Err(never) => match never {},
+                    },
+                    Err(refused) => refused,
+                }
+            }
+            _ => plain(StatusCode::NOT_FOUND, "text/plain", "not found; the MCP endpoint is POST /mcp\n"),
+        }
+    }
+}
+
+impl BodyLimits {
+    /// The whole body, or the response that refuses it (413, 408 or 400).
+    async fn collect<B>(&self, headers: &http::HeaderMap, incoming: B) -> Result<Bytes, http::Response<McpBody>>
+    where
+        B: http_body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let too_large = || refused(StatusCode::PAYLOAD_TOO_LARGE, format!("the body exceeds {} bytes", self.max_bytes));
+        let announced = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if announced.is_some_and(|n| n > self.max_bytes as u64) {
+            // Refused before a byte of it is read.
+            return Err(too_large());
+        }
+        match tokio::time::timeout(self.read_timeout, Limited::new(incoming, self.max_bytes).collect()).await {
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+            Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
+            Ok(Err(e)) => Err(refused(StatusCode::BAD_REQUEST, format!("the body could not be read: {e}"))),
+            Err(_) => {
+                let why = format!("the body did not arrive within {} s", self.read_timeout.as_secs());
+                Err(refused(StatusCode::REQUEST_TIMEOUT, why))
+            }
+        }
+    }
+}
+
+impl<B> Service<http::Request<B>> for HttpApp
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Response = http::Response<McpBody>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let app = self.clone();
+        Box::pin(async move { Ok(app.route(request).await) })
+    }
+}
+
+fn plain(status: StatusCode, content_type: &'static str, text: &'static str) -> http::Response<McpBody> {
+    let mut out = http::Response::new(body(text));
+    *out.status_mut() = status;
+    out.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    out
+}
+
+/// A JSON-RPC error without an id, as the body of an HTTP error. The connection
+/// closes after it: the rest of the body may still be on its way.
+fn refused(status: StatusCode, why: String) -> http::Response<McpBody> {
+    let error = Response::Error { id: None, error: ErrorObject::invalid_request(why) };
+    let mut out = json_response(status, &error);
+    out.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    out
+}
