@@ -86,7 +86,7 @@ impl Server {
         command.arg("serve").args(["--listen", "127.0.0.1:0"]).args(args).stderr(Stdio::inherit());
         // Every test calls from 127.0.0.1, and the suite's Redis outlives a run: one
         // caller's default share of paused calls is too small for all of them.
-        if !args.iter().any(|a| a == "--max-paused-per-caller") {
+        if !args.iter().any(|a| a == "--max-paused-per-caller" || a == "--config") {
             command.args(["--max-paused-per-caller", "1000000"]);
         }
         Self::spawn_command(command)

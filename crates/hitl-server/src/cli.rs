@@ -4,14 +4,18 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::ffi::OsString;
+use std::sync::Arc;
+
 use anyhow::{Context as _, bail};
-use clap::{Parser, Subcommand};
-use hitl_interrupt::{Agent, Lifetimes, Limits, PausedLimits};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
+use hitl_interrupt::{Agent, Lifetimes, Limits, PausedLimits, ThreadStore};
 use hitl_store_redis::redact_url;
 use hitl_tower::{AllowedHosts, BodyLimits};
 use tokio::net::TcpListener;
 
-use crate::{HttpLimits, Server, open_store, secrets};
+use crate::{HttpLimits, Server, ServerBuilder, config, secrets};
 
 #[derive(Parser)]
 #[command(name = "hitl", version, about = "Human-in-the-loop over MCP for agent graphs")]
@@ -23,11 +27,25 @@ pub(crate) struct Cli {
 #[derive(Subcommand)]
 pub(crate) enum Command {
     /// Serve the MCP endpoint.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
+    /// Check a configuration file (and the flags and environment given with it) without
+    /// serving: exit status 0 when `hitl serve` would start with it, 1 with the reason.
+    Check(CheckArgs),
+}
+
+#[derive(Parser)]
+pub(crate) struct CheckArgs {
+    /// The configuration file to check.
+    #[arg(long, env = "HITL_CONFIG", value_name = "FILE")]
+    config: PathBuf,
 }
 
 #[derive(Parser)]
 pub(crate) struct ServeArgs {
+    /// A configuration file (TOML) with these options under `[server]`; flags and
+    /// environment variables override it. See docs/configuration.md.
+    #[arg(long, env = "HITL_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Address to listen on (port 0 picks a free port; the bound address is printed).
     #[arg(long, env = "HITL_LISTEN", default_value = "127.0.0.1:8123")]
     listen: SocketAddr,
@@ -107,58 +125,121 @@ pub(crate) struct ServeArgs {
     max_record_bytes: usize,
 }
 
+/// Was `id` given on the command line or in the environment (which override the file)?
+fn explicit(matches: &ArgMatches, id: &str) -> bool {
+    matches!(matches.value_source(id), Some(ValueSource::CommandLine | ValueSource::EnvVariable))
+}
+
+impl ServeArgs {
+    /// These arguments with the configuration file's values where neither a flag nor an
+    /// environment variable gave one.
+    pub(crate) fn with_file(mut self, matches: &ArgMatches) -> anyhow::Result<Self> {
+        let Some(path) = &self.config else { return Ok(self) };
+        let file = config::load(path)?.server;
+        macro_rules! take {
+            ($($field:ident),*) => {$(
+                if !explicit(matches, stringify!($field)) && let Some(value) = file.$field {
+                    self.$field = value;
+                }
+            )*};
+        }
+        macro_rules! take_some {
+            ($($field:ident),*) => {$(
+                if !explicit(matches, stringify!($field)) && let Some(value) = file.$field {
+                    self.$field = Some(value);
+                }
+            )*};
+        }
+        take!(listen, store, max_body_bytes, header_read_timeout, body_read_timeout, max_connections);
+        take!(max_concurrent_requests, request_timeout, max_paused_per_caller, max_paused_calls, max_record_bytes);
+        take!(conformance_fixtures, allowed_hosts);
+        take_some!(redis_ca_file, default_ttl, principal_header);
+        if !explicit(matches, "no_examples")
+            && let Some(examples) = file.examples
+        {
+            self.no_examples = !examples;
+        }
+        if !explicit(matches, "no_threads")
+            && let Some(threads) = file.threads
+        {
+            self.no_threads = !threads;
+        }
+        // A secret in the environment overrides a secret file named in the file.
+        let (env, previous_env) = secrets::Sources::env_values();
+        if !explicit(matches, "secret_file") && env.is_none() {
+            self.secret_file = file.secret_file.or(self.secret_file);
+        }
+        if !explicit(matches, "previous_secret_file") && previous_env.is_none() {
+            self.previous_secret_file = file.previous_secret_file.or(self.previous_secret_file);
+        }
+        Ok(self)
+    }
+
+    /// Everything the server needs but its store and listener, checked: the secret,
+    /// the limits, hosts and header names. `store` is the store it will use.
+    fn prepare(&self, store: Arc<dyn ThreadStore>, agents: Vec<Agent>) -> anyhow::Result<ServerBuilder> {
+        let shared_store = (self.store != "memory").then(|| redact_url(&self.store));
+        let (env, previous_env) = secrets::Sources::env_values();
+        let sources = secrets::Sources {
+            env,
+            file: self.secret_file.as_deref(),
+            previous_env,
+            previous_file: self.previous_secret_file.as_deref(),
+        };
+        let secret = secrets::load(&sources, shared_store.as_deref())?;
+        if self.max_connections == 0 || self.max_concurrent_requests == 0 {
+            bail!("--max-connections and --max-concurrent-requests must be at least 1");
+        }
+        let mut builder = Server::builder()
+            .store(store)
+            .secret(secret)
+            .lifetimes(Lifetimes::with_default_ttl(self.default_ttl.map(Duration::from_secs)))
+            .limits(Limits {
+                paused: PausedLimits { per_owner: self.max_paused_per_caller, total: self.max_paused_calls },
+                max_record_bytes: self.max_record_bytes,
+                request_timeout: Some(Duration::from_secs(self.request_timeout)),
+            })
+            .http_limits(HttpLimits {
+                header_read_timeout: Duration::from_secs(self.header_read_timeout.max(1)),
+                body: BodyLimits {
+                    max_bytes: self.max_body_bytes,
+                    read_timeout: Duration::from_secs(self.body_read_timeout.max(1)),
+                },
+                max_connections: self.max_connections,
+                max_concurrent_requests: self.max_concurrent_requests,
+            });
+        if self.conformance_fixtures {
+            builder = builder.agents(hitl_agents::conformance::tools()).prompts(hitl_agents::conformance::prompts());
+        }
+        if !self.no_examples {
+            builder = builder.agents(hitl_agents::examples());
+        }
+        builder = builder.agents(agents);
+        if self.no_threads {
+            builder = builder.without_threads();
+        }
+        if !self.allowed_hosts.is_empty() {
+            let hosts = AllowedHosts::new(self.allowed_hosts.iter().cloned())
+                .map_err(|e| anyhow::anyhow!("--allowed-host {e}"))?;
+            builder = builder.allowed_hosts(hosts);
+        }
+        if let Some(name) = &self.principal_header {
+            let header =
+                http::HeaderName::try_from(name.as_str()).with_context(|| format!("--principal-header {name:?}"))?;
+            builder = builder.principal_header(header);
+        }
+        Ok(builder)
+    }
+}
+
 /// Serves `agents` (besides the examples and fixtures the flags ask for) as `args` say.
 pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result<()> {
-    let shared_store = (args.store != "memory").then(|| redact_url(&args.store));
-    let (env, previous_env) = secrets::Sources::env_values();
-    let sources = secrets::Sources {
-        env,
-        file: args.secret_file.as_deref(),
-        previous_env,
-        previous_file: args.previous_secret_file.as_deref(),
-    };
-    let secret = secrets::load(&sources, shared_store.as_deref())?;
-    let store = open_store(&args.store, args.redis_ca_file.as_deref()).await?;
-    if args.max_connections == 0 || args.max_concurrent_requests == 0 {
-        bail!("--max-connections and --max-concurrent-requests must be at least 1");
-    }
-    let mut builder = Server::builder()
-        .store(store)
-        .secret(secret)
-        .lifetimes(Lifetimes::with_default_ttl(args.default_ttl.map(Duration::from_secs)))
-        .limits(Limits {
-            paused: PausedLimits { per_owner: args.max_paused_per_caller, total: args.max_paused_calls },
-            max_record_bytes: args.max_record_bytes,
-            request_timeout: Some(Duration::from_secs(args.request_timeout)),
-        })
-        .http_limits(HttpLimits {
-            header_read_timeout: Duration::from_secs(args.header_read_timeout.max(1)),
-            body: BodyLimits {
-                max_bytes: args.max_body_bytes,
-                read_timeout: Duration::from_secs(args.body_read_timeout.max(1)),
-            },
-            max_connections: args.max_connections,
-            max_concurrent_requests: args.max_concurrent_requests,
-        });
-    if args.conformance_fixtures {
-        builder = builder.agents(hitl_agents::conformance::tools()).prompts(hitl_agents::conformance::prompts());
-    }
-    if !args.no_examples {
-        builder = builder.agents(hitl_agents::examples());
-    }
-    builder = builder.agents(agents);
-    if args.no_threads {
-        builder = builder.without_threads();
-    }
-    if !args.allowed_hosts.is_empty() {
-        let hosts =
-            AllowedHosts::new(args.allowed_hosts.iter().cloned()).map_err(|e| anyhow::anyhow!("--allowed-host {e}"))?;
-        builder = builder.allowed_hosts(hosts);
-    }
-    if let Some(name) = &args.principal_header {
-        let header =
-            http::HeaderName::try_from(name.as_str()).with_context(|| format!("--principal-header {name:?}"))?;
-        builder = builder.principal_header(header);
+    let store = crate::store_from_url(&args.store, args.redis_ca_file.as_deref())?;
+    let builder = args.prepare(store.clone(), agents)?;
+    // Start even when the store is down: /healthz says so, and service resumes with it.
+    if let Err(e) = store.ping().await {
+        let shown = redact_url(&args.store);
+        tracing::warn!(store = %shown, error = %e, "the thread store is not reachable yet; serving anyway, /healthz reports not ready");
     }
     let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let local = listener.local_addr()?;
@@ -166,6 +247,18 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
     println!("hitl listening on http://{local}/mcp");
     tracing::info!(%local, "listening");
     builder.build().serve(listener, shutdown_signal()).await?;
+    Ok(())
+}
+
+/// `hitl check --config F`: what `hitl serve --config F` would check before it binds.
+pub(crate) fn check(args: CheckArgs) -> anyhow::Result<()> {
+    let argv = [OsString::from("hitl"), "serve".into(), "--config".into(), args.config.clone().into()];
+    let matches = Cli::command().try_get_matches_from(argv)?;
+    let serve_matches = matches.subcommand_matches("serve").expect("the serve subcommand");
+    let serve = ServeArgs::from_arg_matches(serve_matches)?.with_file(serve_matches)?;
+    let store = crate::store_from_url(&serve.store, serve.redis_ca_file.as_deref())?;
+    serve.prepare(store, Vec::new())?;
+    println!("{}: ok", args.config.display());
     Ok(())
 }
 

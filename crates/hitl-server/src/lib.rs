@@ -26,6 +26,7 @@
 //! can build the very same program under another name.
 
 mod cli;
+mod config;
 mod listener;
 mod secrets;
 mod server;
@@ -36,7 +37,6 @@ pub use server::{HttpLimits, Server, ServerBuilder};
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
-use clap::Parser as _;
 use hitl_interrupt::{MemoryStore, ThreadStore};
 use hitl_store_redis::{RedisStore, redact_url};
 use tracing_subscriber::EnvFilter;
@@ -49,39 +49,48 @@ pub fn main() -> anyhow::Result<()> {
 /// [`main`], also serving `agents` as tools (after the others): a program that adds its
 /// own agents to the `hitl` command line.
 pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
-    let cli = cli::Cli::parse();
+    let matches = <cli::Cli as clap::CommandFactory>::command().get_matches();
+    let cli = <cli::Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
         .with_writer(std::io::stderr)
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
-        cli::Command::Serve(args) => runtime.block_on(cli::serve(args, agents)),
+        cli::Command::Serve(args) => {
+            let serve_matches = matches.subcommand_matches("serve").expect("the serve subcommand");
+            runtime.block_on(cli::serve(args.with_file(serve_matches)?, agents))
+        }
+        cli::Command::Check(args) => {
+            // A verdict, not a crash: the reason on stderr, exit status 1.
+            if let Err(e) = cli::check(args) {
+                eprintln!("error: {e:#}");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
     }
 }
 
 /// The thread store a URL names: `memory`, `redis://…`, `rediss://…` (TLS, trusting
-/// `ca_file` or the system's roots) or `redis+cluster://…`. Errors show the URL with its
+/// `ca_file` or the system's roots) or `redis+cluster://…`. Connects on first use, so it
+/// fails only on a malformed URL or an unreadable CA file; errors show the URL with its
 /// password masked.
-pub async fn open_store(url: &str, ca_file: Option<&std::path::Path>) -> anyhow::Result<Arc<dyn ThreadStore>> {
+pub fn store_from_url(url: &str, ca_file: Option<&std::path::Path>) -> anyhow::Result<Arc<dyn ThreadStore>> {
     if url == "memory" {
         return Ok(Arc::new(MemoryStore::default()));
     }
     let shown = redact_url(url);
     let redis = ["redis://", "rediss://", "redis+cluster://", "redis+unix://"];
-    if redis.iter().any(|scheme| url.starts_with(scheme)) {
-        let ca = match ca_file {
-            Some(path) => Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?),
-            None => None,
-        };
-        let store = RedisStore::with_tls_roots(url, ca).map_err(|e| anyhow::anyhow!("--store {shown}: {e}"))?;
-        // Start even when Redis is down: /healthz says so, and service resumes with it.
-        if let Err(e) = store.ping().await {
-            tracing::warn!(store = %shown, error = %e, "Redis is not reachable yet; serving anyway, /healthz reports not ready");
-        }
-        return Ok(Arc::new(store));
+    if !redis.iter().any(|scheme| url.starts_with(scheme)) {
+        bail!(
+            "unsupported --store {shown:?}: use `memory`, `redis://host:port/db`, `rediss://…` or `redis+cluster://host:port,…`"
+        );
     }
-    bail!(
-        "unsupported --store {shown:?}: use `memory`, `redis://host:port/db`, `rediss://…` or `redis+cluster://host:port,…`"
-    )
+    let ca = match ca_file {
+        Some(path) => Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?),
+        None => None,
+    };
+    let store = RedisStore::with_tls_roots(url, ca).map_err(|e| anyhow::anyhow!("--store {shown}: {e}"))?;
+    Ok(Arc::new(store))
 }

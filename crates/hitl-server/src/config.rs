@@ -1,0 +1,104 @@
+//! The configuration file, `hitl.toml`: every `hitl serve` option under `[server]`.
+//! Command-line flags and environment variables override it. Unknown keys and bad
+//! values are errors that name the file, line, column and key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde::Deserialize;
+
+/// The whole file. Later sections (`[[upstream]]`, `[[policy]]`, `[auth]`, …) join
+/// `[server]` here.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ConfigFile {
+    #[serde(default)]
+    pub(crate) server: ServerSection,
+}
+
+/// `[server]`: the keys are the `hitl serve` flags with `_` for `-`; `examples` and
+/// `threads` are the positive forms of `--no-examples` and `--no-threads`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ServerSection {
+    pub(crate) listen: Option<SocketAddr>,
+    pub(crate) store: Option<String>,
+    pub(crate) redis_ca_file: Option<PathBuf>,
+    pub(crate) examples: Option<bool>,
+    pub(crate) conformance_fixtures: Option<bool>,
+    pub(crate) threads: Option<bool>,
+    pub(crate) default_ttl: Option<u64>,
+    pub(crate) secret_file: Option<PathBuf>,
+    pub(crate) previous_secret_file: Option<PathBuf>,
+    pub(crate) allowed_hosts: Option<Vec<String>>,
+    pub(crate) principal_header: Option<String>,
+    pub(crate) max_body_bytes: Option<usize>,
+    pub(crate) header_read_timeout: Option<u64>,
+    pub(crate) body_read_timeout: Option<u64>,
+    pub(crate) max_connections: Option<usize>,
+    pub(crate) max_concurrent_requests: Option<usize>,
+    pub(crate) request_timeout: Option<u64>,
+    pub(crate) max_paused_per_caller: Option<u64>,
+    pub(crate) max_paused_calls: Option<u64>,
+    pub(crate) max_record_bytes: Option<usize>,
+}
+
+/// Reads and parses `path`. Paths in the file are relative to the file's folder.
+pub(crate) fn load(path: &Path) -> anyhow::Result<ConfigFile> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut config = parse(&text).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
+    let folder = path.parent().unwrap_or(Path::new("."));
+    for file in
+        [&mut config.server.redis_ca_file, &mut config.server.secret_file, &mut config.server.previous_secret_file]
+            .into_iter()
+            .flatten()
+    {
+        if file.is_relative() {
+            *file = folder.join(&*file);
+        }
+    }
+    Ok(config)
+}
+
+/// Parses a file's text; the error reads `line:column: key: message`.
+pub(crate) fn parse(text: &str) -> Result<ConfigFile, String> {
+    let deserializer = toml::Deserializer::parse(text).map_err(|e| located(text, e.span(), "", e.message()))?;
+    serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let key = e.path().to_string();
+        let inner = e.into_inner();
+        located(text, inner.span(), &key, inner.message())
+    })
+}
+
+fn located(text: &str, span: Option<std::ops::Range<usize>>, key: &str, message: &str) -> String {
+    let at = span.map_or(0, |s| s.start).min(text.len());
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rfind('\n').map_or(at, |newline| at - newline - 1) + 1;
+    let key = if key.is_empty() || key == "." { String::new() } else { format!(" {key}:") };
+    format!("{line}:{column}:{key} {}", message.trim_end())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn errors_name_the_line_column_and_key() {
+        let cases = [
+            ("[server]\nlisten = \"127.0.0.1:8123\"\nlisen = 1\n", "3:1: server.lisen: unknown field `lisen`"),
+            ("[server]\nmax_connections = \"many\"\n", "2:19: server.max_connections: invalid type: string \"many\""),
+            ("[server]\nlisten = \"nowhere\"\n", "2:10: server.listen: invalid socket address syntax"),
+            ("[sever]\n", "1:2: sever: unknown field `sever`, expected `server`"),
+            ("[server\n", "1:8:"),
+        ];
+        for (text, expected) in cases {
+            let error = parse(text).unwrap_err();
+            assert!(error.starts_with(expected), "{text:?}: {error}");
+        }
+        let ok = parse("[server]\nlisten = \"0.0.0.0:80\"\nallowed_hosts = [\"hitl.example.com\"]\n").unwrap();
+        assert_eq!(ok.server.allowed_hosts.unwrap(), ["hitl.example.com"]);
+        assert!(parse("").unwrap().server.listen.is_none(), "an empty file is every default");
+    }
+}
