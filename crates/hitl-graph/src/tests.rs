@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::FutureExt as _;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::*;
 

@@ -38,11 +38,13 @@
 //! ```
 
 mod app;
+mod dispatch;
 mod endpoint;
 mod limit;
 mod origin;
 mod principal;
 mod sse;
+mod validate;
 
 pub use app::{BodyLimits, Endpoint, HttpApp};
 pub use limit::{MaxConcurrentRequests, MaxConcurrentRequestsLayer};
@@ -131,7 +133,8 @@ impl McpService {
     /// the agent with the same rounds as a tool call and returns its output as messages.
     pub fn with_prompts(tools: Vec<Agent>, prompts: Vec<Agent>, engine: Engine, options: ServerOptions) -> Self {
         let by_name = |agents: Vec<Agent>| agents.into_iter().map(|a| (a.name.clone(), a)).collect();
-        let server_info = serde_json::to_value(&options.server_info).unwrap_or_default();
+        // Names and versions are strings: this serialization cannot fail.
+        let server_info = serde_json::to_value(&options.server_info).expect("serverInfo is strings");
         Self {
             shared: Arc::new(Shared { tools: by_name(tools), prompts: by_name(prompts), engine, options, server_info }),
         }

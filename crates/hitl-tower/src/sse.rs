@@ -9,15 +9,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use futures_util::stream;
-use hitl_protocol::{ClientRequest, RequestId};
+use hitl_protocol::Response;
 use http::{HeaderValue, StatusCode, header};
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::endpoint::Caller;
-use crate::{McpBody, Shared};
+use crate::McpBody;
 
 /// One SSE event carrying one JSON message on one line.
 fn event(message: &Value) -> Bytes {
@@ -34,13 +33,14 @@ impl Drop for CancelOnDrop {
     }
 }
 
-pub(crate) fn respond(
-    shared: Arc<Shared>,
-    id: RequestId,
-    request: ClientRequest,
-    caller: Caller,
-    token: Value,
-) -> http::Response<McpBody> {
+/// A stream of progress notifications for `token`, ending with the message `run`
+/// produces. `run` gets the progress callback of its run and the flag that closing the
+/// stream sets.
+pub(crate) fn respond<F, Fut>(token: Value, run: F) -> http::Response<McpBody>
+where
+    F: FnOnce(hitl_graph::ProgressFn, Arc<AtomicBool>) -> Fut,
+    Fut: std::future::Future<Output = Response> + Send + 'static,
+{
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     let cancel = Arc::new(AtomicBool::new(false));
     let progress: hitl_graph::ProgressFn = {
@@ -53,11 +53,9 @@ pub(crate) fn respond(
     };
     // Progress 0 before the first superstep, so the client hears from the run at once.
     progress(0);
-    let era = caller.era;
-    let run_cancel = cancel.clone();
+    let finished = run(progress, cancel.clone());
     tokio::spawn(async move {
-        let result = shared.dispatch(request, caller, Some(progress), Some(run_cancel)).await;
-        let _ = tx.send(event(&shared.message(id, era, result).to_value()));
+        let _ = tx.send(event(&finished.await.to_value()));
     });
     let guard = CancelOnDrop(cancel);
     let frames = stream::unfold((rx, guard), |(mut rx, guard)| async move {

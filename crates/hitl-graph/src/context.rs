@@ -1,0 +1,157 @@
+//! What a step sees: its context (interrupts, runtime context, metadata), the options of
+//! a run, and the errors a step returns.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use crate::{Interrupt, ResumeValues};
+
+/// The signal a step propagates with `?` when it paused at an `interrupt`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interrupted;
+
+/// Why a step did not return an update.
+pub enum StepError {
+    /// It paused at an interrupt.
+    Interrupted,
+    /// It failed.
+    Failed(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl fmt::Debug for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Interrupted => f.write_str("Interrupted"),
+            Self::Failed(e) => write!(f, "Failed({e})"),
+        }
+    }
+}
+
+impl From<Interrupted> for StepError {
+    fn from(_: Interrupted) -> Self {
+        Self::Interrupted
+    }
+}
+
+impl<E: Into<Box<dyn std::error::Error + Send + Sync>>> From<E> for StepError {
+    fn from(e: E) -> Self {
+        Self::Failed(e.into())
+    }
+}
+
+impl StepError {
+    /// A failure with a message.
+    pub fn msg(message: impl fmt::Display) -> Self {
+        Self::Failed(message.to_string().into())
+    }
+}
+
+/// Called after each superstep with the number of supersteps finished in this run.
+pub type ProgressFn = Arc<dyn Fn(u32) + Send + Sync>;
+
+/// What a caller gives one run besides its input: the runtime context, metadata about
+/// the request, a progress callback, and a way to cancel it.
+#[derive(Clone, Default)]
+pub struct Run {
+    /// The runtime context steps see ([`StepContext::runtime_context`]); not stored.
+    pub context: Value,
+    /// What the caller knows of the request (for MCP: the client's capabilities),
+    /// visible to steps as [`StepContext::metadata`]; not stored.
+    pub metadata: Value,
+    /// Called as supersteps finish.
+    pub progress: Option<ProgressFn>,
+    /// Set to stop the run before its next superstep ([`RunError::Cancelled`]); a
+    /// superstep that started always finishes.
+    pub cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl fmt::Debug for Run {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Run").field("context", &self.context).field("metadata", &self.metadata).finish_non_exhaustive()
+    }
+}
+
+impl Run {
+    /// A run with this runtime context and nothing else.
+    pub fn with_context(context: Value) -> Self {
+        Self { context, ..Self::default() }
+    }
+
+    pub(crate) fn cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
+/// What a step sees besides the state: the runtime context and `interrupt`.
+#[derive(Clone)]
+pub struct StepContext {
+    pub(crate) step: Arc<str>,
+    pub(crate) superstep: u32,
+    pub(crate) run: Arc<Run>,
+    pub(crate) calls: Arc<Mutex<StepCalls>>,
+}
+
+#[derive(Default)]
+pub(crate) struct StepCalls {
+    pub(crate) next_index: usize,
+    pub(crate) resume: ResumeValues,
+    pub(crate) pending: Option<Interrupt>,
+}
+
+impl StepContext {
+    /// The runtime context of the run (the caller's, not stored in checkpoints).
+    pub fn runtime_context(&self) -> &Value {
+        &self.run.context
+    }
+
+    /// What the caller knows of the request (for MCP: `{"clientCapabilities": …}`).
+    pub fn metadata(&self) -> &Value {
+        &self.run.metadata
+    }
+
+    /// The name of the running step.
+    pub fn step(&self) -> &str {
+        &self.step
+    }
+
+    /// Asks a question. The first time, returns `Err(Interrupted)`, which the step
+    /// propagates with `?`; once resumed, returns the answer given for this call.
+    pub fn interrupt(&self, value: Value) -> Result<Value, Interrupted> {
+        self.ask(value, None)
+    }
+
+    /// Like [`StepContext::interrupt`], with a JSON Schema the answer must fit.
+    pub fn interrupt_with_schema(&self, value: Value, response_schema: Value) -> Result<Value, Interrupted> {
+        self.ask(value, Some(response_schema))
+    }
+
+    /// Asks a typed question: `T`'s JSON Schema (from schemars, the Rust analogue of a
+    /// Pydantic model) is the response schema, and the answer is deserialized into `T`.
+    ///
+    /// Callers that resume runs check answers against the response schema first, so a
+    /// value that does not fit is reported before anything runs; one that still fails
+    /// to deserialize fails the step with the type's error.
+    pub fn interrupt_as<T>(&self, question: Value) -> Result<T, StepError>
+    where
+        T: schemars::JsonSchema + serde::de::DeserializeOwned,
+    {
+        let schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default();
+        let answer = self.ask(question, Some(schema))?;
+        serde_json::from_value(answer)
+            .map_err(|e| StepError::msg(format!("the answer does not fit {}: {e}", std::any::type_name::<T>())))
+    }
+
+    fn ask(&self, value: Value, response_schema: Option<Value>) -> Result<Value, Interrupted> {
+        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let index = calls.next_index;
+        calls.next_index += 1;
+        let id = format!("{}:{}:{}", self.superstep, self.step, index);
+        if let Some(answer) = calls.resume.get(&id) {
+            return Ok(answer.clone());
+        }
+        calls.pending = Some(Interrupt { id, step: self.step.to_string(), value, response_schema });
+        Err(Interrupted)
+    }
+}

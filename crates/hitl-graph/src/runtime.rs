@@ -1,0 +1,241 @@
+//! Running a compiled graph: supersteps, interrupts, breakpoints, progress and cancel.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+
+use futures_util::FutureExt as _;
+use futures_util::future::join_all;
+use serde_json::{Map, Value};
+
+use crate::builder::{Edge, Reducer, Step};
+use crate::context::StepCalls;
+use crate::{
+    CHECKPOINT_FORMAT, Checkpoint, END, Interrupt, Outcome, ResumeValues, Run, RunError, START, StepContext, StepError,
+};
+
+pub(crate) struct GraphInner {
+    pub(crate) steps: HashMap<String, Step>,
+    pub(crate) edges: HashMap<String, Vec<Edge>>,
+    pub(crate) reducers: HashMap<String, Reducer>,
+    pub(crate) interrupt_before: BTreeSet<String>,
+    pub(crate) interrupt_after: BTreeSet<String>,
+    pub(crate) recursion_limit: u32,
+    pub(crate) output_keys: Option<Vec<String>>,
+    pub(crate) output_value: Option<String>,
+}
+
+/// A compiled graph; cheap to clone and share.
+#[derive(Clone)]
+pub struct Graph {
+    pub(crate) inner: Arc<GraphInner>,
+}
+
+impl fmt::Debug for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut steps: Vec<&String> = self.inner.steps.keys().collect();
+        steps.sort();
+        f.debug_struct("Graph").field("steps", &steps).finish()
+    }
+}
+
+impl Graph {
+    /// Starts a run with `input` (merged into an empty state) and a runtime context.
+    pub async fn invoke(&self, input: Value, runtime_context: Value) -> Result<Outcome, RunError> {
+        self.invoke_run(input, Run::with_context(runtime_context)).await
+    }
+
+    /// Resumes a paused run: each pending interrupt with a value in `resume` gets it;
+    /// steps without one ask again.
+    pub async fn resume(
+        &self,
+        checkpoint: Checkpoint,
+        resume: ResumeValues,
+        runtime_context: Value,
+    ) -> Result<Outcome, RunError> {
+        self.resume_run(checkpoint, resume, Run::with_context(runtime_context)).await
+    }
+
+    /// [`Graph::invoke`] with every option of a [`Run`].
+    pub async fn invoke_run(&self, input: Value, run: Run) -> Result<Outcome, RunError> {
+        let mut state = Value::Object(Map::new());
+        self.merge(&mut state, input);
+        let next = self.successors(START, &state)?;
+        let checkpoint = Checkpoint {
+            format: CHECKPOINT_FORMAT,
+            state,
+            next,
+            superstep: 0,
+            writes: BTreeMap::new(),
+            resume: BTreeMap::new(),
+            interrupts: Vec::new(),
+            passed_breakpoints: BTreeSet::new(),
+        };
+        self.run(checkpoint, Arc::new(run)).await
+    }
+
+    /// [`Graph::resume`] with every option of a [`Run`].
+    pub async fn resume_run(
+        &self,
+        mut checkpoint: Checkpoint,
+        resume: ResumeValues,
+        run: Run,
+    ) -> Result<Outcome, RunError> {
+        if checkpoint.format != CHECKPOINT_FORMAT {
+            return Err(RunError::BadCheckpoint(format!("format {} is not {CHECKPOINT_FORMAT}", checkpoint.format)));
+        }
+        if let Some(unknown) = checkpoint.next.iter().find(|s| !self.inner.steps.contains_key(*s)) {
+            return Err(RunError::BadCheckpoint(format!("unknown step {unknown}")));
+        }
+        checkpoint.resume.extend(resume);
+        checkpoint.interrupts.clear();
+        self.run(checkpoint, Arc::new(run)).await
+    }
+
+    async fn run(&self, mut cp: Checkpoint, run: Arc<Run>) -> Result<Outcome, RunError> {
+        let mut finished = 0;
+        loop {
+            // A run that ended is done even when the caller just went away.
+            if cp.next.is_empty() {
+                return Ok(Outcome::Done(self.output(cp.state)));
+            }
+            if run.cancelled() {
+                return Err(RunError::Cancelled(Box::new(cp)));
+            }
+            if cp.superstep >= self.inner.recursion_limit {
+                return Err(RunError::RecursionLimit(self.inner.recursion_limit));
+            }
+            if let Some(step) = cp.next.iter().find(|s| self.inner.interrupt_before.contains(*s)).cloned()
+                && cp.passed_breakpoints.insert(format!("before:{step}"))
+            {
+                return Ok(Outcome::Breakpoint { state: cp.state.clone(), checkpoint: cp });
+            }
+            let interrupts = self.superstep(&mut cp, &run).await?;
+            if !interrupts.is_empty() {
+                cp.interrupts = interrupts.clone();
+                return Ok(Outcome::Paused { interrupts, checkpoint: cp });
+            }
+            let ran = self.advance(&mut cp)?;
+            finished += 1;
+            if let Some(progress) = &run.progress {
+                progress(finished);
+            }
+            if ran.iter().any(|s| self.inner.interrupt_after.contains(s)) {
+                return Ok(Outcome::Breakpoint { state: cp.state.clone(), checkpoint: cp });
+            }
+        }
+    }
+
+    /// Runs the steps of the current superstep that have not written yet, concurrently;
+    /// their updates go to `cp.writes`. Returns what the steps that paused asked.
+    async fn superstep(&self, cp: &mut Checkpoint, run: &Arc<Run>) -> Result<Vec<Interrupt>, RunError> {
+        let to_run: Vec<String> = cp.next.iter().filter(|s| !cp.writes.contains_key(*s)).cloned().collect();
+        let runs = to_run.iter().map(|name| {
+            let ctx = StepContext {
+                step: Arc::from(name.as_str()),
+                superstep: cp.superstep,
+                run: run.clone(),
+                calls: Arc::new(Mutex::new(StepCalls { resume: cp.resume.clone(), ..StepCalls::default() })),
+            };
+            let fut = (self.inner.steps[name].run)(cp.state.clone(), ctx.clone());
+            async move { (AssertUnwindSafe(fut).catch_unwind().await, ctx) }
+        });
+        let mut interrupts = Vec::new();
+        for (name, (result, ctx)) in to_run.iter().zip(join_all(runs).await) {
+            let failed = |message: String| RunError::StepFailed { step: name.clone(), message };
+            match result {
+                Ok(Ok(update)) => {
+                    cp.writes.insert(name.clone(), update);
+                }
+                Ok(Err(StepError::Interrupted)) => {
+                    let pending = ctx.calls.lock().unwrap_or_else(|p| p.into_inner()).pending.take();
+                    let interrupt =
+                        pending.ok_or_else(|| failed("returned Interrupted without calling interrupt".into()))?;
+                    interrupts.push(interrupt);
+                }
+                Ok(Err(StepError::Failed(e))) => return Err(failed(e.to_string())),
+                Err(panic) => {
+                    let message = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into());
+                    return Err(RunError::StepPanicked { step: name.clone(), message });
+                }
+            }
+        }
+        Ok(interrupts)
+    }
+
+    /// Ends a superstep whose steps all wrote: merges the writes in step order, routes
+    /// to the next steps, and returns the steps that ran.
+    fn advance(&self, cp: &mut Checkpoint) -> Result<Vec<String>, RunError> {
+        let ran = std::mem::take(&mut cp.next);
+        for name in &ran {
+            if let Some(update) = cp.writes.remove(name) {
+                self.merge(&mut cp.state, update);
+            }
+        }
+        let mut next = Vec::new();
+        for name in &ran {
+            for to in self.successors(name, &cp.state)? {
+                if !next.contains(&to) {
+                    next.push(to);
+                }
+            }
+        }
+        cp.writes.clear();
+        cp.resume.clear();
+        cp.superstep += 1;
+        cp.passed_breakpoints.clear();
+        cp.next = next;
+        Ok(ran)
+    }
+
+    fn output(&self, state: Value) -> Value {
+        if let (Some(key), Value::Object(mut map)) = (&self.inner.output_value, state.clone()) {
+            return map.remove(key).unwrap_or(Value::Null);
+        }
+        match (&self.inner.output_keys, state) {
+            (Some(keys), Value::Object(mut map)) => {
+                Value::Object(keys.iter().filter_map(|k| map.remove(k).map(|v| (k.clone(), v))).collect())
+            }
+            (_, state) => state,
+        }
+    }
+
+    fn successors(&self, from: &str, state: &Value) -> Result<Vec<String>, RunError> {
+        let mut out = Vec::new();
+        for edge in self.inner.edges.get(from).into_iter().flatten() {
+            let targets = match edge {
+                Edge::To(to) => vec![to.clone()],
+                Edge::Route(route) => route(state),
+            };
+            for to in targets {
+                if to == END {
+                    continue;
+                }
+                if !self.inner.steps.contains_key(&to) {
+                    return Err(RunError::BadRoute { from: from.to_owned(), to });
+                }
+                if !out.contains(&to) {
+                    out.push(to);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn merge(&self, state: &mut Value, update: Value) {
+        let Value::Object(update) = update else { return };
+        let Value::Object(state) = state else { return };
+        for (key, value) in update {
+            let merged = match self.inner.reducers.get(&key) {
+                Some(reducer) => reducer.apply(state.get(&key), value),
+                None => value,
+            };
+            state.insert(key, merged);
+        }
+    }
+}

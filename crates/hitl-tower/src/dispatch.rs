@@ -1,0 +1,265 @@
+//! Dispatch of a valid request: `server/discover`, `tools/*`, `prompts/*` (agents as
+//! prompts), `completion/complete`, the empty `resources/*`, and the legacy
+//! `initialize`/`ping`/`logging/setLevel`; results stamped for their era.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use hitl_interrupt::{Agent, Call};
+use hitl_protocol::version::{self, Era};
+use hitl_protocol::{
+    CacheScope, CallToolResponse, CallToolResult, ClientRequest, ContentBlock, DiscoverResult, ErrorObject,
+    GetPromptResult, InitializeResult, ListPromptsResult, ListToolsResult, Prompt, PromptArgument, PromptMessage,
+    RequestId, Response, ResultType, Role, ServerCapabilities, Tool,
+};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::Shared;
+use crate::validate::Caller;
+
+/// `value` as JSON; a value that does not serialize is an internal error, never `null`.
+fn to_json<T: Serialize>(value: &T) -> Result<Value, ErrorObject> {
+    serde_json::to_value(value)
+        .map_err(|e| ErrorObject::internal(format!("Internal error: the result could not be encoded: {e}")))
+}
+
+impl Shared {
+    /// The response message of a dispatched request.
+    pub(crate) fn message(&self, id: RequestId, era: Era, result: Result<Value, ErrorObject>) -> Response {
+        match result {
+            Ok(result) => Response::Result { id, result: self.stamp(result, era) },
+            Err(error) => Response::Error { id: Some(id), error },
+        }
+    }
+
+    /// Serves a typed request.
+    pub(crate) async fn dispatch(
+        &self,
+        request: ClientRequest,
+        caller: Caller,
+        progress: Option<hitl_graph::ProgressFn>,
+        cancel: Option<Arc<AtomicBool>>,
+    ) -> Result<Value, ErrorObject> {
+        let era = caller.era;
+        // The engine's view of a tools/call or prompts/get; each request makes one.
+        let call = move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, prompt| Call {
+            arguments: arguments.unwrap_or_default(),
+            input_responses,
+            request_state,
+            context,
+            capabilities: caller.capabilities,
+            principal: caller.principal,
+            peer: caller.peer,
+            era,
+            prompt,
+            progress,
+            cancel,
+        };
+        match (request, era) {
+            (ClientRequest::Discover(_), Era::Modern) => self.discover(),
+            (ClientRequest::ListTools(_), _) => self.list_tools(era),
+            (ClientRequest::ListPrompts(_), _) => self.list_prompts(era),
+            (ClientRequest::Complete(_), _) => Ok(json!({"completion": {"values": [], "total": 0, "hasMore": false}})),
+            // hitl serves no resources: the lists are empty (and cacheable), reads fail.
+            (ClientRequest::ListResources(_), _) => Ok(self.empty_list("resources", era)),
+            (ClientRequest::ListResourceTemplates(_), _) => Ok(self.empty_list("resourceTemplates", era)),
+            (ClientRequest::ReadResource(params), _) => {
+                Err(ErrorObject::invalid_params(format!("Resource not found: {}", params.uri))
+                    .with_data(json!({ "uri": params.uri })))
+            }
+            (ClientRequest::CallTool(params), _) => {
+                let Some(agent) = self.tools.get(&params.name) else {
+                    return Err(ErrorObject::invalid_params(format!("Unknown tool: {}", params.name)));
+                };
+                let call = call(params.arguments, params.input_responses, params.request_state, params.context, false);
+                match self.run(agent, call).await? {
+                    CallToolResponse::Complete(r) => to_json(&r),
+                    CallToolResponse::InputRequired(r) => to_json(&r),
+                }
+            }
+            (ClientRequest::GetPrompt(params), _) => {
+                let Some(agent) = self.prompts.get(&params.name) else {
+                    return Err(ErrorObject::invalid_params(format!("Unknown prompt: {}", params.name)));
+                };
+                let call = call(params.arguments, params.input_responses, params.request_state, None, true);
+                match self.run(agent, call).await? {
+                    CallToolResponse::InputRequired(r) => to_json(&r),
+                    CallToolResponse::Complete(r) => to_json(&prompt_result(agent, r)?),
+                }
+            }
+            (ClientRequest::Initialize(params), Era::Legacy) => {
+                let result = InitializeResult {
+                    protocol_version: version::negotiate_legacy(&params.protocol_version).to_owned(),
+                    capabilities: self.capabilities(),
+                    server_info: self.options.server_info.clone(),
+                    instructions: self.options.instructions.clone(),
+                };
+                to_json(&result)
+            }
+            (ClientRequest::Ping(_) | ClientRequest::SetLevel(_), Era::Legacy) => Ok(Value::Object(Map::new())),
+            (other, _) => Err(ErrorObject::method_not_found(other.method())),
+        }
+    }
+
+    async fn run(&self, agent: &Agent, call: Call) -> Result<CallToolResponse, ErrorObject> {
+        match self.engine.call(agent, call).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                // The detail (hosts, record ids) goes to the log, not to the client.
+                tracing::error!(error = %e, agent = %agent.name, "call failed");
+                Err(ErrorObject::internal("Internal error: the thread store is unavailable"))
+            }
+        }
+    }
+
+    /// Adds `serverInfo` to modern results; strips `resultType` from legacy ones.
+    fn stamp(&self, mut result: Value, era: Era) -> Value {
+        if let Value::Object(map) = &mut result {
+            match era {
+                Era::Modern => {
+                    map.entry("resultType").or_insert_with(|| Value::from("complete"));
+                    let meta = map.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+                    if let Value::Object(meta) = meta {
+                        meta.insert(hitl_protocol::meta_keys::SERVER_INFO.into(), self.server_info.clone());
+                    }
+                }
+                Era::Legacy => {
+                    map.remove("resultType");
+                }
+            }
+        }
+        result
+    }
+
+    fn capabilities(&self) -> ServerCapabilities {
+        let mut caps = ServerCapabilities { tools: Some(Map::new()), ..ServerCapabilities::default() };
+        if !self.prompts.is_empty() {
+            caps.prompts = Some(Map::new());
+        }
+        caps.other.insert("completions".into(), json!({}));
+        caps
+    }
+
+    fn discover(&self) -> Result<Value, ErrorObject> {
+        let result = DiscoverResult {
+            result_type: ResultType::Complete,
+            supported_versions: version::SUPPORTED.iter().map(|v| (*v).to_owned()).collect(),
+            capabilities: self.capabilities(),
+            instructions: self.options.instructions.clone(),
+            ttl_ms: self.options.list_ttl_ms,
+            cache_scope: CacheScope::Public,
+            meta: None,
+        };
+        to_json(&result)
+    }
+
+    fn list_tools(&self, era: Era) -> Result<Value, ErrorObject> {
+        let tools = self
+            .tools
+            .values()
+            .map(|a| Tool {
+                name: a.name.clone(),
+                title: None,
+                description: Some(a.description.clone()),
+                input_schema: a.input_schema.clone(),
+                output_schema: None,
+                other: Map::new(),
+            })
+            .collect();
+        let modern = era == Era::Modern;
+        let result = ListToolsResult {
+            result_type: modern.then_some(ResultType::Complete),
+            tools,
+            next_cursor: None,
+            ttl_ms: modern.then_some(self.options.list_ttl_ms),
+            cache_scope: modern.then_some(CacheScope::Public),
+            meta: None,
+        };
+        to_json(&result)
+    }
+
+    fn empty_list(&self, key: &str, era: Era) -> Value {
+        let mut result = json!({ key: [] });
+        if era == Era::Modern {
+            result["ttlMs"] = json!(self.options.list_ttl_ms);
+            result["cacheScope"] = json!("public");
+        }
+        result
+    }
+
+    fn list_prompts(&self, era: Era) -> Result<Value, ErrorObject> {
+        let prompts = self
+            .prompts
+            .values()
+            .map(|a| {
+                let required: Vec<&str> = a.input_schema["required"]
+                    .as_array()
+                    .map(|r| r.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                let arguments: Vec<PromptArgument> = a.input_schema["properties"]
+                    .as_object()
+                    .map(|props| {
+                        props
+                            .iter()
+                            .map(|(name, schema)| PromptArgument {
+                                name: name.clone(),
+                                description: schema["description"].as_str().map(str::to_owned),
+                                required: Some(required.contains(&name.as_str())),
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                Prompt {
+                    name: a.name.clone(),
+                    title: None,
+                    description: Some(a.description.clone()),
+                    arguments: (!arguments.is_empty()).then_some(arguments),
+                }
+            })
+            .collect();
+        let modern = era == Era::Modern;
+        let result = ListPromptsResult {
+            result_type: modern.then_some(ResultType::Complete),
+            prompts,
+            next_cursor: None,
+            ttl_ms: modern.then_some(self.options.list_ttl_ms),
+            cache_scope: modern.then_some(CacheScope::Public),
+            meta: None,
+        };
+        to_json(&result)
+    }
+}
+
+/// An agent's final output as prompt messages: its `messages` when it returns some
+/// (`[{role, content}]`, content a block or a string), else one user message with the
+/// output as JSON text. An error result becomes a JSON-RPC error: prompts have no
+/// error results.
+fn prompt_result(agent: &Agent, result: CallToolResult) -> Result<GetPromptResult, ErrorObject> {
+    let text = result.content.iter().filter_map(ContentBlock::as_text).collect::<Vec<_>>().join("\n");
+    if result.is_error == Some(true) {
+        return Err(ErrorObject::internal(text));
+    }
+    let messages = match result.structured_content.as_ref().and_then(|o| o.get("messages")) {
+        Some(Value::Array(list)) => {
+            list.iter()
+                .map(|m| {
+                    let role = if m["role"] == "assistant" { Role::Assistant } else { Role::User };
+                    let content = match &m["content"] {
+                        Value::String(s) => ContentBlock::text(s.clone()),
+                        other => serde_json::from_value(other.clone())
+                            .unwrap_or_else(|_| ContentBlock::text(other.to_string())),
+                    };
+                    PromptMessage { role, content }
+                })
+                .collect()
+        }
+        _ => vec![PromptMessage { role: Role::User, content: ContentBlock::text(text) }],
+    };
+    Ok(GetPromptResult {
+        result_type: Some(ResultType::Complete),
+        description: Some(agent.description.clone()),
+        messages,
+        meta: None,
+    })
+}

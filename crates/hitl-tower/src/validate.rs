@@ -1,0 +1,179 @@
+//! Request validation, without I/O: the era, the header and `_meta` rules of the seed
+//! in order, and the JSON-RPC envelope, turned into a typed request and its caller, or
+//! the HTTP response that refuses it.
+
+use bytes::Bytes;
+use hitl_graph::Agent;
+use hitl_protocol::version::{self, Era};
+use hitl_protocol::{ClientCapabilities, ClientRequest, ErrorObject, Message, Meta, RequestId, headers, jsonrpc};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use indexmap::IndexMap;
+use serde_json::Value;
+
+use crate::{McpBody, PeerAddr, Principal, empty, error_response};
+
+/// Methods served on the modern wire.
+const MODERN_METHODS: &[&str] = &[
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+
+fn header_bytes<'a>(headers: &'a HeaderMap) -> impl Fn(&str) -> Option<&'a [u8]> {
+    move |name| headers.get(name).map(HeaderValue::as_bytes)
+}
+
+/// Does the client take an SSE response?
+fn accepts_sse(headers: &HeaderMap) -> bool {
+    headers.get_all(header::ACCEPT).iter().any(|v| v.to_str().is_ok_and(|v| v.contains("text/event-stream")))
+}
+
+/// What the dispatch of one request needs besides its params.
+pub(crate) struct Caller {
+    pub(crate) era: Era,
+    pub(crate) capabilities: ClientCapabilities,
+    pub(crate) principal: Option<String>,
+    /// The client's IP address, when the server gave it.
+    pub(crate) peer: Option<String>,
+}
+
+/// A request that passed every rule.
+pub(crate) struct Valid {
+    pub(crate) id: RequestId,
+    pub(crate) request: ClientRequest,
+    pub(crate) caller: Caller,
+    /// The progress token, when the request runs an agent and the client takes SSE:
+    /// the response is then a stream.
+    pub(crate) stream: Option<Value>,
+}
+
+/// The response that refuses a request (boxed: it is the rare path).
+pub(crate) type Refused = Box<http::Response<McpBody>>;
+
+/// Who sent a request, from its extensions.
+struct Who {
+    principal: Option<String>,
+    peer: Option<String>,
+}
+
+/// Checks `request` against the rules of its era. `Err` is the response that refuses
+/// it (or acknowledges a notification).
+pub(crate) fn validate(tools: &IndexMap<String, Agent>, request: &http::Request<Bytes>) -> Result<Valid, Refused> {
+    if request.method() != Method::POST {
+        let mut out = empty(StatusCode::METHOD_NOT_ALLOWED);
+        out.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return Err(Box::new(out));
+    }
+    let headers = request.headers();
+    let version_header = match headers.get(headers::PROTOCOL_VERSION) {
+        None => None,
+        Some(raw) => match headers::decode_value(raw.as_bytes()) {
+            Some(v) => Some(v),
+            None => {
+                let error =
+                    ErrorObject::header_mismatch("Header mismatch: MCP-Protocol-Version header value is not valid");
+                return Err(Box::new(error_response(Era::Modern, None, error)));
+            }
+        },
+    };
+    let era = version_header.as_deref().map_or(Era::Legacy, version::era_of);
+    if let Some(content_type) = headers.get(header::CONTENT_TYPE)
+        && !content_type.to_str().is_ok_and(|v| v.trim_start().to_ascii_lowercase().starts_with("application/json"))
+    {
+        let mut out = error_response(era, None, ErrorObject::invalid_request("Content-Type must be application/json"));
+        *out.status_mut() = StatusCode::UNSUPPORTED_MEDIA_TYPE;
+        return Err(Box::new(out));
+    }
+    let message = jsonrpc::parse(request.body())
+        .map_err(|rejection| Box::new(error_response(era, rejection.id, rejection.error)))?;
+    let who = Who {
+        principal: request.extensions().get::<Principal>().map(|p| p.0.clone()),
+        peer: request.extensions().get::<PeerAddr>().map(|p| p.0.ip().to_string()),
+    };
+    match era {
+        Era::Modern => modern(tools, headers, version_header.unwrap_or_default(), message, who),
+        Era::Legacy => legacy(headers, message, who),
+    }
+}
+
+fn modern(
+    tools: &IndexMap<String, Agent>,
+    http_headers: &HeaderMap,
+    version_header: String,
+    message: Message,
+    who: Who,
+) -> Result<Valid, Refused> {
+    let request = match message {
+        Message::Request(r) => r,
+        Message::Notification(_) => return Err(Box::new(empty(StatusCode::ACCEPTED))),
+        Message::Response { id, .. } | Message::Error { id: Some(id), .. } => {
+            let error = ErrorObject::invalid_request("the 2026-07-28 transport takes no responses from clients");
+            return Err(Box::new(error_response(Era::Modern, Some(id), error)));
+        }
+        Message::Error { id: None, .. } => {
+            let error = ErrorObject::invalid_request("the 2026-07-28 transport takes no responses from clients");
+            return Err(Box::new(error_response(Era::Modern, None, error)));
+        }
+    };
+    let id = request.id.clone();
+    let fail = |error: ErrorObject| Box::new(error_response(Era::Modern, Some(id.clone()), error));
+    headers::check_method_and_name(header_bytes(http_headers), &request.method, request.params.as_ref())
+        .map_err(fail)?;
+    if !MODERN_METHODS.contains(&request.method.as_str()) {
+        return Err(fail(ErrorObject::method_not_found(&request.method)));
+    }
+    // `_meta` is read once, here; the typed params below go without it.
+    let mut params = request.params;
+    let meta: Meta = match params.as_mut().and_then(Value::as_object_mut).and_then(|p| p.remove("_meta")) {
+        None => Meta::new(),
+        Some(raw) => serde_json::from_value(raw)
+            .map_err(|_| fail(ErrorObject::invalid_params("Invalid params: _meta must be an object")))?,
+    };
+    let modern = meta.require_modern().map_err(fail)?;
+    headers::check_version(&version_header, &modern.protocol_version).map_err(fail)?;
+    if modern.protocol_version != version::MODERN {
+        return Err(fail(ErrorObject::unsupported_version(version::SUPPORTED, &modern.protocol_version)));
+    }
+    let typed = ClientRequest::parse(&request.method, params).map_err(fail)?;
+    if let ClientRequest::CallTool(params) = &typed
+        && let Some(agent) = tools.get(&params.name)
+    {
+        headers::check_params(header_bytes(http_headers), &agent.input_schema, params.arguments.as_ref())
+            .map_err(fail)?;
+    }
+    let caller =
+        Caller { era: Era::Modern, capabilities: modern.client_capabilities, principal: who.principal, peer: who.peer };
+    let stream = stream_token(&typed, http_headers, &meta);
+    Ok(Valid { id, request: typed, caller, stream })
+}
+
+fn legacy(http_headers: &HeaderMap, message: Message, who: Who) -> Result<Valid, Refused> {
+    let request = match message {
+        Message::Request(r) => r,
+        // Notifications and answers to server requests are accepted and need no body.
+        _ => return Err(Box::new(empty(StatusCode::ACCEPTED))),
+    };
+    let id = request.id.clone();
+    let typed = ClientRequest::parse(&request.method, request.params)
+        .map_err(|e| Box::new(error_response(Era::Legacy, Some(id.clone()), e)))?;
+    let caller = Caller {
+        era: Era::Legacy,
+        capabilities: ClientCapabilities::default(),
+        principal: who.principal,
+        peer: who.peer,
+    };
+    let stream = stream_token(&typed, http_headers, typed.meta());
+    Ok(Valid { id, request: typed, caller, stream })
+}
+
+/// The progress token of a request that runs an agent, from a client that takes SSE.
+fn stream_token(request: &ClientRequest, http_headers: &HeaderMap, meta: &Meta) -> Option<Value> {
+    let runs_agent = matches!(request, ClientRequest::CallTool(_) | ClientRequest::GetPrompt(_));
+    (runs_agent && accepts_sse(http_headers)).then(|| meta.progress_token().cloned()).flatten()
+}
