@@ -179,7 +179,7 @@ pub enum EngineError {
 }
 
 /// What a call gets: a response, or a JSON-RPC error.
-pub type Answer = Result<CallToolResponse, ErrorObject>;
+pub type Reply = Result<CallToolResponse, ErrorObject>;
 
 /// Runs agents round by round over a [`ThreadStore`].
 #[derive(Clone)]
@@ -238,7 +238,7 @@ impl Engine {
     }
 
     /// Serves one `tools/call` of `agent`.
-    pub async fn call(&self, agent: &Agent, call: Call) -> Result<Answer, EngineError> {
+    pub async fn call(&self, agent: &Agent, call: Call) -> Result<Reply, EngineError> {
         // The arguments as one JSON value: checked, digested, and the input of a new run.
         let arguments = Value::Object(call.arguments.clone());
         if let Err(violations) = hitl_schema::validate_value(&agent.input_schema, &arguments) {
@@ -281,7 +281,7 @@ impl Engine {
         args_digest: String,
         arguments: Value,
         deadline: Deadline,
-    ) -> Result<Answer, EngineError> {
+    ) -> Result<Reply, EngineError> {
         let Some(outcome) = deadline.run(agent.graph.invoke_run(arguments, call.run())).await else {
             return Ok(Err(self.timed_out(false)));
         };
@@ -351,7 +351,7 @@ impl Engine {
         call: &Call,
         args_digest: &str,
         request_state: &str,
-    ) -> Result<Answer, EngineError> {
+    ) -> Result<Reply, EngineError> {
         let Some((thread_id, token)) = state::split(request_state) else { return Ok(invalid_state()) };
         let Some(thread) = self.store.load(thread_id).await? else { return Ok(invalid_state()) };
         if !self.bound(&thread, agent, call, args_digest) {
@@ -381,7 +381,7 @@ impl Engine {
         args_digest: String,
         request_state: &str,
         deadline: Deadline,
-    ) -> Result<Answer, EngineError> {
+    ) -> Result<Reply, EngineError> {
         let invalid = || Ok(invalid_state());
         let Some((thread_id, token)) = state::split(request_state) else { return invalid() };
         let responses = call.input_responses.clone().unwrap_or_default();
@@ -443,7 +443,7 @@ impl Engine {
         mut thread: Thread,
         answered: Answered<'_>,
         deadline: Deadline,
-    ) -> Result<Answer, EngineError> {
+    ) -> Result<Reply, EngineError> {
         let Answered { round, values, responses, token } = answered;
         let Some(checkpoint) = thread.checkpoint.clone() else {
             let reason = "a paused thread has no checkpoint".to_owned();
@@ -512,7 +512,7 @@ impl Engine {
 
     /// Releases a claimed round without answering it (the thread's checkpoint as given)
     /// and fails the call with `error`.
-    async fn give_back(&self, mut thread: Thread, expected: u64, error: ErrorObject) -> Result<Answer, EngineError> {
+    async fn give_back(&self, mut thread: Thread, expected: u64, error: ErrorObject) -> Result<Reply, EngineError> {
         thread.claim = None;
         thread.version = expected + 1;
         match self.store.save(&thread, Some(expected)).await {
@@ -562,7 +562,7 @@ impl Engine {
         responses: &InputResponses,
         token: &str,
         capabilities: &ClientCapabilities,
-    ) -> Option<Answer> {
+    ) -> Option<Reply> {
         let last = thread.last.as_ref()?;
         if !self.secret.verify(&thread.id, last.round, &last.nonce, token) {
             return None;
@@ -582,7 +582,7 @@ impl Engine {
         })
     }
 
-    fn reask(&self, thread_id: &str, round: &Round, capabilities: &ClientCapabilities) -> Answer {
+    fn reask(&self, thread_id: &str, round: &Round, capabilities: &ClientCapabilities) -> Reply {
         match self.missing_capability(round, capabilities) {
             Some(e) => Err(e),
             None => Ok(self.render(thread_id, round)),
@@ -597,7 +597,7 @@ impl Engine {
         response: CallToolResponse,
         token: &str,
         call: &Call,
-    ) -> Result<Answer, EngineError> {
+    ) -> Result<Reply, EngineError> {
         let expected = thread.version;
         thread.version += 1;
         thread.checkpoint = None;
@@ -671,7 +671,7 @@ impl Engine {
         responses: &InputResponses,
         token: &str,
         call: &Call,
-    ) -> Result<Answer, EngineError> {
+    ) -> Result<Reply, EngineError> {
         Ok(match self.store.load(thread_id).await? {
             Some(current) => self.replay(&current, responses, token, &call.capabilities).unwrap_or_else(invalid_state),
             None => invalid_state(),
@@ -771,7 +771,7 @@ struct Answered<'a> {
     token: &'a str,
 }
 
-fn invalid_state() -> Answer {
+fn invalid_state() -> Reply {
     Err(ErrorObject::invalid_params(INVALID_STATE))
 }
 

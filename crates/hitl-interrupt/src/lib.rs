@@ -53,8 +53,8 @@ pub use digest::{canonical, digest_hex, short_digest};
 pub use hitl_graph::Agent;
 
 pub use engine::{
-    Answer, BREAKPOINT, CANNOT_RESUME, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, Lifetimes,
-    Limits, MAX_ROUNDS_PER_REQUEST, NEWER_FORMAT,
+    BREAKPOINT, CANNOT_RESUME, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, Lifetimes, Limits,
+    MAX_ROUNDS_PER_REQUEST, NEWER_FORMAT, Reply,
 };
 pub use state::Secret;
 pub use store::{

@@ -22,7 +22,7 @@ use hitl_protocol::{
     CallToolResult, CreateMessageResult, ElicitAction, ElicitRequestParams, ElicitResult, ErrorObject, FormElicitation,
     InputRequest, InputResponses, ListRootsResult, Needs, UrlElicitation,
 };
-use hitl_schema::{CannotAsk as SchemaCannotAsk, FormOptions};
+use hitl_schema::{CannotAsk, FormOptions};
 use serde_json::{Map, Value, json};
 
 use crate::digest::{digest_hex, short_digest};
@@ -40,22 +40,22 @@ pub const FORM_MISMATCH: &str = "Form content does not match requestedSchema";
 /// Why interrupts cannot become questions; the text follows [`CANNOT_ASK`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{CANNOT_ASK}: {0}")]
-pub struct CannotAsk(pub String);
+pub struct NotAskable(pub String);
 
-impl CannotAsk {
+impl NotAskable {
     /// The error result the tool call ends with.
     pub fn to_result(&self) -> CallToolResult {
         CallToolResult::error([self.to_string()])
     }
 
-    pub(crate) fn schema(step: &str, what: &str, e: &SchemaCannotAsk) -> Self {
+    pub(crate) fn schema(step: &str, what: &str, e: &CannotAsk) -> Self {
         Self(format!("the {what} of step {step} cannot be asked: {} (at {})", e.reason, e.pointer))
     }
 }
 
 /// Turns the pending interrupts into one round's questions. Interrupts that ask the
 /// same text (or typed) question share one question.
-pub fn build(interrupts: &[Interrupt]) -> Result<Vec<Question>, CannotAsk> {
+pub fn build(interrupts: &[Interrupt]) -> Result<Vec<Question>, NotAskable> {
     let several = interrupts.len() > 1;
     let mut questions: Vec<Question> = Vec::new();
     let mut seen_digests: HashMap<String, usize> = HashMap::new();
@@ -71,7 +71,7 @@ pub fn build(interrupts: &[Interrupt]) -> Result<Vec<Question>, CannotAsk> {
             (_, Some(schema), value) => vec![typed_question(interrupt, value, schema)?],
             (_, None, Value::String(message)) => vec![text_question(message, &interrupt.id)],
             (_, None, _) => {
-                return Err(CannotAsk(format!(
+                return Err(NotAskable(format!(
                     "the interrupt of step {} is not a string and has no response schema",
                     interrupt.step
                 )));
@@ -92,14 +92,14 @@ pub fn build(interrupts: &[Interrupt]) -> Result<Vec<Question>, CannotAsk> {
                     same.interrupt_ids.extend(question.interrupt_ids);
                 }
                 Some(_) => {
-                    return Err(CannotAsk(format!("two requests of one interrupt use the key {}", question.key)));
+                    return Err(NotAskable(format!("two requests of one interrupt use the key {}", question.key)));
                 }
                 None => questions.push(question),
             }
         }
     }
     if questions.is_empty() {
-        return Err(CannotAsk("the interrupt asks no question".into()));
+        return Err(NotAskable("the interrupt asks no question".into()));
     }
     Ok(questions)
 }
@@ -109,9 +109,9 @@ pub fn build(interrupts: &[Interrupt]) -> Result<Vec<Question>, CannotAsk> {
 /// identical per-call interrupts, so every call gets its own question.
 fn review_questions(
     interrupt: &Interrupt,
-    calls: Vec<review::Call>,
+    calls: Vec<review::ReviewedCall>,
     seen_digests: &mut HashMap<String, usize>,
-) -> Result<Vec<Question>, CannotAsk> {
+) -> Result<Vec<Question>, NotAskable> {
     let digest = short_digest(&interrupt.value);
     calls
         .into_iter()
@@ -126,7 +126,7 @@ fn review_questions(
                 }
             };
             let (form, offered) = hitl_schema::review_form(&call.allowed, &call.args)
-                .map_err(|e| CannotAsk::schema(&interrupt.step, &format!("review of the {} call", call.tool), &e))?;
+                .map_err(|e| NotAskable::schema(&interrupt.step, &format!("review of the {} call", call.tool), &e))?;
             let message = call.description.clone().unwrap_or_else(|| format!("Run {}?", call.tool));
             let kind = QuestionKind::Review(review::Review {
                 tool: call.tool,
@@ -158,14 +158,14 @@ fn text_question(message: &str, interrupt_id: &str) -> Question {
     }
 }
 
-fn typed_question(interrupt: &Interrupt, value: &Value, schema: &Value) -> Result<Question, CannotAsk> {
+fn typed_question(interrupt: &Interrupt, value: &Value, schema: &Value) -> Result<Question, NotAskable> {
     // A question that is not a string is shown as JSON.
     let message = match value {
         Value::String(s) => s.clone(),
         other => serde_json::to_string(other).unwrap_or_default(),
     };
     let form = hitl_schema::to_form(schema, &FormOptions::default())
-        .map_err(|e| CannotAsk::schema(&interrupt.step, "response schema", &e))?;
+        .map_err(|e| NotAskable::schema(&interrupt.step, "response schema", &e))?;
     let key = format!("answer-{}", short_digest(&json!({ "text": message, "schema": schema })));
     Ok(Question {
         key,
@@ -178,7 +178,7 @@ fn typed_question(interrupt: &Interrupt, value: &Value, schema: &Value) -> Resul
 /// The requests of a relay interrupt, in the list shape (`[{key, message, mode,
 /// requested_schema | url}]`) or the object shape (`{key: {message, mode?,
 /// requestedSchema | url}}`, MCP's field names, a missing mode meaning form).
-fn relay(interrupt: &Interrupt, any_method: bool) -> Result<Vec<Question>, CannotAsk> {
+fn relay(interrupt: &Interrupt, any_method: bool) -> Result<Vec<Question>, NotAskable> {
     let step = &interrupt.step;
     let entries: Vec<(String, Value)> = match interrupt.value.get("requests") {
         Some(Value::Array(list)) => list
@@ -186,14 +186,14 @@ fn relay(interrupt: &Interrupt, any_method: bool) -> Result<Vec<Question>, Canno
             .enumerate()
             .map(|(i, r)| match r.get("key").and_then(Value::as_str) {
                 Some(key) => Ok((key.to_owned(), r.clone())),
-                None => Err(CannotAsk(format!("request {i} of the interrupt of step {step} has no key"))),
+                None => Err(NotAskable(format!("request {i} of the interrupt of step {step} has no key"))),
             })
             .collect::<Result<_, _>>()?,
         Some(Value::Object(map)) => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        _ => return Err(CannotAsk(format!("the interrupt of step {step} has no requests"))),
+        _ => return Err(NotAskable(format!("the interrupt of step {step} has no requests"))),
     };
     if entries.is_empty() {
-        return Err(CannotAsk(format!("the interrupt of step {step} has no requests")));
+        return Err(NotAskable(format!("the interrupt of step {step} has no requests")));
     }
     entries
         .into_iter()
@@ -209,7 +209,7 @@ fn relay(interrupt: &Interrupt, any_method: bool) -> Result<Vec<Question>, Canno
         .collect()
 }
 
-fn relayed_request(step: &str, key: &str, entry: Value, any_method: bool) -> Result<InputRequest, CannotAsk> {
+fn relayed_request(step: &str, key: &str, entry: Value, any_method: bool) -> Result<InputRequest, NotAskable> {
     let what = format!("request {key}");
     let method = entry.get("method").and_then(Value::as_str).map(str::to_owned);
     let params = match (&method, entry.get("params")) {
@@ -221,32 +221,32 @@ fn relayed_request(step: &str, key: &str, entry: Value, any_method: bool) -> Res
         Some("sampling/createMessage" | "roots/list") if any_method => {
             let request: InputRequest =
                 serde_json::from_value(json!({ "method": method, "params": params })).map_err(|e| {
-                    CannotAsk(format!("the {what} of step {step} is not a valid {}: {e}", method.unwrap_or_default()))
+                    NotAskable(format!("the {what} of step {step} is not a valid {}: {e}", method.unwrap_or_default()))
                 })?;
             return Ok(request);
         }
-        Some(other) => return Err(CannotAsk(format!("the {what} of step {step} uses the method {other}"))),
+        Some(other) => return Err(NotAskable(format!("the {what} of step {step} uses the method {other}"))),
     }
     let message = params.get("message").and_then(Value::as_str);
     let Some(message) = message else {
-        return Err(CannotAsk(format!("the {what} of step {step} has no message")));
+        return Err(NotAskable(format!("the {what} of step {step} has no message")));
     };
     match params.get("mode").and_then(Value::as_str) {
         None | Some("form") => {
             let schema = params.get("requested_schema").or_else(|| params.get("requestedSchema"));
             let Some(schema) = schema else {
-                return Err(CannotAsk(format!("the {what} of step {step} is a form without a schema")));
+                return Err(NotAskable(format!("the {what} of step {step} is a form without a schema")));
             };
             let form = hitl_schema::to_form(schema, &FormOptions::default())
-                .map_err(|e| CannotAsk::schema(step, &what, &e))?;
+                .map_err(|e| NotAskable::schema(step, &what, &e))?;
             if form.wrapped {
-                return Err(CannotAsk(format!("the {what} of step {step} has a form schema that is not an object")));
+                return Err(NotAskable(format!("the {what} of step {step} has a form schema that is not an object")));
             }
             Ok(form_request(message.to_owned(), form.schema))
         }
         Some("url") => {
             let url = params.get("url").and_then(Value::as_str).unwrap_or_default();
-            hitl_schema::check_url(url).map_err(|e| CannotAsk::schema(step, &what, &e))?;
+            hitl_schema::check_url(url).map_err(|e| NotAskable::schema(step, &what, &e))?;
             Ok(InputRequest::Elicit(ElicitRequestParams::Url(UrlElicitation {
                 message: message.to_owned(),
                 url: url.to_owned(),
@@ -254,7 +254,7 @@ fn relayed_request(step: &str, key: &str, entry: Value, any_method: bool) -> Res
                 meta: None,
             })))
         }
-        Some(other) => Err(CannotAsk(format!("the {what} of step {step} uses the mode {other}"))),
+        Some(other) => Err(NotAskable(format!("the {what} of step {step} uses the mode {other}"))),
     }
 }
 
@@ -327,20 +327,20 @@ pub fn judge(round: &Round, responses: &InputResponses) -> Verdict {
             Err(e) => return Verdict::Invalid(e),
         };
         match (&question.kind, answer) {
-            (QuestionKind::Text | QuestionKind::Typed { .. }, Answer::Value(value)) => {
+            (QuestionKind::Text | QuestionKind::Typed { .. }, Judged::Value(value)) => {
                 for id in &question.interrupt_ids {
                     resume.insert(id.clone(), value.clone());
                 }
             }
-            (QuestionKind::Text | QuestionKind::Typed { .. }, Answer::Declined(action)) => {
+            (QuestionKind::Text | QuestionKind::Typed { .. }, Judged::Declined(action)) => {
                 let text = if action == ElicitAction::Decline { DECLINED } else { CANCELLED };
                 finish.get_or_insert_with(|| CallToolResult::error([text.to_owned()]));
             }
             (QuestionKind::Review(_), _) => unreachable!("review answers are judged above"),
             (QuestionKind::Relay { agent_key }, answer) => {
                 let value = match answer {
-                    Answer::Value(v) => v,
-                    Answer::Declined(action) => json!({ "action": action }),
+                    Judged::Value(v) => v,
+                    Judged::Declined(action) => json!({ "action": action }),
                 };
                 for id in &question.interrupt_ids {
                     relayed.entry(id.clone()).or_default().insert(agent_key.clone(), value.clone());
@@ -363,7 +363,7 @@ pub fn judge(round: &Round, responses: &InputResponses) -> Verdict {
     Verdict::Resume(resume)
 }
 
-enum Answer {
+enum Judged {
     /// What the agent gets for this question.
     Value(Value),
     /// A text or typed question, or a relayed one, was declined or cancelled.
@@ -384,25 +384,25 @@ fn review_answer(question: &Question, review: &review::Review, raw: &Value) -> R
 }
 
 /// Reads and checks one answer against its question.
-fn answer(question: &Question, raw: &Value) -> Result<Answer, ErrorObject> {
+fn answer(question: &Question, raw: &Value) -> Result<Judged, ErrorObject> {
     let key = &question.key;
     match &question.request {
         InputRequest::CreateMessage(_) => {
             let result = CreateMessageResult::from_value(key, raw)?;
-            Ok(Answer::Value(serde_json::to_value(result).unwrap_or_default()))
+            Ok(Judged::Value(serde_json::to_value(result).unwrap_or_default()))
         }
         InputRequest::ListRoots(_) => {
             let result = ListRootsResult::from_value(key, raw)?;
-            Ok(Answer::Value(serde_json::to_value(result).unwrap_or_default()))
+            Ok(Judged::Value(serde_json::to_value(result).unwrap_or_default()))
         }
         InputRequest::Elicit(params) => {
             let result = ElicitResult::from_value(key, raw)?;
             if result.action != ElicitAction::Accept {
-                return Ok(Answer::Declined(result.action));
+                return Ok(Judged::Declined(result.action));
             }
             match params {
                 // Accepting a URL question means the user finished the flow on the page.
-                ElicitRequestParams::Url(_) => Ok(Answer::Value(json!({ "action": "accept" }))),
+                ElicitRequestParams::Url(_) => Ok(Judged::Value(json!({ "action": "accept" }))),
                 ElicitRequestParams::Form(form) => {
                     let content = result.content.unwrap_or_default();
                     if let Err(violations) = hitl_schema::validate(&form.requested_schema, &content) {
@@ -413,7 +413,7 @@ fn answer(question: &Question, raw: &Value) -> Result<Answer, ErrorObject> {
                         .filter(|(k, _)| form.requested_schema.properties.contains_key(*k))
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect();
-                    Ok(Answer::Value(match question.kind {
+                    Ok(Judged::Value(match question.kind {
                         QuestionKind::Text => asked.get(hitl_schema::RESPONSE_FIELD).cloned().unwrap_or(Value::Null),
                         QuestionKind::Typed { wrapped: true } => {
                             asked.get(hitl_schema::RESPONSE_FIELD).cloned().unwrap_or(Value::Null)

@@ -15,7 +15,7 @@ use hitl_schema::Decision;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::questions::{CANCELLED, CannotAsk, DECLINED};
+use crate::questions::{CANCELLED, DECLINED, NotAskable};
 
 /// How a review question's answer goes back to the middleware.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -51,7 +51,7 @@ pub enum ReviewMode {
 }
 
 /// One call to review, read from an interrupt.
-pub(crate) struct Call {
+pub(crate) struct ReviewedCall {
     pub(crate) tool: String,
     pub(crate) args: Map<String, Value>,
     pub(crate) description: Option<String>,
@@ -60,7 +60,7 @@ pub(crate) struct Call {
 }
 
 /// Is this interrupt a review? Then its calls, in order.
-pub(crate) fn calls(interrupt: &Interrupt) -> Option<Result<Vec<Call>, CannotAsk>> {
+pub(crate) fn calls(interrupt: &Interrupt) -> Option<Result<Vec<ReviewedCall>, NotAskable>> {
     let value = &interrupt.value;
     if value.get("type").and_then(Value::as_str) == Some("tool_approval") {
         let request = value.get("action_request").or_else(|| value.get("actionRequest"))?;
@@ -91,15 +91,17 @@ pub(crate) fn calls(interrupt: &Interrupt) -> Option<Result<Vec<Call>, CannotAsk
     Some(calls)
 }
 
-fn call(interrupt: &Interrupt, request: &Value, config: &Value, mode: ReviewMode) -> Result<Call, CannotAsk> {
+fn call(interrupt: &Interrupt, request: &Value, config: &Value, mode: ReviewMode) -> Result<ReviewedCall, NotAskable> {
     let step = &interrupt.step;
     let Some(tool) = request.get("name").and_then(Value::as_str) else {
-        return Err(CannotAsk(format!("a tool call to review in step {step} has no name")));
+        return Err(NotAskable(format!("a tool call to review in step {step} has no name")));
     };
     let args = match request.get("args") {
         Some(Value::Object(args)) => args.clone(),
         None | Some(Value::Null) => Map::new(),
-        Some(_) => return Err(CannotAsk(format!("the arguments of the {tool} call in step {step} are not an object"))),
+        Some(_) => {
+            return Err(NotAskable(format!("the arguments of the {tool} call in step {step} are not an object")));
+        }
     };
     let names = config.get("allowed_decisions").or_else(|| config.get("allowedDecisions"));
     let allowed: Vec<Decision> = match names.and_then(Value::as_array) {
@@ -107,7 +109,7 @@ fn call(interrupt: &Interrupt, request: &Value, config: &Value, mode: ReviewMode
         None => Decision::ALL.to_vec(),
     };
     let description = request.get("description").and_then(Value::as_str).map(str::to_owned);
-    Ok(Call { tool: tool.to_owned(), args, description, allowed, mode })
+    Ok(ReviewedCall { tool: tool.to_owned(), args, description, allowed, mode })
 }
 
 /// The answer to a review question, as the middleware's decision; `Err` for an answer

@@ -51,18 +51,18 @@ fn accept(text: &str) -> Value {
     json!({"action": "accept", "content": {"response": text}})
 }
 
-fn run(f: impl std::future::Future<Output = Result<Answer, EngineError>>) -> Answer {
+fn run(f: impl std::future::Future<Output = Result<Reply, EngineError>>) -> Reply {
     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f).expect("no store failure")
 }
 
-fn round(answer: Answer) -> InputRequiredResult {
+fn round(answer: Reply) -> InputRequiredResult {
     match answer {
         Ok(CallToolResponse::InputRequired(r)) => r,
         other => panic!("expected input_required, got {other:?}"),
     }
 }
 
-fn text(answer: &Answer) -> (String, bool) {
+fn text(answer: &Reply) -> (String, bool) {
     match answer {
         Ok(CallToolResponse::Complete(r)) => (r.content[0].as_text().unwrap().to_owned(), r.is_error == Some(true)),
         other => panic!("expected a result, got {other:?}"),
@@ -356,7 +356,7 @@ fn runs_of(p: &PausedCount) -> usize {
 }
 
 /// `n` identical answer calls, polled concurrently on one thread.
-fn concurrently(p: &PausedCount, n: usize) -> Vec<Answer> {
+fn concurrently(p: &PausedCount, n: usize) -> Vec<Reply> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     rt.block_on(futures_util::future::join_all(
         (0..n).map(|_| p.f.engine.call(&p.agent, call(Some(p.answers.clone()), Some(&p.state)))),
