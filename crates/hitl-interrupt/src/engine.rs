@@ -6,13 +6,11 @@ use std::time::Duration;
 
 use hitl_graph::{Agent, Checkpoint, Outcome};
 use hitl_protocol::version::Era;
-use hitl_protocol::{
-    CallToolResponse, CallToolResult, ClientCapabilities, ErrorObject, InputRequests, InputRequiredResult,
-    InputResponses,
-};
+use hitl_protocol::{CallToolResponse, CallToolResult, ClientCapabilities, ErrorObject, InputResponses};
 use serde_json::{Map, Value};
 
 use crate::questions::{self, Verdict};
+use crate::round::{self, Next};
 use crate::state::{self, Secret};
 use crate::store::{Clock, LimitReached, PausedLimits, SaveError, StoreError, ThreadStore};
 use crate::{Claim, Last, LastOutcome, Round, THREAD_FORMAT, Thread, digest};
@@ -310,7 +308,7 @@ impl Engine {
                 }
             }
         }
-        if let Some(e) = self.missing_capability(&round, &call.capabilities) {
+        if let Some(e) = round::missing_capability(&round, &call.capabilities) {
             return Ok(Err(e));
         }
         let owner = call.owner();
@@ -340,7 +338,7 @@ impl Engine {
             }
         }
         let round = thread.round.as_ref().expect("a paused thread has its round");
-        Ok(Ok(self.render(&thread.id, round)))
+        Ok(Ok(round::render(&thread.id, round, &self.secret)))
     }
 
     /// A client that can't answer rounds sent a paused call's `requestState`: it gets the
@@ -354,7 +352,7 @@ impl Engine {
     ) -> Result<Reply, EngineError> {
         let Some((thread_id, token)) = state::split(request_state) else { return Ok(invalid_state()) };
         let Some(thread) = self.store.load(thread_id).await? else { return Ok(invalid_state()) };
-        if !self.bound(&thread, agent, call, args_digest) {
+        if !round::bound(&thread, &call.binding(agent), args_digest, call.principal.as_deref()) {
             return Ok(invalid_state());
         }
         let open = thread.round.as_ref().filter(|r| self.secret.verify(&thread.id, r.n, &r.nonce, token));
@@ -367,13 +365,8 @@ impl Engine {
         }
     }
 
-    /// Does the thread belong to this call (tool, arguments, caller), in a format this
-    /// build reads?
-    fn bound(&self, thread: &Thread, agent: &Agent, call: &Call, args_digest: &str) -> bool {
-        thread.tool == call.binding(agent) && thread.args_digest == args_digest && thread.principal == call.principal
-    }
-
     /// A call with `requestState`: answer the open round, or resend the last answers.
+    /// The transitions are [`round::decide`]'s; this carries them out.
     async fn answer(
         &self,
         agent: &Agent,
@@ -382,56 +375,48 @@ impl Engine {
         request_state: &str,
         deadline: Deadline,
     ) -> Result<Reply, EngineError> {
-        let invalid = || Ok(invalid_state());
-        let Some((thread_id, token)) = state::split(request_state) else { return invalid() };
+        let Some((thread_id, token)) = state::split(request_state) else { return Ok(invalid_state()) };
         let responses = call.input_responses.clone().unwrap_or_default();
+        let binding = call.binding(agent);
+        let request = round::Answering {
+            binding: &binding,
+            args_digest: &args_digest,
+            principal: call.principal.as_deref(),
+            token,
+            responses: &responses,
+            capabilities: &call.capabilities,
+        };
         let mut backoff = Duration::from_millis(2);
         loop {
-            let Some(mut thread) = self.store.load(thread_id).await? else { return invalid() };
-            if !self.bound(&thread, agent, &call, &args_digest) {
-                return invalid();
-            }
-            // A newer build's record is left for a newer replica to resume.
-            let newer_checkpoint = thread.checkpoint.as_ref().is_some_and(|c| c.format > hitl_graph::CHECKPOINT_FORMAT);
-            if thread.format > THREAD_FORMAT || newer_checkpoint {
-                return Ok(Err(ErrorObject::internal(NEWER_FORMAT)));
-            }
-            let Some(round) = thread.round.clone().filter(|r| self.secret.verify(&thread.id, r.n, &r.nonce, token))
-            else {
-                return Ok(self.replay(&thread, &responses, token, &call.capabilities).unwrap_or_else(invalid_state));
-            };
-            let values = match questions::judge(&round, &responses) {
-                Verdict::Missing => return Ok(self.reask(&thread.id, &round, &call.capabilities)),
-                Verdict::Invalid(e) => return Ok(Err(e)),
-                Verdict::Finish(result) => {
-                    let last = self.last(&round, &responses, LastOutcome::Result { result: result.clone() });
+            let loaded = self.store.load(thread_id).await?;
+            let now = self.clock.now_ms();
+            match round::decide(loaded, &request, now, self.lifetimes.lease, &self.secret) {
+                Next::Invalid => return Ok(invalid_state()),
+                Next::Newer => return Ok(Err(ErrorObject::internal(NEWER_FORMAT))),
+                Next::Replay(reply) | Next::Reask(reply) => return Ok(reply),
+                Next::Reject(e) => return Ok(Err(e)),
+                Next::Finish(ending) => {
+                    let round::Finishing { thread, last, result } = *ending;
                     return self.finish(thread, last, CallToolResponse::Complete(result), token, &call).await;
                 }
-                Verdict::Resume(values) => values,
-            };
-            // Resume once: claim the round before running the agent. A request that
-            // finds the round claimed waits for the claimer's outcome (or for its
-            // lease to run out, if it died) and then answers from it.
-            let now = self.clock.now_ms();
-            if thread.claim.as_ref().is_some_and(|c| c.round == round.n && c.until_ms > now) {
-                if deadline.passed() {
-                    return Ok(Err(self.timed_out(true)));
+                // The claimer's outcome (or its lapsed lease, if it died) comes next.
+                Next::Wait => {
+                    if deadline.passed() {
+                        return Ok(Err(self.timed_out(true)));
+                    }
+                    self.clock.sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(100));
                 }
-                self.clock.sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_millis(100));
-                continue;
+                Next::Claim { thread, round, values } => {
+                    match self.store.save(&thread, Some(thread.version - 1)).await {
+                        Ok(()) => {}
+                        Err(SaveError::Conflict(_)) => continue,
+                        Err(SaveError::Store(e)) => return Err(e.into()),
+                    }
+                    let answered = Answered { round, values, responses: &responses, token };
+                    return self.resume_claimed(agent, &call, *thread, answered, deadline).await;
+                }
             }
-            let expected = thread.version;
-            thread.claim =
-                Some(Claim { round: round.n, until_ms: now.saturating_add(self.lifetimes.lease.as_millis() as u64) });
-            thread.version += 1;
-            match self.store.save(&thread, Some(expected)).await {
-                Ok(()) => {}
-                Err(SaveError::Conflict(_)) => continue,
-                Err(SaveError::Store(e)) => return Err(e.into()),
-            }
-            let answered = Answered { round, values, responses: &responses, token };
-            return self.resume_claimed(agent, &call, thread, answered, deadline).await;
         }
     }
 
@@ -474,15 +459,15 @@ impl Engine {
                     CallToolResponse::Complete(result) => LastOutcome::Result { result: result.clone() },
                     CallToolResponse::InputRequired(_) => unreachable!("settle finishes with a result"),
                 };
-                let last = self.last(&round, responses, outcome);
+                let last = round::last(&round, responses, outcome);
                 self.finish(thread, last, response, token, call).await
             }
             Settled::Paused(cp, next) => {
-                let missing = self.missing_capability(&next, &call.capabilities);
+                let missing = round::missing_capability(&next, &call.capabilities);
                 let lifetime =
                     if missing.is_some() { self.lifetimes.waiting_for_capability } else { self.lifetimes.paused };
                 let kept = thread.clone();
-                thread.last = Some(self.last(&round, responses, LastOutcome::NextRound));
+                thread.last = Some(round::last(&round, responses, LastOutcome::NextRound));
                 thread.checkpoint = Some(cp);
                 thread.round = Some(next.clone());
                 thread.version = expected + 1;
@@ -504,7 +489,7 @@ impl Engine {
                 }
                 Ok(match missing {
                     Some(e) => Err(e),
-                    None => Ok(self.render(&thread.id, &next)),
+                    None => Ok(round::render(&thread.id, &next, &self.secret)),
                 })
             }
         }
@@ -553,40 +538,6 @@ impl Engine {
             futures_util::future::Either::Right(((), run)) => run.await,
         };
         (outcome, version.load(std::sync::atomic::Ordering::SeqCst))
-    }
-
-    /// A resend of the last round's answers gets what they led to.
-    fn replay(
-        &self,
-        thread: &Thread,
-        responses: &InputResponses,
-        token: &str,
-        capabilities: &ClientCapabilities,
-    ) -> Option<Reply> {
-        let last = thread.last.as_ref()?;
-        if !self.secret.verify(&thread.id, last.round, &last.nonce, token) {
-            return None;
-        }
-        if questions::answers_digest(&last.keys, responses) != last.answers_digest {
-            return None;
-        }
-        Some(match &last.outcome {
-            LastOutcome::Result { result } => Ok(CallToolResponse::Complete(result.clone())),
-            LastOutcome::NextRound => {
-                let round = thread.round.as_ref()?;
-                match self.missing_capability(round, capabilities) {
-                    Some(e) => Err(e),
-                    None => Ok(self.render(&thread.id, round)),
-                }
-            }
-        })
-    }
-
-    fn reask(&self, thread_id: &str, round: &Round, capabilities: &ClientCapabilities) -> Reply {
-        match self.missing_capability(round, capabilities) {
-            Some(e) => Err(e),
-            None => Ok(self.render(thread_id, round)),
-        }
     }
 
     /// Ends the thread with `last` (kept for resends) and answers `response`.
@@ -673,19 +624,10 @@ impl Engine {
         call: &Call,
     ) -> Result<Reply, EngineError> {
         Ok(match self.store.load(thread_id).await? {
-            Some(current) => self.replay(&current, responses, token, &call.capabilities).unwrap_or_else(invalid_state),
+            Some(current) => round::replay(&current, responses, token, &call.capabilities, &self.secret)
+                .unwrap_or_else(invalid_state),
             None => invalid_state(),
         })
-    }
-
-    fn last(&self, round: &Round, responses: &InputResponses, outcome: LastOutcome) -> Last {
-        Last {
-            round: round.n,
-            nonce: round.nonce.clone(),
-            keys: round.questions.iter().map(|q| q.key.clone()).collect(),
-            answers_digest: questions::answers_digest_of(round, responses),
-            outcome,
-        }
     }
 
     /// Turns a run's outcome into a final answer or the next round.
@@ -711,48 +653,8 @@ impl Engine {
         }
     }
 
-    fn missing_capability(&self, round: &Round, capabilities: &ClientCapabilities) -> Option<ErrorObject> {
-        let missing = questions::needs(&round.questions).missing_from(capabilities);
-        if missing.is_empty() {
-            return None;
-        }
-        let needs = questions::needs(&round.questions);
-        let mode = if missing.form {
-            "form elicitation"
-        } else if missing.url {
-            "url elicitation"
-        } else if missing.sampling {
-            "sampling"
-        } else {
-            "roots"
-        };
-        let required = needs_as_required(needs, missing);
-        Some(ErrorObject::missing_capability(
-            format!("This tool asks for human input and needs {mode}."),
-            &required.to_capabilities(),
-        ))
-    }
-
-    fn render(&self, thread_id: &str, round: &Round) -> CallToolResponse {
-        let requests: InputRequests = round.questions.iter().map(|q| (q.key.clone(), q.request.clone())).collect();
-        let request_state = self.secret.request_state(thread_id, round.n, &round.nonce);
-        CallToolResponse::InputRequired(InputRequiredResult::new(requests, request_state))
-    }
-
     fn expiry(&self, lifetime: Duration) -> u64 {
         self.clock.now_ms().saturating_add(lifetime.as_millis() as u64)
-    }
-}
-
-/// Every mode the round needs, among the kinds the client misses (so a client that
-/// lacks elicitation altogether learns of both form and url).
-fn needs_as_required(needs: hitl_protocol::Needs, missing: hitl_protocol::Needs) -> hitl_protocol::Needs {
-    let elicitation_missing = missing.form || missing.url;
-    hitl_protocol::Needs {
-        form: elicitation_missing && needs.form,
-        url: elicitation_missing && needs.url,
-        sampling: missing.sampling,
-        roots: missing.roots,
     }
 }
 

@@ -44,6 +44,7 @@ mod digest;
 mod engine;
 pub mod questions;
 pub mod review;
+pub mod round;
 pub mod state;
 mod store;
 mod thread;
