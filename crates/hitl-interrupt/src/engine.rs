@@ -10,10 +10,10 @@ use hitl_protocol::{CallToolResponse, CallToolResult, ClientCapabilities, ErrorO
 use serde_json::{Map, Value};
 
 use crate::questions::{self, Verdict};
-use crate::round::{self, Next};
+use crate::round::{self, Ending, Next, Ran};
 use crate::state::{self, Secret};
 use crate::store::{Clock, LimitReached, PausedLimits, SaveError, StoreError, ThreadStore};
-use crate::{Claim, Last, LastOutcome, Round, THREAD_FORMAT, Thread, digest};
+use crate::{Claim, Last, Round, THREAD_FORMAT, Thread, digest};
 
 /// The message of every `requestState` that does not verify.
 pub const INVALID_STATE: &str = "Invalid or expired requestState";
@@ -326,7 +326,7 @@ impl Engine {
             claim: None,
             expires_at_ms: self.expiry(self.lifetimes.paused),
         };
-        if let Err(e) = self.fits(&thread) {
+        if let Err(e) = round::fits(&thread, self.limits.max_record_bytes) {
             return Ok(Err(e));
         }
         match self.store.create_paused(&thread, &owner, self.limits.paused).await {
@@ -420,7 +420,8 @@ impl Engine {
         }
     }
 
-    /// Runs the agent for a claimed round and stores what it led to.
+    /// Runs the agent for a claimed round and stores what [`round::end_run`] says it
+    /// led to.
     async fn resume_claimed(
         &self,
         agent: &Agent,
@@ -437,72 +438,52 @@ impl Engine {
         let run = deadline.run(agent.graph.resume_run(checkpoint, values, call.run()));
         let (outcome, version) = self.run_renewing(run, &thread).await;
         thread.version = version;
-        let expected = thread.version;
         thread.claim = None;
-        let outcome = match outcome {
-            // Out of time: give the round back as it was; the call stays paused.
-            None => return self.give_back(thread, expected, self.timed_out(true)).await,
-            // The client went away between supersteps: give the round back with every
-            // superstep that finished, so a resend never repeats one.
-            Some(Err(hitl_graph::RunError::Cancelled(kept))) => {
-                // Before any superstep finished, the round's checkpoint stays as it was.
-                if thread.checkpoint.as_ref().is_some_and(|before| kept.superstep > before.superstep) {
-                    thread.checkpoint = Some(*kept);
-                }
-                return self.give_back(thread, expected, ErrorObject::internal("the request was cancelled")).await;
-            }
-            Some(outcome) => outcome,
+        let expected = thread.version;
+        let ran = match outcome {
+            None => Ran::TimedOut(self.timed_out(true)),
+            Some(Err(hitl_graph::RunError::Cancelled(kept))) => Ran::Cancelled(kept),
+            Some(outcome) => match self.settle(outcome, round.n + 1, call) {
+                Settled::Done(CallToolResponse::Complete(result)) => Ran::Done(result),
+                Settled::Done(CallToolResponse::InputRequired(_)) => unreachable!("settle finishes with a result"),
+                Settled::Paused(checkpoint, next) => Ran::Paused(Box::new(checkpoint), next),
+            },
         };
-        match self.settle(outcome, round.n + 1, call) {
-            Settled::Done(response) => {
-                let outcome = match &response {
-                    CallToolResponse::Complete(result) => LastOutcome::Result { result: result.clone() },
-                    CallToolResponse::InputRequired(_) => unreachable!("settle finishes with a result"),
+        let end = round::EndOf {
+            round: &round,
+            responses,
+            capabilities: &call.capabilities,
+            now_ms: self.clock.now_ms(),
+            lifetimes: &self.lifetimes,
+            max_record_bytes: self.limits.max_record_bytes,
+        };
+        let (saved, reply) = match round::end_run(thread, ran, &end, &self.secret) {
+            Ending::GiveBack(thread, error) => {
+                return match self.store.save(&thread, Some(expected)).await {
+                    Ok(()) | Err(SaveError::Conflict(_)) => Ok(Err(error)),
+                    Err(SaveError::Store(e)) => Err(e.into()),
                 };
-                let last = round::last(&round, responses, outcome);
-                self.finish(thread, last, response, token, call).await
             }
-            Settled::Paused(cp, next) => {
-                let missing = round::missing_capability(&next, &call.capabilities);
-                let lifetime =
-                    if missing.is_some() { self.lifetimes.waiting_for_capability } else { self.lifetimes.paused };
-                let kept = thread.clone();
-                thread.last = Some(round::last(&round, responses, LastOutcome::NextRound));
-                thread.checkpoint = Some(cp);
-                thread.round = Some(next.clone());
-                thread.version = expected + 1;
-                thread.expires_at_ms = self.expiry(lifetime);
-                if let Err(e) = self.fits(&thread) {
-                    return self.give_back(kept, expected, e).await;
-                }
-                match self.store.save(&thread, Some(expected)).await {
-                    Ok(()) => {}
-                    Err(SaveError::Store(e)) => return Err(e.into()),
-                    Err(SaveError::Conflict(_)) => {
-                        return self.after_conflict(&thread.id, responses, token, call).await;
-                    }
-                }
-                if let Some(owner) = &thread.owner {
+            Ending::Finished(thread, result) => {
+                let saved = self.store.save_finished(&thread, expected, thread.owner.as_deref()).await;
+                (saved.map(|()| thread), Ok(CallToolResponse::Complete(result)))
+            }
+            Ending::NextRound(thread, reply) => {
+                let saved = self.store.save(&thread, Some(expected)).await;
+                if saved.is_ok()
+                    && let Some(owner) = &thread.owner
+                {
                     // The call lives on to its new expiry; a failure here only makes it
                     // stop counting at its old one.
                     let _ = self.store.count_paused(owner, &thread.id, thread.expires_at_ms, self.limits.paused).await;
                 }
-                Ok(match missing {
-                    Some(e) => Err(e),
-                    None => Ok(round::render(&thread.id, &next, &self.secret)),
-                })
+                (saved.map(|()| thread), reply)
             }
-        }
-    }
-
-    /// Releases a claimed round without answering it (the thread's checkpoint as given)
-    /// and fails the call with `error`.
-    async fn give_back(&self, mut thread: Thread, expected: u64, error: ErrorObject) -> Result<Reply, EngineError> {
-        thread.claim = None;
-        thread.version = expected + 1;
-        match self.store.save(&thread, Some(expected)).await {
-            Ok(()) | Err(SaveError::Conflict(_)) => Ok(Err(error)),
+        };
+        match saved {
+            Ok(_) => Ok(reply),
             Err(SaveError::Store(e)) => Err(e.into()),
+            Err(SaveError::Conflict(id)) => self.after_conflict(&id, responses, token, call).await,
         }
     }
 
@@ -543,23 +524,15 @@ impl Engine {
     /// Ends the thread with `last` (kept for resends) and answers `response`.
     async fn finish(
         &self,
-        mut thread: Thread,
-        mut last: Last,
+        thread: Thread,
+        last: Last,
         response: CallToolResponse,
         token: &str,
         call: &Call,
     ) -> Result<Reply, EngineError> {
         let expected = thread.version;
-        thread.version += 1;
-        thread.checkpoint = None;
-        thread.round = None;
-        thread.expires_at_ms = self.expiry(self.lifetimes.finished);
-        thread.last = Some(last.clone());
-        if let Err(too_large) = self.fits(&thread) {
-            // This caller gets the result; resends learn why it was not kept.
-            last.outcome = LastOutcome::Result { result: CallToolResult::error([too_large.message]) };
-            thread.last = Some(last);
-        }
+        let now = self.clock.now_ms();
+        let thread = round::finished(thread, last, now, &self.lifetimes, self.limits.max_record_bytes);
         match self.store.save_finished(&thread, expected, thread.owner.as_deref()).await {
             Ok(()) => Ok(Ok(response)),
             Err(SaveError::Store(e)) => Err(e.into()),
@@ -568,30 +541,6 @@ impl Engine {
                 self.after_conflict(&thread.id, &responses, token, call).await
             }
         }
-    }
-
-    /// Is the record within `max_record_bytes`? The error says by how much it is not.
-    fn fits(&self, thread: &Thread) -> Result<(), ErrorObject> {
-        struct Count(usize);
-        impl std::io::Write for Count {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0 += bytes.len();
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let mut count = Count(0);
-        serde_json::to_writer(&mut count, thread)
-            .map_err(|e| ErrorObject::internal(format!("the paused call could not be encoded: {e}")))?;
-        if count.0 <= self.limits.max_record_bytes {
-            return Ok(());
-        }
-        Err(ErrorObject::internal(format!(
-            "the paused call's record would take {} bytes, more than the limit of {} (--max-record-bytes)",
-            count.0, self.limits.max_record_bytes
-        )))
     }
 
     fn limit_reached(&self, limit: LimitReached) -> ErrorObject {

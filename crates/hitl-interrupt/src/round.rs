@@ -112,6 +112,135 @@ pub fn bound(thread: &Thread, binding: &str, args_digest: &str, principal: Optio
     thread.tool == binding && thread.args_digest == args_digest && thread.principal.as_deref() == principal
 }
 
+/// How a claimed round's run ended, as the engine saw it.
+#[derive(Debug)]
+pub enum Ran {
+    /// The request's time ran out (the run was dropped mid-step).
+    TimedOut(ErrorObject),
+    /// The client went away; the checkpoint holds every superstep that finished.
+    Cancelled(Box<hitl_graph::Checkpoint>),
+    /// The run ended with the call's result.
+    Done(CallToolResult),
+    /// The run paused again: its checkpoint and next round.
+    Paused(Box<hitl_graph::Checkpoint>, Round),
+}
+
+/// What to store after a claimed round's run, and what to answer.
+#[derive(Debug)]
+pub enum Ending {
+    /// Release the round unanswered (the run is to be done again, or continued from
+    /// the kept supersteps): store the thread, fail the call with the error.
+    GiveBack(Box<Thread>, ErrorObject),
+    /// The call ended: store the finished thread (and stop counting it), answer.
+    Finished(Box<Thread>, CallToolResult),
+    /// The next round: store the thread (and count it to its new expiry), answer.
+    NextRound(Box<Thread>, Reply),
+}
+
+/// What the end of a run decides, given the thread as claimed (its claim already
+/// released and its version the one to compare on).
+#[derive(Debug, Clone, Copy)]
+pub struct EndOf<'a> {
+    /// The answered round.
+    pub round: &'a Round,
+    /// Its answers.
+    pub responses: &'a InputResponses,
+    /// What the client can do.
+    pub capabilities: &'a ClientCapabilities,
+    /// Now, in ms since the epoch.
+    pub now_ms: u64,
+    /// How long threads live.
+    pub lifetimes: &'a crate::Lifetimes,
+    /// The largest record stored.
+    pub max_record_bytes: usize,
+}
+
+/// The transition at the end of a claimed round's run. `thread` is the thread as loaded
+/// at the claim, claim removed; every thread returned has its version bumped past it.
+pub fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Secret) -> Ending {
+    let kept = thread.clone();
+    thread.version += 1;
+    match ran {
+        Ran::TimedOut(error) => Ending::GiveBack(Box::new(thread), error),
+        Ran::Cancelled(checkpoint) => {
+            // Before any superstep finished, the round's checkpoint stays as it was.
+            if thread.checkpoint.as_ref().is_some_and(|before| checkpoint.superstep > before.superstep) {
+                thread.checkpoint = Some(*checkpoint);
+            }
+            Ending::GiveBack(Box::new(thread), ErrorObject::internal("the request was cancelled"))
+        }
+        Ran::Done(result) => {
+            let last = last(end.round, end.responses, LastOutcome::Result { result: result.clone() });
+            Ending::Finished(Box::new(finished(kept, last, end.now_ms, end.lifetimes, end.max_record_bytes)), result)
+        }
+        Ran::Paused(checkpoint, next) => {
+            let missing = missing_capability(&next, end.capabilities);
+            let lifetime = if missing.is_some() { end.lifetimes.waiting_for_capability } else { end.lifetimes.paused };
+            thread.last = Some(last(end.round, end.responses, LastOutcome::NextRound));
+            thread.checkpoint = Some(*checkpoint);
+            thread.expires_at_ms = end.now_ms.saturating_add(lifetime.as_millis() as u64);
+            if let Err(e) = fits(&thread, end.max_record_bytes) {
+                let mut back = kept;
+                back.version += 1;
+                return Ending::GiveBack(Box::new(back), e);
+            }
+            let reply = match missing {
+                Some(e) => Err(e),
+                None => Ok(render(&thread.id, &next, secret)),
+            };
+            thread.round = Some(next);
+            Ending::NextRound(Box::new(thread), reply)
+        }
+    }
+}
+
+/// `thread` ended with `last`, version bumped, kept for resends for the finished
+/// lifetime. A result too large to keep is replaced, for resends only, by an error
+/// result that says so.
+pub fn finished(
+    mut thread: Thread,
+    mut last: Last,
+    now_ms: u64,
+    lifetimes: &crate::Lifetimes,
+    max_record_bytes: usize,
+) -> Thread {
+    thread.version += 1;
+    thread.checkpoint = None;
+    thread.round = None;
+    thread.claim = None;
+    thread.expires_at_ms = now_ms.saturating_add(lifetimes.finished.as_millis() as u64);
+    thread.last = Some(last.clone());
+    if let Err(too_large) = fits(&thread, max_record_bytes) {
+        last.outcome = LastOutcome::Result { result: CallToolResult::error([too_large.message]) };
+        thread.last = Some(last);
+    }
+    thread
+}
+
+/// Is the record within `max_record_bytes` as JSON? The error says by how much not.
+pub fn fits(thread: &Thread, max_record_bytes: usize) -> Result<(), ErrorObject> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, thread)
+        .map_err(|e| ErrorObject::internal(format!("the paused call could not be encoded: {e}")))?;
+    if count.0 <= max_record_bytes {
+        return Ok(());
+    }
+    Err(ErrorObject::internal(format!(
+        "the paused call's record would take {} bytes, more than the limit of {max_record_bytes} (--max-record-bytes)",
+        count.0
+    )))
+}
+
 /// A resend of the last round's answers gets what they led to; `None` when these are
 /// not that round's token and answers.
 pub fn replay(

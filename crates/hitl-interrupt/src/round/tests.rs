@@ -218,3 +218,89 @@ fn a_claim_keeps_the_thread_and_bumps_its_version() {
     assert_eq!(round.n, 1);
     assert_eq!(values.values().next(), Some(&json!("eu-west-1")));
 }
+
+/// A claimed round 1 of `paused()`, claim released, as `end_run` gets it.
+fn claimed() -> Thread {
+    let mut thread = paused();
+    thread.version = 5;
+    thread
+}
+
+fn end_run(ran: super::Ran, capabilities: &ClientCapabilities, max_record_bytes: usize) -> super::Ending {
+    let thread = claimed();
+    let round = thread.round.clone().unwrap();
+    let responses = answers(&thread, accept());
+    let lifetimes = crate::Lifetimes::default();
+    let end = super::EndOf {
+        round: &round,
+        responses: &responses,
+        capabilities,
+        now_ms: NOW,
+        lifetimes: &lifetimes,
+        max_record_bytes,
+    };
+    super::end_run(thread, ran, &end, &secret())
+}
+
+fn moved(superstep: u32) -> Box<Checkpoint> {
+    let mut checkpoint = paused().checkpoint.unwrap();
+    checkpoint.superstep = superstep;
+    checkpoint.next = vec!["report".into()];
+    Box::new(checkpoint)
+}
+
+#[test]
+fn every_end_of_a_claimed_run() {
+    use super::{Ending, Ran};
+    let big = usize::MAX;
+    let hours = |h: u64| NOW + h * 3_600_000;
+
+    // Out of time: the round as it was, version bumped.
+    let Ending::GiveBack(thread, error) =
+        end_run(Ran::TimedOut(hitl_protocol::ErrorObject::internal("late")), &elicits(), big)
+    else {
+        panic!("a timeout gives the round back")
+    };
+    assert_eq!((thread.version, thread.round, thread.checkpoint.unwrap().superstep), (6, paused().round, 0));
+    assert_eq!(error.message, "late");
+
+    // Cancelled before a superstep finished: the old checkpoint; after: the new one.
+    let Ending::GiveBack(thread, _) = end_run(Ran::Cancelled(moved(0)), &elicits(), big) else { panic!() };
+    assert_eq!(thread.checkpoint.unwrap().next, vec!["ask".to_owned()]);
+    let Ending::GiveBack(thread, error) = end_run(Ran::Cancelled(moved(1)), &elicits(), big) else { panic!() };
+    assert_eq!(thread.checkpoint.unwrap().next, vec!["report".to_owned()], "finished supersteps are kept");
+    assert_eq!((thread.round.unwrap().n, error.message.as_str()), (1, "the request was cancelled"));
+
+    // Done: finished, kept 10 minutes with the result for resends.
+    let result = CallToolResult::json(&json!({"region": "eu-west-1"}));
+    let Ending::Finished(thread, reply) = end_run(Ran::Done(result.clone()), &elicits(), big) else { panic!() };
+    assert_eq!((thread.version, thread.round.is_none(), thread.checkpoint.is_none()), (6, true, true));
+    assert_eq!(thread.expires_at_ms, NOW + 600_000);
+    assert_eq!(thread.last.unwrap().outcome, LastOutcome::Result { result: result.clone() });
+    assert_eq!(reply, result);
+    // Too large to keep: the caller gets it, resends get why not.
+    let Ending::Finished(thread, reply) = end_run(Ran::Done(result.clone()), &elicits(), 200) else { panic!() };
+    let LastOutcome::Result { result: kept } = thread.last.unwrap().outcome else { panic!() };
+    assert!(kept.content[0].as_text().unwrap().contains("--max-record-bytes"), "{kept:?}");
+    assert_eq!(reply, result);
+
+    // Paused again: the next round, 24 hours more.
+    let next = round(2, "How many replicas?");
+    let Ending::NextRound(thread, reply) = end_run(Ran::Paused(moved(1), next.clone()), &elicits(), big) else {
+        panic!()
+    };
+    assert_eq!((thread.version, thread.round.as_ref(), thread.expires_at_ms), (6, Some(&next), hours(24)));
+    assert_eq!(thread.last.unwrap().outcome, LastOutcome::NextRound);
+    let Ok(CallToolResponse::InputRequired(asked)) = reply else { panic!("the next round is asked") };
+    assert_eq!(asked.request_state.unwrap(), secret().request_state(&paused().id, 2, "nonce-2"));
+    // ... which a client without elicitation cannot answer: -32021, 10 minutes to come back.
+    let Ending::NextRound(thread, reply) = end_run(Ran::Paused(moved(1), next.clone()), &Default::default(), big)
+    else {
+        panic!()
+    };
+    assert_eq!((reply.unwrap_err().code.0, thread.expires_at_ms), (-32021, NOW + 600_000));
+    // A next round too large to keep: the round given back as it was.
+    let Ending::GiveBack(thread, error) = end_run(Ran::Paused(moved(1), next), &elicits(), 600) else { panic!() };
+    assert_eq!((thread.version, thread.round.unwrap().n), (6, 1));
+    assert!(error.message.contains("--max-record-bytes"), "{}", error.message);
+}
