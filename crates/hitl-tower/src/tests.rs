@@ -298,3 +298,56 @@ async fn past_the_concurrency_limit_requests_get_503_until_a_body_ends() {
     drop(first);
     assert_eq!(svc.clone().oneshot(ping()).await.unwrap().status(), StatusCode::OK);
 }
+
+/// A body that sends `first` and then never ends: a client that stopped mid-body.
+struct Stalled(Option<Bytes>);
+
+impl http_body::Body for Stalled {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        match self.0.take() {
+            Some(bytes) => std::task::Poll::Ready(Some(Ok(http_body::Frame::data(bytes)))),
+            None => std::task::Poll::Pending,
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_http_app_routes_and_limits_bodies_without_sockets() {
+    use std::time::Duration;
+    let store: Arc<dyn hitl_interrupt::ThreadStore> = Arc::new(MemoryStore::default());
+    let limits = BodyLimits { max_bytes: 64, read_timeout: Duration::from_millis(50) };
+    let app = HttpApp::new(Endpoint::new(service()), store, limits);
+    let send = |uri: &str, content_length: Option<&str>, body: Stalled| {
+        let mut request = http::Request::post(uri).header("content-type", "application/json");
+        if let Some(n) = content_length {
+            request = request.header("content-length", n);
+        }
+        app.clone().oneshot(request.body(body).unwrap())
+    };
+    let ping = Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    let health = send("/healthz", None, Stalled(None)).await.unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
+    assert_eq!(send("/elsewhere", None, Stalled(None)).await.unwrap().status(), StatusCode::NOT_FOUND);
+    // Announced too large: refused without reading (the body would never end).
+    let announced = send("/mcp", Some("65"), Stalled(None)).await.unwrap();
+    assert_eq!(announced.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(announced.headers()["connection"], "close");
+    // Larger than announced (or not announced): refused as it arrives.
+    let sent = send("/mcp", None, Stalled(Some(Bytes::from(vec![b' '; 65])))).await.unwrap();
+    assert_eq!(sent.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // A body that stops arriving: 408 after the read timeout.
+    let stalled = send("/mcp", Some("40"), Stalled(Some(ping.slice(..10)))).await.unwrap();
+    assert_eq!(stalled.status(), StatusCode::REQUEST_TIMEOUT);
+    // A body that arrives reaches the endpoint.
+    let served = http::Request::post("/mcp")
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(ping))
+        .unwrap();
+    assert_eq!(app.clone().oneshot(served).await.unwrap().status(), StatusCode::OK);
+}
