@@ -158,11 +158,13 @@ pub struct EndOf<'a> {
 /// The transition at the end of a claimed round's run. `thread` is the thread as loaded
 /// at the claim, claim removed; every thread returned has its version bumped past it.
 pub fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Secret) -> Ending {
-    let kept = thread.clone();
-    thread.version += 1;
     match ran {
-        Ran::TimedOut(error) => Ending::GiveBack(Box::new(thread), error),
+        Ran::TimedOut(error) => {
+            thread.version += 1;
+            Ending::GiveBack(Box::new(thread), error)
+        }
         Ran::Cancelled(checkpoint) => {
+            thread.version += 1;
             // Before any superstep finished, the round's checkpoint stays as it was.
             if thread.checkpoint.as_ref().is_some_and(|before| checkpoint.superstep > before.superstep) {
                 thread.checkpoint = Some(*checkpoint);
@@ -171,24 +173,29 @@ pub fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Secret) -
         }
         Ran::Done(result) => {
             let last = last(end.round, end.responses, LastOutcome::Result { result: result.clone() });
-            Ending::Finished(Box::new(finished(kept, last, end.now_ms, end.lifetimes, end.max_record_bytes)), result)
+            Ending::Finished(Box::new(finished(thread, last, end.now_ms, end.lifetimes, end.max_record_bytes)), result)
         }
         Ran::Paused(checkpoint, next) => {
             let missing = missing_capability(&next, end.capabilities);
             let lifetime = if missing.is_some() { end.lifetimes.waiting_for_capability } else { end.lifetimes.paused };
-            thread.last = Some(last(end.round, end.responses, LastOutcome::NextRound));
-            thread.checkpoint = Some(*checkpoint);
-            thread.expires_at_ms = end.now_ms.saturating_add(lifetime.as_millis() as u64);
+            thread.version += 1;
+            // The fields a next round changes, kept to give the round back unchanged
+            // when the new record would be too large.
+            let kept_last = thread.last.replace(last(end.round, end.responses, LastOutcome::NextRound));
+            let kept_checkpoint = thread.checkpoint.replace(*checkpoint);
+            let kept_expiry =
+                std::mem::replace(&mut thread.expires_at_ms, end.now_ms.saturating_add(lifetime.as_millis() as u64));
+            let kept_round = thread.round.replace(next);
             if let Err(e) = fits(&thread, end.max_record_bytes) {
-                let mut back = kept;
-                back.version += 1;
-                return Ending::GiveBack(Box::new(back), e);
+                (thread.last, thread.checkpoint, thread.expires_at_ms, thread.round) =
+                    (kept_last, kept_checkpoint, kept_expiry, kept_round);
+                return Ending::GiveBack(Box::new(thread), e);
             }
+            let round = thread.round.as_ref().expect("the next round was just set");
             let reply = match missing {
                 Some(e) => Err(e),
-                None => Ok(render(&thread.id, &next, secret)),
+                None => Ok(render(&thread.id, round, secret)),
             };
-            thread.round = Some(next);
             Ending::NextRound(Box::new(thread), reply)
         }
     }

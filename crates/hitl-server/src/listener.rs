@@ -11,7 +11,6 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-use tower::ServiceExt as _;
 
 /// The limits of accepting and reading connections.
 #[derive(Debug, Clone, Copy)]
@@ -69,7 +68,8 @@ pub(crate) async fn serve(
         let service = hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
             seen.store(true, Ordering::Relaxed);
             request.extensions_mut().insert(PeerAddr(peer));
-            app.clone().oneshot(request)
+            let served = app.serve(request);
+            async move { Ok::<_, std::convert::Infallible>(served.await) }
         });
         let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
         tokio::spawn(async move {

@@ -56,31 +56,45 @@ impl HttpApp {
         Self { mcp, store, limits }
     }
 
-    async fn route<B>(self, request: http::Request<B>) -> http::Response<McpBody>
+    /// Serves one request. Only the endpoint is cloned (once), so a server can call this
+    /// on a shared app without cloning the app per request.
+    pub fn serve<B>(&self, request: http::Request<B>) -> BoxFuture<'static, http::Response<McpBody>>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         match request.uri().path() {
-            "/healthz" => match self.store.ping().await {
-                Ok(()) => plain(StatusCode::OK, "application/json", r#"{"status":"ok"}"#),
-                Err(e) => {
-                    tracing::warn!(error = %e, "health check: the thread store is unavailable");
-                    let text = r#"{"status":"unavailable","reason":"the thread store is unavailable"}"#;
-                    plain(StatusCode::SERVICE_UNAVAILABLE, "application/json", text)
-                }
-            },
-            "/mcp" => {
-                let (parts, incoming) = request.into_parts();
-                match self.limits.collect(&parts.headers, incoming).await {
-                    Ok(bytes) => match self.mcp.oneshot(http::Request::from_parts(parts, bytes)).await {
-                        Ok(response) => response,
-                        Err(never) => match never {},
-                    },
-                    Err(refused) => refused,
-                }
+            "/healthz" => {
+                let store = self.store.clone();
+                Box::pin(async move {
+                    match store.ping().await {
+                        Ok(()) => plain(StatusCode::OK, "application/json", r#"{"status":"ok"}"#),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "health check: the thread store is unavailable");
+                            let text = r#"{"status":"unavailable","reason":"the thread store is unavailable"}"#;
+                            plain(StatusCode::SERVICE_UNAVAILABLE, "application/json", text)
+                        }
+                    }
+                })
             }
-            _ => plain(StatusCode::NOT_FOUND, "text/plain", "not found; the MCP endpoint is POST /mcp\n"),
+            "/mcp" => {
+                let (mcp, limits) = (self.mcp.clone(), self.limits);
+                Box::pin(async move {
+                    let (parts, incoming) = request.into_parts();
+                    match limits.collect(&parts.headers, incoming).await {
+                        Ok(bytes) => match mcp.oneshot(http::Request::from_parts(parts, bytes)).await {
+                            Ok(response) => response,
+                            Err(never) => match never {},
+                        },
+                        Err(refused) => refused,
+                    }
+                })
+            }
+            _ => Box::pin(std::future::ready(plain(
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                "not found; the MCP endpoint is POST /mcp\n",
+            ))),
         }
     }
 }
@@ -124,8 +138,8 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let app = self.clone();
-        Box::pin(async move { Ok(app.route(request).await) })
+        let served = self.serve(request);
+        Box::pin(async move { Ok(served.await) })
     }
 }
 
