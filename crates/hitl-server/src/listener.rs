@@ -12,32 +12,25 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-/// The limits of accepting and reading connections.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct EdgeLimits {
-    /// From a connection's start (or its previous response) to a complete request head.
-    pub(crate) header_read: Duration,
-    /// Connections served at once; past it the listener stops accepting.
-    pub(crate) max_connections: usize,
-}
+use crate::HttpLimits;
 
 /// Serves `listener` until `shutdown` resolves, then lets open connections finish for
 /// up to 10 s.
 pub(crate) async fn serve(
     listener: TcpListener,
     app: HttpApp,
-    limits: EdgeLimits,
+    limits: HttpLimits,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read);
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
     builder
         .http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(limits.header_read)
-        .keep_alive_timeout(limits.header_read);
-    let connections = Arc::new(Semaphore::new(limits.max_connections));
+        .keep_alive_interval(limits.header_read_timeout)
+        .keep_alive_timeout(limits.header_read_timeout);
+    let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut accept_errors = AcceptErrors::default();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -77,7 +70,7 @@ pub(crate) async fn serve(
             // hyper times out slow HTTP/1 heads; this also closes a connection that never
             // sends a first request at all (or a slow HTTP/2 preface).
             let first_request = async {
-                tokio::time::sleep(limits.header_read).await;
+                tokio::time::sleep(limits.header_read_timeout).await;
                 if started.load(Ordering::Relaxed) {
                     std::future::pending::<()>().await;
                 }

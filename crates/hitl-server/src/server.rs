@@ -12,7 +12,7 @@ use hitl_tower::{
 use tokio::net::TcpListener;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt as _};
 
-use crate::listener::{self, EdgeLimits};
+use crate::listener;
 
 /// The limits of the HTTP edge, with production defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,11 +265,7 @@ impl Server {
             .service(self.mcp)
             .boxed_clone();
         let app = HttpApp::new(mcp, self.store, self.http.body);
-        let edge = EdgeLimits {
-            header_read: self.http.header_read_timeout,
-            max_connections: self.http.max_connections.max(1),
-        };
-        listener::serve(listener, app, edge, shutdown).await;
+        listener::serve(listener, app, self.http, shutdown).await;
         Ok(())
     }
 }
