@@ -466,7 +466,7 @@ impl Engine {
             }
             Ending::Finished(thread, result) => {
                 let saved = self.store.save_finished(&thread, expected, thread.owner.as_deref()).await;
-                (saved.map(|()| thread), Ok(CallToolResponse::Complete(result)))
+                (saved, Ok(CallToolResponse::Complete(result)))
             }
             Ending::NextRound(thread, reply) => {
                 let saved = self.store.save(&thread, Some(expected)).await;
@@ -477,11 +477,11 @@ impl Engine {
                     // stop counting at its old one.
                     let _ = self.store.count_paused(owner, &thread.id, thread.expires_at_ms, self.limits.paused).await;
                 }
-                (saved.map(|()| thread), reply)
+                (saved, reply)
             }
         };
         match saved {
-            Ok(_) => Ok(reply),
+            Ok(()) => Ok(reply),
             Err(SaveError::Store(e)) => Err(e.into()),
             Err(SaveError::Conflict(id)) => self.after_conflict(&id, responses, token, call).await,
         }
