@@ -10,13 +10,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use hitl_interrupt::ThreadStore;
-use hitl_protocol::{ErrorObject, Response};
+use hitl_protocol::ErrorObject;
 use http::{HeaderValue, StatusCode, header};
 use http_body_util::{BodyExt as _, Limited};
 use tower::util::BoxCloneService;
 use tower::{Service, ServiceExt as _};
 
-use crate::{McpBody, body, json_response};
+use crate::{McpBody, body, refusal};
 
 /// The MCP endpoint with its layers, boxed: what [`HttpApp`] serves at `/mcp`.
 pub type Endpoint = BoxCloneService<http::Request<Bytes>, http::Response<McpBody>, Infallible>;
@@ -153,8 +153,7 @@ fn plain(status: StatusCode, content_type: &'static str, text: &'static str) -> 
 /// A JSON-RPC error without an id, as the body of an HTTP error. The connection
 /// closes after it: the rest of the body may still be on its way.
 fn refused(status: StatusCode, why: String) -> http::Response<McpBody> {
-    let error = Response::Error { id: None, error: ErrorObject::invalid_request(why) };
-    let mut out = json_response(status, &error);
+    let mut out = refusal(status, ErrorObject::invalid_request(why));
     out.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     out
 }

@@ -194,6 +194,12 @@ pub(crate) fn error_response(era: Era, id: Option<RequestId>, error: ErrorObject
     json_response(status, &Response::Error { id, error })
 }
 
+/// A request refused before it reaches the endpoint (403, 401, 413, 503, …): `status`
+/// with a JSON-RPC error without an id.
+pub(crate) fn refusal(status: StatusCode, error: ErrorObject) -> http::Response<McpBody> {
+    json_response(status, &Response::Error { id: None, error })
+}
+
 pub(crate) fn empty(status: StatusCode) -> http::Response<McpBody> {
     let mut out = http::Response::new(body(Bytes::new()));
     *out.status_mut() = status;

@@ -11,14 +11,14 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures_util::TryFutureExt as _;
 use futures_util::future::{Either, MapOk};
-use hitl_protocol::{ErrorObject, Response};
+use hitl_protocol::ErrorObject;
 use http::{HeaderValue, StatusCode, header};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{Layer, Service};
 
-use crate::{McpBody, json_response};
+use crate::{McpBody, refusal};
 
 /// The layer of [`MaxConcurrentRequests`].
 #[derive(Debug, Clone)]
@@ -68,8 +68,7 @@ where
     fn call(&mut self, request: http::Request<Bytes>) -> Self::Future {
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
             let why = format!("the server is busy: {} requests are in flight; retry shortly", self.max);
-            let error = Response::Error { id: None, error: ErrorObject::internal(why) };
-            let mut response = json_response(StatusCode::SERVICE_UNAVAILABLE, &error);
+            let mut response = refusal(StatusCode::SERVICE_UNAVAILABLE, ErrorObject::internal(why));
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             return Either::Left(std::future::ready(Ok(response)));
         };

@@ -10,11 +10,11 @@
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use hitl_protocol::{ErrorObject, Response};
+use hitl_protocol::ErrorObject;
 use http::{StatusCode, header};
 use tower::{Layer, Service};
 
-use crate::{McpBody, json_response};
+use crate::{McpBody, refusal};
 
 /// Which hosts a request may name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,11 +155,8 @@ where
 
     fn call(&mut self, request: http::Request<Bytes>) -> Self::Future {
         if let Some(why) = self.allowed.refuse(&request) {
-            let error = Response::Error { id: None, error: ErrorObject::invalid_request(format!("Forbidden: {why}")) };
-            return futures_util::future::Either::Left(std::future::ready(Ok(json_response(
-                StatusCode::FORBIDDEN,
-                &error,
-            ))));
+            let error = ErrorObject::invalid_request(format!("Forbidden: {why}"));
+            return futures_util::future::Either::Left(std::future::ready(Ok(refusal(StatusCode::FORBIDDEN, error))));
         }
         // Call the service that was polled ready, leaving a fresh clone in its place.
         let clone = self.inner.clone();

@@ -11,11 +11,11 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::future::Either;
-use hitl_protocol::{ErrorObject, Response};
+use hitl_protocol::ErrorObject;
 use http::{HeaderName, StatusCode};
 use tower::{Layer, Service};
 
-use crate::{McpBody, Principal, json_response};
+use crate::{McpBody, Principal, refusal};
 
 /// The layer of [`PrincipalFromHeader`].
 #[derive(Debug, Clone)]
@@ -81,9 +81,8 @@ where
                 request.extensions_mut().insert(principal);
             }
             Err(why) => {
-                let error =
-                    Response::Error { id: None, error: ErrorObject::invalid_request(format!("Unauthorized: {why}")) };
-                return Either::Left(std::future::ready(Ok(json_response(StatusCode::UNAUTHORIZED, &error))));
+                let error = ErrorObject::invalid_request(format!("Unauthorized: {why}"));
+                return Either::Left(std::future::ready(Ok(refusal(StatusCode::UNAUTHORIZED, error))));
             }
         }
         // Call the service that was polled ready, leaving a fresh clone in its place.
