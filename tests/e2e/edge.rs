@@ -15,17 +15,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-use crate::harness::{Client, Server, TEST_SECRET, modern_meta};
-
-/// The shared Redis of the run (`cargo xtask test` and `.ci/run` provide `REDIS_URL`);
-/// in CI a missing one fails the test instead of skipping it.
-fn redis_url(suite: &str) -> Option<String> {
-    let url = std::env::var("REDIS_URL").ok();
-    if url.is_none() {
-        crate::harness::cannot_run(suite, "REDIS_URL is not set");
-    }
-    url
-}
+use crate::harness::{Client, Server, TEST_SECRET, modern_meta, redis_url};
 
 /// Reads from `stream` until the peer closes it or `limit` passes; returns what came
 /// and whether it closed.

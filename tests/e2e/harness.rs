@@ -52,6 +52,16 @@ pub(crate) fn cannot_run(suite: &str, why: &str) {
     eprintln!("{suite}: {why}; the suite did not run");
 }
 
+/// The shared Redis of the run (`cargo xtask test` and `.ci/run` provide `REDIS_URL`);
+/// `None`, or a failure in CI, when there is none.
+pub(crate) fn redis_url(suite: &str) -> Option<String> {
+    let url = std::env::var("REDIS_URL").ok();
+    if url.is_none() {
+        cannot_run(suite, "REDIS_URL is not set");
+    }
+    url
+}
+
 /// The secret the tests' replicas share.
 pub(crate) const TEST_SECRET: &str = "hitl-e2e-test-secret-0123456789abcdef";
 

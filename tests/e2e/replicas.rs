@@ -6,15 +6,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value, json};
 
-use crate::harness::{Reply, Server};
-
-fn redis_url() -> Option<String> {
-    let url = std::env::var("REDIS_URL").ok();
-    if url.is_none() {
-        crate::harness::cannot_run("replicas", "REDIS_URL is not set");
-    }
-    url
-}
+use crate::harness::{Reply, Server, redis_url};
 
 const CAPS: &str = r#"{"elicitation": {"form": {}, "url": {}}}"#;
 
@@ -65,7 +57,7 @@ async fn drive(replicas: &[&Server], tool: &str, arguments: Value) -> (Reply, us
 
 #[tokio::test]
 async fn any_replica_answers_any_round_of_every_example_agent() {
-    let Some(url) = redis_url() else { return };
+    let Some(url) = redis_url("replicas") else { return };
     let a = Server::start_on(&url, &[]).await;
     let b = Server::start_on(&url, &[]).await;
     let agents = [
@@ -96,7 +88,7 @@ async fn any_replica_answers_any_round_of_every_example_agent() {
 
 #[tokio::test]
 async fn fifty_concurrent_resends_over_two_replicas_resume_once() {
-    let Some(url) = redis_url() else { return };
+    let Some(url) = redis_url("replicas") else { return };
     let a = Server::start_on(&url, &[]).await;
     let b = Server::start_on(&url, &[]).await;
     let first = a.call_tool(1, json!({"name": "issue_ticket", "arguments": {}})).await;
@@ -120,7 +112,7 @@ async fn fifty_concurrent_resends_over_two_replicas_resume_once() {
 
 #[tokio::test]
 async fn a_killed_replica_loses_no_paused_call() {
-    let Some(url) = redis_url() else { return };
+    let Some(url) = redis_url("replicas") else { return };
     let mut a = Server::start_on(&url, &[]).await;
     let b = Server::start_on(&url, &[]).await;
     let first = a.call_tool(1, json!({"name": "greeter", "arguments": {}})).await;
@@ -135,7 +127,7 @@ async fn a_killed_replica_loses_no_paused_call() {
 
 #[tokio::test]
 async fn replicas_need_a_shared_secret() {
-    let Some(url) = redis_url() else { return };
+    let Some(url) = redis_url("replicas") else { return };
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_hitl-e2e-server"))
         .args(["serve", "--listen", "127.0.0.1:0", "--store", &url])
         .env_remove("HITL_SECRET")
