@@ -31,19 +31,19 @@ pub async fn run(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
     assert_eq!(store.load(&id).await.unwrap(), None, "a missing thread loads as None");
 
     let first = thread(&id, 1, later);
-    store.save(&first, None).await.expect("a new thread saves with expected None");
+    store.save(first.clone(), None).await.expect("a new thread saves with expected None");
     assert_eq!(store.load(&id).await.unwrap().as_ref(), Some(&first), "a saved thread loads unchanged");
 
     assert!(
-        matches!(store.save(&first, None).await, Err(SaveError::Conflict(_))),
+        matches!(store.save(first.clone(), None).await, Err(SaveError::Conflict(_))),
         "saving a new thread over a live one is a conflict"
     );
     let second = thread(&id, 2, later);
     assert!(
-        matches!(store.save(&second, Some(7)).await, Err(SaveError::Conflict(_))),
+        matches!(store.save(second.clone(), Some(7)).await, Err(SaveError::Conflict(_))),
         "a save with a stale expected version is a conflict"
     );
-    store.save(&second, Some(1)).await.expect("a save with the current version succeeds");
+    store.save(second.clone(), Some(1)).await.expect("a save with the current version succeeds");
     assert_eq!(store.load(&id).await.unwrap().map(|t| t.version), Some(2), "the new version is stored");
 
     store.delete(&id).await.unwrap();
@@ -51,9 +51,9 @@ pub async fn run(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
     store.delete(&id).await.expect("deleting a missing thread is not an error");
 
     let expired = format!("{prefix}-expired");
-    store.save(&thread(&expired, 1, now_ms.saturating_sub(1)), None).await.unwrap();
+    store.save(thread(&expired, 1, now_ms.saturating_sub(1)), None).await.unwrap();
     assert_eq!(store.load(&expired).await.unwrap(), None, "an expired thread loads as None");
-    store.save(&thread(&expired, 1, later), None).await.expect("an expired thread counts as absent for saves");
+    store.save(thread(&expired, 1, later), None).await.expect("an expired thread counts as absent for saves");
 
     paused_counts(store, prefix, now_ms).await;
 }
@@ -102,25 +102,28 @@ async fn paused_counts(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
     let frank = format!("{prefix}-frank");
     let one = PausedLimits { per_owner: 1, total: u64::MAX };
     let created = thread(&format!("{prefix}-c1"), 1, later);
-    assert_eq!(store.create_paused(&created, &frank, one).await.unwrap(), Ok(()), "a paused call is created");
+    assert_eq!(store.create_paused(created.clone(), &frank, one).await.unwrap(), Ok(()), "a paused call is created");
     assert_eq!(store.load(&created.id).await.unwrap().as_ref(), Some(&created));
     let refused = thread(&format!("{prefix}-c2"), 1, later);
     assert_eq!(
-        store.create_paused(&refused, &frank, one).await.unwrap(),
+        store.create_paused(refused.clone(), &frank, one).await.unwrap(),
         Err(LimitReached::PerOwner),
         "a paused call past the limit is refused"
     );
     assert_eq!(store.load(&refused.id).await.unwrap(), None, "and nothing is stored");
     assert!(
-        matches!(store.create_paused(&created, &format!("{prefix}-gina"), one).await, Err(SaveError::Conflict(_))),
+        matches!(
+            store.create_paused(created.clone(), &format!("{prefix}-gina"), one).await,
+            Err(SaveError::Conflict(_))
+        ),
         "creating over a live thread is a conflict"
     );
     let finished = thread(&created.id, 2, later);
-    store.save_finished(&finished, 1, Some(&frank)).await.expect("a finished call saves");
+    store.save_finished(finished.clone(), 1, Some(&frank)).await.expect("a finished call saves");
     assert_eq!(store.load(&created.id).await.unwrap().map(|t| t.version), Some(2));
-    assert_eq!(store.create_paused(&refused, &frank, one).await.unwrap(), Ok(()), "finishing frees the place");
+    assert_eq!(store.create_paused(refused.clone(), &frank, one).await.unwrap(), Ok(()), "finishing frees the place");
     assert!(
-        matches!(store.save_finished(&finished, 1, Some(&frank)).await, Err(SaveError::Conflict(_))),
+        matches!(store.save_finished(finished.clone(), 1, Some(&frank)).await, Err(SaveError::Conflict(_))),
         "finishing with a stale version is a conflict"
     );
     store.uncount_paused(&format!("{prefix}-gina"), &created.id).await.unwrap();

@@ -329,16 +329,16 @@ impl Engine {
         if let Err(e) = round::fits(&thread, self.limits.max_record_bytes) {
             return Ok(Err(e));
         }
-        match self.store.create_paused(&thread, &owner, self.limits.paused).await {
-            Ok(Ok(())) => {}
-            Ok(Err(limit)) => return Ok(Err(self.limit_reached(limit))),
-            Err(SaveError::Store(e)) => return Err(e.into()),
+        let round = thread.round.as_ref().expect("a paused thread has its round");
+        let reply = round::render(&thread.id, round, &self.secret);
+        match self.store.create_paused(thread, &owner, self.limits.paused).await {
+            Ok(Ok(())) => Ok(Ok(reply)),
+            Ok(Err(limit)) => Ok(Err(self.limit_reached(limit))),
+            Err(SaveError::Store(e)) => Err(e.into()),
             Err(SaveError::Conflict(id)) => {
-                return Err(StoreError::Unavailable(format!("new thread {id} already exists")).into());
+                Err(StoreError::Unavailable(format!("new thread {id} already exists")).into())
             }
         }
-        let round = thread.round.as_ref().expect("a paused thread has its round");
-        Ok(Ok(round::render(&thread.id, round, &self.secret)))
     }
 
     /// A client that can't answer rounds sent a paused call's `requestState`: it gets the
@@ -408,7 +408,7 @@ impl Engine {
                     backoff = (backoff * 2).min(Duration::from_millis(100));
                 }
                 Next::Claim { thread, round, values } => {
-                    match self.store.save(&thread, Some(thread.version - 1)).await {
+                    match self.store.save((*thread).clone(), Some(thread.version - 1)).await {
                         Ok(()) => {}
                         Err(SaveError::Conflict(_)) => continue,
                         Err(SaveError::Store(e)) => return Err(e.into()),
@@ -459,23 +459,25 @@ impl Engine {
         };
         let (saved, reply) = match round::end_run(thread, ran, &end, &self.secret) {
             Ending::GiveBack(thread, error) => {
-                return match self.store.save(&thread, Some(expected)).await {
+                return match self.store.save(*thread, Some(expected)).await {
                     Ok(()) | Err(SaveError::Conflict(_)) => Ok(Err(error)),
                     Err(SaveError::Store(e)) => Err(e.into()),
                 };
             }
             Ending::Finished(thread, result) => {
-                let saved = self.store.save_finished(&thread, expected, thread.owner.as_deref()).await;
+                let owner = thread.owner.clone();
+                let saved = self.store.save_finished(*thread, expected, owner.as_deref()).await;
                 (saved, Ok(CallToolResponse::Complete(result)))
             }
             Ending::NextRound(thread, reply) => {
-                let saved = self.store.save(&thread, Some(expected)).await;
+                let (id, owner, until) = (thread.id.clone(), thread.owner.clone(), thread.expires_at_ms);
+                let saved = self.store.save(*thread, Some(expected)).await;
                 if saved.is_ok()
-                    && let Some(owner) = &thread.owner
+                    && let Some(owner) = &owner
                 {
                     // The call lives on to its new expiry; a failure here only makes it
                     // stop counting at its old one.
-                    let _ = self.store.count_paused(owner, &thread.id, thread.expires_at_ms, self.limits.paused).await;
+                    let _ = self.store.count_paused(owner, &id, until, self.limits.paused).await;
                 }
                 (saved, reply)
             }
@@ -503,7 +505,7 @@ impl Engine {
                 let until = self.clock.now_ms().saturating_add(self.lifetimes.lease.as_millis() as u64);
                 thread.claim = thread.claim.take().map(|c| Claim { until_ms: until, ..c });
                 thread.version = expected + 1;
-                match self.store.save(&thread, Some(expected)).await {
+                match self.store.save(thread.clone(), Some(expected)).await {
                     Ok(()) => version.store(thread.version, std::sync::atomic::Ordering::SeqCst),
                     // Someone else holds the round now; our outcome will lose its save.
                     Err(SaveError::Conflict(_)) => return,
@@ -533,12 +535,13 @@ impl Engine {
         let expected = thread.version;
         let now = self.clock.now_ms();
         let thread = round::finished(thread, last, now, &self.lifetimes, self.limits.max_record_bytes);
-        match self.store.save_finished(&thread, expected, thread.owner.as_deref()).await {
+        let owner = thread.owner.clone();
+        match self.store.save_finished(thread, expected, owner.as_deref()).await {
             Ok(()) => Ok(Ok(response)),
             Err(SaveError::Store(e)) => Err(e.into()),
-            Err(SaveError::Conflict(_)) => {
+            Err(SaveError::Conflict(id)) => {
                 let responses = call.input_responses.clone().unwrap_or_default();
-                self.after_conflict(&thread.id, &responses, token, call).await
+                self.after_conflict(&id, &responses, token, call).await
             }
         }
     }

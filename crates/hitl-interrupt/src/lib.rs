@@ -45,6 +45,7 @@ mod engine;
 pub mod questions;
 pub mod review;
 pub mod round;
+mod size;
 pub mod state;
 mod store;
 mod thread;

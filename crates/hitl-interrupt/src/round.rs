@@ -225,7 +225,11 @@ pub fn finished(
 }
 
 /// Is the record within `max_record_bytes` as JSON? The error says by how much not.
+/// Records are only serialized when a cheap upper bound of their size passes the limit.
 pub fn fits(thread: &Thread, max_record_bytes: usize) -> Result<(), ErrorObject> {
+    if crate::size::json_bound(thread).is_some_and(|bound| bound <= max_record_bytes) {
+        return Ok(());
+    }
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {

@@ -176,7 +176,8 @@ pub trait ThreadStore: Send + Sync + 'static {
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError>;
 
     /// Writes `thread` if the stored version is `expected` (`None`: no live record).
-    async fn save(&self, thread: &Thread, expected: Option<u64>) -> Result<(), SaveError>;
+    /// Taken by value so a store that keeps threads in memory keeps it without a copy.
+    async fn save(&self, thread: Thread, expected: Option<u64>) -> Result<(), SaveError>;
 
     /// Removes the thread (no error when it is gone).
     async fn delete(&self, id: &str) -> Result<(), StoreError>;
@@ -199,7 +200,7 @@ pub trait ThreadStore: Send + Sync + 'static {
     /// `limits` (then nothing is stored or counted). A store may do both in one step.
     async fn create_paused(
         &self,
-        thread: &Thread,
+        thread: Thread,
         owner: &str,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, SaveError> {
@@ -208,7 +209,7 @@ pub trait ThreadStore: Send + Sync + 'static {
 
     /// Saves a finished `thread` (compare-and-set on `expected`) and stops counting it
     /// among `owner`'s paused calls. A store may do both in one step.
-    async fn save_finished(&self, thread: &Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
+    async fn save_finished(&self, thread: Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
         save_finished_in_steps(self, thread, expected, owner).await
     }
 }
@@ -217,18 +218,19 @@ pub trait ThreadStore: Send + Sync + 'static {
 /// override it may fall back to it).
 pub async fn create_paused_in_steps<S: ThreadStore + ?Sized>(
     store: &S,
-    thread: &Thread,
+    thread: Thread,
     owner: &str,
     limits: PausedLimits,
 ) -> Result<Result<(), LimitReached>, SaveError> {
     if let Err(limit) = store.count_paused(owner, &thread.id, thread.expires_at_ms, limits).await? {
         return Ok(Err(limit));
     }
+    let id = thread.id.clone();
     match store.save(thread, None).await {
         Ok(()) => Ok(Ok(())),
         Err(e) => {
             // Best effort: an entry left behind stops counting at its expiry.
-            let _ = store.uncount_paused(owner, &thread.id).await;
+            let _ = store.uncount_paused(owner, &id).await;
             Err(e)
         }
     }
@@ -238,14 +240,15 @@ pub async fn create_paused_in_steps<S: ThreadStore + ?Sized>(
 /// override it may fall back to it).
 pub async fn save_finished_in_steps<S: ThreadStore + ?Sized>(
     store: &S,
-    thread: &Thread,
+    thread: Thread,
     expected: u64,
     owner: Option<&str>,
 ) -> Result<(), SaveError> {
+    let id = thread.id.clone();
     store.save(thread, Some(expected)).await?;
     if let Some(owner) = owner {
         // Best effort: an entry left behind stops counting at its expiry.
-        let _ = store.uncount_paused(owner, &thread.id).await;
+        let _ = store.uncount_paused(owner, &id).await;
     }
     Ok(())
 }
@@ -393,16 +396,16 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
         Ok(self.shard(id).threads.get(id).filter(|t| t.expires_at_ms > now).cloned())
     }
 
-    async fn save(&self, thread: &Thread, expected: Option<u64>) -> Result<(), SaveError> {
+    async fn save(&self, thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
         let now = self.clock.now_ms();
         let mut shard = self.shard(&thread.id);
         shard.sweep(now);
         let current = shard.threads.get(&thread.id).filter(|t| t.expires_at_ms > now).map(|t| t.version);
         if current != expected {
-            return Err(SaveError::Conflict(thread.id.clone()));
+            return Err(SaveError::Conflict(thread.id));
         }
         shard.expiry.push(Reverse((thread.expires_at_ms, thread.id.clone())));
-        shard.threads.insert(thread.id.clone(), thread.clone());
+        shard.threads.insert(thread.id.clone(), thread);
         shard.compact();
         Ok(())
     }

@@ -384,7 +384,7 @@ fn a_lapsed_claim_lets_another_request_take_the_round_over() {
     let version = thread.version;
     thread.claim = Some(Claim { round: 1, until_ms: p.f.clock.now_ms() + 30_000 });
     thread.version += 1;
-    rt.block_on(p.f.store.save(&thread, Some(version))).unwrap();
+    rt.block_on(p.f.store.save(thread, Some(version))).unwrap();
     let done = run(p.f.engine.call(&p.agent, call(Some(p.answers.clone()), Some(&p.state))));
     assert_eq!(text(&done).0, r#"{"answer":"yes","run":1}"#);
     assert!(p.f.clock.now_ms() >= 1_000_000 + 30_000, "it waited for the lease to lapse");
@@ -564,7 +564,7 @@ fn a_record_of_a_newer_format_is_left_untouched() {
     let version = newer.version;
     newer.format = THREAD_FORMAT + 1;
     newer.version += 1;
-    block_on(f.store.save(&newer, Some(version))).unwrap();
+    block_on(f.store.save(newer.clone(), Some(version))).unwrap();
     let err = run(f.engine.call(&agent, call(Some(a.clone()), Some(&state)))).unwrap_err();
     assert_eq!((err.code, err.message.as_str()), (ErrorCode::INTERNAL_ERROR, NEWER_FORMAT));
     assert_eq!(load(&f, &state).unwrap(), newer);
@@ -573,7 +573,7 @@ fn a_record_of_a_newer_format_is_left_untouched() {
     checkpoint_newer.format = THREAD_FORMAT;
     checkpoint_newer.checkpoint.as_mut().unwrap().format = hitl_graph::CHECKPOINT_FORMAT + 1;
     checkpoint_newer.version += 1;
-    block_on(f.store.save(&checkpoint_newer, Some(newer.version))).unwrap();
+    block_on(f.store.save(checkpoint_newer.clone(), Some(newer.version))).unwrap();
     let err = run(f.engine.call(&agent, call(Some(a), Some(&state)))).unwrap_err();
     assert_eq!(err.message, NEWER_FORMAT);
     assert_eq!(load(&f, &state).unwrap(), checkpoint_newer);

@@ -33,12 +33,13 @@ fn cache() -> &'static Cache {
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Feeds serialized JSON to a hasher.
-struct HashWriter<'a, H: Hasher>(&'a mut H);
+/// Feeds serialized JSON to two hashers at once (the schema is serialized once).
+struct HashWriter<'a, H: Hasher>(&'a mut H, &'a mut H);
 
 impl<H: Hasher> std::io::Write for HashWriter<'_, H> {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         self.0.write(bytes);
+        self.1.write(bytes);
         Ok(bytes.len())
     }
 
@@ -51,8 +52,7 @@ fn digest(schema: &impl serde::Serialize) -> (u64, u64) {
     let mut first = std::hash::DefaultHasher::new();
     let mut second = std::hash::DefaultHasher::new();
     second.write_u8(0x5a);
-    let _ = serde_json::to_writer(HashWriter(&mut first), schema);
-    let _ = serde_json::to_writer(HashWriter(&mut second), schema);
+    let _ = serde_json::to_writer(HashWriter(&mut first, &mut second), schema);
     (first.finish(), second.finish())
 }
 

@@ -293,8 +293,8 @@ impl ThreadStore for RedisStore {
             .map_err(|e| StoreError::Corrupt { id: id.to_owned(), reason: e.to_string() })
     }
 
-    async fn save(&self, thread: &Thread, expected: Option<u64>) -> Result<(), SaveError> {
-        let json = encode(thread)?;
+    async fn save(&self, thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
+        let json = encode(&thread)?;
         let mut connection = self.connection().await?;
         let saved: i64 = self
             .save
@@ -346,14 +346,14 @@ impl ThreadStore for RedisStore {
     /// different slots, so it takes two steps.
     async fn create_paused(
         &self,
-        thread: &Thread,
+        thread: Thread,
         owner: &str,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, SaveError> {
         if matches!(self.client, Client::Cluster(_)) {
             return hitl_interrupt::create_paused_in_steps(self, thread, owner, limits).await;
         }
-        let json = encode(thread)?;
+        let json = encode(&thread)?;
         let mut connection = self.connection().await?;
         let created: i64 = self
             .create
@@ -379,11 +379,11 @@ impl ThreadStore for RedisStore {
     }
 
     /// One script on a single Redis, two steps on a cluster (see `create_paused`).
-    async fn save_finished(&self, thread: &Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
+    async fn save_finished(&self, thread: Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
         let Some(owner) = owner.filter(|_| matches!(self.client, Client::Single(_))) else {
             return hitl_interrupt::save_finished_in_steps(self, thread, expected, owner).await;
         };
-        let json = encode(thread)?;
+        let json = encode(&thread)?;
         let mut connection = self.connection().await?;
         let saved: i64 = self
             .finish
