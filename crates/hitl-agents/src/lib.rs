@@ -19,7 +19,8 @@ pub mod tool_agent;
 use std::sync::Arc;
 
 use hitl_graph::Agent;
-use hitl_graph::{END, START, StateGraph, StepError};
+use hitl_graph::payload::{Relay, RelayReply, RelayedRequest};
+use hitl_graph::{END, START, StateGraph, StepContext, StepError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -69,21 +70,15 @@ fn ask_text(graph: StateGraph, step: &str, question: &'static str, key: &'static
         .add_edge(step, END)
 }
 
+/// Relays `relay` to the client and reads its responses.
+fn relay(ctx: &StepContext, relay: Relay) -> Result<RelayReply, StepError> {
+    let reply = ctx.interrupt(relay.to_value())?;
+    serde_json::from_value(reply).map_err(|e| StepError::msg(format!("the relay's reply is not valid: {e}")))
+}
+
 /// One relayed form request, in the list shape of the seed.
-fn relay_form(key: &str, message: &str, schema: Value) -> Value {
-    json!({
-        "type": "mcp_elicitation",
-        "requests": [{"key": key, "message": message, "mode": "form", "requested_schema": schema}]
-    })
-}
-
-/// The answer to relayed request `key` in a reply `{"responses": {key: answer}}`.
-fn relayed<'a>(reply: &'a Value, key: &str) -> &'a Value {
-    &reply["responses"][key]
-}
-
-fn accepted(answer: &Value) -> bool {
-    answer["action"] == "accept"
+fn relay_form(key: &str, message: &str, schema: Value) -> Relay {
+    Relay::elicitation([(key, RelayedRequest::form(message, schema))])
 }
 
 /// `greeter`: relays a form that asks for a name.
@@ -91,12 +86,11 @@ pub fn greeter() -> Agent {
     let graph = StateGraph::new()
         .add_step("ask_name", |_, ctx| async move {
             let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
-            let reply = ctx.interrupt(relay_form("user_name", "What is your name?", schema))?;
-            let answer = relayed(&reply, "user_name");
-            if !accepted(answer) {
+            let reply = relay(&ctx, relay_form("user_name", "What is your name?", schema))?;
+            let Some(content) = reply.accepted("user_name") else {
                 return Ok(json!({"greeting": "Hello, stranger!"}));
-            }
-            let name = answer["content"]["name"].as_str().unwrap_or_default();
+            };
+            let name = content.get("name").and_then(Value::as_str).unwrap_or_default();
             Ok(json!({ "greeting": format!("Hello, {name}!") }))
         })
         .add_edge(START, "ask_name")
@@ -154,16 +148,11 @@ pub fn plan_deployment() -> Agent {
 pub fn connect_calendar() -> Agent {
     let graph = StateGraph::new()
         .add_step("connect_calendar", |_, ctx| async move {
-            let reply = ctx.interrupt(json!({
-                "type": "mcp_elicitation",
-                "requests": [{
-                    "key": "calendar_auth",
-                    "message": "Connect your calendar to continue.",
-                    "mode": "url",
-                    "url": "https://example.com/oauth/calendar/start"
-                }]
-            }))?;
-            let status = if accepted(relayed(&reply, "calendar_auth")) { "connected" } else { "not connected" };
+            let page =
+                RelayedRequest::url("Connect your calendar to continue.", "https://example.com/oauth/calendar/start");
+            let reply = relay(&ctx, Relay::elicitation([("calendar_auth", page)]))?;
+            let accepted = reply.response("calendar_auth").get("action").and_then(Value::as_str) == Some("accept");
+            let status = if accepted { "connected" } else { "not connected" };
             Ok(json!({ "status": status }))
         })
         .add_edge(START, "connect_calendar")
@@ -183,9 +172,10 @@ pub fn deploy_production_release() -> Agent {
                 "required": ["confirm"]
             });
             let message = format!("Deploying {service} to PRODUCTION ({version}). Confirm release?");
-            let reply = ctx.interrupt(relay_form("confirm_release", &message, schema))?;
-            let answer = relayed(&reply, "confirm_release");
-            let result = if accepted(answer) && answer["content"]["confirm"] == true {
+            let reply = relay(&ctx, relay_form("confirm_release", &message, schema))?;
+            let confirmed =
+                reply.accepted("confirm_release").and_then(|c| c.get("confirm")) == Some(&Value::Bool(true));
+            let result = if confirmed {
                 format!("Successfully released {service} v{version} to prod.")
             } else {
                 "Deployment aborted by user.".to_owned()
@@ -242,9 +232,8 @@ pub fn relay_pair() -> Agent {
             Box::pin(async move {
                 let schema =
                     json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
-                let reply = ctx.interrupt(relay_form("user_name", message, schema))?;
-                let answer = relayed(&reply, "user_name");
-                let name = if accepted(answer) { answer["content"]["name"].clone() } else { Value::Null };
+                let reply = relay(&ctx, relay_form("user_name", message, schema))?;
+                let name = reply.accepted("user_name").and_then(|c| c.get("name")).cloned().unwrap_or(Value::Null);
                 Ok(json!({ out: name }))
             })
         }
@@ -264,9 +253,9 @@ pub fn issue_ticket() -> Agent {
         .add_step("approve", |_, ctx| async move {
             let schema =
                 json!({"type": "object", "properties": {"approve": {"type": "boolean"}}, "required": ["approve"]});
-            let reply = ctx.interrupt(relay_form("approve", "Issue a ticket?", schema))?;
-            let answer = relayed(&reply, "approve");
-            Ok(json!({ "approved": accepted(answer) && answer["content"]["approve"] == true }))
+            let reply = relay(&ctx, relay_form("approve", "Issue a ticket?", schema))?;
+            let approved = reply.accepted("approve").and_then(|c| c.get("approve")) == Some(&Value::Bool(true));
+            Ok(json!({ "approved": approved }))
         })
         .add_step("issue", |state, _| async move {
             let ticket = if state["approved"] == true { json!(uuid::Uuid::new_v4().to_string()) } else { Value::Null };

@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use hitl_graph::Agent;
-use hitl_graph::{END, START, StateGraph, StepError};
+use hitl_graph::payload::{self, ActionRequest, ReviewConfig, ReviewReply, ReviewRequest, ToolApproval};
+use hitl_graph::{END, START, StateGraph, StepContext, StepError};
 use hitl_schema::Decision;
 use serde_json::{Map, Value, json};
 
@@ -189,6 +190,98 @@ fn run_tool(tool: &Tool, args: &Map<String, Value>) -> Result<String, String> {
     (tool.run)(args)
 }
 
+/// The reviewer's decisions on the calls under review, by call id (calls not under
+/// review have none and run as asked). The step re-runs from the top on resume, so the
+/// decisions come first and the calls run after.
+fn review_calls(
+    ctx: &StepContext,
+    review: &HumanInTheLoop,
+    tools: &HashMap<String, Tool>,
+    calls: &[ToolCall],
+) -> Result<HashMap<String, payload::Decision>, StepError> {
+    let gated: Vec<&ToolCall> = calls.iter().filter(|c| review.interrupt_on.contains_key(&c.name)).collect();
+    let allowed = |call: &ToolCall| review.interrupt_on[&call.name].iter().map(|d| d.as_str());
+    let action = |call: &ToolCall| ActionRequest::new(&call.name, call.args.clone(), Some(review.description(call)));
+    let invalid = |e: serde_json::Error| StepError::msg(format!("the review's reply is not valid: {e}"));
+    let mut decisions = HashMap::new();
+    match review.mode {
+        InterruptMode::Batched if !gated.is_empty() => {
+            let request = ReviewRequest {
+                action_requests: gated.iter().map(|c| action(c)).collect(),
+                review_configs: gated.iter().map(|c| ReviewConfig::new(&c.name, allowed(c))).collect(),
+            };
+            let reply: ReviewReply = serde_json::from_value(ctx.interrupt(request.to_value())?).map_err(invalid)?;
+            decisions.extend(gated.iter().map(|c| c.id.clone()).zip(reply.decisions));
+        }
+        InterruptMode::PerCall => {
+            for call in gated {
+                let approval = ToolApproval {
+                    action_request: action(call),
+                    review_config: Some(ReviewConfig::new(&call.name, allowed(call))),
+                };
+                let schema = tools
+                    .get(&call.name)
+                    .map_or_else(|| json!({}), |t| decision_schema(t, &review.interrupt_on[&call.name]));
+                let decision = ctx.interrupt_with_schema(approval.to_value(), schema)?;
+                decisions.insert(call.id.clone(), serde_json::from_value(decision).map_err(invalid)?);
+            }
+        }
+        InterruptMode::Batched => {}
+    }
+    Ok(decisions)
+}
+
+/// Runs each call as its decision says; returns the tool messages and the calls that
+/// ran (with the arguments they ran with).
+fn run_calls(
+    tools: &HashMap<String, Tool>,
+    calls: &[ToolCall],
+    mut decisions: HashMap<String, payload::Decision>,
+) -> (Vec<Value>, Vec<Value>) {
+    let (mut messages, mut ran) = (Vec::new(), Vec::new());
+    for call in calls {
+        let args = match decisions.remove(&call.id).unwrap_or(payload::Decision::Approve) {
+            payload::Decision::Approve => call.args.clone(),
+            payload::Decision::Edit { edited_action } => edited_action.args,
+            payload::Decision::Reject { message } => {
+                let reason = message
+                    .unwrap_or_else(|| format!("User rejected the tool call for `{}` with id {}", call.name, call.id));
+                messages.push(tool_message(call, reason, "error"));
+                continue;
+            }
+            payload::Decision::Respond { message } => {
+                messages.push(tool_message(call, message, "success"));
+                continue;
+            }
+        };
+        let Some(tool) = tools.get(&call.name) else {
+            messages.push(tool_message(call, format!("Error: {} is not a valid tool", call.name), "error"));
+            continue;
+        };
+        match run_tool(tool, &args) {
+            Ok(result) => {
+                ran.push(json!({"name": call.name, "args": args}));
+                messages.push(tool_message(call, result, "success"));
+            }
+            Err(error) => messages.push(tool_message(call, format!("Error: {error}"), "error")),
+        }
+    }
+    (messages, ran)
+}
+
+/// The model's turn as an assistant message.
+fn assistant_message(turn: Turn) -> Value {
+    match turn {
+        Turn::Message(text) => json!({"role": "assistant", "content": text}),
+        Turn::ToolCalls(calls) => json!({"role": "assistant", "content": "", "tool_calls": calls.iter()
+            .map(|c| json!({"id": c.id, "name": c.name, "args": c.args})).collect::<Vec<_>>()}),
+    }
+}
+
+fn last_message(state: &Value) -> Value {
+    state["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or(Value::Null)
+}
+
 /// Builds the agent: `model` → (review) → `tools` → `model` … until the model answers.
 /// The state holds the call's arguments, `messages` and `ran` (the calls that ran, with
 /// the arguments they ran with); `output` turns the final state into the agent's
@@ -207,94 +300,22 @@ pub fn tool_calling_agent(
     let graph = StateGraph::new()
         .add_step("model", move |state, _| {
             let model = model.clone();
-            async move {
-                let message = match model.next(&state) {
-                    Turn::Message(text) => json!({"role": "assistant", "content": text}),
-                    Turn::ToolCalls(calls) => json!({"role": "assistant", "content": "", "tool_calls": calls.iter()
-                        .map(|c| json!({"id": c.id, "name": c.name, "args": c.args})).collect::<Vec<_>>()}),
-                };
-                Ok(json!({ "messages": [message] }))
-            }
+            async move { Ok(json!({ "messages": [assistant_message(model.next(&state))] })) }
         })
         .add_step("tools", move |state, ctx| {
             let (tools, review) = (tools.clone(), review.clone());
             async move {
-                let last = state["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or(Value::Null);
-                let calls = tool_calls(&last);
-                let gated: Vec<&ToolCall> = calls.iter().filter(|c| review.interrupt_on.contains_key(&c.name)).collect();
-                // Decisions first (the step re-runs from here on resume), then the calls.
-                let mut decisions: HashMap<String, Value> = HashMap::new();
-                match review.mode {
-                    InterruptMode::Batched if !gated.is_empty() => {
-                        let requests: Vec<Value> = gated.iter()
-                            .map(|c| json!({"name": c.name, "args": c.args, "description": review.description(c)}))
-                            .collect();
-                        let configs: Vec<Value> = gated.iter()
-                            .map(|c| json!({"action_name": c.name, "allowed_decisions":
-                                review.interrupt_on[&c.name].iter().map(|d| d.as_str()).collect::<Vec<_>>()}))
-                            .collect();
-                        let reply = ctx.interrupt(json!({"action_requests": requests, "review_configs": configs}))?;
-                        for (call, decision) in gated.iter().zip(reply["decisions"].as_array().cloned().unwrap_or_default()) {
-                            decisions.insert(call.id.clone(), decision);
-                        }
-                    }
-                    InterruptMode::PerCall => {
-                        for call in &gated {
-                            let allowed = &review.interrupt_on[&call.name];
-                            let schema = tools.get(&call.name).map_or_else(|| json!({}), |t| decision_schema(t, allowed));
-                            let value = json!({"type": "tool_approval",
-                                "action_request": {"name": call.name, "args": call.args, "description": review.description(call)},
-                                "review_config": {"action_name": call.name,
-                                    "allowed_decisions": allowed.iter().map(|d| d.as_str()).collect::<Vec<_>>()}});
-                            decisions.insert(call.id.clone(), ctx.interrupt_with_schema(value, schema)?);
-                        }
-                    }
-                    InterruptMode::Batched => {}
-                }
-                let mut messages = Vec::new();
-                let mut ran = Vec::new();
-                for call in &calls {
-                    let decision = decisions.get(&call.id).cloned().unwrap_or(json!({"type": "approve"}));
-                    let args = match decision["type"].as_str() {
-                        Some("approve") => Some(call.args.clone()),
-                        Some("edit") => {
-                            let edited = decision.get("edited_action").or_else(|| decision.get("editedAction"));
-                            Some(edited.and_then(|e| e["args"].as_object().cloned()).unwrap_or_default())
-                        }
-                        Some("reject") => {
-                            let reason = decision["message"].as_str().map(str::to_owned).unwrap_or_else(|| {
-                                format!("User rejected the tool call for `{}` with id {}", call.name, call.id)
-                            });
-                            messages.push(tool_message(call, reason, "error"));
-                            None
-                        }
-                        Some("respond") => {
-                            messages.push(tool_message(call, decision["message"].as_str().unwrap_or_default().to_owned(), "success"));
-                            None
-                        }
-                        other => return Err(StepError::msg(format!("unknown decision {other:?}"))),
-                    };
-                    let Some(args) = args else { continue };
-                    let Some(tool) = tools.get(&call.name) else {
-                        messages.push(tool_message(call, format!("Error: {} is not a valid tool", call.name), "error"));
-                        continue;
-                    };
-                    match run_tool(tool, &args) {
-                        Ok(result) => {
-                            ran.push(json!({"name": call.name, "args": args}));
-                            messages.push(tool_message(call, result, "success"));
-                        }
-                        Err(error) => messages.push(tool_message(call, format!("Error: {error}"), "error")),
-                    }
-                }
+                let calls = tool_calls(&last_message(&state));
+                let decisions = review_calls(&ctx, &review, &tools, &calls)?;
+                let (messages, ran) = run_calls(&tools, &calls, decisions);
                 Ok(json!({ "messages": messages, "ran": ran }))
             }
         })
         .add_step("finish", move |state, _| async move { Ok(json!({ "output": output(&state) })) })
         .add_edge(START, "model")
         .add_conditional_edges("model", |state| {
-            let last = state["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or(Value::Null);
-            if tool_calls(&last).is_empty() { vec!["finish".to_owned()] } else { vec!["tools".to_owned()] }
+            let next = if tool_calls(&last_message(state)).is_empty() { "finish" } else { "tools" };
+            vec![next.to_owned()]
         })
         .add_edge("tools", "model")
         .add_edge("finish", END)

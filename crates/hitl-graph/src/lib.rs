@@ -40,6 +40,7 @@ mod agent;
 mod builder;
 mod checkpoint;
 mod context;
+pub mod payload;
 mod runtime;
 
 pub use agent::Agent;

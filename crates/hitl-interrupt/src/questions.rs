@@ -17,6 +17,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use hitl_graph::payload::{Relay, RelayKind, RelayReply, RelayedRequest};
 use hitl_graph::{Interrupt, ResumeValues};
 use hitl_protocol::{
     CallToolResult, CreateMessageResult, ElicitAction, ElicitRequestParams, ElicitResult, ErrorObject, FormElicitation,
@@ -64,20 +65,20 @@ pub fn build(interrupts: &[Interrupt]) -> Result<Vec<Question>, NotAskable> {
             questions.extend(review_questions(interrupt, calls?, &mut seen_digests)?);
             continue;
         }
-        let relay_type = interrupt.value.get("type").and_then(Value::as_str);
-        let built = match (relay_type, &interrupt.response_schema, &interrupt.value) {
-            (Some("mcp_elicitation"), _, _) => relay(interrupt, false)?,
-            (Some("mcp_input"), _, _) => relay(interrupt, true)?,
-            (_, Some(schema), value) => vec![typed_question(interrupt, value, schema)?],
-            (_, None, Value::String(message)) => vec![text_question(message, &interrupt.id)],
-            (_, None, _) => {
+        let relay = Relay::parse(&interrupt.value);
+        let is_relay = relay.is_some();
+        let built = match (relay, &interrupt.response_schema, &interrupt.value) {
+            (Some(relay), _, _) => relay_questions(interrupt, relay)?,
+            (None, Some(schema), value) => vec![typed_question(interrupt, value, schema)?],
+            (None, None, Value::String(message)) => vec![text_question(message, &interrupt.id)],
+            (None, None, _) => {
                 return Err(NotAskable(format!(
                     "the interrupt of step {} is not a string and has no response schema",
                     interrupt.step
                 )));
             }
         };
-        let prefix = if several && matches!(relay_type, Some("mcp_elicitation" | "mcp_input")) {
+        let prefix = if several && is_relay {
             let digest = short_digest(&interrupt.value);
             let n = seen_digests.entry(digest.clone()).or_default();
             *n += 1;
@@ -175,30 +176,22 @@ fn typed_question(interrupt: &Interrupt, value: &Value, schema: &Value) -> Resul
     })
 }
 
-/// The requests of a relay interrupt, in the list shape (`[{key, message, mode,
-/// requested_schema | url}]`) or the object shape (`{key: {message, mode?,
+/// The requests of a relay interrupt ([`Relay`]), in the list shape (`[{key, message,
+/// mode, requested_schema | url}]`) or the object shape (`{key: {message, mode?,
 /// requestedSchema | url}}`, MCP's field names, a missing mode meaning form).
-fn relay(interrupt: &Interrupt, any_method: bool) -> Result<Vec<Question>, NotAskable> {
+fn relay_questions(interrupt: &Interrupt, relay: Result<Relay, String>) -> Result<Vec<Question>, NotAskable> {
     let step = &interrupt.step;
-    let entries: Vec<(String, Value)> = match interrupt.value.get("requests") {
-        Some(Value::Array(list)) => list
-            .iter()
-            .enumerate()
-            .map(|(i, r)| match r.get("key").and_then(Value::as_str) {
-                Some(key) => Ok((key.to_owned(), r.clone())),
-                None => Err(NotAskable(format!("request {i} of the interrupt of step {step} has no key"))),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(Value::Object(map)) => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        _ => return Err(NotAskable(format!("the interrupt of step {step} has no requests"))),
-    };
+    let relay = relay.map_err(|e| NotAskable(format!("the interrupt of step {step} is not a valid relay: {e}")))?;
+    let entries =
+        relay.keyed().map_err(|i| NotAskable(format!("request {i} of the interrupt of step {step} has no key")))?;
     if entries.is_empty() {
         return Err(NotAskable(format!("the interrupt of step {step} has no requests")));
     }
+    let any_method = relay.kind == RelayKind::McpInput;
     entries
         .into_iter()
         .map(|(key, entry)| {
-            let request = relayed_request(step, &key, entry, any_method)?;
+            let request = relayed_request(step, &key, &entry, any_method)?;
             Ok(Question {
                 key: key.clone(),
                 request,
@@ -209,32 +202,29 @@ fn relay(interrupt: &Interrupt, any_method: bool) -> Result<Vec<Question>, NotAs
         .collect()
 }
 
-fn relayed_request(step: &str, key: &str, entry: Value, any_method: bool) -> Result<InputRequest, NotAskable> {
+fn relayed_request(
+    step: &str,
+    key: &str,
+    entry: &RelayedRequest,
+    any_method: bool,
+) -> Result<InputRequest, NotAskable> {
     let what = format!("request {key}");
-    let method = entry.get("method").and_then(Value::as_str).map(str::to_owned);
-    let params = match (&method, entry.get("params")) {
-        (Some(_), Some(params)) => params.clone(),
-        _ => entry.clone(),
-    };
-    match method.as_deref() {
+    match entry.method.as_deref() {
         None | Some("elicitation/create") => {}
-        Some("sampling/createMessage" | "roots/list") if any_method => {
-            let request: InputRequest =
-                serde_json::from_value(json!({ "method": method, "params": params })).map_err(|e| {
-                    NotAskable(format!("the {what} of step {step} is not a valid {}: {e}", method.unwrap_or_default()))
-                })?;
-            return Ok(request);
+        Some(method @ ("sampling/createMessage" | "roots/list")) if any_method => {
+            let params = entry.params.clone().unwrap_or_else(|| json!({}));
+            return serde_json::from_value(json!({ "method": method, "params": params }))
+                .map_err(|e| NotAskable(format!("the {what} of step {step} is not a valid {method}: {e}")));
         }
         Some(other) => return Err(NotAskable(format!("the {what} of step {step} uses the method {other}"))),
     }
-    let message = params.get("message").and_then(Value::as_str);
-    let Some(message) = message else {
+    let params = entry.elicitation();
+    let Some(message) = params.message.as_ref().and_then(Value::as_str) else {
         return Err(NotAskable(format!("the {what} of step {step} has no message")));
     };
-    match params.get("mode").and_then(Value::as_str) {
+    match params.mode.as_ref().map(|m| m.as_str().unwrap_or("(not a string)")) {
         None | Some("form") => {
-            let schema = params.get("requested_schema").or_else(|| params.get("requestedSchema"));
-            let Some(schema) = schema else {
+            let Some(schema) = &params.requested_schema else {
                 return Err(NotAskable(format!("the {what} of step {step} is a form without a schema")));
             };
             let form = hitl_schema::to_form(schema, &FormOptions::default())
@@ -245,7 +235,7 @@ fn relayed_request(step: &str, key: &str, entry: Value, any_method: bool) -> Res
             Ok(form_request(message.to_owned(), form.schema))
         }
         Some("url") => {
-            let url = params.get("url").and_then(Value::as_str).unwrap_or_default();
+            let url = params.url.as_ref().and_then(Value::as_str).unwrap_or_default();
             hitl_schema::check_url(url).map_err(|e| NotAskable::schema(step, &what, &e))?;
             Ok(InputRequest::Elicit(ElicitRequestParams::Url(UrlElicitation {
                 message: message.to_owned(),
@@ -355,8 +345,10 @@ pub fn judge(round: &Round, responses: &InputResponses) -> Verdict {
         return Verdict::Finish(result);
     }
     for (id, responses) in relayed {
-        resume.insert(id, json!({ "responses": responses }));
+        resume.insert(id, json!(RelayReply { responses }));
     }
+    // Decisions are already spelled for their middleware (`editedAction` for the
+    // JavaScript one), so the reply is written here rather than as a `ReviewReply`.
     for (id, decisions) in batched {
         resume.insert(id, json!({ "decisions": decisions }));
     }

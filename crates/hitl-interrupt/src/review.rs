@@ -10,6 +10,7 @@
 //!   with a response schema of the decisions the call allows, resumed with one decision.
 
 use hitl_graph::Interrupt;
+use hitl_graph::payload::{self, ActionRequest, EditedAction, ReviewConfig, ReviewRequest, ToolApproval};
 use hitl_protocol::{ElicitAction, ErrorObject};
 use hitl_schema::Decision;
 use serde::{Deserialize, Serialize};
@@ -59,57 +60,57 @@ pub(crate) struct ReviewedCall {
     pub(crate) mode: ReviewMode,
 }
 
-/// Is this interrupt a review? Then its calls, in order.
+/// Is this interrupt a review ([`ToolApproval`] or [`ReviewRequest`])? Then its calls,
+/// in order.
 pub(crate) fn calls(interrupt: &Interrupt) -> Option<Result<Vec<ReviewedCall>, NotAskable>> {
-    let value = &interrupt.value;
-    if value.get("type").and_then(Value::as_str) == Some("tool_approval") {
-        let request = value.get("action_request").or_else(|| value.get("actionRequest"))?;
-        let config = value.get("review_config").or_else(|| value.get("reviewConfig")).cloned().unwrap_or(Value::Null);
+    let step = &interrupt.step;
+    let invalid = |e: String| NotAskable(format!("the review in step {step} is not valid: {e}"));
+    if let Some(approval) = ToolApproval::parse(&interrupt.value) {
         let mode = ReviewMode::PerCall { schema: interrupt.response_schema.clone() };
-        return Some(call(interrupt, request, &config, mode).map(|c| vec![c]));
+        return Some(
+            approval
+                .map_err(invalid)
+                .and_then(|a| Ok(vec![call(step, &a.action_request, a.review_config.as_ref(), mode)?])),
+        );
     }
-    let (requests, configs, camel_case) = match (value.get("action_requests"), value.get("actionRequests")) {
-        (Some(Value::Array(r)), _) => (r, value.get("review_configs"), false),
-        (None, Some(Value::Array(r))) => (r, value.get("reviewConfigs"), true),
-        _ => return None,
+    let (request, camel_case) = ReviewRequest::parse(&interrupt.value)?;
+    let request = match request {
+        Ok(request) => request,
+        Err(e) => return Some(Err(invalid(e))),
     };
-    let configs = configs.and_then(Value::as_array).cloned().unwrap_or_default();
-    let count = requests.len();
-    let calls = requests
+    let count = request.action_requests.len();
+    let calls = request
+        .action_requests
         .iter()
         .enumerate()
-        .map(|(index, request)| {
-            let name = request.get("name").and_then(Value::as_str).unwrap_or_default();
-            let config = configs
-                .iter()
-                .find(|c| c.get("action_name").or_else(|| c.get("actionName")).and_then(Value::as_str) == Some(name))
-                .cloned()
-                .unwrap_or(Value::Null);
-            call(interrupt, request, &config, ReviewMode::Batched { index, count, camel_case })
+        .map(|(index, action)| {
+            let config = action.name.as_deref().and_then(|name| request.config(name));
+            call(step, action, config, ReviewMode::Batched { index, count, camel_case })
         })
         .collect();
     Some(calls)
 }
 
-fn call(interrupt: &Interrupt, request: &Value, config: &Value, mode: ReviewMode) -> Result<ReviewedCall, NotAskable> {
-    let step = &interrupt.step;
-    let Some(tool) = request.get("name").and_then(Value::as_str) else {
+fn call(
+    step: &str,
+    request: &ActionRequest,
+    config: Option<&ReviewConfig>,
+    mode: ReviewMode,
+) -> Result<ReviewedCall, NotAskable> {
+    let Some(tool) = &request.name else {
         return Err(NotAskable(format!("a tool call to review in step {step} has no name")));
     };
-    let args = match request.get("args") {
-        Some(Value::Object(args)) => args.clone(),
-        None | Some(Value::Null) => Map::new(),
-        Some(_) => {
-            return Err(NotAskable(format!("the arguments of the {tool} call in step {step} are not an object")));
-        }
+    let args = match &request.args {
+        Value::Object(args) => args.clone(),
+        Value::Null => Map::new(),
+        _ => return Err(NotAskable(format!("the arguments of the {tool} call in step {step} are not an object"))),
     };
-    let names = config.get("allowed_decisions").or_else(|| config.get("allowedDecisions"));
-    let allowed: Vec<Decision> = match names.and_then(Value::as_array) {
-        Some(names) => names.iter().filter_map(Value::as_str).filter_map(Decision::parse).collect(),
+    let allowed: Vec<Decision> = match config.and_then(ReviewConfig::allowed) {
+        Some(names) => names.into_iter().filter_map(Decision::parse).collect(),
         None => Decision::ALL.to_vec(),
     };
-    let description = request.get("description").and_then(Value::as_str).map(str::to_owned);
-    Ok(ReviewedCall { tool: tool.to_owned(), args, description, allowed, mode })
+    let description = request.description.clone();
+    Ok(ReviewedCall { tool: tool.clone(), args, description, allowed, mode })
 }
 
 /// The answer to a review question, as the middleware's decision; `Err` for an answer
@@ -128,7 +129,7 @@ pub(crate) fn decide(
     let offered = |d: &str| review.offered.iter().any(|o| o == d);
     let decision = match action {
         ElicitAction::Cancel => return Ok(Outcome::Finish(CANCELLED)),
-        ElicitAction::Decline if offered("reject") => json!({"type": "reject"}),
+        ElicitAction::Decline if offered("reject") => payload::Decision::Reject { message: None },
         ElicitAction::Decline => return Ok(Outcome::Finish(DECLINED)),
         ElicitAction::Accept => {
             let kind = content.get("decision").and_then(Value::as_str).unwrap_or_default();
@@ -136,33 +137,31 @@ pub(crate) fn decide(
                 return Err(ErrorObject::invalid_params(format!("The decision {kind:?} is not allowed for this call")));
             }
             let message = content.get("message").and_then(Value::as_str).map(str::trim).filter(|m| !m.is_empty());
+            let message = message.map(str::to_owned);
             match kind {
-                "approve" => json!({"type": "approve"}),
-                "reject" => match message {
-                    Some(m) => json!({"type": "reject", "message": m}),
-                    None => json!({"type": "reject"}),
-                },
+                "approve" => payload::Decision::Approve,
+                "reject" => payload::Decision::Reject { message },
                 "respond" => match message {
-                    Some(m) => json!({"type": "respond", "message": m}),
+                    Some(message) => payload::Decision::Respond { message },
                     None => return Err(ErrorObject::invalid_params("A respond decision needs a message")),
                 },
                 "edit" => {
+                    let not_an_object = || ErrorObject::invalid_params("The arguments must be a JSON object");
                     let args = match content.get("args") {
-                        None => Value::Object(review.args.clone()),
+                        None => review.args.clone(),
                         Some(Value::String(text)) => match serde_json::from_str::<Value>(text) {
-                            Ok(args @ Value::Object(_)) => args,
-                            _ => return Err(ErrorObject::invalid_params("The arguments must be a JSON object")),
+                            Ok(Value::Object(args)) => args,
+                            _ => return Err(not_an_object()),
                         },
-                        Some(_) => return Err(ErrorObject::invalid_params("The arguments must be a JSON object")),
+                        Some(_) => return Err(not_an_object()),
                     };
-                    let camel = matches!(review.mode, ReviewMode::Batched { camel_case: true, .. });
-                    let key = if camel { "editedAction" } else { "edited_action" };
-                    json!({"type": "edit", key: {"name": review.tool, "args": args}})
+                    payload::Decision::Edit { edited_action: EditedAction { name: review.tool.clone(), args } }
                 }
                 other => return Err(ErrorObject::invalid_params(format!("Unknown decision {other:?}"))),
             }
         }
     };
+    let decision = decision.to_value(matches!(review.mode, ReviewMode::Batched { camel_case: true, .. }));
     if let ReviewMode::PerCall { schema: Some(schema) } = &review.mode {
         check_decision(schema, &decision)?;
     }

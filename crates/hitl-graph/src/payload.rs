@@ -1,0 +1,453 @@
+//! The interrupt values an MCP server understands beyond plain questions, as serde
+//! types defined once: agents build them and the engine parses them.
+//!
+//! - [`Relay`]: MCP requests relayed to the client as they are (`mcp_elicitation`,
+//!   `mcp_input`), answered with [`RelayReply`];
+//! - [`ReviewRequest`] (batched) and [`ToolApproval`] (one call): tool calls a person
+//!   reviews (LangChain's `HumanInTheLoopMiddleware` shapes), answered with
+//!   [`ReviewReply`] or one [`Decision`].
+//!
+//! Parsing is lenient where the Python shapes are (both field spellings, a missing
+//! `args`), and every field the engine must report on is kept, so a bad value gets a
+//! precise error instead of a serde message.
+//!
+//! ```
+//! use hitl_graph::payload::{Relay, RelayedRequest};
+//! use serde_json::json;
+//!
+//! let relay = Relay::elicitation([(
+//!     "name",
+//!     RelayedRequest::form("What is your name?", json!({"type": "object", "properties": {"name": {"type": "string"}}})),
+//! )]);
+//! let value = relay.to_value();
+//! assert_eq!(value["type"], "mcp_elicitation");
+//! assert_eq!(value["requests"][0]["key"], "name");
+//! assert_eq!(Relay::parse(&value), Some(Ok(relay)));
+//! ```
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// MCP requests relayed to the client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Relay {
+    /// `mcp_elicitation` (elicitations only) or `mcp_input` (any request the client
+    /// answers: elicitation, sampling, roots).
+    #[serde(rename = "type")]
+    pub kind: RelayKind,
+    /// The requests, in the list shape (`[{key, ...}]`) or the object shape
+    /// (`{key: {...}}`). Absent reads as none (which the engine refuses).
+    #[serde(default)]
+    pub requests: Requests,
+}
+
+/// Which requests a relay may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RelayKind {
+    /// Elicitations only.
+    McpElicitation,
+    /// Elicitation, sampling and roots requests.
+    McpInput,
+}
+
+/// The two shapes of a relay's requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Requests {
+    /// `[{"key": …, "message": …, …}]`, each entry naming its key.
+    List(Vec<RelayedRequest>),
+    /// `{key: {"message": …, …}}`, MCP's field names.
+    Map(Map<String, Value>),
+}
+
+impl Default for Requests {
+    fn default() -> Self {
+        Self::List(Vec::new())
+    }
+}
+
+/// One relayed request: an elicitation written flat (`message`, `mode`,
+/// `requested_schema` or `requestedSchema`, `url`), or any MCP request as `method` and
+/// `params`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RelayedRequest {
+    /// The question key (list shape only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The MCP method (`elicitation/create`, `sampling/createMessage`, `roots/list`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// The method's params.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<Value>,
+    /// The elicitation's message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<Value>,
+    /// `form` (the default) or `url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Value>,
+    /// A form's schema.
+    #[serde(default, alias = "requestedSchema", skip_serializing_if = "Option::is_none")]
+    pub requested_schema: Option<Value>,
+    /// A URL elicitation's page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<Value>,
+}
+
+impl Relay {
+    /// A relay of elicitations, in the list shape.
+    pub fn elicitation<K: Into<String>>(requests: impl IntoIterator<Item = (K, RelayedRequest)>) -> Self {
+        Self::list(RelayKind::McpElicitation, requests)
+    }
+
+    /// A relay of any requests the client answers, in the list shape.
+    pub fn input<K: Into<String>>(requests: impl IntoIterator<Item = (K, RelayedRequest)>) -> Self {
+        Self::list(RelayKind::McpInput, requests)
+    }
+
+    fn list<K: Into<String>>(kind: RelayKind, requests: impl IntoIterator<Item = (K, RelayedRequest)>) -> Self {
+        let requests = requests.into_iter().map(|(key, r)| RelayedRequest { key: Some(key.into()), ..r }).collect();
+        Self { kind, requests: Requests::List(requests) }
+    }
+
+    /// The interrupt value.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("a relay is plain JSON")
+    }
+
+    /// `Some` when `value` is a relay (its `type` says so); the error says what is wrong
+    /// with one that does not parse.
+    pub fn parse(value: &Value) -> Option<Result<Self, String>> {
+        match value.get("type").and_then(Value::as_str) {
+            Some("mcp_elicitation" | "mcp_input") => {}
+            _ => return None,
+        }
+        Some(Self::deserialize(value).map_err(|e| e.to_string()))
+    }
+
+    /// The requests with their keys, in order; `Err(index)` names a list entry without
+    /// a key. An object-shape entry that is not a request reads as an empty one, so the
+    /// engine reports what it lacks.
+    pub fn keyed(&self) -> Result<Vec<(String, RelayedRequest)>, usize> {
+        match &self.requests {
+            Requests::List(list) => {
+                list.iter().enumerate().map(|(i, r)| r.key.clone().map(|key| (key, r.clone())).ok_or(i)).collect()
+            }
+            Requests::Map(map) => Ok(map
+                .iter()
+                .map(|(key, entry)| (key.clone(), RelayedRequest::deserialize(entry).unwrap_or_default()))
+                .collect()),
+        }
+    }
+}
+
+impl RelayedRequest {
+    /// A form elicitation.
+    pub fn form(message: impl Into<String>, schema: Value) -> Self {
+        Self {
+            message: Some(Value::String(message.into())),
+            mode: Some(Value::String("form".into())),
+            requested_schema: Some(schema),
+            ..Self::default()
+        }
+    }
+
+    /// A URL elicitation.
+    pub fn url(message: impl Into<String>, url: impl Into<String>) -> Self {
+        Self {
+            message: Some(Value::String(message.into())),
+            mode: Some(Value::String("url".into())),
+            url: Some(Value::String(url.into())),
+            ..Self::default()
+        }
+    }
+
+    /// Any MCP request the client answers.
+    pub fn method(method: impl Into<String>, params: Value) -> Self {
+        Self { method: Some(method.into()), params: Some(params), ..Self::default() }
+    }
+
+    /// The elicitation fields: the entry itself, or its `params` when it names the
+    /// `elicitation/create` method.
+    pub fn elicitation(&self) -> Self {
+        match (&self.method, &self.params) {
+            (Some(_), Some(params)) => Self::deserialize(params).unwrap_or_default(),
+            _ => self.clone(),
+        }
+    }
+}
+
+/// The answer to a relay: each request's response, by key (an elicitation's
+/// `{"action", "content"}`, a sampling result, a roots list).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RelayReply {
+    /// The responses, by request key.
+    #[serde(default)]
+    pub responses: Map<String, Value>,
+}
+
+impl RelayReply {
+    /// The response to request `key` (`Null` when there is none).
+    pub fn response(&self, key: &str) -> &Value {
+        self.responses.get(key).unwrap_or(&Value::Null)
+    }
+
+    /// Was elicitation `key` accepted? Then its content.
+    pub fn accepted(&self, key: &str) -> Option<&Map<String, Value>> {
+        let response = self.response(key);
+        if response.get("action").and_then(Value::as_str) != Some("accept") {
+            return None;
+        }
+        response.get("content").and_then(Value::as_object)
+    }
+}
+
+/// One tool call offered for review.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ActionRequest {
+    /// The tool.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Its arguments (an object; `null` or absent means none).
+    #[serde(default)]
+    pub args: Value,
+    /// The text shown to the reviewer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+impl ActionRequest {
+    /// A call of `name` with `args`.
+    pub fn new(name: impl Into<String>, args: Map<String, Value>, description: Option<String>) -> Self {
+        Self { name: Some(name.into()), args: Value::Object(args), description }
+    }
+}
+
+/// What a reviewer may decide for a tool.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReviewConfig {
+    /// The tool.
+    #[serde(default, alias = "actionName")]
+    pub action_name: Option<String>,
+    /// `approve`, `edit`, `reject`, `respond` (absent: all four). Unknown names are
+    /// ignored.
+    #[serde(default, alias = "allowedDecisions", skip_serializing_if = "Option::is_none")]
+    pub allowed_decisions: Option<Vec<Value>>,
+}
+
+impl ReviewConfig {
+    /// The decisions allowed for `name`.
+    pub fn new<D: Into<String>>(name: impl Into<String>, allowed: impl IntoIterator<Item = D>) -> Self {
+        Self {
+            action_name: Some(name.into()),
+            allowed_decisions: Some(allowed.into_iter().map(|d| Value::String(d.into())).collect()),
+        }
+    }
+
+    /// The allowed decision names (`None`: all).
+    pub fn allowed(&self) -> Option<Vec<&str>> {
+        self.allowed_decisions.as_ref().map(|names| names.iter().filter_map(Value::as_str).collect())
+    }
+}
+
+/// Batched review: every gated call of a step in one interrupt, resumed with a
+/// [`ReviewReply`] in the same order. The JavaScript middleware writes
+/// `actionRequests` / `reviewConfigs` and expects edits as `editedAction`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReviewRequest {
+    /// The calls.
+    #[serde(alias = "actionRequests")]
+    pub action_requests: Vec<ActionRequest>,
+    /// The decisions each tool allows.
+    #[serde(default, alias = "reviewConfigs")]
+    pub review_configs: Vec<ReviewConfig>,
+}
+
+impl ReviewRequest {
+    /// `Some` when `value` is a batched review; `camel_case` says which spelling it used.
+    pub fn parse(value: &Value) -> Option<(Result<Self, String>, bool)> {
+        let camel_case = match (value.get("action_requests"), value.get("actionRequests")) {
+            (Some(Value::Array(_)), _) => false,
+            (None, Some(Value::Array(_))) => true,
+            _ => return None,
+        };
+        Some((Self::deserialize(value).map_err(|e| e.to_string()), camel_case))
+    }
+
+    /// The config for tool `name`, if any.
+    pub fn config(&self, name: &str) -> Option<&ReviewConfig> {
+        self.review_configs.iter().find(|c| c.action_name.as_deref() == Some(name))
+    }
+
+    /// The interrupt value.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("a review request is plain JSON")
+    }
+}
+
+/// Review of one call, resumed with one [`Decision`]; usually asked with a response
+/// schema of the decisions the call allows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolApproval {
+    /// The call.
+    #[serde(alias = "actionRequest")]
+    pub action_request: ActionRequest,
+    /// What the reviewer may decide.
+    #[serde(default, alias = "reviewConfig")]
+    pub review_config: Option<ReviewConfig>,
+}
+
+impl ToolApproval {
+    /// `Some` when `value` is a per-call review (`type: tool_approval`).
+    pub fn parse(value: &Value) -> Option<Result<Self, String>> {
+        if value.get("type").and_then(Value::as_str) != Some("tool_approval") {
+            return None;
+        }
+        Some(Self::deserialize(value).map_err(|e| e.to_string()))
+    }
+
+    /// The interrupt value, `type` first as the Python middleware writes it.
+    pub fn to_value(&self) -> Value {
+        let mut value = Map::from_iter([("type".to_owned(), Value::String("tool_approval".into()))]);
+        if let Value::Object(fields) = serde_json::to_value(self).expect("a tool approval is plain JSON") {
+            value.extend(fields);
+        }
+        Value::Object(value)
+    }
+}
+
+/// A reviewer's decision on one call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Decision {
+    /// Run the call as asked.
+    Approve,
+    /// Run the call with other arguments.
+    Edit {
+        /// The call to run instead.
+        #[serde(alias = "editedAction")]
+        edited_action: EditedAction,
+    },
+    /// Do not run it; the model is told why.
+    Reject {
+        /// The reason.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// Do not run it; the message is the call's result.
+    Respond {
+        /// The result the model gets.
+        message: String,
+    },
+}
+
+/// The call an edit runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EditedAction {
+    /// The tool.
+    pub name: String,
+    /// The arguments.
+    #[serde(default)]
+    pub args: Map<String, Value>,
+}
+
+impl Decision {
+    /// The decision as the middleware reads it; `camel_case` writes an edit as
+    /// `editedAction` (the JavaScript middleware).
+    pub fn to_value(&self, camel_case: bool) -> Value {
+        let mut value = serde_json::to_value(self).expect("a decision is plain JSON");
+        if camel_case
+            && let Some(map) = value.as_object_mut()
+            && let Some(edited) = map.remove("edited_action")
+        {
+            map.insert("editedAction".into(), edited);
+        }
+        value
+    }
+}
+
+/// The answer to a batched review: one decision per call, in order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReviewReply {
+    /// The decisions.
+    #[serde(default)]
+    pub decisions: Vec<Decision>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn relays_parse_in_both_shapes_and_round_trip() {
+        let list = json!({"type": "mcp_elicitation", "requests": [
+            {"key": "a", "message": "A?", "mode": "form", "requested_schema": {"type": "object"}}]});
+        let relay = Relay::parse(&list).unwrap().unwrap();
+        assert_eq!(relay.kind, RelayKind::McpElicitation);
+        let keyed = relay.keyed().unwrap();
+        assert_eq!(keyed[0].0, "a");
+        assert_eq!(keyed[0].1.requested_schema, Some(json!({"type": "object"})));
+        assert_eq!(relay.to_value(), list);
+
+        let map = json!({"type": "mcp_input", "requests": {
+            "b": {"message": "B?", "requestedSchema": {"type": "object"}},
+            "c": {"method": "roots/list", "params": {}}}});
+        let relay = Relay::parse(&map).unwrap().unwrap();
+        let keyed = relay.keyed().unwrap();
+        assert_eq!(keyed.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["b", "c"]);
+        assert_eq!(keyed[0].1.requested_schema, Some(json!({"type": "object"})), "camelCase schema");
+        assert_eq!(keyed[1].1.method.as_deref(), Some("roots/list"));
+
+        let unkeyed = json!({"type": "mcp_elicitation", "requests": [{"message": "x"}]});
+        assert_eq!(Relay::parse(&unkeyed).unwrap().unwrap().keyed(), Err(0));
+        assert!(Relay::parse(&json!("a question")).is_none());
+        assert!(Relay::parse(&json!({"type": "mcp_input", "requests": 3})).unwrap().is_err());
+    }
+
+    #[test]
+    fn elicitation_fields_come_from_params_when_a_method_is_named() {
+        let request = RelayedRequest::method("elicitation/create", json!({"message": "M", "url": "https://x"}));
+        assert_eq!(request.elicitation().message, Some(json!("M")));
+        assert_eq!(RelayedRequest::form("F", json!({})).elicitation().message, Some(json!("F")));
+    }
+
+    #[test]
+    fn reviews_parse_both_spellings() {
+        let snake = json!({"action_requests": [{"name": "t", "args": {"x": 1}}],
+            "review_configs": [{"action_name": "t", "allowed_decisions": ["approve", "nope"]}]});
+        let (request, camel) = ReviewRequest::parse(&snake).unwrap();
+        let request = request.unwrap();
+        assert!(!camel);
+        assert_eq!(request.config("t").unwrap().allowed(), Some(vec!["approve", "nope"]));
+        assert_eq!(request.to_value(), snake);
+
+        let camel_value = json!({"actionRequests": [{"name": "t"}], "reviewConfigs": [{"actionName": "t"}]});
+        let (request, camel) = ReviewRequest::parse(&camel_value).unwrap();
+        assert!(camel);
+        assert_eq!(request.unwrap().action_requests[0].args, Value::Null);
+        assert!(ReviewRequest::parse(&json!({"type": "tool_approval"})).is_none());
+
+        let approval = ToolApproval {
+            action_request: ActionRequest::new("t", Map::new(), Some("Run t?".into())),
+            review_config: Some(ReviewConfig::new("t", ["approve"])),
+        };
+        let value = approval.to_value();
+        assert_eq!(value["type"], "tool_approval");
+        assert_eq!(ToolApproval::parse(&value).unwrap().unwrap(), approval);
+    }
+
+    #[test]
+    fn decisions_spell_edits_for_either_middleware() {
+        let edit = Decision::Edit { edited_action: EditedAction { name: "t".into(), args: Map::new() } };
+        assert_eq!(edit.to_value(false), json!({"type": "edit", "edited_action": {"name": "t", "args": {}}}));
+        assert_eq!(edit.to_value(true), json!({"type": "edit", "editedAction": {"name": "t", "args": {}}}));
+        let parsed: Decision = serde_json::from_value(json!({"type": "edit", "editedAction": {"name": "t"}})).unwrap();
+        assert_eq!(parsed, edit);
+        assert_eq!(Decision::Reject { message: None }.to_value(false), json!({"type": "reject"}));
+        let reply: ReviewReply = serde_json::from_value(json!({"decisions": [{"type": "approve"}]})).unwrap();
+        assert_eq!(reply.decisions, [Decision::Approve]);
+    }
+}
