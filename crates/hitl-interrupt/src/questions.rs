@@ -278,81 +278,102 @@ pub enum Verdict {
 /// Judges `responses` against `round`. Answers to keys the round did not ask are
 /// ignored; an invalid answer wins over a missing one, so the client learns of it.
 pub fn judge(round: &Round, responses: &InputResponses) -> Verdict {
-    let mut resume = ResumeValues::new();
-    let mut relayed: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
-    let mut batched: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    let mut gathered = Gathered::default();
     let mut missing = false;
-    let mut finish = None;
     for question in &round.questions {
         let Some(raw) = responses.get(&question.key) else {
             missing = true;
             continue;
         };
-        if let QuestionKind::Review(review) = &question.kind {
-            match review_answer(question, review, raw) {
-                Err(e) => return Verdict::Invalid(e),
-                Ok(review::Outcome::Finish(text)) => {
-                    finish.get_or_insert_with(|| CallToolResult::error([text.to_owned()]));
+        let judged = match &question.kind {
+            QuestionKind::Review(review) => {
+                review_answer(question, review, raw).map(|o| gathered.review(question, review, o))
+            }
+            _ => answer(question, raw).map(|a| gathered.answer(question, a)),
+        };
+        if let Err(e) = judged {
+            return Verdict::Invalid(e);
+        }
+    }
+    if missing {
+        return Verdict::Missing;
+    }
+    gathered.verdict()
+}
+
+/// What a round's answers amount to so far: resume values by interrupt id, relayed
+/// responses and batched decisions still to be put together, or a result that ends the
+/// call (the first declined or cancelled question).
+#[derive(Default)]
+struct Gathered {
+    resume: ResumeValues,
+    relayed: BTreeMap<String, Map<String, Value>>,
+    batched: BTreeMap<String, Vec<Value>>,
+    finish: Option<CallToolResult>,
+}
+
+impl Gathered {
+    fn finish(&mut self, text: &str) {
+        self.finish.get_or_insert_with(|| CallToolResult::error([text.to_owned()]));
+    }
+
+    fn review(&mut self, question: &Question, review: &review::Review, outcome: review::Outcome) {
+        let decision = match outcome {
+            review::Outcome::Finish(text) => return self.finish(text),
+            review::Outcome::Decision(decision) => decision,
+        };
+        for id in &question.interrupt_ids {
+            match review.mode {
+                review::ReviewMode::PerCall { .. } => {
+                    self.resume.insert(id.clone(), decision.clone());
                 }
-                Ok(review::Outcome::Decision(decision)) => {
-                    for id in &question.interrupt_ids {
-                        match review.mode {
-                            review::ReviewMode::PerCall { .. } => {
-                                resume.insert(id.clone(), decision.clone());
-                            }
-                            review::ReviewMode::Batched { index, count, .. } => {
-                                let decisions = batched.entry(id.clone()).or_insert_with(|| vec![Value::Null; count]);
-                                if let Some(slot) = decisions.get_mut(index) {
-                                    *slot = decision.clone();
-                                }
-                            }
-                        }
+                review::ReviewMode::Batched { index, count, .. } => {
+                    let decisions = self.batched.entry(id.clone()).or_insert_with(|| vec![Value::Null; count]);
+                    if let Some(slot) = decisions.get_mut(index) {
+                        *slot = decision.clone();
                     }
                 }
             }
-            continue;
         }
-        let answer = match answer(question, raw) {
-            Ok(answer) => answer,
-            Err(e) => return Verdict::Invalid(e),
-        };
+    }
+
+    fn answer(&mut self, question: &Question, answer: Judged) {
         match (&question.kind, answer) {
-            (QuestionKind::Text | QuestionKind::Typed { .. }, Judged::Value(value)) => {
-                for id in &question.interrupt_ids {
-                    resume.insert(id.clone(), value.clone());
-                }
-            }
-            (QuestionKind::Text | QuestionKind::Typed { .. }, Judged::Declined(action)) => {
-                let text = if action == ElicitAction::Decline { DECLINED } else { CANCELLED };
-                finish.get_or_insert_with(|| CallToolResult::error([text.to_owned()]));
-            }
-            (QuestionKind::Review(_), _) => unreachable!("review answers are judged above"),
             (QuestionKind::Relay { agent_key }, answer) => {
                 let value = match answer {
                     Judged::Value(v) => v,
                     Judged::Declined(action) => json!({ "action": action }),
                 };
                 for id in &question.interrupt_ids {
-                    relayed.entry(id.clone()).or_default().insert(agent_key.clone(), value.clone());
+                    self.relayed.entry(id.clone()).or_default().insert(agent_key.clone(), value.clone());
                 }
+            }
+            (_, Judged::Value(value)) => {
+                for id in &question.interrupt_ids {
+                    self.resume.insert(id.clone(), value.clone());
+                }
+            }
+            (_, Judged::Declined(action)) => {
+                self.finish(if action == ElicitAction::Decline { DECLINED } else { CANCELLED });
             }
         }
     }
-    if missing {
-        return Verdict::Missing;
+
+    fn verdict(self) -> Verdict {
+        let Gathered { mut resume, relayed, batched, finish } = self;
+        if let Some(result) = finish {
+            return Verdict::Finish(result);
+        }
+        for (id, responses) in relayed {
+            resume.insert(id, json!(RelayReply { responses }));
+        }
+        // Decisions are already spelled for their middleware (`editedAction` for the
+        // JavaScript one), so the reply is written here rather than as a `ReviewReply`.
+        for (id, decisions) in batched {
+            resume.insert(id, json!({ "decisions": decisions }));
+        }
+        Verdict::Resume(resume)
     }
-    if let Some(result) = finish {
-        return Verdict::Finish(result);
-    }
-    for (id, responses) in relayed {
-        resume.insert(id, json!(RelayReply { responses }));
-    }
-    // Decisions are already spelled for their middleware (`editedAction` for the
-    // JavaScript one), so the reply is written here rather than as a `ReviewReply`.
-    for (id, decisions) in batched {
-        resume.insert(id, json!({ "decisions": decisions }));
-    }
-    Verdict::Resume(resume)
 }
 
 enum Judged {

@@ -152,88 +152,67 @@ impl Resolver<'_> {
             let reference = reference.as_str().unwrap_or_default().to_owned();
             let target = self.resolve(&reference, pointer, seen)?;
             seen.push(reference);
-            let mut merged = self.normalize(&target, pointer, seen)?;
+            let merged = self.normalize(&target, pointer, seen);
             seen.pop();
-            merged.extend(out);
-            out = merged;
+            out = under(merged?, out);
         }
         if let Some(all) = out.remove("allOf") {
-            match all.as_array().map(Vec::as_slice) {
-                Some([single]) => {
-                    let mut merged = self.normalize(single, &format!("{pointer}/allOf/0"), seen)?;
-                    merged.extend(out);
-                    out = merged;
-                }
-                _ => {
-                    return Err(CannotAsk::at(
-                        &format!("{pointer}/allOf"),
-                        "allOf of several schemas cannot be flattened",
-                    ));
-                }
-            }
+            let Some([single]) = all.as_array().map(Vec::as_slice) else {
+                let why = "allOf of several schemas cannot be flattened";
+                return Err(CannotAsk::at(&format!("{pointer}/allOf"), why));
+            };
+            out = under(self.normalize(single, &format!("{pointer}/allOf/0"), seen)?, out);
         }
         for keyword in ["anyOf", "oneOf"] {
-            let Some(options) = out.get(keyword).and_then(Value::as_array) else { continue };
-            let non_null: Vec<(usize, &Value)> = options
-                .iter()
-                .enumerate()
-                .filter(|(_, o)| o.get("type").and_then(Value::as_str) != Some("null"))
-                .collect();
-            let had_null = non_null.len() < options.len();
-            // Choices: `oneOf`/`anyOf` of `const`. Titled ones stay as they are (MCP's
-            // titled selects); untitled ones (schemars writes them for documented enum
-            // variants) become a plain `enum`.
-            let is_choice = !options.is_empty() && options.iter().all(|o| o.get("const").is_some());
-            if is_choice {
-                if !options.iter().all(|o| o.get("title").is_some_and(Value::is_string)) {
-                    let values: Vec<Value> = options.iter().map(|o| o["const"].clone()).collect();
-                    out.remove(keyword);
-                    if values.iter().all(Value::is_string) {
-                        out.entry("type").or_insert_with(|| json!("string"));
-                    }
-                    out.insert("enum".into(), Value::Array(values));
-                }
-                continue;
-            }
-            match non_null.as_slice() {
-                [(index, only)] if had_null => {
-                    let only = (*only).clone();
-                    let index = *index;
-                    out.remove(keyword);
-                    let mut merged = self.normalize(&only, &format!("{pointer}/{keyword}/{index}"), seen)?;
-                    merged.extend(out);
-                    out = merged;
-                }
-                _ => {
-                    return Err(CannotAsk::at(
-                        &format!("{pointer}/{keyword}"),
-                        format!("{keyword} of several schemas cannot be asked in a form"),
-                    ));
-                }
-            }
+            out = self.flatten_union(out, keyword, pointer, seen)?;
         }
-        if let Some(Value::Array(types)) = out.get("type") {
-            let non_null: Vec<&Value> = types.iter().filter(|t| t.as_str() != Some("null")).collect();
-            match non_null.as_slice() {
-                [only] => {
-                    let only = (*only).clone();
-                    out.insert("type".into(), only);
-                }
-                _ => return Err(CannotAsk::at(&format!("{pointer}/type"), "a field must have one type")),
-            }
-        }
+        one_type(&mut out, pointer)?;
         if out.get("default") == Some(&Value::Null) {
             out.remove("default");
         }
-        for keyword in ["not", "if", "then", "else"] {
-            if out.contains_key(keyword) {
-                return Err(CannotAsk::at(
-                    &format!("{pointer}/{keyword}"),
-                    format!("{keyword} cannot be asked in a form"),
-                ));
-            }
+        if let Some(keyword) = ["not", "if", "then", "else"].into_iter().find(|k| out.contains_key(*k)) {
+            return Err(CannotAsk::at(&format!("{pointer}/{keyword}"), format!("{keyword} cannot be asked in a form")));
         }
         Ok(out)
+    }
+
+    /// `anyOf`/`oneOf` (`keyword`) in a form: a choice of `const`s, or one schema or
+    /// null (an optional field); anything else cannot be asked.
+    fn flatten_union(
+        &self,
+        mut out: Map<String, Value>,
+        keyword: &str,
+        pointer: &str,
+        seen: &mut Vec<String>,
+    ) -> Result<Map<String, Value>, CannotAsk> {
+        let Some(options) = out.get(keyword).and_then(Value::as_array) else { return Ok(out) };
+        // Choices: `oneOf`/`anyOf` of `const`. Titled ones stay as they are (MCP's
+        // titled selects); untitled ones (schemars writes them for documented enum
+        // variants) become a plain `enum`.
+        if !options.is_empty() && options.iter().all(|o| o.get("const").is_some()) {
+            if !options.iter().all(|o| o.get("title").is_some_and(Value::is_string)) {
+                let values: Vec<Value> = options.iter().map(|o| o["const"].clone()).collect();
+                out.remove(keyword);
+                if values.iter().all(Value::is_string) {
+                    out.entry("type").or_insert_with(|| json!("string"));
+                }
+                out.insert("enum".into(), Value::Array(values));
+            }
+            return Ok(out);
+        }
+        let is_null = |o: &Value| o.get("type").and_then(Value::as_str) == Some("null");
+        let non_null: Vec<(usize, &Value)> = options.iter().enumerate().filter(|(_, o)| !is_null(o)).collect();
+        match non_null.as_slice() {
+            [(index, only)] if non_null.len() < options.len() => {
+                let (only, at) = ((*only).clone(), format!("{pointer}/{keyword}/{index}"));
+                out.remove(keyword);
+                Ok(under(self.normalize(&only, &at, seen)?, out))
+            }
+            _ => Err(CannotAsk::at(
+                &format!("{pointer}/{keyword}"),
+                format!("{keyword} of several schemas cannot be asked in a form"),
+            )),
+        }
     }
 
     fn resolve(&self, reference: &str, pointer: &str, seen: &[String]) -> Result<Value, CannotAsk> {
@@ -256,71 +235,8 @@ impl Resolver<'_> {
         for keyword in ANNOTATIONS {
             field.remove(*keyword);
         }
-        // `Literal["x"]` and enums written without a type.
-        if let Some(constant) = field.remove("const") {
-            field.insert("enum".into(), json!([constant]));
-        }
-        if !field.contains_key("type") {
-            let strings = |v: &Value| v.as_array().is_some_and(|a| !a.is_empty() && a.iter().all(Value::is_string));
-            if field.get("enum").is_some_and(strings) || field.contains_key("oneOf") {
-                field.insert("type".into(), json!("string"));
-            }
-        }
-        let ty = match field.get("type").and_then(Value::as_str) {
-            Some(t) => t.to_owned(),
-            None => return Err(CannotAsk::at(pointer, "a field must say its type")),
-        };
-        let allowed: &[&str] = match ty.as_str() {
-            "string" => &[
-                "type",
-                "title",
-                "description",
-                "default",
-                "minLength",
-                "maxLength",
-                "format",
-                "enum",
-                "enumNames",
-                "oneOf",
-            ],
-            "number" | "integer" => &["type", "title", "description", "default", "minimum", "maximum", "format"],
-            "boolean" => &["type", "title", "description", "default"],
-            "array" => &["type", "title", "description", "default", "minItems", "maxItems", "items", "uniqueItems"],
-            "object" => return Err(CannotAsk::at(pointer, "nested objects cannot be asked in a form")),
-            other => {
-                return Err(CannotAsk::at(
-                    &format!("{pointer}/type"),
-                    format!("the type {other} cannot be asked in a form"),
-                ));
-            }
-        };
-        if let Some(keyword) = field.keys().find(|k| !allowed.contains(&k.as_str())) {
-            let why = match keyword.as_str() {
-                "exclusiveMinimum" | "exclusiveMaximum" => {
-                    format!(
-                        "{keyword} cannot be asked in a form (use minimum or maximum, e.g. Field(ge=…) instead of gt)"
-                    )
-                }
-                _ => format!("the keyword {keyword} cannot be asked in a form"),
-            };
-            return Err(CannotAsk::at(&format!("{pointer}/{}", escape(keyword)), why));
-        }
-        for (keyword, value) in &field {
-            let fits = match keyword.as_str() {
-                "title" | "description" => value.is_string(),
-                "minLength" | "maxLength" | "minItems" | "maxItems" => value.is_u64(),
-                "minimum" | "maximum" => value.is_number(),
-                "enumNames" => value.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
-                "uniqueItems" => value.is_boolean(),
-                _ => true,
-            };
-            if !fits {
-                return Err(CannotAsk::at(
-                    &format!("{pointer}/{}", escape(keyword)),
-                    format!("the keyword {keyword} has a value of the wrong type"),
-                ));
-            }
-        }
+        let ty = field_type(&mut field, pointer)?;
+        check_keywords(&field, allowed_keywords(&ty, pointer)?, pointer)?;
         match ty.as_str() {
             "string" => self.string_field(&mut field, pointer)?,
             "number" | "integer" => {
@@ -330,21 +246,7 @@ impl Resolver<'_> {
             "array" => self.array_field(&mut field, pointer, seen)?,
             _ => {}
         }
-        if let Some(default) = field.get("default") {
-            let fits = match ty.as_str() {
-                "string" => default.is_string(),
-                "number" => default.is_number(),
-                "integer" => default.is_i64() || default.is_u64(),
-                "boolean" => default.is_boolean(),
-                _ => default.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
-            };
-            if !fits {
-                return Err(CannotAsk::at(
-                    &format!("{pointer}/default"),
-                    format!("the default does not fit the type {ty}"),
-                ));
-            }
-        }
+        check_default(&field, &ty, pointer)?;
         Ok(Value::Object(field))
     }
 
@@ -416,5 +318,117 @@ impl Resolver<'_> {
         };
         field.insert("items".into(), normalized);
         Ok(())
+    }
+}
+
+/// The field's type: as written, or `string` for enums of strings and choices written
+/// without one (`Literal["x"]` too, whose `const` becomes a one-value `enum`).
+fn field_type(field: &mut Map<String, Value>, pointer: &str) -> Result<String, CannotAsk> {
+    if let Some(constant) = field.remove("const") {
+        field.insert("enum".into(), json!([constant]));
+    }
+    if !field.contains_key("type") {
+        let strings = |v: &Value| v.as_array().is_some_and(|a| !a.is_empty() && a.iter().all(Value::is_string));
+        if field.get("enum").is_some_and(strings) || field.contains_key("oneOf") {
+            field.insert("type".into(), json!("string"));
+        }
+    }
+    match field.get("type").and_then(Value::as_str) {
+        Some(t) => Ok(t.to_owned()),
+        None => Err(CannotAsk::at(pointer, "a field must say its type")),
+    }
+}
+
+/// The keywords MCP's form fields of type `ty` may carry.
+fn allowed_keywords(ty: &str, pointer: &str) -> Result<&'static [&'static str], CannotAsk> {
+    Ok(match ty {
+        "string" => &[
+            "type",
+            "title",
+            "description",
+            "default",
+            "minLength",
+            "maxLength",
+            "format",
+            "enum",
+            "enumNames",
+            "oneOf",
+        ],
+        "number" | "integer" => &["type", "title", "description", "default", "minimum", "maximum", "format"],
+        "boolean" => &["type", "title", "description", "default"],
+        "array" => &["type", "title", "description", "default", "minItems", "maxItems", "items", "uniqueItems"],
+        "object" => return Err(CannotAsk::at(pointer, "nested objects cannot be asked in a form")),
+        other => {
+            return Err(CannotAsk::at(
+                &format!("{pointer}/type"),
+                format!("the type {other} cannot be asked in a form"),
+            ));
+        }
+    })
+}
+
+/// Every keyword is `allowed` and its value has the type MCP gives it.
+fn check_keywords(field: &Map<String, Value>, allowed: &[&str], pointer: &str) -> Result<(), CannotAsk> {
+    if let Some(keyword) = field.keys().find(|k| !allowed.contains(&k.as_str())) {
+        let why = match keyword.as_str() {
+            "exclusiveMinimum" | "exclusiveMaximum" => {
+                format!("{keyword} cannot be asked in a form (use minimum or maximum, e.g. Field(ge=…) instead of gt)")
+            }
+            _ => format!("the keyword {keyword} cannot be asked in a form"),
+        };
+        return Err(CannotAsk::at(&format!("{pointer}/{}", escape(keyword)), why));
+    }
+    for (keyword, value) in field {
+        let fits = match keyword.as_str() {
+            "title" | "description" => value.is_string(),
+            "minLength" | "maxLength" | "minItems" | "maxItems" => value.is_u64(),
+            "minimum" | "maximum" => value.is_number(),
+            "enumNames" => value.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+            "uniqueItems" => value.is_boolean(),
+            _ => true,
+        };
+        if !fits {
+            return Err(CannotAsk::at(
+                &format!("{pointer}/{}", escape(keyword)),
+                format!("the keyword {keyword} has a value of the wrong type"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A default, when there is one, has the field's type.
+fn check_default(field: &Map<String, Value>, ty: &str, pointer: &str) -> Result<(), CannotAsk> {
+    let Some(default) = field.get("default") else { return Ok(()) };
+    let fits = match ty {
+        "string" => default.is_string(),
+        "number" => default.is_number(),
+        "integer" => default.is_i64() || default.is_u64(),
+        "boolean" => default.is_boolean(),
+        _ => default.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+    };
+    if fits {
+        return Ok(());
+    }
+    Err(CannotAsk::at(&format!("{pointer}/default"), format!("the default does not fit the type {ty}")))
+}
+
+/// `base` with `over`'s keywords on top (a schema's own keywords win over those it
+/// refers to).
+fn under(mut base: Map<String, Value>, over: Map<String, Value>) -> Map<String, Value> {
+    base.extend(over);
+    base
+}
+
+/// A `type` list of one type and `null` becomes that type.
+fn one_type(out: &mut Map<String, Value>, pointer: &str) -> Result<(), CannotAsk> {
+    let Some(Value::Array(types)) = out.get("type") else { return Ok(()) };
+    match types.iter().filter(|t| t.as_str() != Some("null")).collect::<Vec<_>>().as_slice() {
+        [only] => {
+            let only = (*only).clone();
+            out.insert("type".into(), only);
+            Ok(())
+        }
+        _ => Err(CannotAsk::at(&format!("{pointer}/type"), "a field must have one type")),
     }
 }
