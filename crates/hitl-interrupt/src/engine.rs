@@ -9,7 +9,7 @@ use hitl_protocol::version::Era;
 use hitl_protocol::{CallToolResponse, CallToolResult, ClientCapabilities, ErrorObject, InputResponses};
 use serde_json::{Map, Value};
 
-use crate::questions::{self, Verdict};
+use crate::questions;
 use crate::round::{self, Ending, Next, Ran};
 use crate::state::{self, Secret};
 use crate::store::{Clock, LimitReached, PausedLimits, SaveError, StoreError, ThreadStore};
@@ -271,7 +271,8 @@ impl Engine {
         }
     }
 
-    /// A call without `requestState`: a new thread.
+    /// A call without `requestState`: a new thread. Answers sent with it answer its
+    /// rounds before anything is stored, through the same transitions as a resend.
     async fn start(
         &self,
         agent: &Agent,
@@ -283,36 +284,12 @@ impl Engine {
         let Some(outcome) = deadline.run(agent.graph.invoke_run(arguments, call.run())).await else {
             return Ok(Err(self.timed_out(false)));
         };
-        let (mut checkpoint, mut round) = match self.settle(outcome, 1, &call) {
+        let (checkpoint, round) = match self.settle(outcome, 1, &call) {
             Settled::Done(answer) => return Ok(Ok(answer)),
             Settled::Paused(cp, round) => (cp, round),
         };
-
-        // Answers sent with the first call answer the first round (and, when they also
-        // fit, the rounds after it that ask the same questions), up to a bound.
-        if let Some(responses) = &call.input_responses {
-            while round.n <= MAX_ROUNDS_PER_REQUEST {
-                match questions::judge(&round, responses) {
-                    Verdict::Missing => break,
-                    // Nothing was stored yet: the thread is gone with this error.
-                    Verdict::Invalid(e) => return Ok(Err(e)),
-                    Verdict::Finish(result) => return Ok(Ok(CallToolResponse::Complete(result))),
-                    Verdict::Resume(values) => {
-                        let run = agent.graph.resume_run(checkpoint, values, call.run());
-                        let Some(outcome) = deadline.run(run).await else { return Ok(Err(self.timed_out(false))) };
-                        match self.settle(outcome, round.n + 1, &call) {
-                            Settled::Done(answer) => return Ok(Ok(answer)),
-                            Settled::Paused(cp, next) => (checkpoint, round) = (cp, next),
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(e) = round::missing_capability(&round, &call.capabilities) {
-            return Ok(Err(e));
-        }
         let owner = call.owner();
-        let thread = Thread {
+        let mut thread = Thread {
             format: THREAD_FORMAT,
             id: uuid::Uuid::now_v7().to_string(),
             version: 1,
@@ -326,10 +303,19 @@ impl Engine {
             claim: None,
             expires_at_ms: self.expiry(self.lifetimes.paused),
         };
+        if let Some(responses) = &call.input_responses {
+            thread = match self.answer_unstored(agent, &call, thread, responses, deadline).await {
+                Unstored::Paused(thread) => *thread,
+                Unstored::Ended(reply) => return Ok(reply),
+            };
+        }
+        let round = thread.round.as_ref().expect("a paused thread has its round");
+        if let Some(e) = round::missing_capability(round, &call.capabilities) {
+            return Ok(Err(e));
+        }
         if let Err(e) = round::fits(&thread, self.limits.max_record_bytes) {
             return Ok(Err(e));
         }
-        let round = thread.round.as_ref().expect("a paused thread has its round");
         let reply = round::render(&thread.id, round, &self.secret);
         match self.store.create_paused(thread, &owner, self.limits.paused).await {
             Ok(Ok(())) => Ok(Ok(reply)),
@@ -337,6 +323,55 @@ impl Engine {
             Err(SaveError::Store(e)) => Err(e.into()),
             Err(SaveError::Conflict(id)) => {
                 Err(StoreError::Unavailable(format!("new thread {id} already exists")).into())
+            }
+        }
+    }
+
+    /// A first call's answers resolve its rounds (and the rounds after them that they
+    /// also answer) as [`round::decide`] and [`round::end_run`] say, up to
+    /// [`MAX_ROUNDS_PER_REQUEST`]; the thread is not stored, so an error or a result ends
+    /// it.
+    async fn answer_unstored(
+        &self,
+        agent: &Agent,
+        call: &Call,
+        mut thread: Thread,
+        responses: &InputResponses,
+        deadline: Deadline,
+    ) -> Unstored {
+        let binding = call.binding(agent);
+        loop {
+            let round = thread.round.as_ref().expect("a paused thread has its round");
+            if round.n > MAX_ROUNDS_PER_REQUEST {
+                return Unstored::Paused(Box::new(thread));
+            }
+            let request_state = self.secret.request_state(&thread.id, round.n, &round.nonce);
+            let token = state::split(&request_state).map_or("", |(_, token)| token);
+            let request = round::Answering {
+                binding: &binding,
+                args_digest: &thread.args_digest,
+                principal: call.principal.as_deref(),
+                token,
+                responses,
+                capabilities: &call.capabilities,
+            };
+            let now = self.clock.now_ms();
+            let (mut claimed, round, values) =
+                match round::decide(Some(thread.clone()), &request, now, self.lifetimes.lease, &self.secret) {
+                    Next::Claim { thread, round, values } => (*thread, round, values),
+                    Next::Reject(e) => return Unstored::Ended(Err(e)),
+                    Next::Finish(ending) => return Unstored::Ended(Ok(CallToolResponse::Complete(ending.result))),
+                    // Some answer is missing: the round is stored and asked.
+                    _ => return Unstored::Paused(Box::new(thread)),
+                };
+            let checkpoint = claimed.checkpoint.clone().expect("a paused thread has its checkpoint");
+            let outcome = deadline.run(agent.graph.resume_run(checkpoint, values, call.run())).await;
+            claimed.claim = None;
+            let ran = self.ran(outcome, round.n + 1, call, false);
+            match round::end_run(claimed, ran, &self.end_of(&round, responses, call), &self.secret) {
+                Ending::NextRound(next, _) => thread = *next,
+                Ending::Finished(_, result) => return Unstored::Ended(Ok(CallToolResponse::Complete(result))),
+                Ending::GiveBack(_, error) => return Unstored::Ended(Err(error)),
             }
         }
     }
@@ -440,24 +475,8 @@ impl Engine {
         thread.version = version;
         thread.claim = None;
         let expected = thread.version;
-        let ran = match outcome {
-            None => Ran::TimedOut(self.timed_out(true)),
-            Some(Err(hitl_graph::RunError::Cancelled(kept))) => Ran::Cancelled(kept),
-            Some(outcome) => match self.settle(outcome, round.n + 1, call) {
-                Settled::Done(CallToolResponse::Complete(result)) => Ran::Done(result),
-                Settled::Done(CallToolResponse::InputRequired(_)) => unreachable!("settle finishes with a result"),
-                Settled::Paused(checkpoint, next) => Ran::Paused(Box::new(checkpoint), next),
-            },
-        };
-        let end = round::EndOf {
-            round: &round,
-            responses,
-            capabilities: &call.capabilities,
-            now_ms: self.clock.now_ms(),
-            lifetimes: &self.lifetimes,
-            max_record_bytes: self.limits.max_record_bytes,
-        };
-        let (saved, reply) = match round::end_run(thread, ran, &end, &self.secret) {
+        let ran = self.ran(outcome, round.n + 1, call, true);
+        let (saved, reply) = match round::end_run(thread, ran, &self.end_of(&round, responses, call), &self.secret) {
             Ending::GiveBack(thread, error) => {
                 return match self.store.save(*thread, Some(expected)).await {
                     Ok(()) | Err(SaveError::Conflict(_)) => Ok(Err(error)),
@@ -582,6 +601,32 @@ impl Engine {
         })
     }
 
+    /// How a resumed run ended (`None`: out of time), its next round numbered `n`.
+    /// `paused` says whether the call stays paused past a timeout (it was stored).
+    fn ran(&self, outcome: Option<Result<Outcome, hitl_graph::RunError>>, n: u32, call: &Call, paused: bool) -> Ran {
+        match outcome {
+            None => Ran::TimedOut(self.timed_out(paused)),
+            Some(Err(hitl_graph::RunError::Cancelled(kept))) => Ran::Cancelled(kept),
+            Some(outcome) => match self.settle(outcome, n, call) {
+                Settled::Done(CallToolResponse::Complete(result)) => Ran::Done(result),
+                Settled::Done(CallToolResponse::InputRequired(_)) => unreachable!("settle finishes with a result"),
+                Settled::Paused(checkpoint, next) => Ran::Paused(Box::new(checkpoint), next),
+            },
+        }
+    }
+
+    /// What [`round::end_run`] needs to know of this call and now.
+    fn end_of<'a>(&'a self, round: &'a Round, responses: &'a InputResponses, call: &'a Call) -> round::EndOf<'a> {
+        round::EndOf {
+            round,
+            responses,
+            capabilities: &call.capabilities,
+            now_ms: self.clock.now_ms(),
+            lifetimes: &self.lifetimes,
+            max_record_bytes: self.limits.max_record_bytes,
+        }
+    }
+
     /// Turns a run's outcome into a final answer or the next round.
     fn settle(&self, outcome: Result<Outcome, hitl_graph::RunError>, n: u32, call: &Call) -> Settled {
         let done = |result: CallToolResult| Settled::Done(CallToolResponse::Complete(result));
@@ -627,6 +672,14 @@ struct Answered<'a> {
 
 fn invalid_state() -> Reply {
     Err(ErrorObject::invalid_params(INVALID_STATE))
+}
+
+/// Where a first call's answers left it.
+enum Unstored {
+    /// A round to store and ask.
+    Paused(Box<Thread>),
+    /// The call's reply; nothing is stored.
+    Ended(Reply),
 }
 
 enum Settled {

@@ -108,13 +108,6 @@ impl Meta {
         self.get(LOG_LEVEL).and_then(Value::as_str)
     }
 
-    /// A `_meta` for results that names the server.
-    pub fn with_server_info(info: &Implementation) -> Self {
-        let mut meta = Self::new();
-        meta.insert(SERVER_INFO, serde_json::to_value(info).unwrap_or_default());
-        meta
-    }
-
     /// Checks the keys every 2026-07-28 request must carry: `-32602` naming the first one
     /// missing or malformed.
     pub fn require_modern(&self) -> Result<ModernMeta, ErrorObject> {

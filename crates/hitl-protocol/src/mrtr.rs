@@ -319,7 +319,8 @@ pub struct UrlElicitationRequiredData {
 impl ErrorObject {
     /// The 2025-11-25 `-32042` error.
     pub fn url_elicitation_required(message: impl Into<String>, elicitations: Vec<UrlElicitation>) -> Self {
-        let data = serde_json::to_value(UrlElicitationRequiredData { elicitations }).unwrap_or_default();
+        let data =
+            serde_json::to_value(UrlElicitationRequiredData { elicitations }).expect("URL elicitations are plain JSON");
         Self::new(crate::ErrorCode::URL_ELICITATION_REQUIRED, message).with_data(data)
     }
 }

@@ -136,3 +136,18 @@ fn response_bytes_equal_the_response_value() {
         assert_eq!(from_bytes, response.to_value());
     }
 }
+
+#[test]
+fn url_elicitation_required_carries_the_2025_11_25_error_data() {
+    let page = hitl_protocol::UrlElicitation {
+        message: "Sign in".into(),
+        url: "https://example.com/sign-in".into(),
+        elicitation_id: Some("e1".into()),
+        meta: None,
+    };
+    let error = hitl_protocol::ErrorObject::url_elicitation_required("Sign in first", vec![page]);
+    let value = serde_json::to_value(&error).unwrap();
+    assert_eq!(value["code"], -32042);
+    assert_eq!(value["data"]["elicitations"][0]["elicitationId"], "e1");
+    assert_eq!(value["data"]["elicitations"][0]["url"], "https://example.com/sign-in");
+}
