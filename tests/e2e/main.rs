@@ -11,3 +11,4 @@ mod replicas;
 mod review;
 mod rules;
 mod skeleton;
+mod upstream;

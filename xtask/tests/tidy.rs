@@ -28,8 +28,9 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-store-redis", &["hitl-interrupt"]),
     ("hitl-tower", &["hitl-protocol", "hitl-graph", "hitl-interrupt"]),
     ("hitl-agents", &["hitl-schema", "hitl-graph"]),
+    ("hitl-upstream", &["hitl-protocol"]),
     ("hitl-server", &["hitl-graph", "hitl-interrupt", "hitl-store-redis", "hitl-tower", "hitl-agents"]),
-    ("hitl-e2e", &["hitl-graph", "hitl-server"]),
+    ("hitl-e2e", &["hitl-graph", "hitl-server", "hitl-upstream"]),
     ("hitl-bench", &[]),
     ("custom-agents", &["hitl-graph"]),
     ("custom-server", &["hitl-server", "custom-agents"]),
@@ -42,6 +43,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ("hitl-graph", &["hitl-protocol", "tokio", "hyper", "redis"]),
     ("hitl-interrupt", &["hyper", "redis", "tower"]),
     ("hitl-tower", &["redis", "hyper", "hitl-store-redis"]),
+    ("hitl-upstream", &["redis", "tower", "hitl-interrupt", "hitl-graph"]),
 ];
 
 fn metadata() -> Value {

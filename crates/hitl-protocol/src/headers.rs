@@ -37,6 +37,20 @@ pub fn decode_value(raw: &[u8]) -> Option<String> {
     }
 }
 
+/// Encodes a header value as a client sends it: as is when it is printable ASCII
+/// without surrounding whitespace, else in the `=?base64?…?=` form ([`decode_value`]
+/// reads both).
+pub fn encode_value(value: &str) -> String {
+    let plain = value.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && !value.starts_with([' ', '\t'])
+        && !value.ends_with([' ', '\t'])
+        && !value.starts_with("=?base64?");
+    if plain {
+        return value.to_owned();
+    }
+    format!("=?base64?{}?=", base64::engine::general_purpose::STANDARD.encode(value))
+}
+
 /// Checks the `Mcp-Method` and `Mcp-Name` headers of a 2026-07-28 request against its
 /// body. `header` looks a header up by its lowercase name and returns its raw value.
 /// Fails with `-32020` saying which header is missing or differs.

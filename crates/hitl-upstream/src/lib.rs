@@ -1,0 +1,95 @@
+//! A client for the MCP servers hitl puts a human gate in front of.
+//!
+//! An [`HttpUpstream`] speaks Streamable HTTP to a server of any revision from
+//! 2025-03-26 to 2026-07-28: it asks `server/discover` first and speaks 2026-07-28
+//! statelessly when the server supports it, and otherwise opens a session with the
+//! `initialize` handshake (or speaks the revision it is told to). Responses are read as
+//! JSON or as an SSE stream. Tools and results pass through as the upstream sent them.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), hitl_upstream::UpstreamError> {
+//! use hitl_upstream::{HttpConfig, HttpUpstream};
+//!
+//! let db = HttpUpstream::new(HttpConfig {
+//!     name: "db".into(),
+//!     url: "http://127.0.0.1:9000/mcp".parse().unwrap(),
+//!     headers: Default::default(),
+//!     protocol: None,
+//!     timeout: std::time::Duration::from_secs(30),
+//! });
+//! for tool in db.list_tools().await? {
+//!     println!("{}", tool["name"]);
+//! }
+//! let result = db.call_tool("echo", serde_json::Map::from_iter([("text".into(), "hi".into())])).await?;
+//! # Ok(()) }
+//! ```
+
+mod http;
+mod sse;
+
+pub use http::{HttpConfig, HttpUpstream};
+
+use hitl_protocol::ErrorObject;
+
+/// The revision spoken with an upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Era {
+    /// 2026-07-28: stateless requests, each with its `_meta`.
+    Modern,
+    /// 2025-03-26 to 2025-11-25: a session opened with `initialize`.
+    Legacy {
+        /// The revision the upstream answered `initialize` with.
+        version: String,
+        /// Its `Mcp-Session-Id`, when it gave one.
+        session: Option<String>,
+    },
+}
+
+/// Why a request to an upstream failed. Each names the upstream.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpstreamError {
+    /// No connection, or it broke before the response was read: the request may or
+    /// may not have been served.
+    #[error("upstream {upstream} is unreachable: {detail}")]
+    Unreachable {
+        /// The upstream.
+        upstream: String,
+        /// What failed.
+        detail: String,
+    },
+    /// The response did not come in time: the request may or may not have been served.
+    #[error("upstream {upstream} did not answer within {secs} s")]
+    Timeout {
+        /// The upstream.
+        upstream: String,
+        /// The time allowed.
+        secs: u64,
+    },
+    /// An HTTP error status without a JSON-RPC error.
+    #[error("upstream {upstream} answered HTTP {status}: {detail}")]
+    Status {
+        /// The upstream.
+        upstream: String,
+        /// The status code.
+        status: u16,
+        /// The start of the body.
+        detail: String,
+    },
+    /// A JSON-RPC error response.
+    #[error("upstream {upstream} refused the request: {error}")]
+    Refused {
+        /// The upstream.
+        upstream: String,
+        /// Its error.
+        error: Box<ErrorObject>,
+    },
+    /// The upstream does not speak MCP as this client does.
+    #[error("upstream {upstream} does not speak MCP as expected: {detail}")]
+    Protocol {
+        /// The upstream.
+        upstream: String,
+        /// What was wrong.
+        detail: String,
+    },
+}

@@ -1,0 +1,136 @@
+//! `hitl-upstream` against a real upstream: the official Python SDK's `MCPServer`
+//! (`tests/python/upstream_server.py`), in each revision and response mode it speaks.
+
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use hitl_upstream::{Era, HttpConfig, HttpUpstream, UpstreamError};
+use serde_json::{Map, Value, json};
+
+/// The Python upstream, stopped when dropped.
+pub(crate) struct PythonUpstream {
+    child: Child,
+    pub(crate) url: String,
+}
+
+impl PythonUpstream {
+    /// Starts it, or `None` (after `cannot_run`) without the Python SDK.
+    pub(crate) fn start(args: &[&str]) -> Option<Self> {
+        let Ok(python) = std::env::var("HITL_PYTHON") else {
+            crate::harness::cannot_run("upstream", "HITL_PYTHON is not set");
+            return None;
+        };
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/upstream_server.py");
+        let mut child = Command::new(python)
+            .arg(script)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the Python interpreter starts");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line).unwrap();
+        assert!(line.starts_with("http://"), "the upstream printed {line:?}");
+        Some(Self { child, url: line.trim().to_owned() })
+    }
+
+    pub(crate) fn client(&self, name: &str, protocol: Option<&str>) -> HttpUpstream {
+        HttpUpstream::new(HttpConfig {
+            name: name.into(),
+            url: self.url.parse().unwrap(),
+            headers: Default::default(),
+            protocol: protocol.map(str::to_owned),
+            timeout: Duration::from_secs(30),
+        })
+    }
+}
+
+impl Drop for PythonUpstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn args(pairs: &[(&str, Value)]) -> Map<String, Value> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect()
+}
+
+fn text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+/// Lists, calls, counts and fails over one client.
+async fn exercise(upstream: &HttpUpstream, expected: fn(&Era) -> bool) {
+    let tools = upstream.list_tools().await.expect("tools/list");
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    for tool in ["echo", "drop_partition", "executions", "fail"] {
+        assert!(names.contains(&tool), "{tool} in {names:?}");
+    }
+    let drop = tools.iter().find(|t| t["name"] == "drop_partition").unwrap();
+    assert_eq!(drop["inputSchema"]["required"], json!(["partition", "database"]), "schemas pass through");
+    let era = upstream.era().await.unwrap();
+    assert!(expected(&era), "negotiated {era:?}");
+
+    let echoed = upstream.call_tool("echo", args(&[("text", json!("héllo"))])).await.unwrap();
+    assert_eq!(text(&echoed), "héllo");
+    let before = upstream.call_tool("executions", args(&[("tool", json!("drop_partition"))])).await.unwrap();
+    let dropped = upstream
+        .call_tool("drop_partition", args(&[("partition", json!("p1")), ("database", json!("orders"))]))
+        .await
+        .unwrap();
+    assert_eq!(text(&dropped), "dropped p1 on orders");
+    let after = upstream.call_tool("executions", args(&[("tool", json!("drop_partition"))])).await.unwrap();
+    let count = |r: &Value| text(r).parse::<u64>().unwrap();
+    assert_eq!(count(&after), count(&before) + 1, "one call, one execution");
+
+    let failed = upstream.call_tool("fail", args(&[("reason", json!("disk full"))])).await.unwrap();
+    assert_eq!(failed["isError"], true, "{failed}");
+    assert!(text(&failed).contains("disk full"), "{failed}");
+}
+
+#[tokio::test]
+async fn a_2026_07_28_upstream_is_spoken_to_statelessly() {
+    let Some(server) = PythonUpstream::start(&[]) else { return };
+    exercise(&server.client("py", None), |era| *era == Era::Modern).await;
+}
+
+#[tokio::test]
+async fn a_forced_2025_11_25_upstream_gets_a_session() {
+    let Some(server) = PythonUpstream::start(&[]) else { return };
+    let legacy = |era: &Era| matches!(era, Era::Legacy { version, session: Some(_) } if version == "2025-11-25");
+    exercise(&server.client("py", Some("2025-11-25")), legacy).await;
+}
+
+#[tokio::test]
+async fn json_responses_and_older_revisions_are_read_too() {
+    let Some(server) = PythonUpstream::start(&["--json"]) else { return };
+    exercise(&server.client("py", None), |era| *era == Era::Modern).await;
+    let old = |era: &Era| matches!(era, Era::Legacy { version, .. } if version == "2025-03-26");
+    exercise(&server.client("py", Some("2025-03-26")), old).await;
+}
+
+#[tokio::test]
+async fn failures_name_the_upstream() {
+    let Some(server) = PythonUpstream::start(&[]) else { return };
+    let upstream = server.client("db", None);
+    match upstream.call_tool("no_such_tool", Map::new()).await {
+        Ok(result) => assert_eq!(result["isError"], true, "{result}"),
+        Err(e) => assert!(e.to_string().starts_with("upstream db "), "{e}"),
+    }
+    drop(server);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed = format!("http://{}/mcp", listener.local_addr().unwrap());
+    drop(listener);
+    let gone = HttpUpstream::new(HttpConfig {
+        name: "gone".into(),
+        url: closed.parse().unwrap(),
+        headers: Default::default(),
+        protocol: None,
+        timeout: Duration::from_secs(5),
+    });
+    let error = gone.list_tools().await.unwrap_err();
+    assert!(matches!(error, UpstreamError::Unreachable { .. }), "{error:?}");
+    assert!(error.to_string().starts_with("upstream gone is unreachable"), "{error}");
+}

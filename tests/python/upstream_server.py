@@ -1,0 +1,60 @@
+"""An upstream MCP server for the gateway tests, built with the official Python SDK.
+
+Serves Streamable HTTP on 127.0.0.1 (a free port) and prints its URL on the first line
+of stdout. Its destructive tool counts its executions, which the tests read back with
+the `executions` tool (or `--stdio` to serve over stdio instead).
+"""
+
+import asyncio
+import socket
+import sys
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+server = MCPServer("hitl-test-upstream", version="1.0.0")
+executions: dict[str, int] = {}
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Returns the text it is given."""
+    return text
+
+
+@server.tool()
+def drop_partition(partition: str, database: str) -> str:
+    """Drops a partition of a database (counts its executions)."""
+    executions["drop_partition"] = executions.get("drop_partition", 0) + 1
+    return f"dropped {partition} on {database}"
+
+
+@server.tool(name="executions")
+def count_executions(tool: str) -> int:
+    """How many times a destructive tool ran."""
+    return executions.get(tool, 0)
+
+
+@server.tool()
+def fail(reason: str) -> str:
+    """Always fails, with the reason as the tool error."""
+    raise ToolError(reason)
+
+
+async def main() -> None:
+    if "--stdio" in sys.argv:
+        await server.run_stdio_async()
+        return
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    app = server.streamable_http_app(json_response="--json" in sys.argv)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    print(f"http://127.0.0.1:{port}/mcp", flush=True)
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
