@@ -3,6 +3,7 @@
 mod config;
 mod edge;
 mod fixtures;
+mod gateway;
 mod harness;
 mod python_sdk;
 mod redis_faults;

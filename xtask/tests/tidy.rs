@@ -29,7 +29,8 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-tower", &["hitl-protocol", "hitl-graph", "hitl-interrupt"]),
     ("hitl-agents", &["hitl-schema", "hitl-graph"]),
     ("hitl-upstream", &["hitl-protocol"]),
-    ("hitl-server", &["hitl-graph", "hitl-interrupt", "hitl-store-redis", "hitl-tower", "hitl-agents"]),
+    ("hitl-gateway", &["hitl-protocol", "hitl-graph", "hitl-upstream"]),
+    ("hitl-server", &["hitl-graph", "hitl-interrupt", "hitl-store-redis", "hitl-tower", "hitl-agents", "hitl-gateway"]),
     ("hitl-e2e", &["hitl-graph", "hitl-server", "hitl-upstream"]),
     ("hitl-bench", &[]),
     ("custom-agents", &["hitl-graph"]),
@@ -44,6 +45,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ("hitl-interrupt", &["hyper", "redis", "tower"]),
     ("hitl-tower", &["redis", "hyper", "hitl-store-redis"]),
     ("hitl-upstream", &["redis", "tower", "hitl-interrupt", "hitl-graph"]),
+    ("hitl-gateway", &["redis", "hitl-interrupt", "hitl-tower"]),
 ];
 
 fn metadata() -> Value {

@@ -138,25 +138,10 @@ pub fn python_repr(value: &Value) -> String {
     }
 }
 
-/// The response schema of a per-call review: one branch per allowed decision, the edit
-/// branch pinned to the tool and, when it declares them, its argument types.
+/// The response schema of a per-call review of `tool`.
 fn decision_schema(tool: &Tool, allowed: &[Decision]) -> Value {
-    let branches: Vec<Value> = allowed
-        .iter()
-        .map(|d| match d {
-            Decision::Approve => json!({"type": "object", "properties": {"type": {"const": "approve"}}, "required": ["type"]}),
-            Decision::Reject => json!({"type": "object", "properties": {"type": {"const": "reject"}, "message": {"type": "string"}}, "required": ["type"]}),
-            Decision::Respond => json!({"type": "object", "properties": {"type": {"const": "respond"}, "message": {"type": "string"}}, "required": ["type", "message"]}),
-            Decision::Edit => json!({"type": "object", "properties": {
-                "type": {"const": "edit"},
-                "edited_action": {"type": "object", "properties": {
-                    "name": {"const": tool.name},
-                    "args": tool.args_schema.clone().unwrap_or_else(|| json!({"type": "object"}))
-                }, "required": ["name", "args"]}
-            }, "required": ["type", "edited_action"]}),
-        })
-        .collect();
-    json!({ "oneOf": branches })
+    let names: Vec<&str> = allowed.iter().map(|d| d.as_str()).collect();
+    payload::decision_schema(&tool.name, tool.args_schema.as_ref(), &names)
 }
 
 fn tool_calls(message: &Value) -> Vec<ToolCall> {

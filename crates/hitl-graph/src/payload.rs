@@ -5,7 +5,8 @@
 //!   `mcp_input`), answered with [`RelayReply`];
 //! - [`ReviewRequest`] (batched) and [`ToolApproval`] (one call): tool calls a person
 //!   reviews (LangChain's `HumanInTheLoopMiddleware` shapes), answered with
-//!   [`ReviewReply`] or one [`Decision`].
+//!   [`ReviewReply`] or one [`Decision`];
+//! - [`ToolResult`]: an agent's output that is an MCP tool result, returned as is.
 //!
 //! Parsing is lenient where the Python shapes are (both field spellings, a missing
 //! `args`), and every field the engine must report on is kept, so a bad value gets a
@@ -26,7 +27,7 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 /// MCP requests relayed to the client.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -203,6 +204,43 @@ impl RelayReply {
     }
 }
 
+/// An agent output that is an MCP tool result to return as it is (a gateway's
+/// upstream result: its content blocks, `structuredContent`, `isError`), written
+/// `{"type": "mcp_tool_result", "result": {...}}`. Any other output becomes a JSON
+/// result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult(pub Map<String, Value>);
+
+impl ToolResult {
+    /// The output value.
+    pub fn to_value(&self) -> Value {
+        json!({"type": "mcp_tool_result", "result": self.0})
+    }
+
+    /// `Some` when `output` is a tool result.
+    pub fn parse(output: &Value) -> Option<Self> {
+        if output.get("type").and_then(Value::as_str) != Some("mcp_tool_result") {
+            return None;
+        }
+        output.get("result").and_then(Value::as_object).map(|result| Self(result.clone()))
+    }
+
+    /// An error result made of one text block.
+    pub fn error(text: impl Into<String>) -> Self {
+        Self::text(text, true)
+    }
+
+    /// A result made of one text block.
+    pub fn text(text: impl Into<String>, is_error: bool) -> Self {
+        let mut result = Map::new();
+        result.insert("content".into(), json!([{"type": "text", "text": text.into()}]));
+        if is_error {
+            result.insert("isError".into(), Value::Bool(true));
+        }
+        Self(result)
+    }
+}
+
 /// One tool call offered for review.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ActionRequest {
@@ -315,6 +353,31 @@ impl ToolApproval {
         }
         Value::Object(value)
     }
+}
+
+/// The response schema of a per-call review ([`ToolApproval`]): one branch per allowed
+/// decision (`approve`, `edit`, `reject`, `respond`; others are left out), the edit
+/// branch pinned to `tool` and, when given, its argument schema.
+pub fn decision_schema(tool: &str, args_schema: Option<&Value>, allowed: &[&str]) -> Value {
+    let branches: Vec<Value> = allowed
+        .iter()
+        .filter_map(|d| {
+            Some(match *d {
+                "approve" => json!({"type": "object", "properties": {"type": {"const": "approve"}}, "required": ["type"]}),
+                "reject" => json!({"type": "object", "properties": {"type": {"const": "reject"}, "message": {"type": "string"}}, "required": ["type"]}),
+                "respond" => json!({"type": "object", "properties": {"type": {"const": "respond"}, "message": {"type": "string"}}, "required": ["type", "message"]}),
+                "edit" => json!({"type": "object", "properties": {
+                    "type": {"const": "edit"},
+                    "edited_action": {"type": "object", "properties": {
+                        "name": {"const": tool},
+                        "args": args_schema.cloned().unwrap_or_else(|| json!({"type": "object"}))
+                    }, "required": ["name", "args"]}
+                }, "required": ["type", "edited_action"]}),
+                _ => return None,
+            })
+        })
+        .collect();
+    json!({ "oneOf": branches })
 }
 
 /// A reviewer's decision on one call.
@@ -437,6 +500,16 @@ mod tests {
         let value = approval.to_value();
         assert_eq!(value["type"], "tool_approval");
         assert_eq!(ToolApproval::parse(&value).unwrap().unwrap(), approval);
+    }
+
+    #[test]
+    fn tool_results_round_trip_and_nothing_else_is_one() {
+        let result = ToolResult::error("no");
+        let value = result.to_value();
+        assert_eq!(value["result"]["isError"], true);
+        assert_eq!(ToolResult::parse(&value), Some(result));
+        assert_eq!(ToolResult::parse(&json!({"type": "mcp_tool_result"})), None);
+        assert_eq!(ToolResult::parse(&json!({"result": {}})), None);
     }
 
     #[test]

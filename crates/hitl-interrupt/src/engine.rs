@@ -634,7 +634,7 @@ impl Engine {
             call.era == Era::Modern && (call.capabilities.elicits_form() || call.capabilities.elicits_url());
         match outcome {
             Err(e) => done(CallToolResult::error([format!("The agent failed: {e}")])),
-            Ok(Outcome::Done(output)) => done(CallToolResult::json(&output)),
+            Ok(Outcome::Done(output)) => done(tool_result(&output)),
             Ok(Outcome::Breakpoint { .. }) if can_elicit => done(CallToolResult::error([BREAKPOINT.to_owned()])),
             Ok(Outcome::Breakpoint { state, .. }) => done(CallToolResult::json(&state)),
             Ok(Outcome::Paused { interrupts, .. }) if call.era == Era::Legacy => {
@@ -653,6 +653,17 @@ impl Engine {
     fn expiry(&self, lifetime: Duration) -> u64 {
         self.clock.now_ms().saturating_add(lifetime.as_millis() as u64)
     }
+}
+
+/// An agent's output as the call's result: an MCP result it returns as is
+/// ([`hitl_graph::payload::ToolResult`]), or its output as JSON.
+fn tool_result(output: &Value) -> CallToolResult {
+    let Some(hitl_graph::payload::ToolResult(result)) = hitl_graph::payload::ToolResult::parse(output) else {
+        return CallToolResult::json(output);
+    };
+    serde_json::from_value(Value::Object(result)).unwrap_or_else(|e: serde_json::Error| {
+        CallToolResult::error([format!("The agent returned a tool result that is not valid: {e}")])
+    })
 }
 
 /// The pending interrupts as JSON text, the second block of the error results of calls

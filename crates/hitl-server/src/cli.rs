@@ -46,6 +46,9 @@ pub(crate) struct ServeArgs {
     /// environment variables override it. See docs/configuration.md.
     #[arg(long, env = "HITL_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
+    /// The gateway's sections of the configuration file.
+    #[arg(skip)]
+    gateway: config::GatewayFile,
     /// Address to listen on (port 0 picks a free port; the bound address is printed).
     #[arg(long, env = "HITL_LISTEN", default_value = "127.0.0.1:8123")]
     listen: SocketAddr,
@@ -135,7 +138,10 @@ impl ServeArgs {
     /// environment variable gave one.
     pub(crate) fn with_file(mut self, matches: &ArgMatches) -> anyhow::Result<Self> {
         let Some(path) = &self.config else { return Ok(self) };
-        let file = config::load(path)?.server;
+        let loaded = config::load(path)?;
+        self.gateway =
+            config::GatewayFile { upstream: loaded.upstream, policy: loaded.policy, gateway: loaded.gateway };
+        let file = loaded.server;
         macro_rules! take {
             ($($field:ident),*) => {$(
                 if !explicit(matches, stringify!($field)) && let Some(value) = file.$field {
@@ -223,6 +229,7 @@ impl ServeArgs {
                 .map_err(|e| anyhow::anyhow!("--allowed-host {e}"))?;
             builder = builder.allowed_hosts(hosts);
         }
+        self.gateway.check()?;
         if let Some(name) = &self.principal_header {
             let header =
                 http::HeaderName::try_from(name.as_str()).with_context(|| format!("--principal-header {name:?}"))?;
@@ -235,7 +242,16 @@ impl ServeArgs {
 /// Serves `agents` (besides the examples and fixtures the flags ask for) as `args` say.
 pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result<()> {
     let store = crate::store_from_url(&args.store, args.redis_ca_file.as_deref())?;
-    let builder = args.prepare(store.clone(), agents)?;
+    let mut builder = args.prepare(store.clone(), agents)?;
+    if !args.gateway.upstream.is_empty() {
+        let env = |name: &str| std::env::var(name).ok();
+        let gateway =
+            hitl_gateway::Gateway::start(&args.gateway.upstream, &args.gateway.policies()?, env, &builder.tool_names())
+                .await
+                .map_err(anyhow::Error::msg)?;
+        tracing::info!(upstreams = gateway.upstreams.len(), tools = gateway.agents.len(), "gateway ready");
+        builder = builder.agents(gateway.agents);
+    }
     // Start even when the store is down: /healthz says so, and service resumes with it.
     if let Err(e) = store.ping().await {
         let shown = redact_url(&args.store);

@@ -8,13 +8,48 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde::Deserialize;
 
-/// The whole file. Later sections (`[[upstream]]`, `[[policy]]`, `[auth]`, …) join
-/// `[server]` here.
+/// The whole file. Later sections (`[auth]`, `[[agent]]`, …) join these here.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ConfigFile {
     #[serde(default)]
     pub(crate) server: ServerSection,
+    /// `[[upstream]]`: the servers the gateway lists tools of.
+    #[serde(default)]
+    pub(crate) upstream: Vec<hitl_gateway::UpstreamSpec>,
+    /// `[[policy]]`: allow, review or deny, by tool name.
+    #[serde(default)]
+    pub(crate) policy: Vec<hitl_gateway::Policy>,
+    /// `[gateway]`.
+    #[serde(default)]
+    pub(crate) gateway: hitl_gateway::GatewaySection,
+}
+
+/// The gateway's part of the file.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct GatewayFile {
+    pub(crate) upstream: Vec<hitl_gateway::UpstreamSpec>,
+    pub(crate) policy: Vec<hitl_gateway::Policy>,
+    pub(crate) gateway: hitl_gateway::GatewaySection,
+}
+
+impl GatewayFile {
+    /// The policies, checked.
+    pub(crate) fn policies(&self) -> anyhow::Result<hitl_gateway::Policies> {
+        hitl_gateway::Policies::new(self.policy.clone(), self.gateway).map_err(anyhow::Error::msg)
+    }
+
+    /// Checks every upstream as far as it can be without connecting.
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        self.policies()?;
+        for (i, spec) in self.upstream.iter().enumerate() {
+            if self.upstream[..i].iter().any(|s| s.name == spec.name) {
+                anyhow::bail!("upstream {:?} is configured twice", spec.name);
+            }
+            spec.http_config(|name| std::env::var(name).ok()).map_err(anyhow::Error::msg)?;
+        }
+        Ok(())
+    }
 }
 
 /// `[server]`: the keys are the `hitl serve` flags with `_` for `-`; `examples` and

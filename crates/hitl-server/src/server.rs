@@ -83,6 +83,11 @@ impl ServerBuilder {
         self
     }
 
+    /// The names of the tools added so far.
+    pub fn tool_names(&self) -> Vec<String> {
+        self.tools.iter().map(|a| a.name.clone()).collect()
+    }
+
     /// Serves each of `agents` as a prompt (`prompts/get` runs it with the same rounds).
     #[must_use]
     pub fn prompts(mut self, agents: impl IntoIterator<Item = Agent>) -> Self {

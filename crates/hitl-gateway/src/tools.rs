@@ -1,0 +1,221 @@
+//! Each upstream tool as an [`Agent`], so a gated call is a thread like any agent's
+//! call (its `requestState`, its binding to tool, arguments and caller, its lifetimes,
+//! resume once): `allow` forwards it, `deny` fails it, `review` asks first.
+
+use std::sync::Arc;
+
+use hitl_graph::payload::{self, ActionRequest, Decision, ReviewConfig, ToolApproval, ToolResult};
+use hitl_graph::{Agent, END, START, StateGraph, StepContext, StepError};
+use hitl_upstream::{HttpUpstream, UpstreamError};
+use serde_json::{Map, Value, json};
+
+use crate::policy::{Action, Decided};
+
+/// State keys the gateway writes next to the call's arguments.
+const DECISION: &str = "hitl:decision";
+const RESULT: &str = "hitl:result";
+
+/// An upstream tool as listed, with what the policies decided for it.
+pub(crate) struct Gated {
+    /// The listed name.
+    pub(crate) listed: String,
+    /// The name upstream.
+    pub(crate) tool: String,
+    /// The upstream's tool object.
+    pub(crate) spec: Map<String, Value>,
+    /// What the policies say.
+    pub(crate) action: Action,
+    /// The review's decisions and text.
+    pub(crate) decisions: Vec<&'static str>,
+    pub(crate) description: Option<String>,
+    /// The policy, as errors name it.
+    pub(crate) policy: String,
+}
+
+impl Gated {
+    pub(crate) fn new(listed: String, spec: Map<String, Value>, decided: Decided<'_>) -> Self {
+        let tool = spec.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+        Self {
+            listed,
+            tool,
+            spec,
+            action: decided.action,
+            decisions: decided.policy.map_or_else(|| vec!["approve", "edit", "reject", "respond"], |p| p.allowed()),
+            description: decided.policy.and_then(|p| p.description.clone()),
+            policy: decided.policy.map_or_else(|| "[gateway] default_action".to_owned(), |p| p.label()),
+        }
+    }
+
+    /// The agent that serves this tool through `upstream`.
+    pub(crate) fn agent(self, upstream: Arc<HttpUpstream>) -> Agent {
+        let description = self.spec.get("description").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let input_schema = self.spec.get("inputSchema").cloned().unwrap_or_else(|| json!({"type": "object"}));
+        let gated = Arc::new(self);
+        let graph = match gated.action {
+            Action::Deny => {
+                let denied = gated.clone();
+                StateGraph::new().add_step("deny", move |_, _| {
+                    let text = format!("{} is denied by the policy {}", denied.listed, denied.policy);
+                    async move { Ok(json!({ RESULT: ToolResult::error(text).to_value() })) }
+                })
+            }
+            Action::Allow => StateGraph::new().add_step("call", call_step(gated.clone(), upstream)),
+            Action::Review => {
+                let reviewed = gated.clone();
+                StateGraph::new()
+                    .add_step("review", move |state, ctx| {
+                        let reviewed = reviewed.clone();
+                        async move { Ok(json!({ DECISION: reviewed.review(&state, &ctx)? })) }
+                    })
+                    .add_step("call", call_step(gated.clone(), upstream))
+                    .add_edge("review", "call")
+            }
+        };
+        let first = match gated.action {
+            Action::Deny => "deny",
+            Action::Allow => "call",
+            Action::Review => "review",
+        };
+        let last = if gated.action == Action::Deny { "deny" } else { "call" };
+        let graph = graph.add_edge(START, first).add_edge(last, END).output_key(RESULT);
+        let graph = graph.compile().unwrap_or_else(|e| panic!("the gateway graph of {} compiles: {e}", gated.listed));
+        Agent::new(gated.listed.clone(), description, input_schema, graph)
+    }
+
+    /// Asks for a decision on the call (the seed's per-call review: the tool, its
+    /// arguments, the allowed decisions, edits checked against the tool's schema).
+    fn review(&self, state: &Value, ctx: &StepContext) -> Result<Value, StepError> {
+        let args = arguments(state);
+        let text = match &self.description {
+            Some(template) => fill(template, &args),
+            None => format!(
+                "Tool execution requires approval\n\nTool: {}\nArgs: {}",
+                self.listed,
+                Value::Object(args.clone())
+            ),
+        };
+        let approval = ToolApproval {
+            action_request: ActionRequest::new(&self.listed, args, Some(text)),
+            review_config: Some(ReviewConfig::new(&self.listed, self.decisions.iter().copied())),
+        };
+        let schema =
+            payload::decision_schema(&self.listed, Some(&closed(self.spec.get("inputSchema"))), &self.decisions);
+        Ok(ctx.interrupt_with_schema(approval.to_value(), schema)?)
+    }
+}
+
+/// The step that carries out the decision (none: approved) and forwards the call.
+fn call_step(
+    gated: Arc<Gated>,
+    upstream: Arc<HttpUpstream>,
+) -> impl Fn(Value, StepContext) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, StepError>> + Send>>
++ Send
++ Sync
++ 'static {
+    move |state, _| {
+        let (gated, upstream) = (gated.clone(), upstream.clone());
+        Box::pin(async move {
+            let decision = match state.get(DECISION) {
+                None | Some(Value::Null) => Decision::Approve,
+                Some(value) => serde_json::from_value(value.clone())
+                    .map_err(|e| StepError::msg(format!("the review's decision is not valid: {e}")))?,
+            };
+            let args = match decision {
+                Decision::Approve => arguments(&state),
+                Decision::Edit { edited_action } => edited_action.args,
+                Decision::Reject { message } => {
+                    let why = message.unwrap_or_else(|| format!("The reviewer rejected the call to {}", gated.listed));
+                    return Ok(json!({ RESULT: ToolResult::error(why).to_value() }));
+                }
+                Decision::Respond { message } => {
+                    return Ok(json!({ RESULT: ToolResult::text(message, false).to_value() }));
+                }
+            };
+            let result = match upstream.call_tool(&gated.tool, args).await {
+                Ok(Value::Object(mut result)) => {
+                    // The gateway answers as itself.
+                    if let Some(Value::Object(meta)) = result.get_mut("_meta") {
+                        meta.remove(hitl_protocol::meta_keys::SERVER_INFO);
+                    }
+                    ToolResult(result)
+                }
+                Ok(other) => ToolResult::error(format!("upstream {} answered with {other}", upstream.name())),
+                Err(error) => failed(&error),
+            };
+            Ok(json!({ RESULT: result.to_value() }))
+        })
+    }
+}
+
+/// An upstream failure as the error result the client sees.
+fn failed(error: &UpstreamError) -> ToolResult {
+    ToolResult::error(error.to_string())
+}
+
+/// The call's arguments: the state without the gateway's keys.
+fn arguments(state: &Value) -> Map<String, Value> {
+    state.as_object().map_or_else(Map::new, |s| {
+        s.iter().filter(|(k, _)| !k.starts_with("hitl:")).map(|(k, v)| (k.clone(), v.clone())).collect()
+    })
+}
+
+/// The tool's input schema with no arguments beyond those it declares (an edit may
+/// not add any).
+fn closed(schema: Option<&Value>) -> Value {
+    let mut schema = schema.cloned().unwrap_or_else(|| json!({"type": "object"}));
+    if let Some(map) = schema.as_object_mut()
+        && map.get("type").and_then(Value::as_str) == Some("object")
+    {
+        map.entry("additionalProperties").or_insert(Value::Bool(false));
+    }
+    schema
+}
+
+/// `template` with each `{name}` replaced by argument `name` (strings as they are,
+/// other values as JSON); unknown names stay as written.
+pub(crate) fn fill(template: &str, args: &Map<String, Value>) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find('}') {
+            Some(close) if args.contains_key(&after[..close]) => {
+                match &args[&after[..close]] {
+                    Value::String(s) => out.push_str(s),
+                    other => out.push_str(&other.to_string()),
+                }
+                rest = &after[close + 1..];
+            }
+            _ => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptions_take_the_arguments() {
+        let args: Map<String, Value> =
+            serde_json::from_value(json!({"partition": "p7", "database": "orders", "n": 3})).unwrap();
+        assert_eq!(fill("Drop {partition} on {database}?", &args), "Drop p7 on orders?");
+        assert_eq!(fill("{n} rows, {missing} and {", &args), "3 rows, {missing} and {");
+    }
+
+    #[test]
+    fn edits_may_not_add_arguments() {
+        let schema = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        assert_eq!(closed(Some(&schema))["additionalProperties"], false);
+        let open = json!({"type": "object", "additionalProperties": true});
+        assert_eq!(closed(Some(&open))["additionalProperties"], true, "a schema that says so keeps extra arguments");
+        let state = json!({"a": 1, DECISION: {"type": "approve"}, RESULT: null});
+        assert_eq!(Value::Object(arguments(&state)), json!({"a": 1}));
+    }
+}

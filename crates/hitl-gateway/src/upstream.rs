@@ -1,0 +1,151 @@
+//! `[[upstream]]`: the MCP servers whose tools the gateway lists.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hitl_upstream::HttpConfig;
+use serde::Deserialize;
+
+/// One `[[upstream]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamSpec {
+    /// The upstream's name; its tools are listed as `<name>.<tool>` unless
+    /// `tool_prefix` says otherwise.
+    pub name: String,
+    /// Its Streamable HTTP endpoint.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// A stdio server to start instead (not served yet: refused with a clear error).
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    /// The stdio server's working folder.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// The stdio server's environment.
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    /// The revision to speak (default: the newest it supports).
+    #[serde(default)]
+    pub protocol: Option<String>,
+    /// The prefix of its tools' listed names (default `<name>.`).
+    #[serde(default)]
+    pub tool_prefix: Option<String>,
+    /// Headers sent with every request, each `env:VARIABLE` (values are never written
+    /// in the file).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Seconds one upstream request may take (default 60).
+    #[serde(default)]
+    pub timeout: Option<u64>,
+}
+
+impl UpstreamSpec {
+    /// The listed name of the upstream's tool `tool`.
+    pub fn listed_name(&self, tool: &str) -> String {
+        match &self.tool_prefix {
+            Some(prefix) => format!("{prefix}{tool}"),
+            None => format!("{}.{tool}", self.name),
+        }
+    }
+
+    /// Checks the spec and resolves its headers with `env`; errors name the key.
+    pub fn http_config(&self, env: impl Fn(&str) -> Option<String>) -> Result<HttpConfig, String> {
+        let at = |key: &str| format!("upstream {:?}: {key}", self.name);
+        let valid_name = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+        if self.name.is_empty() || !self.name.chars().all(valid_name) {
+            return Err(format!("upstream name {:?}: use letters, digits, '_' and '-'", self.name));
+        }
+        let url = match (&self.url, &self.command) {
+            (Some(url), None) => url,
+            (None, Some(_)) => {
+                return Err(format!("{}: stdio upstreams are not served yet; give url instead", at("command")));
+            }
+            _ => return Err(format!("{}: give exactly one of url and command", at("url"))),
+        };
+        let uri: http::Uri = url.parse().map_err(|e| format!("{}: {e}", at("url")))?;
+        if uri.scheme_str() != Some("http") || uri.host().is_none() {
+            return Err(format!("{}: {url:?} is not an http:// URL (https is not served yet)", at("url")));
+        }
+        if let Some(protocol) = &self.protocol
+            && !hitl_protocol::version::SUPPORTED.contains(&protocol.as_str())
+        {
+            let known = hitl_protocol::version::SUPPORTED.join(", ");
+            return Err(format!("{}: {protocol:?} is not one of {known}", at("protocol")));
+        }
+        let mut headers = http::HeaderMap::new();
+        for (name, source) in &self.headers {
+            let key = at(&format!("headers.{name}"));
+            let header = http::HeaderName::try_from(name.as_str()).map_err(|e| format!("{key}: {e}"))?;
+            let Some(variable) = source.strip_prefix("env:") else {
+                return Err(format!("{key}: write env:VARIABLE; header values are never written in the file"));
+            };
+            let value =
+                env(variable).ok_or_else(|| format!("{key}: the environment variable {variable} is not set"))?;
+            let value = http::HeaderValue::try_from(value).map_err(|e| format!("{key}: {e}"))?;
+            headers.insert(header, value);
+        }
+        Ok(HttpConfig {
+            name: self.name.clone(),
+            url: uri,
+            headers,
+            protocol: self.protocol.clone(),
+            timeout: Duration::from_secs(self.timeout.unwrap_or(60).max(1)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(toml_like: impl FnOnce(&mut UpstreamSpec)) -> UpstreamSpec {
+        let mut spec = UpstreamSpec {
+            name: "db".into(),
+            url: Some("http://127.0.0.1:9000/mcp".into()),
+            command: None,
+            cwd: None,
+            env: None,
+            protocol: None,
+            tool_prefix: None,
+            headers: BTreeMap::new(),
+            timeout: None,
+        };
+        toml_like(&mut spec);
+        spec
+    }
+
+    #[test]
+    fn headers_come_from_the_environment_only() {
+        let env = |name: &str| (name == "DB_TOKEN").then(|| "Bearer s3cret".to_owned());
+        let ok = spec(|s| s.headers = BTreeMap::from([("Authorization".into(), "env:DB_TOKEN".into())]));
+        assert_eq!(ok.http_config(env).unwrap().headers["authorization"], "Bearer s3cret");
+        let literal = spec(|s| s.headers = BTreeMap::from([("Authorization".into(), "Bearer x".into())]));
+        assert!(literal.http_config(env).unwrap_err().contains("headers.Authorization: write env:VARIABLE"));
+        let unset = spec(|s| s.headers = BTreeMap::from([("X-Key".into(), "env:NOPE".into())]));
+        assert!(unset.http_config(env).unwrap_err().contains("NOPE is not set"));
+    }
+
+    #[test]
+    fn bad_specs_name_their_key() {
+        let env = |_: &str| None;
+        let cases: Vec<(UpstreamSpec, &str)> = vec![
+            (spec(|s| s.name = "d b".into()), "upstream name \"d b\""),
+            (spec(|s| s.url = None), "url: give exactly one of url and command"),
+            (spec(|s| s.command = Some(vec!["python3".into()])), "url: give exactly one"),
+            (
+                spec(|s| (s.url, s.command) = (None, Some(vec!["x".into()]))),
+                "command: stdio upstreams are not served yet",
+            ),
+            (spec(|s| s.url = Some("ftp://x/mcp".into())), "is not an http:// URL"),
+            (spec(|s| s.protocol = Some("2024-11-05".into())), "protocol: \"2024-11-05\" is not one of"),
+        ];
+        for (spec, expected) in cases {
+            let error = spec.http_config(env).unwrap_err();
+            assert!(error.contains(expected), "{error}");
+        }
+        assert_eq!(spec(|_| {}).listed_name("drop"), "db.drop");
+        assert_eq!(spec(|s| s.tool_prefix = Some("pg_".into())).listed_name("drop"), "pg_drop");
+    }
+}

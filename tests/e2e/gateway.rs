@@ -1,0 +1,155 @@
+//! The gateway in front of a real upstream (the Python SDK's `MCPServer`,
+//! `tests/python/upstream_server.py`), served by the hitl program from a config file:
+//! allow, deny and review policies, and every review decision. The upstream's
+//! destructive tool counts its executions; every test asserts the count.
+
+use serde_json::{Value, json};
+
+use crate::harness::{Reply, Server};
+use crate::upstream::PythonUpstream;
+
+/// A config file, removed when dropped.
+struct ConfigFile(std::path::PathBuf);
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The hitl program with `upstream` as `db`, drops reviewed and `fail` denied.
+async fn gateway(upstream: &PythonUpstream, extra: &str) -> (Server, ConfigFile) {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let file = ConfigFile(std::env::temp_dir().join(format!("hitl-e2e-gateway-{}-{n}.toml", std::process::id())));
+    let config = format!(
+        r#"[[upstream]]
+name = "db"
+url = "{}"
+
+[[policy]]
+tools = ["db.drop_*"]
+action = "review"
+description = "Drop {{partition}} on {{database}}?"
+
+[[policy]]
+tools = ["db.fail"]
+action = "deny"
+{extra}"#,
+        upstream.url
+    );
+    std::fs::write(&file.0, config).unwrap();
+    let server = Server::start(&["--config", file.0.to_str().unwrap(), "--max-paused-per-caller", "1000000"]).await;
+    (server, file)
+}
+
+fn text(reply: &Reply) -> String {
+    reply.body["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+}
+
+async fn executions(server: &Server) -> u64 {
+    let reply = server.call_tool(90, json!({"name": "db.executions", "arguments": {"tool": "drop_partition"}})).await;
+    text(&reply).parse().unwrap_or_else(|_| panic!("a count: {}", reply.body))
+}
+
+const DROP: &str = r#"{"partition": "p1", "database": "orders"}"#;
+
+/// A paused drop: its question key, the question and the requestState.
+async fn ask_drop(server: &Server) -> (String, Value, String) {
+    let arguments: Value = serde_json::from_str(DROP).unwrap();
+    let reply = server.call_tool(1, json!({"name": "db.drop_partition", "arguments": arguments})).await;
+    let result = &reply.body["result"];
+    assert_eq!(result["resultType"], "input_required", "{result}");
+    let (key, request) = result["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    (key.clone(), request.clone(), result["requestState"].as_str().unwrap().to_owned())
+}
+
+async fn decide(server: &Server, key: &str, state: &str, content: Value) -> Reply {
+    let arguments: Value = serde_json::from_str(DROP).unwrap();
+    let answer = json!({"action": "accept", "content": content});
+    server
+        .call_tool(
+            2,
+            json!({"name": "db.drop_partition", "arguments": arguments, "inputResponses": { key: answer }, "requestState": state}),
+        )
+        .await
+}
+
+#[tokio::test]
+async fn allowed_calls_pass_through_and_denied_ones_name_the_policy() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let (server, _dir) = gateway(&upstream, "").await;
+    let tools = server.modern(1, "tools/list", json!({}), json!({})).await;
+    let names: Vec<&str> =
+        tools.body["result"]["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    for name in ["db.echo", "db.drop_partition", "db.fail", "greeter"] {
+        assert!(names.contains(&name), "{name} in {names:?}");
+    }
+    let echoed = server.call_tool(2, json!({"name": "db.echo", "arguments": {"text": "through"}})).await;
+    assert_eq!(text(&echoed), "through", "{}", echoed.body);
+    assert_ne!(echoed.body["result"]["isError"], true, "the upstream's result, unchanged: {}", echoed.body);
+
+    let denied = server.call_tool(3, json!({"name": "db.fail", "arguments": {"reason": "x"}})).await;
+    assert_eq!(denied.body["result"]["isError"], true);
+    assert_eq!(text(&denied), r#"db.fail is denied by the policy tools = ["db.fail"]"#);
+
+    let bad = server.call_tool(4, json!({"name": "db.echo", "arguments": {"text": 7}})).await;
+    assert_eq!(bad.body["error"]["code"], -32602, "the upstream's schema is checked first: {}", bad.body);
+    assert_eq!(executions(&server).await, 0);
+}
+
+#[tokio::test]
+async fn a_reviewed_call_runs_once_when_approved() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let (server, _dir) = gateway(&upstream, "").await;
+    let (key, request, state) = ask_drop(&server).await;
+    assert!(key.starts_with("review-") && key.ends_with(".1"), "{key}");
+    assert_eq!(request["params"]["message"], "Drop p1 on orders?", "{request}");
+    assert_eq!(executions(&server).await, 0, "nothing runs before the review");
+
+    let done = decide(&server, &key, &state, json!({"decision": "approve"})).await;
+    assert_eq!(text(&done), "dropped p1 on orders", "{}", done.body);
+    let again = decide(&server, &key, &state, json!({"decision": "approve"})).await;
+    assert_eq!(again.body["result"], done.body["result"], "a resend gets the stored result");
+    assert_eq!(executions(&server).await, 1, "approved once, run once");
+}
+
+#[tokio::test]
+async fn edit_reject_and_respond_do_what_the_reviewer_said() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let (server, _dir) = gateway(&upstream, "").await;
+
+    let (key, _, state) = ask_drop(&server).await;
+    let extra = r#"{"partition": "p2", "database": "orders", "cascade": true}"#;
+    let refused = decide(&server, &key, &state, json!({"decision": "edit", "args": extra})).await;
+    assert_eq!(refused.body["error"]["code"], -32602, "an edit may not add arguments: {}", refused.body);
+    let edited = r#"{"partition": "p2", "database": "orders"}"#;
+    let done = decide(&server, &key, &state, json!({"decision": "edit", "args": edited})).await;
+    assert_eq!(text(&done), "dropped p2 on orders", "{}", done.body);
+    assert_eq!(executions(&server).await, 1);
+
+    let (key, _, state) = ask_drop(&server).await;
+    let rejected =
+        decide(&server, &key, &state, json!({"decision": "reject", "message": "not during business hours"})).await;
+    assert_eq!(rejected.body["result"]["isError"], true);
+    assert_eq!(text(&rejected), "not during business hours");
+
+    let (key, _, state) = ask_drop(&server).await;
+    let responded = decide(&server, &key, &state, json!({"decision": "respond", "message": "already dropped"})).await;
+    assert_ne!(responded.body["result"]["isError"], true);
+    assert_eq!(text(&responded), "already dropped");
+    assert_eq!(executions(&server).await, 1, "reject and respond never run the tool");
+}
+
+#[tokio::test]
+async fn the_default_action_and_limited_decisions_apply() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let extra = "\n[gateway]\ndefault_action = \"deny\"\n";
+    let (server, _dir) = gateway(&upstream, extra).await;
+    let echoed = server.call_tool(2, json!({"name": "db.echo", "arguments": {"text": "x"}})).await;
+    assert_eq!(text(&echoed), "db.echo is denied by the policy [gateway] default_action");
+    // Counting goes through the upstream directly: db.executions is denied here.
+    let client = upstream.client("db", None);
+    let count = client.call_tool("executions", serde_json::Map::from_iter([("tool".into(), json!("drop_partition"))]));
+    assert_eq!(count.await.unwrap()["content"][0]["text"], "0");
+}
