@@ -125,10 +125,26 @@ mod tests {
             ("[server]\nlisten = \"127.0.0.1:8123\"\nlisen = 1\n", "3:1: server.lisen: unknown field `lisen`"),
             ("[server]\nmax_connections = \"many\"\n", "2:19: server.max_connections: invalid type: string \"many\""),
             ("[server]\nlisten = \"nowhere\"\n", "2:10: server.listen: invalid socket address syntax"),
-            ("[sever]\n", "1:2: sever: unknown field `sever`, expected `server`"),
+            (
+                "[sever]\n",
+                "1:2: sever: unknown field `sever`, expected one of `server`, `upstream`, `policy`, `gateway`",
+            ),
             ("[server\n", "1:8:"),
         ];
         for (text, expected) in cases {
+            let error = parse(text).unwrap_err();
+            assert!(error.starts_with(expected), "{text:?}: {error}");
+        }
+        let gateway = [
+            ("[[policy]]\ntools = [\"db.*\"]\naction = \"revew\"\n", "3:10: policy[0].action: unknown variant `revew`"),
+            (
+                "[[policy]]\ntools = [\"x\"]\naction = \"review\"\ndecisions = [\"aprove\"]\n",
+                "4:14: policy[0].decisions[0]: unknown variant",
+            ),
+            ("[[upstream]]\nname = \"db\"\nurll = \"x\"\n", "3:1: upstream[0].urll: unknown field `urll`"),
+            ("[gateway]\ndefault_action = 3\n", "2:18: gateway.default_action: wanted string or table"),
+        ];
+        for (text, expected) in gateway {
             let error = parse(text).unwrap_err();
             assert!(error.starts_with(expected), "{text:?}: {error}");
         }
