@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Reply, Server};
+use crate::harness::{Reply, Server, redis_url};
 use crate::upstream::PythonUpstream;
 
 /// A config file, removed when dropped.
@@ -19,6 +19,13 @@ impl Drop for ConfigFile {
 
 /// The hitl program with `upstream` as `db`, drops reviewed and `fail` denied.
 async fn gateway(upstream: &PythonUpstream, extra: &str) -> (Server, ConfigFile) {
+    let file = config(upstream, extra);
+    let server = Server::start(&["--config", file.0.to_str().unwrap(), "--max-paused-per-caller", "1000000"]).await;
+    (server, file)
+}
+
+/// The configuration of [`gateway`], written to a file.
+fn config(upstream: &PythonUpstream, extra: &str) -> ConfigFile {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let file = ConfigFile(std::env::temp_dir().join(format!("hitl-e2e-gateway-{}-{n}.toml", std::process::id())));
@@ -39,8 +46,7 @@ action = "deny"
         upstream.url
     );
     std::fs::write(&file.0, config).unwrap();
-    let server = Server::start(&["--config", file.0.to_str().unwrap(), "--max-paused-per-caller", "1000000"]).await;
-    (server, file)
+    file
 }
 
 fn text(reply: &Reply) -> String {
@@ -48,7 +54,11 @@ fn text(reply: &Reply) -> String {
 }
 
 async fn executions(server: &Server) -> u64 {
-    let reply = server.call_tool(90, json!({"name": "db.executions", "arguments": {"tool": "drop_partition"}})).await;
+    executions_of(server, "drop_partition").await
+}
+
+async fn executions_of(server: &Server, tool: &str) -> u64 {
+    let reply = server.call_tool(90, json!({"name": "db.executions", "arguments": {"tool": tool}})).await;
     text(&reply).parse().unwrap_or_else(|_| panic!("a count: {}", reply.body))
 }
 
@@ -152,4 +162,98 @@ async fn the_default_action_and_limited_decisions_apply() {
     let client = upstream.client("db", None);
     let count = client.call_tool("executions", serde_json::Map::from_iter([("tool".into(), json!("drop_partition"))]));
     assert_eq!(count.await.unwrap()["content"][0]["text"], "0");
+}
+
+/// Two replicas of the gateway on the suite's Redis.
+async fn replicas(upstream: &PythonUpstream, url: &str, extra: &str) -> (Server, Server, ConfigFile) {
+    let file = config(upstream, extra);
+    let path = file.0.to_str().unwrap().to_owned();
+    let a = Server::start_on(url, &["--config", &path, "--max-paused-per-caller", "1000000"]).await;
+    let b = Server::start_on(url, &["--config", &path, "--max-paused-per-caller", "1000000"]).await;
+    (a, b, file)
+}
+
+#[tokio::test]
+async fn fifty_concurrent_approvals_over_two_replicas_run_the_call_once() {
+    let Some(url) = redis_url("gateway") else { return };
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let (a, b, _file) = replicas(&upstream, &url, "").await;
+    let (key, _, state) = ask_drop(&a).await;
+    let approvals = (0..50).map(|i| {
+        let server = if i % 2 == 0 { &a } else { &b };
+        decide(server, &key, &state, json!({"decision": "approve"}))
+    });
+    let replies = futures_join(approvals).await;
+    for reply in &replies {
+        assert_eq!(text(reply), "dropped p1 on orders", "{}", reply.body);
+    }
+    assert_eq!(executions(&b).await, 1, "fifty approvals, one execution");
+}
+
+/// Runs the futures concurrently and returns their outputs in order.
+async fn futures_join<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let handles: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs = Vec::new();
+    // Poll all of them together, in one task.
+    let mut pending: Vec<_> = handles.into_iter().map(Some).collect();
+    let mut done: Vec<Option<F::Output>> = (0..pending.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut all = true;
+        for (slot, out) in pending.iter_mut().zip(done.iter_mut()) {
+            if let Some(future) = slot {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(value) => {
+                        *out = Some(value);
+                        *slot = None;
+                    }
+                    std::task::Poll::Pending => all = false,
+                }
+            }
+        }
+        if all { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }
+    })
+    .await;
+    outputs.extend(done.into_iter().map(|o| o.expect("every future finished")));
+    outputs
+}
+
+#[tokio::test]
+async fn a_replica_killed_during_the_upstream_call_never_runs_it_twice() {
+    let Some(url) = redis_url("gateway") else { return };
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let extra = "\n[[policy]]\ntools = [\"db.slow_*\"]\naction = \"review\"\n";
+    let (mut a, b, _file) = replicas(&upstream, &url, extra).await;
+    let arguments = json!({"partition": "p9", "seconds": 60});
+    let paused = a.call_tool(1, json!({"name": "db.slow_drop", "arguments": arguments})).await;
+    let result = &paused.body["result"];
+    let key = result["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let state = result["requestState"].as_str().unwrap().to_owned();
+    let answer = json!({ key.as_str(): {"action": "accept", "content": {"decision": "approve"}} });
+    let params =
+        json!({"name": "db.slow_drop", "arguments": arguments, "inputResponses": answer, "requestState": state});
+
+    // Replica A takes the approval and calls the upstream, which takes a minute ...
+    let client: crate::harness::Client = *a;
+    let approving = tokio::spawn({
+        let params = params.clone();
+        async move { client.call_tool(2, params).await }
+    });
+    for polls in 0.. {
+        if executions_of(&b, "slow_drop").await > 0 {
+            break;
+        }
+        assert!(polls < 600, "the approved call never reached the upstream");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // ... and dies in the middle of it.
+    a.kill();
+    let _ = approving.await;
+
+    // Replica B waits out A's lease, then knows the outcome is unknown: it never calls again.
+    let resend = b.call_tool(3, params.clone()).await;
+    assert_eq!(resend.body["result"]["isError"], true, "{}", resend.body);
+    assert!(text(&resend).starts_with("The outcome of this call is unknown"), "{}", resend.body);
+    let again = b.call_tool(4, params).await;
+    assert_eq!(again.body["result"], resend.body["result"], "resends get the same answer");
+    assert_eq!(executions_of(&b, "slow_drop").await, 1, "run once, never again");
 }

@@ -30,6 +30,14 @@ def drop_partition(partition: str, database: str) -> str:
     return f"dropped {partition} on {database}"
 
 
+@server.tool()
+async def slow_drop(partition: str, seconds: float) -> str:
+    """Drops a partition slowly: counted when it starts, done after `seconds`."""
+    executions["slow_drop"] = executions.get("slow_drop", 0) + 1
+    await asyncio.sleep(seconds)
+    return f"dropped {partition} slowly"
+
+
 @server.tool(name="executions")
 def count_executions(tool: str) -> int:
     """How many times a destructive tool ran."""

@@ -112,7 +112,7 @@ fn call_step(
 + Send
 + Sync
 + 'static {
-    move |state, _| {
+    move |state, ctx| {
         let (gated, upstream) = (gated.clone(), upstream.clone());
         Box::pin(async move {
             let decision = match state.get(DECISION) {
@@ -131,6 +131,9 @@ fn call_step(
                     return Ok(json!({ RESULT: ToolResult::text(message, false).to_value() }));
                 }
             };
+            // Recorded first: a resend after this server died mid-call learns the
+            // outcome is unknown, and the upstream is never called twice.
+            ctx.begin_effect().await?;
             let result = match upstream.call_tool(&gated.tool, args).await {
                 Ok(Value::Object(mut result)) => {
                     // The gateway answers as itself.

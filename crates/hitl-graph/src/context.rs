@@ -51,6 +51,15 @@ impl StepError {
 /// Called after each superstep with the number of supersteps finished in this run.
 pub type ProgressFn = Arc<dyn Fn(u32) + Send + Sync>;
 
+/// Where a run records that a step is about to do what must not happen twice (call a
+/// destructive tool, send an email). The caller stores the mark before the step goes
+/// on, so that a run started again after a crash learns the outcome is unknown
+/// instead of acting twice.
+pub trait Effects: Send + Sync {
+    /// Marks step `step` as about to act; an error means it must not act.
+    fn begin(&self, step: &str) -> futures_util::future::BoxFuture<'static, Result<(), String>>;
+}
+
 /// What a caller gives one run besides its input: the runtime context, metadata about
 /// the request, a progress callback, and a way to cancel it.
 #[derive(Clone, Default)]
@@ -65,6 +74,9 @@ pub struct Run {
     /// Set to stop the run before its next superstep ([`RunError::Cancelled`]); a
     /// superstep that started always finishes.
     pub cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Where [`StepContext::begin_effect`] records its marks (none: nothing is
+    /// recorded, the step goes on).
+    pub effects: Option<Arc<dyn Effects>>,
 }
 
 impl fmt::Debug for Run {
@@ -114,6 +126,15 @@ impl StepContext {
     /// The name of the running step.
     pub fn step(&self) -> &str {
         &self.step
+    }
+
+    /// Call right before an effect that must happen at most once: the run's
+    /// [`Effects`] records it first. Fails the step when it cannot be recorded.
+    pub async fn begin_effect(&self) -> Result<(), StepError> {
+        match &self.run.effects {
+            None => Ok(()),
+            Some(effects) => effects.begin(&self.step).await.map_err(StepError::msg),
+        }
     }
 
     /// Asks a question. The first time, returns `Err(Interrupted)`, which the step

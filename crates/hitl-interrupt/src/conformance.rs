@@ -18,6 +18,7 @@ fn thread(id: &str, version: u64, expires_at_ms: u64) -> Thread {
         round: None,
         last: None,
         claim: None,
+        begun: None,
         expires_at_ms,
     }
 }

@@ -133,13 +133,14 @@ impl std::fmt::Debug for Call {
 impl Call {
     /// The graph run options of this call: its runtime context, the client's
     /// capabilities as metadata (so an agent can ask only for what the client takes),
-    /// progress and cancellation.
+    /// progress and cancellation (effects are marked only on a stored thread).
     fn run(&self) -> hitl_graph::Run {
         hitl_graph::Run {
             context: self.context.clone().unwrap_or(Value::Null),
             metadata: serde_json::json!({ "clientCapabilities": self.capabilities }),
             progress: self.progress.clone(),
             cancel: self.cancel.clone(),
+            effects: None,
         }
     }
 
@@ -301,6 +302,7 @@ impl Engine {
             round: Some(round),
             last: None,
             claim: None,
+            begun: None,
             expires_at_ms: self.expiry(self.lifetimes.paused),
         };
         if let Some(responses) = &call.input_responses {
@@ -456,12 +458,13 @@ impl Engine {
     }
 
     /// Runs the agent for a claimed round and stores what [`round::end_run`] says it
-    /// led to.
+    /// led to. While it runs, the claim's lease is renewed and effects the agent begins
+    /// are marked on the thread (both saves go through one [`Held`] thread).
     async fn resume_claimed(
         &self,
         agent: &Agent,
         call: &Call,
-        mut thread: Thread,
+        thread: Thread,
         answered: Answered<'_>,
         deadline: Deadline,
     ) -> Result<Reply, EngineError> {
@@ -470,9 +473,13 @@ impl Engine {
             let reason = "a paused thread has no checkpoint".to_owned();
             return Err(StoreError::Corrupt { id: thread.id.clone(), reason }.into());
         };
-        let run = deadline.run(agent.graph.resume_run(checkpoint, values, call.run()));
-        let (outcome, version) = self.run_renewing(run, &thread).await;
-        thread.version = version;
+        let held =
+            Arc::new(Held { store: self.store.clone(), thread: tokio::sync::Mutex::new(thread), round: round.n });
+        let mut run = call.run();
+        run.effects = Some(Arc::new(Marks(held.clone())));
+        let run = deadline.run(agent.graph.resume_run(checkpoint, values, run));
+        let outcome = self.run_renewing(run, &held).await;
+        let mut thread = held.thread.lock().await.clone();
         thread.claim = None;
         let expected = thread.version;
         let ran = self.ran(outcome, round.n + 1, call, true);
@@ -509,37 +516,32 @@ impl Engine {
     }
 
     /// Runs the agent while renewing the claim's lease every third of it, so a long step
-    /// does not let a duplicate take the round over. Returns the outcome and the
-    /// thread's version after the last renewal.
-    async fn run_renewing<F>(&self, run: F, claimed: &Thread) -> (F::Output, u64)
+    /// does not let a duplicate take the round over.
+    async fn run_renewing<F>(&self, run: F, held: &Held) -> F::Output
     where
         F: std::future::Future,
     {
-        let version = std::sync::atomic::AtomicU64::new(claimed.version);
         let renew = async {
-            let mut thread = claimed.clone();
             loop {
                 self.clock.sleep(self.lifetimes.lease / 3).await;
-                let expected = thread.version;
                 let until = self.clock.now_ms().saturating_add(self.lifetimes.lease.as_millis() as u64);
-                thread.claim = thread.claim.take().map(|c| Claim { until_ms: until, ..c });
-                thread.version = expected + 1;
-                match self.store.save(thread.clone(), Some(expected)).await {
-                    Ok(()) => version.store(thread.version, std::sync::atomic::Ordering::SeqCst),
+                let renewed = held
+                    .save(|thread| thread.claim = thread.claim.take().map(|c| Claim { until_ms: until, ..c }))
+                    .await;
+                match renewed {
                     // Someone else holds the round now; our outcome will lose its save.
                     Err(SaveError::Conflict(_)) => return,
                     // Try again at the next tick; the lease has time left.
-                    Err(SaveError::Store(_)) => thread.version = expected,
+                    Ok(()) | Err(SaveError::Store(_)) => {}
                 }
             }
         };
         let run = std::pin::pin!(run);
         let renew = std::pin::pin!(renew);
-        let outcome = match futures_util::future::select(run, renew).await {
+        match futures_util::future::select(run, renew).await {
             futures_util::future::Either::Left((outcome, _)) => outcome,
             futures_util::future::Either::Right(((), run)) => run.await,
-        };
-        (outcome, version.load(std::sync::atomic::Ordering::SeqCst))
+        }
     }
 
     /// Ends the thread with `last` (kept for resends) and answers `response`.
@@ -671,6 +673,47 @@ fn tool_result(output: &Value) -> CallToolResult {
 fn pending(interrupts: &[hitl_graph::Interrupt]) -> String {
     let list: Vec<Value> = interrupts.iter().map(|i| serde_json::json!({ "id": i.id, "value": i.value })).collect();
     Value::Array(list).to_string()
+}
+
+/// The claimed thread while its round's run goes on: lease renewals and effect marks
+/// both save it, one at a time, each on the version the other left.
+struct Held {
+    store: Arc<dyn ThreadStore>,
+    thread: tokio::sync::Mutex<Thread>,
+    round: u32,
+}
+
+impl Held {
+    /// Saves the thread changed by `change`, compare-and-set on its current version.
+    async fn save(&self, change: impl FnOnce(&mut Thread)) -> Result<(), SaveError> {
+        let mut thread = self.thread.lock().await;
+        let mut changed = thread.clone();
+        change(&mut changed);
+        changed.version += 1;
+        self.store.save(changed.clone(), Some(thread.version)).await?;
+        *thread = changed;
+        Ok(())
+    }
+}
+
+/// Marks the effects a run begins on its held thread.
+struct Marks(Arc<Held>);
+
+impl hitl_graph::Effects for Marks {
+    fn begin(&self, _step: &str) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
+        let held = self.0.clone();
+        Box::pin(async move {
+            let round = held.round;
+            if held.thread.lock().await.begun == Some(round) {
+                return Ok(());
+            }
+            match held.save(|thread| thread.begun = Some(round)).await {
+                Ok(()) => Ok(()),
+                Err(SaveError::Conflict(_)) => Err("another request took this round over, so it acts there".into()),
+                Err(SaveError::Store(e)) => Err(format!("the call could not be recorded before it began: {e}")),
+            }
+        })
+    }
 }
 
 /// A round with the answers that resume it.

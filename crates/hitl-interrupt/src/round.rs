@@ -30,6 +30,11 @@ pub struct Answering<'a> {
     pub capabilities: &'a ClientCapabilities,
 }
 
+/// The error result of a round whose run began an effect that must happen at most once
+/// and never finished (the server running it stopped): it is not run again.
+pub const OUTCOME_UNKNOWN: &str = "The outcome of this call is unknown: the server running it stopped after the \
+     call began, and it is never run twice. Check its effect before calling again.";
+
 /// What to do with a thread for an answering request.
 #[derive(Debug)]
 pub enum Next {
@@ -98,6 +103,12 @@ pub fn decide(thread: Option<Thread>, request: &Answering<'_>, now_ms: u64, leas
             // Resume once: a live claim on this round means another request runs it.
             if thread.claim.as_ref().is_some_and(|c| c.round == round.n && c.until_ms > now_ms) {
                 return Next::Wait;
+            }
+            // Its run began an effect and then stopped (the server died): never again.
+            if thread.begun == Some(round.n) {
+                let result = CallToolResult::error([OUTCOME_UNKNOWN.to_owned()]);
+                let last = last(&round, request.responses, LastOutcome::Result { result: result.clone() });
+                return Next::Finish(Box::new(Finishing { thread, last, result }));
             }
             let until_ms = now_ms.saturating_add(lease.as_millis() as u64);
             thread.claim = Some(Claim { round: round.n, until_ms });
@@ -186,9 +197,10 @@ pub fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Secret) -
             let kept_expiry =
                 std::mem::replace(&mut thread.expires_at_ms, end.now_ms.saturating_add(lifetime.as_millis() as u64));
             let kept_round = thread.round.replace(next);
+            let kept_begun = thread.begun.take();
             if let Err(e) = fits(&thread, end.max_record_bytes) {
-                (thread.last, thread.checkpoint, thread.expires_at_ms, thread.round) =
-                    (kept_last, kept_checkpoint, kept_expiry, kept_round);
+                (thread.last, thread.checkpoint, thread.expires_at_ms, thread.round, thread.begun) =
+                    (kept_last, kept_checkpoint, kept_expiry, kept_round, kept_begun);
                 return Ending::GiveBack(Box::new(thread), e);
             }
             let round = thread.round.as_ref().expect("the next round was just set");
@@ -215,6 +227,7 @@ pub fn finished(
     thread.checkpoint = None;
     thread.round = None;
     thread.claim = None;
+    thread.begun = None;
     thread.expires_at_ms = now_ms.saturating_add(lifetimes.finished.as_millis() as u64);
     thread.last = Some(last.clone());
     if let Err(too_large) = fits(&thread, max_record_bytes) {

@@ -701,3 +701,72 @@ fn the_memory_store_stays_proportional_to_what_it_holds() {
     assert_eq!(counted, 1, "finished calls no longer count");
     assert!(ledger_queue <= 2 + 64 + 1, "the ledger queues {ledger_queue} entries");
 }
+
+/// An agent that asks, then begins an effect (counted) and never finishes: its
+/// server "dies" mid-effect when the test drops the call.
+fn effect_agent(effects: Arc<std::sync::atomic::AtomicU32>, finish: bool) -> Agent {
+    let graph = StateGraph::new()
+        .add_step("ask", |_, ctx| async move { Ok(json!({ "go": ctx.interrupt(json!("Go?"))? })) })
+        .add_step("act", move |_, ctx| {
+            let effects = effects.clone();
+            async move {
+                ctx.begin_effect().await?;
+                effects.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if !finish {
+                    std::future::pending::<()>().await;
+                }
+                Ok(json!({ "done": true }))
+            }
+        })
+        .add_edge(START, "ask")
+        .add_edge("ask", "act");
+    Agent {
+        name: "act".into(),
+        description: String::new(),
+        input_schema: json!({"type": "object"}),
+        graph: graph.compile().unwrap(),
+    }
+}
+
+#[test]
+fn an_effect_begun_by_a_request_that_died_is_never_run_again() {
+    let mut f = fixture();
+    // Were the effect run again, the resend would hang in it: fail in 5 s instead.
+    let limits = Limits { request_timeout: Some(Duration::from_secs(5)), ..Limits::default() };
+    f.engine = f.engine.clone().with_limits(limits);
+    let effects = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let agent = effect_agent(effects.clone(), false);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let r = round(rt.block_on(f.engine.call(&agent, call(None, None))).unwrap());
+    let (key, state) = (first_key(&r), r.request_state.clone().unwrap());
+    let yes = answers(&[(&key, accept("yes"))]);
+    rt.block_on(async {
+        // The resume begins the effect and hangs; then its server "dies".
+        let resume = f.engine.call(&agent, call(Some(yes.clone()), Some(&state)));
+        let mut resume = std::pin::pin!(resume);
+        while effects.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            let polled = std::future::poll_fn(|cx| std::task::Poll::Ready(resume.as_mut().poll(cx))).await;
+            assert!(polled.is_pending(), "the effect never finishes");
+        }
+    });
+    f.clock.advance(Lifetimes::default().lease.as_millis() as u64 + 1);
+    let resend = rt.block_on(f.engine.call(&agent, call(Some(yes.clone()), Some(&state)))).unwrap();
+    assert_eq!(text(&resend), (crate::round::OUTCOME_UNKNOWN.to_owned(), true));
+    let again = rt.block_on(f.engine.call(&agent, call(Some(yes), Some(&state)))).unwrap();
+    assert_eq!(text(&again), (crate::round::OUTCOME_UNKNOWN.to_owned(), true), "resends get the same");
+    assert_eq!(effects.load(std::sync::atomic::Ordering::SeqCst), 1, "the effect ran once");
+}
+
+#[test]
+fn an_effect_that_finishes_answers_as_usual() {
+    let f = fixture();
+    let effects = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let agent = effect_agent(effects.clone(), true);
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let (key, state) = (first_key(&r), r.request_state.clone().unwrap());
+    let yes = answers(&[(&key, accept("yes"))]);
+    let done = run(f.engine.call(&agent, call(Some(yes.clone()), Some(&state))));
+    assert_eq!(text(&done).1, false, "{done:?}");
+    assert_eq!(run(f.engine.call(&agent, call(Some(yes), Some(&state)))), done, "a resend replays");
+    assert_eq!(effects.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

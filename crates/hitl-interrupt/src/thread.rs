@@ -39,6 +39,11 @@ pub struct Thread {
     /// A request resuming the open round, while it runs the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim: Option<Claim>,
+    /// The open round whose run began an effect that must happen at most once
+    /// ([`hitl_graph::StepContext::begin_effect`]): if that run never finishes, the
+    /// round ends with its outcome unknown instead of running again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub begun: Option<u32>,
     /// When the record expires (ms since the epoch).
     pub expires_at_ms: u64,
 }

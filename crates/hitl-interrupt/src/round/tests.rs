@@ -49,6 +49,7 @@ fn paused() -> Thread {
         round: Some(round(1, "Which region?")),
         last: None,
         claim: None,
+        begun: None,
         expires_at_ms: NOW + 3_600_000,
     }
 }
@@ -175,6 +176,33 @@ fn every_transition_of_a_paused_thread() {
             run(with(|t| t.claim = Some(Claim { round: 1, until_ms: NOW })), alice, &good, &yes, &elicits()),
             format!("claim v4 until {claimed_until}"),
         ),
+        (
+            "answered while the request that began the round's effect still holds it",
+            run(
+                with(|t| (t.claim, t.begun) = (Some(Claim { round: 1, until_ms: NOW + 1 }), Some(1))),
+                alice,
+                &good,
+                &yes,
+                &elicits(),
+            ),
+            "wait".into(),
+        ),
+        (
+            "answered after the request that began the round's effect died",
+            run(
+                with(|t| (t.claim, t.begun) = (Some(Claim { round: 1, until_ms: NOW }), Some(1))),
+                alice,
+                &good,
+                &yes,
+                &elicits(),
+            ),
+            "finish error=true".into(),
+        ),
+        (
+            "an effect begun in an earlier round does not stop this one",
+            run(with(|t| t.begun = Some(0)), alice, &good, &yes, &elicits()),
+            format!("claim v4 until {claimed_until}"),
+        ),
     ];
     for (case, next, expected) in rows {
         assert_eq!(name(&next), expected, "{case}");
@@ -205,6 +233,20 @@ fn resends_of_an_answered_round_replay_what_it_led_to() {
     let other = answers(&answered, json!({"action": "accept", "content": {"response": "us-east-1"}}));
     assert_eq!(name(&run(Some(finished.clone()), Some("alice"), &t1, &other, &elicits())), "invalid");
     assert_eq!(name(&run(Some(finished), Some("alice"), "AAAA", &yes, &elicits())), "invalid");
+}
+
+#[test]
+fn a_round_whose_effect_began_and_died_ends_unknown_and_replays_so() {
+    let mut died = paused();
+    (died.claim, died.begun) = (Some(Claim { round: 1, until_ms: NOW }), Some(1));
+    let yes = answers(&died, accept());
+    let next = run(Some(died), Some("alice"), &token(&paused(), 1), &yes, &elicits());
+    let Next::Finish(ending) = next else { panic!("{}", name(&next)) };
+    assert_eq!(ending.result.content[0].as_text(), Some(super::OUTCOME_UNKNOWN));
+    assert_eq!(ending.last.outcome, LastOutcome::Result { result: ending.result.clone() }, "resends get the same");
+    let lifetimes = crate::Lifetimes::default();
+    let finished = super::finished(ending.thread, ending.last, NOW, &lifetimes, usize::MAX);
+    assert_eq!((finished.begun, finished.claim, finished.round), (None, None, None));
 }
 
 #[test]
@@ -299,6 +341,30 @@ fn every_end_of_a_claimed_run() {
         panic!()
     };
     assert_eq!((reply.unwrap_err().code.0, thread.expires_at_ms), (-32021, NOW + 600_000));
+    // The next round starts with no effect begun.
+    let mut begun = claimed();
+    begun.begun = Some(1);
+    let round = begun.round.clone().unwrap();
+    let responses = answers(&begun, accept());
+    let lifetimes = crate::Lifetimes::default();
+    let end = super::EndOf {
+        round: &round,
+        responses: &responses,
+        capabilities: &elicits(),
+        now_ms: NOW,
+        lifetimes: &lifetimes,
+        max_record_bytes: big,
+    };
+    let Ending::NextRound(thread, _) =
+        super::end_run(begun.clone(), Ran::Paused(moved(1), next.clone()), &end, &secret())
+    else {
+        panic!()
+    };
+    assert_eq!(thread.begun, None);
+    // ... but a round given back (out of time) keeps its mark: it never runs again.
+    let late = Ran::TimedOut(hitl_protocol::ErrorObject::internal("late"));
+    let Ending::GiveBack(thread, _) = super::end_run(begun, late, &end, &secret()) else { panic!() };
+    assert_eq!(thread.begun, Some(1));
     // A next round too large to keep: the round given back as it was.
     let Ending::GiveBack(thread, error) = end_run(Ran::Paused(moved(1), next), &elicits(), 600) else { panic!() };
     assert_eq!((thread.version, thread.round.unwrap().n), (6, 1));
