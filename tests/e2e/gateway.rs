@@ -257,3 +257,37 @@ async fn a_replica_killed_during_the_upstream_call_never_runs_it_twice() {
     assert_eq!(again.body["result"], resend.body["result"], "resends get the same answer");
     assert_eq!(executions_of(&b, "slow_drop").await, 1, "run once, never again");
 }
+
+#[tokio::test]
+async fn a_stdio_upstream_is_gated_too() {
+    let Ok(python) = std::env::var("HITL_PYTHON") else {
+        crate::harness::cannot_run("gateway", "HITL_PYTHON is not set");
+        return;
+    };
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/upstream_server.py");
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let file = ConfigFile(std::env::temp_dir().join(format!("hitl-e2e-stdio-{}-{n}.toml", std::process::id())));
+    let config = format!(
+        "[[upstream]]\nname = \"local\"\ncommand = [{python:?}, {:?}, \"--stdio\"]\n\n[[policy]]\ntools = [\"local.drop_*\"]\naction = \"review\"\n",
+        script.to_string_lossy()
+    );
+    std::fs::write(&file.0, config).unwrap();
+    let server = Server::start(&["--config", file.0.to_str().unwrap(), "--max-paused-per-caller", "1000000"]).await;
+    let echoed = server.call_tool(1, json!({"name": "local.echo", "arguments": {"text": "over stdio"}})).await;
+    assert_eq!(text(&echoed), "over stdio", "{}", echoed.body);
+    let arguments = json!({"partition": "p3", "database": "orders"});
+    let paused = server.call_tool(2, json!({"name": "local.drop_partition", "arguments": arguments})).await;
+    let result = &paused.body["result"];
+    assert_eq!(result["resultType"], "input_required", "{result}");
+    let key = result["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let answer = json!({ key.as_str(): {"action": "accept", "content": {"decision": "approve"}} });
+    let params = json!({"name": "local.drop_partition", "arguments": arguments, "inputResponses": answer,
+                        "requestState": result["requestState"]});
+    let done = server.call_tool(3, params.clone()).await;
+    assert_eq!(text(&done), "dropped p3 on orders", "{}", done.body);
+    let again = server.call_tool(4, params).await;
+    assert_eq!(again.body["result"], done.body["result"]);
+    let count = server.call_tool(5, json!({"name": "local.executions", "arguments": {"tool": "drop_partition"}})).await;
+    assert_eq!(text(&count), "1");
+}

@@ -5,7 +5,7 @@ use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use hitl_upstream::{Era, HttpConfig, HttpUpstream, UpstreamError};
+use hitl_upstream::{Era, HttpConfig, StdioConfig, Upstream, UpstreamError};
 use serde_json::{Map, Value, json};
 
 /// The Python upstream, stopped when dropped.
@@ -35,8 +35,8 @@ impl PythonUpstream {
         Some(Self { child, url: line.trim().to_owned() })
     }
 
-    pub(crate) fn client(&self, name: &str, protocol: Option<&str>) -> HttpUpstream {
-        HttpUpstream::new(HttpConfig {
+    pub(crate) fn client(&self, name: &str, protocol: Option<&str>) -> Upstream {
+        Upstream::http(HttpConfig {
             name: name.into(),
             url: self.url.parse().unwrap(),
             headers: Default::default(),
@@ -62,7 +62,7 @@ fn text(result: &Value) -> &str {
 }
 
 /// Lists, calls, counts and fails over one client.
-async fn exercise(upstream: &HttpUpstream, expected: fn(&Era) -> bool) {
+async fn exercise(upstream: &Upstream, expected: fn(&Era) -> bool) {
     let tools = upstream.list_tools().await.expect("tools/list");
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     for tool in ["echo", "drop_partition", "executions", "fail"] {
@@ -123,7 +123,7 @@ async fn failures_name_the_upstream() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let closed = format!("http://{}/mcp", listener.local_addr().unwrap());
     drop(listener);
-    let gone = HttpUpstream::new(HttpConfig {
+    let gone = Upstream::http(HttpConfig {
         name: "gone".into(),
         url: closed.parse().unwrap(),
         headers: Default::default(),
@@ -133,4 +133,54 @@ async fn failures_name_the_upstream() {
     let error = gone.list_tools().await.unwrap_err();
     assert!(matches!(error, UpstreamError::Unreachable { .. }), "{error:?}");
     assert!(error.to_string().starts_with("upstream gone is unreachable"), "{error}");
+}
+
+/// The Python upstream as a stdio child process, or `None` without the Python SDK.
+fn stdio(protocol: Option<&str>) -> Option<Upstream> {
+    let Ok(python) = std::env::var("HITL_PYTHON") else {
+        crate::harness::cannot_run("upstream", "HITL_PYTHON is not set");
+        return None;
+    };
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/upstream_server.py");
+    Some(Upstream::stdio(StdioConfig {
+        name: "local".into(),
+        command: vec![python, script.to_string_lossy().into_owned(), "--stdio".into()],
+        cwd: None,
+        env: Default::default(),
+        protocol: protocol.map(str::to_owned),
+        timeout: Duration::from_secs(30),
+    }))
+}
+
+#[tokio::test]
+async fn a_stdio_upstream_is_started_and_spoken_to() {
+    let Some(upstream) = stdio(None) else { return };
+    exercise(&upstream, |_| true).await;
+    let Some(legacy) = stdio(Some("2025-11-25")) else { return };
+    let old = |era: &Era| matches!(era, Era::Legacy { version, session: None } if version == "2025-11-25");
+    exercise(&legacy, old).await;
+}
+
+#[tokio::test]
+async fn a_stdio_upstream_that_exits_is_started_again() {
+    let Some(upstream) = stdio(None) else { return };
+    let echo = || upstream.call_tool("echo", args(&[("text", json!("again"))]));
+    assert_eq!(text(&echo().await.unwrap()), "again");
+    let crashed = upstream.call_tool("crash", Map::new()).await.unwrap_err();
+    assert!(matches!(crashed, UpstreamError::Unreachable { .. }), "{crashed:?}");
+    assert!(crashed.to_string().starts_with("upstream local is unreachable"), "{crashed}");
+    // Started again after a short pause (it died young): poll until it answers.
+    for attempt in 0.. {
+        match echo().await {
+            Ok(result) => {
+                assert_eq!(text(&result), "again");
+                break;
+            }
+            Err(UpstreamError::Unreachable { detail, .. }) if attempt < 100 => {
+                assert!(detail.contains("starting it again") || detail.contains("exited"), "{detail}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
 }

@@ -6,6 +6,7 @@ the `executions` tool (or `--stdio` to serve over stdio instead).
 """
 
 import asyncio
+import os
 import socket
 import sys
 
@@ -42,6 +43,12 @@ async def slow_drop(partition: str, seconds: float) -> str:
 def count_executions(tool: str) -> int:
     """How many times a destructive tool ran."""
     return executions.get(tool, 0)
+
+
+@server.tool()
+def crash() -> str:
+    """Exits the server process at once (for restart tests)."""
+    os._exit(3)
 
 
 @server.tool()

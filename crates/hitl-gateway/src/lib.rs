@@ -33,7 +33,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use hitl_graph::Agent;
-use hitl_upstream::HttpUpstream;
+use hitl_upstream::Upstream;
 pub use policy::{Action, Decided, DecisionName, GatewaySection, Policies, Policy, glob_match};
 pub use upstream::UpstreamSpec;
 
@@ -43,7 +43,7 @@ pub struct Gateway {
     /// One agent per listed upstream tool.
     pub agents: Vec<Agent>,
     /// The upstreams, by name.
-    pub upstreams: Vec<Arc<HttpUpstream>>,
+    pub upstreams: Vec<Arc<Upstream>>,
 }
 
 impl Gateway {
@@ -63,7 +63,7 @@ impl Gateway {
             if gateway.upstreams.iter().any(|u| u.name() == spec.name) {
                 return Err(format!("upstream {:?} is configured twice", spec.name));
             }
-            let upstream = Arc::new(HttpUpstream::new(spec.http_config(&env)?));
+            let upstream = Arc::new(spec.upstream(&env)?);
             gateway.upstreams.push(upstream.clone());
             let listed = match upstream.list_tools().await {
                 Ok(tools) => tools,

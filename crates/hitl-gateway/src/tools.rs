@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use hitl_graph::payload::{self, ActionRequest, Decision, ReviewConfig, ToolApproval, ToolResult};
 use hitl_graph::{Agent, END, START, StateGraph, StepContext, StepError};
-use hitl_upstream::{HttpUpstream, UpstreamError};
+use hitl_upstream::{Upstream, UpstreamError};
 use serde_json::{Map, Value, json};
 
 use crate::policy::{Action, Decided};
@@ -47,7 +47,7 @@ impl Gated {
     }
 
     /// The agent that serves this tool through `upstream`.
-    pub(crate) fn agent(self, upstream: Arc<HttpUpstream>) -> Agent {
+    pub(crate) fn agent(self, upstream: Arc<Upstream>) -> Agent {
         let description = self.spec.get("description").and_then(Value::as_str).unwrap_or_default().to_owned();
         let input_schema = self.spec.get("inputSchema").cloned().unwrap_or_else(|| json!({"type": "object"}));
         let gated = Arc::new(self);
@@ -107,7 +107,7 @@ impl Gated {
 /// The step that carries out the decision (none: approved) and forwards the call.
 fn call_step(
     gated: Arc<Gated>,
-    upstream: Arc<HttpUpstream>,
+    upstream: Arc<Upstream>,
 ) -> impl Fn(Value, StepContext) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, StepError>> + Send>>
 + Send
 + Sync

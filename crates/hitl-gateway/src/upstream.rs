@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hitl_upstream::HttpConfig;
+use hitl_upstream::{HttpConfig, StdioConfig, Upstream};
 use serde::Deserialize;
 
 /// One `[[upstream]]`.
@@ -17,13 +17,14 @@ pub struct UpstreamSpec {
     /// Its Streamable HTTP endpoint.
     #[serde(default)]
     pub url: Option<String>,
-    /// A stdio server to start instead (not served yet: refused with a clear error).
+    /// A stdio server to start instead: the program and its arguments.
     #[serde(default)]
     pub command: Option<Vec<String>>,
     /// The stdio server's working folder.
     #[serde(default)]
     pub cwd: Option<PathBuf>,
-    /// The stdio server's environment.
+    /// Variables added to the stdio server's environment; `env:VARIABLE` takes the
+    /// value from hitl's own environment.
     #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
     /// The revision to speak (default: the newest it supports).
@@ -50,29 +51,63 @@ impl UpstreamSpec {
         }
     }
 
-    /// Checks the spec and resolves its headers with `env`; errors name the key.
-    pub fn http_config(&self, env: impl Fn(&str) -> Option<String>) -> Result<HttpConfig, String> {
-        let at = |key: &str| format!("upstream {:?}: {key}", self.name);
+    /// Checks the spec and builds the upstream (nothing is sent or started yet);
+    /// `env` resolves `env:` values. Errors name the key.
+    pub fn upstream(&self, env: impl Fn(&str) -> Option<String>) -> Result<Upstream, String> {
         let valid_name = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
         if self.name.is_empty() || !self.name.chars().all(valid_name) {
             return Err(format!("upstream name {:?}: use letters, digits, '_' and '-'", self.name));
-        }
-        let url = match (&self.url, &self.command) {
-            (Some(url), None) => url,
-            (None, Some(_)) => {
-                return Err(format!("{}: stdio upstreams are not served yet; give url instead", at("command")));
-            }
-            _ => return Err(format!("{}: give exactly one of url and command", at("url"))),
-        };
-        let uri: http::Uri = url.parse().map_err(|e| format!("{}: {e}", at("url")))?;
-        if uri.scheme_str() != Some("http") || uri.host().is_none() {
-            return Err(format!("{}: {url:?} is not an http:// URL (https is not served yet)", at("url")));
         }
         if let Some(protocol) = &self.protocol
             && !hitl_protocol::version::SUPPORTED.contains(&protocol.as_str())
         {
             let known = hitl_protocol::version::SUPPORTED.join(", ");
-            return Err(format!("{}: {protocol:?} is not one of {known}", at("protocol")));
+            return Err(format!("{}: {protocol:?} is not one of {known}", self.at("protocol")));
+        }
+        match (&self.url, &self.command) {
+            (Some(url), None) => self.http_config(url, env).map(Upstream::http),
+            (None, Some(command)) => self.stdio_config(command, env).map(Upstream::stdio),
+            _ => Err(format!("{}: give exactly one of url and command", self.at("url"))),
+        }
+    }
+
+    fn at(&self, key: &str) -> String {
+        format!("upstream {:?}: {key}", self.name)
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout.unwrap_or(60).max(1))
+    }
+
+    fn stdio_config(&self, command: &[String], env: impl Fn(&str) -> Option<String>) -> Result<StdioConfig, String> {
+        if command.first().is_none_or(String::is_empty) {
+            return Err(format!("{}: name the program to start", self.at("command")));
+        }
+        let mut variables = BTreeMap::new();
+        for (name, value) in self.env.iter().flatten() {
+            let value = match value.strip_prefix("env:") {
+                Some(variable) => env(variable).ok_or_else(|| {
+                    format!("{}: the environment variable {variable} is not set", self.at(&format!("env.{name}")))
+                })?,
+                None => value.clone(),
+            };
+            variables.insert(name.clone(), value);
+        }
+        Ok(StdioConfig {
+            name: self.name.clone(),
+            command: command.to_vec(),
+            cwd: self.cwd.clone(),
+            env: variables,
+            protocol: self.protocol.clone(),
+            timeout: self.timeout(),
+        })
+    }
+
+    fn http_config(&self, url: &str, env: impl Fn(&str) -> Option<String>) -> Result<HttpConfig, String> {
+        let at = |key: &str| self.at(key);
+        let uri: http::Uri = url.parse().map_err(|e| format!("{}: {e}", at("url")))?;
+        if uri.scheme_str() != Some("http") || uri.host().is_none() {
+            return Err(format!("{}: {url:?} is not an http:// URL (https is not served yet)", at("url")));
         }
         let mut headers = http::HeaderMap::new();
         for (name, source) in &self.headers {
@@ -91,7 +126,7 @@ impl UpstreamSpec {
             url: uri,
             headers,
             protocol: self.protocol.clone(),
-            timeout: Duration::from_secs(self.timeout.unwrap_or(60).max(1)),
+            timeout: self.timeout(),
         })
     }
 }
@@ -120,11 +155,19 @@ mod tests {
     fn headers_come_from_the_environment_only() {
         let env = |name: &str| (name == "DB_TOKEN").then(|| "Bearer s3cret".to_owned());
         let ok = spec(|s| s.headers = BTreeMap::from([("Authorization".into(), "env:DB_TOKEN".into())]));
-        assert_eq!(ok.http_config(env).unwrap().headers["authorization"], "Bearer s3cret");
+        let url = ok.url.clone().unwrap();
+        assert_eq!(ok.http_config(&url, env).unwrap().headers["authorization"], "Bearer s3cret");
         let literal = spec(|s| s.headers = BTreeMap::from([("Authorization".into(), "Bearer x".into())]));
-        assert!(literal.http_config(env).unwrap_err().contains("headers.Authorization: write env:VARIABLE"));
+        assert!(literal.upstream(env).unwrap_err().contains("headers.Authorization: write env:VARIABLE"));
         let unset = spec(|s| s.headers = BTreeMap::from([("X-Key".into(), "env:NOPE".into())]));
-        assert!(unset.http_config(env).unwrap_err().contains("NOPE is not set"));
+        assert!(unset.upstream(env).unwrap_err().contains("NOPE is not set"));
+        let stdio = spec(|s| {
+            (s.url, s.command) = (None, Some(vec!["server".into()]));
+            s.env = Some(BTreeMap::from([("TOKEN".into(), "env:DB_TOKEN".into()), ("LEVEL".into(), "debug".into())]));
+        });
+        let config = stdio.stdio_config(&["server".into()], env).unwrap();
+        assert_eq!(config.env["TOKEN"], "Bearer s3cret");
+        assert_eq!(config.env["LEVEL"], "debug", "other values are taken as written");
     }
 
     #[test]
@@ -142,7 +185,7 @@ mod tests {
             (spec(|s| s.protocol = Some("2024-11-05".into())), "protocol: \"2024-11-05\" is not one of"),
         ];
         for (spec, expected) in cases {
-            let error = spec.http_config(env).unwrap_err();
+            let error = spec.upstream(env).unwrap_err();
             assert!(error.contains(expected), "{error}");
         }
         assert_eq!(spec(|_| {}).listed_name("drop"), "db.drop");

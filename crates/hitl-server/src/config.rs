@@ -46,7 +46,7 @@ impl GatewayFile {
             if self.upstream[..i].iter().any(|s| s.name == spec.name) {
                 anyhow::bail!("upstream {:?} is configured twice", spec.name);
             }
-            spec.http_config(|name| std::env::var(name).ok()).map_err(anyhow::Error::msg)?;
+            spec.upstream(|name| std::env::var(name).ok()).map_err(anyhow::Error::msg)?;
         }
         Ok(())
     }
@@ -84,11 +84,10 @@ pub(crate) fn load(path: &Path) -> anyhow::Result<ConfigFile> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut config = parse(&text).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
     let folder = path.parent().unwrap_or(Path::new("."));
-    for file in
-        [&mut config.server.redis_ca_file, &mut config.server.secret_file, &mut config.server.previous_secret_file]
-            .into_iter()
-            .flatten()
-    {
+    let server_files =
+        [&mut config.server.redis_ca_file, &mut config.server.secret_file, &mut config.server.previous_secret_file];
+    let upstream_folders = config.upstream.iter_mut().map(|u| &mut u.cwd);
+    for file in server_files.into_iter().chain(upstream_folders).flatten() {
         if file.is_relative() {
             *file = folder.join(&*file);
         }

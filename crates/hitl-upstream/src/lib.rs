@@ -1,16 +1,18 @@
 //! A client for the MCP servers hitl puts a human gate in front of.
 //!
-//! An [`HttpUpstream`] speaks Streamable HTTP to a server of any revision from
-//! 2025-03-26 to 2026-07-28: it asks `server/discover` first and speaks 2026-07-28
-//! statelessly when the server supports it, and otherwise opens a session with the
-//! `initialize` handshake (or speaks the revision it is told to). Responses are read as
-//! JSON or as an SSE stream. Tools and results pass through as the upstream sent them.
+//! An [`Upstream`] speaks to a server of any revision from 2025-03-26 to 2026-07-28,
+//! over Streamable HTTP ([`Upstream::http`]) or as a stdio child process
+//! ([`Upstream::stdio`], started again when it exits): it asks `server/discover` first
+//! and speaks 2026-07-28 statelessly when the server supports it, and otherwise opens a
+//! session with the `initialize` handshake (or speaks the revision it is told to).
+//! HTTP responses are read as JSON or as an SSE stream. Tools and results pass through
+//! as the upstream sent them.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), hitl_upstream::UpstreamError> {
-//! use hitl_upstream::{HttpConfig, HttpUpstream};
+//! use hitl_upstream::{HttpConfig, Upstream};
 //!
-//! let db = HttpUpstream::new(HttpConfig {
+//! let db = Upstream::http(HttpConfig {
 //!     name: "db".into(),
 //!     url: "http://127.0.0.1:9000/mcp".parse().unwrap(),
 //!     headers: Default::default(),
@@ -24,10 +26,14 @@
 //! # Ok(()) }
 //! ```
 
+mod client;
 mod http;
 mod sse;
+mod stdio;
 
-pub use http::{HttpConfig, HttpUpstream};
+pub use client::Upstream;
+pub use http::HttpConfig;
+pub use stdio::StdioConfig;
 
 use hitl_protocol::ErrorObject;
 

@@ -1,0 +1,253 @@
+//! The client logic every transport shares: the era negotiated once per connection
+//! (`server/discover` for 2026-07-28, else the `initialize` handshake), requests with
+//! their `_meta` or session, tools listed across pages.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use hitl_protocol::jsonrpc::{self, Message};
+use hitl_protocol::{ErrorObject, RequestId, headers, meta_keys as meta, version};
+use serde_json::{Map, Value, json};
+use tokio::sync::Mutex;
+
+use crate::{Era, UpstreamError};
+
+/// One message to send, encoded.
+pub(crate) struct Outgoing<'a> {
+    pub(crate) method: &'a str,
+    /// `None` for a notification.
+    pub(crate) id: Option<i64>,
+    pub(crate) body: Vec<u8>,
+    /// The `Mcp-Name` value (`params.name` of `tools/call`).
+    pub(crate) name: Option<String>,
+}
+
+/// What came back: the response (a request's), and the session it named.
+pub(crate) struct Exchanged {
+    pub(crate) response: Option<Result<Value, ErrorObject>>,
+    pub(crate) session: Option<String>,
+}
+
+/// How messages reach an upstream.
+#[async_trait::async_trait]
+pub(crate) trait Transport: Send + Sync + std::fmt::Debug {
+    /// Sends `message` in `era` and, for a request, waits for its response.
+    async fn exchange(&self, era: &Era, message: Outgoing<'_>) -> Result<Exchanged, UpstreamError>;
+
+    /// Makes sure there is a connection (starts a process); returns its generation,
+    /// which changes when the connection starts over and the era must be negotiated
+    /// again.
+    async fn connect(&self) -> Result<u64, UpstreamError> {
+        Ok(self.generation())
+    }
+
+    /// The current connection's generation.
+    fn generation(&self) -> u64 {
+        0
+    }
+}
+
+/// An MCP server hitl calls: over Streamable HTTP ([`Upstream::http`]) or a stdio
+/// child process ([`Upstream::stdio`]). Cheap to share; requests run concurrently.
+#[derive(Debug)]
+pub struct Upstream {
+    name: String,
+    protocol: Option<String>,
+    transport: Box<dyn Transport>,
+    era: Mutex<Option<(Era, u64)>>,
+    next_id: AtomicI64,
+}
+
+/// This client, as upstreams see it.
+fn client_info() -> Value {
+    json!({"name": "hitl", "version": env!("CARGO_PKG_VERSION")})
+}
+
+impl Upstream {
+    pub(crate) fn with_transport(name: String, protocol: Option<String>, transport: Box<dyn Transport>) -> Self {
+        Self { name, protocol, transport, era: Mutex::new(None), next_id: AtomicI64::new(1) }
+    }
+
+    /// The upstream's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The era negotiated with the upstream, negotiating it first if need be.
+    pub async fn era(&self) -> Result<Era, UpstreamError> {
+        let mut era = self.era.lock().await;
+        let generation = self.transport.connect().await?;
+        if let Some((known, at)) = &*era
+            && *at == generation
+        {
+            return Ok(known.clone());
+        }
+        let negotiated = self.negotiate().await?;
+        tracing::info!(upstream = %self.name, era = ?negotiated, "connected");
+        *era = Some((negotiated.clone(), generation));
+        Ok(negotiated)
+    }
+
+    /// Sends `method` with `params` and returns its result. A legacy session the
+    /// upstream no longer knows (HTTP 404) is opened again once; the request had not
+    /// been served, so it is sent again.
+    pub async fn request(&self, method: &str, params: Map<String, Value>) -> Result<Value, UpstreamError> {
+        let era = self.era().await?;
+        match self.send(&era, method, params.clone()).await {
+            Err(UpstreamError::Status { status: 404, .. }) if matches!(era, Era::Legacy { session: Some(_), .. }) => {
+                let mut slot = self.era.lock().await;
+                if slot.as_ref().is_some_and(|(known, _)| *known == era) {
+                    *slot = None;
+                }
+                drop(slot);
+                let era = self.era().await?;
+                self.send(&era, method, params).await
+            }
+            other => other,
+        }
+    }
+
+    /// Every tool the upstream lists, across pages, each as the object it sent.
+    pub async fn list_tools(&self) -> Result<Vec<Map<String, Value>>, UpstreamError> {
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..1000 {
+            let mut params = Map::new();
+            if let Some(cursor) = cursor.take() {
+                params.insert("cursor".into(), Value::String(cursor));
+            }
+            let result = self.request("tools/list", params).await?;
+            let Some(page) = result.get("tools").and_then(Value::as_array) else {
+                return Err(self.protocol("its tools/list result has no tools array"));
+            };
+            tools.extend(page.iter().filter_map(|t| t.as_object().cloned()));
+            match result.get("nextCursor").and_then(Value::as_str) {
+                Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
+                _ => return Ok(tools),
+            }
+        }
+        Err(self.protocol("its tools/list pages never end"))
+    }
+
+    /// Calls tool `name`; the result is the upstream's, unchanged (a `CallToolResult`,
+    /// or a 2026-07-28 `input_required` result).
+    pub async fn call_tool(&self, name: &str, arguments: Map<String, Value>) -> Result<Value, UpstreamError> {
+        let params =
+            Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
+        self.request("tools/call", params).await
+    }
+
+    async fn negotiate(&self) -> Result<Era, UpstreamError> {
+        match self.protocol.as_deref() {
+            Some(version::MODERN) => return self.discover().await,
+            Some(legacy) => return self.initialize(legacy).await,
+            None => {}
+        }
+        // A modern request first; a server of an older revision refuses it (or answers
+        // something this is not), and then the handshake decides.
+        match self.discover().await {
+            Ok(era) => Ok(era),
+            Err(e @ (UpstreamError::Unreachable { .. } | UpstreamError::Timeout { .. })) => Err(e),
+            Err(_) => self.initialize(version::LEGACY[0]).await,
+        }
+    }
+
+    /// `server/discover`: a 2026-07-28 server names its versions.
+    async fn discover(&self) -> Result<Era, UpstreamError> {
+        let era = Era::Modern;
+        let result = self.send(&era, "server/discover", Map::new()).await?;
+        let versions: Vec<&str> = result
+            .get("supportedVersions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if versions.contains(&version::MODERN) {
+            return Ok(era);
+        }
+        Err(self.protocol(format!("it supports {versions:?}, not {}", version::MODERN)))
+    }
+
+    /// The legacy handshake: `initialize` with `requested`, the session id it gives,
+    /// then `notifications/initialized`.
+    async fn initialize(&self, requested: &str) -> Result<Era, UpstreamError> {
+        let params = json!({
+            "protocolVersion": requested,
+            "capabilities": {},
+            "clientInfo": client_info(),
+        });
+        let Value::Object(params) = params else { unreachable!("an object literal") };
+        let handshake = Era::Legacy { version: requested.to_owned(), session: None };
+        let (result, session) = self.post(&handshake, "initialize", Some(params)).await?;
+        let result = result.ok_or_else(|| self.protocol("it answered initialize with no result"))?;
+        let spoken = result.get("protocolVersion").and_then(Value::as_str).unwrap_or_default();
+        let forced = self.protocol.is_some();
+        if !version::LEGACY.contains(&spoken) || (forced && spoken != requested) {
+            return Err(self.protocol(format!("it answered initialize with protocol version {spoken:?}")));
+        }
+        let era = Era::Legacy { version: spoken.to_owned(), session };
+        self.post(&era, "notifications/initialized", None).await?;
+        Ok(era)
+    }
+
+    async fn send(&self, era: &Era, method: &str, params: Map<String, Value>) -> Result<Value, UpstreamError> {
+        let (result, _) = self.post(era, method, Some(params)).await?;
+        result.ok_or_else(|| self.protocol(format!("it answered {method} with no result")))
+    }
+
+    /// Sends one message; `params` `None` is a notification.
+    async fn post(
+        &self,
+        era: &Era,
+        method: &str,
+        params: Option<Map<String, Value>>,
+    ) -> Result<(Option<Value>, Option<String>), UpstreamError> {
+        let id = params.is_some().then(|| self.next_id.fetch_add(1, Ordering::Relaxed));
+        let (body, name) = body(era, id, method, params);
+        let exchanged = self.transport.exchange(era, Outgoing { method, id, body, name }).await?;
+        let result = match exchanged.response {
+            None => None,
+            Some(Ok(result)) => Some(result),
+            Some(Err(error)) => return Err(self.refused(error)),
+        };
+        Ok((result, exchanged.session))
+    }
+
+    fn refused(&self, error: ErrorObject) -> UpstreamError {
+        UpstreamError::Refused { upstream: self.name.clone(), error: Box::new(error) }
+    }
+
+    fn protocol(&self, detail: impl Into<String>) -> UpstreamError {
+        UpstreamError::Protocol { upstream: self.name.clone(), detail: detail.into() }
+    }
+}
+
+/// The JSON-RPC message, with the era's `_meta`, and its `Mcp-Name`.
+fn body(era: &Era, id: Option<i64>, method: &str, params: Option<Map<String, Value>>) -> (Vec<u8>, Option<String>) {
+    let name = headers::name_param(method).and_then(|p| params.as_ref()?.get(p)?.as_str().map(str::to_owned));
+    let message = match (params, id) {
+        (Some(mut params), Some(id)) => {
+            if *era == Era::Modern {
+                let meta = params.entry("_meta").or_insert_with(|| json!({}));
+                if let Some(meta) = meta.as_object_mut() {
+                    meta.insert(meta::PROTOCOL_VERSION.into(), json!(version::MODERN));
+                    meta.insert(meta::CLIENT_INFO.into(), client_info());
+                    meta.entry(meta::CLIENT_CAPABILITIES).or_insert_with(|| json!({}));
+                }
+            }
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+        }
+        _ => json!({"jsonrpc": "2.0", "method": method}),
+    };
+    (serde_json::to_vec(&message).expect("JSON values serialize"), name)
+}
+
+/// `Some` when `bytes` are the response to request `id`.
+pub(crate) fn response_to(bytes: &[u8], id: i64) -> Option<Result<Value, ErrorObject>> {
+    let id = RequestId::Number(id);
+    match jsonrpc::parse(bytes).ok()? {
+        Message::Response { id: got, result } if got == id => Some(Ok(result)),
+        Message::Error { id: Some(got), error } if got == id => Some(Err(error)),
+        _ => None,
+    }
+}

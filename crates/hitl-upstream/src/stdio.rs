@@ -1,0 +1,227 @@
+//! A stdio upstream: a child process that reads JSON-RPC messages on stdin and writes
+//! them on stdout, one per line. Started on first use, started again (after a pause
+//! that doubles up to 30 s) when it exits; its stderr goes to the log.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as SyncMutex};
+use std::time::{Duration, Instant};
+
+use hitl_protocol::jsonrpc::{self, Message};
+use hitl_protocol::{ErrorCode, ErrorObject, RequestId};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::{Mutex, oneshot};
+
+use crate::client::{Exchanged, Outgoing, Transport};
+use crate::{Era, Upstream, UpstreamError};
+
+/// How to start a stdio upstream.
+#[derive(Debug, Clone)]
+pub struct StdioConfig {
+    /// The name the upstream goes by (in errors and logs).
+    pub name: String,
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    /// Its working folder (default: hitl's).
+    pub cwd: Option<PathBuf>,
+    /// Variables added to its environment.
+    pub env: BTreeMap<String, String>,
+    /// The protocol revision to speak (`None`: the newest it supports).
+    pub protocol: Option<String>,
+    /// How long one request may take.
+    pub timeout: Duration,
+}
+
+impl Upstream {
+    /// An upstream run as a child process; it starts with the first request.
+    pub fn stdio(config: StdioConfig) -> Self {
+        let (name, protocol) = (config.name.clone(), config.protocol.clone());
+        let transport = StdioTransport {
+            config,
+            process: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            restart: SyncMutex::new(Restart::default()),
+        };
+        Self::with_transport(name, protocol, Box::new(transport))
+    }
+}
+
+type Pending = Arc<SyncMutex<HashMap<i64, oneshot::Sender<Result<Value, ErrorObject>>>>>;
+
+#[derive(Debug)]
+struct StdioTransport {
+    config: StdioConfig,
+    process: Mutex<Option<Process>>,
+    generation: AtomicU64,
+    restart: SyncMutex<Restart>,
+}
+
+/// When the process may be started again.
+#[derive(Debug, Default)]
+struct Restart {
+    not_before: Option<Instant>,
+    pause: Option<Duration>,
+}
+
+#[derive(Debug)]
+struct Process {
+    stdin: Arc<Mutex<ChildStdin>>,
+    pending: Pending,
+    alive: Arc<AtomicBool>,
+    started: Instant,
+    _child: Child,
+}
+
+#[async_trait::async_trait]
+impl Transport for StdioTransport {
+    async fn connect(&self) -> Result<u64, UpstreamError> {
+        let mut process = self.process.lock().await;
+        match process.as_ref() {
+            Some(p) if p.alive.load(Ordering::SeqCst) => return Ok(self.generation.load(Ordering::SeqCst)),
+            // One that dies soon after it starts is started again later each time.
+            Some(p) if p.started.elapsed() < Duration::from_secs(10) => self.back_off(),
+            _ => {}
+        }
+        *process = None;
+        if let Some(at) = self.restart.lock().unwrap_or_else(|p| p.into_inner()).not_before
+            && Instant::now() < at
+        {
+            let secs = at.saturating_duration_since(Instant::now()).as_secs() + 1;
+            return Err(self.unreachable(format!("it exited; starting it again in {secs} s")));
+        }
+        match self.start() {
+            Ok(started) => {
+                *process = Some(started);
+                Ok(self.generation.fetch_add(1, Ordering::SeqCst) + 1)
+            }
+            Err(e) => {
+                self.back_off();
+                Err(self.unreachable(format!("it could not be started: {e}")))
+            }
+        }
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    async fn exchange(&self, _era: &Era, message: Outgoing<'_>) -> Result<Exchanged, UpstreamError> {
+        let (stdin, pending) = {
+            let process = self.process.lock().await;
+            let Some(process) = process.as_ref().filter(|p| p.alive.load(Ordering::SeqCst)) else {
+                return Err(self.unreachable("it is not running"));
+            };
+            (process.stdin.clone(), process.pending.clone())
+        };
+        let answer = message.id.map(|id| {
+            let (send, receive) = oneshot::channel();
+            pending.lock().unwrap_or_else(|p| p.into_inner()).insert(id, send);
+            (id, receive)
+        });
+        let mut line = message.body;
+        line.push(b'\n');
+        let written = async {
+            let mut stdin = stdin.lock().await;
+            stdin.write_all(&line).await?;
+            stdin.flush().await
+        };
+        if let Err(e) = written.await {
+            return Err(self.unreachable(format!("writing to it failed: {e}")));
+        }
+        let Some((id, receive)) = answer else { return Ok(Exchanged { response: None, session: None }) };
+        match tokio::time::timeout(self.config.timeout, receive).await {
+            Ok(Ok(response)) => Ok(Exchanged { response: Some(response), session: None }),
+            Ok(Err(_)) => Err(self.unreachable("it exited before it answered")),
+            Err(_) => {
+                pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                Err(UpstreamError::Timeout { upstream: self.config.name.clone(), secs: self.config.timeout.as_secs() })
+            }
+        }
+    }
+}
+
+impl StdioTransport {
+    fn start(&self) -> std::io::Result<Process> {
+        let (program, args) = self
+            .config
+            .command
+            .split_first()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "the command is empty"))?;
+        let mut command = Command::new(program);
+        command.args(args).envs(&self.config.env).kill_on_drop(true);
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        if let Some(cwd) = &self.config.cwd {
+            command.current_dir(cwd);
+        }
+        let mut child = command.spawn()?;
+        let stdin = Arc::new(Mutex::new(child.stdin.take().expect("piped")));
+        let stdout = child.stdout.take().expect("piped");
+        let stderr = child.stderr.take().expect("piped");
+        let pending: Pending = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        let name = self.config.name.clone();
+        tracing::info!(upstream = %name, pid = child.id(), "started");
+        tokio::spawn(read_stdout(name.clone(), stdout, stdin.clone(), pending.clone(), alive.clone()));
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(upstream = %name, "{line}");
+            }
+        });
+        Ok(Process { stdin, pending, alive, started: Instant::now(), _child: child })
+    }
+
+    /// Waits longer (from 0.5 s, doubling to 30 s) before the next start.
+    fn back_off(&self) {
+        let mut restart = self.restart.lock().unwrap_or_else(|p| p.into_inner());
+        let pause = restart.pause.map_or(Duration::from_millis(500), |p| (p * 2).min(Duration::from_secs(30)));
+        *restart = Restart { not_before: Some(Instant::now() + pause), pause: Some(pause) };
+    }
+
+    fn unreachable(&self, detail: impl Into<String>) -> UpstreamError {
+        UpstreamError::Unreachable { upstream: self.config.name.clone(), detail: detail.into() }
+    }
+}
+
+/// Routes responses to their requests; answers requests from the upstream (which this
+/// client does not serve) with `-32601`; at the end, fails every pending request.
+async fn read_stdout(
+    name: String,
+    stdout: tokio::process::ChildStdout,
+    stdin: Arc<Mutex<ChildStdin>>,
+    pending: Pending,
+    alive: Arc<AtomicBool>,
+) {
+    let mut lines = BufReader::new(stdout).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        match jsonrpc::parse(line.as_bytes()) {
+            Ok(Message::Response { id: RequestId::Number(id), result }) => deliver(&pending, id, Ok(result)),
+            Ok(Message::Error { id: Some(RequestId::Number(id)), error }) => deliver(&pending, id, Err(error)),
+            Ok(Message::Request(request)) => {
+                let error = ErrorObject::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!("hitl does not answer {} from an upstream yet", request.method),
+                );
+                let reply = json!({"jsonrpc": "2.0", "id": request.id, "error": error});
+                let mut stdin = stdin.lock().await;
+                let _ = stdin.write_all(format!("{reply}\n").as_bytes()).await;
+                let _ = stdin.flush().await;
+            }
+            Ok(_) => {}
+            Err(_) => tracing::debug!(upstream = %name, %line, "not a JSON-RPC message on stdout"),
+        }
+    }
+    alive.store(false, Ordering::SeqCst);
+    pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    tracing::warn!(upstream = %name, "exited; it is started again on the next call");
+}
+
+fn deliver(pending: &Pending, id: i64, response: Result<Value, ErrorObject>) {
+    if let Some(waiting) = pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&id) {
+        let _ = waiting.send(response);
+    }
+}
