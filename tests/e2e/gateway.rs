@@ -291,3 +291,39 @@ async fn a_stdio_upstream_is_gated_too() {
     let count = server.call_tool(5, json!({"name": "local.executions", "arguments": {"tool": "drop_partition"}})).await;
     assert_eq!(text(&count), "1");
 }
+
+#[tokio::test]
+async fn an_upstream_that_asks_is_relayed_to_the_client() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let (server, _dir) = gateway(&upstream, "").await;
+    let arguments = json!({"table": "orders"});
+    let asked = server.call_tool(1, json!({"name": "db.truncate", "arguments": arguments})).await;
+    let result = &asked.body["result"];
+    assert_eq!(result["resultType"], "input_required", "{}", asked.body);
+    let (key, request) = result["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    assert_eq!(request["method"], "elicitation/create");
+    assert_eq!(request["params"]["message"], "Really truncate orders?", "{request}");
+    let answer = json!({ key.as_str(): {"action": "accept", "content": {"confirm": true}} });
+    let params = json!({"name": "db.truncate", "arguments": arguments, "inputResponses": answer,
+                        "requestState": result["requestState"]});
+    let done = server.call_tool(2, params.clone()).await;
+    assert_eq!(text(&done), "truncated orders", "{}", done.body);
+    let again = server.call_tool(3, params).await;
+    assert_eq!(again.body["result"], done.body["result"], "a resend gets the stored result");
+    assert_eq!(executions_of(&server, "truncate").await, 1);
+}
+
+#[tokio::test]
+async fn a_2025_upstream_that_asks_mid_call_is_told_no_instead_of_waiting() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let extra = "";
+    let file = config(&upstream, extra);
+    let text_config = std::fs::read_to_string(&file.0).unwrap();
+    std::fs::write(&file.0, text_config.replacen("name = \"db\"\n", "name = \"db\"\nprotocol = \"2025-11-25\"\n", 1))
+        .unwrap();
+    let server = Server::start(&["--config", file.0.to_str().unwrap(), "--max-paused-per-caller", "1000000"]).await;
+    let asked = server.call_tool(1, json!({"name": "db.truncate", "arguments": {"table": "orders"}})).await;
+    assert_eq!(asked.body["result"]["isError"], true, "{}", asked.body);
+    assert!(!text(&asked).contains("did not answer"), "the upstream was answered, not left waiting: {}", asked.body);
+    assert_eq!(executions_of(&server, "truncate").await, 0, "nothing was truncated");
+}

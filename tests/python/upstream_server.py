@@ -10,9 +10,13 @@ import os
 import socket
 import sys
 
+from typing import Annotated
+
 import uvicorn
+from pydantic import BaseModel
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.resolve import Elicit, Resolve
 
 server = MCPServer("hitl-test-upstream", version="1.0.0")
 executions: dict[str, int] = {}
@@ -37,6 +41,23 @@ async def slow_drop(partition: str, seconds: float) -> str:
     executions["slow_drop"] = executions.get("slow_drop", 0) + 1
     await asyncio.sleep(seconds)
     return f"dropped {partition} slowly"
+
+
+class Confirmation(BaseModel):
+    confirm: bool
+
+
+def ask_confirmation(table: str) -> Elicit[Confirmation]:
+    return Elicit(f"Really truncate {table}?", Confirmation)
+
+
+@server.tool()
+def truncate(table: str, confirmation: Annotated[Confirmation, Resolve(ask_confirmation)]) -> str:
+    """Truncates a table after the user confirms (the upstream asks, 2026-07-28 rounds)."""
+    if not confirmation.confirm:
+        return f"kept {table}"
+    executions["truncate"] = executions.get("truncate", 0) + 1
+    return f"truncated {table}"
 
 
 @server.tool(name="executions")

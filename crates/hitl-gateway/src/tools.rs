@@ -4,16 +4,22 @@
 
 use std::sync::Arc;
 
-use hitl_graph::payload::{self, ActionRequest, Decision, ReviewConfig, ToolApproval, ToolResult};
+use hitl_graph::payload::{
+    self, ActionRequest, Decision, Relay, RelayReply, RelayedRequest, ReviewConfig, ToolApproval, ToolResult,
+};
 use hitl_graph::{Agent, END, START, StateGraph, StepContext, StepError};
 use hitl_upstream::{Upstream, UpstreamError};
 use serde_json::{Map, Value, json};
 
 use crate::policy::{Action, Decided};
 
-/// State keys the gateway writes next to the call's arguments.
+/// State keys the gateway writes next to the call's arguments: the reviewer's
+/// decision, the result, and the upstream's open `input_required` round.
 const DECISION: &str = "hitl:decision";
 const RESULT: &str = "hitl:result";
+const ASKED: &str = "hitl:upstream";
+/// The arguments the upstream was called with (an edit's, when edited).
+const SENT: &str = "hitl:arguments";
 
 /// An upstream tool as listed, with what the policies decided for it.
 pub(crate) struct Gated {
@@ -59,25 +65,24 @@ impl Gated {
                     async move { Ok(json!({ RESULT: ToolResult::error(text).to_value() })) }
                 })
             }
-            Action::Allow => StateGraph::new().add_step("call", call_step(gated.clone(), upstream)),
+            Action::Allow => relaying(StateGraph::new(), &gated, &upstream),
             Action::Review => {
                 let reviewed = gated.clone();
-                StateGraph::new()
+                let graph = StateGraph::new()
                     .add_step("review", move |state, ctx| {
                         let reviewed = reviewed.clone();
                         async move { Ok(json!({ DECISION: reviewed.review(&state, &ctx)? })) }
                     })
-                    .add_step("call", call_step(gated.clone(), upstream))
-                    .add_edge("review", "call")
+                    .add_edge("review", "call");
+                relaying(graph, &gated, &upstream)
             }
         };
-        let first = match gated.action {
-            Action::Deny => "deny",
-            Action::Allow => "call",
-            Action::Review => "review",
+        let graph = match gated.action {
+            Action::Deny => graph.add_edge(START, "deny").add_edge("deny", END),
+            Action::Allow => graph.add_edge(START, "call"),
+            Action::Review => graph.add_edge(START, "review"),
         };
-        let last = if gated.action == Action::Deny { "deny" } else { "call" };
-        let graph = graph.add_edge(START, first).add_edge(last, END).output_key(RESULT);
+        let graph = graph.output_key(RESULT);
         let graph = graph.compile().unwrap_or_else(|e| panic!("the gateway graph of {} compiles: {e}", gated.listed));
         Agent::new(gated.listed.clone(), description, input_schema, graph)
     }
@@ -104,14 +109,81 @@ impl Gated {
     }
 }
 
+/// `call`, then `relay` for as long as the upstream answers `input_required`.
+fn relaying(graph: StateGraph, gated: &Arc<Gated>, upstream: &Arc<Upstream>) -> StateGraph {
+    let done = |state: &Value| {
+        let next = if state.get(RESULT).is_some_and(|r| !r.is_null()) { END } else { "relay" };
+        vec![next.to_owned()]
+    };
+    graph
+        .add_step("call", call_step(gated.clone(), upstream.clone()))
+        .add_step("relay", relay_step(gated.clone(), upstream.clone()))
+        .add_conditional_edges("call", done)
+        .add_conditional_edges("relay", done)
+}
+
+/// What the upstream's answer leads to: its result, or its questions (relayed next).
+fn outcome(upstream: &Upstream, answered: Result<Value, UpstreamError>) -> Value {
+    match answered {
+        Ok(Value::Object(result)) if result.get("resultType").and_then(Value::as_str) == Some("input_required") => {
+            json!({ ASKED: result, RESULT: null })
+        }
+        Ok(Value::Object(mut result)) => {
+            // The gateway answers as itself.
+            if let Some(Value::Object(meta)) = result.get_mut("_meta") {
+                meta.remove(hitl_protocol::meta_keys::SERVER_INFO);
+            }
+            json!({ RESULT: ToolResult(result).to_value(), ASKED: null })
+        }
+        Ok(other) => {
+            let error = ToolResult::error(format!("upstream {} answered with {other}", upstream.name()));
+            json!({ RESULT: error.to_value() })
+        }
+        Err(error) => json!({ RESULT: failed(&error).to_value() }),
+    }
+}
+
+/// The step that relays the upstream's questions to the client and sends the answers
+/// back with the upstream's `requestState`.
+fn relay_step(gated: Arc<Gated>, upstream: Arc<Upstream>) -> impl Fn(Value, StepContext) -> StepFuture + Send + Sync {
+    move |state, ctx| {
+        let (gated, upstream) = (gated.clone(), upstream.clone());
+        Box::pin(async move {
+            let asked = state.get(ASKED).and_then(Value::as_object).cloned().unwrap_or_default();
+            let requests = asked.get("inputRequests").and_then(Value::as_object).cloned().unwrap_or_default();
+            let relay = Relay::input(requests.into_iter().map(|(key, request)| {
+                let method = request.get("method").and_then(Value::as_str).unwrap_or("elicitation/create").to_owned();
+                (key, RelayedRequest::method(method, request.get("params").cloned().unwrap_or(json!({}))))
+            }));
+            let reply: RelayReply = serde_json::from_value(ctx.interrupt(relay.to_value())?)
+                .map_err(|e| StepError::msg(format!("the relayed answers are not valid: {e}")))?;
+            let request_state = asked.get("requestState").and_then(Value::as_str).map(str::to_owned);
+            ctx.begin_effect().await?;
+            let sent = state.get(SENT).and_then(Value::as_object).cloned().unwrap_or_else(|| arguments(&state));
+            let mut extra = on_behalf(&ctx);
+            extra.insert("inputResponses".into(), Value::Object(reply.responses));
+            if let Some(state) = request_state {
+                extra.insert("requestState".into(), Value::String(state));
+            }
+            let answered = upstream.call_tool_with(&gated.tool, sent, extra).await;
+            Ok(outcome(&upstream, answered))
+        })
+    }
+}
+
+type StepFuture = std::pin::Pin<Box<dyn Future<Output = Result<Value, StepError>> + Send>>;
+
+/// The `_meta` of an upstream call made for the calling client: its capabilities, so
+/// the upstream asks only what the client can answer (the engine passes them as the
+/// run's metadata).
+fn on_behalf(ctx: &StepContext) -> Map<String, Value> {
+    let capabilities = ctx.metadata().get("clientCapabilities").cloned().unwrap_or_else(|| json!({}));
+    let meta = json!({ hitl_protocol::meta_keys::CLIENT_CAPABILITIES: capabilities });
+    Map::from_iter([("_meta".to_owned(), meta)])
+}
+
 /// The step that carries out the decision (none: approved) and forwards the call.
-fn call_step(
-    gated: Arc<Gated>,
-    upstream: Arc<Upstream>,
-) -> impl Fn(Value, StepContext) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, StepError>> + Send>>
-+ Send
-+ Sync
-+ 'static {
+fn call_step(gated: Arc<Gated>, upstream: Arc<Upstream>) -> impl Fn(Value, StepContext) -> StepFuture + Send + Sync {
     move |state, ctx| {
         let (gated, upstream) = (gated.clone(), upstream.clone());
         Box::pin(async move {
@@ -134,18 +206,10 @@ fn call_step(
             // Recorded first: a resend after this server died mid-call learns the
             // outcome is unknown, and the upstream is never called twice.
             ctx.begin_effect().await?;
-            let result = match upstream.call_tool(&gated.tool, args).await {
-                Ok(Value::Object(mut result)) => {
-                    // The gateway answers as itself.
-                    if let Some(Value::Object(meta)) = result.get_mut("_meta") {
-                        meta.remove(hitl_protocol::meta_keys::SERVER_INFO);
-                    }
-                    ToolResult(result)
-                }
-                Ok(other) => ToolResult::error(format!("upstream {} answered with {other}", upstream.name())),
-                Err(error) => failed(&error),
-            };
-            Ok(json!({ RESULT: result.to_value() }))
+            let answered = upstream.call_tool_with(&gated.tool, args.clone(), on_behalf(&ctx)).await;
+            let mut next = outcome(&upstream, answered);
+            next[SENT] = Value::Object(args);
+            Ok(next)
         })
     }
 }

@@ -136,6 +136,21 @@ impl Upstream {
         self.request("tools/call", params).await
     }
 
+    /// Calls tool `name` with more params: a 2026-07-28 retry's `inputResponses` and
+    /// `requestState`, or a `_meta` (say, the capabilities of the client the call is
+    /// made for: `io.modelcontextprotocol/clientCapabilities`, kept as given).
+    pub async fn call_tool_with(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        extra: Map<String, Value>,
+    ) -> Result<Value, UpstreamError> {
+        let mut params =
+            Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
+        params.extend(extra);
+        self.request("tools/call", params).await
+    }
+
     async fn negotiate(&self) -> Result<Era, UpstreamError> {
         match self.protocol.as_deref() {
             Some(version::MODERN) => return self.discover().await,

@@ -81,7 +81,7 @@ impl Transport for HttpTransport {
                 .get(http::header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|v| v.starts_with("text/event-stream"));
-            let result = self.read(response.into_body(), sse, status, id).await?;
+            let result = self.read(era, response.into_body(), sse, status, id).await?;
             Ok(Exchanged { response: Some(result), session })
         };
         match tokio::time::timeout(self.config.timeout, exchange).await {
@@ -98,6 +98,7 @@ impl HttpTransport {
     /// (notifications before it are skipped).
     async fn read(
         &self,
+        era: &Era,
         mut body: hyper::body::Incoming,
         sse: bool,
         status: StatusCode,
@@ -114,13 +115,39 @@ impl HttpTransport {
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| self.unreachable(e))?;
             let Some(data) = frame.data_ref() else { continue };
-            if let Some(answer) = events.feed(data).iter().find_map(|event| response_to(event.as_bytes(), id)) {
-                return Ok(answer);
+            for event in events.feed(data) {
+                if let Some(answer) = response_to(event.as_bytes(), id) {
+                    return Ok(answer);
+                }
+                if let Ok(jsonrpc::Message::Request(request)) = jsonrpc::parse(event.as_bytes()) {
+                    self.refuse(era, request).await;
+                }
             }
         }
         match events.finish().and_then(|event| response_to(event.as_bytes(), id)) {
             Some(answer) => Ok(answer),
             None => Err(self.protocol("its event stream ended without the response")),
+        }
+    }
+
+    /// Answers a request the upstream sent mid-call (a 2025-era `elicitation/create`,
+    /// `sampling/createMessage`, `roots/list`) with `-32601`, so that its call goes on
+    /// (or fails) instead of waiting for an answer that never comes.
+    async fn refuse(&self, era: &Era, request: jsonrpc::Request) {
+        let message = format!("hitl does not answer {} from an upstream yet", request.method);
+        let error = ErrorObject::new(hitl_protocol::ErrorCode::METHOD_NOT_FOUND, message);
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": request.id, "error": error});
+        let mut post = Request::builder().method(Method::POST).uri(self.config.url.clone());
+        let headers = post.headers_mut().expect("a fresh builder");
+        headers.extend(self.config.headers.clone());
+        headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(http::header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
+        for (header, value) in era_headers(era, "", None) {
+            headers.insert(header, value);
+        }
+        let Ok(post) = post.body(Full::new(Bytes::from(body.to_string()))) else { return };
+        if let Err(e) = self.client.request(post).await {
+            tracing::warn!(upstream = %self.config.name, error = %e, "could not refuse the upstream's request");
         }
     }
 
