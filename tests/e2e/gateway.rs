@@ -327,3 +327,72 @@ async fn a_2025_upstream_that_asks_mid_call_is_told_no_instead_of_waiting() {
     assert!(!text(&asked).contains("did not answer"), "the upstream was answered, not left waiting: {}", asked.body);
     assert_eq!(executions_of(&server, "truncate").await, 0, "nothing was truncated");
 }
+
+async fn healthz(server: &Server) -> Value {
+    let (status, _, body) = server.raw(http::Method::GET, "/healthz", &[], bytes::Bytes::new()).await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+async fn tool_names(server: &Server) -> Vec<String> {
+    let tools = server.modern(1, "tools/list", json!({}), json!({})).await;
+    tools.body["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_upstream_down_at_start_is_reported_and_listed_once_it_answers() {
+    if std::env::var("HITL_PYTHON").is_err() {
+        crate::harness::cannot_run("gateway", "HITL_PYTHON is not set");
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let file = ConfigFile(std::env::temp_dir().join(format!("hitl-e2e-late-{}-{port}.toml", std::process::id())));
+    std::fs::write(&file.0, format!("[[upstream]]\nname = \"db\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n")).unwrap();
+    let server = Server::start(&["--config", file.0.to_str().unwrap()]).await;
+    let health = healthz(&server).await;
+    assert_eq!(health["status"], "ok", "a down upstream does not fail the server: {health}");
+    assert_eq!(health["upstreams"]["db"]["status"], "unreachable", "{health}");
+    assert!(health["upstreams"]["db"]["error"].as_str().unwrap().starts_with("upstream db is unreachable"));
+    assert!(!tool_names(&server).await.iter().any(|n| n.starts_with("db.")));
+
+    let port_arg = port.to_string();
+    let Some(_upstream) = PythonUpstream::start(&["--port", &port_arg]) else { return };
+    // Tried again every few seconds: poll until its tools are listed.
+    for polls in 0.. {
+        if tool_names(&server).await.iter().any(|n| n == "db.echo") {
+            break;
+        }
+        assert!(polls < 300, "the upstream's tools were never listed");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let health = healthz(&server).await;
+    assert_eq!(health["upstreams"]["db"]["status"], "ok", "{health}");
+    assert!(health["upstreams"]["db"]["tools"].as_u64().unwrap() >= 4, "{health}");
+    let echoed = server.call_tool(2, json!({"name": "db.echo", "arguments": {"text": "late"}})).await;
+    assert_eq!(text(&echoed), "late");
+}
+
+#[tokio::test]
+async fn two_upstreams_listing_one_name_stop_the_server_naming_both() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let file = ConfigFile(std::env::temp_dir().join(format!("hitl-e2e-twice-{}.toml", std::process::id())));
+    let config = format!(
+        "[[upstream]]\nname = \"a\"\nurl = \"{0}\"\ntool_prefix = \"x.\"\n\n[[upstream]]\nname = \"b\"\nurl = \"{0}\"\ntool_prefix = \"x.\"\n",
+        upstream.url
+    );
+    std::fs::write(&file.0, config).unwrap();
+    let output = std::process::Command::new(Server::program())
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&file.0)
+        .env_remove("HITL_SECRET")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains(r#"upstream "b" lists "x.echo", which upstream "a" already serves"#), "{stderr}");
+}

@@ -20,8 +20,12 @@
 //!     vec![Policy { tools: vec!["db.drop_*".into()], action: Action::Review, decisions: None, description: None }],
 //!     GatewaySection::default(),
 //! )?;
-//! let gateway = Gateway::start(&[db], &policies, |name| std::env::var(name).ok(), &[]).await?;
-//! println!("{} gated tools", gateway.agents.len());
+//! let gateway = Gateway::new(&[db], policies, |name| std::env::var(name).ok())?;
+//! let publish: hitl_gateway::Publish = std::sync::Arc::new(|source, agents| {
+//!     println!("{source}: {} gated tools", agents.len());
+//!     Ok(())
+//! });
+//! gateway.start(&publish).await?;
 //! # Ok(()) }
 //! ```
 
@@ -29,60 +33,141 @@ mod policy;
 mod tools;
 mod upstream;
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use hitl_graph::Agent;
 use hitl_upstream::Upstream;
 pub use policy::{Action, Decided, DecisionName, GatewaySection, Policies, Policy, glob_match};
+use serde_json::Value;
 pub use upstream::UpstreamSpec;
 
-/// The upstreams and the agents that serve their tools.
-#[derive(Debug, Default)]
+/// Where the gateway puts each upstream's tools: `replace(source, agents)` swaps the set
+/// named `source` whole, or refuses (a name another source serves) and changes nothing.
+pub type Publish = Arc<dyn Fn(&str, Vec<Agent>) -> Result<(), String> + Send + Sync>;
+
+/// How often tools are listed again (an upstream that is down is tried every tick).
+const LIST_TTL: Duration = Duration::from_secs(60);
+const TICK: Duration = Duration::from_secs(5);
+
+/// The upstreams, the policies their tools are listed under, and each one's state.
 pub struct Gateway {
-    /// One agent per listed upstream tool.
-    pub agents: Vec<Agent>,
-    /// The upstreams, by name.
-    pub upstreams: Vec<Arc<Upstream>>,
+    upstreams: Vec<(UpstreamSpec, Arc<Upstream>)>,
+    policies: Policies,
+    states: Mutex<BTreeMap<String, State>>,
+}
+
+/// What the gateway knows of one upstream.
+#[derive(Debug, Clone)]
+enum State {
+    /// Listed at `at`, with this many tools.
+    Up { tools: usize, at: Instant },
+    /// The last listing failed.
+    Down { error: String },
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("upstreams", &self.upstreams.iter().map(|(s, _)| &s.name).collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 impl Gateway {
-    /// Connects to every upstream and lists its tools under `policies`. `env` resolves
-    /// `env:` header values; `taken` are names already served (agents), which no
-    /// upstream tool may reuse. Two tools with one listed name are an error naming
-    /// both sources. An upstream that cannot be reached is logged and left out.
-    pub async fn start(
+    /// The upstreams of `specs` (checked; nothing is sent yet) under `policies`. `env`
+    /// resolves `env:` values.
+    pub fn new(
         specs: &[UpstreamSpec],
-        policies: &Policies,
+        policies: Policies,
         env: impl Fn(&str) -> Option<String>,
-        taken: &[String],
     ) -> Result<Self, String> {
-        let mut owners: HashMap<String, String> = taken.iter().map(|n| (n.clone(), "an agent".to_owned())).collect();
-        let mut gateway = Gateway::default();
+        let mut upstreams: Vec<(UpstreamSpec, Arc<Upstream>)> = Vec::new();
         for spec in specs {
-            if gateway.upstreams.iter().any(|u| u.name() == spec.name) {
+            if upstreams.iter().any(|(s, _)| s.name == spec.name) {
                 return Err(format!("upstream {:?} is configured twice", spec.name));
             }
-            let upstream = Arc::new(spec.upstream(&env)?);
-            gateway.upstreams.push(upstream.clone());
-            let listed = match upstream.list_tools().await {
-                Ok(tools) => tools,
-                Err(error) => {
-                    tracing::warn!(%error, "upstream unreachable at start; its tools are not listed");
-                    continue;
-                }
-            };
-            for tool in listed {
-                let Some(name) = tool.get("name").and_then(serde_json::Value::as_str) else { continue };
-                let listed_name = spec.listed_name(name);
-                let source = format!("upstream {:?} (tool {name:?})", spec.name);
-                if let Some(first) = owners.insert(listed_name.clone(), source.clone()) {
-                    return Err(format!("two tools are listed as {listed_name:?}: {first} and {source}"));
-                }
-                let gated = tools::Gated::new(listed_name.clone(), tool, policies.decide(&listed_name));
-                gateway.agents.push(gated.agent(upstream.clone()));
+            upstreams.push((spec.clone(), Arc::new(spec.upstream(&env)?)));
+        }
+        Ok(Self { upstreams, policies, states: Mutex::new(BTreeMap::new()) })
+    }
+
+    /// Lists every upstream's tools and publishes them. Two tools with one listed name
+    /// are an error naming both sources; an upstream that cannot be reached is logged,
+    /// reported by [`Gateway::health`] and tried again by [`Gateway::keep_fresh`].
+    pub async fn start(&self, publish: &Publish) -> Result<(), String> {
+        for index in 0..self.upstreams.len() {
+            if let Err(Refused(error)) = self.refresh(index, publish).await {
+                return Err(error);
             }
         }
-        Ok(gateway)
+        Ok(())
+    }
+
+    /// Lists the upstreams' tools again every minute, and those that are down every
+    /// few seconds, until the task is dropped.
+    pub async fn keep_fresh(self: Arc<Self>, publish: Publish) {
+        loop {
+            tokio::time::sleep(TICK).await;
+            for index in 0..self.upstreams.len() {
+                let name = &self.upstreams[index].0.name;
+                let due = match self.states.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
+                    Some(State::Up { at, .. }) => at.elapsed() >= LIST_TTL,
+                    _ => true,
+                };
+                if due && let Err(Refused(error)) = self.refresh(index, &publish).await {
+                    tracing::error!(upstream = %name, %error, "its new tool list is refused; the old one stays");
+                }
+            }
+        }
+    }
+
+    /// `{"upstreams": {name: {"status": "ok", "tools": n} | {"status": "unreachable",
+    /// "error": …}}}`, for `/healthz`.
+    pub fn health(&self) -> serde_json::Map<String, Value> {
+        let states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        let upstreams: serde_json::Map<String, Value> = self
+            .upstreams
+            .iter()
+            .map(|(spec, _)| {
+                let state = match states.get(&spec.name) {
+                    Some(State::Up { tools, .. }) => serde_json::json!({"status": "ok", "tools": tools}),
+                    Some(State::Down { error }) => serde_json::json!({"status": "unreachable", "error": error}),
+                    None => serde_json::json!({"status": "starting"}),
+                };
+                (spec.name.clone(), state)
+            })
+            .collect();
+        serde_json::Map::from_iter([("upstreams".to_owned(), Value::Object(upstreams))])
+    }
+
+    /// Lists upstream `index` and publishes its tools; an unreachable upstream keeps
+    /// the tools it had (their calls fail naming it).
+    async fn refresh(&self, index: usize, publish: &Publish) -> Result<(), Refused> {
+        let (spec, upstream) = &self.upstreams[index];
+        let state = match upstream.list_tools().await {
+            Ok(listed) => {
+                let mut agents = Vec::new();
+                for tool in listed {
+                    let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
+                    let listed_name = spec.listed_name(name);
+                    let gated = tools::Gated::new(listed_name.clone(), tool, self.policies.decide(&listed_name));
+                    agents.push(gated.agent(upstream.clone()));
+                }
+                let count = agents.len();
+                publish(&format!("upstream {:?}", spec.name), agents).map_err(Refused)?;
+                State::Up { tools: count, at: Instant::now() }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "upstream unreachable; its tools are listed once it answers");
+                State::Down { error: error.to_string() }
+            }
+        };
+        self.states.lock().unwrap_or_else(|p| p.into_inner()).insert(spec.name.clone(), state);
+        Ok(())
     }
 }
+
+/// A tool list the registry refused (a name another source serves).
+struct Refused(String);

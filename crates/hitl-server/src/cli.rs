@@ -243,14 +243,24 @@ impl ServeArgs {
 pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result<()> {
     let store = crate::store_from_url(&args.store, args.redis_ca_file.as_deref())?;
     let mut builder = args.prepare(store.clone(), agents)?;
-    if !args.gateway.upstream.is_empty() {
-        let env = |name: &str| std::env::var(name).ok();
-        let gateway =
-            hitl_gateway::Gateway::start(&args.gateway.upstream, &args.gateway.policies()?, env, &builder.tool_names())
-                .await
+    let gateway = match args.gateway.upstream.is_empty() {
+        true => None,
+        false => {
+            let env = |name: &str| std::env::var(name).ok();
+            let gateway = hitl_gateway::Gateway::new(&args.gateway.upstream, args.gateway.policies()?, env)
                 .map_err(anyhow::Error::msg)?;
-        tracing::info!(upstreams = gateway.upstreams.len(), tools = gateway.agents.len(), "gateway ready");
-        builder = builder.agents(gateway.agents);
+            Some(Arc::new(gateway))
+        }
+    };
+    if let Some(gateway) = gateway.clone() {
+        builder = builder.health(Arc::new(move || gateway.health()));
+    }
+    let server = builder.build();
+    if let Some(gateway) = gateway {
+        let tools = server.tools();
+        let publish: hitl_gateway::Publish = Arc::new(move |source, agents| tools.replace(source, agents));
+        gateway.start(&publish).await.map_err(anyhow::Error::msg)?;
+        tokio::spawn(gateway.keep_fresh(publish));
     }
     // Start even when the store is down: /healthz says so, and service resumes with it.
     if let Err(e) = store.ping().await {
@@ -262,7 +272,7 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
     // The first line on stdout is the bound address, for scripts and tests.
     println!("hitl listening on http://{local}/mcp");
     tracing::info!(%local, "listening");
-    builder.build().serve(listener, shutdown_signal()).await?;
+    server.serve(listener, shutdown_signal()).await?;
     Ok(())
 }
 

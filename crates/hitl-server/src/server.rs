@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use hitl_interrupt::{Agent, Engine, Lifetimes, Limits, MemoryStore, Secret, SystemClock, ThreadStore};
 use hitl_tower::{
-    AllowedHosts, BodyLimits, Endpoint, HttpApp, MaxConcurrentRequestsLayer, McpBody, McpService,
-    PrincipalFromHeaderLayer, ServerOptions, ValidateOriginLayer,
+    AllowedHosts, BodyLimits, Endpoint, HealthFn, HttpApp, MaxConcurrentRequestsLayer, McpBody, McpService,
+    PrincipalFromHeaderLayer, ServerOptions, Tools, ValidateOriginLayer,
 };
 use tokio::net::TcpListener;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt as _};
@@ -55,6 +55,7 @@ pub struct ServerBuilder {
     options: ServerOptions,
     threads: bool,
     layers: Vec<Wrap>,
+    health: Option<HealthFn>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -83,9 +84,11 @@ impl ServerBuilder {
         self
     }
 
-    /// The names of the tools added so far.
-    pub fn tool_names(&self) -> Vec<String> {
-        self.tools.iter().map(|a| a.name.clone()).collect()
+    /// Adds `health`'s fields to `/healthz` (say, the state of each upstream).
+    #[must_use]
+    pub fn health(mut self, health: HealthFn) -> Self {
+        self.health = Some(health);
+        self
     }
 
     /// Serves each of `agents` as a prompt (`prompts/get` runs it with the same rounds).
@@ -187,16 +190,19 @@ impl ServerBuilder {
         if !self.threads {
             engine = engine.without_threads();
         }
-        let mut mcp = Endpoint::new(McpService::with_prompts(self.tools, self.prompts, engine, self.options));
+        let tools = Tools::new(self.tools);
+        let mut mcp = Endpoint::new(McpService::with_tools(tools.clone(), self.prompts, engine, self.options));
         for wrap in self.layers.into_iter().rev() {
             mcp = wrap(mcp);
         }
         Server {
             mcp,
             store,
+            tools,
             http: self.http,
             allowed_hosts: self.allowed_hosts,
             principal_header: self.principal_header,
+            health: self.health,
         }
     }
 }
@@ -222,9 +228,11 @@ impl ServerBuilder {
 pub struct Server {
     mcp: Endpoint,
     store: Arc<dyn ThreadStore>,
+    tools: Tools,
     http: HttpLimits,
     allowed_hosts: Option<AllowedHosts>,
     principal_header: Option<http::HeaderName>,
+    health: Option<HealthFn>,
 }
 
 impl std::fmt::Debug for Server {
@@ -249,7 +257,14 @@ impl Server {
             options: ServerOptions::default(),
             threads: true,
             layers: Vec::new(),
+            health: None,
         }
+    }
+
+    /// The served tools, which may be changed while the server runs (a gateway lists
+    /// its upstreams' tools here).
+    pub fn tools(&self) -> Tools {
+        self.tools.clone()
     }
 
     /// Serves `listener` until `shutdown` resolves, then lets open connections finish
@@ -269,7 +284,10 @@ impl Server {
             .option_layer(self.principal_header.map(PrincipalFromHeaderLayer::new))
             .service(self.mcp)
             .boxed_clone();
-        let app = HttpApp::new(mcp, self.store, self.http.body);
+        let mut app = HttpApp::new(mcp, self.store, self.http.body);
+        if let Some(health) = self.health {
+            app = app.with_health(health);
+        }
         listener::serve(listener, app, self.http, shutdown).await;
         Ok(())
     }

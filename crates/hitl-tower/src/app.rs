@@ -42,7 +42,12 @@ pub struct HttpApp {
     mcp: Endpoint,
     store: Arc<dyn ThreadStore>,
     limits: BodyLimits,
+    health: Option<HealthFn>,
 }
+
+/// More of `/healthz`'s body (say, each upstream's state): fields added next to
+/// `status`, which they never change.
+pub type HealthFn = Arc<dyn Fn() -> serde_json::Map<String, serde_json::Value> + Send + Sync>;
 
 impl std::fmt::Debug for HttpApp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -53,7 +58,14 @@ impl std::fmt::Debug for HttpApp {
 impl HttpApp {
     /// Serves `mcp` at `/mcp` and the readiness of `store` at `/healthz`.
     pub fn new(mcp: Endpoint, store: Arc<dyn ThreadStore>, limits: BodyLimits) -> Self {
-        Self { mcp, store, limits }
+        Self { mcp, store, limits, health: None }
+    }
+
+    /// Adds `health`'s fields to `/healthz`.
+    #[must_use]
+    pub fn with_health(mut self, health: HealthFn) -> Self {
+        self.health = Some(health);
+        self
     }
 
     /// Serves one request. Only the endpoint is cloned (once), so a server can call this
@@ -65,16 +77,25 @@ impl HttpApp {
     {
         match request.uri().path() {
             "/healthz" => {
-                let store = self.store.clone();
+                let (store, health) = (self.store.clone(), self.health.clone());
                 Box::pin(async move {
-                    match store.ping().await {
-                        Ok(()) => plain(StatusCode::OK, "application/json", r#"{"status":"ok"}"#),
+                    let mut body = serde_json::Map::new();
+                    let status = match store.ping().await {
+                        Ok(()) => {
+                            body.insert("status".into(), "ok".into());
+                            StatusCode::OK
+                        }
                         Err(e) => {
                             tracing::warn!(error = %e, "health check: the thread store is unavailable");
-                            let text = r#"{"status":"unavailable","reason":"the thread store is unavailable"}"#;
-                            plain(StatusCode::SERVICE_UNAVAILABLE, "application/json", text)
+                            body.insert("status".into(), "unavailable".into());
+                            body.insert("reason".into(), "the thread store is unavailable".into());
+                            StatusCode::SERVICE_UNAVAILABLE
                         }
+                    };
+                    for (key, value) in health.map(|f| f()).unwrap_or_default() {
+                        body.entry(key).or_insert(value);
                     }
+                    plain(status, "application/json", serde_json::Value::Object(body).to_string())
                 })
             }
             "/mcp" => {
@@ -143,7 +164,7 @@ where
     }
 }
 
-fn plain(status: StatusCode, content_type: &'static str, text: &'static str) -> http::Response<McpBody> {
+fn plain(status: StatusCode, content_type: &'static str, text: impl Into<Bytes>) -> http::Response<McpBody> {
     let mut out = http::Response::new(body(text));
     *out.status_mut() = status;
     out.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));

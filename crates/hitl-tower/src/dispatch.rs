@@ -69,7 +69,8 @@ impl Shared {
                     .with_data(json!({ "uri": params.uri })))
             }
             (ClientRequest::CallTool(params), _) => {
-                let Some(agent) = self.tools.get(&params.name) else {
+                let tools = self.tools.snapshot();
+                let Some(agent) = tools.get(&params.name) else {
                     return Err(ErrorObject::invalid_params(format!("Unknown tool: {}", params.name)));
                 };
                 let call = call(params.arguments, params.input_responses, params.request_state, params.context, false);
@@ -157,6 +158,7 @@ impl Shared {
     fn list_tools(&self, era: Era) -> Result<Value, ErrorObject> {
         let tools = self
             .tools
+            .snapshot()
             .values()
             .map(|a| Tool {
                 name: a.name.clone(),

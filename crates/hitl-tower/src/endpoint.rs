@@ -12,7 +12,7 @@ use crate::{McpBody, Shared, error_response, json_response, sse};
 
 impl Shared {
     pub(crate) async fn handle(self: Arc<Self>, request: http::Request<Bytes>) -> http::Response<McpBody> {
-        let Valid { id, request, caller, stream } = match validate::validate(&self.tools, &request) {
+        let Valid { id, request, caller, stream } = match validate::validate(&self.tools.snapshot(), &request) {
             Ok(valid) => valid,
             Err(refused) => return *refused,
         };

@@ -44,12 +44,14 @@ mod limit;
 mod origin;
 mod principal;
 mod sse;
+mod tools;
 mod validate;
 
-pub use app::{BodyLimits, Endpoint, HttpApp};
+pub use app::{BodyLimits, Endpoint, HealthFn, HttpApp};
 pub use limit::{MaxConcurrentRequests, MaxConcurrentRequestsLayer};
 pub use origin::{AllowedHosts, ValidateOrigin, ValidateOriginLayer};
 pub use principal::{PrincipalFromHeader, PrincipalFromHeaderLayer};
+pub use tools::Tools;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -100,7 +102,7 @@ impl Default for ServerOptions {
 }
 
 struct Shared {
-    tools: IndexMap<String, Agent>,
+    tools: Tools,
     prompts: IndexMap<String, Agent>,
     engine: Engine,
     options: ServerOptions,
@@ -117,7 +119,7 @@ pub struct McpService {
 impl std::fmt::Debug for McpService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpService")
-            .field("tools", &self.shared.tools.keys().collect::<Vec<_>>())
+            .field("tools", &self.shared.tools)
             .field("prompts", &self.shared.prompts.keys().collect::<Vec<_>>())
             .finish()
     }
@@ -132,12 +134,15 @@ impl McpService {
     /// An endpoint serving `tools` as tools and `prompts` as prompts: `prompts/get` runs
     /// the agent with the same rounds as a tool call and returns its output as messages.
     pub fn with_prompts(tools: Vec<Agent>, prompts: Vec<Agent>, engine: Engine, options: ServerOptions) -> Self {
-        let by_name = |agents: Vec<Agent>| agents.into_iter().map(|a| (a.name.clone(), a)).collect();
+        Self::with_tools(Tools::new(tools), prompts, engine, options)
+    }
+
+    /// An endpoint serving `tools` (which may change while it runs) and `prompts`.
+    pub fn with_tools(tools: Tools, prompts: Vec<Agent>, engine: Engine, options: ServerOptions) -> Self {
+        let prompts = prompts.into_iter().map(|a| (a.name.clone(), a)).collect();
         // Names and versions are strings: this serialization cannot fail.
         let server_info = serde_json::to_value(&options.server_info).expect("serverInfo is strings");
-        Self {
-            shared: Arc::new(Shared { tools: by_name(tools), prompts: by_name(prompts), engine, options, server_info }),
-        }
+        Self { shared: Arc::new(Shared { tools, prompts, engine, options, server_info }) }
     }
 }
 
