@@ -7,7 +7,8 @@
 //!   latency percentiles. Scenarios: `echo` (post a `tools/call` body), `pause` (call
 //!   `choose_region`: each request pauses a new call), `round` (each connection pauses a
 //!   call, then answers it: every request is one round), `fill` (pause `--count` calls
-//!   and exit).
+//!   and exit), `call` (call `--tool` with `--arguments`; an error result counts as an
+//!   error: for a gateway against its upstream).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -56,6 +57,12 @@ enum Command {
         /// For `fill`: how many calls to pause.
         #[arg(long, default_value_t = 100_000)]
         count: usize,
+        /// For `call`: the tool.
+        #[arg(long, default_value = "choose_region")]
+        tool: String,
+        /// For `call`: its arguments, as JSON.
+        #[arg(long, default_value = "{}")]
+        arguments: String,
     },
 }
 
@@ -65,8 +72,10 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async {
         match cli.command {
             Command::Echo { listen } => echo(listen).await,
-            Command::Load { url, scenario, connections, seconds, rate, count } => {
-                load(&url, &scenario, connections, Duration::from_secs_f64(seconds), rate, count).await
+            Command::Load { url, scenario, connections, seconds, rate, count, tool, arguments } => {
+                let arguments: Value = serde_json::from_str(&arguments).context("--arguments is not JSON")?;
+                let target = Target { tool, arguments };
+                load(&url, &scenario, &target, connections, Duration::from_secs_f64(seconds), rate, count).await
             }
         }
     })
@@ -90,6 +99,23 @@ async fn echo(listen: SocketAddr) -> anyhow::Result<()> {
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
+    }
+}
+
+/// The tool a `call` scenario calls.
+#[derive(Clone)]
+struct Target {
+    tool: String,
+    arguments: Value,
+}
+
+impl Target {
+    fn body(&self) -> Bytes {
+        Bytes::from(
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                   "params": {"name": self.tool, "arguments": self.arguments, "_meta": meta()}})
+            .to_string(),
+        )
     }
 }
 
@@ -121,17 +147,19 @@ struct Connection {
     sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
     authority: String,
     path: String,
+    /// The `Mcp-Name` of its calls.
+    tool: String,
 }
 
 impl Connection {
-    async fn open(url: &str) -> anyhow::Result<Self> {
+    async fn open(url: &str, tool: &str) -> anyhow::Result<Self> {
         let uri: http::Uri = url.parse()?;
         let authority = uri.authority().context("the URL names no host")?.to_string();
         let stream = TcpStream::connect(&authority).await?;
         stream.set_nodelay(true)?;
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(connection);
-        Ok(Self { sender, authority, path: uri.path().to_owned() })
+        Ok(Self { sender, authority, path: uri.path().to_owned(), tool: tool.to_owned() })
     }
 
     async fn post(&mut self, body: Bytes) -> anyhow::Result<Bytes> {
@@ -139,9 +167,10 @@ impl Connection {
         let request = http::Request::post(&self.path)
             .header("host", &self.authority)
             .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
             .header("mcp-protocol-version", "2026-07-28")
             .header("mcp-method", "tools/call")
-            .header("mcp-name", "choose_region")
+            .header("mcp-name", &self.tool)
             .body(Full::new(body))?;
         let response = self.sender.send_request(request).await?;
         if !response.status().is_success() {
@@ -154,10 +183,17 @@ impl Connection {
 /// What a worker sends next.
 async fn step(
     scenario: &str,
+    target: &Target,
     connection: &mut Connection,
     pending: &mut Option<(String, String)>,
 ) -> anyhow::Result<()> {
     match (scenario, pending.take()) {
+        ("call", _) => {
+            let reply: Value = serde_json::from_slice(&connection.post(target.body()).await?)?;
+            if reply.get("error").is_some() || reply["result"]["isError"] == true {
+                bail!("the call failed: {reply}");
+            }
+        }
         ("echo" | "pause" | "fill", _) => {
             connection.post(pause_body()).await?;
         }
@@ -179,6 +215,7 @@ async fn step(
 async fn load(
     url: &str,
     scenario: &str,
+    target: &Target,
     connections: usize,
     measure: Duration,
     rate: f64,
@@ -188,9 +225,9 @@ async fn load(
         let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut tasks = Vec::new();
         for _ in 0..connections {
-            let (url, done) = (url.to_owned(), done.clone());
+            let (url, done, tool) = (url.to_owned(), done.clone(), target.tool.clone());
             tasks.push(tokio::spawn(async move {
-                let mut connection = Connection::open(&url).await?;
+                let mut connection = Connection::open(&url, &tool).await?;
                 while done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < count {
                     connection.post(pause_body()).await?;
                 }
@@ -209,9 +246,9 @@ async fn load(
     let interval = (rate > 0.0).then(|| Duration::from_secs_f64(connections as f64 / rate));
     let mut tasks = Vec::new();
     for i in 0..connections {
-        let (url, scenario) = (url.to_owned(), scenario.to_owned());
+        let (url, scenario, target) = (url.to_owned(), scenario.to_owned(), target.clone());
         tasks.push(tokio::spawn(async move {
-            let mut connection = Connection::open(&url).await?;
+            let mut connection = Connection::open(&url, &target.tool).await?;
             let mut pending = None;
             let mut latencies: Vec<u32> = Vec::new();
             let mut errors = 0u64;
@@ -227,13 +264,13 @@ async fn load(
                 if sent >= end {
                     break;
                 }
-                match step(&scenario, &mut connection, &mut pending).await {
+                match step(&scenario, &target, &mut connection, &mut pending).await {
                     Ok(()) if sent >= start => latencies.push(sent.elapsed().as_micros() as u32),
                     Ok(()) => {}
                     Err(_) => {
                         errors += 1;
                         pending = None;
-                        connection = Connection::open(&url).await?;
+                        connection = Connection::open(&url, &target.tool).await?;
                     }
                 }
             }

@@ -329,6 +329,31 @@ fn serve(mut command: Command) -> anyhow::Result<Served> {
     Ok(Served { child, url })
 }
 
+/// An allowed call through the gateway, and the same call straight to its upstream
+/// (the Python SDK's `MCPServer` in `tests/python/upstream_server.py`, JSON responses).
+fn bench_gateway(python: &Path, release: &Path) -> anyhow::Result<(serde_json::Value, serde_json::Value)> {
+    let script = workspace_root().join("tests/python/upstream_server.py");
+    let upstream = serve({
+        let mut c = Command::new(python);
+        c.arg(&script).arg("--json");
+        c
+    })?;
+    let config = std::env::temp_dir().join(format!("hitl-bench-gateway-{}.toml", std::process::id()));
+    let text = format!("[server]\nexamples = false\n\n[[upstream]]\nname = \"db\"\nurl = \"{}\"\n", upstream.url);
+    std::fs::write(&config, text)?;
+    let hitl = serve({
+        let mut c = Command::new(release.join("hitl"));
+        c.args(["serve", "--listen", "127.0.0.1:0", "--config"]).arg(&config).env("RUST_LOG", "error");
+        c
+    });
+    let _ = std::fs::remove_file(&config);
+    let hitl = hitl?;
+    let arguments = r#"{"text": "bench"}"#;
+    let direct = load(&upstream.url, "call", &["--tool", "echo", "--arguments", arguments])?;
+    let via = load(&hitl.url, "call", &["--tool", "db.echo", "--arguments", arguments])?;
+    Ok((direct, via))
+}
+
 /// One load run: the JSON line `hitl-bench load` prints.
 fn load(url: &str, scenario: &str, extra: &[&str]) -> anyhow::Result<serde_json::Value> {
     let bench = workspace_root().join("target/release/hitl-bench");
@@ -415,6 +440,22 @@ fn bench() -> anyhow::Result<()> {
             serde_json::json!({"pause": pause, "round": round, "round_half_peak": paced, "round_100k": held,
                                "round_half_peak_100k": held_paced, "ratio_to_echo": ratio, "held_vs_empty": flat}),
         );
+    }
+    match python_sdk() {
+        Ok(python) => {
+            let (direct, via) = bench_gateway(&python, &release)?;
+            row("upstream (Python SDK MCPServer): echo call", &direct);
+            row("through the gateway (allowed): db.echo call", &via);
+            let ratio =
+                via["throughput"].as_f64().unwrap_or_default() / direct["throughput"].as_f64().unwrap_or(1.0).max(1.0);
+            let added = via["p50_us"].as_i64().unwrap_or_default() - direct["p50_us"].as_i64().unwrap_or_default();
+            eprintln!("  gateway: {:.0}% of the upstream's calls/s; p50 {added:+} µs", ratio * 100.0);
+            report.insert(
+                "gateway".into(),
+                serde_json::json!({"direct": direct, "via_gateway": via, "ratio": ratio, "added_p50_us": added}),
+            );
+        }
+        Err(why) => eprintln!("  (no Python SDK, so no gateway rows: {why})"),
     }
     report.insert("echo".into(), baseline);
     let out = workspace_root().join("target/bench-report.json");
