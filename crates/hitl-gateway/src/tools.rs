@@ -11,7 +11,7 @@ use hitl_graph::{Agent, END, START, StateGraph, StepContext, StepError};
 use hitl_upstream::{Upstream, UpstreamError};
 use serde_json::{Map, Value, json};
 
-use crate::policy::{Action, Decided};
+use crate::policy::{Action, Decided, DecisionName};
 
 /// State keys the gateway writes next to the call's arguments: the reviewer's
 /// decision, the result, and the upstream's open `input_required` round.
@@ -46,7 +46,7 @@ impl Gated {
             tool,
             spec,
             action: decided.action,
-            decisions: decided.policy.map_or_else(|| vec!["approve", "edit", "reject", "respond"], |p| p.allowed()),
+            decisions: decided.policy.map_or_else(|| DecisionName::ALL.map(DecisionName::as_str).to_vec(), |p| p.allowed()),
             description: decided.policy.and_then(|p| p.description.clone()),
             policy: decided.policy.map_or_else(|| "[gateway] default_action".to_owned(), |p| p.label()),
         }
