@@ -29,7 +29,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-tower", &["hitl-protocol", "hitl-graph", "hitl-interrupt"]),
     ("hitl-agents", &["hitl-schema", "hitl-graph"]),
     ("hitl-upstream", &["hitl-protocol"]),
-    ("hitl-gateway", &["hitl-protocol", "hitl-graph", "hitl-upstream"]),
+    ("hitl-gateway", &["hitl-protocol", "hitl-schema", "hitl-graph", "hitl-upstream"]),
     ("hitl-server", &["hitl-graph", "hitl-interrupt", "hitl-store-redis", "hitl-tower", "hitl-agents", "hitl-gateway"]),
     ("hitl-e2e", &["hitl-graph", "hitl-server", "hitl-upstream"]),
     ("hitl-bench", &[]),

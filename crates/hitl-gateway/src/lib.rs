@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use hitl_graph::Agent;
 use hitl_upstream::Upstream;
-pub use policy::{Action, Decided, DecisionName, GatewaySection, Policies, Policy, glob_match};
+pub use policy::{Action, Decided, Decision, GatewaySection, Policies, Policy, glob_match};
 use serde_json::Value;
 pub use upstream::UpstreamSpec;
 

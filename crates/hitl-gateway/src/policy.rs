@@ -2,6 +2,7 @@
 //! The first policy whose globs match a tool's listed name decides; a tool no policy
 //! matches gets `[gateway] default_action` (itself `allow` by default).
 
+pub use hitl_schema::Decision;
 use serde::Deserialize;
 
 /// What a policy does with the calls it matches.
@@ -16,35 +17,6 @@ pub enum Action {
     Deny,
 }
 
-/// A reviewer's possible decisions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DecisionName {
-    /// Run the call as asked.
-    Approve,
-    /// Run it with edited arguments.
-    Edit,
-    /// Do not run it; the reviewer's message is the error.
-    Reject,
-    /// Do not run it; the reviewer's text is the result.
-    Respond,
-}
-
-impl DecisionName {
-    /// All four, in the seed's order.
-    pub const ALL: [Self; 4] = [Self::Approve, Self::Edit, Self::Reject, Self::Respond];
-
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Approve => "approve",
-            Self::Edit => "edit",
-            Self::Reject => "reject",
-            Self::Respond => "respond",
-        }
-    }
-}
-
 /// One `[[policy]]`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -55,7 +27,7 @@ pub struct Policy {
     pub action: Action,
     /// The review's allowed decisions (absent: all four).
     #[serde(default)]
-    pub decisions: Option<Vec<DecisionName>>,
+    pub decisions: Option<Vec<Decision>>,
     /// The review text, with `{argument}` replaced by the call's arguments.
     #[serde(default)]
     pub description: Option<String>,
@@ -64,7 +36,7 @@ pub struct Policy {
 impl Policy {
     /// The decisions a review under this policy offers.
     pub fn allowed(&self) -> Vec<&'static str> {
-        self.decisions.as_deref().unwrap_or(&DecisionName::ALL).iter().map(|d| d.as_str()).collect()
+        self.decisions.as_deref().unwrap_or(&Decision::ALL).iter().map(|d| d.as_str()).collect()
     }
 
     /// How the policy is named in errors: its globs.

@@ -11,7 +11,7 @@ use hitl_graph::{Agent, END, START, StateGraph, StepContext, StepError};
 use hitl_upstream::{Upstream, UpstreamError};
 use serde_json::{Map, Value, json};
 
-use crate::policy::{Action, Decided, DecisionName};
+use crate::policy::{Action, Decided};
 
 /// State keys the gateway writes next to the call's arguments: the reviewer's
 /// decision, the result, and the upstream's open `input_required` round.
@@ -46,7 +46,10 @@ impl Gated {
             tool,
             spec,
             action: decided.action,
-            decisions: decided.policy.map_or_else(|| DecisionName::ALL.map(DecisionName::as_str).to_vec(), |p| p.allowed()),
+            decisions: decided.policy.map_or_else(
+                || hitl_schema::Decision::ALL.map(hitl_schema::Decision::as_str).to_vec(),
+                |p| p.allowed(),
+            ),
             description: decided.policy.and_then(|p| p.description.clone()),
             policy: decided.policy.map_or_else(|| "[gateway] default_action".to_owned(), |p| p.label()),
         }

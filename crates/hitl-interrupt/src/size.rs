@@ -194,49 +194,38 @@ fn field<T: Serialize + ?Sized>(bound: &mut Bound, key: &'static str, value: &T)
     value.serialize(bound)
 }
 
-impl ser::SerializeSeq for &mut Bound {
-    type Ok = ();
-    type Error = Unbounded;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unbounded> {
-        element(self, value)
-    }
-    fn end(self) -> Result<(), Unbounded> {
-        Ok(())
-    }
+/// serde's compound traits: the sequence-like ones count elements, the struct-like ones
+/// named fields.
+macro_rules! compound {
+    (elements: $($trait:ident :: $method:ident),*) => {$(
+        impl ser::$trait for &mut Bound {
+            type Ok = ();
+            type Error = Unbounded;
+            fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unbounded> {
+                element(self, value)
+            }
+            fn end(self) -> Result<(), Unbounded> {
+                Ok(())
+            }
+        }
+    )*};
+    (fields: $($trait:ident),*) => {$(
+        impl ser::$trait for &mut Bound {
+            type Ok = ();
+            type Error = Unbounded;
+            fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), Unbounded> {
+                field(self, key, value)
+            }
+            fn end(self) -> Result<(), Unbounded> {
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeTuple for &mut Bound {
-    type Ok = ();
-    type Error = Unbounded;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unbounded> {
-        element(self, value)
-    }
-    fn end(self) -> Result<(), Unbounded> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeTupleStruct for &mut Bound {
-    type Ok = ();
-    type Error = Unbounded;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unbounded> {
-        element(self, value)
-    }
-    fn end(self) -> Result<(), Unbounded> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeTupleVariant for &mut Bound {
-    type Ok = ();
-    type Error = Unbounded;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unbounded> {
-        element(self, value)
-    }
-    fn end(self) -> Result<(), Unbounded> {
-        Ok(())
-    }
-}
+compound!(elements: SerializeSeq::serialize_element, SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field, SerializeTupleVariant::serialize_field);
+compound!(fields: SerializeStruct, SerializeStructVariant);
 
 impl ser::SerializeMap for &mut Bound {
     type Ok = ();
@@ -248,28 +237,6 @@ impl ser::SerializeMap for &mut Bound {
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unbounded> {
         value.serialize(&mut **self)
-    }
-    fn end(self) -> Result<(), Unbounded> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeStruct for &mut Bound {
-    type Ok = ();
-    type Error = Unbounded;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), Unbounded> {
-        field(self, key, value)
-    }
-    fn end(self) -> Result<(), Unbounded> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeStructVariant for &mut Bound {
-    type Ok = ();
-    type Error = Unbounded;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), Unbounded> {
-        field(self, key, value)
     }
     fn end(self) -> Result<(), Unbounded> {
         Ok(())

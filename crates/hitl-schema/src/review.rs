@@ -10,8 +10,9 @@ use crate::CannotAsk;
 /// asked without the `edit` choice.
 pub const MAX_PREFILL_BYTES: usize = 16 * 1024;
 
-/// A decision a reviewer can take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A decision a reviewer can take (in configuration files, its wire name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Decision {
     /// Run the call as proposed.
     Approve,
