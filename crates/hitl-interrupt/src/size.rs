@@ -50,6 +50,15 @@ impl Bound {
 const INT: usize = 20;
 const FLOAT: usize = 24;
 
+/// The number methods: each adds the longest its type can be written.
+macro_rules! numbers {
+    ($($method:ident: $ty:ty => $len:expr),* $(,)?) => {$(
+        fn $method(self, _: $ty) -> Result<(), Unbounded> {
+            self.add($len)
+        }
+    )*};
+}
+
 impl ser::Serializer for &mut Bound {
     type Ok = ();
     type Error = Unbounded;
@@ -64,42 +73,12 @@ impl ser::Serializer for &mut Bound {
     fn serialize_bool(self, _: bool) -> Result<(), Unbounded> {
         self.add(5)
     }
-    fn serialize_i8(self, _: i8) -> Result<(), Unbounded> {
-        self.add(INT)
-    }
-    fn serialize_i16(self, _: i16) -> Result<(), Unbounded> {
-        self.add(INT)
-    }
-    fn serialize_i32(self, _: i32) -> Result<(), Unbounded> {
-        self.add(INT)
-    }
-    fn serialize_i64(self, _: i64) -> Result<(), Unbounded> {
-        self.add(INT)
-    }
-    fn serialize_i128(self, _: i128) -> Result<(), Unbounded> {
-        self.add(2 * INT)
-    }
-    fn serialize_u8(self, _: u8) -> Result<(), Unbounded> {
-        self.add(INT)
-    }
-    fn serialize_u16(self, _: u16) -> Result<(), Unbounded> {
-        self.add(INT)
-    }
-    fn serialize_u32(self, _: u32) -> Result<(), Unbounded> {
-        self.add(INT)
-    }
-    fn serialize_u64(self, _: u64) -> Result<(), Unbounded> {
-        self.add(INT)
-    }
-    fn serialize_u128(self, _: u128) -> Result<(), Unbounded> {
-        self.add(2 * INT)
-    }
-    fn serialize_f32(self, _: f32) -> Result<(), Unbounded> {
-        self.add(FLOAT)
-    }
-    fn serialize_f64(self, _: f64) -> Result<(), Unbounded> {
-        self.add(FLOAT)
-    }
+    numbers!(
+        serialize_i8: i8 => INT, serialize_i16: i16 => INT, serialize_i32: i32 => INT, serialize_i64: i64 => INT,
+        serialize_u8: u8 => INT, serialize_u16: u16 => INT, serialize_u32: u32 => INT, serialize_u64: u64 => INT,
+        serialize_i128: i128 => 2 * INT, serialize_u128: u128 => 2 * INT,
+        serialize_f32: f32 => FLOAT, serialize_f64: f64 => FLOAT
+    );
     fn serialize_char(self, c: char) -> Result<(), Unbounded> {
         self.string(c.len_utf8())
     }
