@@ -479,7 +479,12 @@ impl Engine {
         run.effects = Some(Arc::new(Marks(held.clone())));
         let run = deadline.run(agent.graph.resume_run(checkpoint, values, run));
         let outcome = self.run_renewing(run, &held).await;
-        let mut thread = held.thread.lock().await.clone();
+        // The run is over, so the marks it held are dropped: take the thread back
+        // without a copy (unless a step kept its context alive).
+        let mut thread = match Arc::try_unwrap(held) {
+            Ok(held) => held.thread.into_inner(),
+            Err(held) => held.thread.lock().await.clone(),
+        };
         thread.claim = None;
         let expected = thread.version;
         let ran = self.ran(outcome, round.n + 1, call, true);

@@ -131,9 +131,7 @@ impl Upstream {
     /// Calls tool `name`; the result is the upstream's, unchanged (a `CallToolResult`,
     /// or a 2026-07-28 `input_required` result).
     pub async fn call_tool(&self, name: &str, arguments: Map<String, Value>) -> Result<Value, UpstreamError> {
-        let params =
-            Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
-        self.request("tools/call", params).await
+        self.call_tool_with(name, arguments, Map::new()).await
     }
 
     /// Calls tool `name` with more params: a 2026-07-28 retry's `inputResponses` and
