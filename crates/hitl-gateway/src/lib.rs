@@ -142,12 +142,19 @@ impl Gateway {
         serde_json::Map::from_iter([("upstreams".to_owned(), Value::Object(upstreams))])
     }
 
+    fn was_down(&self, name: &str) -> bool {
+        matches!(self.states.lock().unwrap_or_else(|p| p.into_inner()).get(name), Some(State::Down { .. }))
+    }
+
     /// Lists upstream `index` and publishes its tools; an unreachable upstream keeps
     /// the tools it had (their calls fail naming it).
     async fn refresh(&self, index: usize, publish: &Publish) -> Result<(), Refused> {
         let (spec, upstream) = &self.upstreams[index];
         let state = match upstream.list_tools().await {
             Ok(listed) => {
+                if self.was_down(&spec.name) {
+                    tracing::info!(upstream = %spec.name, "upstream answers again; its tools are listed");
+                }
                 let mut agents = Vec::new();
                 for tool in listed {
                     let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
@@ -160,7 +167,12 @@ impl Gateway {
                 State::Up { tools: count, at: Instant::now() }
             }
             Err(error) => {
-                tracing::warn!(%error, "upstream unreachable; its tools are listed once it answers");
+                // Logged when it goes down, not at every retry.
+                if self.was_down(&spec.name) {
+                    tracing::debug!(%error, "upstream still unreachable");
+                } else {
+                    tracing::warn!(%error, "upstream unreachable; its tools are listed once it answers");
+                }
                 State::Down { error: error.to_string() }
             }
         };
