@@ -95,6 +95,13 @@ async fn allowed_calls_pass_through_and_denied_ones_name_the_policy() {
     for name in ["db.echo", "db.drop_partition", "db.fail", "greeter"] {
         assert!(names.contains(&name), "{name} in {names:?}");
     }
+    let listed =
+        |name: &str| tools.body["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == name).cloned();
+    let echo = listed("db.echo").unwrap();
+    assert_eq!((&echo["title"], &echo["annotations"]["readOnlyHint"]), (&json!("Echo"), &json!(true)), "{echo}");
+    let drop = listed("db.drop_partition").unwrap();
+    assert_eq!(drop["annotations"]["destructiveHint"], true, "upstream listings pass through: {drop}");
+    assert!(listed("greeter").unwrap().get("annotations").is_none());
     let echoed = server.call_tool(2, json!({"name": "db.echo", "arguments": {"text": "through"}})).await;
     assert_eq!(text(&echoed), "through", "{}", echoed.body);
     assert_ne!(echoed.body["result"]["isError"], true, "the upstream's result, unchanged: {}", echoed.body);

@@ -17,18 +17,19 @@ from pydantic import BaseModel
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
+from mcp_types import ToolAnnotations
 
 server = MCPServer("hitl-test-upstream", version="1.0.0")
 executions: dict[str, int] = {}
 
 
-@server.tool()
+@server.tool(title="Echo", annotations=ToolAnnotations(readOnlyHint=True))
 def echo(text: str) -> str:
     """Returns the text it is given."""
     return text
 
 
-@server.tool()
+@server.tool(annotations=ToolAnnotations(destructiveHint=True))
 def drop_partition(partition: str, database: str) -> str:
     """Drops a partition of a database (counts its executions)."""
     executions["drop_partition"] = executions.get("drop_partition", 0) + 1

@@ -21,7 +21,7 @@
 //!     GatewaySection::default(),
 //! )?;
 //! let gateway = Gateway::new(&[db], policies, |name| std::env::var(name).ok())?;
-//! let publish: hitl_gateway::Publish = std::sync::Arc::new(|source, agents| {
+//! let publish: hitl_gateway::Publish = std::sync::Arc::new(|source, agents: Vec<_>| {
 //!     println!("{source}: {} gated tools", agents.len());
 //!     Ok(())
 //! });
@@ -40,12 +40,13 @@ use std::time::{Duration, Instant};
 use hitl_graph::Agent;
 use hitl_upstream::Upstream;
 pub use policy::{Action, Decided, Decision, GatewaySection, Policies, Policy, glob_match};
-use serde_json::Value;
+use serde_json::{Map, Value};
 pub use upstream::UpstreamSpec;
 
-/// Where the gateway puts each upstream's tools: `replace(source, agents)` swaps the set
-/// named `source` whole, or refuses (a name another source serves) and changes nothing.
-pub type Publish = Arc<dyn Fn(&str, Vec<Agent>) -> Result<(), String> + Send + Sync>;
+/// Where the gateway puts each upstream's tools, each with the rest of its upstream
+/// listing (`title`, `annotations`, `outputSchema`, …): swaps the set named `source`
+/// whole, or refuses (a name another source serves) and changes nothing.
+pub type Publish = Arc<dyn Fn(&str, Vec<(Agent, Map<String, Value>)>) -> Result<(), String> + Send + Sync>;
 
 /// How often tools are listed again (an upstream that is down is tried every tick).
 const LIST_TTL: Duration = Duration::from_secs(60);
@@ -159,8 +160,12 @@ impl Gateway {
                 for tool in listed {
                     let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
                     let listed_name = spec.listed_name(name);
+                    let mut listing = tool.clone();
+                    for served in ["name", "description", "inputSchema"] {
+                        listing.remove(served);
+                    }
                     let gated = tools::Gated::new(listed_name.clone(), tool, self.policies.decide(&listed_name));
-                    agents.push(gated.agent(upstream.clone()));
+                    agents.push((gated.agent(upstream.clone()), listing));
                 }
                 let count = agents.len();
                 publish(&format!("upstream {:?}", spec.name), agents).map_err(Refused)?;

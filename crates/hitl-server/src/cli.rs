@@ -258,7 +258,7 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
     let server = builder.build();
     if let Some(gateway) = gateway {
         let tools = server.tools();
-        let publish: hitl_gateway::Publish = Arc::new(move |source, agents| tools.replace(source, agents));
+        let publish: hitl_gateway::Publish = Arc::new(move |source, agents| tools.replace_listed(source, agents));
         gateway.start(&publish).await.map_err(anyhow::Error::msg)?;
         tokio::spawn(gateway.keep_fresh(publish));
     }

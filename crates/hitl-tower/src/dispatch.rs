@@ -156,17 +156,24 @@ impl Shared {
     }
 
     fn list_tools(&self, era: Era) -> Result<Value, ErrorObject> {
+        let listings = self.tools.listings();
         let tools = self
             .tools
             .snapshot()
             .values()
-            .map(|a| Tool {
-                name: a.name.clone(),
-                title: None,
-                description: Some(a.description.clone()),
-                input_schema: a.input_schema.clone(),
-                output_schema: None,
-                other: Map::new(),
+            .map(|a| {
+                // A gateway's upstream tool keeps its title, annotations, output schema…
+                let mut other = listings.get(&a.name).cloned().unwrap_or_default();
+                let title = other.remove("title").and_then(|t| t.as_str().map(str::to_owned));
+                let output_schema = other.remove("outputSchema");
+                Tool {
+                    name: a.name.clone(),
+                    title,
+                    description: Some(a.description.clone()),
+                    input_schema: a.input_schema.clone(),
+                    output_schema,
+                    other,
+                }
             })
             .collect();
         let modern = era == Era::Modern;

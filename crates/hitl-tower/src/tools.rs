@@ -7,6 +7,11 @@ use std::sync::{Arc, RwLock};
 
 use hitl_graph::Agent;
 use indexmap::IndexMap;
+use serde_json::{Map, Value};
+
+/// More of a tool's `tools/list` entry than an agent says (`title`, `annotations`,
+/// `outputSchema`, `icons`, `_meta`): a gateway's upstream tools, listed as they are.
+pub type Listing = Map<String, Value>;
 
 /// The endpoint's tools; cheap to clone (a handle to one registry).
 #[derive(Clone, Default)]
@@ -17,8 +22,9 @@ pub struct Tools {
 #[derive(Default)]
 struct Registry {
     fixed: Vec<Agent>,
-    sets: BTreeMap<String, Vec<Agent>>,
+    sets: BTreeMap<String, Vec<(Agent, Listing)>>,
     merged: Arc<IndexMap<String, Agent>>,
+    listings: Arc<BTreeMap<String, Listing>>,
 }
 
 impl std::fmt::Debug for Tools {
@@ -30,7 +36,12 @@ impl std::fmt::Debug for Tools {
 impl Tools {
     /// `fixed` tools, listed first in this order.
     pub fn new(fixed: Vec<Agent>) -> Self {
-        let registry = Registry { merged: Arc::new(merge(&fixed, &BTreeMap::new())), fixed, sets: BTreeMap::new() };
+        let registry = Registry {
+            merged: Arc::new(merge(&fixed, &BTreeMap::new())),
+            fixed,
+            sets: BTreeMap::new(),
+            listings: Arc::default(),
+        };
         Self { inner: Arc::new(RwLock::new(registry)) }
     }
 
@@ -39,21 +50,27 @@ impl Tools {
         self.inner.read().unwrap_or_else(|p| p.into_inner()).merged.clone()
     }
 
+    /// The extra `tools/list` fields of the tools that have them, by name.
+    pub fn listings(&self) -> Arc<BTreeMap<String, Listing>> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner()).listings.clone()
+    }
+
     /// Replaces the set named `source` with `agents` (empty: removes it). Refused, and
     /// nothing changes, when a name is taken by another source or listed twice.
     pub fn replace(&self, source: &str, agents: Vec<Agent>) -> Result<(), String> {
+        self.replace_listed(source, agents.into_iter().map(|a| (a, Listing::new())).collect())
+    }
+
+    /// [`Tools::replace`] with each tool's extra `tools/list` fields.
+    pub fn replace_listed(&self, source: &str, agents: Vec<(Agent, Listing)>) -> Result<(), String> {
         let mut registry = self.inner.write().unwrap_or_else(|p| p.into_inner());
         let mut names: BTreeMap<&str, &str> = BTreeMap::new();
         let others = registry.sets.iter().filter(|(name, _)| name.as_str() != source);
-        let taken = registry
-            .fixed
-            .iter()
-            .map(|a| ("an agent", a))
-            .chain(others.flat_map(|(s, set)| set.iter().map(move |a| (s.as_str(), a))));
-        for (owner, agent) in taken {
+        let from_sets = others.flat_map(|(s, set)| set.iter().map(move |(a, _)| (s.as_str(), a)));
+        for (owner, agent) in registry.fixed.iter().map(|a| ("an agent", a)).chain(from_sets) {
             names.insert(&agent.name, owner);
         }
-        for agent in &agents {
+        for (agent, _) in &agents {
             if let Some(owner) = names.insert(&agent.name, source) {
                 return Err(format!("{source} lists {:?}, which {owner} already serves", agent.name));
             }
@@ -64,12 +81,15 @@ impl Tools {
             registry.sets.insert(source.to_owned(), agents);
         }
         registry.merged = Arc::new(merge(&registry.fixed, &registry.sets));
+        let listings = registry.sets.values().flatten().filter(|(_, l)| !l.is_empty());
+        registry.listings = Arc::new(listings.map(|(a, l)| (a.name.clone(), l.clone())).collect());
         Ok(())
     }
 }
 
-fn merge(fixed: &[Agent], sets: &BTreeMap<String, Vec<Agent>>) -> IndexMap<String, Agent> {
-    fixed.iter().chain(sets.values().flatten()).map(|a| (a.name.clone(), a.clone())).collect()
+fn merge(fixed: &[Agent], sets: &BTreeMap<String, Vec<(Agent, Listing)>>) -> IndexMap<String, Agent> {
+    let from_sets = sets.values().flatten().map(|(a, _)| a);
+    fixed.iter().chain(from_sets).map(|a| (a.name.clone(), a.clone())).collect()
 }
 
 #[cfg(test)]
@@ -103,5 +123,10 @@ mod tests {
         assert_eq!(tools.snapshot().len(), 2, "a refused set changes nothing");
         tools.replace("upstream db", vec![]).unwrap();
         assert_eq!(tools.snapshot().keys().collect::<Vec<_>>(), ["greeter"]);
+        let listing: Listing = serde_json::from_value(json!({"title": "A"})).unwrap();
+        tools
+            .replace_listed("upstream db", vec![(agent("db.a"), listing.clone()), (agent("db.b"), Listing::new())])
+            .unwrap();
+        assert_eq!(*tools.listings(), BTreeMap::from([("db.a".to_owned(), listing)]));
     }
 }
