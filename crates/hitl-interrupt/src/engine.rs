@@ -347,13 +347,13 @@ impl Engine {
             if round.n > MAX_ROUNDS_PER_REQUEST {
                 return Unstored::Paused(Box::new(thread));
             }
-            let request_state = self.secret.request_state(&thread.id, round.n, &round.nonce);
-            let token = state::split(&request_state).map_or("", |(_, token)| token);
+            // The round's own token: the answers came with the call that opened it.
+            let token = self.secret.token(&thread.id, round.n, &round.nonce);
             let request = round::Answering {
                 binding: &binding,
                 args_digest: &thread.args_digest,
                 principal: call.principal.as_deref(),
-                token,
+                token: &token,
                 responses,
                 capabilities: &call.capabilities,
             };

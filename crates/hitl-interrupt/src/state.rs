@@ -60,25 +60,31 @@ impl Secret {
         Self { key: hmac::Key::new(hmac::HMAC_SHA256, &bytes), previous: None }
     }
 
-    fn token(&self, thread: &str, round: u32, nonce: &str) -> hmac::Tag {
-        let message = format!("hitl/request-state/v1\n{thread}\n{round}\n{nonce}");
-        hmac::sign(&self.key, message.as_bytes())
+    /// The token of round `round` of `thread` (the part of its `requestState` after the
+    /// dot).
+    pub fn token(&self, thread: &str, round: u32, nonce: &str) -> String {
+        URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, message(thread, round, nonce).as_bytes()).as_ref())
     }
 
     /// The `requestState` of round `round` of `thread`.
     pub fn request_state(&self, thread: &str, round: u32, nonce: &str) -> String {
-        format!("{thread}.{}", URL_SAFE_NO_PAD.encode(self.token(thread, round, nonce).as_ref()))
+        format!("{thread}.{}", self.token(thread, round, nonce))
     }
 
     /// Does `token` (the part after the dot) belong to that round, under this secret or
     /// the previous one? Constant-time.
     pub fn verify(&self, thread: &str, round: u32, nonce: &str, token: &str) -> bool {
         let Ok(given) = URL_SAFE_NO_PAD.decode(token) else { return false };
-        let message = format!("hitl/request-state/v1\n{thread}\n{round}\n{nonce}");
+        let message = message(thread, round, nonce);
         std::iter::once(&self.key)
             .chain(&self.previous)
             .any(|key| hmac::verify(key, message.as_bytes(), &given).is_ok())
     }
+}
+
+/// What a round's token signs.
+fn message(thread: &str, round: u32, nonce: &str) -> String {
+    format!("hitl/request-state/v1\n{thread}\n{round}\n{nonce}")
 }
 
 /// A fresh nonce for a round: 16 random bytes, base64url.
