@@ -255,6 +255,16 @@ fn body(era: &Era, id: Option<i64>, method: &str, params: Option<Map<String, Val
     (serde_json::to_vec(&message).expect("JSON values serialize"), name)
 }
 
+/// The answer to a request an upstream sent this client (mid-call `elicitation/create`,
+/// `sampling/createMessage`, `roots/list`): `-32601`, so its call goes on or fails
+/// instead of waiting for an answer that never comes. One JSON-RPC message, encoded.
+pub(crate) fn refusal(request: &jsonrpc::Request) -> Vec<u8> {
+    let message = format!("hitl does not answer {} from an upstream yet", request.method);
+    let error = ErrorObject::new(hitl_protocol::ErrorCode::METHOD_NOT_FOUND, message);
+    let reply = json!({"jsonrpc": "2.0", "id": request.id, "error": error});
+    serde_json::to_vec(&reply).expect("JSON values serialize")
+}
+
 /// `Some` when `bytes` are the response to request `id`.
 pub(crate) fn response_to(bytes: &[u8], id: i64) -> Option<Result<Value, ErrorObject>> {
     let id = RequestId::Number(id);

@@ -13,7 +13,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-use crate::client::{Exchanged, Outgoing, Transport, response_to};
+use crate::client::{Exchanged, Outgoing, Transport, refusal, response_to};
 use crate::sse::EventReader;
 use crate::{Era, Upstream, UpstreamError};
 
@@ -50,15 +50,9 @@ struct HttpTransport {
 #[async_trait::async_trait]
 impl Transport for HttpTransport {
     async fn exchange(&self, era: &Era, message: Outgoing<'_>) -> Result<Exchanged, UpstreamError> {
-        let mut request = Request::builder().method(Method::POST).uri(self.config.url.clone());
-        let headers = request.headers_mut().expect("a fresh builder");
-        headers.extend(self.config.headers.clone());
-        headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(http::header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
-        for (header, value) in era_headers(era, message.method, message.name.as_deref()) {
-            headers.insert(header, value);
-        }
-        let request = request.body(Full::new(Bytes::from(message.body))).map_err(|e| self.protocol(e.to_string()))?;
+        let request = self
+            .post(era, message.method, message.name.as_deref(), message.body)
+            .map_err(|e| self.protocol(e.to_string()))?;
         let exchange = async {
             let response = self.client.request(request).await.map_err(|e| self.unreachable(e))?;
             let session =
@@ -130,22 +124,22 @@ impl HttpTransport {
         }
     }
 
-    /// Answers a request the upstream sent mid-call (a 2025-era `elicitation/create`,
-    /// `sampling/createMessage`, `roots/list`) with `-32601`, so that its call goes on
-    /// (or fails) instead of waiting for an answer that never comes.
-    async fn refuse(&self, era: &Era, request: jsonrpc::Request) {
-        let message = format!("hitl does not answer {} from an upstream yet", request.method);
-        let error = ErrorObject::new(hitl_protocol::ErrorCode::METHOD_NOT_FOUND, message);
-        let body = serde_json::json!({"jsonrpc": "2.0", "id": request.id, "error": error});
-        let mut post = Request::builder().method(Method::POST).uri(self.config.url.clone());
-        let headers = post.headers_mut().expect("a fresh builder");
+    /// A POST of `body` to the endpoint, with the configured headers and the era's.
+    fn post(&self, era: &Era, method: &str, name: Option<&str>, body: Vec<u8>) -> http::Result<Request<Full<Bytes>>> {
+        let mut request = Request::builder().method(Method::POST).uri(self.config.url.clone());
+        let headers = request.headers_mut().expect("a fresh builder");
         headers.extend(self.config.headers.clone());
         headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(http::header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
-        for (header, value) in era_headers(era, "", None) {
+        for (header, value) in era_headers(era, method, name) {
             headers.insert(header, value);
         }
-        let Ok(post) = post.body(Full::new(Bytes::from(body.to_string()))) else { return };
+        request.body(Full::new(Bytes::from(body)))
+    }
+
+    /// Answers a request the upstream sent mid-call with [`refusal`].
+    async fn refuse(&self, era: &Era, request: jsonrpc::Request) {
+        let Ok(post) = self.post(era, "", None, refusal(&request)) else { return };
         if let Err(e) = self.client.request(post).await {
             tracing::warn!(upstream = %self.config.name, error = %e, "could not refuse the upstream's request");
         }

@@ -10,13 +10,13 @@ use std::sync::{Arc, Mutex as SyncMutex};
 use std::time::{Duration, Instant};
 
 use hitl_protocol::jsonrpc::{self, Message};
-use hitl_protocol::{ErrorCode, ErrorObject, RequestId};
-use serde_json::{Value, json};
+use hitl_protocol::{ErrorObject, RequestId};
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{Mutex, oneshot};
 
-use crate::client::{Exchanged, Outgoing, Transport};
+use crate::client::{Exchanged, Outgoing, Transport, refusal};
 use crate::{Era, Upstream, UpstreamError};
 
 /// How to start a stdio upstream.
@@ -202,13 +202,10 @@ async fn read_stdout(
             Ok(Message::Response { id: RequestId::Number(id), result }) => deliver(&pending, id, Ok(result)),
             Ok(Message::Error { id: Some(RequestId::Number(id)), error }) => deliver(&pending, id, Err(error)),
             Ok(Message::Request(request)) => {
-                let error = ErrorObject::new(
-                    ErrorCode::METHOD_NOT_FOUND,
-                    format!("hitl does not answer {} from an upstream yet", request.method),
-                );
-                let reply = json!({"jsonrpc": "2.0", "id": request.id, "error": error});
+                let mut reply = refusal(&request);
+                reply.push(b'\n');
                 let mut stdin = stdin.lock().await;
-                let _ = stdin.write_all(format!("{reply}\n").as_bytes()).await;
+                let _ = stdin.write_all(&reply).await;
                 let _ = stdin.flush().await;
             }
             Ok(_) => {}
