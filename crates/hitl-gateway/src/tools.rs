@@ -142,7 +142,8 @@ fn outcome(upstream: &Upstream, answered: Result<Value, UpstreamError>) -> Value
             let error = ToolResult::error(format!("upstream {} answered with {other}", upstream.name()));
             json!({ RESULT: error.to_value() })
         }
-        Err(error) => json!({ RESULT: failed(&error).to_value() }),
+        // An upstream failure: the error result names the upstream.
+        Err(error) => json!({ RESULT: ToolResult::error(error.to_string()).to_value() }),
     }
 }
 
@@ -215,11 +216,6 @@ fn call_step(gated: Arc<Gated>, upstream: Arc<Upstream>) -> impl Fn(Value, StepC
             Ok(next)
         })
     }
-}
-
-/// An upstream failure as the error result the client sees.
-fn failed(error: &UpstreamError) -> ToolResult {
-    ToolResult::error(error.to_string())
 }
 
 /// The call's arguments: the state without the gateway's keys.

@@ -156,10 +156,8 @@ impl Shared {
     }
 
     fn list_tools(&self, era: Era) -> Result<Value, ErrorObject> {
-        let listings = self.tools.listings();
-        let tools = self
-            .tools
-            .snapshot()
+        let (tools, listings) = self.tools.listed();
+        let tools = tools
             .values()
             .map(|a| {
                 // A gateway's upstream tool keeps its title, annotations, output schema…

@@ -51,7 +51,7 @@ pub use app::{BodyLimits, Endpoint, HealthFn, HttpApp};
 pub use limit::{MaxConcurrentRequests, MaxConcurrentRequestsLayer};
 pub use origin::{AllowedHosts, ValidateOrigin, ValidateOriginLayer};
 pub use principal::{PrincipalFromHeader, PrincipalFromHeaderLayer};
-pub use tools::{Listing, Tools};
+pub use tools::{Listing, Listings, Tools};
 
 use std::convert::Infallible;
 use std::sync::Arc;

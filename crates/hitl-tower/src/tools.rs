@@ -13,6 +13,9 @@ use serde_json::{Map, Value};
 /// `outputSchema`, `icons`, `_meta`): a gateway's upstream tools, listed as they are.
 pub type Listing = Map<String, Value>;
 
+/// The extra listings of the tools that have them, by name.
+pub type Listings = Arc<BTreeMap<String, Listing>>;
+
 /// The endpoint's tools; cheap to clone (a handle to one registry).
 #[derive(Clone, Default)]
 pub struct Tools {
@@ -24,7 +27,7 @@ struct Registry {
     fixed: Vec<Agent>,
     sets: BTreeMap<String, Vec<(Agent, Listing)>>,
     merged: Arc<IndexMap<String, Agent>>,
-    listings: Arc<BTreeMap<String, Listing>>,
+    listings: Listings,
 }
 
 impl std::fmt::Debug for Tools {
@@ -50,9 +53,11 @@ impl Tools {
         self.inner.read().unwrap_or_else(|p| p.into_inner()).merged.clone()
     }
 
-    /// The extra `tools/list` fields of the tools that have them, by name.
-    pub fn listings(&self) -> Arc<BTreeMap<String, Listing>> {
-        self.inner.read().unwrap_or_else(|p| p.into_inner()).listings.clone()
+    /// The tools now and the extra `tools/list` fields of those that have them, read
+    /// together so that a change never shows halfway.
+    pub fn listed(&self) -> (Arc<IndexMap<String, Agent>>, Listings) {
+        let registry = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        (registry.merged.clone(), registry.listings.clone())
     }
 
     /// Replaces the set named `source` with `agents` (empty: removes it). Refused, and
@@ -127,6 +132,6 @@ mod tests {
         tools
             .replace_listed("upstream db", vec![(agent("db.a"), listing.clone()), (agent("db.b"), Listing::new())])
             .unwrap();
-        assert_eq!(*tools.listings(), BTreeMap::from([("db.a".to_owned(), listing)]));
+        assert_eq!(*tools.listed().1, BTreeMap::from([("db.a".to_owned(), listing)]));
     }
 }
