@@ -182,8 +182,13 @@ impl ServeArgs {
     }
 
     /// Everything the server needs but its store and listener, checked: the secret,
-    /// the limits, hosts and header names. `store` is the store it will use.
-    fn prepare(&self, store: Arc<dyn ThreadStore>, agents: Vec<Agent>) -> anyhow::Result<ServerBuilder> {
+    /// the limits, hosts, header names and the gateway (not connected yet). `store` is
+    /// the store it will use.
+    fn prepare(
+        &self,
+        store: Arc<dyn ThreadStore>,
+        agents: Vec<Agent>,
+    ) -> anyhow::Result<(ServerBuilder, Option<Arc<hitl_gateway::Gateway>>)> {
         let shared_store = (self.store != "memory").then(|| redact_url(&self.store));
         let (env, previous_env) = secrets::Sources::env_values();
         let sources = secrets::Sources {
@@ -229,32 +234,23 @@ impl ServeArgs {
                 .map_err(|e| anyhow::anyhow!("--allowed-host {e}"))?;
             builder = builder.allowed_hosts(hosts);
         }
-        self.gateway.check()?;
         if let Some(name) = &self.principal_header {
             let header =
                 http::HeaderName::try_from(name.as_str()).with_context(|| format!("--principal-header {name:?}"))?;
             builder = builder.principal_header(header);
         }
-        Ok(builder)
+        let gateway = self.gateway.gateway()?.map(Arc::new);
+        if let Some(gateway) = gateway.clone() {
+            builder = builder.health(Arc::new(move || gateway.health()));
+        }
+        Ok((builder, gateway))
     }
 }
 
 /// Serves `agents` (besides the examples and fixtures the flags ask for) as `args` say.
 pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result<()> {
     let store = crate::store_from_url(&args.store, args.redis_ca_file.as_deref())?;
-    let mut builder = args.prepare(store.clone(), agents)?;
-    let gateway = match args.gateway.upstream.is_empty() {
-        true => None,
-        false => {
-            let env = |name: &str| std::env::var(name).ok();
-            let gateway = hitl_gateway::Gateway::new(&args.gateway.upstream, args.gateway.policies()?, env)
-                .map_err(anyhow::Error::msg)?;
-            Some(Arc::new(gateway))
-        }
-    };
-    if let Some(gateway) = gateway.clone() {
-        builder = builder.health(Arc::new(move || gateway.health()));
-    }
+    let (builder, gateway) = args.prepare(store.clone(), agents)?;
     let server = builder.build();
     if let Some(gateway) = gateway {
         let tools = server.tools();

@@ -34,21 +34,15 @@ pub(crate) struct GatewayFile {
 }
 
 impl GatewayFile {
-    /// The policies, checked.
-    pub(crate) fn policies(&self) -> anyhow::Result<hitl_gateway::Policies> {
-        hitl_gateway::Policies::new(self.policy.clone(), self.gateway).map_err(anyhow::Error::msg)
-    }
-
-    /// Checks every upstream as far as it can be without connecting.
-    pub(crate) fn check(&self) -> anyhow::Result<()> {
-        self.policies()?;
-        for (i, spec) in self.upstream.iter().enumerate() {
-            if self.upstream[..i].iter().any(|s| s.name == spec.name) {
-                anyhow::bail!("upstream {:?} is configured twice", spec.name);
-            }
-            spec.upstream(|name| std::env::var(name).ok()).map_err(anyhow::Error::msg)?;
+    /// The gateway of these sections (`None` without upstreams), checked as far as it
+    /// can be without connecting: policies, upstream names, specs, `env:` values.
+    pub(crate) fn gateway(&self) -> anyhow::Result<Option<hitl_gateway::Gateway>> {
+        let policies = hitl_gateway::Policies::new(self.policy.clone(), self.gateway).map_err(anyhow::Error::msg)?;
+        if self.upstream.is_empty() {
+            return Ok(None);
         }
-        Ok(())
+        let env = |name: &str| std::env::var(name).ok();
+        hitl_gateway::Gateway::new(&self.upstream, policies, env).map(Some).map_err(anyhow::Error::msg)
     }
 }
 
