@@ -151,8 +151,7 @@ pub fn connect_calendar() -> Agent {
             let page =
                 RelayedRequest::url("Connect your calendar to continue.", "https://example.com/oauth/calendar/start");
             let reply = relay(&ctx, Relay::elicitation([("calendar_auth", page)]))?;
-            let accepted = reply.response("calendar_auth").get("action").and_then(Value::as_str) == Some("accept");
-            let status = if accepted { "connected" } else { "not connected" };
+            let status = if reply.action("calendar_auth") == Some("accept") { "connected" } else { "not connected" };
             Ok(json!({ "status": status }))
         })
         .add_edge(START, "connect_calendar")

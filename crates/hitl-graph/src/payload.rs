@@ -194,13 +194,17 @@ impl RelayReply {
         self.responses.get(key).unwrap_or(&Value::Null)
     }
 
-    /// Was elicitation `key` accepted? Then its content.
+    /// The action the user took on elicitation `key` (`accept`, `decline`, `cancel`).
+    pub fn action(&self, key: &str) -> Option<&str> {
+        self.response(key).get("action").and_then(Value::as_str)
+    }
+
+    /// Was form elicitation `key` accepted? Then its content.
     pub fn accepted(&self, key: &str) -> Option<&Map<String, Value>> {
-        let response = self.response(key);
-        if response.get("action").and_then(Value::as_str) != Some("accept") {
+        if self.action(key) != Some("accept") {
             return None;
         }
-        response.get("content").and_then(Value::as_object)
+        self.response(key).get("content").and_then(Value::as_object)
     }
 }
 
