@@ -11,6 +11,22 @@ use crate::upstream::PythonUpstream;
 /// A config file, removed when dropped.
 struct ConfigFile(std::path::PathBuf);
 
+impl ConfigFile {
+    /// `text` in a file of its own.
+    fn write(text: &str) -> Self {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let file = Self(std::env::temp_dir().join(format!("hitl-e2e-gateway-{}-{n}.toml", std::process::id())));
+        std::fs::write(&file.0, text).unwrap();
+        file
+    }
+
+    /// The hitl program serving this configuration.
+    async fn serve(&self) -> Server {
+        Server::start(&["--config", self.0.to_str().unwrap(), "--max-paused-per-caller", "1000000"]).await
+    }
+}
+
 impl Drop for ConfigFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
@@ -20,15 +36,11 @@ impl Drop for ConfigFile {
 /// The hitl program with `upstream` as `db`, drops reviewed and `fail` denied.
 async fn gateway(upstream: &PythonUpstream, extra: &str) -> (Server, ConfigFile) {
     let file = config(upstream, extra);
-    let server = Server::start(&["--config", file.0.to_str().unwrap(), "--max-paused-per-caller", "1000000"]).await;
-    (server, file)
+    (file.serve().await, file)
 }
 
 /// The configuration of [`gateway`], written to a file.
 fn config(upstream: &PythonUpstream, extra: &str) -> ConfigFile {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let file = ConfigFile(std::env::temp_dir().join(format!("hitl-e2e-gateway-{}-{n}.toml", std::process::id())));
     let config = format!(
         r#"[[upstream]]
 name = "db"
@@ -45,8 +57,29 @@ action = "deny"
 {extra}"#,
         upstream.url
     );
-    std::fs::write(&file.0, config).unwrap();
-    file
+    ConfigFile::write(&config)
+}
+
+/// `<prefix>.drop_partition` of `partition` paused for review and approved, then the
+/// same answers again: the stored result both times, and the upstream ran it once.
+async fn drop_approved_once(server: &Server, prefix: &str, partition: &str) {
+    let tool = format!("{prefix}.drop_partition");
+    let arguments = json!({"partition": partition, "database": "orders"});
+    let paused = server.call_tool(2, json!({"name": tool, "arguments": arguments})).await;
+    let result = &paused.body["result"];
+    assert_eq!(result["resultType"], "input_required", "{result}");
+    let key = result["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let answer = json!({ key.as_str(): {"action": "accept", "content": {"decision": "approve"}} });
+    let params = json!({"name": tool, "arguments": arguments, "inputResponses": answer,
+                        "requestState": result["requestState"]});
+    let done = server.call_tool(3, params.clone()).await;
+    assert_eq!(text(&done), format!("dropped {partition} on orders"), "{}", done.body);
+    let again = server.call_tool(4, params).await;
+    assert_eq!(again.body["result"], done.body["result"]);
+    let count = server
+        .call_tool(5, json!({"name": format!("{prefix}.executions"), "arguments": {"tool": "drop_partition"}}))
+        .await;
+    assert_eq!(text(&count), "1");
 }
 
 fn text(reply: &Reply) -> String {
@@ -272,31 +305,14 @@ async fn a_stdio_upstream_is_gated_too() {
         return;
     };
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/upstream_server.py");
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let file = ConfigFile(std::env::temp_dir().join(format!("hitl-e2e-stdio-{}-{n}.toml", std::process::id())));
-    let config = format!(
+    let file = ConfigFile::write(&format!(
         "[[upstream]]\nname = \"local\"\ncommand = [{python:?}, {:?}, \"--stdio\"]\n\n[[policy]]\ntools = [\"local.drop_*\"]\naction = \"review\"\n",
         script.to_string_lossy()
-    );
-    std::fs::write(&file.0, config).unwrap();
-    let server = Server::start(&["--config", file.0.to_str().unwrap(), "--max-paused-per-caller", "1000000"]).await;
+    ));
+    let server = file.serve().await;
     let echoed = server.call_tool(1, json!({"name": "local.echo", "arguments": {"text": "over stdio"}})).await;
     assert_eq!(text(&echoed), "over stdio", "{}", echoed.body);
-    let arguments = json!({"partition": "p3", "database": "orders"});
-    let paused = server.call_tool(2, json!({"name": "local.drop_partition", "arguments": arguments})).await;
-    let result = &paused.body["result"];
-    assert_eq!(result["resultType"], "input_required", "{result}");
-    let key = result["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
-    let answer = json!({ key.as_str(): {"action": "accept", "content": {"decision": "approve"}} });
-    let params = json!({"name": "local.drop_partition", "arguments": arguments, "inputResponses": answer,
-                        "requestState": result["requestState"]});
-    let done = server.call_tool(3, params.clone()).await;
-    assert_eq!(text(&done), "dropped p3 on orders", "{}", done.body);
-    let again = server.call_tool(4, params).await;
-    assert_eq!(again.body["result"], done.body["result"]);
-    let count = server.call_tool(5, json!({"name": "local.executions", "arguments": {"tool": "drop_partition"}})).await;
-    assert_eq!(text(&count), "1");
+    drop_approved_once(&server, "local", "p3").await;
 }
 
 #[tokio::test]
@@ -323,12 +339,11 @@ async fn an_upstream_that_asks_is_relayed_to_the_client() {
 #[tokio::test]
 async fn a_2025_upstream_that_asks_mid_call_is_told_no_instead_of_waiting() {
     let Some(upstream) = PythonUpstream::start(&[]) else { return };
-    let extra = "";
-    let file = config(&upstream, extra);
-    let text_config = std::fs::read_to_string(&file.0).unwrap();
-    std::fs::write(&file.0, text_config.replacen("name = \"db\"\n", "name = \"db\"\nprotocol = \"2025-11-25\"\n", 1))
-        .unwrap();
-    let server = Server::start(&["--config", file.0.to_str().unwrap(), "--max-paused-per-caller", "1000000"]).await;
+    let file = ConfigFile::write(&format!(
+        "[[upstream]]\nname = \"db\"\nurl = \"{}\"\nprotocol = \"2025-11-25\"\n",
+        upstream.url
+    ));
+    let server = file.serve().await;
     let asked = server.call_tool(1, json!({"name": "db.truncate", "arguments": {"table": "orders"}})).await;
     assert_eq!(asked.body["result"]["isError"], true, "{}", asked.body);
     assert!(!text(&asked).contains("did not answer"), "the upstream was answered, not left waiting: {}", asked.body);
@@ -358,9 +373,8 @@ async fn an_upstream_down_at_start_is_reported_and_listed_once_it_answers() {
         return;
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let file = ConfigFile(std::env::temp_dir().join(format!("hitl-e2e-late-{}-{port}.toml", std::process::id())));
-    std::fs::write(&file.0, format!("[[upstream]]\nname = \"db\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n")).unwrap();
-    let server = Server::start(&["--config", file.0.to_str().unwrap()]).await;
+    let file = ConfigFile::write(&format!("[[upstream]]\nname = \"db\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n"));
+    let server = file.serve().await;
     let health = healthz(&server).await;
     assert_eq!(health["status"], "ok", "a down upstream does not fail the server: {health}");
     assert_eq!(health["upstreams"]["db"]["status"], "unreachable", "{health}");
@@ -387,12 +401,10 @@ async fn an_upstream_down_at_start_is_reported_and_listed_once_it_answers() {
 #[tokio::test]
 async fn two_upstreams_listing_one_name_stop_the_server_naming_both() {
     let Some(upstream) = PythonUpstream::start(&[]) else { return };
-    let file = ConfigFile(std::env::temp_dir().join(format!("hitl-e2e-twice-{}.toml", std::process::id())));
-    let config = format!(
+    let file = ConfigFile::write(&format!(
         "[[upstream]]\nname = \"a\"\nurl = \"{0}\"\ntool_prefix = \"x.\"\n\n[[upstream]]\nname = \"b\"\nurl = \"{0}\"\ntool_prefix = \"x.\"\n",
         upstream.url
-    );
-    std::fs::write(&file.0, config).unwrap();
+    ));
     let output = std::process::Command::new(Server::program())
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&file.0)
@@ -446,30 +458,14 @@ impl Drop for TsUpstream {
 #[tokio::test]
 async fn a_typescript_sdk_v1_upstream_is_gated_too() {
     let Some(upstream) = TsUpstream::start() else { return };
-    let file = ConfigFile(std::env::temp_dir().join(format!("hitl-e2e-ts-{}.toml", std::process::id())));
-    let config = format!(
+    let file = ConfigFile::write(&format!(
         "[[upstream]]\nname = \"ts\"\nurl = \"{}\"\n\n[[policy]]\ntools = [\"ts.drop_*\"]\naction = \"review\"\n",
         upstream.url
-    );
-    std::fs::write(&file.0, config).unwrap();
-    let server = Server::start(&["--config", file.0.to_str().unwrap(), "--max-paused-per-caller", "1000000"]).await;
+    ));
+    let server = file.serve().await;
     let health = healthz(&server).await;
     assert_eq!(health["upstreams"]["ts"]["status"], "ok", "{health}");
     let echoed = server.call_tool(1, json!({"name": "ts.echo", "arguments": {"text": "via TypeScript"}})).await;
     assert_eq!(text(&echoed), "via TypeScript", "{}", echoed.body);
-
-    let arguments = json!({"partition": "p5", "database": "orders"});
-    let paused = server.call_tool(2, json!({"name": "ts.drop_partition", "arguments": arguments})).await;
-    let result = &paused.body["result"];
-    assert_eq!(result["resultType"], "input_required", "{result}");
-    let key = result["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
-    let answer = json!({ key.as_str(): {"action": "accept", "content": {"decision": "approve"}} });
-    let params = json!({"name": "ts.drop_partition", "arguments": arguments, "inputResponses": answer,
-                        "requestState": result["requestState"]});
-    let done = server.call_tool(3, params.clone()).await;
-    assert_eq!(text(&done), "dropped p5 on orders", "{}", done.body);
-    let again = server.call_tool(4, params).await;
-    assert_eq!(again.body["result"], done.body["result"]);
-    let count = server.call_tool(5, json!({"name": "ts.executions", "arguments": {"tool": "drop_partition"}})).await;
-    assert_eq!(text(&count), "1");
+    drop_approved_once(&server, "ts", "p5").await;
 }
