@@ -336,18 +336,103 @@ async fn an_upstream_that_asks_is_relayed_to_the_client() {
     assert_eq!(executions_of(&server, "truncate").await, 1);
 }
 
-#[tokio::test]
-async fn a_2025_upstream_that_asks_mid_call_is_told_no_instead_of_waiting() {
-    let Some(upstream) = PythonUpstream::start(&[]) else { return };
-    let file = ConfigFile::write(&format!(
-        "[[upstream]]\nname = \"db\"\nurl = \"{}\"\nprotocol = \"2025-11-25\"\n",
+/// The gateway's configuration with the Python upstream spoken to in 2025-11-25, so
+/// its `truncate` asks mid-call (push elicitation).
+fn legacy_config(upstream: &PythonUpstream, extra: &str) -> ConfigFile {
+    ConfigFile::write(&format!(
+        "[[upstream]]\nname = \"db\"\nurl = \"{}\"\nprotocol = \"2025-11-25\"\n{extra}",
         upstream.url
-    ));
+    ))
+}
+
+/// `db.truncate` of `table` paused on the upstream's question: the relayed request and
+/// the params of the call that answers it with `answer`.
+async fn held_truncate(server: &Server, table: &str) -> (Value, impl Fn(Value) -> Value + use<>) {
+    let arguments = json!({"table": table});
+    let asked = server.call_tool(1, json!({"name": "db.truncate", "arguments": arguments})).await;
+    let result = asked.body["result"].clone();
+    assert_eq!(result["resultType"], "input_required", "{}", asked.body);
+    let (key, request) = result["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    let (key, request) = (key.clone(), request.clone());
+    let answering = move |answer: Value| {
+        json!({"name": "db.truncate", "arguments": arguments, "inputResponses": { key.as_str(): answer },
+               "requestState": result["requestState"]})
+    };
+    (request, answering)
+}
+
+fn confirm() -> Value {
+    json!({"action": "accept", "content": {"confirm": true}})
+}
+
+#[tokio::test]
+async fn a_2025_upstream_that_asks_mid_call_is_held_until_the_client_answers() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let file = legacy_config(&upstream, "");
     let server = file.serve().await;
-    let asked = server.call_tool(1, json!({"name": "db.truncate", "arguments": {"table": "orders"}})).await;
-    assert_eq!(asked.body["result"]["isError"], true, "{}", asked.body);
-    assert!(!text(&asked).contains("did not answer"), "the upstream was answered, not left waiting: {}", asked.body);
-    assert_eq!(executions_of(&server, "truncate").await, 0, "nothing was truncated");
+    let (request, answering) = held_truncate(&server, "orders").await;
+    assert_eq!(request["method"], "elicitation/create");
+    assert_eq!(request["params"]["message"], "Really truncate orders?", "{request}");
+    assert_eq!(healthz(&server).await["upstreams"]["db"]["held"], 1, "the upstream call is held open");
+    let done = server.call_tool(2, answering(confirm())).await;
+    assert_eq!(text(&done), "truncated orders", "{}", done.body);
+    let again = server.call_tool(3, answering(confirm())).await;
+    assert_eq!(again.body["result"], done.body["result"], "a resend gets the stored result");
+    assert_eq!(healthz(&server).await["upstreams"]["db"]["held"], 0);
+
+    // Declined: the upstream hears it and keeps the table.
+    let (_, answering) = held_truncate(&server, "users").await;
+    let kept = server.call_tool(4, answering(json!({"action": "decline"}))).await;
+    assert!(!text(&kept).contains("truncated"), "{}", kept.body);
+
+    // A client that cannot answer elicitations: the question is refused for it at once.
+    let call = json!({"name": "db.truncate", "arguments": {"table": "audit"}});
+    let unable = server.modern(5, "tools/call", call, json!({})).await;
+    assert_eq!(unable.body["result"]["isError"], true, "{}", unable.body);
+    assert_eq!(healthz(&server).await["upstreams"]["db"]["held"], 0, "nothing is left held");
+    assert_eq!(executions_of(&server, "truncate").await, 1, "truncated once, orders only");
+}
+
+#[tokio::test]
+async fn an_answer_at_another_replica_reaches_the_held_call_and_a_dead_holder_is_reported() {
+    let Some(url) = redis_url("gateway") else { return };
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let file = legacy_config(&upstream, "");
+    let path = file.0.to_str().unwrap().to_owned();
+    let mut a = Server::start_on(&url, &["--config", &path]).await;
+    let b = Server::start_on(&url, &["--config", &path]).await;
+
+    let (_, answering) = held_truncate(&a, "orders").await;
+    let done = b.call_tool(2, answering(confirm())).await;
+    assert_eq!(text(&done), "truncated orders", "B forwarded the answer to A, which holds the call: {}", done.body);
+    assert_eq!(healthz(&a).await["upstreams"]["db"]["held"], 0);
+
+    let (_, answering) = held_truncate(&a, "users").await;
+    a.kill();
+    let orphan = b.call_tool(3, answering(confirm())).await;
+    assert_eq!(orphan.body["result"]["isError"], true, "{}", orphan.body);
+    let said = text(&orphan);
+    assert!(said.contains("replica that held the upstream call is gone") && said.contains("unknown"), "{said}");
+    assert_eq!(executions_of(&b, "truncate").await, 1, "the orphaned call never ran");
+}
+
+#[tokio::test]
+async fn a_held_call_is_given_up_after_hold_timeout() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let file = legacy_config(&upstream, "\n[gateway]\nhold_timeout = 1\n");
+    let server = file.serve().await;
+    let (_, answering) = held_truncate(&server, "orders").await;
+    for polls in 0.. {
+        if healthz(&server).await["upstreams"]["db"]["held"] == 0 {
+            break;
+        }
+        assert!(polls < 300, "the hold never lapsed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let late = server.call_tool(2, answering(confirm())).await;
+    assert_eq!(late.body["result"]["isError"], true, "{}", late.body);
+    assert!(text(&late).contains("longer than hold_timeout"), "{}", late.body);
+    assert_eq!(executions_of(&server, "truncate").await, 0);
 }
 
 async fn healthz(server: &Server) -> Value {
@@ -468,4 +553,18 @@ async fn a_typescript_sdk_v1_upstream_is_gated_too() {
     let echoed = server.call_tool(1, json!({"name": "ts.echo", "arguments": {"text": "via TypeScript"}})).await;
     assert_eq!(text(&echoed), "via TypeScript", "{}", echoed.body);
     drop_approved_once(&server, "ts", "p5").await;
+
+    // Its mid-call elicitation reaches the client as a round, and the answer goes back.
+    let arguments = json!({"table": "orders"});
+    let asked = server.call_tool(6, json!({"name": "ts.truncate", "arguments": arguments})).await;
+    let result = &asked.body["result"];
+    assert_eq!(result["resultType"], "input_required", "{}", asked.body);
+    let (key, request) = result["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    assert_eq!(request["params"]["message"], "Really truncate orders?", "{request}");
+    let params = json!({"name": "ts.truncate", "arguments": arguments, "requestState": result["requestState"],
+                        "inputResponses": { key.as_str(): confirm() }});
+    let done = server.call_tool(7, params).await;
+    assert_eq!(text(&done), "truncated orders", "{}", done.body);
+    let count = server.call_tool(8, json!({"name": "ts.executions", "arguments": {"tool": "truncate"}})).await;
+    assert_eq!(text(&count), "1");
 }

@@ -184,3 +184,37 @@ async fn a_stdio_upstream_that_exits_is_started_again() {
         }
     }
 }
+
+/// A 2025-era upstream's mid-call question, seen through [`hitl_upstream::Call`]:
+/// answered, the call goes on; refused, the tool does not run.
+async fn truncate_asks(upstream: Upstream) {
+    use hitl_upstream::Event;
+    let upstream = std::sync::Arc::new(upstream);
+    let mut call = upstream.start_call("truncate", args(&[("table", json!("orders"))]), Map::new());
+    let Event::Asked(asked) = call.next().await else { panic!("the upstream asks first") };
+    assert_eq!(asked.method, "elicitation/create");
+    assert_eq!(asked.params["message"], "Really truncate orders?", "{}", asked.params);
+    asked.answer(json!({"action": "accept", "content": {"confirm": true}}));
+    let Event::Done(result) = call.next().await else { panic!("then it answers") };
+    assert_eq!(text(&result.unwrap()), "truncated orders");
+
+    let mut refused = upstream.start_call("truncate", args(&[("table", json!("users"))]), Map::new());
+    let Event::Asked(asked) = refused.next().await else { panic!("the upstream asks first") };
+    drop(asked);
+    let Event::Done(result) = refused.next().await else { panic!("then it answers") };
+    match result {
+        Ok(result) => assert_eq!(result["isError"], true, "an unanswered question fails the tool: {result}"),
+        Err(error) => assert!(matches!(error, UpstreamError::Refused { .. }), "{error:?}"),
+    }
+
+    let count = upstream.call_tool("executions", args(&[("tool", json!("truncate"))])).await.unwrap();
+    assert_eq!(text(&count), "1", "truncated once");
+}
+
+#[tokio::test]
+async fn a_2025_upstream_question_mid_call_is_handed_to_the_caller() {
+    let Some(server) = PythonUpstream::start(&[]) else { return };
+    truncate_asks(server.client("py", Some("2025-11-25"))).await;
+    let Some(local) = stdio(Some("2025-11-25")) else { return };
+    truncate_asks(local).await;
+}

@@ -27,6 +27,18 @@ function newServer() {
       executions.drop_partition = (executions.drop_partition ?? 0) + 1;
       return text(`dropped ${partition} on ${database}`);
     });
+  // Asks the client mid-call (2025-era push elicitation) before it truncates.
+  server.registerTool("truncate",
+    { description: "Truncates a table once the user confirms.", inputSchema: { table: z.string() } },
+    async ({ table }, extra) => {
+      const answer = await server.server.elicitInput({
+        message: `Really truncate ${table}?`,
+        requestedSchema: { type: "object", properties: { confirm: { type: "boolean" } }, required: ["confirm"] },
+      }, { relatedRequestId: extra.requestId });
+      if (answer.action !== "accept" || !answer.content?.confirm) return text(`kept ${table}`);
+      executions.truncate = (executions.truncate ?? 0) + 1;
+      return text(`truncated ${table}`);
+    });
   server.registerTool("executions", { description: "How many times a tool ran.", inputSchema: { tool: z.string() } },
     async ({ tool }) => text(executions[tool] ?? 0));
   return server;

@@ -29,6 +29,7 @@
 //! # Ok(()) }
 //! ```
 
+mod hold;
 mod policy;
 mod tools;
 mod upstream;
@@ -39,6 +40,8 @@ use std::time::{Duration, Instant};
 
 use hitl_graph::Agent;
 use hitl_upstream::Upstream;
+pub use hold::Bus;
+use hold::Holds;
 pub use policy::{Action, Decided, Decision, GatewaySection, Policies, Policy, glob_match};
 use serde_json::{Map, Value};
 pub use upstream::UpstreamSpec;
@@ -51,12 +54,16 @@ pub type Publish = Arc<dyn Fn(&str, Vec<(Agent, Map<String, Value>)>) -> Result<
 /// How often tools are listed again (an upstream that is down is tried every tick).
 const LIST_TTL: Duration = Duration::from_secs(60);
 const TICK: Duration = Duration::from_secs(5);
+/// How long a 2025-era upstream's call that asked mid-call is held by default.
+pub const HOLD_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The upstreams, the policies their tools are listed under, and each one's state.
 pub struct Gateway {
     upstreams: Vec<(UpstreamSpec, Arc<Upstream>)>,
     policies: Policies,
     states: Mutex<BTreeMap<String, State>>,
+    holds: Arc<Holds>,
+    hold_timeout: Duration,
 }
 
 /// What the gateway knows of one upstream.
@@ -91,7 +98,27 @@ impl Gateway {
             }
             upstreams.push((spec.clone(), Arc::new(spec.upstream(&env)?)));
         }
-        Ok(Self { upstreams, policies, states: Mutex::new(BTreeMap::new()) })
+        Ok(Self {
+            upstreams,
+            policies,
+            states: Mutex::new(BTreeMap::new()),
+            holds: Arc::new(Holds::new()),
+            hold_timeout: HOLD_TIMEOUT,
+        })
+    }
+
+    /// How long a call that asks mid-call is held for an upstream without a
+    /// `hold_timeout` of its own (default [`HOLD_TIMEOUT`]).
+    pub fn with_hold_timeout(mut self, timeout: Duration) -> Self {
+        self.hold_timeout = timeout;
+        self
+    }
+
+    /// Takes answers to the calls this replica holds from other replicas, and forwards
+    /// answers to calls they hold, over `bus`. Without a bus, an answer that reaches a
+    /// replica other than the holder fails the call with an error result.
+    pub async fn listen(&self, bus: Arc<dyn Bus>) -> Result<(), String> {
+        self.holds.listen(bus).await
     }
 
     /// Lists every upstream's tools and publishes them. Two tools with one listed name
@@ -124,16 +151,17 @@ impl Gateway {
         }
     }
 
-    /// `{"upstreams": {name: {"status": "ok", "tools": n} | {"status": "unreachable",
-    /// "error": …}}}`, for `/healthz`.
+    /// `{"upstreams": {name: {"status": "ok", "tools": n, "held": calls held here} |
+    /// {"status": "unreachable", "error": …}}}`, for `/healthz`.
     pub fn health(&self) -> serde_json::Map<String, Value> {
         let states = self.states.lock().unwrap_or_else(|p| p.into_inner());
         let upstreams: serde_json::Map<String, Value> = self
             .upstreams
             .iter()
             .map(|(spec, _)| {
+                let held = self.holds.count(&spec.name);
                 let state = match states.get(&spec.name) {
-                    Some(State::Up { tools, .. }) => serde_json::json!({"status": "ok", "tools": tools}),
+                    Some(State::Up { tools, .. }) => serde_json::json!({"status": "ok", "tools": tools, "held": held}),
                     Some(State::Down { error }) => serde_json::json!({"status": "unreachable", "error": error}),
                     None => serde_json::json!({"status": "starting"}),
                 };
@@ -165,7 +193,8 @@ impl Gateway {
                         listing.remove(served);
                     }
                     let gated = tools::Gated::new(listed_name.clone(), tool, self.policies.decide(&listed_name));
-                    agents.push((gated.agent(upstream.clone()), listing));
+                    let hold_timeout = spec.hold_timeout.map_or(self.hold_timeout, Duration::from_secs);
+                    agents.push((gated.agent(upstream.clone(), self.holds.clone(), hold_timeout), listing));
                 }
                 let count = agents.len();
                 publish(&format!("upstream {:?}", spec.name), agents).map_err(Refused)?;

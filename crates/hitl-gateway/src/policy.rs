@@ -52,6 +52,10 @@ pub struct GatewaySection {
     /// The action for tools no policy matches (absent: `allow`).
     #[serde(default)]
     pub default_action: Option<Action>,
+    /// Seconds a 2025-era upstream's call that asks mid-call is held open for the
+    /// client's answer (absent: 600).
+    #[serde(default)]
+    pub hold_timeout: Option<u64>,
 }
 
 /// The policies in order, and the default.
@@ -171,14 +175,16 @@ mod tests {
     fn the_first_matching_policy_wins_and_the_default_covers_the_rest() {
         let policies = Policies::new(
             vec![policy(&["db.drop_*"], Action::Deny), policy(&["db.*"], Action::Review)],
-            GatewaySection { default_action: None },
+            GatewaySection { default_action: None, hold_timeout: None },
         )
         .unwrap();
         assert_eq!(policies.decide("db.drop_table").action, Action::Deny);
         assert_eq!(policies.decide("db.select").action, Action::Review);
         let other = policies.decide("git.log");
         assert_eq!((other.action, other.policy), (Action::Allow, None));
-        let strict = Policies::new(vec![], GatewaySection { default_action: Some(Action::Review) }).unwrap();
+        let strict =
+            Policies::new(vec![], GatewaySection { default_action: Some(Action::Review), ..Default::default() })
+                .unwrap();
         assert_eq!(strict.decide("git.log").action, Action::Review);
     }
 

@@ -3,6 +3,7 @@
 //! resume once): `allow` forwards it, `deny` fails it, `review` asks first.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use hitl_graph::payload::{
     self, ActionRequest, Decision, Relay, RelayReply, RelayedRequest, ReviewConfig, ToolApproval, ToolResult,
@@ -11,13 +12,18 @@ use hitl_graph::{Agent, END, START, StateGraph, StepContext, StepError};
 use hitl_upstream::{Upstream, UpstreamError};
 use serde_json::{Map, Value, json};
 
+use crate::hold::{Holds, Link};
 use crate::policy::{Action, Decided};
 
 /// State keys the gateway writes next to the call's arguments: the reviewer's
-/// decision, the result, and the upstream's open `input_required` round.
+/// decision, the result, the upstream's open `input_required` round, and the hold of a
+/// 2025-era upstream's call that asked mid-call.
 const DECISION: &str = "hitl:decision";
-const RESULT: &str = "hitl:result";
+pub(crate) const RESULT: &str = "hitl:result";
 const ASKED: &str = "hitl:upstream";
+pub(crate) const HELD: &str = "hitl:held";
+/// The key of a held call's question in its round.
+const HELD_KEY: &str = "input";
 /// The arguments the upstream was called with (an edit's, when edited).
 const SENT: &str = "hitl:arguments";
 
@@ -55,11 +61,13 @@ impl Gated {
         }
     }
 
-    /// The agent that serves this tool through `upstream`.
-    pub(crate) fn agent(self, upstream: Arc<Upstream>) -> Agent {
+    /// The agent that serves this tool through `upstream`; calls that ask mid-call are
+    /// held in `holds` for at most `hold_timeout`.
+    pub(crate) fn agent(self, upstream: Arc<Upstream>, holds: Arc<Holds>, hold_timeout: Duration) -> Agent {
         let description = self.spec.get("description").and_then(Value::as_str).unwrap_or_default().to_owned();
         let input_schema = self.spec.get("inputSchema").cloned().unwrap_or_else(|| json!({"type": "object"}));
         let gated = Arc::new(self);
+        let through = Through { upstream, holds, hold_timeout };
         let graph = match gated.action {
             Action::Deny => {
                 let denied = gated.clone();
@@ -68,7 +76,7 @@ impl Gated {
                     async move { Ok(json!({ RESULT: ToolResult::error(text).to_value() })) }
                 })
             }
-            Action::Allow => relaying(StateGraph::new(), &gated, &upstream),
+            Action::Allow => relaying(StateGraph::new(), &gated, &through),
             Action::Review => {
                 let reviewed = gated.clone();
                 let graph = StateGraph::new()
@@ -77,7 +85,7 @@ impl Gated {
                         async move { Ok(json!({ DECISION: reviewed.review(&state, &ctx)? })) }
                     })
                     .add_edge("review", "call");
-                relaying(graph, &gated, &upstream)
+                relaying(graph, &gated, &through)
             }
         };
         let graph = match gated.action {
@@ -112,38 +120,87 @@ impl Gated {
     }
 }
 
-/// `call`, then `relay` for as long as the upstream answers `input_required`.
-fn relaying(graph: StateGraph, gated: &Arc<Gated>, upstream: &Arc<Upstream>) -> StateGraph {
-    let done = |state: &Value| {
-        let next = if state.get(RESULT).is_some_and(|r| !r.is_null()) { END } else { "relay" };
+/// How a gated tool reaches its upstream.
+#[derive(Clone)]
+struct Through {
+    upstream: Arc<Upstream>,
+    holds: Arc<Holds>,
+    hold_timeout: Duration,
+}
+
+impl Through {
+    /// The link of one call, made for the client of `ctx`.
+    fn link(&self, gated: &Gated, ctx: &StepContext) -> Link {
+        Link {
+            upstream: self.upstream.clone(),
+            hold_timeout: self.hold_timeout,
+            capabilities: ctx.metadata().get("clientCapabilities").cloned().unwrap_or_else(|| json!({})),
+            tool: gated.listed.clone(),
+        }
+    }
+}
+
+/// `call`, then `relay` for as long as a 2026-07-28 upstream answers `input_required`,
+/// or `hold` for as long as a 2025-era upstream asks mid-call.
+fn relaying(graph: StateGraph, gated: &Arc<Gated>, through: &Through) -> StateGraph {
+    let set = |state: &Value, key: &str| state.get(key).is_some_and(|v| !v.is_null());
+    let done = move |state: &Value| {
+        let next = if set(state, RESULT) {
+            END
+        } else if set(state, HELD) {
+            "hold"
+        } else {
+            "relay"
+        };
         vec![next.to_owned()]
     };
     graph
-        .add_step("call", call_step(gated.clone(), upstream.clone()))
-        .add_step("relay", relay_step(gated.clone(), upstream.clone()))
+        .add_step("call", call_step(gated.clone(), through.clone()))
+        .add_step("relay", relay_step(gated.clone(), through.upstream.clone()))
+        .add_step("hold", hold_step(gated.clone(), through.holds.clone()))
         .add_conditional_edges("call", done)
         .add_conditional_edges("relay", done)
+        .add_conditional_edges("hold", done)
+}
+
+/// The step that asks the client what a held upstream call asked, and hands the
+/// answer to it (on whichever replica holds it).
+fn hold_step(gated: Arc<Gated>, holds: Arc<Holds>) -> impl Fn(Value, StepContext) -> StepFuture + Send + Sync {
+    move |state, ctx| {
+        let (gated, holds) = (gated.clone(), holds.clone());
+        Box::pin(async move {
+            let held = state.get(HELD).cloned().unwrap_or_default();
+            let method = held["method"].as_str().unwrap_or("elicitation/create").to_owned();
+            let request = RelayedRequest::method(method, held["params"].clone());
+            let reply: RelayReply =
+                serde_json::from_value(ctx.interrupt(Relay::input([(HELD_KEY, request)]).to_value())?)
+                    .map_err(|e| StepError::msg(format!("the relayed answer is not valid: {e}")))?;
+            // Handing the answer over lets the upstream go on: an effect.
+            ctx.begin_effect().await?;
+            Ok(holds.answer(&held, reply.response(HELD_KEY).clone(), &gated.listed).await)
+        })
+    }
 }
 
 /// What the upstream's answer leads to: its result, or its questions (relayed next).
-fn outcome(upstream: &Upstream, answered: Result<Value, UpstreamError>) -> Value {
+pub(crate) fn outcome(upstream: &Upstream, answered: Result<Value, UpstreamError>) -> Value {
     match answered {
         Ok(Value::Object(result)) if result.get("resultType").and_then(Value::as_str) == Some("input_required") => {
-            json!({ ASKED: result, RESULT: null })
+            json!({ ASKED: result, RESULT: null, HELD: null })
         }
         Ok(Value::Object(mut result)) => {
             // The gateway answers as itself.
             if let Some(Value::Object(meta)) = result.get_mut("_meta") {
                 meta.remove(hitl_protocol::meta_keys::SERVER_INFO);
             }
-            json!({ RESULT: ToolResult(result).to_value(), ASKED: null })
+            json!({ RESULT: ToolResult(result).to_value(), ASKED: null, HELD: null })
         }
         Ok(other) => {
             let error = ToolResult::error(format!("upstream {} answered with {other}", upstream.name()));
-            json!({ RESULT: error.to_value() })
+            json!({ RESULT: error.to_value(), HELD: null })
         }
         // An upstream failure: the error result names the upstream.
-        Err(error) => json!({ RESULT: ToolResult::error(error.to_string()).to_value() }),
+        Err(error) => json!({ RESULT: ToolResult::error(error.to_string()).to_value(), HELD: null }),
     }
 }
 
@@ -187,9 +244,9 @@ fn on_behalf(ctx: &StepContext) -> Map<String, Value> {
 }
 
 /// The step that carries out the decision (none: approved) and forwards the call.
-fn call_step(gated: Arc<Gated>, upstream: Arc<Upstream>) -> impl Fn(Value, StepContext) -> StepFuture + Send + Sync {
+fn call_step(gated: Arc<Gated>, through: Through) -> impl Fn(Value, StepContext) -> StepFuture + Send + Sync {
     move |state, ctx| {
-        let (gated, upstream) = (gated.clone(), upstream.clone());
+        let (gated, through) = (gated.clone(), through.clone());
         Box::pin(async move {
             let decision = match state.get(DECISION) {
                 None | Some(Value::Null) => Decision::Approve,
@@ -210,8 +267,8 @@ fn call_step(gated: Arc<Gated>, upstream: Arc<Upstream>) -> impl Fn(Value, StepC
             // Recorded first: a resend after this server died mid-call learns the
             // outcome is unknown, and the upstream is never called twice.
             ctx.begin_effect().await?;
-            let answered = upstream.call_tool_with(&gated.tool, args.clone(), on_behalf(&ctx)).await;
-            let mut next = outcome(&upstream, answered);
+            let call = through.upstream.start_call(&gated.tool, args.clone(), on_behalf(&ctx));
+            let mut next = through.holds.follow(call, through.link(&gated, &ctx)).await;
             next[SENT] = Value::Object(args);
             Ok(next)
         })

@@ -40,6 +40,10 @@ pub struct UpstreamSpec {
     /// Seconds one upstream request may take (default 60).
     #[serde(default)]
     pub timeout: Option<u64>,
+    /// Seconds a call that asks mid-call (a 2025-era server's `elicitation/create`) is
+    /// held open for the client's answer (default: `[gateway] hold_timeout`).
+    #[serde(default)]
+    pub hold_timeout: Option<u64>,
 }
 
 impl UpstreamSpec {
@@ -146,6 +150,7 @@ mod tests {
             tool_prefix: None,
             headers: BTreeMap::new(),
             timeout: None,
+            hold_timeout: None,
         };
         toml_like(&mut spec);
         spec

@@ -255,6 +255,15 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
     if let Some(gateway) = gateway {
         let tools = server.tools();
         let publish: hitl_gateway::Publish = Arc::new(move |source, agents| tools.replace_listed(source, agents));
+        if args.store != "memory" {
+            // Answers to calls another replica holds go to it over the store's Redis.
+            let ca = args.redis_ca_file.as_deref().map(std::fs::read).transpose().context("reading the Redis CA")?;
+            let channels = hitl_store_redis::Channels::new(&args.store, ca).map_err(anyhow::Error::msg)?;
+            let bus = Arc::new(crate::bus::RedisBus(channels));
+            if let Err(error) = gateway.listen(bus).await {
+                tracing::warn!(%error, "cannot listen for answers forwarded by other replicas yet; trying again");
+            }
+        }
         gateway.start(&publish).await.map_err(anyhow::Error::msg)?;
         tokio::spawn(gateway.keep_fresh(publish));
     }

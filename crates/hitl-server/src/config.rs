@@ -42,7 +42,9 @@ impl GatewayFile {
             return Ok(None);
         }
         let env = |name: &str| std::env::var(name).ok();
-        hitl_gateway::Gateway::new(&self.upstream, policies, env).map(Some).map_err(anyhow::Error::msg)
+        let gateway = hitl_gateway::Gateway::new(&self.upstream, policies, env).map_err(anyhow::Error::msg)?;
+        let hold = self.gateway.hold_timeout.map_or(hitl_gateway::HOLD_TIMEOUT, std::time::Duration::from_secs);
+        Ok(Some(gateway.with_hold_timeout(hold)))
     }
 }
 

@@ -25,6 +25,7 @@
 //! The binary's `main` is [`main`] here, so that other packages (the end-to-end tests)
 //! can build the very same program under another name.
 
+mod bus;
 mod cli;
 mod config;
 mod listener;

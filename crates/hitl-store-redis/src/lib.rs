@@ -17,8 +17,12 @@
 //! # Ok(()) }
 //! ```
 
+mod channels;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+pub use channels::{Channels, Deliver};
 
 use async_trait::async_trait;
 use hitl_interrupt::{LimitReached, PausedLimits, SaveError, StoreError, Thread, ThreadStore};
@@ -162,6 +166,21 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
+/// A client of one Redis, trusting `ca_pem` for `rediss://` when given.
+fn single_client(url: &str, ca_pem: Option<Vec<u8>>) -> redis::RedisResult<redis::Client> {
+    if url.starts_with("rediss://") {
+        // TLS through rustls on ring (already used for requestState HMACs); a
+        // provider installed earlier by the embedding program stays.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    match ca_pem {
+        Some(root_cert) => {
+            redis::Client::build_with_tls(url, redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) })
+        }
+        None => redis::Client::open(url),
+    }
+}
+
 /// The key of a thread's record.
 pub fn thread_key(id: &str) -> String {
     format!("hitl:{{{id}}}:thread")
@@ -205,11 +224,6 @@ impl RedisStore {
     /// `rediss://` instead of the system's roots.
     pub fn with_tls_roots(url: &str, ca_pem: Option<Vec<u8>>) -> Result<Self, StoreError> {
         let bad = |e: redis::RedisError| StoreError::Unavailable(format!("bad Redis URL {}: {e}", redact_url(url)));
-        if url.starts_with("rediss://") {
-            // TLS through rustls on ring (already used for requestState HMACs); a
-            // provider installed earlier by the embedding program stays.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
         let client = match url.strip_prefix("redis+cluster://") {
             Some(nodes) => {
                 let nodes: Vec<String> = nodes
@@ -226,13 +240,7 @@ impl RedisStore {
                     .map_err(bad)?;
                 Client::Cluster(cluster)
             }
-            None => match ca_pem {
-                Some(root_cert) => {
-                    let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
-                    Client::Single(redis::Client::build_with_tls(url, certificates).map_err(bad)?)
-                }
-                None => Client::Single(redis::Client::open(url).map_err(bad)?),
-            },
+            None => Client::Single(single_client(url, ca_pem).map_err(bad)?),
         };
         Ok(Self {
             client,

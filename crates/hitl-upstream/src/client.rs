@@ -2,12 +2,14 @@
 //! (`server/discover` for 2026-07-28, else the `initialize` handshake), requests with
 //! their `_meta` or session, tools listed across pages.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
 
 use hitl_protocol::jsonrpc::{self, Message};
 use hitl_protocol::{ErrorObject, RequestId, headers, meta_keys as meta, version};
 use serde_json::{Map, Value, json};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 use crate::{Era, UpstreamError};
 
@@ -19,6 +21,108 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) body: Vec<u8>,
     /// The `Mcp-Name` value (`params.name` of `tools/call`).
     pub(crate) name: Option<String>,
+    /// Where requests the upstream sends while this one runs go (`None`: refused).
+    /// With it, the transport sets no time limit: the [`Call`] does.
+    pub(crate) asks: Option<Asks>,
+}
+
+/// Where a call's mid-call requests go.
+pub(crate) type Asks = mpsc::UnboundedSender<Asked>;
+
+/// A request a 2025-era upstream sent in the middle of a call (`elicitation/create`,
+/// `sampling/createMessage`, `roots/list`): the upstream waits for its answer. Dropped
+/// unanswered, it is refused with `-32601`.
+#[derive(Debug)]
+pub struct Asked {
+    /// Its method.
+    pub method: String,
+    /// Its params, as sent.
+    pub params: Value,
+    reply: oneshot::Sender<Result<Value, ErrorObject>>,
+}
+
+impl Asked {
+    /// Answers with `result` (say, an `ElicitResult`).
+    pub fn answer(self, result: Value) {
+        let _ = self.reply.send(Ok(result));
+    }
+
+    /// Answers with an error.
+    pub fn refuse(self, error: ErrorObject) {
+        let _ = self.reply.send(Err(error));
+    }
+}
+
+/// The reply to `request`, encoded: the answer of whoever receives it on `asks`, or
+/// [`refusal`] when no one does.
+pub(crate) async fn reply_to(asks: Option<&Asks>, request: jsonrpc::Request) -> Vec<u8> {
+    let Some(asks) = asks else { return refusal(&request) };
+    let (reply, answer) = oneshot::channel();
+    let params = request.params.clone().unwrap_or_else(|| json!({}));
+    if asks.send(Asked { method: request.method.clone(), params, reply }).is_err() {
+        return refusal(&request);
+    }
+    let message = match answer.await {
+        Ok(Ok(result)) => json!({"jsonrpc": "2.0", "id": request.id, "result": result}),
+        Ok(Err(error)) => json!({"jsonrpc": "2.0", "id": request.id, "error": error}),
+        Err(_) => return refusal(&request),
+    };
+    serde_json::to_vec(&message).expect("JSON values serialize")
+}
+
+/// A tool call under way ([`Upstream::start_call`]): what the upstream asks in its
+/// course, then its result. Dropping it ends the call (the connection is closed).
+#[derive(Debug)]
+pub struct Call {
+    upstream: String,
+    timeout: Duration,
+    asks: mpsc::UnboundedReceiver<Asked>,
+    task: tokio::task::JoinHandle<Result<Value, UpstreamError>>,
+    done: bool,
+}
+
+/// What a [`Call`] brings next.
+#[derive(Debug)]
+pub enum Event {
+    /// The upstream asks something and waits for the answer.
+    Asked(Asked),
+    /// The call is over: the upstream's result, as [`Upstream::call_tool`] gives it.
+    Done(Result<Value, UpstreamError>),
+}
+
+impl Call {
+    /// The next event. The upstream's time limit runs from this call on (time spent
+    /// holding an unanswered [`Asked`] does not count); once it passes, the call is
+    /// given up as timed out.
+    pub async fn next(&mut self) -> Event {
+        if self.done {
+            return Event::Done(Err(UpstreamError::Protocol {
+                upstream: self.upstream.clone(),
+                detail: "the call is already over".into(),
+            }));
+        }
+        let next = async {
+            tokio::select! {
+                biased;
+                Some(asked) = self.asks.recv() => Event::Asked(asked),
+                joined = &mut self.task => Event::Done(joined.unwrap_or_else(|e| {
+                    Err(UpstreamError::Unreachable { upstream: self.upstream.clone(), detail: e.to_string() })
+                })),
+            }
+        };
+        let event = tokio::time::timeout(self.timeout, next).await.unwrap_or_else(|_| {
+            self.task.abort();
+            Event::Done(Err(UpstreamError::Timeout { upstream: self.upstream.clone(), secs: self.timeout.as_secs() }))
+        });
+        self.done = matches!(event, Event::Done(_));
+        event
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// What came back: the response (a request's), and the session it named.
@@ -52,6 +156,7 @@ pub(crate) trait Transport: Send + Sync + std::fmt::Debug {
 pub struct Upstream {
     name: String,
     protocol: Option<String>,
+    timeout: Duration,
     transport: Box<dyn Transport>,
     era: Mutex<Option<(Era, u64)>>,
     next_id: AtomicI64,
@@ -63,13 +168,23 @@ fn client_info() -> Value {
 }
 
 impl Upstream {
-    pub(crate) fn with_transport(name: String, protocol: Option<String>, transport: Box<dyn Transport>) -> Self {
-        Self { name, protocol, transport, era: Mutex::new(None), next_id: AtomicI64::new(1) }
+    pub(crate) fn with_transport(
+        name: String,
+        protocol: Option<String>,
+        timeout: Duration,
+        transport: Box<dyn Transport>,
+    ) -> Self {
+        Self { name, protocol, timeout, transport, era: Mutex::new(None), next_id: AtomicI64::new(1) }
     }
 
     /// The upstream's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// How long one of its requests may take.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// The era negotiated with the upstream, negotiating it first if need be.
@@ -91,8 +206,17 @@ impl Upstream {
     /// upstream no longer knows (HTTP 404) is opened again once; the request had not
     /// been served, so it is sent again.
     pub async fn request(&self, method: &str, params: Map<String, Value>) -> Result<Value, UpstreamError> {
+        self.request_asking(method, params, None).await
+    }
+
+    async fn request_asking(
+        &self,
+        method: &str,
+        params: Map<String, Value>,
+        asks: Option<Asks>,
+    ) -> Result<Value, UpstreamError> {
         let era = self.era().await?;
-        match self.send(&era, method, params.clone()).await {
+        match self.send(&era, method, params.clone(), asks.clone()).await {
             Err(UpstreamError::Status { status: 404, .. }) if matches!(era, Era::Legacy { session: Some(_), .. }) => {
                 let mut slot = self.era.lock().await;
                 if slot.as_ref().is_some_and(|(known, _)| *known == era) {
@@ -100,7 +224,7 @@ impl Upstream {
                 }
                 drop(slot);
                 let era = self.era().await?;
-                self.send(&era, method, params).await
+                self.send(&era, method, params, asks).await
             }
             other => other,
         }
@@ -149,6 +273,19 @@ impl Upstream {
         self.request("tools/call", params).await
     }
 
+    /// [`Upstream::call_tool_with`], started in a task, with the requests the upstream
+    /// sends in its course (a 2025-era server's `elicitation/create`) handed to the
+    /// caller instead of refused: see [`Call::next`].
+    pub fn start_call(self: &Arc<Self>, name: &str, arguments: Map<String, Value>, extra: Map<String, Value>) -> Call {
+        let (asks, asked) = mpsc::unbounded_channel();
+        let mut params =
+            Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
+        params.extend(extra);
+        let upstream = self.clone();
+        let task = tokio::spawn(async move { upstream.request_asking("tools/call", params, Some(asks)).await });
+        Call { upstream: self.name.clone(), timeout: self.timeout, asks: asked, task, done: false }
+    }
+
     async fn negotiate(&self) -> Result<Era, UpstreamError> {
         match self.protocol.as_deref() {
             Some(version::MODERN) => return self.discover().await,
@@ -167,7 +304,7 @@ impl Upstream {
     /// `server/discover`: a 2026-07-28 server names its versions.
     async fn discover(&self) -> Result<Era, UpstreamError> {
         let era = Era::Modern;
-        let result = self.send(&era, "server/discover", Map::new()).await?;
+        let result = self.send(&era, "server/discover", Map::new(), None).await?;
         let versions: Vec<&str> = result
             .get("supportedVersions")
             .and_then(Value::as_array)
@@ -184,14 +321,16 @@ impl Upstream {
     /// The legacy handshake: `initialize` with `requested`, the session id it gives,
     /// then `notifications/initialized`.
     async fn initialize(&self, requested: &str) -> Result<Era, UpstreamError> {
+        // What the clients the gateway serves may answer; a request a client cannot
+        // answer is refused for that call.
         let params = json!({
             "protocolVersion": requested,
-            "capabilities": {},
+            "capabilities": {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}},
             "clientInfo": client_info(),
         });
         let Value::Object(params) = params else { unreachable!("an object literal") };
         let handshake = Era::Legacy { version: requested.to_owned(), session: None };
-        let (result, session) = self.post(&handshake, "initialize", Some(params)).await?;
+        let (result, session) = self.post(&handshake, "initialize", Some(params), None).await?;
         let result = result.ok_or_else(|| self.protocol("it answered initialize with no result"))?;
         let spoken = result.get("protocolVersion").and_then(Value::as_str).unwrap_or_default();
         let forced = self.protocol.is_some();
@@ -199,12 +338,18 @@ impl Upstream {
             return Err(self.protocol(format!("it answered initialize with protocol version {spoken:?}")));
         }
         let era = Era::Legacy { version: spoken.to_owned(), session };
-        self.post(&era, "notifications/initialized", None).await?;
+        self.post(&era, "notifications/initialized", None, None).await?;
         Ok(era)
     }
 
-    async fn send(&self, era: &Era, method: &str, params: Map<String, Value>) -> Result<Value, UpstreamError> {
-        let (result, _) = self.post(era, method, Some(params)).await?;
+    async fn send(
+        &self,
+        era: &Era,
+        method: &str,
+        params: Map<String, Value>,
+        asks: Option<Asks>,
+    ) -> Result<Value, UpstreamError> {
+        let (result, _) = self.post(era, method, Some(params), asks).await?;
         result.ok_or_else(|| self.protocol(format!("it answered {method} with no result")))
     }
 
@@ -214,10 +359,11 @@ impl Upstream {
         era: &Era,
         method: &str,
         params: Option<Map<String, Value>>,
+        asks: Option<Asks>,
     ) -> Result<(Option<Value>, Option<String>), UpstreamError> {
         let id = params.is_some().then(|| self.next_id.fetch_add(1, Ordering::Relaxed));
         let (body, name) = body(era, id, method, params);
-        let exchanged = self.transport.exchange(era, Outgoing { method, id, body, name }).await?;
+        let exchanged = self.transport.exchange(era, Outgoing { method, id, body, name, asks }).await?;
         let result = match exchanged.response {
             None => None,
             Some(Ok(result)) => Some(result),
@@ -255,11 +401,11 @@ fn body(era: &Era, id: Option<i64>, method: &str, params: Option<Map<String, Val
     (serde_json::to_vec(&message).expect("JSON values serialize"), name)
 }
 
-/// The answer to a request an upstream sent this client (mid-call `elicitation/create`,
-/// `sampling/createMessage`, `roots/list`): `-32601`, so its call goes on or fails
-/// instead of waiting for an answer that never comes. One JSON-RPC message, encoded.
+/// The answer to a request an upstream sent this client that no one takes (outside a
+/// [`Call`], or given up): `-32601`, so its call goes on or fails instead of waiting
+/// for an answer that never comes. One JSON-RPC message, encoded.
 pub(crate) fn refusal(request: &jsonrpc::Request) -> Vec<u8> {
-    let message = format!("hitl does not answer {} from an upstream yet", request.method);
+    let message = format!("no one answers {} for this request", request.method);
     let error = ErrorObject::new(hitl_protocol::ErrorCode::METHOD_NOT_FOUND, message);
     let reply = json!({"jsonrpc": "2.0", "id": request.id, "error": error});
     serde_json::to_vec(&reply).expect("JSON values serialize")

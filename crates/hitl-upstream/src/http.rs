@@ -13,7 +13,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-use crate::client::{Exchanged, Outgoing, Transport, refusal, response_to};
+use crate::client::{Asks, Exchanged, Outgoing, Transport, reply_to, response_to};
 use crate::sse::EventReader;
 use crate::{Era, Upstream, UpstreamError};
 
@@ -36,8 +36,8 @@ impl Upstream {
     /// An upstream over Streamable HTTP; nothing is sent until the first request.
     pub fn http(config: HttpConfig) -> Self {
         let client = Client::builder(TokioExecutor::new()).build_http();
-        let (name, protocol) = (config.name.clone(), config.protocol.clone());
-        Self::with_transport(name, protocol, Box::new(HttpTransport { config, client }))
+        let (name, protocol, timeout) = (config.name.clone(), config.protocol.clone(), config.timeout);
+        Self::with_transport(name, protocol, timeout, Box::new(HttpTransport { config, client }))
     }
 }
 
@@ -75,9 +75,13 @@ impl Transport for HttpTransport {
                 .get(http::header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|v| v.starts_with("text/event-stream"));
-            let result = self.read(era, response.into_body(), sse, status, id).await?;
+            let result = self.read(era, response.into_body(), sse, status, id, message.asks.as_ref()).await?;
             Ok(Exchanged { response: Some(result), session })
         };
+        if message.asks.is_some() {
+            // The caller times the call, between the upstream's questions.
+            return exchange.await;
+        }
         match tokio::time::timeout(self.config.timeout, exchange).await {
             Ok(outcome) => outcome,
             Err(_) => {
@@ -89,7 +93,7 @@ impl Transport for HttpTransport {
 
 impl HttpTransport {
     /// The response to request `id`: one JSON object, or the SSE event that carries it
-    /// (notifications before it are skipped).
+    /// (notifications before it are skipped; requests are answered through `asks`).
     async fn read(
         &self,
         era: &Era,
@@ -97,6 +101,7 @@ impl HttpTransport {
         sse: bool,
         status: StatusCode,
         id: i64,
+        asks: Option<&Asks>,
     ) -> Result<Result<Value, ErrorObject>, UpstreamError> {
         if !sse {
             let bytes = body.collect().await.map_err(|e| self.unreachable(e))?.to_bytes();
@@ -114,7 +119,8 @@ impl HttpTransport {
                     return Ok(answer);
                 }
                 if let Ok(jsonrpc::Message::Request(request)) = jsonrpc::parse(event.as_bytes()) {
-                    self.refuse(era, request).await;
+                    let reply = reply_to(asks, request).await;
+                    self.answer(era, reply).await;
                 }
             }
         }
@@ -137,11 +143,19 @@ impl HttpTransport {
         request.body(Full::new(Bytes::from(body)))
     }
 
-    /// Answers a request the upstream sent mid-call with [`refusal`].
-    async fn refuse(&self, era: &Era, request: jsonrpc::Request) {
-        let Ok(post) = self.post(era, "", None, refusal(&request)) else { return };
-        if let Err(e) = self.client.request(post).await {
-            tracing::warn!(upstream = %self.config.name, error = %e, "could not refuse the upstream's request");
+    /// POSTs `reply`, the answer to a request the upstream sent mid-call.
+    async fn answer(&self, era: &Era, reply: Vec<u8>) {
+        let Ok(post) = self.post(era, "", None, reply) else { return };
+        match tokio::time::timeout(self.config.timeout, self.client.request(post)).await {
+            Ok(Ok(response)) if response.status().is_success() => {}
+            Ok(Ok(response)) => {
+                let status = response.status();
+                tracing::warn!(upstream = %self.config.name, %status, "the upstream refused the answer to its request");
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(upstream = %self.config.name, error = %e, "could not answer the upstream's request")
+            }
+            Err(_) => tracing::warn!(upstream = %self.config.name, "answering the upstream's request timed out"),
         }
     }
 

@@ -31,7 +31,7 @@ mod http;
 mod sse;
 mod stdio;
 
-pub use client::Upstream;
+pub use client::{Asked, Call, Event, Upstream};
 pub use http::HttpConfig;
 pub use stdio::StdioConfig;
 

@@ -16,7 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{Mutex, oneshot};
 
-use crate::client::{Exchanged, Outgoing, Transport, refusal};
+use crate::client::{Asks, Exchanged, Outgoing, Transport, reply_to};
 use crate::{Era, Upstream, UpstreamError};
 
 /// How to start a stdio upstream.
@@ -39,18 +39,21 @@ pub struct StdioConfig {
 impl Upstream {
     /// An upstream run as a child process; it starts with the first request.
     pub fn stdio(config: StdioConfig) -> Self {
-        let (name, protocol) = (config.name.clone(), config.protocol.clone());
+        let (name, protocol, timeout) = (config.name.clone(), config.protocol.clone(), config.timeout);
         let transport = StdioTransport {
             config,
             process: Mutex::new(None),
             generation: AtomicU64::new(0),
             restart: SyncMutex::new(Restart::default()),
         };
-        Self::with_transport(name, protocol, Box::new(transport))
+        Self::with_transport(name, protocol, timeout, Box::new(transport))
     }
 }
 
 type Pending = Arc<SyncMutex<HashMap<i64, oneshot::Sender<Result<Value, ErrorObject>>>>>;
+
+/// The calls in flight that take the requests the process sends, by request id.
+type Askers = Arc<SyncMutex<BTreeMap<i64, Asks>>>;
 
 #[derive(Debug)]
 struct StdioTransport {
@@ -71,6 +74,7 @@ struct Restart {
 struct Process {
     stdin: Arc<Mutex<ChildStdin>>,
     pending: Pending,
+    askers: Askers,
     alive: Arc<AtomicBool>,
     started: Instant,
     _child: Child,
@@ -110,18 +114,25 @@ impl Transport for StdioTransport {
     }
 
     async fn exchange(&self, _era: &Era, message: Outgoing<'_>) -> Result<Exchanged, UpstreamError> {
-        let (stdin, pending) = {
+        let (stdin, pending, askers) = {
             let process = self.process.lock().await;
             let Some(process) = process.as_ref().filter(|p| p.alive.load(Ordering::SeqCst)) else {
                 return Err(self.unreachable("it is not running"));
             };
-            (process.stdin.clone(), process.pending.clone())
+            (process.stdin.clone(), process.pending.clone(), process.askers.clone())
         };
         let answer = message.id.map(|id| {
             let (send, receive) = oneshot::channel();
             pending.lock().unwrap_or_else(|p| p.into_inner()).insert(id, send);
             (id, receive)
         });
+        let asking = match (message.id, message.asks) {
+            (Some(id), Some(asks)) => {
+                askers.lock().unwrap_or_else(|p| p.into_inner()).insert(id, asks);
+                Some(Asking { id, askers: askers.clone() })
+            }
+            _ => None,
+        };
         let mut line = message.body;
         line.push(b'\n');
         let written = async {
@@ -133,6 +144,13 @@ impl Transport for StdioTransport {
             return Err(self.unreachable(format!("writing to it failed: {e}")));
         }
         let Some((id, receive)) = answer else { return Ok(Exchanged { response: None, session: None }) };
+        if asking.is_some() {
+            // The caller times the call, between the process's questions.
+            return match receive.await {
+                Ok(response) => Ok(Exchanged { response: Some(response), session: None }),
+                Err(_) => Err(self.unreachable("it exited before it answered")),
+            };
+        }
         match tokio::time::timeout(self.config.timeout, receive).await {
             Ok(Ok(response)) => Ok(Exchanged { response: Some(response), session: None }),
             Ok(Err(_)) => Err(self.unreachable("it exited before it answered")),
@@ -162,17 +180,20 @@ impl StdioTransport {
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
         let pending: Pending = Arc::default();
+        let askers: Askers = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         let name = self.config.name.clone();
         tracing::info!(upstream = %name, pid = child.id(), "started");
-        tokio::spawn(read_stdout(name.clone(), stdout, stdin.clone(), pending.clone(), alive.clone()));
+        let reader =
+            Reader { name: name.clone(), stdin: stdin.clone(), pending: pending.clone(), askers: askers.clone() };
+        tokio::spawn(reader.run(stdout, alive.clone()));
         tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 tracing::info!(upstream = %name, "{line}");
             }
         });
-        Ok(Process { stdin, pending, alive, started: Instant::now(), _child: child })
+        Ok(Process { stdin, pending, askers, alive, started: Instant::now(), _child: child })
     }
 
     /// Waits longer (from 0.5 s, doubling to 30 s) before the next start.
@@ -187,34 +208,66 @@ impl StdioTransport {
     }
 }
 
-/// Routes responses to their requests; answers requests from the upstream (which this
-/// client does not serve) with `-32601`; at the end, fails every pending request.
-async fn read_stdout(
+/// A call registered in [`Askers`] until it ends.
+struct Asking {
+    id: i64,
+    askers: Askers,
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        self.askers.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+    }
+}
+
+/// What reads the process's stdout.
+struct Reader {
     name: String,
-    stdout: tokio::process::ChildStdout,
     stdin: Arc<Mutex<ChildStdin>>,
     pending: Pending,
-    alive: Arc<AtomicBool>,
-) {
-    let mut lines = BufReader::new(stdout).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        match jsonrpc::parse(line.as_bytes()) {
-            Ok(Message::Response { id: RequestId::Number(id), result }) => deliver(&pending, id, Ok(result)),
-            Ok(Message::Error { id: Some(RequestId::Number(id)), error }) => deliver(&pending, id, Err(error)),
-            Ok(Message::Request(request)) => {
-                let mut reply = refusal(&request);
-                reply.push(b'\n');
-                let mut stdin = stdin.lock().await;
-                let _ = stdin.write_all(&reply).await;
-                let _ = stdin.flush().await;
+    askers: Askers,
+}
+
+impl Reader {
+    /// Routes responses to their requests and requests from the process to the call
+    /// in flight that takes them; at the end, fails every pending request.
+    async fn run(self, stdout: tokio::process::ChildStdout, alive: Arc<AtomicBool>) {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            match jsonrpc::parse(line.as_bytes()) {
+                Ok(Message::Response { id: RequestId::Number(id), result }) => deliver(&self.pending, id, Ok(result)),
+                Ok(Message::Error { id: Some(RequestId::Number(id)), error }) => deliver(&self.pending, id, Err(error)),
+                Ok(Message::Request(request)) => self.answer(request),
+                Ok(_) => {}
+                Err(_) => tracing::debug!(upstream = %self.name, %line, "not a JSON-RPC message on stdout"),
             }
-            Ok(_) => {}
-            Err(_) => tracing::debug!(upstream = %name, %line, "not a JSON-RPC message on stdout"),
         }
+        alive.store(false, Ordering::SeqCst);
+        self.pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        tracing::warn!(upstream = %self.name, "exited; it is started again on the next call");
     }
-    alive.store(false, Ordering::SeqCst);
-    pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    tracing::warn!(upstream = %name, "exited; it is started again on the next call");
+
+    /// Answers a request from the process in a task of its own (the reader goes on).
+    /// Over stdio nothing ties a request to a call: it goes to the call in flight that
+    /// takes requests when there is exactly one, and is refused when there are several.
+    fn answer(&self, request: jsonrpc::Request) {
+        let asks = {
+            let askers = self.askers.lock().unwrap_or_else(|p| p.into_inner());
+            if askers.len() > 1 {
+                tracing::warn!(upstream = %self.name, method = %request.method, calls = askers.len(),
+                    "refused: it asked during several calls at once and the call it belongs to is unknown");
+            }
+            (askers.len() == 1).then(|| askers.values().next().cloned()).flatten()
+        };
+        let stdin = self.stdin.clone();
+        tokio::spawn(async move {
+            let mut reply = reply_to(asks.as_ref(), request).await;
+            reply.push(b'\n');
+            let mut stdin = stdin.lock().await;
+            let _ = stdin.write_all(&reply).await;
+            let _ = stdin.flush().await;
+        });
+    }
 }
 
 fn deliver(pending: &Pending, id: i64, response: Result<Value, ErrorObject>) {
