@@ -18,6 +18,32 @@ pub fn tools() -> Vec<Agent> {
             json!({"text": "This is a simple text response for testing."}),
         ),
         simple("test_logging_tool", "Runs without logging unless asked.", json!({"logged": false})),
+        content(
+            "test_image_content",
+            "Returns an image.",
+            json!([{"type": "image", "data": RED_PIXEL, "mimeType": "image/png"}]),
+        ),
+        content(
+            "test_audio_content",
+            "Returns a sound.",
+            json!([{"type": "audio", "data": SILENCE, "mimeType": "audio/wav"}]),
+        ),
+        content(
+            "test_embedded_resource",
+            "Returns an embedded resource.",
+            json!([{"type": "resource", "resource": {"uri": "test://embedded-resource", "mimeType": "text/plain",
+                                                     "text": "This is an embedded resource content."}}]),
+        ),
+        content(
+            "test_multiple_content_types",
+            "Returns text, an image and a resource.",
+            json!([
+                {"type": "text", "text": "Multiple content types test:"},
+                {"type": "image", "data": RED_PIXEL, "mimeType": "image/png"},
+                {"type": "resource", "resource": {"uri": "test://mixed-content-resource", "mimeType": "application/json",
+                                                  "text": "{\"test\":\"data\",\"value\":123}"}}
+            ]),
+        ),
         error_handling(),
         with_progress(),
         relay_one(
@@ -113,6 +139,17 @@ fn simple(name: &str, description: &str, output: Value) -> Agent {
         .add_edge("run", END);
     agent(name, description, no_arguments(), graph)
 }
+
+/// An agent that returns the content blocks `content` as its tool result, unchanged
+/// (`payload::ToolResult`, as a gateway returns an upstream's).
+fn content(name: &str, description: &str, content: Value) -> Agent {
+    let mut result = serde_json::Map::new();
+    result.insert("content".into(), content);
+    simple(name, description, hitl_graph::payload::ToolResult(result).to_value())
+}
+
+/// A WAV file of eight silent 16-bit samples at 8 kHz, base64.
+const SILENCE: &str = "UklGRjQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YRAAAAAAAAAAAAAAAAAAAAAAAAAA";
 
 fn error_handling() -> Agent {
     let graph = StateGraph::new()
