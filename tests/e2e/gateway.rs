@@ -568,3 +568,70 @@ async fn a_typescript_sdk_v1_upstream_is_gated_too() {
     let count = server.call_tool(8, json!({"name": "ts.executions", "arguments": {"tool": "truncate"}})).await;
     assert_eq!(text(&count), "1");
 }
+
+#[tokio::test]
+async fn policies_gate_agents_before_they_start() {
+    let file = ConfigFile::write(
+        "[[policy]]\ntools = [\"deploy_*\"]\naction = \"review\"\n\n[[policy]]\ntools = [\"greeter\"]\naction = \"deny\"\n",
+    );
+    let server = file.serve().await;
+    let denied = server.call_tool(1, json!({"name": "greeter", "arguments": {}})).await;
+    assert_eq!(denied.body["result"]["isError"], true, "{}", denied.body);
+    assert_eq!(text(&denied), r#"greeter is denied by the policy tools = ["greeter"]"#);
+
+    let tool = "deploy_production_release";
+    let arguments = json!({"service": "api", "version": "1.2"});
+    let review = |server: &Server| {
+        let call = json!({"name": tool, "arguments": arguments});
+        let client: crate::harness::Client = **server;
+        async move {
+            let reply = client.call_tool(2, call).await;
+            let result = reply.body["result"].clone();
+            assert_eq!(result["resultType"], "input_required", "{}", reply.body);
+            let (key, request) = result["inputRequests"].as_object().unwrap().iter().next().unwrap();
+            assert!(key.starts_with("review-"), "the review comes before the agent's own question: {key}");
+            assert!(request["params"]["message"].as_str().unwrap().contains(tool), "{request}");
+            (key.clone(), result["requestState"].clone())
+        }
+    };
+    let answer = |key: &str, state: &Value, content: Value| {
+        json!({"name": tool, "arguments": arguments, "requestState": state,
+               "inputResponses": { key: {"action": "accept", "content": content} }})
+    };
+
+    // Edited, then the agent runs on the edited arguments and asks its own question.
+    let (key, state) = review(&server).await;
+    let edit = json!({"decision": "edit", "args": r#"{"service": "api", "version": "1.3"}"#});
+    let asked = server.call_tool(3, answer(&key, &state, edit)).await;
+    let result = &asked.body["result"];
+    let confirm = &result["inputRequests"]["confirm_release"];
+    assert_eq!(confirm["params"]["message"], "Deploying api to PRODUCTION (1.3). Confirm release?", "{}", asked.body);
+    let confirmed = json!({"name": tool, "arguments": arguments, "requestState": result["requestState"],
+                           "inputResponses": {"confirm_release": {"action": "accept", "content": {"confirm": true}}}});
+    let done = server.call_tool(4, confirmed).await;
+    assert_eq!(
+        done.body["result"]["structuredContent"]["result"], "Successfully released api v1.3 to prod.",
+        "{}",
+        done.body
+    );
+
+    // Rejected: the agent never starts.
+    let (key, state) = review(&server).await;
+    let reject = json!({"decision": "reject", "message": "freeze until Monday"});
+    let rejected = server.call_tool(5, answer(&key, &state, reject)).await;
+    assert_eq!(rejected.body["result"]["isError"], true, "{}", rejected.body);
+    assert_eq!(text(&rejected), "freeze until Monday");
+
+    // An edit that adds an argument the agent does not declare is refused; the round stays open.
+    let (key, state) = review(&server).await;
+    let extra = json!({"decision": "edit", "args": r#"{"service": "api", "version": "1.3", "force": true}"#});
+    let refused = server.call_tool(6, answer(&key, &state, extra)).await;
+    assert_eq!(refused.body["error"]["code"], -32602, "{}", refused.body);
+    let approved = server.call_tool(7, answer(&key, &state, json!({"decision": "approve"}))).await;
+    let confirm = &approved.body["result"]["inputRequests"]["confirm_release"];
+    assert_eq!(
+        confirm["params"]["message"], "Deploying api to PRODUCTION (1.2). Confirm release?",
+        "{}",
+        approved.body
+    );
+}

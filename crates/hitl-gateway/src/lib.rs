@@ -29,6 +29,7 @@
 //! # Ok(()) }
 //! ```
 
+mod agents;
 mod hold;
 mod policy;
 mod tools;
@@ -38,6 +39,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use agents::gate;
 use hitl_graph::Agent;
 use hitl_upstream::Upstream;
 pub use hold::Bus;

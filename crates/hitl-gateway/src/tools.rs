@@ -72,8 +72,8 @@ impl Gated {
             Action::Deny => {
                 let denied = gated.clone();
                 StateGraph::new().add_step("deny", move |_, _| {
-                    let text = format!("{} is denied by the policy {}", denied.listed, denied.policy);
-                    async move { Ok(json!({ RESULT: ToolResult::error(text).to_value() })) }
+                    let result = denied.denied().to_value();
+                    async move { Ok(json!({ RESULT: result })) }
                 })
             }
             Action::Allow => relaying(StateGraph::new(), &gated, &through),
@@ -98,9 +98,31 @@ impl Gated {
         Agent::new(gated.listed.clone(), description, input_schema, graph)
     }
 
+    /// The error result of a denied call, naming the policy.
+    pub(crate) fn denied(&self) -> ToolResult {
+        ToolResult::error(format!("{} is denied by the policy {}", self.listed, self.policy))
+    }
+
+    /// What the reviewer's `decision` (none: approved) says to do.
+    pub(crate) fn carry_out(&self, decision: Option<&Value>) -> Result<Carried, StepError> {
+        let decision = match decision {
+            None | Some(Value::Null) => Decision::Approve,
+            Some(value) => serde_json::from_value(value.clone())
+                .map_err(|e| StepError::msg(format!("the review's decision is not valid: {e}")))?,
+        };
+        Ok(match decision {
+            Decision::Approve => Carried::Run(None),
+            Decision::Edit { edited_action } => Carried::Run(Some(edited_action.args)),
+            Decision::Reject { message } => Carried::Answer(ToolResult::error(
+                message.unwrap_or_else(|| format!("The reviewer rejected the call to {}", self.listed)),
+            )),
+            Decision::Respond { message } => Carried::Answer(ToolResult::text(message, false)),
+        })
+    }
+
     /// Asks for a decision on the call (the seed's per-call review: the tool, its
     /// arguments, the allowed decisions, edits checked against the tool's schema).
-    fn review(&self, state: &Value, ctx: &StepContext) -> Result<Value, StepError> {
+    pub(crate) fn review(&self, state: &Value, ctx: &StepContext) -> Result<Value, StepError> {
         let args = arguments(state);
         let text = match &self.description {
             Some(template) => fill(template, &args),
@@ -138,6 +160,14 @@ impl Through {
             tool: gated.listed.clone(),
         }
     }
+}
+
+/// What a review decided.
+pub(crate) enum Carried {
+    /// Run the call: with the edited arguments, or (`None`) as it was made.
+    Run(Option<Map<String, Value>>),
+    /// Do not run it: answer with this result.
+    Answer(ToolResult),
 }
 
 /// `call`, then `relay` for as long as a 2026-07-28 upstream answers `input_required`,
@@ -248,21 +278,9 @@ fn call_step(gated: Arc<Gated>, through: Through) -> impl Fn(Value, StepContext)
     move |state, ctx| {
         let (gated, through) = (gated.clone(), through.clone());
         Box::pin(async move {
-            let decision = match state.get(DECISION) {
-                None | Some(Value::Null) => Decision::Approve,
-                Some(value) => serde_json::from_value(value.clone())
-                    .map_err(|e| StepError::msg(format!("the review's decision is not valid: {e}")))?,
-            };
-            let args = match decision {
-                Decision::Approve => arguments(&state),
-                Decision::Edit { edited_action } => edited_action.args,
-                Decision::Reject { message } => {
-                    let why = message.unwrap_or_else(|| format!("The reviewer rejected the call to {}", gated.listed));
-                    return Ok(json!({ RESULT: ToolResult::error(why).to_value() }));
-                }
-                Decision::Respond { message } => {
-                    return Ok(json!({ RESULT: ToolResult::text(message, false).to_value() }));
-                }
+            let args = match gated.carry_out(state.get(DECISION))? {
+                Carried::Run(args) => args.unwrap_or_else(|| arguments(&state)),
+                Carried::Answer(result) => return Ok(json!({ RESULT: result.to_value() })),
             };
             // Recorded first: a resend after this server died mid-call learns the
             // outcome is unknown, and the upstream is never called twice.
@@ -276,7 +294,7 @@ fn call_step(gated: Arc<Gated>, through: Through) -> impl Fn(Value, StepContext)
 }
 
 /// The call's arguments: the state without the gateway's keys.
-fn arguments(state: &Value) -> Map<String, Value> {
+pub(crate) fn arguments(state: &Value) -> Map<String, Value> {
     state.as_object().map_or_else(Map::new, |s| {
         s.iter().filter(|(k, _)| !k.starts_with("hitl:")).map(|(k, v)| (k.clone(), v.clone())).collect()
     })

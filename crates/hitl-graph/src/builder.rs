@@ -59,10 +59,12 @@ impl Reducer {
     }
 }
 
+#[derive(Clone)]
 pub(crate) struct Step {
     pub(crate) run: StepFn,
 }
 
+#[derive(Clone)]
 pub(crate) enum Edge {
     To(String),
     Route(RouteFn),
@@ -228,6 +230,7 @@ impl StateGraph {
                 recursion_limit: self.recursion_limit.unwrap_or(DEFAULT_RECURSION_LIMIT),
                 output_keys: self.output_keys,
                 output_value: self.output_value,
+                verdict: None,
             }),
         })
     }

@@ -9,7 +9,7 @@ use futures_util::FutureExt as _;
 use futures_util::future::join_all;
 use serde_json::{Map, Value};
 
-use crate::builder::{Edge, Reducer, Step};
+use crate::builder::{Edge, Reducer, Step, StepFn};
 use crate::context::StepCalls;
 use crate::{
     CHECKPOINT_FORMAT, Checkpoint, END, Interrupt, Outcome, ResumeValues, Run, RunError, START, StepContext, StepError,
@@ -24,6 +24,8 @@ pub(crate) struct GraphInner {
     pub(crate) recursion_limit: u32,
     pub(crate) output_keys: Option<Vec<String>>,
     pub(crate) output_value: Option<String>,
+    /// The key of a guard's verdict ([`Graph::guarded`]): when set, the output.
+    pub(crate) verdict: Option<String>,
 }
 
 /// A compiled graph; cheap to clone and share.
@@ -55,6 +57,54 @@ impl Graph {
         runtime_context: Value,
     ) -> Result<Outcome, RunError> {
         self.resume_run(checkpoint, resume, Run::with_context(runtime_context)).await
+    }
+
+    /// This graph with step `name` run first, a guard (say, a person's review before
+    /// an agent starts). When the guard writes a non-null `verdict`, the run ends there
+    /// and the verdict is its output (none of the graph's own steps runs); otherwise
+    /// the run goes on from the graph's start, on the state the guard left. `None`
+    /// when the graph already has a step `name`.
+    pub fn guarded<F, Fut>(&self, name: &str, guard: F, verdict: &str) -> Option<Graph>
+    where
+        F: Fn(Value, StepContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, StepError>> + Send + 'static,
+    {
+        let inner = &self.inner;
+        if inner.steps.contains_key(name) || name == START || name == END {
+            return None;
+        }
+        let mut steps = inner.steps.clone();
+        let run: StepFn = Arc::new(move |state, ctx| guard(state, ctx).boxed());
+        steps.insert(name.to_owned(), Step { run });
+        let mut edges = inner.edges.clone();
+        let start = edges.insert(START.to_owned(), vec![Edge::To(name.to_owned())]).unwrap_or_default();
+        let key = verdict.to_owned();
+        let route = move |state: &Value| {
+            if state.get(&key).is_some_and(|v| !v.is_null()) {
+                return vec![END.to_owned()];
+            }
+            start
+                .iter()
+                .flat_map(|edge| match edge {
+                    Edge::To(to) => vec![to.clone()],
+                    Edge::Route(route) => route(state),
+                })
+                .collect()
+        };
+        edges.insert(name.to_owned(), vec![Edge::Route(Arc::new(route))]);
+        Some(Graph {
+            inner: Arc::new(GraphInner {
+                steps,
+                edges,
+                reducers: inner.reducers.clone(),
+                interrupt_before: inner.interrupt_before.clone(),
+                interrupt_after: inner.interrupt_after.clone(),
+                recursion_limit: inner.recursion_limit.saturating_add(1),
+                output_keys: inner.output_keys.clone(),
+                output_value: inner.output_value.clone(),
+                verdict: Some(verdict.to_owned()),
+            }),
+        })
     }
 
     /// [`Graph::invoke`] with every option of a [`Run`].
@@ -194,6 +244,11 @@ impl Graph {
     }
 
     fn output(&self, state: Value) -> Value {
+        if let (Some(key), Value::Object(map)) = (&self.inner.verdict, &state)
+            && let Some(verdict) = map.get(key).filter(|v| !v.is_null())
+        {
+            return verdict.clone();
+        }
         if let (Some(key), Value::Object(mut map)) = (&self.inner.output_value, state.clone()) {
             return map.remove(key).unwrap_or(Value::Null);
         }

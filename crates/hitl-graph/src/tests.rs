@@ -417,3 +417,44 @@ fn static_breakpoint_stops_after_the_step_and_resumes_past_it() {
     let done = block(graph.resume(checkpoint, ResumeValues::new(), Value::Null)).unwrap();
     assert_eq!(done, Outcome::Done(json!({"ready": true, "released": true})));
 }
+
+#[test]
+fn a_guard_runs_first_and_its_verdict_ends_the_run() {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counted = ran.clone();
+    let graph = StateGraph::new()
+        .add_step("work", move |state, _| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok(json!({ "out": format!("worked on {}", state["job"].as_str().unwrap_or("?")) }))
+            }
+        })
+        .add_edge(START, "work")
+        .output_key("out")
+        .compile()
+        .unwrap();
+    let guard = |_, ctx: StepContext| async move {
+        match ctx.interrupt(json!("go on?"))?.as_str() {
+            Some("yes") => Ok(json!({})),
+            Some("other") => Ok(json!({"job": "another job"})),
+            _ => Ok(json!({"verdict": "refused"})),
+        }
+    };
+    let guarded = graph.guarded("guard", guard, "verdict").unwrap();
+    assert!(graph.guarded("work", |_, _| async { Ok(json!({})) }, "v").is_none(), "a step of that name exists");
+
+    let outcomes: Vec<Value> = ["yes", "other", "no"]
+        .into_iter()
+        .map(|said| {
+            let (interrupts, cp) = paused(block(guarded.invoke(json!({"job": "the job"}), Value::Null)).unwrap());
+            assert_eq!(interrupts[0].value, json!("go on?"));
+            match block(guarded.resume(cp, answer(&interrupts, json!(said)), Value::Null)).unwrap() {
+                Outcome::Done(output) => output,
+                other => panic!("{other:?}"),
+            }
+        })
+        .collect();
+    assert_eq!(outcomes, [json!("worked on the job"), json!("worked on another job"), json!("refused")]);
+    assert_eq!(ran.load(Ordering::SeqCst), 2, "a verdict stops the run before the graph's own steps");
+}

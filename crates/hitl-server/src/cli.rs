@@ -219,13 +219,23 @@ impl ServeArgs {
                 max_connections: self.max_connections,
                 max_concurrent_requests: self.max_concurrent_requests,
             });
+        let mut served = Vec::new();
         if self.conformance_fixtures {
-            builder = builder.agents(hitl_agents::conformance::tools()).prompts(hitl_agents::conformance::prompts());
+            served.extend(hitl_agents::conformance::tools());
+            builder = builder.prompts(hitl_agents::conformance::prompts());
         }
         if !self.no_examples {
-            builder = builder.agents(hitl_agents::examples());
+            served.extend(hitl_agents::examples());
         }
-        builder = builder.agents(agents);
+        served.extend(agents);
+        // Policies apply to agents too: review and deny act before an agent starts.
+        let policies = self.gateway.policies()?;
+        let served: Vec<Agent> = served
+            .into_iter()
+            .map(|a| hitl_gateway::gate(a, &policies))
+            .collect::<Result<_, _>>()
+            .map_err(anyhow::Error::msg)?;
+        builder = builder.agents(served);
         if self.no_threads {
             builder = builder.without_threads();
         }

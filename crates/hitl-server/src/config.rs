@@ -37,7 +37,7 @@ impl GatewayFile {
     /// The gateway of these sections (`None` without upstreams), checked as far as it
     /// can be without connecting: policies, upstream names, specs, `env:` values.
     pub(crate) fn gateway(&self) -> anyhow::Result<Option<hitl_gateway::Gateway>> {
-        let policies = hitl_gateway::Policies::new(self.policy.clone(), self.gateway).map_err(anyhow::Error::msg)?;
+        let policies = self.policies()?;
         if self.upstream.is_empty() {
             return Ok(None);
         }
@@ -45,6 +45,13 @@ impl GatewayFile {
         let gateway = hitl_gateway::Gateway::new(&self.upstream, policies, env).map_err(anyhow::Error::msg)?;
         let hold = self.gateway.hold_timeout.map_or(hitl_gateway::HOLD_TIMEOUT, std::time::Duration::from_secs);
         Ok(Some(gateway.with_hold_timeout(hold)))
+    }
+}
+
+impl GatewayFile {
+    /// The `[[policy]]`s over `[gateway] default_action`, checked.
+    pub(crate) fn policies(&self) -> anyhow::Result<hitl_gateway::Policies> {
+        hitl_gateway::Policies::new(self.policy.clone(), self.gateway).map_err(anyhow::Error::msg)
     }
 }
 

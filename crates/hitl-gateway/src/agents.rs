@@ -1,0 +1,59 @@
+//! Policies on agents: every tool hitl lists is under the policies, agents too. On an
+//! agent, `deny` and `review` act before it starts: a guard step in front of its graph
+//! ([`hitl_graph::Graph::guarded`]) fails the call naming the policy, or asks the
+//! seed's review question and then runs the agent as asked, on the edited arguments,
+//! or not at all (reject, respond).
+
+use std::sync::Arc;
+
+use hitl_graph::{Agent, StepContext, StepError};
+use serde_json::{Map, Value, json};
+
+use crate::policy::{Action, Policies};
+use crate::tools::{Carried, Gated, arguments};
+
+/// The guard step's name, and the state key of its verdict (the call's result when the
+/// agent does not run).
+const GUARD: &str = "hitl:gate";
+const VERDICT: &str = "hitl:verdict";
+
+/// `agent` under `policies`: as it is when they allow it, else behind its gate. Fails
+/// when the agent's graph already has a step of the guard's name.
+pub fn gate(agent: Agent, policies: &Policies) -> Result<Agent, String> {
+    let decided = policies.decide(&agent.name);
+    if decided.action == Action::Allow {
+        return Ok(agent);
+    }
+    let mut spec = Map::new();
+    spec.insert("name".into(), json!(agent.name));
+    spec.insert("inputSchema".into(), agent.input_schema.clone());
+    let gated = Arc::new(Gated::new(agent.name.clone(), spec, decided));
+    let guard = move |state: Value, ctx: StepContext| {
+        let gated = gated.clone();
+        async move { guard(&gated, &state, &ctx) }
+    };
+    let graph = agent
+        .graph
+        .guarded(GUARD, guard, VERDICT)
+        .ok_or_else(|| format!("agent {:?} has a step named {GUARD:?}: it cannot be gated", agent.name))?;
+    Ok(Agent { graph, ..agent })
+}
+
+/// Denies, or asks and carries out the decision: the edited arguments replace the
+/// call's (those the edit leaves out become null), a rejection or a response is the
+/// verdict.
+fn guard(gated: &Gated, state: &Value, ctx: &StepContext) -> Result<Value, StepError> {
+    if gated.action == Action::Deny {
+        return Ok(json!({ VERDICT: gated.denied().to_value() }));
+    }
+    let decision = gated.review(state, ctx)?;
+    match gated.carry_out(Some(&decision))? {
+        Carried::Run(None) => Ok(json!({})),
+        Carried::Run(Some(edited)) => {
+            let mut update: Map<String, Value> = arguments(state).into_iter().map(|(k, _)| (k, Value::Null)).collect();
+            update.extend(edited);
+            Ok(Value::Object(update))
+        }
+        Carried::Answer(result) => Ok(json!({ VERDICT: result.to_value() })),
+    }
+}
