@@ -635,3 +635,29 @@ async fn policies_gate_agents_before_they_start() {
         approved.body
     );
 }
+
+#[tokio::test]
+async fn an_https_upstream_is_reached_with_its_ca() {
+    let folder = std::env::temp_dir().join(format!("hitl-e2e-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).unwrap();
+    let Some(upstream) = PythonUpstream::start(&["--tls", folder.to_str().unwrap()]) else { return };
+    assert!(upstream.url.starts_with("https://"), "{}", upstream.url);
+    let ca = folder.join("ca.pem");
+    let file = ConfigFile::write(&format!(
+        "[[upstream]]\nname = \"db\"\nurl = \"{}\"\nca_file = {:?}\n\n[[policy]]\ntools = [\"db.drop_*\"]\naction = \"review\"\n",
+        upstream.url,
+        ca.to_str().unwrap()
+    ));
+    let server = file.serve().await;
+    let echoed = server.call_tool(1, json!({"name": "db.echo", "arguments": {"text": "over TLS"}})).await;
+    assert_eq!(text(&echoed), "over TLS", "{}", echoed.body);
+    drop_approved_once(&server, "db", "p4").await;
+
+    // Without its CA, the system's roots do not trust it: the upstream is reported down.
+    let untrusted = ConfigFile::write(&format!("[[upstream]]\nname = \"db\"\nurl = \"{}\"\n", upstream.url));
+    let server = untrusted.serve().await;
+    let health = healthz(&server).await;
+    assert_eq!(health["upstreams"]["db"]["status"], "unreachable", "{health}");
+    assert!(health["upstreams"]["db"]["error"].as_str().unwrap().contains("invalid peer certificate"), "{health}");
+    let _ = std::fs::remove_dir_all(&folder);
+}

@@ -31,7 +31,7 @@ impl PythonUpstream {
             .expect("the Python interpreter starts");
         let mut line = String::new();
         std::io::BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line).unwrap();
-        assert!(line.starts_with("http://"), "the upstream printed {line:?}");
+        assert!(line.starts_with("http://") || line.starts_with("https://"), "the upstream printed {line:?}");
         Some(Self { child, url: line.trim().to_owned() })
     }
 
@@ -39,10 +39,12 @@ impl PythonUpstream {
         Upstream::http(HttpConfig {
             name: name.into(),
             url: self.url.parse().unwrap(),
+            ca_pem: None,
             headers: Default::default(),
             protocol: protocol.map(str::to_owned),
             timeout: Duration::from_secs(30),
         })
+        .unwrap()
     }
 }
 
@@ -126,10 +128,12 @@ async fn failures_name_the_upstream() {
     let gone = Upstream::http(HttpConfig {
         name: "gone".into(),
         url: closed.parse().unwrap(),
+        ca_pem: None,
         headers: Default::default(),
         protocol: None,
         timeout: Duration::from_secs(5),
-    });
+    })
+    .unwrap();
     let error = gone.list_tools().await.unwrap_err();
     assert!(matches!(error, UpstreamError::Unreachable { .. }), "{error:?}");
     assert!(error.to_string().starts_with("upstream gone is unreachable"), "{error}");

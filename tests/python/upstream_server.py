@@ -2,7 +2,8 @@
 
 Serves Streamable HTTP on 127.0.0.1 (a free port) and prints its URL on the first line
 of stdout. Its destructive tool counts its executions, which the tests read back with
-the `executions` tool (or `--stdio` to serve over stdio instead).
+the `executions` tool (or `--stdio` to serve over stdio instead). `--tls DIR` serves
+https with a certificate for 127.0.0.1 signed by a fresh test CA, written to DIR/ca.pem.
 """
 
 import asyncio
@@ -79,6 +80,50 @@ def fail(reason: str) -> str:
     raise ToolError(reason)
 
 
+def certificates(folder: str) -> tuple[str, str]:
+    """A test CA (written to `folder`/ca.pem) and a key and certificate for 127.0.0.1
+    it signed: their paths."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def issue(subject: str, key, issuer: x509.Name, signer, ca: bool) -> x509.Certificate:
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(issuer)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), True)
+        )
+        if not ca:
+            san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+            builder = builder.add_extension(san, False)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hitl test CA")])
+    ca = issue("hitl test CA", ca_key, ca_name, ca_key, True)
+    leaf = issue("127.0.0.1", key, ca_name, ca_key, False)
+    paths = {name: os.path.join(folder, name) for name in ("ca.pem", "cert.pem", "key.pem")}
+    pem = serialization.Encoding.PEM
+    with open(paths["ca.pem"], "wb") as out:
+        out.write(ca.public_bytes(pem))
+    with open(paths["cert.pem"], "wb") as out:
+        out.write(leaf.public_bytes(pem))
+    with open(paths["key.pem"], "wb") as out:
+        out.write(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return paths["cert.pem"], paths["key.pem"]
+
+
 async def main() -> None:
     if "--stdio" in sys.argv:
         await server.run_stdio_async()
@@ -90,8 +135,12 @@ async def main() -> None:
     sock.listen(128)
     port = sock.getsockname()[1]
     app = server.streamable_http_app(json_response="--json" in sys.argv)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    print(f"http://127.0.0.1:{port}/mcp", flush=True)
+    scheme, tls = "http", {}
+    if "--tls" in sys.argv:
+        cert, key = certificates(sys.argv[sys.argv.index("--tls") + 1])
+        scheme, tls = "https", {"ssl_certfile": cert, "ssl_keyfile": key}
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", **tls)
+    print(f"{scheme}://127.0.0.1:{port}/mcp", flush=True)
     await uvicorn.Server(config).serve(sockets=[sock])
 
 

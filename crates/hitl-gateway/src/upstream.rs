@@ -37,6 +37,10 @@ pub struct UpstreamSpec {
     /// in the file).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// For an `https://` upstream: a PEM file of the CA certificates to trust instead
+    /// of the system's.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
     /// Seconds one upstream request may take (default 60).
     #[serde(default)]
     pub timeout: Option<u64>,
@@ -69,7 +73,7 @@ impl UpstreamSpec {
             return Err(format!("{}: {protocol:?} is not one of {known}", self.at("protocol")));
         }
         match (&self.url, &self.command) {
-            (Some(url), None) => self.http_config(url, env).map(Upstream::http),
+            (Some(url), None) => Upstream::http(self.http_config(url, env)?).map_err(|e| e.to_string()),
             (None, Some(command)) => self.stdio_config(command, env).map(Upstream::stdio),
             _ => Err(format!("{}: give exactly one of url and command", self.at("url"))),
         }
@@ -110,9 +114,13 @@ impl UpstreamSpec {
     fn http_config(&self, url: &str, env: impl Fn(&str) -> Option<String>) -> Result<HttpConfig, String> {
         let at = |key: &str| self.at(key);
         let uri: http::Uri = url.parse().map_err(|e| format!("{}: {e}", at("url")))?;
-        if uri.scheme_str() != Some("http") || uri.host().is_none() {
-            return Err(format!("{}: {url:?} is not an http:// URL (https is not served yet)", at("url")));
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+            return Err(format!("{}: {url:?} is not an http:// or https:// URL", at("url")));
         }
+        let ca_pem = match &self.ca_file {
+            Some(file) => Some(std::fs::read(file).map_err(|e| format!("{}: {}: {e}", at("ca_file"), file.display()))?),
+            None => None,
+        };
         let mut headers = http::HeaderMap::new();
         for (name, source) in &self.headers {
             let key = at(&format!("headers.{name}"));
@@ -128,6 +136,7 @@ impl UpstreamSpec {
         Ok(HttpConfig {
             name: self.name.clone(),
             url: uri,
+            ca_pem,
             headers,
             protocol: self.protocol.clone(),
             timeout: self.timeout(),
@@ -150,6 +159,7 @@ mod tests {
             tool_prefix: None,
             headers: BTreeMap::new(),
             timeout: None,
+            ca_file: None,
             hold_timeout: None,
         };
         toml_like(&mut spec);

@@ -89,7 +89,7 @@ pub(crate) fn load(path: &Path) -> anyhow::Result<ConfigFile> {
     let folder = path.parent().unwrap_or(Path::new("."));
     let server_files =
         [&mut config.server.redis_ca_file, &mut config.server.secret_file, &mut config.server.previous_secret_file];
-    let upstream_folders = config.upstream.iter_mut().map(|u| &mut u.cwd);
+    let upstream_folders = config.upstream.iter_mut().flat_map(|u| [&mut u.cwd, &mut u.ca_file]);
     for file in server_files.into_iter().chain(upstream_folders).flatten() {
         if file.is_relative() {
             *file = folder.join(&*file);

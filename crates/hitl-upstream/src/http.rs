@@ -8,6 +8,7 @@ use bytes::Bytes;
 use hitl_protocol::{ErrorObject, headers, jsonrpc, version};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -22,8 +23,11 @@ use crate::{Era, Upstream, UpstreamError};
 pub struct HttpConfig {
     /// The name the upstream goes by (in errors and logs).
     pub name: String,
-    /// Its MCP endpoint.
+    /// Its MCP endpoint, `http://` or `https://`.
     pub url: Uri,
+    /// For `https://`: the CA certificates (PEM) to trust instead of the system's
+    /// (which `SSL_CERT_FILE` and `SSL_CERT_DIR` may name).
+    pub ca_pem: Option<Vec<u8>>,
     /// Headers sent with every request (e.g. `Authorization`).
     pub headers: HeaderMap,
     /// The protocol revision to speak (`None`: the newest it supports).
@@ -34,17 +38,51 @@ pub struct HttpConfig {
 
 impl Upstream {
     /// An upstream over Streamable HTTP; nothing is sent until the first request.
-    pub fn http(config: HttpConfig) -> Self {
-        let client = Client::builder(TokioExecutor::new()).build_http();
+    /// Fails when its CA certificates cannot be read, or none are found for `https://`.
+    pub fn http(config: HttpConfig) -> Result<Self, UpstreamError> {
+        let connector = connector(&config)?;
+        let client = Client::builder(TokioExecutor::new()).build(connector);
         let (name, protocol, timeout) = (config.name.clone(), config.protocol.clone(), config.timeout);
-        Self::with_transport(name, protocol, timeout, Box::new(HttpTransport { config, client }))
+        Ok(Self::with_transport(name, protocol, timeout, Box::new(HttpTransport { config, client })))
     }
+}
+
+/// A connector for `http://`, and for `https://` through rustls on ring with the
+/// configured or the system's roots.
+fn connector(config: &HttpConfig) -> Result<HttpsConnector<HttpConnector>, UpstreamError> {
+    let invalid = |detail: String| UpstreamError::Config { upstream: config.name.clone(), detail };
+    let mut roots = rustls::RootCertStore::empty();
+    if config.url.scheme_str() == Some("https") {
+        match &config.ca_pem {
+            Some(pem) => {
+                use rustls::pki_types::CertificateDer;
+                use rustls::pki_types::pem::PemObject as _;
+                for certificate in CertificateDer::pem_slice_iter(pem) {
+                    let certificate = certificate.map_err(|e| invalid(format!("its CA certificates: {e}")))?;
+                    roots.add(certificate).map_err(|e| invalid(format!("its CA certificates: {e}")))?;
+                }
+            }
+            None => {
+                roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            }
+        }
+        if roots.is_empty() {
+            return Err(invalid("no CA certificates to trust for https (set ca_file or SSL_CERT_FILE)".into()));
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build())
 }
 
 #[derive(Debug)]
 struct HttpTransport {
     config: HttpConfig,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
 #[async_trait::async_trait]
@@ -164,8 +202,16 @@ impl HttpTransport {
         UpstreamError::Status { upstream: self.config.name.clone(), status: status.as_u16(), detail }
     }
 
-    fn unreachable(&self, error: impl std::fmt::Display) -> UpstreamError {
-        UpstreamError::Unreachable { upstream: self.config.name.clone(), detail: error.to_string() }
+    /// `error` and its causes (hyper's own message says little: "client error (Connect)").
+    fn unreachable(&self, error: impl std::error::Error) -> UpstreamError {
+        let mut detail = error.to_string();
+        let mut cause = error.source();
+        while let Some(inner) = cause {
+            detail.push_str(": ");
+            detail.push_str(&inner.to_string());
+            cause = inner.source();
+        }
+        UpstreamError::Unreachable { upstream: self.config.name.clone(), detail }
     }
 
     fn protocol(&self, detail: impl Into<String>) -> UpstreamError {

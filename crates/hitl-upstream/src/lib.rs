@@ -15,10 +15,11 @@
 //! let db = Upstream::http(HttpConfig {
 //!     name: "db".into(),
 //!     url: "http://127.0.0.1:9000/mcp".parse().unwrap(),
+//!     ca_pem: None,
 //!     headers: Default::default(),
 //!     protocol: None,
 //!     timeout: std::time::Duration::from_secs(30),
-//! });
+//! })?;
 //! for tool in db.list_tools().await? {
 //!     println!("{}", tool["name"]);
 //! }
@@ -89,6 +90,14 @@ pub enum UpstreamError {
         upstream: String,
         /// Its error.
         error: Box<ErrorObject>,
+    },
+    /// The upstream's configuration cannot be used (say, its CA certificates).
+    #[error("upstream {upstream} is misconfigured: {detail}")]
+    Config {
+        /// The upstream.
+        upstream: String,
+        /// What is wrong.
+        detail: String,
     },
     /// The upstream does not speak MCP as this client does.
     #[error("upstream {upstream} does not speak MCP as expected: {detail}")]
