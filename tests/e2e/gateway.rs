@@ -567,6 +567,11 @@ async fn a_typescript_sdk_v1_upstream_is_gated_too() {
     assert_eq!(text(&done), "truncated orders", "{}", done.body);
     let count = server.call_tool(8, json!({"name": "ts.executions", "arguments": {"tool": "truncate"}})).await;
     assert_eq!(text(&count), "1");
+
+    // A tool added at run time is listed once the SDK says the list changed.
+    let grown = server.call_tool(9, json!({"name": "ts.grow", "arguments": {"name": "sprout"}})).await;
+    assert_eq!(text(&grown), "added sprout", "{}", grown.body);
+    listed_soon(&server, "ts.sprout").await;
 }
 
 #[tokio::test]
@@ -660,4 +665,44 @@ async fn an_https_upstream_is_reached_with_its_ca() {
     assert_eq!(health["upstreams"]["db"]["status"], "unreachable", "{health}");
     assert!(health["upstreams"]["db"]["error"].as_str().unwrap().contains("invalid peer certificate"), "{health}");
     let _ = std::fs::remove_dir_all(&folder);
+}
+
+/// Polls `tools/list` until `name` is listed: well within the one-minute refresh, so
+/// it is the upstream's notification that made it appear.
+async fn listed_soon(server: &Server, name: &str) {
+    for polls in 0.. {
+        if tool_names(server).await.iter().any(|n| n == name) {
+            return;
+        }
+        assert!(polls < 200, "{name} was never listed (the list changed notification was not heard)");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_changed_tool_list_is_listed_again_at_once() {
+    let Some(python) = std::env::var("HITL_PYTHON").ok() else {
+        crate::harness::cannot_run("gateway", "HITL_PYTHON is not set");
+        return;
+    };
+    let Some(modern) = PythonUpstream::start(&[]) else { return };
+    let Some(legacy) = PythonUpstream::start(&[]) else { return };
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/upstream_server.py");
+    let file = ConfigFile::write(&format!(
+        "[[upstream]]\nname = \"new\"\nurl = \"{}\"\n\n[[upstream]]\nname = \"old\"\nurl = \"{}\"\nprotocol = \"2025-11-25\"\n\n\
+         [[upstream]]\nname = \"local\"\ncommand = [{python:?}, {:?}, \"--stdio\"]\nprotocol = \"2025-11-25\"\n",
+        modern.url,
+        legacy.url,
+        script.to_string_lossy()
+    ));
+    let server = file.serve().await;
+    for (id, upstream) in ["new", "old", "local"].into_iter().enumerate() {
+        let call = json!({"name": format!("{upstream}.grow"), "arguments": {"name": "sprout"}});
+        let grown = server.call_tool(id as u64 + 1, call).await;
+        assert_eq!(text(&grown), "added sprout", "{}", grown.body);
+        let added = format!("{upstream}.sprout");
+        listed_soon(&server, &added).await;
+        let called = server.call_tool(10 + id as u64, json!({"name": added, "arguments": {}})).await;
+        assert_eq!(text(&called), "I am sprout", "{}", called.body);
+    }
 }

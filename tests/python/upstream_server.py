@@ -15,7 +15,7 @@ from typing import Annotated
 
 import uvicorn
 from pydantic import BaseModel
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp_types import ToolAnnotations
@@ -66,6 +66,24 @@ def truncate(table: str, confirmation: Annotated[Confirmation, Resolve(ask_confi
 def count_executions(tool: str) -> int:
     """How many times a destructive tool ran."""
     return executions.get(tool, 0)
+
+
+@server.tool()
+async def grow(name: str, ctx: Context) -> str:
+    """Adds a tool called `name` and says the tool list changed."""
+
+    def added() -> str:
+        return f"I am {name}"
+
+    server.add_tool(added, name=name, description="Added at run time.")
+    # 2026-07-28 listeners hear it on their subscriptions/listen streams; a 2025-era
+    # session (HTTP or stdio) on its own stream.
+    for notify in (ctx.notify_tools_changed, lambda: ctx.session.send_tool_list_changed()):
+        try:
+            await notify()
+        except Exception as error:  # the other era's way
+            print(f"grow: {error!r}", file=sys.stderr)
+    return f"added {name}"
 
 
 @server.tool()

@@ -135,9 +135,27 @@ impl Gateway {
         Ok(())
     }
 
-    /// Lists the upstreams' tools again every minute, and those that are down every
-    /// few seconds, until the task is dropped.
+    /// Lists an upstream's tools again as soon as it says they changed
+    /// (`notifications/tools/list_changed`, on the stream each upstream keeps open),
+    /// else every minute, and those that are down every few seconds, until the task is
+    /// dropped.
     pub async fn keep_fresh(self: Arc<Self>, publish: Publish) {
+        let mut watchers = tokio::task::JoinSet::new();
+        for index in 0..self.upstreams.len() {
+            let upstream = self.upstreams[index].1.clone();
+            watchers.spawn(async move { upstream.listen().await });
+            let (gateway, publish) = (self.clone(), publish.clone());
+            watchers.spawn(async move {
+                loop {
+                    gateway.upstreams[index].1.tools_changed().await;
+                    let name = &gateway.upstreams[index].0.name;
+                    tracing::info!(upstream = %name, "its tools changed; listing them again");
+                    if let Err(Refused(error)) = gateway.refresh(index, &publish).await {
+                        tracing::error!(upstream = %name, %error, "its new tool list is refused; the old one stays");
+                    }
+                }
+            });
+        }
         loop {
             tokio::time::sleep(TICK).await;
             for index in 0..self.upstreams.len() {

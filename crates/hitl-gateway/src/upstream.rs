@@ -193,7 +193,8 @@ mod tests {
             (spec(|s| s.url = None), "url: give exactly one of url and command"),
             (spec(|s| s.command = Some(vec!["python3".into()])), "url: give exactly one"),
             (spec(|s| (s.url, s.command) = (None, Some(vec![]))), "command: name the program to start"),
-            (spec(|s| s.url = Some("ftp://x/mcp".into())), "is not an http:// URL"),
+            (spec(|s| s.url = Some("ftp://x/mcp".into())), "is not an http:// or https:// URL"),
+            (spec(|s| s.ca_file = Some("/nonexistent/ca.pem".into())), "ca_file: /nonexistent/ca.pem"),
             (spec(|s| s.protocol = Some("2024-11-05".into())), "protocol: \"2024-11-05\" is not one of"),
         ];
         for (spec, expected) in cases {

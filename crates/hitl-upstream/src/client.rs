@@ -9,7 +9,7 @@ use std::time::Duration;
 use hitl_protocol::jsonrpc::{self, Message};
 use hitl_protocol::{ErrorObject, RequestId, headers, meta_keys as meta, version};
 use serde_json::{Map, Value, json};
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
 use crate::{Era, UpstreamError};
 
@@ -148,6 +148,38 @@ pub(crate) trait Transport: Send + Sync + std::fmt::Debug {
     fn generation(&self) -> u64 {
         0
     }
+
+    /// Opens the stream of the upstream's own notifications (`subscribe` is the
+    /// 2026-07-28 `subscriptions/listen` request) and reads it until it ends. List
+    /// changes on it, and on any other stream, are told to the transport's
+    /// [`Changed`].
+    async fn listen(&self, _era: &Era, _subscribe: Outgoing<'_>) -> Result<Listened, UpstreamError> {
+        Ok(Listened::Unsupported)
+    }
+}
+
+/// Told when the upstream says its tools changed (`notifications/tools/list_changed`).
+pub(crate) type Changed = Arc<Notify>;
+
+/// How a notification stream ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Listened {
+    /// The upstream offers none (or none is needed): do not try again.
+    Unsupported,
+    /// It was open and ended: open it again.
+    Ended,
+}
+
+/// The method of the notification that says an upstream's tools changed.
+pub(crate) const TOOLS_CHANGED: &str = "notifications/tools/list_changed";
+
+/// Tells `changed` when `message` says the tools changed.
+pub(crate) fn note_change(message: &Message, changed: &Notify) {
+    if let Message::Notification(notification) = message
+        && notification.method == TOOLS_CHANGED
+    {
+        changed.notify_one();
+    }
 }
 
 /// An MCP server hitl calls: over Streamable HTTP ([`Upstream::http`]) or a stdio
@@ -158,6 +190,7 @@ pub struct Upstream {
     protocol: Option<String>,
     timeout: Duration,
     transport: Box<dyn Transport>,
+    changed: Changed,
     era: Mutex<Option<(Era, u64)>>,
     next_id: AtomicI64,
 }
@@ -172,9 +205,64 @@ impl Upstream {
         name: String,
         protocol: Option<String>,
         timeout: Duration,
+        changed: Changed,
         transport: Box<dyn Transport>,
     ) -> Self {
-        Self { name, protocol, timeout, transport, era: Mutex::new(None), next_id: AtomicI64::new(1) }
+        Self { name, protocol, timeout, transport, changed, era: Mutex::new(None), next_id: AtomicI64::new(1) }
+    }
+
+    /// Resolves once the upstream says its tools changed (`notifications/tools/list_changed`,
+    /// on any stream) since the last time this resolved.
+    pub async fn tools_changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// Keeps the upstream's notification stream open, so [`Upstream::tools_changed`]
+    /// hears of changes: 2026-07-28 `subscriptions/listen`, a 2025-era session's GET
+    /// stream, a stdio process's output. Opens it again when it ends; returns when the
+    /// upstream offers none. Run it in a task of its own.
+    pub async fn listen(&self) {
+        const FIRST: Duration = Duration::from_secs(1);
+        let mut pause = FIRST;
+        loop {
+            let outcome = match self.era().await {
+                Ok(era) => {
+                    let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                    let method = "subscriptions/listen";
+                    let params = json!({"notifications": {"toolsListChanged": true}});
+                    let Value::Object(params) = params else { unreachable!("an object literal") };
+                    let (body, name) = body(&era, Some(id), method, Some(params));
+                    let subscribe = Outgoing { method, id: Some(id), body, name, asks: None };
+                    let outcome = self.transport.listen(&era, subscribe).await;
+                    if let Err(UpstreamError::Status { status: 404, .. }) = &outcome {
+                        self.forget(&era).await;
+                    }
+                    outcome
+                }
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(Listened::Unsupported) => {
+                    tracing::debug!(upstream = %self.name, "it offers no notification stream");
+                    return;
+                }
+                Ok(Listened::Ended) => pause = FIRST,
+                Err(error) => {
+                    tracing::debug!(upstream = %self.name, %error, "its notification stream failed");
+                    pause = (pause * 2).min(Duration::from_secs(60));
+                }
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// Forgets the era `era` (a session the upstream no longer knows), so the next
+    /// request negotiates again.
+    async fn forget(&self, era: &Era) {
+        let mut slot = self.era.lock().await;
+        if slot.as_ref().is_some_and(|(known, _)| known == era) {
+            *slot = None;
+        }
     }
 
     /// The upstream's name.
@@ -218,11 +306,7 @@ impl Upstream {
         let era = self.era().await?;
         match self.send(&era, method, params.clone(), asks.clone()).await {
             Err(UpstreamError::Status { status: 404, .. }) if matches!(era, Era::Legacy { session: Some(_), .. }) => {
-                let mut slot = self.era.lock().await;
-                if slot.as_ref().is_some_and(|(known, _)| *known == era) {
-                    *slot = None;
-                }
-                drop(slot);
+                self.forget(&era).await;
                 let era = self.era().await?;
                 self.send(&era, method, params, asks).await
             }

@@ -14,7 +14,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-use crate::client::{Asks, Exchanged, Outgoing, Transport, reply_to, response_to};
+use crate::client::{Asks, Changed, Exchanged, Listened, Outgoing, Transport, note_change, reply_to, response_to};
 use crate::sse::EventReader;
 use crate::{Era, Upstream, UpstreamError};
 
@@ -43,7 +43,9 @@ impl Upstream {
         let connector = connector(&config)?;
         let client = Client::builder(TokioExecutor::new()).build(connector);
         let (name, protocol, timeout) = (config.name.clone(), config.protocol.clone(), config.timeout);
-        Ok(Self::with_transport(name, protocol, timeout, Box::new(HttpTransport { config, client })))
+        let changed = Changed::default();
+        let transport = HttpTransport { config, client, changed: changed.clone() };
+        Ok(Self::with_transport(name, protocol, timeout, changed, Box::new(transport)))
     }
 }
 
@@ -83,6 +85,7 @@ fn connector(config: &HttpConfig) -> Result<HttpsConnector<HttpConnector>, Upstr
 struct HttpTransport {
     config: HttpConfig,
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    changed: Changed,
 }
 
 #[async_trait::async_trait]
@@ -108,11 +111,7 @@ impl Transport for HttpTransport {
                 let bytes = response.into_body().collect().await.map_err(|e| self.unreachable(e))?.to_bytes();
                 return Err(self.status(status, &bytes));
             };
-            let sse = response
-                .headers()
-                .get(http::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.starts_with("text/event-stream"));
+            let sse = is_sse(response.headers());
             let result = self.read(era, response.into_body(), sse, status, id, message.asks.as_ref()).await?;
             Ok(Exchanged { response: Some(result), session })
         };
@@ -122,10 +121,49 @@ impl Transport for HttpTransport {
         }
         match tokio::time::timeout(self.config.timeout, exchange).await {
             Ok(outcome) => outcome,
-            Err(_) => {
-                Err(UpstreamError::Timeout { upstream: self.config.name.clone(), secs: self.config.timeout.as_secs() })
+            Err(_) => Err(self.timeout()),
+        }
+    }
+
+    async fn listen(&self, era: &Era, subscribe: Outgoing<'_>) -> Result<Listened, UpstreamError> {
+        let request = match era {
+            Era::Modern => self.post(era, subscribe.method, None, subscribe.body),
+            // A 2025-era session's standalone stream.
+            Era::Legacy { .. } => self.get(era),
+        }
+        .map_err(|e| self.protocol(e.to_string()))?;
+        let response = match tokio::time::timeout(self.config.timeout, self.client.request(request)).await {
+            Ok(response) => response.map_err(|e| self.unreachable(e))?,
+            Err(_) => return Err(self.timeout()),
+        };
+        let status = response.status();
+        let sse = is_sse(response.headers());
+        if status == StatusCode::METHOD_NOT_ALLOWED || (status.is_success() && !sse) {
+            return Ok(Listened::Unsupported);
+        }
+        if !status.is_success() {
+            let bytes = response.into_body().collect().await.map_err(|e| self.unreachable(e))?.to_bytes();
+            if let Some(Err(_)) =
+                unaddressed_error(&bytes, status).or_else(|| subscribe.id.and_then(|id| response_to(&bytes, id)))
+            {
+                return Ok(Listened::Unsupported);
+            }
+            return Err(self.status(status, &bytes));
+        }
+        let mut body = response.into_body();
+        let mut events = EventReader::default();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| self.unreachable(e))?;
+            let Some(data) = frame.data_ref() else { continue };
+            for event in events.feed(data) {
+                match jsonrpc::parse(event.as_bytes()) {
+                    Ok(jsonrpc::Message::Error { .. }) => return Ok(Listened::Unsupported),
+                    Ok(message) => note_change(&message, &self.changed),
+                    Err(_) => {}
+                }
             }
         }
+        Ok(Listened::Ended)
     }
 }
 
@@ -156,9 +194,13 @@ impl HttpTransport {
                 if let Some(answer) = response_to(event.as_bytes(), id) {
                     return Ok(answer);
                 }
-                if let Ok(jsonrpc::Message::Request(request)) = jsonrpc::parse(event.as_bytes()) {
-                    let reply = reply_to(asks, request).await;
-                    self.answer(era, reply).await;
+                match jsonrpc::parse(event.as_bytes()) {
+                    Ok(jsonrpc::Message::Request(request)) => {
+                        let reply = reply_to(asks, request).await;
+                        self.answer(era, reply).await;
+                    }
+                    Ok(message) => note_change(&message, &self.changed),
+                    Err(_) => {}
                 }
             }
         }
@@ -181,6 +223,18 @@ impl HttpTransport {
         request.body(Full::new(Bytes::from(body)))
     }
 
+    /// A GET of the endpoint: a 2025-era session's stream of notifications.
+    fn get(&self, era: &Era) -> http::Result<Request<Full<Bytes>>> {
+        let mut request = Request::builder().method(Method::GET).uri(self.config.url.clone());
+        let headers = request.headers_mut().expect("a fresh builder");
+        headers.extend(self.config.headers.clone());
+        headers.insert(http::header::ACCEPT, HeaderValue::from_static("text/event-stream"));
+        for (header, value) in era_headers(era, "", None) {
+            headers.insert(header, value);
+        }
+        request.body(Full::new(Bytes::new()))
+    }
+
     /// POSTs `reply`, the answer to a request the upstream sent mid-call.
     async fn answer(&self, era: &Era, reply: Vec<u8>) {
         let Ok(post) = self.post(era, "", None, reply) else { return };
@@ -195,6 +249,10 @@ impl HttpTransport {
             }
             Err(_) => tracing::warn!(upstream = %self.config.name, "answering the upstream's request timed out"),
         }
+    }
+
+    fn timeout(&self) -> UpstreamError {
+        UpstreamError::Timeout { upstream: self.config.name.clone(), secs: self.config.timeout.as_secs() }
     }
 
     fn status(&self, status: StatusCode, body: &[u8]) -> UpstreamError {
@@ -217,6 +275,14 @@ impl HttpTransport {
     fn protocol(&self, detail: impl Into<String>) -> UpstreamError {
         UpstreamError::Protocol { upstream: self.config.name.clone(), detail: detail.into() }
     }
+}
+
+/// Whether a response is an SSE stream.
+fn is_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
 /// An error response without an id (the server could not read ours), on an error

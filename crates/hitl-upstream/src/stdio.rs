@@ -16,7 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{Mutex, oneshot};
 
-use crate::client::{Asks, Exchanged, Outgoing, Transport, reply_to};
+use crate::client::{Asks, Changed, Exchanged, Listened, Outgoing, Transport, note_change, reply_to};
 use crate::{Era, Upstream, UpstreamError};
 
 /// How to start a stdio upstream.
@@ -40,13 +40,15 @@ impl Upstream {
     /// An upstream run as a child process; it starts with the first request.
     pub fn stdio(config: StdioConfig) -> Self {
         let (name, protocol, timeout) = (config.name.clone(), config.protocol.clone(), config.timeout);
+        let changed = Changed::default();
         let transport = StdioTransport {
+            changed: changed.clone(),
             config,
             process: Mutex::new(None),
             generation: AtomicU64::new(0),
             restart: SyncMutex::new(Restart::default()),
         };
-        Self::with_transport(name, protocol, timeout, Box::new(transport))
+        Self::with_transport(name, protocol, timeout, changed, Box::new(transport))
     }
 }
 
@@ -58,6 +60,7 @@ type Askers = Arc<SyncMutex<BTreeMap<i64, Asks>>>;
 #[derive(Debug)]
 struct StdioTransport {
     config: StdioConfig,
+    changed: Changed,
     process: Mutex<Option<Process>>,
     generation: AtomicU64,
     restart: SyncMutex<Restart>,
@@ -76,6 +79,8 @@ struct Process {
     pending: Pending,
     askers: Askers,
     alive: Arc<AtomicBool>,
+    /// Told when the process's output ends.
+    exited: Arc<tokio::sync::Notify>,
     started: Instant,
     _child: Child,
 }
@@ -111,6 +116,35 @@ impl Transport for StdioTransport {
 
     fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
+    }
+
+    /// A 2025-era process writes its notifications on its output anyway; a 2026-07-28
+    /// one is sent `subscriptions/listen` once per start (its answers come as
+    /// notifications), until it exits.
+    async fn listen(&self, era: &Era, subscribe: Outgoing<'_>) -> Result<Listened, UpstreamError> {
+        if *era != Era::Modern {
+            return Ok(Listened::Unsupported);
+        }
+        let (stdin, alive, exited) = {
+            let process = self.process.lock().await;
+            let Some(process) = process.as_ref().filter(|p| p.alive.load(Ordering::SeqCst)) else {
+                return Err(self.unreachable("it is not running"));
+            };
+            (process.stdin.clone(), process.alive.clone(), process.exited.clone())
+        };
+        let ended = exited.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        let mut line = subscribe.body;
+        line.push(b'\n');
+        let mut input = stdin.lock().await;
+        input.write_all(&line).await.map_err(|e| self.unreachable(format!("writing to it failed: {e}")))?;
+        input.flush().await.map_err(|e| self.unreachable(format!("writing to it failed: {e}")))?;
+        drop(input);
+        if alive.load(Ordering::SeqCst) {
+            ended.await;
+        }
+        Ok(Listened::Ended)
     }
 
     async fn exchange(&self, _era: &Era, message: Outgoing<'_>) -> Result<Exchanged, UpstreamError> {
@@ -184,8 +218,15 @@ impl StdioTransport {
         let alive = Arc::new(AtomicBool::new(true));
         let name = self.config.name.clone();
         tracing::info!(upstream = %name, pid = child.id(), "started");
-        let reader =
-            Reader { name: name.clone(), stdin: stdin.clone(), pending: pending.clone(), askers: askers.clone() };
+        let exited = Arc::new(tokio::sync::Notify::new());
+        let reader = Reader {
+            name: name.clone(),
+            stdin: stdin.clone(),
+            pending: pending.clone(),
+            askers: askers.clone(),
+            changed: self.changed.clone(),
+            exited: exited.clone(),
+        };
         tokio::spawn(reader.run(stdout, alive.clone()));
         tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
@@ -193,7 +234,7 @@ impl StdioTransport {
                 tracing::info!(upstream = %name, "{line}");
             }
         });
-        Ok(Process { stdin, pending, askers, alive, started: Instant::now(), _child: child })
+        Ok(Process { stdin, pending, askers, alive, exited, started: Instant::now(), _child: child })
     }
 
     /// Waits longer (from 0.5 s, doubling to 30 s) before the next start.
@@ -226,6 +267,8 @@ struct Reader {
     stdin: Arc<Mutex<ChildStdin>>,
     pending: Pending,
     askers: Askers,
+    changed: Changed,
+    exited: Arc<tokio::sync::Notify>,
 }
 
 impl Reader {
@@ -238,11 +281,12 @@ impl Reader {
                 Ok(Message::Response { id: RequestId::Number(id), result }) => deliver(&self.pending, id, Ok(result)),
                 Ok(Message::Error { id: Some(RequestId::Number(id)), error }) => deliver(&self.pending, id, Err(error)),
                 Ok(Message::Request(request)) => self.answer(request),
-                Ok(_) => {}
+                Ok(message) => note_change(&message, &self.changed),
                 Err(_) => tracing::debug!(upstream = %self.name, %line, "not a JSON-RPC message on stdout"),
             }
         }
         alive.store(false, Ordering::SeqCst);
+        self.exited.notify_waiters();
         self.pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
         tracing::warn!(upstream = %self.name, "exited; it is started again on the next call");
     }
