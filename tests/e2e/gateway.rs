@@ -706,3 +706,55 @@ async fn a_changed_tool_list_is_listed_again_at_once() {
         assert_eq!(text(&called), "I am sprout", "{}", called.body);
     }
 }
+
+/// `tools/call` of `name` asking for progress: the SSE messages of the response.
+async fn with_progress(server: &Server, name: &str, arguments: Value) -> Vec<Value> {
+    let mut meta = crate::harness::modern_meta(json!({"elicitation": {}}));
+    meta["progressToken"] = json!("watch");
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": {"name": name, "arguments": arguments, "_meta": meta}});
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", name),
+    ];
+    let (status, headers, text) =
+        server.raw(http::Method::POST, "/mcp", &headers, bytes::Bytes::from(body.to_string())).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(headers["content-type"], "text/event-stream", "{text}");
+    text.lines().filter_map(|l| l.strip_prefix("data: ")).map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[tokio::test]
+async fn upstream_progress_reaches_a_client_that_asked_for_it() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let Some(legacy) = PythonUpstream::start(&[]) else { return };
+    let python = std::env::var("HITL_PYTHON").unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/upstream_server.py");
+    let file = ConfigFile::write(&format!(
+        "[[upstream]]\nname = \"new\"\nurl = \"{}\"\n\n[[upstream]]\nname = \"old\"\nurl = \"{}\"\nprotocol = \"2025-11-25\"\n\n\
+         [[upstream]]\nname = \"local\"\ncommand = [{python:?}, {:?}, \"--stdio\"]\n",
+        upstream.url,
+        legacy.url,
+        script.to_string_lossy()
+    ));
+    let server = file.serve().await;
+    for name in ["new.count", "old.count", "local.count"] {
+        let messages = with_progress(&server, name, json!({"steps": 3})).await;
+        let relayed: Vec<(Value, Value, Value)> = messages
+            .iter()
+            .filter(|m| m["method"] == "notifications/progress" && m["params"].get("message").is_some())
+            .map(|m| (m["params"]["progress"].clone(), m["params"]["total"].clone(), m["params"]["message"].clone()))
+            .collect();
+        let expected: Vec<(Value, Value, Value)> =
+            (1..=3).map(|i| (json!(i * 10), json!(30), json!(format!("step {i} of 3")))).collect();
+        assert_eq!(relayed, expected, "{name}: {messages:?}");
+        assert!(
+            messages.iter().all(|m| m["method"] != "notifications/progress" || m["params"]["progressToken"] == "watch")
+        );
+        let last = messages.last().unwrap();
+        assert_eq!(last["result"]["content"][0]["text"], "counted to 3", "{name}: {last}");
+    }
+}

@@ -194,7 +194,7 @@ async fn a_stdio_upstream_that_exits_is_started_again() {
 async fn truncate_asks(upstream: Upstream) {
     use hitl_upstream::Event;
     let upstream = std::sync::Arc::new(upstream);
-    let mut call = upstream.start_call("truncate", args(&[("table", json!("orders"))]), Map::new());
+    let mut call = upstream.start_call("truncate", args(&[("table", json!("orders"))]), Map::new(), false);
     let Event::Asked(asked) = call.next().await else { panic!("the upstream asks first") };
     assert_eq!(asked.method, "elicitation/create");
     assert_eq!(asked.params["message"], "Really truncate orders?", "{}", asked.params);
@@ -202,7 +202,7 @@ async fn truncate_asks(upstream: Upstream) {
     let Event::Done(result) = call.next().await else { panic!("then it answers") };
     assert_eq!(text(&result.unwrap()), "truncated orders");
 
-    let mut refused = upstream.start_call("truncate", args(&[("table", json!("users"))]), Map::new());
+    let mut refused = upstream.start_call("truncate", args(&[("table", json!("users"))]), Map::new(), false);
     let Event::Asked(asked) = refused.next().await else { panic!("the upstream asks first") };
     drop(asked);
     let Event::Done(result) = refused.next().await else { panic!("then it answers") };

@@ -69,6 +69,14 @@ def count_executions(tool: str) -> int:
 
 
 @server.tool()
+async def count(steps: int, ctx: Context) -> str:
+    """Counts to `steps`, reporting progress at each step."""
+    for step in range(1, steps + 1):
+        await ctx.report_progress(step * 10, steps * 10, f"step {step} of {steps}")
+    return f"counted to {steps}"
+
+
+@server.tool()
 async def grow(name: str, ctx: Context) -> str:
     """Adds a tool called `name` and says the tool list changed."""
 

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use hitl_graph::payload::ToolResult;
+use hitl_graph::{Progress, ProgressFn};
 use hitl_protocol::{ErrorCode, ErrorObject};
 use hitl_upstream::{Asked, Call, Event, Upstream};
 use serde_json::{Value, json};
@@ -65,6 +66,8 @@ pub(crate) struct Link {
     pub(crate) capabilities: Value,
     /// The listed tool, for errors.
     pub(crate) tool: String,
+    /// Where the upstream's progress goes (the client asked for it).
+    pub(crate) report: Option<ProgressFn>,
 }
 
 impl Holds {
@@ -108,6 +111,16 @@ impl Holds {
         loop {
             match call.next().await {
                 Event::Done(answered) => return outcome(&link.upstream, answered),
+                Event::Progress(params) => {
+                    let progress = params.get("progress").and_then(Value::as_f64);
+                    if let (Some(report), Some(progress)) = (&link.report, progress) {
+                        report(Progress {
+                            progress,
+                            total: params.get("total").and_then(Value::as_f64),
+                            message: params.get("message").and_then(Value::as_str).map(str::to_owned),
+                        });
+                    }
+                }
                 Event::Asked(asked) => match unanswerable(&asked, &link.capabilities) {
                     Some(error) => asked.refuse(error),
                     None => return self.hold(call, asked, link),
@@ -142,12 +155,19 @@ impl Holds {
     }
 
     /// Hands `response` to the hold `held` names (here or on its replica) and returns
-    /// what the call did next: its result, or its next question.
-    pub(crate) async fn answer(self: &Arc<Self>, held: &Value, response: Value, tool: &str) -> Value {
+    /// what the call did next: its result, or its next question. The upstream's
+    /// progress from here on goes to `report` (when the call is held here).
+    pub(crate) async fn answer(
+        self: &Arc<Self>,
+        held: &Value,
+        response: Value,
+        tool: &str,
+        report: Option<ProgressFn>,
+    ) -> Value {
         let id = held["id"].as_str().unwrap_or_default();
         let replica = held["replica"].as_str().unwrap_or_default();
         if replica == self.replica {
-            return self.answer_here(id, response).await;
+            return self.answer_here(id, response, report).await;
         }
         let unknown = |why: &str| {
             let text = format!("{why}; the outcome of the call to {tool} is unknown");
@@ -179,12 +199,13 @@ impl Holds {
         next
     }
 
-    async fn answer_here(self: &Arc<Self>, id: &str, response: Value) -> Value {
-        let Some(held) = self.lock().remove(id) else {
+    async fn answer_here(self: &Arc<Self>, id: &str, response: Value, report: Option<ProgressFn>) -> Value {
+        let Some(mut held) = self.lock().remove(id) else {
             let text = "the upstream call waited for this answer longer than hold_timeout and was given up";
             return json!({ RESULT: ToolResult::error(text).to_value(), HELD: null });
         };
         held.expiry.abort();
+        held.link.report = report;
         held.asked.answer(response);
         self.follow(held.call, held.link).await
     }
@@ -207,7 +228,7 @@ impl Holds {
         let (Some(id), Some(from)) = (message["answer"].as_str(), message["from"].as_str()) else { return };
         let (holds, id, from, response) = (self.clone(), id.to_owned(), from.to_owned(), message["response"].clone());
         tokio::spawn(async move {
-            let next = holds.answer_here(&id, response).await;
+            let next = holds.answer_here(&id, response, None).await;
             let reply = json!({"correlation": correlation, "next": next});
             if let Some(bus) = holds.bus.get()
                 && let Err(error) = bus.send(&from, serde_json::to_vec(&reply).expect("JSON values serialize")).await

@@ -158,6 +158,7 @@ impl Through {
             hold_timeout: self.hold_timeout,
             capabilities: ctx.metadata().get("clientCapabilities").cloned().unwrap_or_else(|| json!({})),
             tool: gated.listed.clone(),
+            report: report(ctx),
         }
     }
 }
@@ -168,6 +169,14 @@ pub(crate) enum Carried {
     Run(Option<Map<String, Value>>),
     /// Do not run it: answer with this result.
     Answer(ToolResult),
+}
+
+/// Where the upstream's progress goes: to the client of `ctx`, when it asked for it.
+fn report(ctx: &StepContext) -> Option<hitl_graph::ProgressFn> {
+    ctx.wants_progress().then(|| {
+        let ctx = ctx.clone();
+        std::sync::Arc::new(move |progress| ctx.report_progress(progress)) as hitl_graph::ProgressFn
+    })
 }
 
 /// `call`, then `relay` for as long as a 2026-07-28 upstream answers `input_required`,
@@ -186,7 +195,7 @@ fn relaying(graph: StateGraph, gated: &Arc<Gated>, through: &Through) -> StateGr
     };
     graph
         .add_step("call", call_step(gated.clone(), through.clone()))
-        .add_step("relay", relay_step(gated.clone(), through.upstream.clone()))
+        .add_step("relay", relay_step(gated.clone(), through.clone()))
         .add_step("hold", hold_step(gated.clone(), through.holds.clone()))
         .add_conditional_edges("call", done)
         .add_conditional_edges("relay", done)
@@ -207,7 +216,7 @@ fn hold_step(gated: Arc<Gated>, holds: Arc<Holds>) -> impl Fn(Value, StepContext
                     .map_err(|e| StepError::msg(format!("the relayed answer is not valid: {e}")))?;
             // Handing the answer over lets the upstream go on: an effect.
             ctx.begin_effect().await?;
-            Ok(holds.answer(&held, reply.response(HELD_KEY).clone(), &gated.listed).await)
+            Ok(holds.answer(&held, reply.response(HELD_KEY).clone(), &gated.listed, report(&ctx)).await)
         })
     }
 }
@@ -236,9 +245,9 @@ pub(crate) fn outcome(upstream: &Upstream, answered: Result<Value, UpstreamError
 
 /// The step that relays the upstream's questions to the client and sends the answers
 /// back with the upstream's `requestState`.
-fn relay_step(gated: Arc<Gated>, upstream: Arc<Upstream>) -> impl Fn(Value, StepContext) -> StepFuture + Send + Sync {
+fn relay_step(gated: Arc<Gated>, through: Through) -> impl Fn(Value, StepContext) -> StepFuture + Send + Sync {
     move |state, ctx| {
-        let (gated, upstream) = (gated.clone(), upstream.clone());
+        let (gated, through) = (gated.clone(), through.clone());
         Box::pin(async move {
             let asked = state.get(ASKED).and_then(Value::as_object).cloned().unwrap_or_default();
             let requests = asked.get("inputRequests").and_then(Value::as_object).cloned().unwrap_or_default();
@@ -256,8 +265,8 @@ fn relay_step(gated: Arc<Gated>, upstream: Arc<Upstream>) -> impl Fn(Value, Step
             if let Some(state) = request_state {
                 extra.insert("requestState".into(), Value::String(state));
             }
-            let answered = upstream.call_tool_with(&gated.tool, sent, extra).await;
-            Ok(outcome(&upstream, answered))
+            let call = through.upstream.start_call(&gated.tool, sent, extra, ctx.wants_progress());
+            Ok(through.holds.follow(call, through.link(&gated, &ctx)).await)
         })
     }
 }
@@ -285,7 +294,7 @@ fn call_step(gated: Arc<Gated>, through: Through) -> impl Fn(Value, StepContext)
             // Recorded first: a resend after this server died mid-call learns the
             // outcome is unknown, and the upstream is never called twice.
             ctx.begin_effect().await?;
-            let call = through.upstream.start_call(&gated.tool, args.clone(), on_behalf(&ctx));
+            let call = through.upstream.start_call(&gated.tool, args.clone(), on_behalf(&ctx), ctx.wants_progress());
             let mut next = through.holds.follow(call, through.link(&gated, &ctx)).await;
             next[SENT] = Value::Object(args);
             Ok(next)

@@ -48,8 +48,27 @@ impl StepError {
     }
 }
 
-/// Called after each superstep with the number of supersteps finished in this run.
-pub type ProgressFn = Arc<dyn Fn(u32) + Send + Sync>;
+/// Called after each superstep with the number of supersteps finished in this run, and
+/// with what steps report ([`StepContext::report_progress`]).
+pub type ProgressFn = Arc<dyn Fn(Progress) + Send + Sync>;
+
+/// How far a run is (the params of MCP's `notifications/progress`, less the token).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// How far: supersteps finished, or what a step reports.
+    pub progress: f64,
+    /// Out of how much, when known.
+    pub total: Option<f64>,
+    /// What is going on.
+    pub message: Option<String>,
+}
+
+impl Progress {
+    /// `progress` alone.
+    pub fn at(progress: f64) -> Self {
+        Self { progress, total: None, message: None }
+    }
+}
 
 /// Where a run records that a step is about to do what must not happen twice (call a
 /// destructive tool, send an email). The caller stores the mark before the step goes
@@ -116,6 +135,21 @@ impl StepContext {
     /// The runtime context of the run (the caller's, not stored in checkpoints).
     pub fn runtime_context(&self) -> &Value {
         &self.run.context
+    }
+
+    /// Whether the caller listens to progress (an MCP client that sent a
+    /// `progressToken`).
+    pub fn wants_progress(&self) -> bool {
+        self.run.progress.is_some()
+    }
+
+    /// Reports progress from inside a step (a gateway relays its upstream's). The
+    /// caller receives it as it receives the end of each superstep; it keeps the
+    /// values it passes on increasing, as MCP requires.
+    pub fn report_progress(&self, progress: Progress) {
+        if let Some(report) = &self.run.progress {
+            report(progress);
+        }
     }
 
     /// What the caller knows of the request (for MCP: `{"clientCapabilities": …}`).

@@ -46,7 +46,7 @@ mod runtime;
 pub use agent::Agent;
 pub use builder::{CompileError, Reducer, ReducerFn, StateGraph};
 pub use checkpoint::{Checkpoint, Interrupt, Outcome, ResumeValues, RunError};
-pub use context::{Effects, Interrupted, ProgressFn, Run, StepContext, StepError};
+pub use context::{Effects, Interrupted, Progress, ProgressFn, Run, StepContext, StepError};
 pub use runtime::Graph;
 
 /// The name of the virtual first step.

@@ -12,7 +12,8 @@ use serde_json::{Map, Value};
 use crate::builder::{Edge, Reducer, Step, StepFn};
 use crate::context::StepCalls;
 use crate::{
-    CHECKPOINT_FORMAT, Checkpoint, END, Interrupt, Outcome, ResumeValues, Run, RunError, START, StepContext, StepError,
+    CHECKPOINT_FORMAT, Checkpoint, END, Interrupt, Outcome, Progress, ResumeValues, Run, RunError, START, StepContext,
+    StepError,
 };
 
 pub(crate) struct GraphInner {
@@ -169,7 +170,7 @@ impl Graph {
             let ran = self.advance(&mut cp)?;
             finished += 1;
             if let Some(progress) = &run.progress {
-                progress(finished);
+                progress(Progress::at(f64::from(finished)));
             }
             if ran.iter().any(|s| self.inner.interrupt_after.contains(s)) {
                 return Ok(Outcome::Breakpoint { state: cp.state.clone(), checkpoint: cp });

@@ -331,7 +331,11 @@ mod random_graphs {
 fn runs_report_progress_see_metadata_and_can_be_cancelled() {
     let graph = StateGraph::new()
         .add_step("a", |_, ctx| async move { Ok(json!({ "caps": ctx.metadata()["caps"].clone() })) })
-        .add_step("b", |_, _| async move { Ok(json!({ "b": true })) })
+        .add_step("b", |_, ctx| async move {
+            assert!(ctx.wants_progress());
+            ctx.report_progress(Progress { progress: 1.5, total: Some(2.0), message: Some("halfway".into()) });
+            Ok(json!({ "b": true }))
+        })
         .add_edge(START, "a")
         .add_edge("a", "b")
         .compile()
@@ -340,12 +344,17 @@ fn runs_report_progress_see_metadata_and_can_be_cancelled() {
     let s = seen.clone();
     let run = Run {
         metadata: json!({"caps": {"sampling": {}}}),
-        progress: Some(Arc::new(move |n| s.lock().unwrap().push(n))),
+        progress: Some(Arc::new(move |p: Progress| s.lock().unwrap().push((p.progress, p.message)))),
         ..Run::default()
     };
     let done = block(graph.invoke_run(json!({}), run)).unwrap();
     assert_eq!(done, Outcome::Done(json!({"caps": {"sampling": {}}, "b": true})));
-    assert_eq!(*seen.lock().unwrap(), vec![1, 2]);
+    let halfway = Some("halfway".to_owned());
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![(1.0, None), (1.5, halfway), (2.0, None)],
+        "supersteps, and a step's report"
+    );
     let cancel = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let run = Run { cancel: Some(cancel), ..Run::default() };
     assert!(matches!(block(graph.invoke_run(json!({}), run)), Err(RunError::Cancelled(_))));

@@ -1,7 +1,8 @@
 //! Progress over Server-Sent Events: when a `tools/call` or `prompts/get` carries a
 //! `progressToken` and the client accepts `text/event-stream`, the response is a stream
-//! of `notifications/progress` (one per finished superstep, after a first `0`) ending
-//! with the JSON-RPC response. One JSON message per `data:` line. Closing the stream
+//! of `notifications/progress` (one per finished superstep, after a first `0`, and
+//! those steps report, such as a gateway's upstream's; only values that increase are
+//! sent) ending with the JSON-RPC response. One JSON message per `data:` line. Closing the stream
 //! cancels the run: it stops before its next superstep and the round stays open.
 
 use std::sync::Arc;
@@ -21,6 +22,11 @@ use crate::McpBody;
 /// One SSE event carrying one JSON message on one line.
 fn event(message: &Value) -> Bytes {
     Bytes::from(format!("event: message\ndata: {message}\n\n"))
+}
+
+/// `n` as JSON: a whole number without a fraction (`1`, not `1.0`).
+fn number(n: f64) -> Value {
+    if n.fract() == 0.0 && (0.0..9_007_199_254_740_992.0).contains(&n) { json!(n as u64) } else { json!(n) }
 }
 
 /// Sets the flag when the response body is dropped: the client went away (or the
@@ -45,14 +51,26 @@ where
     let cancel = Arc::new(AtomicBool::new(false));
     let progress: hitl_graph::ProgressFn = {
         let tx = tx.clone();
-        Arc::new(move |n| {
-            let message = json!({"jsonrpc": "2.0", "method": "notifications/progress",
-                                 "params": {"progressToken": token, "progress": n}});
+        let last = std::sync::Mutex::new(None::<f64>);
+        Arc::new(move |report: hitl_graph::Progress| {
+            let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|before| report.progress <= before) {
+                return;
+            }
+            *last = Some(report.progress);
+            let mut params = json!({"progressToken": token, "progress": number(report.progress)});
+            if let Some(total) = report.total {
+                params["total"] = number(total);
+            }
+            if let Some(message) = report.message {
+                params["message"] = json!(message);
+            }
+            let message = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params});
             let _ = tx.send(event(&message));
         })
     };
     // Progress 0 before the first superstep, so the client hears from the run at once.
-    progress(0);
+    progress(hitl_graph::Progress::at(0.0));
     let finished = run(progress, cancel.clone());
     tokio::spawn(async move {
         let _ = tx.send(event(&finished.await.to_value()));

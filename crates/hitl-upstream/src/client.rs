@@ -26,8 +26,34 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) asks: Option<Asks>,
 }
 
-/// Where a call's mid-call requests go.
-pub(crate) type Asks = mpsc::UnboundedSender<Asked>;
+/// Where what the upstream sends in the course of a call goes (a [`Call`]'s inbox).
+#[derive(Debug, Clone)]
+pub(crate) struct Asks {
+    sender: mpsc::UnboundedSender<Incoming>,
+    /// Whether the call asks for progress (`_meta.progressToken`, the request's id).
+    progress: bool,
+}
+
+/// What the upstream sends in the course of a call.
+#[derive(Debug)]
+enum Incoming {
+    Asked(Asked),
+    Progress(Map<String, Value>),
+}
+
+impl Asks {
+    /// Hands a `notifications/progress` to the call; `false` for any other message.
+    pub(crate) fn progress(&self, message: &Message) -> bool {
+        let Message::Notification(notification) = message else { return false };
+        if notification.method != "notifications/progress" {
+            return false;
+        }
+        let mut params = notification.params.as_ref().and_then(Value::as_object).cloned().unwrap_or_default();
+        params.remove("progressToken");
+        let _ = self.sender.send(Incoming::Progress(params));
+        true
+    }
+}
 
 /// A request a 2025-era upstream sent in the middle of a call (`elicitation/create`,
 /// `sampling/createMessage`, `roots/list`): the upstream waits for its answer. Dropped
@@ -59,7 +85,7 @@ pub(crate) async fn reply_to(asks: Option<&Asks>, request: jsonrpc::Request) -> 
     let Some(asks) = asks else { return refusal(&request) };
     let (reply, answer) = oneshot::channel();
     let params = request.params.clone().unwrap_or_else(|| json!({}));
-    if asks.send(Asked { method: request.method.clone(), params, reply }).is_err() {
+    if asks.sender.send(Incoming::Asked(Asked { method: request.method.clone(), params, reply })).is_err() {
         return refusal(&request);
     }
     let message = match answer.await {
@@ -76,7 +102,7 @@ pub(crate) async fn reply_to(asks: Option<&Asks>, request: jsonrpc::Request) -> 
 pub struct Call {
     upstream: String,
     timeout: Duration,
-    asks: mpsc::UnboundedReceiver<Asked>,
+    inbox: mpsc::UnboundedReceiver<Incoming>,
     task: tokio::task::JoinHandle<Result<Value, UpstreamError>>,
     done: bool,
 }
@@ -86,6 +112,9 @@ pub struct Call {
 pub enum Event {
     /// The upstream asks something and waits for the answer.
     Asked(Asked),
+    /// The upstream reports progress: the params of its `notifications/progress`
+    /// (`progress`, `total`, `message`), without its token.
+    Progress(Map<String, Value>),
     /// The call is over: the upstream's result, as [`Upstream::call_tool`] gives it.
     Done(Result<Value, UpstreamError>),
 }
@@ -104,7 +133,10 @@ impl Call {
         let next = async {
             tokio::select! {
                 biased;
-                Some(asked) = self.asks.recv() => Event::Asked(asked),
+                Some(incoming) = self.inbox.recv() => match incoming {
+                    Incoming::Asked(asked) => Event::Asked(asked),
+                    Incoming::Progress(params) => Event::Progress(params),
+                },
                 joined = &mut self.task => Event::Done(joined.unwrap_or_else(|e| {
                     Err(UpstreamError::Unreachable { upstream: self.upstream.clone(), detail: e.to_string() })
                 })),
@@ -359,15 +391,23 @@ impl Upstream {
 
     /// [`Upstream::call_tool_with`], started in a task, with the requests the upstream
     /// sends in its course (a 2025-era server's `elicitation/create`) handed to the
-    /// caller instead of refused: see [`Call::next`].
-    pub fn start_call(self: &Arc<Self>, name: &str, arguments: Map<String, Value>, extra: Map<String, Value>) -> Call {
-        let (asks, asked) = mpsc::unbounded_channel();
+    /// caller instead of refused, and its progress when `progress` (the call then
+    /// carries a `progressToken`): see [`Call::next`].
+    pub fn start_call(
+        self: &Arc<Self>,
+        name: &str,
+        arguments: Map<String, Value>,
+        extra: Map<String, Value>,
+        progress: bool,
+    ) -> Call {
+        let (sender, inbox) = mpsc::unbounded_channel();
+        let asks = Asks { sender, progress };
         let mut params =
             Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
         params.extend(extra);
         let upstream = self.clone();
         let task = tokio::spawn(async move { upstream.request_asking("tools/call", params, Some(asks)).await });
-        Call { upstream: self.name.clone(), timeout: self.timeout, asks: asked, task, done: false }
+        Call { upstream: self.name.clone(), timeout: self.timeout, inbox, task, done: false }
     }
 
     async fn negotiate(&self) -> Result<Era, UpstreamError> {
@@ -446,6 +486,13 @@ impl Upstream {
         asks: Option<Asks>,
     ) -> Result<(Option<Value>, Option<String>), UpstreamError> {
         let id = params.is_some().then(|| self.next_id.fetch_add(1, Ordering::Relaxed));
+        let mut params = params;
+        if let (Some(id), Some(params), Some(true)) = (id, params.as_mut(), asks.as_ref().map(|a| a.progress)) {
+            let meta = params.entry("_meta").or_insert_with(|| json!({}));
+            if let Some(meta) = meta.as_object_mut() {
+                meta.insert("progressToken".into(), json!(id));
+            }
+        }
         let (body, name) = body(era, id, method, params);
         let exchanged = self.transport.exchange(era, Outgoing { method, id, body, name, asks }).await?;
         let result = match exchanged.response {

@@ -199,7 +199,11 @@ impl HttpTransport {
                         let reply = reply_to(asks, request).await;
                         self.answer(era, reply).await;
                     }
-                    Ok(message) => note_change(&message, &self.changed),
+                    Ok(message) => {
+                        if !asks.is_some_and(|asks| asks.progress(&message)) {
+                            note_change(&message, &self.changed);
+                        }
+                    }
                     Err(_) => {}
                 }
             }

@@ -281,7 +281,11 @@ impl Reader {
                 Ok(Message::Response { id: RequestId::Number(id), result }) => deliver(&self.pending, id, Ok(result)),
                 Ok(Message::Error { id: Some(RequestId::Number(id)), error }) => deliver(&self.pending, id, Err(error)),
                 Ok(Message::Request(request)) => self.answer(request),
-                Ok(message) => note_change(&message, &self.changed),
+                Ok(message) => {
+                    if !self.progress(&message) {
+                        note_change(&message, &self.changed);
+                    }
+                }
                 Err(_) => tracing::debug!(upstream = %self.name, %line, "not a JSON-RPC message on stdout"),
             }
         }
@@ -289,6 +293,14 @@ impl Reader {
         self.exited.notify_waiters();
         self.pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
         tracing::warn!(upstream = %self.name, "exited; it is started again on the next call");
+    }
+
+    /// Hands a `notifications/progress` to the call whose request id is its token.
+    fn progress(&self, message: &Message) -> bool {
+        let Message::Notification(notification) = message else { return false };
+        let token = notification.params.as_ref().and_then(|p| p.get("progressToken")).and_then(Value::as_i64);
+        let asks = token.and_then(|t| self.askers.lock().unwrap_or_else(|p| p.into_inner()).get(&t).cloned());
+        asks.is_some_and(|asks| asks.progress(message))
     }
 
     /// Answers a request from the process in a task of its own (the reader goes on).
