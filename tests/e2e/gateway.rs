@@ -688,15 +688,15 @@ async fn a_changed_tool_list_is_listed_again_at_once() {
     let Some(modern) = PythonUpstream::start(&[]) else { return };
     let Some(legacy) = PythonUpstream::start(&[]) else { return };
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/upstream_server.py");
+    let script = script.to_string_lossy();
     let file = ConfigFile::write(&format!(
         "[[upstream]]\nname = \"new\"\nurl = \"{}\"\n\n[[upstream]]\nname = \"old\"\nurl = \"{}\"\nprotocol = \"2025-11-25\"\n\n\
-         [[upstream]]\nname = \"local\"\ncommand = [{python:?}, {:?}, \"--stdio\"]\nprotocol = \"2025-11-25\"\n",
-        modern.url,
-        legacy.url,
-        script.to_string_lossy()
+         [[upstream]]\nname = \"local\"\ncommand = [{python:?}, {script:?}, \"--stdio\"]\nprotocol = \"2025-11-25\"\n\n\
+         [[upstream]]\nname = \"piped\"\ncommand = [{python:?}, {script:?}, \"--stdio\"]\n",
+        modern.url, legacy.url,
     ));
     let server = file.serve().await;
-    for (id, upstream) in ["new", "old", "local"].into_iter().enumerate() {
+    for (id, upstream) in ["new", "old", "local", "piped"].into_iter().enumerate() {
         let call = json!({"name": format!("{upstream}.grow"), "arguments": {"name": "sprout"}});
         let grown = server.call_tool(id as u64 + 1, call).await;
         assert_eq!(text(&grown), "added sprout", "{}", grown.body);
