@@ -758,3 +758,49 @@ async fn upstream_progress_reaches_a_client_that_asked_for_it() {
         assert_eq!(last["result"]["content"][0]["text"], "counted to 3", "{name}: {last}");
     }
 }
+
+#[tokio::test]
+async fn a_2025_upstream_asking_for_sampling_or_roots_is_relayed_too() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let file = legacy_config(&upstream, "");
+    let server = file.serve().await;
+    let caps = json!({"sampling": {}, "roots": {}});
+    let call = |id: u64, params: Value| server.modern(id, "tools/call", params, caps.clone());
+
+    let asked = call(1, json!({"name": "db.summarize", "arguments": {"text": "a long story"}})).await;
+    let result = asked.body["result"].clone();
+    let request = &result["inputRequests"]["input"];
+    assert_eq!(request["method"], "sampling/createMessage", "{}", asked.body);
+    assert_eq!(request["params"]["messages"][0]["content"]["text"], "Summarize: a long story", "{request}");
+    let sampled = json!({"role": "assistant", "content": {"type": "text", "text": "short"}, "model": "test-model"});
+    let params = json!({"name": "db.summarize", "arguments": {"text": "a long story"},
+                        "requestState": result["requestState"], "inputResponses": {"input": sampled}});
+    let done = call(2, params).await;
+    assert_eq!(text(&done), "summary: short", "{}", done.body);
+
+    // roots/list comes on the session's own (GET) stream, not the call's: it is open
+    // once a list change has been heard on it.
+    let grown = call(3, json!({"name": "db.grow", "arguments": {"name": "bud"}})).await;
+    assert_eq!(text(&grown), "added bud", "{}", grown.body);
+    listed_soon(&server, "db.bud").await;
+    let asked = call(4, json!({"name": "db.where", "arguments": {}})).await;
+    let result = asked.body["result"].clone();
+    assert_eq!(result["inputRequests"]["input"]["method"], "roots/list", "{}", asked.body);
+    let roots = json!({"roots": [{"uri": "file:///srv/orders", "name": "orders"}]});
+    let params = json!({"name": "db.where", "arguments": {}, "requestState": result["requestState"],
+                        "inputResponses": {"input": roots}});
+    let done = call(5, params).await;
+    assert_eq!(text(&done), "file:///srv/orders", "{}", done.body);
+}
+
+#[tokio::test]
+async fn images_and_audio_pass_through_unchanged() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let (server, _file) = gateway(&upstream, "").await;
+    let reply = server.call_tool(1, json!({"name": "db.media", "arguments": {}})).await;
+    let content = reply.body["result"]["content"].as_array().unwrap_or_else(|| panic!("{}", reply.body)).clone();
+    let kinds: Vec<(&str, &str)> =
+        content.iter().map(|c| (c["type"].as_str().unwrap(), c["mimeType"].as_str().unwrap_or_default())).collect();
+    assert_eq!(kinds, [("text", ""), ("image", "image/png"), ("audio", "audio/wav")], "{}", reply.body);
+    assert!(content[1]["data"].as_str().unwrap().starts_with("iVBORw0KGgo"), "the PNG as sent");
+}

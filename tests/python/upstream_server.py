@@ -7,6 +7,7 @@ https with a certificate for 127.0.0.1 signed by a fresh test CA, written to DIR
 """
 
 import asyncio
+import base64
 import os
 import socket
 import sys
@@ -15,12 +16,18 @@ from typing import Annotated
 
 import uvicorn
 from pydantic import BaseModel
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Audio, Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
-from mcp_types import ToolAnnotations
+from mcp_types import SamplingMessage, TextContent, ToolAnnotations
 
 server = MCPServer("hitl-test-upstream", version="1.0.0")
+
+# A 1x1 PNG and a WAV of eight silent samples, for the media tool.
+RED_PIXEL = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg=="
+)
+SILENCE = base64.b64decode("UklGRjQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YRAAAAAAAAAAAAAAAAAAAAAAAAAA")
 executions: dict[str, int] = {}
 
 
@@ -74,6 +81,27 @@ async def count(steps: int, ctx: Context) -> str:
     for step in range(1, steps + 1):
         await ctx.report_progress(step * 10, steps * 10, f"step {step} of {steps}")
     return f"counted to {steps}"
+
+
+@server.tool()
+async def summarize(text: str, ctx: Context) -> str:
+    """Asks the client's model for a summary (2025-era sampling, mid-call)."""
+    message = SamplingMessage(role="user", content=TextContent(type="text", text=f"Summarize: {text}"))
+    result = await ctx.session.create_message([message], max_tokens=50, related_request_id=ctx.request_id)
+    return f"summary: {result.content.text}"
+
+
+@server.tool()
+async def where(ctx: Context) -> str:
+    """Lists the client's roots (2025-era roots/list, sent on the session's own stream)."""
+    result = await ctx.session.list_roots()
+    return ", ".join(str(root.uri) for root in result.roots)
+
+
+@server.tool()
+def media() -> list:
+    """Returns text, an image and a sound."""
+    return ["a picture and a sound", Image(data=RED_PIXEL, format="png"), Audio(data=SILENCE, format="wav")]
 
 
 @server.tool()

@@ -34,6 +34,60 @@ pub(crate) struct Asks {
     progress: bool,
 }
 
+/// The calls in flight that take what the upstream sends outside their own response
+/// (a stdio process's requests, a 2025-era session's GET stream), by request id.
+#[derive(Debug, Default)]
+pub(crate) struct Askers(std::sync::Mutex<std::collections::BTreeMap<i64, Asks>>);
+
+/// A call registered in [`Askers`] until it is dropped.
+pub(crate) struct Asking {
+    id: i64,
+    askers: Arc<Askers>,
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        self.askers.lock().remove(&self.id);
+    }
+}
+
+impl Askers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<i64, Asks>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers call `id` while the returned guard lives.
+    pub(crate) fn register(self: &Arc<Self>, id: i64, asks: Asks) -> Asking {
+        self.lock().insert(id, asks);
+        Asking { id, askers: self.clone() }
+    }
+
+    /// The call a request from the upstream belongs to, when nothing else ties it to
+    /// one: the call in flight when there is exactly one; with several, none (it is
+    /// refused rather than shown to the wrong person).
+    pub(crate) fn sole(&self, upstream: &str, method: &str) -> Option<Asks> {
+        let askers = self.lock();
+        if askers.len() > 1 {
+            tracing::warn!(
+                upstream,
+                method,
+                calls = askers.len(),
+                "refused: it asked during several calls at once and the call it belongs to is unknown"
+            );
+        }
+        (askers.len() == 1).then(|| askers.values().next().cloned()).flatten()
+    }
+
+    /// Hands a `notifications/progress` to the call whose request id is its token;
+    /// `false` for any other message.
+    pub(crate) fn progress(&self, message: &Message) -> bool {
+        let Message::Notification(notification) = message else { return false };
+        let token = notification.params.as_ref().and_then(|p| p.get("progressToken")).and_then(Value::as_i64);
+        let asks = token.and_then(|t| self.lock().get(&t).cloned());
+        asks.is_some_and(|asks| asks.progress(message))
+    }
+}
+
 /// What the upstream sends in the course of a call.
 #[derive(Debug)]
 enum Incoming {

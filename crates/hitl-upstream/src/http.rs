@@ -2,6 +2,7 @@
 //! `Mcp-Method`, `Mcp-Name` for 2026-07-28; `Mcp-Session-Id` for a legacy session), the
 //! response read as JSON or as SSE.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,7 +15,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-use crate::client::{Asks, Changed, Exchanged, Listened, Outgoing, Transport, note_change, reply_to, response_to};
+use crate::client::{
+    Askers, Asks, Changed, Exchanged, Listened, Outgoing, Transport, note_change, reply_to, response_to,
+};
 use crate::sse::EventReader;
 use crate::{Era, Upstream, UpstreamError};
 
@@ -44,7 +47,7 @@ impl Upstream {
         let client = Client::builder(TokioExecutor::new()).build(connector);
         let (name, protocol, timeout) = (config.name.clone(), config.protocol.clone(), config.timeout);
         let changed = Changed::default();
-        let transport = HttpTransport { config, client, changed: changed.clone() };
+        let transport = HttpTransport { config, client, changed: changed.clone(), askers: Arc::default() };
         Ok(Self::with_transport(name, protocol, timeout, changed, Box::new(transport)))
     }
 }
@@ -72,7 +75,7 @@ fn connector(config: &HttpConfig) -> Result<HttpsConnector<HttpConnector>, Upstr
             return Err(invalid("no CA certificates to trust for https (set ca_file or SSL_CERT_FILE)".into()));
         }
     }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid(e.to_string()))?
@@ -86,6 +89,8 @@ struct HttpTransport {
     config: HttpConfig,
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     changed: Changed,
+    /// The calls in flight that take what arrives on the session's GET stream.
+    askers: Arc<Askers>,
 }
 
 #[async_trait::async_trait]
@@ -94,6 +99,10 @@ impl Transport for HttpTransport {
         let request = self
             .post(era, message.method, message.name.as_deref(), message.body)
             .map_err(|e| self.protocol(e.to_string()))?;
+        let _asking = match (message.id, &message.asks) {
+            (Some(id), Some(asks)) => Some(self.askers.register(id, asks.clone())),
+            _ => None,
+        };
         let exchange = async {
             let response = self.client.request(request).await.map_err(|e| self.unreachable(e))?;
             let session =
@@ -158,7 +167,18 @@ impl Transport for HttpTransport {
             for event in events.feed(data) {
                 match jsonrpc::parse(event.as_bytes()) {
                     Ok(jsonrpc::Message::Error { .. }) => return Ok(Listened::Unsupported),
-                    Ok(message) => note_change(&message, &self.changed),
+                    // A request outside any call's stream (a 2025-era server that
+                    // does not relate it to the call): answered by the call in flight.
+                    Ok(jsonrpc::Message::Request(request)) => {
+                        let asks = self.askers.sole(&self.config.name, &request.method);
+                        let reply = reply_to(asks.as_ref(), request).await;
+                        self.answer(era, reply).await;
+                    }
+                    Ok(message) => {
+                        if !self.askers.progress(&message) {
+                            note_change(&message, &self.changed);
+                        }
+                    }
                     Err(_) => {}
                 }
             }

@@ -16,7 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{Mutex, oneshot};
 
-use crate::client::{Asks, Changed, Exchanged, Listened, Outgoing, Transport, note_change, reply_to};
+use crate::client::{Askers, Changed, Exchanged, Listened, Outgoing, Transport, note_change, reply_to};
 use crate::{Era, Upstream, UpstreamError};
 
 /// How to start a stdio upstream.
@@ -54,9 +54,6 @@ impl Upstream {
 
 type Pending = Arc<SyncMutex<HashMap<i64, oneshot::Sender<Result<Value, ErrorObject>>>>>;
 
-/// The calls in flight that take the requests the process sends, by request id.
-type Askers = Arc<SyncMutex<BTreeMap<i64, Asks>>>;
-
 #[derive(Debug)]
 struct StdioTransport {
     config: StdioConfig,
@@ -77,7 +74,7 @@ struct Restart {
 struct Process {
     stdin: Arc<Mutex<ChildStdin>>,
     pending: Pending,
-    askers: Askers,
+    askers: Arc<Askers>,
     alive: Arc<AtomicBool>,
     /// Told when the process's output ends.
     exited: Arc<tokio::sync::Notify>,
@@ -161,10 +158,7 @@ impl Transport for StdioTransport {
             (id, receive)
         });
         let asking = match (message.id, message.asks) {
-            (Some(id), Some(asks)) => {
-                askers.lock().unwrap_or_else(|p| p.into_inner()).insert(id, asks);
-                Some(Asking { id, askers: askers.clone() })
-            }
+            (Some(id), Some(asks)) => Some(askers.register(id, asks)),
             _ => None,
         };
         let mut line = message.body;
@@ -214,7 +208,7 @@ impl StdioTransport {
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
         let pending: Pending = Arc::default();
-        let askers: Askers = Arc::default();
+        let askers: Arc<Askers> = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         let name = self.config.name.clone();
         tracing::info!(upstream = %name, pid = child.id(), "started");
@@ -249,24 +243,12 @@ impl StdioTransport {
     }
 }
 
-/// A call registered in [`Askers`] until it ends.
-struct Asking {
-    id: i64,
-    askers: Askers,
-}
-
-impl Drop for Asking {
-    fn drop(&mut self) {
-        self.askers.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
-    }
-}
-
 /// What reads the process's stdout.
 struct Reader {
     name: String,
     stdin: Arc<Mutex<ChildStdin>>,
     pending: Pending,
-    askers: Askers,
+    askers: Arc<Askers>,
     changed: Changed,
     exited: Arc<tokio::sync::Notify>,
 }
@@ -282,7 +264,7 @@ impl Reader {
                 Ok(Message::Error { id: Some(RequestId::Number(id)), error }) => deliver(&self.pending, id, Err(error)),
                 Ok(Message::Request(request)) => self.answer(request),
                 Ok(message) => {
-                    if !self.progress(&message) {
+                    if !self.askers.progress(&message) {
                         note_change(&message, &self.changed);
                     }
                 }
@@ -295,26 +277,11 @@ impl Reader {
         tracing::warn!(upstream = %self.name, "exited; it is started again on the next call");
     }
 
-    /// Hands a `notifications/progress` to the call whose request id is its token.
-    fn progress(&self, message: &Message) -> bool {
-        let Message::Notification(notification) = message else { return false };
-        let token = notification.params.as_ref().and_then(|p| p.get("progressToken")).and_then(Value::as_i64);
-        let asks = token.and_then(|t| self.askers.lock().unwrap_or_else(|p| p.into_inner()).get(&t).cloned());
-        asks.is_some_and(|asks| asks.progress(message))
-    }
-
     /// Answers a request from the process in a task of its own (the reader goes on).
     /// Over stdio nothing ties a request to a call: it goes to the call in flight that
     /// takes requests when there is exactly one, and is refused when there are several.
     fn answer(&self, request: jsonrpc::Request) {
-        let asks = {
-            let askers = self.askers.lock().unwrap_or_else(|p| p.into_inner());
-            if askers.len() > 1 {
-                tracing::warn!(upstream = %self.name, method = %request.method, calls = askers.len(),
-                    "refused: it asked during several calls at once and the call it belongs to is unknown");
-            }
-            (askers.len() == 1).then(|| askers.values().next().cloned()).flatten()
-        };
+        let asks = self.askers.sole(&self.name, &request.method);
         let stdin = self.stdin.clone();
         tokio::spawn(async move {
             let mut reply = reply_to(asks.as_ref(), request).await;
