@@ -14,6 +14,7 @@ const LAYERS: &[&str] = &[
     "hitl-interrupt",
     "hitl-store-redis",
     "hitl-tower",
+    "hitl-auth",
     "hitl-agents",
     "hitl-server",
 ];
@@ -27,10 +28,14 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-interrupt", &["hitl-protocol", "hitl-schema", "hitl-graph"]),
     ("hitl-store-redis", &["hitl-interrupt"]),
     ("hitl-tower", &["hitl-protocol", "hitl-graph", "hitl-interrupt"]),
+    ("hitl-auth", &["hitl-protocol", "hitl-tower"]),
     ("hitl-agents", &["hitl-schema", "hitl-graph"]),
     ("hitl-upstream", &["hitl-protocol"]),
     ("hitl-gateway", &["hitl-protocol", "hitl-schema", "hitl-graph", "hitl-upstream"]),
-    ("hitl-server", &["hitl-graph", "hitl-interrupt", "hitl-store-redis", "hitl-tower", "hitl-agents", "hitl-gateway"]),
+    (
+        "hitl-server",
+        &["hitl-graph", "hitl-interrupt", "hitl-store-redis", "hitl-tower", "hitl-auth", "hitl-agents", "hitl-gateway"],
+    ),
     ("hitl-e2e", &["hitl-graph", "hitl-server", "hitl-upstream"]),
     ("hitl-bench", &[]),
     ("custom-agents", &["hitl-graph"]),
@@ -46,6 +51,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ("hitl-tower", &["redis", "hyper", "hitl-store-redis"]),
     ("hitl-upstream", &["redis", "tower", "hitl-interrupt", "hitl-graph"]),
     ("hitl-gateway", &["redis", "hitl-interrupt", "hitl-tower"]),
+    ("hitl-auth", &["redis", "hitl-store-redis", "hitl-gateway", "hitl-upstream"]),
 ];
 
 fn metadata() -> Value {

@@ -17,7 +17,13 @@
 //! let db: UpstreamSpec = toml_like();
 //! # fn toml_like() -> UpstreamSpec { unimplemented!() }
 //! let policies = Policies::new(
-//!     vec![Policy { tools: vec!["db.drop_*".into()], action: Action::Review, decisions: None, description: None }],
+//!     vec![Policy {
+//!         tools: vec!["db.drop_*".into()],
+//!         action: Action::Review,
+//!         decisions: None,
+//!         description: None,
+//!         callers: Some(vec!["group:ops".into()]),
+//!     }],
 //!     GatewaySection::default(),
 //! )?;
 //! let gateway = Gateway::new(&[db], policies, |name| std::env::var(name).ok())?;

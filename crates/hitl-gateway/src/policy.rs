@@ -31,6 +31,10 @@ pub struct Policy {
     /// The review text, with `{argument}` replaced by the call's arguments.
     #[serde(default)]
     pub description: Option<String>,
+    /// Who may call the matching tools: `user:<id>` and `group:<name>` entries
+    /// (absent: every caller).
+    #[serde(default)]
+    pub callers: Option<Vec<String>>,
 }
 
 impl Policy {
@@ -85,8 +89,26 @@ impl Policies {
             if policy.decisions.as_ref().is_some_and(Vec::is_empty) {
                 return Err(format!("policy[{i}].decisions: a review needs at least one decision"));
             }
+            for caller in policy.callers.iter().flatten() {
+                let named = caller.strip_prefix("user:").or_else(|| caller.strip_prefix("group:"));
+                if named.is_none_or(str::is_empty) {
+                    return Err(format!("policy[{i}].callers: {caller:?} is not user:<id> or group:<name>"));
+                }
+            }
         }
         Ok(Self { policies, default_action: gateway.default_action })
+    }
+
+    /// Whether any policy limits its callers (then callers must be known: auth).
+    pub fn limit_callers(&self) -> bool {
+        self.policies.iter().any(|p| p.callers.is_some())
+    }
+
+    /// Whether the caller named `principal`, in `groups`, may call `tool`: the first
+    /// matching policy's `callers` decide (none: everyone may).
+    pub fn may_call(&self, tool: &str, principal: Option<&str>, groups: &[String]) -> bool {
+        let Some(callers) = self.decide(tool).policy.and_then(|p| p.callers.as_ref()) else { return true };
+        callers.iter().any(|c| Some(c.as_str()) == principal || groups.contains(c))
     }
 
     /// The first policy that matches `tool`, or the default.
@@ -168,7 +190,13 @@ mod tests {
     }
 
     fn policy(tools: &[&str], action: Action) -> Policy {
-        Policy { tools: tools.iter().map(|t| (*t).to_owned()).collect(), action, decisions: None, description: None }
+        Policy {
+            tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+            action,
+            decisions: None,
+            description: None,
+            callers: None,
+        }
     }
 
     #[test]
@@ -197,5 +225,31 @@ mod tests {
         let error = Policies::new(vec![policy(&["a"], Action::Allow), silent], GatewaySection::default()).unwrap_err();
         assert!(error.starts_with("policy[1].decisions"), "{error}");
         assert_eq!(policy(&["x"], Action::Review).allowed(), ["approve", "edit", "reject", "respond"]);
+    }
+}
+
+#[cfg(test)]
+mod callers {
+    use super::*;
+
+    #[test]
+    fn callers_limit_who_may_call_and_are_checked() {
+        let ops = Policy {
+            tools: vec!["db.*".into()],
+            action: Action::Review,
+            decisions: None,
+            description: None,
+            callers: Some(vec!["group:ops".into(), "user:alice".into()]),
+        };
+        let policies = Policies::new(vec![ops.clone()], GatewaySection::default()).unwrap();
+        assert!(policies.limit_callers());
+        assert!(policies.may_call("db.drop", Some("user:alice"), &[]));
+        assert!(policies.may_call("db.drop", Some("user:bob"), &["group:ops".to_owned()]));
+        assert!(!policies.may_call("db.drop", Some("user:bob"), &["group:dev".to_owned()]));
+        assert!(!policies.may_call("db.drop", None, &[]), "no principal, no access");
+        assert!(policies.may_call("git.log", None, &[]), "unmatched tools are open");
+        let bad = Policy { callers: Some(vec!["alice".into()]), ..ops };
+        let error = Policies::new(vec![bad], GatewaySection::default()).unwrap_err();
+        assert_eq!(error, r#"policy[0].callers: "alice" is not user:<id> or group:<name>"#);
     }
 }

@@ -91,6 +91,14 @@ pub(crate) struct ServeArgs {
     /// UTF-8) get 401. Only behind a proxy that sets and strips it.
     #[arg(long, env = "HITL_PRINCIPAL_HEADER", value_name = "HEADER")]
     principal_header: Option<String>,
+    /// Bearer tokens, one `user-id token` or `user-id sha256:<hex of the token>` per
+    /// line (`#` comments); read again on SIGHUP or when it changes. Every MCP request
+    /// then needs `Authorization: Bearer <token>` (else 401); the caller is `user:<id>`.
+    #[arg(long, env = "HITL_TOKENS_FILE", value_name = "FILE")]
+    tokens_file: Option<PathBuf>,
+    /// `[auth]` of the configuration file (beyond `tokens_file`).
+    #[arg(skip)]
+    auth: config::AuthSection,
     /// Keep no threads: a tool that pauses ends with an error result saying the call
     /// can't be resumed.
     #[arg(long)]
@@ -141,6 +149,10 @@ impl ServeArgs {
         let loaded = config::load(path)?;
         self.gateway =
             config::GatewayFile { upstream: loaded.upstream, policy: loaded.policy, gateway: loaded.gateway };
+        if !explicit(matches, "tokens_file") && loaded.auth.tokens_file.is_some() {
+            self.tokens_file = loaded.auth.tokens_file.clone();
+        }
+        self.auth = loaded.auth;
         let file = loaded.server;
         macro_rules! take {
             ($($field:ident),*) => {$(
@@ -229,7 +241,7 @@ impl ServeArgs {
         }
         served.extend(agents);
         // Policies apply to agents too: review and deny act before an agent starts.
-        let policies = self.gateway.policies()?;
+        let policies = Arc::new(self.gateway.policies()?);
         let served: Vec<Agent> = served
             .into_iter()
             .map(|a| hitl_gateway::gate(a, &policies))
@@ -249,11 +261,41 @@ impl ServeArgs {
                 http::HeaderName::try_from(name.as_str()).with_context(|| format!("--principal-header {name:?}"))?;
             builder = builder.principal_header(header);
         }
+        builder = self.authentication(builder)?;
+        if policies.limit_callers() {
+            if self.tokens_file.is_none() && self.principal_header.is_none() {
+                bail!(
+                    "a [[policy]] names callers, but callers are not known: set [auth] tokens_file (--tokens-file) or --principal-header"
+                );
+            }
+            let access = policies.clone();
+            builder = builder.access(hitl_tower::Access(Arc::new(move |name, principal, groups| {
+                access.may_call(name, principal, groups)
+            })));
+        }
         let gateway = self.gateway.gateway()?.map(Arc::new);
         if let Some(gateway) = gateway.clone() {
             builder = builder.health(Arc::new(move || gateway.health()));
         }
         Ok((builder, gateway))
+    }
+}
+
+impl ServeArgs {
+    /// Bearer authentication as `--tokens-file` and `[auth]` say (none without them).
+    fn authentication(&self, builder: ServerBuilder) -> anyhow::Result<ServerBuilder> {
+        let Some(path) = &self.tokens_file else { return Ok(builder) };
+        if self.principal_header.is_some() {
+            bail!("--principal-header and --tokens-file exclude each other: the caller comes from one of them");
+        }
+        let tokens = hitl_auth::TokenFile::load(path).map_err(anyhow::Error::msg)?;
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Read again on SIGHUP or when it changes, for as long as the server runs.
+            tokens.watch();
+        }
+        let resource =
+            hitl_auth::Resource::from_request().with_authorization_servers(self.auth.authorization_servers.clone());
+        Ok(builder.authentication(vec![tokens], resource))
     }
 }
 

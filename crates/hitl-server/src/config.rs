@@ -23,6 +23,20 @@ pub(crate) struct ConfigFile {
     /// `[gateway]`.
     #[serde(default)]
     pub(crate) gateway: hitl_gateway::GatewaySection,
+    /// `[auth]`: who may call.
+    #[serde(default)]
+    pub(crate) auth: AuthSection,
+}
+
+/// `[auth]`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AuthSection {
+    /// Bearer tokens: lines `user-id token` or `user-id sha256:<hex>`.
+    pub(crate) tokens_file: Option<PathBuf>,
+    /// The authorization servers the protected resource metadata names.
+    #[serde(default)]
+    pub(crate) authorization_servers: Vec<String>,
 }
 
 /// The gateway's part of the file.
@@ -87,8 +101,12 @@ pub(crate) fn load(path: &Path) -> anyhow::Result<ConfigFile> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut config = parse(&text).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
     let folder = path.parent().unwrap_or(Path::new("."));
-    let server_files =
-        [&mut config.server.redis_ca_file, &mut config.server.secret_file, &mut config.server.previous_secret_file];
+    let server_files = [
+        &mut config.server.redis_ca_file,
+        &mut config.server.secret_file,
+        &mut config.server.previous_secret_file,
+        &mut config.auth.tokens_file,
+    ];
     let upstream_folders = config.upstream.iter_mut().flat_map(|u| [&mut u.cwd, &mut u.ca_file]);
     for file in server_files.into_iter().chain(upstream_folders).flatten() {
         if file.is_relative() {

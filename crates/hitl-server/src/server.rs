@@ -52,6 +52,7 @@ pub struct ServerBuilder {
     http: HttpLimits,
     allowed_hosts: Option<AllowedHosts>,
     principal_header: Option<http::HeaderName>,
+    auth: Option<(hitl_auth::BearerAuthLayer, hitl_auth::Resource)>,
     options: ServerOptions,
     threads: bool,
     layers: Vec<Wrap>,
@@ -150,6 +151,23 @@ impl ServerBuilder {
         self
     }
 
+    /// Requires a bearer token that one of `verifiers` accepts on every MCP request
+    /// (else 401 with MCP's `WWW-Authenticate` challenge) and serves `resource`'s
+    /// protected resource metadata; the caller is the token's principal and groups.
+    #[must_use]
+    pub fn authentication(mut self, verifiers: Vec<Arc<dyn hitl_auth::Verify>>, resource: hitl_auth::Resource) -> Self {
+        self.auth = Some((hitl_auth::BearerAuthLayer::new(verifiers, resource.clone()), resource));
+        self
+    }
+
+    /// Who may use which tool and prompt: the others are neither listed to a caller
+    /// nor callable by it.
+    #[must_use]
+    pub fn access(mut self, access: hitl_tower::Access) -> Self {
+        self.options.access = Some(access);
+        self
+    }
+
     /// `serverInfo`, instructions and list caching.
     #[must_use]
     pub fn options(mut self, options: ServerOptions) -> Self {
@@ -202,6 +220,7 @@ impl ServerBuilder {
             http: self.http,
             allowed_hosts: self.allowed_hosts,
             principal_header: self.principal_header,
+            auth: self.auth,
             health: self.health,
         }
     }
@@ -232,6 +251,7 @@ pub struct Server {
     http: HttpLimits,
     allowed_hosts: Option<AllowedHosts>,
     principal_header: Option<http::HeaderName>,
+    auth: Option<(hitl_auth::BearerAuthLayer, hitl_auth::Resource)>,
     health: Option<HealthFn>,
 }
 
@@ -254,6 +274,7 @@ impl Server {
             http: HttpLimits::default(),
             allowed_hosts: None,
             principal_header: None,
+            auth: None,
             options: ServerOptions::default(),
             threads: true,
             layers: Vec::new(),
@@ -282,9 +303,17 @@ impl Server {
             .layer(MaxConcurrentRequestsLayer::new(self.http.max_concurrent_requests.max(1)))
             .layer(ValidateOriginLayer::new(allowed))
             .option_layer(self.principal_header.map(PrincipalFromHeaderLayer::new))
+            .option_layer(self.auth.as_ref().map(|(layer, _)| layer.clone()))
             .service(self.mcp)
             .boxed_clone();
         let mut app = HttpApp::new(mcp, self.store, self.http.body);
+        if let Some((_, resource)) = self.auth {
+            // Where RFC 9728 puts it for this host, and for the `/mcp` resource.
+            let route = hitl_auth::metadata_route(resource);
+            app = app
+                .with_route(hitl_auth::METADATA_PATH, route.clone())
+                .with_route(format!("{}/mcp", hitl_auth::METADATA_PATH), route);
+        }
         if let Some(health) = self.health {
             app = app.with_health(health);
         }

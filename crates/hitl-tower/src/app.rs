@@ -43,7 +43,12 @@ pub struct HttpApp {
     store: Arc<dyn ThreadStore>,
     limits: BodyLimits,
     health: Option<HealthFn>,
+    routes: Vec<(String, RouteFn)>,
 }
+
+/// A document served at a path of its own (say, the OAuth protected resource metadata),
+/// made from the request's head.
+pub type RouteFn = Arc<dyn Fn(&http::request::Parts) -> http::Response<McpBody> + Send + Sync>;
 
 /// More of `/healthz`'s body (say, each upstream's state): fields added next to
 /// `status`, which they never change.
@@ -58,7 +63,14 @@ impl std::fmt::Debug for HttpApp {
 impl HttpApp {
     /// Serves `mcp` at `/mcp` and the readiness of `store` at `/healthz`.
     pub fn new(mcp: Endpoint, store: Arc<dyn ThreadStore>, limits: BodyLimits) -> Self {
-        Self { mcp, store, limits, health: None }
+        Self { mcp, store, limits, health: None, routes: Vec::new() }
+    }
+
+    /// Serves `route` at `path` (any method; the body is not read).
+    #[must_use]
+    pub fn with_route(mut self, path: impl Into<String>, route: RouteFn) -> Self {
+        self.routes.push((path.into(), route));
+        self
     }
 
     /// Adds `health`'s fields to `/healthz`.
@@ -75,6 +87,11 @@ impl HttpApp {
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        let path = request.uri().path();
+        if let Some(route) = self.routes.iter().find(|(p, _)| p == path).map(|(_, r)| r.clone()) {
+            let (parts, _) = request.into_parts();
+            return Box::pin(std::future::ready(route(&parts)));
+        }
         match request.uri().path() {
             "/healthz" => {
                 let (store, health) = (self.store.clone(), self.health.clone());

@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::Shared;
-use crate::validate::Caller;
+use crate::validate::{self, Caller};
 
 /// `value` as JSON; a value that does not serialize is an internal error, never `null`.
 fn to_json<T: Serialize>(value: &T) -> Result<Value, ErrorObject> {
@@ -42,6 +42,10 @@ impl Shared {
         cancel: Option<Arc<AtomicBool>>,
     ) -> Result<Value, ErrorObject> {
         let era = caller.era;
+        let access = self.options.access.as_ref();
+        let groups = caller.groups.clone();
+        let principal = caller.principal.clone();
+        let may = move |name: &str| validate::allowed(access, name, principal.as_deref(), &groups);
         // The engine's view of a tools/call or prompts/get; each request makes one.
         let call = move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, prompt| Call {
             arguments: arguments.unwrap_or_default(),
@@ -58,8 +62,8 @@ impl Shared {
         };
         match (request, era) {
             (ClientRequest::Discover(_), Era::Modern) => self.discover(),
-            (ClientRequest::ListTools(_), _) => self.list_tools(era),
-            (ClientRequest::ListPrompts(_), _) => self.list_prompts(era),
+            (ClientRequest::ListTools(_), _) => self.list_tools(era, &may),
+            (ClientRequest::ListPrompts(_), _) => self.list_prompts(era, &may),
             (ClientRequest::Complete(_), _) => Ok(json!({"completion": {"values": [], "total": 0, "hasMore": false}})),
             // hitl serves no resources: the lists are empty (and cacheable), reads fail.
             (ClientRequest::ListResources(_), _) => Ok(self.empty_list("resources", era)),
@@ -70,7 +74,7 @@ impl Shared {
             }
             (ClientRequest::CallTool(params), _) => {
                 let tools = self.tools.snapshot();
-                let Some(agent) = tools.get(&params.name) else {
+                let Some(agent) = tools.get(&params.name).filter(|_| may(&params.name)) else {
                     return Err(ErrorObject::invalid_params(format!("Unknown tool: {}", params.name)));
                 };
                 let call = call(params.arguments, params.input_responses, params.request_state, params.context, false);
@@ -80,7 +84,7 @@ impl Shared {
                 }
             }
             (ClientRequest::GetPrompt(params), _) => {
-                let Some(agent) = self.prompts.get(&params.name) else {
+                let Some(agent) = self.prompts.get(&params.name).filter(|_| may(&params.name)) else {
                     return Err(ErrorObject::invalid_params(format!("Unknown prompt: {}", params.name)));
                 };
                 let call = call(params.arguments, params.input_responses, params.request_state, None, true);
@@ -155,10 +159,11 @@ impl Shared {
         to_json(&result)
     }
 
-    fn list_tools(&self, era: Era) -> Result<Value, ErrorObject> {
+    fn list_tools(&self, era: Era, may: &dyn Fn(&str) -> bool) -> Result<Value, ErrorObject> {
         let (tools, listings) = self.tools.listed();
         let tools = tools
             .values()
+            .filter(|a| may(&a.name))
             .map(|a| {
                 // A gateway's upstream tool keeps its title, annotations, output schema…
                 let mut other = listings.get(&a.name).cloned().unwrap_or_default();
@@ -195,10 +200,11 @@ impl Shared {
         result
     }
 
-    fn list_prompts(&self, era: Era) -> Result<Value, ErrorObject> {
+    fn list_prompts(&self, era: Era, may: &dyn Fn(&str) -> bool) -> Result<Value, ErrorObject> {
         let prompts = self
             .prompts
             .values()
+            .filter(|a| may(&a.name))
             .map(|a| {
                 let required: Vec<&str> = a.input_schema["required"]
                     .as_array()

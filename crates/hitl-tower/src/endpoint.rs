@@ -12,10 +12,11 @@ use crate::{McpBody, Shared, error_response, json_response, sse};
 
 impl Shared {
     pub(crate) async fn handle(self: Arc<Self>, request: http::Request<Bytes>) -> http::Response<McpBody> {
-        let Valid { id, request, caller, stream } = match validate::validate(&self.tools.snapshot(), &request) {
-            Ok(valid) => valid,
-            Err(refused) => return *refused,
-        };
+        let Valid { id, request, caller, stream } =
+            match validate::validate(&self.tools.snapshot(), self.options.access.as_ref(), &request) {
+                Ok(valid) => valid,
+                Err(refused) => return *refused,
+            };
         let era = caller.era;
         if let Some(token) = stream {
             return sse::respond(token, move |progress, cancel| async move {

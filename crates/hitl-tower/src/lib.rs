@@ -47,7 +47,7 @@ mod sse;
 mod tools;
 mod validate;
 
-pub use app::{BodyLimits, Endpoint, HealthFn, HttpApp};
+pub use app::{BodyLimits, Endpoint, HealthFn, HttpApp, RouteFn};
 pub use limit::{MaxConcurrentRequests, MaxConcurrentRequestsLayer};
 pub use origin::{AllowedHosts, ValidateOrigin, ValidateOriginLayer};
 pub use principal::{PrincipalFromHeader, PrincipalFromHeaderLayer};
@@ -75,6 +75,27 @@ pub type McpBody = UnsyncBoxBody<Bytes, Infallible>;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Principal(pub String);
 
+/// The groups the caller belongs to (each written `group:<name>`), as an auth layer
+/// established them: insert them next to the [`Principal`]; an [`Access`] rule sees
+/// them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Groups(pub Vec<String>);
+
+/// Who may use which tool or prompt: `(name, principal, groups) -> allowed`. A tool a
+/// caller may not use is not listed to it, and calling it fails as for a tool that
+/// does not exist (`Unknown tool`), so names do not leak.
+#[derive(Clone)]
+pub struct Access(pub AccessFn);
+
+/// The rule of an [`Access`]: `(name, principal, groups) -> allowed`.
+pub type AccessFn = Arc<dyn Fn(&str, Option<&str>, &[String]) -> bool + Send + Sync>;
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Access(..)")
+    }
+}
+
 /// The client's socket address, as the server accepted the connection: insert it into
 /// the request's extensions. Paused calls without a [`Principal`] count against it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,6 +110,8 @@ pub struct ServerOptions {
     pub instructions: Option<String>,
     /// How long clients may cache `tools/list` and `server/discover`, in milliseconds.
     pub list_ttl_ms: u64,
+    /// Who may use which tool and prompt (`None`: every caller, every one).
+    pub access: Option<Access>,
 }
 
 impl Default for ServerOptions {
@@ -97,6 +120,7 @@ impl Default for ServerOptions {
             server_info: Implementation::new("hitl", env!("CARGO_PKG_VERSION")),
             instructions: None,
             list_ttl_ms: 60_000,
+            access: None,
         }
     }
 }
@@ -175,7 +199,8 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
     }
 }
 
-pub(crate) fn body(bytes: impl Into<Bytes>) -> McpBody {
+/// A whole response body of `bytes`.
+pub fn body(bytes: impl Into<Bytes>) -> McpBody {
     Full::new(bytes.into()).boxed_unsync()
 }
 
@@ -201,7 +226,9 @@ pub(crate) fn error_response(era: Era, id: Option<RequestId>, error: ErrorObject
 
 /// A request refused before it reaches the endpoint (403, 401, 413, 503, …): `status`
 /// with a JSON-RPC error without an id.
-pub(crate) fn refusal(status: StatusCode, error: ErrorObject) -> http::Response<McpBody> {
+/// A response refusing a request before it is served: `status` with a JSON-RPC error
+/// without an id (what layers in front of the endpoint answer, such as auth's 401).
+pub fn refusal(status: StatusCode, error: ErrorObject) -> http::Response<McpBody> {
     json_response(status, &Response::Error { id: None, error })
 }
 

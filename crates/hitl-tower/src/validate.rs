@@ -10,7 +10,7 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use indexmap::IndexMap;
 use serde_json::Value;
 
-use crate::{McpBody, PeerAddr, Principal, empty, error_response};
+use crate::{Access, Groups, McpBody, PeerAddr, Principal, empty, error_response};
 
 /// Methods served on the modern wire.
 const MODERN_METHODS: &[&str] = &[
@@ -39,6 +39,8 @@ pub(crate) struct Caller {
     pub(crate) era: Era,
     pub(crate) capabilities: ClientCapabilities,
     pub(crate) principal: Option<String>,
+    /// The caller's groups ([`crate::Groups`]).
+    pub(crate) groups: Vec<String>,
     /// The client's IP address, when the server gave it.
     pub(crate) peer: Option<String>,
 }
@@ -59,12 +61,17 @@ pub(crate) type Refused = Box<http::Response<McpBody>>;
 /// Who sent a request, from its extensions.
 struct Who {
     principal: Option<String>,
+    groups: Vec<String>,
     peer: Option<String>,
 }
 
 /// Checks `request` against the rules of its era. `Err` is the response that refuses
 /// it (or acknowledges a notification).
-pub(crate) fn validate(tools: &IndexMap<String, Agent>, request: &http::Request<Bytes>) -> Result<Valid, Refused> {
+pub(crate) fn validate(
+    tools: &IndexMap<String, Agent>,
+    access: Option<&Access>,
+    request: &http::Request<Bytes>,
+) -> Result<Valid, Refused> {
     if request.method() != Method::POST {
         let mut out = empty(StatusCode::METHOD_NOT_ALLOWED);
         out.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
@@ -94,16 +101,18 @@ pub(crate) fn validate(tools: &IndexMap<String, Agent>, request: &http::Request<
         .map_err(|rejection| Box::new(error_response(era, rejection.id, rejection.error)))?;
     let who = Who {
         principal: request.extensions().get::<Principal>().map(|p| p.0.clone()),
+        groups: request.extensions().get::<Groups>().map(|g| g.0.clone()).unwrap_or_default(),
         peer: request.extensions().get::<PeerAddr>().map(|p| p.0.ip().to_string()),
     };
     match era {
-        Era::Modern => modern(tools, headers, version_header.unwrap_or_default(), message, who),
+        Era::Modern => modern(tools, access, headers, version_header.unwrap_or_default(), message, who),
         Era::Legacy => legacy(headers, message, who),
     }
 }
 
 fn modern(
     tools: &IndexMap<String, Agent>,
+    access: Option<&Access>,
     http_headers: &HeaderMap,
     version_header: String,
     message: Message,
@@ -143,12 +152,18 @@ fn modern(
     let typed = ClientRequest::parse(&request.method, params).map_err(fail)?;
     if let ClientRequest::CallTool(params) = &typed
         && let Some(agent) = tools.get(&params.name)
+        && allowed(access, &params.name, who.principal.as_deref(), &who.groups)
     {
         headers::check_params(header_bytes(http_headers), &agent.input_schema, params.arguments.as_ref())
             .map_err(fail)?;
     }
-    let caller =
-        Caller { era: Era::Modern, capabilities: modern.client_capabilities, principal: who.principal, peer: who.peer };
+    let caller = Caller {
+        era: Era::Modern,
+        capabilities: modern.client_capabilities,
+        principal: who.principal,
+        groups: who.groups,
+        peer: who.peer,
+    };
     let stream = stream_token(&typed, http_headers, &meta);
     Ok(Valid { id, request: typed, caller, stream })
 }
@@ -166,10 +181,16 @@ fn legacy(http_headers: &HeaderMap, message: Message, who: Who) -> Result<Valid,
         era: Era::Legacy,
         capabilities: ClientCapabilities::default(),
         principal: who.principal,
+        groups: who.groups,
         peer: who.peer,
     };
     let stream = stream_token(&typed, http_headers, typed.meta());
     Ok(Valid { id, request: typed, caller, stream })
+}
+
+/// Whether the caller may use tool or prompt `name`.
+pub(crate) fn allowed(access: Option<&Access>, name: &str, principal: Option<&str>, groups: &[String]) -> bool {
+    access.is_none_or(|access| (access.0)(name, principal, groups))
 }
 
 /// The progress token of a request that runs an agent, from a client that takes SSE.

@@ -1,0 +1,124 @@
+//! The tower layer: a bearer token in, the caller's principal and groups out, or `401`.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::future::Either;
+use hitl_protocol::ErrorObject;
+use hitl_tower::{Groups, McpBody, Principal};
+use http::{HeaderValue, StatusCode};
+use tower::{Layer, Service};
+
+use crate::{Resource, Verify};
+
+/// The layer of [`BearerAuth`].
+#[derive(Debug, Clone)]
+pub struct BearerAuthLayer {
+    verifiers: Arc<Vec<Arc<dyn Verify>>>,
+    resource: Resource,
+}
+
+impl BearerAuthLayer {
+    /// Accepts a token any of `verifiers` accepts (tried in order).
+    pub fn new(verifiers: Vec<Arc<dyn Verify>>, resource: Resource) -> Self {
+        Self { verifiers: Arc::new(verifiers), resource }
+    }
+}
+
+impl<S> Layer<S> for BearerAuthLayer {
+    type Service = BearerAuth<S>;
+
+    fn layer(&self, inner: S) -> BearerAuth<S> {
+        BearerAuth { inner, verifiers: self.verifiers.clone(), resource: self.resource.clone() }
+    }
+}
+
+/// Names each request's caller from its bearer token, or answers `401`.
+#[derive(Debug, Clone)]
+pub struct BearerAuth<S> {
+    inner: S,
+    verifiers: Arc<Vec<Arc<dyn Verify>>>,
+    resource: Resource,
+}
+
+/// Why a request is not let through.
+enum Refused {
+    /// No bearer token.
+    Missing,
+    /// A token no verifier accepts.
+    Invalid(String),
+}
+
+impl<S> BearerAuth<S> {
+    fn identify(&self, headers: &http::HeaderMap) -> Result<crate::Identity, Refused> {
+        let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
+        let Some(value) = values.next() else { return Err(Refused::Missing) };
+        if values.next().is_some() {
+            return Err(Refused::Invalid("the Authorization header is repeated".into()));
+        }
+        let value = value.to_str().map_err(|_| Refused::Invalid("the Authorization header is not ASCII".into()))?;
+        let token = match value.split_once(' ') {
+            Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() => token.trim(),
+            _ => return Err(Refused::Missing),
+        };
+        let mut why = String::from("the token is not valid");
+        for verifier in self.verifiers.iter() {
+            match verifier.verify(token) {
+                Ok(identity) => return Ok(identity),
+                Err(reason) => why = reason,
+            }
+        }
+        Err(Refused::Invalid(why))
+    }
+
+    /// `401` with the `WWW-Authenticate` challenge MCP clients follow to log in.
+    fn challenge(&self, headers: &http::HeaderMap, refused: Refused) -> http::Response<McpBody> {
+        let metadata = self.resource.metadata_url(headers);
+        let (challenge, message) = match refused {
+            Refused::Missing => (
+                format!("Bearer resource_metadata=\"{metadata}\""),
+                "Unauthorized: a bearer token is required".to_owned(),
+            ),
+            Refused::Invalid(why) => {
+                let description = why.replace(['"', '\\'], "'");
+                let challenge = format!(
+                    "Bearer error=\"invalid_token\", error_description=\"{description}\", resource_metadata=\"{metadata}\""
+                );
+                (challenge, format!("Unauthorized: {why}"))
+            }
+        };
+        let mut response = hitl_tower::refusal(StatusCode::UNAUTHORIZED, ErrorObject::invalid_request(message));
+        if let Ok(value) = HeaderValue::from_str(&challenge) {
+            response.headers_mut().insert(http::header::WWW_AUTHENTICATE, value);
+        }
+        response
+    }
+}
+
+impl<S> Service<http::Request<Bytes>> for BearerAuth<S>
+where
+    S: Service<http::Request<Bytes>, Response = http::Response<McpBody>> + Clone,
+{
+    type Response = http::Response<McpBody>;
+    type Error = S::Error;
+    type Future = Either<std::future::Ready<Result<http::Response<McpBody>, S::Error>>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<Bytes>) -> Self::Future {
+        match self.identify(request.headers()) {
+            Ok(identity) => {
+                request.extensions_mut().insert(Principal(identity.principal));
+                request.extensions_mut().insert(Groups(identity.groups));
+            }
+            Err(refused) => return Either::Left(std::future::ready(Ok(self.challenge(request.headers(), refused)))),
+        }
+        // Call the service that was polled ready, leaving a fresh clone in its place.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        Either::Right(inner.call(request))
+    }
+}

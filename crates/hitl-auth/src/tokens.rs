@@ -1,0 +1,178 @@
+//! Bearer tokens from a file: one `user-id token` or `user-id sha256:<hex>` per line,
+//! `#` comments. Tokens are kept as SHA-256 digests and compared in constant time
+//! against every line; the file is read again on SIGHUP or when it changes (a file
+//! that no longer parses keeps the tokens read before, with an error in the log).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+use crate::{Identity, Verify};
+
+/// How often the file's modification time is looked at.
+const POLL: Duration = Duration::from_secs(2);
+
+/// The tokens of one file.
+#[derive(Debug)]
+pub struct TokenFile {
+    path: PathBuf,
+    entries: RwLock<Arc<Vec<Entry>>>,
+    modified: Mutex<Option<SystemTime>>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    user: String,
+    digest: [u8; 32],
+}
+
+impl TokenFile {
+    /// Reads `path`. Errors name the file and line.
+    pub fn load(path: &Path) -> Result<Arc<Self>, String> {
+        let file = Self { path: path.to_owned(), entries: RwLock::default(), modified: Mutex::default() };
+        file.reload()?;
+        Ok(Arc::new(file))
+    }
+
+    /// Reads the file again: how many tokens it holds now. On an error the tokens read
+    /// before stay.
+    pub fn reload(&self) -> Result<usize, String> {
+        let modified = std::fs::metadata(&self.path).and_then(|m| m.modified()).ok();
+        let text = std::fs::read_to_string(&self.path).map_err(|e| format!("{}: {e}", self.path.display()))?;
+        let entries = parse(&text).map_err(|e| format!("{}:{e}", self.path.display()))?;
+        let count = entries.len();
+        *self.entries.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(entries);
+        *self.modified.lock().unwrap_or_else(|p| p.into_inner()) = modified;
+        Ok(count)
+    }
+
+    /// Reads the file again on SIGHUP and whenever its modification time changes, for
+    /// as long as the returned task runs.
+    pub fn watch(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let file = Arc::downgrade(self);
+        tokio::spawn(async move {
+            #[cfg(unix)]
+            let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+            loop {
+                #[cfg(unix)]
+                let signalled = async {
+                    match hangup.as_mut() {
+                        Some(signal) => signal.recv().await.is_some(),
+                        None => std::future::pending().await,
+                    }
+                };
+                #[cfg(not(unix))]
+                let signalled = std::future::pending::<bool>();
+                let by_signal = tokio::select! {
+                    _ = tokio::time::sleep(POLL) => false,
+                    _ = signalled => true,
+                };
+                let Some(file) = file.upgrade() else { return };
+                if by_signal || file.changed() {
+                    match file.reload() {
+                        Ok(count) => tracing::info!(file = %file.path.display(), count, "tokens read again"),
+                        Err(error) => {
+                            tracing::error!(%error, "the tokens file is not read again; the tokens before stay")
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    fn changed(&self) -> bool {
+        let now = std::fs::metadata(&self.path).and_then(|m| m.modified()).ok();
+        now != *self.modified.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Verify for TokenFile {
+    fn verify(&self, token: &str) -> Result<Identity, String> {
+        let digest = sha256(token.as_bytes());
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner()).clone();
+        // Every line is compared, so the time taken says nothing of which one matched.
+        let mut found: Option<&str> = None;
+        for entry in entries.iter() {
+            if same(&entry.digest, &digest) {
+                found = Some(&entry.user);
+            }
+        }
+        match found {
+            Some(user) => Ok(Identity { principal: format!("user:{user}"), groups: Vec::new() }),
+            None => Err("the token is not known".into()),
+        }
+    }
+}
+
+/// The entries of a tokens file; errors read `line: message`.
+fn parse(text: &str) -> Result<Vec<Entry>, String> {
+    let mut entries = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let at = index + 1;
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [user, secret] = fields[..] else {
+            return Err(format!("{at}: write `user-id token` or `user-id sha256:<hex>`"));
+        };
+        let digest = match secret.strip_prefix("sha256:") {
+            Some(hex) => from_hex(hex).ok_or_else(|| format!("{at}: sha256: takes 64 hexadecimal digits"))?,
+            None => sha256(secret.as_bytes()),
+        };
+        entries.push(Entry { user: user.to_owned(), digest });
+    }
+    Ok(entries)
+}
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut out = [0; 32];
+    out.copy_from_slice(digest.as_ref());
+    out
+}
+
+fn from_hex(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Equal digests, compared without stopping at the first difference.
+fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let difference = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(difference) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_and_hashed_tokens_name_their_user() {
+        let hashed = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"; // sha256("secret")
+        let text = format!("# ops\nalice s3cr3t-alice\n\nbob sha256:{hashed}\n");
+        let file = TokenFile {
+            path: PathBuf::new(),
+            entries: RwLock::new(Arc::new(parse(&text).unwrap())),
+            modified: Mutex::default(),
+        };
+        assert_eq!(file.verify("s3cr3t-alice").unwrap().principal, "user:alice");
+        assert_eq!(file.verify("secret").unwrap().principal, "user:bob");
+        assert!(file.verify("sha256:2bb8").is_err());
+        assert!(file.verify("").is_err());
+    }
+
+    #[test]
+    fn bad_lines_are_named() {
+        assert_eq!(parse("alice\n").err().unwrap(), "1: write `user-id token` or `user-id sha256:<hex>`");
+        assert_eq!(parse("# x\nbob sha256:abc\n").err().unwrap(), "2: sha256: takes 64 hexadecimal digits");
+        assert!(parse("a b c\n").is_err());
+    }
+}

@@ -1,0 +1,203 @@
+//! Bearer tokens and per-tool callers, over HTTP against the hitl program: the 401
+//! challenge and the protected resource metadata MCP clients follow, paused calls bound
+//! to their caller, tools listed and callable only by the callers a policy names, the
+//! tokens file read again when it changes, and the official Python SDK as a client.
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::harness::{Reply, Server, modern_meta};
+
+/// A folder with a tokens file (alice plain, bob hashed) and a config, removed when
+/// dropped.
+struct Setup {
+    folder: std::path::PathBuf,
+}
+
+impl Setup {
+    fn new(config: &str) -> Self {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let folder = std::env::temp_dir().join(format!("hitl-e2e-auth-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&folder).unwrap();
+        // bob's token is "tok-bob": only its SHA-256 is written.
+        let hashed = sha256_hex("tok-bob");
+        std::fs::write(folder.join("tokens.txt"), format!("# who may call\nalice tok-alice\nbob sha256:{hashed}\n"))
+            .unwrap();
+        std::fs::write(folder.join("hitl.toml"), config).unwrap();
+        Self { folder }
+    }
+
+    async fn serve(&self) -> Server {
+        Server::start(&["--config", self.folder.join("hitl.toml").to_str().unwrap()]).await
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.folder);
+    }
+}
+
+fn sha256_hex(text: &str) -> String {
+    let output = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(text.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("sha256sum runs");
+    String::from_utf8(output.stdout).unwrap().split_whitespace().next().unwrap().to_owned()
+}
+
+/// A modern MCP request with `token` (none: no Authorization header).
+async fn request(server: &Server, token: Option<&str>, id: u64, method: &str, params: Value) -> Reply {
+    let mut full = json!({ "_meta": modern_meta(json!({"elicitation": {}})) });
+    full.as_object_mut().unwrap().extend(params.as_object().cloned().unwrap_or_default());
+    let name = full.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": full});
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", method),
+    ];
+    if !name.is_empty() {
+        headers.push(("mcp-name", name.as_str()));
+    }
+    if let Some(bearer) = &bearer {
+        headers.push(("authorization", bearer.as_str()));
+    }
+    let (status, headers, text) = server.raw(http::Method::POST, "/mcp", &headers, Bytes::from(body.to_string())).await;
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Reply { status, headers, body }
+}
+
+const CONFIG: &str = "[auth]\ntokens_file = \"tokens.txt\"\nauthorization_servers = [\"https://idp.example\"]\n";
+
+#[tokio::test]
+async fn requests_need_a_token_and_the_challenge_leads_to_the_metadata() {
+    let setup = Setup::new(CONFIG);
+    let server = setup.serve().await;
+    let reply = request(&server, None, 1, "tools/list", json!({})).await;
+    assert_eq!(reply.status, 401, "{}", reply.body);
+    let headers = reply.headers;
+    let metadata = format!("http://{}/.well-known/oauth-protected-resource", server.addr);
+    assert_eq!(headers["www-authenticate"], format!("Bearer resource_metadata=\"{metadata}\""));
+
+    let invalid = request(&server, Some("tok-mallory"), 2, "tools/list", json!({})).await;
+    assert_eq!(invalid.status, 401);
+    let challenge = invalid.headers["www-authenticate"].to_str().unwrap();
+    assert!(challenge.starts_with("Bearer error=\"invalid_token\""), "{challenge}");
+    assert!(challenge.contains(&format!("resource_metadata=\"{metadata}\"")), "{challenge}");
+
+    let (status, _, document) =
+        server.raw(http::Method::GET, "/.well-known/oauth-protected-resource", &[], Bytes::new()).await;
+    assert_eq!(status, 200, "{document}");
+    let document: Value = serde_json::from_str(&document).unwrap();
+    assert_eq!(document["resource"], format!("http://{}/mcp", server.addr));
+    assert_eq!(document["authorization_servers"], json!(["https://idp.example"]));
+    let (status, _, _) =
+        server.raw(http::Method::GET, "/.well-known/oauth-protected-resource/mcp", &[], Bytes::new()).await;
+    assert_eq!(status, 200);
+
+    let (status, _, health) = server.raw(http::Method::GET, "/healthz", &[], Bytes::new()).await;
+    assert_eq!(status, 200, "/healthz needs no token: {health}");
+
+    for token in ["tok-alice", "tok-bob"] {
+        let reply = request(&server, Some(token), 3, "tools/list", json!({})).await;
+        assert_eq!(reply.status, 200, "{token}: {}", reply.body);
+        assert!(reply.body["result"]["tools"].as_array().unwrap().len() > 5);
+    }
+}
+
+#[tokio::test]
+async fn a_paused_call_is_bound_to_its_caller() {
+    let setup = Setup::new("");
+    // The flag alone, without a config file.
+    let server = Server::start(&["--tokens-file", setup.folder.join("tokens.txt").to_str().unwrap()]).await;
+    let call = json!({"name": "greeter", "arguments": {}});
+    let asked = request(&server, Some("tok-alice"), 1, "tools/call", call).await;
+    let result = &asked.body["result"];
+    assert_eq!(result["resultType"], "input_required", "{}", asked.body);
+    let answer = json!({"name": "greeter", "arguments": {}, "requestState": result["requestState"],
+                        "inputResponses": {"user_name": {"action": "accept", "content": {"name": "Ada"}}}});
+    let stolen = request(&server, Some("tok-bob"), 2, "tools/call", answer.clone()).await;
+    assert_eq!(stolen.body["error"]["code"], -32602, "{}", stolen.body);
+    assert_eq!(stolen.body["error"]["message"], "Invalid or expired requestState");
+    let status = request(&server, None, 3, "tools/call", answer.clone()).await.status;
+    assert_eq!(status, 401, "no credentials, no answer");
+    let done = request(&server, Some("tok-alice"), 4, "tools/call", answer).await;
+    assert_eq!(done.body["result"]["structuredContent"]["greeting"], "Hello, Ada!", "{}", done.body);
+}
+
+#[tokio::test]
+async fn callers_named_by_a_policy_alone_see_and_call_its_tools() {
+    let config =
+        format!("{CONFIG}\n[[policy]]\ntools = [\"deploy_*\"]\naction = \"allow\"\ncallers = [\"user:alice\"]\n");
+    let setup = Setup::new(&config);
+    let server = setup.serve().await;
+    let names = |reply: &Reply| -> Vec<String> {
+        reply.body["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let alice = request(&server, Some("tok-alice"), 1, "tools/list", json!({})).await;
+    assert!(names(&alice).contains(&"deploy_production_release".to_owned()));
+    let bob = request(&server, Some("tok-bob"), 2, "tools/list", json!({})).await;
+    assert!(!names(&bob).contains(&"deploy_production_release".to_owned()), "{:?}", names(&bob));
+    assert!(names(&bob).contains(&"greeter".to_owned()), "other tools stay open");
+
+    let call = json!({"name": "deploy_production_release", "arguments": {"service": "api", "version": "1"}});
+    let refused = request(&server, Some("tok-bob"), 3, "tools/call", call.clone()).await;
+    assert_eq!(refused.body["error"]["code"], -32602, "{}", refused.body);
+    assert_eq!(refused.body["error"]["message"], "Unknown tool: deploy_production_release", "as if it did not exist");
+    let allowed = request(&server, Some("tok-alice"), 4, "tools/call", call).await;
+    assert_eq!(allowed.body["result"]["resultType"], "input_required", "{}", allowed.body);
+}
+
+#[tokio::test]
+async fn the_tokens_file_is_read_again_when_it_changes() {
+    let setup = Setup::new(CONFIG);
+    let server = setup.serve().await;
+    let status = request(&server, Some("tok-carol"), 1, "tools/list", json!({})).await.status;
+    assert_eq!(status, 401);
+    std::fs::write(setup.folder.join("tokens.txt"), "alice tok-alice\ncarol tok-carol\n").unwrap();
+    for polls in 0.. {
+        let status = request(&server, Some("tok-carol"), 2, "tools/list", json!({})).await.status;
+        if status == 200 {
+            break;
+        }
+        assert!(polls < 200, "the new token was never accepted");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let status = request(&server, Some("tok-bob"), 3, "tools/list", json!({})).await.status;
+    assert_eq!(status, 401, "bob's line is gone");
+}
+
+#[tokio::test]
+async fn the_python_sdk_completes_a_paused_call_with_its_token() {
+    let Ok(python) = std::env::var("HITL_PYTHON") else {
+        crate::harness::cannot_run("auth", "HITL_PYTHON is not set");
+        return;
+    };
+    let setup = Setup::new(CONFIG);
+    let server = setup.serve().await;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/sdk_auth.py");
+    let url = format!("http://{}/mcp", server.addr);
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python).arg(script).arg(url).arg("tok-alice").output()
+    })
+    .await
+    .unwrap()
+    .expect("the Python interpreter runs");
+    let log = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success() && log.contains("OK"), "{log}");
+}
