@@ -201,3 +201,137 @@ async fn the_python_sdk_completes_a_paused_call_with_its_token() {
     let log = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success() && log.contains("OK"), "{log}");
 }
+
+/// The JWT test keys (`tests/fixtures/jwt`).
+fn jwt_fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/jwt").join(name)
+}
+
+/// A token signed with test key `kid`, carrying `claims` over valid defaults
+/// (issuer `https://idp.example`, audience `hitl`, ten minutes left).
+fn token(kid: &str, claims: Value) -> String {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+    let read = |name: &str| std::fs::read(jwt_fixture(name)).unwrap();
+    let (alg, key) = match kid {
+        "rsa-1" | "rsa-2" => (Algorithm::RS256, EncodingKey::from_rsa_pem(&read(&format!("{kid}.pem"))).unwrap()),
+        "ec-1" => (Algorithm::ES256, EncodingKey::from_ec_pem(&read("ec-1.pem")).unwrap()),
+        "ed-1" => (Algorithm::EdDSA, EncodingKey::from_ed_pem(&read("ed-1.pem")).unwrap()),
+        "hs-1" => (Algorithm::HS256, EncodingKey::from_secret(&read("hs-1.secret"))),
+        other => panic!("no test key {other}"),
+    };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let mut all = json!({"iss": "https://idp.example", "aud": "hitl", "exp": now + 600, "nbf": now - 5});
+    all.as_object_mut().unwrap().extend(claims.as_object().cloned().unwrap_or_default());
+    let mut header = Header::new(alg);
+    header.kid = Some(kid.to_owned());
+    jsonwebtoken::encode(&header, &all, &key).unwrap()
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+const JWT_CONFIG: &str = "[auth.jwt]\nissuer = \"https://idp.example\"\naudience = \"hitl\"\njwks_file = \"jwks.json\"\n\n\
+                          [[policy]]\ntools = [\"deploy_*\"]\naction = \"allow\"\ncallers = [\"group:ops\"]\n";
+
+fn tool_names(reply: &Reply) -> Vec<String> {
+    let tools = reply.body["result"]["tools"].as_array().unwrap_or_else(|| panic!("{}", reply.body));
+    tools.iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn jwts_name_the_caller_and_its_groups_and_bad_ones_are_refused() {
+    let setup = Setup::new(JWT_CONFIG);
+    std::fs::copy(jwt_fixture("jwks.json"), setup.folder.join("jwks.json")).unwrap();
+    let server = setup.serve().await;
+    for kid in ["rsa-1", "ec-1", "ed-1", "hs-1"] {
+        let ops = token(kid, json!({"sub": "alice", "groups": ["ops"]}));
+        let reply = request(&server, Some(&ops), 1, "tools/list", json!({})).await;
+        assert_eq!(reply.status, 200, "{kid}: {}", reply.body);
+        assert!(tool_names(&reply).contains(&"deploy_production_release".to_owned()), "{kid}: group:ops may deploy");
+        let outsider = token(kid, json!({"sub": "bob"}));
+        let reply = request(&server, Some(&outsider), 2, "tools/list", json!({})).await;
+        assert!(!tool_names(&reply).contains(&"deploy_production_release".to_owned()), "{kid}: bob may not");
+    }
+
+    let refused = [
+        (json!({"sub": "alice", "exp": now() - 3600}), "ExpiredSignature"),
+        (json!({"sub": "alice", "nbf": now() + 3600}), "ImmatureSignature"),
+        (json!({"sub": "alice", "aud": "someone-else"}), "InvalidAudience"),
+        (json!({"sub": "alice", "iss": "https://evil.example"}), "InvalidIssuer"),
+        (json!({"name": "alice"}), "no sub claim"),
+    ];
+    for (claims, why) in refused {
+        let bad = token("ec-1", claims.clone());
+        let reply = request(&server, Some(&bad), 3, "tools/list", json!({})).await;
+        assert_eq!(reply.status, 401, "{claims}");
+        let challenge = reply.headers["www-authenticate"].to_str().unwrap();
+        assert!(challenge.contains("error=\"invalid_token\"") && challenge.contains(why), "{claims}: {challenge}");
+    }
+    let forged = format!("{}x", token("rsa-1", json!({"sub": "alice"})));
+    assert_eq!(request(&server, Some(&forged), 4, "tools/list", json!({})).await.status, 401, "a bad signature");
+    let unknown = token("rsa-2", json!({"sub": "alice"}));
+    assert_eq!(request(&server, Some(&unknown), 5, "tools/list", json!({})).await.status, 401, "an unknown kid");
+
+    // A paused call is alice's: bob's token cannot answer it.
+    let (alice, bob) = (token("rsa-1", json!({"sub": "alice"})), token("ec-1", json!({"sub": "bob"})));
+    let asked = request(&server, Some(&alice), 6, "tools/call", json!({"name": "greeter", "arguments": {}})).await;
+    let answer = json!({"name": "greeter", "arguments": {}, "requestState": asked.body["result"]["requestState"],
+                        "inputResponses": {"user_name": {"action": "accept", "content": {"name": "Ada"}}}});
+    let stolen = request(&server, Some(&bob), 7, "tools/call", answer.clone()).await;
+    assert_eq!(stolen.body["error"]["message"], "Invalid or expired requestState", "{}", stolen.body);
+    let done = request(&server, Some(&alice), 8, "tools/call", answer).await;
+    assert_eq!(done.body["result"]["structuredContent"]["greeting"], "Hello, Ada!", "{}", done.body);
+}
+
+/// Polls until `token` is accepted (`true`) or refused (`false`).
+async fn until_status(server: &Server, token: &str, accepted: bool) {
+    for polls in 0.. {
+        let status = request(server, Some(token), 9, "tools/list", json!({})).await.status;
+        if (status == 200) == accepted {
+            return;
+        }
+        assert!(polls < 150, "the token was never {}", if accepted { "accepted" } else { "refused" });
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_rotated_jwks_file_is_read_again() {
+    let setup = Setup::new(JWT_CONFIG);
+    std::fs::copy(jwt_fixture("jwks.json"), setup.folder.join("jwks.json")).unwrap();
+    let server = setup.serve().await;
+    let (old, new) = (token("rsa-1", json!({"sub": "alice"})), token("rsa-2", json!({"sub": "alice"})));
+    until_status(&server, &old, true).await;
+    std::fs::copy(jwt_fixture("jwks-rotated.json"), setup.folder.join("jwks.json")).unwrap();
+    until_status(&server, &new, true).await;
+    until_status(&server, &old, false).await;
+}
+
+#[tokio::test]
+async fn a_jwks_url_is_fetched_and_fetched_again_for_an_unknown_key() {
+    let served = std::sync::Arc::new(std::sync::Mutex::new(std::fs::read_to_string(jwt_fixture("jwks.json")).unwrap()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/jwks.json", listener.local_addr().unwrap());
+    let jwks = served.clone();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut head = [0u8; 4096];
+            let _ = socket.read(&mut head).await;
+            let body = jwks.lock().unwrap().clone();
+            let response = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(response.as_bytes()).await;
+        }
+    });
+    let config = format!("[auth.jwt]\nissuer = \"https://idp.example\"\naudience = \"hitl\"\njwks_url = \"{url}\"\n");
+    let setup = Setup::new(&config);
+    let server = setup.serve().await;
+    until_status(&server, &token("ec-1", json!({"sub": "alice"})), true).await;
+    *served.lock().unwrap() = std::fs::read_to_string(jwt_fixture("jwks-rotated.json")).unwrap();
+    // rsa-2 is unknown until the set is fetched again, which its first use asks for.
+    until_status(&server, &token("rsa-2", json!({"sub": "alice"})), true).await;
+}

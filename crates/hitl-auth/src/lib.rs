@@ -17,11 +17,13 @@
 //! # let _ = layer; Ok(()) }
 //! ```
 
+mod jwt;
 mod layer;
 mod tokens;
 
 use std::sync::Arc;
 
+pub use jwt::{Jwt, JwtConfig};
 pub use layer::{BearerAuth, BearerAuthLayer};
 pub use tokens::TokenFile;
 

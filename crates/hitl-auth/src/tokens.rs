@@ -51,21 +51,11 @@ impl TokenFile {
     pub fn watch(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let file = Arc::downgrade(self);
         tokio::spawn(async move {
-            #[cfg(unix)]
-            let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+            let mut hangup = hangup();
             loop {
-                #[cfg(unix)]
-                let signalled = async {
-                    match hangup.as_mut() {
-                        Some(signal) => signal.recv().await.is_some(),
-                        None => std::future::pending().await,
-                    }
-                };
-                #[cfg(not(unix))]
-                let signalled = std::future::pending::<bool>();
                 let by_signal = tokio::select! {
                     _ = tokio::time::sleep(POLL) => false,
-                    _ = signalled => true,
+                    _ = next(&mut hangup) => true,
                 };
                 let Some(file) = file.upgrade() else { return };
                 if by_signal || file.changed() {
@@ -102,6 +92,29 @@ impl Verify for TokenFile {
             None => Err("the token is not known".into()),
         }
     }
+}
+
+/// SIGHUP, when this platform has it and it can be listened to.
+#[cfg(unix)]
+pub(crate) type Hangup = Option<tokio::signal::unix::Signal>;
+#[cfg(not(unix))]
+pub(crate) type Hangup = ();
+
+pub(crate) fn hangup() -> Hangup {
+    #[cfg(unix)]
+    return tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+}
+
+/// Resolves at the next SIGHUP (never, without one).
+pub(crate) async fn next(hangup: &mut Hangup) {
+    #[cfg(unix)]
+    if let Some(signal) = hangup.as_mut()
+        && signal.recv().await.is_some()
+    {
+        return;
+    }
+    let _ = hangup;
+    std::future::pending::<()>().await
 }
 
 /// The entries of a tokens file; errors read `line: message`.

@@ -263,7 +263,7 @@ impl ServeArgs {
         }
         builder = self.authentication(builder)?;
         if policies.limit_callers() {
-            if self.tokens_file.is_none() && self.principal_header.is_none() {
+            if !self.authenticates() && self.principal_header.is_none() {
                 bail!(
                     "a [[policy]] names callers, but callers are not known: set [auth] tokens_file (--tokens-file) or --principal-header"
                 );
@@ -284,18 +284,37 @@ impl ServeArgs {
 impl ServeArgs {
     /// Bearer authentication as `--tokens-file` and `[auth]` say (none without them).
     fn authentication(&self, builder: ServerBuilder) -> anyhow::Result<ServerBuilder> {
-        let Some(path) = &self.tokens_file else { return Ok(builder) };
-        if self.principal_header.is_some() {
-            bail!("--principal-header and --tokens-file exclude each other: the caller comes from one of them");
+        if !self.authenticates() {
+            return Ok(builder);
         }
-        let tokens = hitl_auth::TokenFile::load(path).map_err(anyhow::Error::msg)?;
-        if tokio::runtime::Handle::try_current().is_ok() {
-            // Read again on SIGHUP or when it changes, for as long as the server runs.
-            tokens.watch();
+        if self.principal_header.is_some() {
+            bail!("--principal-header and [auth] exclude each other: the caller comes from one of them");
+        }
+        // Keys and tokens are read again while the server runs (not by `hitl check`).
+        let watch = tokio::runtime::Handle::try_current().is_ok();
+        let mut verifiers: Vec<Arc<dyn hitl_auth::Verify>> = Vec::new();
+        if let Some(path) = &self.tokens_file {
+            let tokens = hitl_auth::TokenFile::load(path).map_err(anyhow::Error::msg)?;
+            if watch {
+                tokens.watch();
+            }
+            verifiers.push(tokens);
+        }
+        if let Some(config) = &self.auth.jwt {
+            let jwt = hitl_auth::Jwt::new(config.clone()).map_err(anyhow::Error::msg)?;
+            if watch {
+                jwt.watch();
+            }
+            verifiers.push(jwt);
         }
         let resource =
             hitl_auth::Resource::from_request().with_authorization_servers(self.auth.authorization_servers.clone());
-        Ok(builder.authentication(vec![tokens], resource))
+        Ok(builder.authentication(verifiers, resource))
+    }
+
+    /// Whether callers must present a bearer token.
+    fn authenticates(&self) -> bool {
+        self.tokens_file.is_some() || self.auth.jwt.is_some()
     }
 }
 

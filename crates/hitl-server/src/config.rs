@@ -37,6 +37,8 @@ pub(crate) struct AuthSection {
     /// The authorization servers the protected resource metadata names.
     #[serde(default)]
     pub(crate) authorization_servers: Vec<String>,
+    /// `[auth.jwt]`: JWT bearer tokens.
+    pub(crate) jwt: Option<hitl_auth::JwtConfig>,
 }
 
 /// The gateway's part of the file.
@@ -107,8 +109,9 @@ pub(crate) fn load(path: &Path) -> anyhow::Result<ConfigFile> {
         &mut config.server.previous_secret_file,
         &mut config.auth.tokens_file,
     ];
+    let jwks_file = config.auth.jwt.as_mut().and_then(|jwt| jwt.jwks_file.as_mut());
     let upstream_folders = config.upstream.iter_mut().flat_map(|u| [&mut u.cwd, &mut u.ca_file]);
-    for file in server_files.into_iter().chain(upstream_folders).flatten() {
+    for file in server_files.into_iter().flatten().chain(jwks_file).chain(upstream_folders.flatten()) {
         if file.is_relative() {
             *file = folder.join(&*file);
         }
