@@ -137,8 +137,10 @@ async fn a_paused_call_is_bound_to_its_caller() {
 
 #[tokio::test]
 async fn callers_named_by_a_policy_alone_see_and_call_its_tools() {
-    let config =
-        format!("{CONFIG}\n[[policy]]\ntools = [\"deploy_*\"]\naction = \"allow\"\ncallers = [\"user:alice\"]\n");
+    let config = format!(
+        "[server]\nconformance_fixtures = true\n\n{CONFIG}\n[[policy]]\ntools = [\"deploy_*\", \"test_simple_prompt\"]\n\
+         action = \"allow\"\ncallers = [\"user:alice\"]\n"
+    );
     let setup = Setup::new(&config);
     let server = setup.serve().await;
     let names = |reply: &Reply| -> Vec<String> {
@@ -161,6 +163,19 @@ async fn callers_named_by_a_policy_alone_see_and_call_its_tools() {
     assert_eq!(refused.body["error"]["message"], "Unknown tool: deploy_production_release", "as if it did not exist");
     let allowed = request(&server, Some("tok-alice"), 4, "tools/call", call).await;
     assert_eq!(allowed.body["result"]["resultType"], "input_required", "{}", allowed.body);
+
+    // Prompts too.
+    let prompts = |reply: &Reply| -> Vec<String> {
+        let listed = reply.body["result"]["prompts"].as_array().unwrap_or_else(|| panic!("{}", reply.body));
+        listed.iter().map(|p| p["name"].as_str().unwrap().to_owned()).collect()
+    };
+    let alice = request(&server, Some("tok-alice"), 5, "prompts/list", json!({})).await;
+    assert!(prompts(&alice).contains(&"test_simple_prompt".to_owned()), "{:?}", prompts(&alice));
+    let bob = request(&server, Some("tok-bob"), 6, "prompts/list", json!({})).await;
+    assert!(!prompts(&bob).contains(&"test_simple_prompt".to_owned()), "{:?}", prompts(&bob));
+    let get = json!({"name": "test_simple_prompt", "arguments": {}});
+    let refused = request(&server, Some("tok-bob"), 7, "prompts/get", get).await;
+    assert_eq!(refused.body["error"]["message"], "Unknown prompt: test_simple_prompt", "{}", refused.body);
 }
 
 #[tokio::test]
@@ -334,4 +349,17 @@ async fn a_jwks_url_is_fetched_and_fetched_again_for_an_unknown_key() {
     *served.lock().unwrap() = std::fs::read_to_string(jwt_fixture("jwks-rotated.json")).unwrap();
     // rsa-2 is unknown until the set is fetched again, which its first use asks for.
     until_status(&server, &token("rsa-2", json!({"sub": "alice"})), true).await;
+}
+
+#[tokio::test]
+async fn the_public_url_is_the_base_of_the_challenge_and_the_metadata() {
+    let setup = Setup::new(&format!("[server]\npublic_url = \"https://hitl.example.com\"\n\n{CONFIG}"));
+    let server = setup.serve().await;
+    let reply = request(&server, None, 1, "tools/list", json!({})).await;
+    let expected = "Bearer resource_metadata=\"https://hitl.example.com/.well-known/oauth-protected-resource\"";
+    assert_eq!(reply.headers["www-authenticate"], expected);
+    let (_, _, document) =
+        server.raw(http::Method::GET, "/.well-known/oauth-protected-resource", &[], Bytes::new()).await;
+    let document: Value = serde_json::from_str(&document).unwrap();
+    assert_eq!(document["resource"], "https://hitl.example.com/mcp");
 }

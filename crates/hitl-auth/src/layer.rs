@@ -4,9 +4,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use futures_util::future::Either;
 use hitl_protocol::ErrorObject;
-use hitl_tower::{Groups, McpBody, Principal};
+use hitl_tower::{Admitted, Groups, McpBody, Principal, admit};
 use http::{HeaderValue, StatusCode};
 use tower::{Layer, Service};
 
@@ -102,23 +101,21 @@ where
 {
     type Response = http::Response<McpBody>;
     type Error = S::Error;
-    type Future = Either<std::future::Ready<Result<http::Response<McpBody>, S::Error>>, S::Future>;
+    type Future = Admitted<S>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut request: http::Request<Bytes>) -> Self::Future {
-        match self.identify(request.headers()) {
+        let admitted = match self.identify(request.headers()) {
             Ok(identity) => {
                 request.extensions_mut().insert(Principal(identity.principal));
                 request.extensions_mut().insert(Groups(identity.groups));
+                Ok(request)
             }
-            Err(refused) => return Either::Left(std::future::ready(Ok(self.challenge(request.headers(), refused)))),
-        }
-        // Call the service that was polled ready, leaving a fresh clone in its place.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        Either::Right(inner.call(request))
+            Err(refused) => Err(self.challenge(request.headers(), refused)),
+        };
+        admit(&mut self.inner, admitted)
     }
 }

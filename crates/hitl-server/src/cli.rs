@@ -52,6 +52,11 @@ pub(crate) struct ServeArgs {
     /// Address to listen on (port 0 picks a free port; the bound address is printed).
     #[arg(long, env = "HITL_LISTEN", default_value = "127.0.0.1:8123")]
     listen: SocketAddr,
+    /// The base URL clients reach this server at (`https://hitl.example.com`), for the
+    /// links hitl hands out (the bearer challenge's metadata document). Default:
+    /// `http://` and the request's `Host`.
+    #[arg(long, env = "HITL_PUBLIC_URL", value_name = "URL")]
+    public_url: Option<String>,
     /// Where paused calls live: `memory` (this process only), `redis://host:port/db`,
     /// `rediss://…` (TLS) or `redis+cluster://host:port,host:port` (shared by every
     /// replica; needs a shared secret).
@@ -171,7 +176,7 @@ impl ServeArgs {
         take!(listen, store, max_body_bytes, header_read_timeout, body_read_timeout, max_connections);
         take!(max_concurrent_requests, request_timeout, max_paused_per_caller, max_paused_calls, max_record_bytes);
         take!(conformance_fixtures, allowed_hosts);
-        take_some!(redis_ca_file, default_ttl, principal_header);
+        take_some!(redis_ca_file, default_ttl, principal_header, public_url);
         if !explicit(matches, "no_examples")
             && let Some(examples) = file.examples
         {
@@ -201,6 +206,12 @@ impl ServeArgs {
         store: Arc<dyn ThreadStore>,
         agents: Vec<Agent>,
     ) -> anyhow::Result<(ServerBuilder, Option<Arc<hitl_gateway::Gateway>>)> {
+        if let Some(url) = &self.public_url {
+            let uri: http::Uri = url.parse().with_context(|| format!("--public-url {url:?}"))?;
+            if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+                bail!("--public-url {url:?}: give an http:// or https:// URL");
+            }
+        }
         let shared_store = (self.store != "memory").then(|| redact_url(&self.store));
         let (env, previous_env) = secrets::Sources::env_values();
         let sources = secrets::Sources {
@@ -307,8 +318,11 @@ impl ServeArgs {
             }
             verifiers.push(jwt);
         }
-        let resource =
-            hitl_auth::Resource::from_request().with_authorization_servers(self.auth.authorization_servers.clone());
+        let resource = match &self.public_url {
+            Some(url) => hitl_auth::Resource::at(url),
+            None => hitl_auth::Resource::from_request(),
+        }
+        .with_authorization_servers(self.auth.authorization_servers.clone());
         Ok(builder.authentication(verifiers, resource))
     }
 

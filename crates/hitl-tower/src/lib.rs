@@ -50,7 +50,7 @@ mod validate;
 pub use app::{BodyLimits, Endpoint, HealthFn, HttpApp, RouteFn};
 pub use limit::{MaxConcurrentRequests, MaxConcurrentRequestsLayer};
 pub use origin::{AllowedHosts, ValidateOrigin, ValidateOriginLayer};
-pub use principal::{PrincipalFromHeader, PrincipalFromHeaderLayer};
+pub use principal::{Admitted, PrincipalFromHeader, PrincipalFromHeaderLayer, admit};
 pub use tools::{Listing, Listings, Tools};
 
 use std::convert::Infallible;

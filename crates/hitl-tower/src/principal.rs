@@ -69,25 +69,45 @@ where
 {
     type Response = http::Response<McpBody>;
     type Error = S::Error;
-    type Future = Either<std::future::Ready<Result<http::Response<McpBody>, S::Error>>, S::Future>;
+    type Future = Admitted<S>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut request: http::Request<Bytes>) -> Self::Future {
-        match self.principal(request.headers()) {
+        let admitted = match self.principal(request.headers()) {
             Ok(principal) => {
                 request.extensions_mut().insert(principal);
+                Ok(request)
             }
             Err(why) => {
                 let error = ErrorObject::invalid_request(format!("Unauthorized: {why}"));
-                return Either::Left(std::future::ready(Ok(refusal(StatusCode::UNAUTHORIZED, error))));
+                Err(refusal(StatusCode::UNAUTHORIZED, error))
             }
+        };
+        admit(&mut self.inner, admitted)
+    }
+}
+
+/// The future of a layer that answers some requests itself and passes the rest on.
+pub type Admitted<S> = Either<
+    std::future::Ready<Result<http::Response<McpBody>, <S as Service<http::Request<Bytes>>>::Error>>,
+    <S as Service<http::Request<Bytes>>>::Future,
+>;
+
+/// Passes an admitted request to `inner` (the service that was polled ready, leaving a
+/// fresh clone in its place), or answers with the refusal.
+pub fn admit<S>(inner: &mut S, admitted: Result<http::Request<Bytes>, http::Response<McpBody>>) -> Admitted<S>
+where
+    S: Service<http::Request<Bytes>, Response = http::Response<McpBody>> + Clone,
+{
+    match admitted {
+        Ok(request) => {
+            let clone = inner.clone();
+            let mut polled = std::mem::replace(inner, clone);
+            Either::Right(polled.call(request))
         }
-        // Call the service that was polled ready, leaving a fresh clone in its place.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        Either::Right(inner.call(request))
+        Err(refused) => Either::Left(std::future::ready(Ok(refused))),
     }
 }
