@@ -363,3 +363,22 @@ async fn the_public_url_is_the_base_of_the_challenge_and_the_metadata() {
     let document: Value = serde_json::from_str(&document).unwrap();
     assert_eq!(document["resource"], "https://hitl.example.com/mcp");
 }
+
+#[tokio::test]
+async fn sighup_reads_the_tokens_file_again() {
+    let setup = Setup::new(CONFIG);
+    let server = setup.serve().await;
+    let file = setup.folder.join("tokens.txt");
+    let before = std::fs::metadata(&file).unwrap().modified().unwrap();
+    // New content with the same modification time, moved in at once: only the signal
+    // can make hitl read it.
+    let next = setup.folder.join("tokens.next");
+    std::fs::write(&next, "dave tok-dave\n").unwrap();
+    std::fs::File::options().write(true).open(&next).unwrap().set_modified(before).unwrap();
+    std::fs::rename(&next, &file).unwrap();
+    let status = request(&server, Some("tok-dave"), 1, "tools/list", json!({})).await.status;
+    assert_eq!(status, 401, "not read again without a change it can see");
+    let hup = std::process::Command::new("kill").args(["-HUP", &server.pid().to_string()]).status().unwrap();
+    assert!(hup.success());
+    until_status(&server, "tok-dave", true).await;
+}

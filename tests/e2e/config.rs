@@ -54,6 +54,40 @@ fn a_typo_or_a_bad_value_names_the_file_line_column_and_key() {
     }
 }
 
+#[test]
+fn bad_auth_sections_are_refused_with_the_reason() {
+    let cases = [
+        ("auth-missing", "[auth]\ntokens_file = \"no-such-tokens.txt\"\n", "no-such-tokens.txt: No such file"),
+        (
+            "auth-callers",
+            "[[policy]]\ntools = [\"deploy_*\"]\naction = \"allow\"\ncallers = [\"group:ops\"]\n",
+            "a [[policy]] names callers, but callers are not known",
+        ),
+        (
+            "auth-caller-form",
+            "[[policy]]\ntools = [\"x\"]\naction = \"allow\"\ncallers = [\"ops\"]\n",
+            "policy[0].callers: \"ops\" is not user:<id> or group:<name>",
+        ),
+        (
+            "auth-jwks",
+            "[auth.jwt]\nissuer = \"i\"\naudience = \"a\"\n",
+            "[auth.jwt]: give exactly one of jwks_file and jwks_url",
+        ),
+        ("auth-jwt-key", "[auth.jwt]\nissuer = \"i\"\n", "auth.jwt: missing field `audience`"),
+        (
+            "auth-public-url",
+            "[server]\npublic_url = \"ftp://x\"\n",
+            "--public-url \"ftp://x\": give an http:// or https:// URL",
+        ),
+    ];
+    for (name, text, expected) in cases {
+        let path = write(name, text);
+        let (ok, said) = check(&path);
+        assert!(!ok && said.contains(expected), "{name}: {said}");
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 #[tokio::test]
 async fn serve_reads_the_file_and_flags_override_it() {
     let file = write("serve", "[server]\nmax_paused_per_caller = 1\nexamples = true\n");
