@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -14,14 +14,13 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
+use crate::watched::{self, Watched};
 use crate::{Identity, Verify};
 
 /// Seconds of clock difference tolerated on `exp` and `nbf`.
 const LEEWAY: u64 = 60;
 /// How often a JWKS URL is fetched again.
 const REFRESH: Duration = Duration::from_secs(300);
-/// How often a JWKS file's modification time is looked at.
-const POLL: Duration = Duration::from_secs(2);
 
 /// `[auth.jwt]`: whom tokens must come from and be for, and where their keys are.
 #[derive(Debug, Clone, Deserialize)]
@@ -50,7 +49,8 @@ pub struct JwtConfig {
 pub struct Jwt {
     config: JwtConfig,
     keys: RwLock<Arc<JwkSet>>,
-    modified: std::sync::Mutex<Option<SystemTime>>,
+    /// The JWKS file, when the keys come from one.
+    file: Option<Watched>,
     /// Asks the URL watcher to fetch now (a token named an unknown key).
     fetch: Notify,
 }
@@ -70,14 +70,12 @@ impl Jwt {
             }
         }
         let jwt = Self {
-            config,
             keys: RwLock::new(Arc::new(JwkSet { keys: Vec::new() })),
-            modified: std::sync::Mutex::default(),
+            file: config.jwks_file.as_deref().map(Watched::new),
             fetch: Notify::new(),
+            config,
         };
-        if jwt.config.jwks_file.is_some() {
-            jwt.read_file()?;
-        }
+        jwt.read_file()?;
         Ok(Arc::new(jwt))
     }
 
@@ -85,40 +83,35 @@ impl Jwt {
     /// when it changes or on SIGHUP; the URL fetched now, every five minutes, and when a
     /// token names an unknown key (at most every five seconds).
     pub fn watch(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let Some(url) = self.config.jwks_url.clone() else {
+            return watched::watch(
+                self,
+                |jwt| jwt.file.as_ref(),
+                |jwt| {
+                    if let Err(error) = jwt.read_file() {
+                        tracing::error!(%error, "the JWKS file is not read again; the keys before stay");
+                    }
+                },
+            );
+        };
         let jwt = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut last_fetch: Option<tokio::time::Instant> = None;
-            let mut hangup = crate::tokens::hangup();
             loop {
                 let Some(this) = jwt.upgrade() else { return };
-                if let Some(url) = this.config.jwks_url.clone() {
-                    let due = last_fetch.is_none_or(|at| at.elapsed() >= Duration::from_secs(5));
-                    if due {
-                        last_fetch = Some(tokio::time::Instant::now());
-                        match fetch(&url).await.and_then(|text| parse(&text)) {
-                            Ok(keys) => this.set(keys),
-                            Err(error) => {
-                                tracing::error!(%url, %error, "the JWKS could not be fetched; the keys before stay")
-                            }
+                let due = last_fetch.is_none_or(|at| at.elapsed() >= Duration::from_secs(5));
+                if due {
+                    last_fetch = Some(tokio::time::Instant::now());
+                    match fetch(&url).await.and_then(|text| parse(&text)) {
+                        Ok(keys) => this.set(keys),
+                        Err(error) => {
+                            tracing::error!(%url, %error, "the JWKS could not be fetched; the keys before stay")
                         }
                     }
-                    tokio::select! {
-                        _ = tokio::time::sleep(REFRESH) => {}
-                        _ = this.fetch.notified() => {}
-                    }
-                    continue;
                 }
-                let changed = this.changed();
-                drop(this);
-                let signalled = tokio::select! {
-                    _ = tokio::time::sleep(POLL) => false,
-                    _ = crate::tokens::next(&mut hangup) => true,
-                };
-                let Some(this) = jwt.upgrade() else { return };
-                if (changed || signalled || this.changed())
-                    && let Err(error) = this.read_file()
-                {
-                    tracing::error!(%error, "the JWKS file is not read again; the keys before stay");
+                tokio::select! {
+                    _ = tokio::time::sleep(REFRESH) => {}
+                    _ = this.fetch.notified() => {}
                 }
             }
         })
@@ -129,20 +122,13 @@ impl Jwt {
         *self.keys.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(keys);
     }
 
+    /// Reads the JWKS file (when the keys come from one) again.
     fn read_file(&self) -> Result<(), String> {
-        let Some(path) = &self.config.jwks_file else { return Ok(()) };
-        let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let keys = parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let Some(file) = &self.file else { return Ok(()) };
+        let shown = file.path().display();
+        let keys = file.read(|text| parse(text).map_err(|e| format!("{shown}: {e}")))?;
         self.set(keys);
-        *self.modified.lock().unwrap_or_else(|p| p.into_inner()) = modified;
         Ok(())
-    }
-
-    fn changed(&self) -> bool {
-        let Some(path) = &self.config.jwks_file else { return false };
-        let now = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-        now != *self.modified.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

@@ -20,6 +20,7 @@
 mod jwt;
 mod layer;
 mod tokens;
+mod watched;
 
 use std::sync::Arc;
 

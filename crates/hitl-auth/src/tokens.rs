@@ -3,21 +3,17 @@
 //! against every line; the file is read again on SIGHUP or when it changes (a file
 //! that no longer parses keeps the tokens read before, with an error in the log).
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, SystemTime};
+use std::path::Path;
+use std::sync::{Arc, RwLock};
 
+use crate::watched::{self, Watched};
 use crate::{Identity, Verify};
-
-/// How often the file's modification time is looked at.
-const POLL: Duration = Duration::from_secs(2);
 
 /// The tokens of one file.
 #[derive(Debug)]
 pub struct TokenFile {
-    path: PathBuf,
+    file: Watched,
     entries: RwLock<Arc<Vec<Entry>>>,
-    modified: Mutex<Option<SystemTime>>,
 }
 
 #[derive(Debug)]
@@ -29,7 +25,7 @@ struct Entry {
 impl TokenFile {
     /// Reads `path`. Errors name the file and line.
     pub fn load(path: &Path) -> Result<Arc<Self>, String> {
-        let file = Self { path: path.to_owned(), entries: RwLock::default(), modified: Mutex::default() };
+        let file = Self { file: Watched::new(path), entries: RwLock::default() };
         file.reload()?;
         Ok(Arc::new(file))
     }
@@ -37,42 +33,24 @@ impl TokenFile {
     /// Reads the file again: how many tokens it holds now. On an error the tokens read
     /// before stay.
     pub fn reload(&self) -> Result<usize, String> {
-        let modified = std::fs::metadata(&self.path).and_then(|m| m.modified()).ok();
-        let text = std::fs::read_to_string(&self.path).map_err(|e| format!("{}: {e}", self.path.display()))?;
-        let entries = parse(&text).map_err(|e| format!("{}:{e}", self.path.display()))?;
+        let shown = self.file.path().display();
+        let entries = self.file.read(|text| parse(text).map_err(|e| format!("{shown}:{e}")))?;
         let count = entries.len();
         *self.entries.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(entries);
-        *self.modified.lock().unwrap_or_else(|p| p.into_inner()) = modified;
         Ok(count)
     }
 
     /// Reads the file again on SIGHUP and whenever its modification time changes, for
     /// as long as the returned task runs.
     pub fn watch(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
-        let file = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut hangup = hangup();
-            loop {
-                let by_signal = tokio::select! {
-                    _ = tokio::time::sleep(POLL) => false,
-                    _ = next(&mut hangup) => true,
-                };
-                let Some(file) = file.upgrade() else { return };
-                if by_signal || file.changed() {
-                    match file.reload() {
-                        Ok(count) => tracing::info!(file = %file.path.display(), count, "tokens read again"),
-                        Err(error) => {
-                            tracing::error!(%error, "the tokens file is not read again; the tokens before stay")
-                        }
-                    }
-                }
-            }
-        })
-    }
-
-    fn changed(&self) -> bool {
-        let now = std::fs::metadata(&self.path).and_then(|m| m.modified()).ok();
-        now != *self.modified.lock().unwrap_or_else(|p| p.into_inner())
+        watched::watch(
+            self,
+            |tokens| Some(&tokens.file),
+            |tokens| match tokens.reload() {
+                Ok(count) => tracing::info!(file = %tokens.file.path().display(), count, "tokens read again"),
+                Err(error) => tracing::error!(%error, "the tokens file is not read again; the tokens before stay"),
+            },
+        )
     }
 }
 
@@ -92,29 +70,6 @@ impl Verify for TokenFile {
             None => Err("the token is not known".into()),
         }
     }
-}
-
-/// SIGHUP, when this platform has it and it can be listened to.
-#[cfg(unix)]
-pub(crate) type Hangup = Option<tokio::signal::unix::Signal>;
-#[cfg(not(unix))]
-pub(crate) type Hangup = ();
-
-pub(crate) fn hangup() -> Hangup {
-    #[cfg(unix)]
-    return tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-}
-
-/// Resolves at the next SIGHUP (never, without one).
-pub(crate) async fn next(hangup: &mut Hangup) {
-    #[cfg(unix)]
-    if let Some(signal) = hangup.as_mut()
-        && signal.recv().await.is_some()
-    {
-        return;
-    }
-    let _ = hangup;
-    std::future::pending::<()>().await
 }
 
 /// The entries of a tokens file; errors read `line: message`.
@@ -172,9 +127,8 @@ mod tests {
         let hashed = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"; // sha256("secret")
         let text = format!("# ops\nalice s3cr3t-alice\n\nbob sha256:{hashed}\n");
         let file = TokenFile {
-            path: PathBuf::new(),
+            file: Watched::new(Path::new("tokens.txt")),
             entries: RwLock::new(Arc::new(parse(&text).unwrap())),
-            modified: Mutex::default(),
         };
         assert_eq!(file.verify("s3cr3t-alice").unwrap().principal, "user:alice");
         assert_eq!(file.verify("secret").unwrap().principal, "user:bob");
