@@ -1,13 +1,12 @@
 //! The tower layer: a bearer token in, the caller's principal and groups out, or `401`.
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use hitl_protocol::ErrorObject;
-use hitl_tower::{Admitted, Groups, McpBody, Principal, admit};
+use hitl_tower::{Admission, Admit, Groups, McpBody, Principal};
 use http::{HeaderValue, StatusCode};
-use tower::{Layer, Service};
+use tower::Layer;
 
 use crate::{Resource, Verify};
 
@@ -29,17 +28,12 @@ impl<S> Layer<S> for BearerAuthLayer {
     type Service = BearerAuth<S>;
 
     fn layer(&self, inner: S) -> BearerAuth<S> {
-        BearerAuth { inner, verifiers: self.verifiers.clone(), resource: self.resource.clone() }
+        Admit::new(inner, self.clone())
     }
 }
 
 /// Names each request's caller from its bearer token, or answers `401`.
-#[derive(Debug, Clone)]
-pub struct BearerAuth<S> {
-    inner: S,
-    verifiers: Arc<Vec<Arc<dyn Verify>>>,
-    resource: Resource,
-}
+pub type BearerAuth<S> = Admit<S, BearerAuthLayer>;
 
 /// Why a request is not let through.
 enum Refused {
@@ -49,7 +43,7 @@ enum Refused {
     Invalid(String),
 }
 
-impl<S> BearerAuth<S> {
+impl BearerAuthLayer {
     fn identify(&self, headers: &http::HeaderMap) -> Result<crate::Identity, Refused> {
         let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
         let Some(value) = values.next() else { return Err(Refused::Missing) };
@@ -95,27 +89,12 @@ impl<S> BearerAuth<S> {
     }
 }
 
-impl<S> Service<http::Request<Bytes>> for BearerAuth<S>
-where
-    S: Service<http::Request<Bytes>, Response = http::Response<McpBody>> + Clone,
-{
-    type Response = http::Response<McpBody>;
-    type Error = S::Error;
-    type Future = Admitted<S>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut request: http::Request<Bytes>) -> Self::Future {
-        let admitted = match self.identify(request.headers()) {
-            Ok(identity) => {
-                request.extensions_mut().insert(Principal(identity.principal));
-                request.extensions_mut().insert(Groups(identity.groups));
-                Ok(request)
-            }
-            Err(refused) => Err(self.challenge(request.headers(), refused)),
-        };
-        admit(&mut self.inner, admitted)
+impl Admission for BearerAuthLayer {
+    fn admit(&self, request: &mut http::Request<Bytes>) -> Result<(), Box<http::Response<McpBody>>> {
+        let identity =
+            self.identify(request.headers()).map_err(|refused| Box::new(self.challenge(request.headers(), refused)))?;
+        request.extensions_mut().insert(Principal(identity.principal));
+        request.extensions_mut().insert(Groups(identity.groups));
+        Ok(())
     }
 }

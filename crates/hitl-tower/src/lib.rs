@@ -37,6 +37,7 @@
 //! # });
 //! ```
 
+mod admit;
 mod app;
 mod dispatch;
 mod endpoint;
@@ -47,10 +48,11 @@ mod sse;
 mod tools;
 mod validate;
 
+pub use admit::{Admission, Admit};
 pub use app::{BodyLimits, Endpoint, HealthFn, HttpApp, RouteFn};
 pub use limit::{MaxConcurrentRequests, MaxConcurrentRequestsLayer};
 pub use origin::{AllowedHosts, ValidateOrigin, ValidateOriginLayer};
-pub use principal::{Admitted, PrincipalFromHeader, PrincipalFromHeaderLayer, admit};
+pub use principal::{PrincipalFromHeader, PrincipalFromHeaderLayer};
 pub use tools::{Listing, Listings, Tools};
 
 use std::convert::Infallible;
