@@ -259,8 +259,12 @@ pub(crate) enum Listened {
 /// The method of the notification that says an upstream's tools changed.
 pub(crate) const TOOLS_CHANGED: &str = "notifications/tools/list_changed";
 
-/// Tells `changed` when `message` says the tools changed.
-pub(crate) fn note_change(message: &Message, changed: &Notify) {
+/// A notification from the upstream, on any stream: a call's progress goes to that
+/// call (by its token), a tool list change to `changed`.
+pub(crate) fn notified(message: &Message, askers: &Askers, changed: &Notify) {
+    if askers.progress(message) {
+        return;
+    }
     if let Message::Notification(notification) = message
         && notification.method == TOOLS_CHANGED
     {

@@ -15,9 +15,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-use crate::client::{
-    Askers, Asks, Changed, Exchanged, Listened, Outgoing, Transport, note_change, reply_to, response_to,
-};
+use crate::client::{Askers, Asks, Changed, Exchanged, Listened, Outgoing, Transport, notified, reply_to, response_to};
 use crate::sse::EventReader;
 use crate::{Era, Upstream, UpstreamError};
 
@@ -174,11 +172,7 @@ impl Transport for HttpTransport {
                         let reply = reply_to(asks.as_ref(), request).await;
                         self.answer(era, reply).await;
                     }
-                    Ok(message) => {
-                        if !self.askers.progress(&message) {
-                            note_change(&message, &self.changed);
-                        }
-                    }
+                    Ok(message) => notified(&message, &self.askers, &self.changed),
                     Err(_) => {}
                 }
             }
@@ -219,11 +213,9 @@ impl HttpTransport {
                         let reply = reply_to(asks, request).await;
                         self.answer(era, reply).await;
                     }
-                    Ok(message) => {
-                        if !asks.is_some_and(|asks| asks.progress(&message)) {
-                            note_change(&message, &self.changed);
-                        }
-                    }
+                    // The call's own progress comes back through `askers`, where it is
+                    // registered under its id, its progress token.
+                    Ok(message) => notified(&message, &self.askers, &self.changed),
                     Err(_) => {}
                 }
             }
@@ -236,27 +228,34 @@ impl HttpTransport {
 
     /// A POST of `body` to the endpoint, with the configured headers and the era's.
     fn post(&self, era: &Era, method: &str, name: Option<&str>, body: Vec<u8>) -> http::Result<Request<Full<Bytes>>> {
-        let mut request = Request::builder().method(Method::POST).uri(self.config.url.clone());
+        let mut request = self.request(Method::POST, "application/json, text/event-stream", era, method, name);
         let headers = request.headers_mut().expect("a fresh builder");
-        headers.extend(self.config.headers.clone());
         headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(http::header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
-        for (header, value) in era_headers(era, method, name) {
-            headers.insert(header, value);
-        }
         request.body(Full::new(Bytes::from(body)))
     }
 
     /// A GET of the endpoint: a 2025-era session's stream of notifications.
     fn get(&self, era: &Era) -> http::Result<Request<Full<Bytes>>> {
-        let mut request = Request::builder().method(Method::GET).uri(self.config.url.clone());
+        self.request(Method::GET, "text/event-stream", era, "", None).body(Full::new(Bytes::new()))
+    }
+
+    /// A request to the endpoint with the configured headers, `accept` and the era's.
+    fn request(
+        &self,
+        http_method: Method,
+        accept: &'static str,
+        era: &Era,
+        method: &str,
+        name: Option<&str>,
+    ) -> http::request::Builder {
+        let mut request = Request::builder().method(http_method).uri(self.config.url.clone());
         let headers = request.headers_mut().expect("a fresh builder");
         headers.extend(self.config.headers.clone());
-        headers.insert(http::header::ACCEPT, HeaderValue::from_static("text/event-stream"));
-        for (header, value) in era_headers(era, "", None) {
+        headers.insert(http::header::ACCEPT, HeaderValue::from_static(accept));
+        for (header, value) in era_headers(era, method, name) {
             headers.insert(header, value);
         }
-        request.body(Full::new(Bytes::new()))
+        request
     }
 
     /// POSTs `reply`, the answer to a request the upstream sent mid-call.

@@ -16,7 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{Mutex, oneshot};
 
-use crate::client::{Askers, Changed, Exchanged, Listened, Outgoing, Transport, note_change, reply_to};
+use crate::client::{Askers, Changed, Exchanged, Listened, Outgoing, Transport, notified, reply_to};
 use crate::{Era, Upstream, UpstreamError};
 
 /// How to start a stdio upstream.
@@ -263,11 +263,7 @@ impl Reader {
                 Ok(Message::Response { id: RequestId::Number(id), result }) => deliver(&self.pending, id, Ok(result)),
                 Ok(Message::Error { id: Some(RequestId::Number(id)), error }) => deliver(&self.pending, id, Err(error)),
                 Ok(Message::Request(request)) => self.answer(request),
-                Ok(message) => {
-                    if !self.askers.progress(&message) {
-                        note_change(&message, &self.changed);
-                    }
-                }
+                Ok(message) => notified(&message, &self.askers, &self.changed),
                 Err(_) => tracing::debug!(upstream = %self.name, %line, "not a JSON-RPC message on stdout"),
             }
         }
