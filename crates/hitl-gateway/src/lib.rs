@@ -210,6 +210,7 @@ impl Gateway {
                 if self.was_down(&spec.name) {
                     tracing::info!(upstream = %spec.name, "upstream answers again; its tools are listed");
                 }
+                let hold_timeout = spec.hold_timeout.map_or(self.hold_timeout, Duration::from_secs);
                 let mut agents = Vec::new();
                 for tool in listed {
                     let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
@@ -219,7 +220,6 @@ impl Gateway {
                         listing.remove(served);
                     }
                     let gated = tools::Gated::new(listed_name.clone(), tool, self.policies.decide(&listed_name));
-                    let hold_timeout = spec.hold_timeout.map_or(self.hold_timeout, Duration::from_secs);
                     agents.push((gated.agent(upstream.clone(), self.holds.clone(), hold_timeout), listing));
                 }
                 let count = agents.len();
