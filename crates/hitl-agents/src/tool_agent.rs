@@ -203,6 +203,7 @@ fn review_calls(
                 let approval = ToolApproval {
                     action_request: action(call),
                     review_config: Some(ReviewConfig::new(&call.name, allowed(call))),
+                    approval: None,
                 };
                 let schema = tools
                     .get(&call.name)

@@ -23,6 +23,7 @@
 //!         decisions: None,
 //!         description: None,
 //!         callers: Some(vec!["group:ops".into()]),
+//!         approvers: Some(vec!["group:dba".into()]),
 //!     }],
 //!     GatewaySection::default(),
 //! )?;

@@ -35,6 +35,10 @@ pub struct Policy {
     /// (absent: every caller).
     #[serde(default)]
     pub callers: Option<Vec<String>>,
+    /// Who decides a review, on hitl's approval page: `user:<id>` and `group:<name>`
+    /// entries (absent: the MCP client's user, in the client).
+    #[serde(default)]
+    pub approvers: Option<Vec<String>>,
 }
 
 impl Policy {
@@ -89,10 +93,20 @@ impl Policies {
             if policy.decisions.as_ref().is_some_and(Vec::is_empty) {
                 return Err(format!("policy[{i}].decisions: a review needs at least one decision"));
             }
-            for caller in policy.callers.iter().flatten() {
-                let named = caller.strip_prefix("user:").or_else(|| caller.strip_prefix("group:"));
-                if named.is_none_or(str::is_empty) {
-                    return Err(format!("policy[{i}].callers: {caller:?} is not user:<id> or group:<name>"));
+            for (field, entries) in [("callers", &policy.callers), ("approvers", &policy.approvers)] {
+                for entry in entries.iter().flatten() {
+                    let named = entry.strip_prefix("user:").or_else(|| entry.strip_prefix("group:"));
+                    if named.is_none_or(str::is_empty) {
+                        return Err(format!("policy[{i}].{field}: {entry:?} is not user:<id> or group:<name>"));
+                    }
+                }
+            }
+            if let Some(approvers) = &policy.approvers {
+                if policy.action != Action::Review {
+                    return Err(format!("policy[{i}].approvers: only a policy with action = \"review\" has approvers"));
+                }
+                if approvers.is_empty() {
+                    return Err(format!("policy[{i}].approvers: name at least one approver, or leave the key out"));
                 }
             }
         }
@@ -102,6 +116,11 @@ impl Policies {
     /// Whether any policy limits its callers (then callers must be known: auth).
     pub fn limit_callers(&self) -> bool {
         self.policies.iter().any(|p| p.callers.is_some())
+    }
+
+    /// Whether any policy has approvers (then approvers must sign in: auth).
+    pub fn have_approvers(&self) -> bool {
+        self.policies.iter().any(|p| p.approvers.is_some())
     }
 
     /// Whether the caller named `principal`, in `groups`, may call `tool`: the first
@@ -196,6 +215,7 @@ mod tests {
             decisions: None,
             description: None,
             callers: None,
+            approvers: None,
         }
     }
 
@@ -240,6 +260,7 @@ mod callers {
             decisions: None,
             description: None,
             callers: Some(vec!["group:ops".into(), "user:alice".into()]),
+            approvers: None,
         };
         let policies = Policies::new(vec![ops.clone()], GatewaySection::default()).unwrap();
         assert!(policies.limit_callers());
@@ -248,8 +269,16 @@ mod callers {
         assert!(!policies.may_call("db.drop", Some("user:bob"), &["group:dev".to_owned()]));
         assert!(!policies.may_call("db.drop", None, &[]), "no principal, no access");
         assert!(policies.may_call("git.log", None, &[]), "unmatched tools are open");
-        let bad = Policy { callers: Some(vec!["alice".into()]), ..ops };
+        let bad = Policy { callers: Some(vec!["alice".into()]), ..ops.clone() };
         let error = Policies::new(vec![bad], GatewaySection::default()).unwrap_err();
         assert_eq!(error, r#"policy[0].callers: "alice" is not user:<id> or group:<name>"#);
+        let bad = Policy { approvers: Some(vec!["sre".into()]), ..ops.clone() };
+        let error = Policies::new(vec![bad], GatewaySection::default()).unwrap_err();
+        assert_eq!(error, r#"policy[0].approvers: "sre" is not user:<id> or group:<name>"#);
+        let allow = Policy { approvers: Some(vec!["group:sre".into()]), action: Action::Allow, ..ops.clone() };
+        let error = Policies::new(vec![allow], GatewaySection::default()).unwrap_err();
+        assert!(error.starts_with("policy[0].approvers: only a policy with action"), "{error}");
+        let none = Policy { approvers: Some(vec![]), ..ops };
+        assert!(Policies::new(vec![none], GatewaySection::default()).is_err());
     }
 }

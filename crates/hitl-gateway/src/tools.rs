@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hitl_graph::payload::{
-    self, ActionRequest, Decision, Relay, RelayReply, RelayedRequest, ReviewConfig, ToolApproval, ToolResult,
+    self, ActionRequest, ApprovalBy, Decision, Relay, RelayReply, RelayedRequest, ReviewConfig, ToolApproval,
+    ToolResult,
 };
 use hitl_graph::{Agent, END, START, StateGraph, StepContext, StepError};
 use hitl_upstream::{Upstream, UpstreamError};
@@ -42,6 +43,8 @@ pub(crate) struct Gated {
     pub(crate) description: Option<String>,
     /// The policy, as errors name it.
     pub(crate) policy: String,
+    /// Who decides on hitl's approval page (none: the client's user).
+    pub(crate) approvers: Option<Vec<String>>,
 }
 
 impl Gated {
@@ -58,6 +61,7 @@ impl Gated {
             ),
             description: decided.policy.and_then(|p| p.description.clone()),
             policy: decided.policy.map_or_else(|| "[gateway] default_action".to_owned(), |p| p.label()),
+            approvers: decided.policy.and_then(|p| p.approvers.clone()),
         }
     }
 
@@ -135,6 +139,7 @@ impl Gated {
         let approval = ToolApproval {
             action_request: ActionRequest::new(&self.listed, args, Some(text)),
             review_config: Some(ReviewConfig::new(&self.listed, self.decisions.iter().copied())),
+            approval: self.approvers.clone().map(|approvers| ApprovalBy { approvers, policy: self.policy.clone() }),
         };
         let schema =
             payload::decision_schema(&self.listed, Some(&closed(self.spec.get("inputSchema"))), &self.decisions);

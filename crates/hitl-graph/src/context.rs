@@ -198,6 +198,30 @@ impl StepContext {
             .map_err(|e| StepError::msg(format!("the answer does not fit {}: {e}", std::any::type_name::<T>())))
     }
 
+    /// Asks for a sensitive value (a token, an API key) on hitl's secret page, so that it
+    /// never passes through the MCP client: `Some(value)` once the person typed it,
+    /// `None` when they declined or cancelled.
+    pub fn ask_secret(&self, label: &str, message: &str) -> Result<Option<String>, StepError> {
+        let request = crate::payload::SecretRequest { label: label.to_owned(), message: message.to_owned() };
+        let answer = self.ask(request.to_value(), None)?;
+        Ok(match (answer.get("action").and_then(Value::as_str), answer.get("value").and_then(Value::as_str)) {
+            (Some("accept"), Some(value)) => Some(value.to_owned()),
+            _ => None,
+        })
+    }
+
+    /// Sends the person to a third party's sign-in page (`url`, with `{state}` where
+    /// the round's state goes): the callback's query parameters (`code`, `state`, …)
+    /// once the provider redirected back, `None` when they declined or cancelled.
+    pub fn sign_in(&self, message: &str, url: &str) -> Result<Option<serde_json::Map<String, Value>>, StepError> {
+        let request = crate::payload::SignInRequest { message: message.to_owned(), url: url.to_owned() };
+        let answer = self.ask(request.to_value(), None)?;
+        Ok(match (answer.get("action").and_then(Value::as_str), answer.get("params")) {
+            (Some("accept"), Some(Value::Object(params))) => Some(params.clone()),
+            _ => None,
+        })
+    }
+
     fn ask(&self, value: Value, response_schema: Option<Value>) -> Result<Value, Interrupted> {
         let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         let index = calls.next_index;

@@ -338,6 +338,76 @@ pub struct ToolApproval {
     /// What the reviewer may decide.
     #[serde(default, alias = "reviewConfig")]
     pub review_config: Option<ReviewConfig>,
+    /// Who decides, when not the MCP client's user: the call is then decided on hitl's
+    /// approval page by one of them (hitl's extension; LangChain never writes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalBy>,
+}
+
+/// The people who decide a [`ToolApproval`] on hitl's approval page, and the policy
+/// that says so.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalBy {
+    /// `user:<id>` and `group:<name>` entries.
+    pub approvers: Vec<String>,
+    /// The policy, as shown to the approver.
+    #[serde(default)]
+    pub policy: String,
+}
+
+/// A value the person types on hitl's secret page (a token, an API key): asked by URL
+/// so it never passes through the MCP client, kept sealed in the thread, and resumed
+/// with `{"action": "accept", "value": …}` (or the `decline`/`cancel` answer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretRequest {
+    /// What the value is ("GitHub token").
+    pub label: String,
+    /// The question shown in the MCP client.
+    pub message: String,
+}
+
+impl SecretRequest {
+    /// The interrupt's `type`.
+    pub const TYPE: &'static str = "hitl_secret";
+
+    /// `Some` when `value` asks for a secret.
+    pub fn parse(value: &Value) -> Option<Result<Self, String>> {
+        (value.get("type").and_then(Value::as_str) == Some(Self::TYPE))
+            .then(|| Self::deserialize(value).map_err(|e| e.to_string()))
+    }
+
+    /// The interrupt value.
+    pub fn to_value(&self) -> Value {
+        json!({ "type": Self::TYPE, "label": self.label, "message": self.message })
+    }
+}
+
+/// A sign-in on a third party's page (OAuth): the client is sent to `url`, in which
+/// `{state}` is replaced by a value bound to the round; the provider's redirect to
+/// hitl's callback completes the question, and the agent resumes with
+/// `{"action": "accept", "params": {code, state, …}}` (the callback's query).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignInRequest {
+    /// The question shown in the MCP client.
+    pub message: String,
+    /// The provider's authorization URL, with `{state}` where the state goes.
+    pub url: String,
+}
+
+impl SignInRequest {
+    /// The interrupt's `type`.
+    pub const TYPE: &'static str = "hitl_sign_in";
+
+    /// `Some` when `value` asks for a sign-in.
+    pub fn parse(value: &Value) -> Option<Result<Self, String>> {
+        (value.get("type").and_then(Value::as_str) == Some(Self::TYPE))
+            .then(|| Self::deserialize(value).map_err(|e| e.to_string()))
+    }
+
+    /// The interrupt value.
+    pub fn to_value(&self) -> Value {
+        json!({ "type": Self::TYPE, "message": self.message, "url": self.url })
+    }
 }
 
 impl ToolApproval {
@@ -500,6 +570,7 @@ mod tests {
         let approval = ToolApproval {
             action_request: ActionRequest::new("t", Map::new(), Some("Run t?".into())),
             review_config: Some(ReviewConfig::new("t", ["approve"])),
+            approval: None,
         };
         let value = approval.to_value();
         assert_eq!(value["type"], "tool_approval");

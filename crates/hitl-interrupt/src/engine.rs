@@ -189,6 +189,9 @@ pub struct Engine {
     lifetimes: Lifetimes,
     limits: Limits,
     threads: bool,
+    /// The base URL of hitl's pages (`https://hitl.example.com`), when it serves them.
+    pages: Option<Arc<str>>,
+    observer: Option<Arc<dyn crate::Observer>>,
 }
 
 /// When the request's agent work must end.
@@ -218,7 +221,45 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// An engine over `store`, reading time from `clock`.
     pub fn new(store: Arc<dyn ThreadStore>, clock: Arc<dyn Clock>, secret: Secret, lifetimes: Lifetimes) -> Self {
-        Self { store, clock, secret, lifetimes, limits: Limits::default(), threads: true }
+        Self { store, clock, secret, lifetimes, limits: Limits::default(), threads: true, pages: None, observer: None }
+    }
+
+    /// Serves questions answered on hitl's pages (approvals, secrets, sign-ins) under
+    /// `base_url`: their URLs are `<base_url>/approvals/<id>` and `<base_url>/secrets/<id>`.
+    /// Without it, an agent that asks such a question ends with an error result.
+    #[must_use]
+    pub fn with_pages(mut self, base_url: &str) -> Self {
+        self.pages = Some(base_url.trim_end_matches('/').into());
+        self
+    }
+
+    /// Tells `observer` what happens to rounds (for audit trails, notifications,
+    /// metrics).
+    #[must_use]
+    pub fn with_observer(mut self, observer: Arc<dyn crate::Observer>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// The store the engine keeps its threads in.
+    pub fn store(&self) -> &Arc<dyn ThreadStore> {
+        &self.store
+    }
+
+    /// The server secret (pages seal and verify with it).
+    pub fn secret(&self) -> &Secret {
+        &self.secret
+    }
+
+    /// Now, by the engine's clock.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    pub(crate) fn observe(&self, event: crate::Event<'_>) {
+        if let Some(observer) = &self.observer {
+            observer.observe(&event);
+        }
     }
 
     /// Sets the limits on paused calls, records and request time.
@@ -285,14 +326,15 @@ impl Engine {
         let Some(outcome) = deadline.run(agent.graph.invoke_run(arguments, call.run())).await else {
             return Ok(Err(self.timed_out(false)));
         };
-        let (checkpoint, round) = match self.settle(outcome, 1, &call) {
+        let id = uuid::Uuid::now_v7().to_string();
+        let (checkpoint, round) = match self.settle(outcome, 1, &call, &id) {
             Settled::Done(answer) => return Ok(Ok(answer)),
             Settled::Paused(cp, round) => (cp, round),
         };
         let owner = call.owner();
         let mut thread = Thread {
             format: THREAD_FORMAT,
-            id: uuid::Uuid::now_v7().to_string(),
+            id,
             version: 1,
             tool: call.binding(agent),
             args_digest,
@@ -311,6 +353,7 @@ impl Engine {
                 Unstored::Ended(reply) => return Ok(reply),
             };
         }
+        thread.format = crate::thread::format_of(&thread);
         let round = thread.round.as_ref().expect("a paused thread has its round");
         if let Some(e) = round::missing_capability(round, &call.capabilities) {
             return Ok(Err(e));
@@ -319,8 +362,14 @@ impl Engine {
             return Ok(Err(e));
         }
         let reply = round::render(&thread.id, round, &self.secret);
+        let observed = self.observer.as_ref().map(|_| thread.clone());
         match self.store.create_paused(thread, &owner, self.limits.paused).await {
-            Ok(Ok(())) => Ok(Ok(reply)),
+            Ok(Ok(())) => {
+                if let Some(thread) = &observed {
+                    self.observe(crate::Event::Asked { thread });
+                }
+                Ok(Ok(reply))
+            }
             Ok(Err(limit)) => Ok(Err(self.limit_reached(limit))),
             Err(SaveError::Store(e)) => Err(e.into()),
             Err(SaveError::Conflict(id)) => {
@@ -369,7 +418,7 @@ impl Engine {
             let checkpoint = claimed.checkpoint.clone().expect("a paused thread has its checkpoint");
             let outcome = deadline.run(agent.graph.resume_run(checkpoint, values, call.run())).await;
             claimed.claim = None;
-            let ran = self.ran(outcome, round.n + 1, call, false);
+            let ran = self.ran(outcome, round.n + 1, call, false, &claimed.id);
             match round::end_run(claimed, ran, &self.end_of(&round, responses, call), &self.secret) {
                 Ending::NextRound(next, _) => thread = *next,
                 Ending::Finished(_, result) => return Unstored::Ended(Ok(CallToolResponse::Complete(result))),
@@ -473,8 +522,12 @@ impl Engine {
             let reason = "a paused thread has no checkpoint".to_owned();
             return Err(StoreError::Corrupt { id: thread.id.clone(), reason }.into());
         };
-        let held =
-            Arc::new(Held { store: self.store.clone(), thread: tokio::sync::Mutex::new(thread), round: round.n });
+        let held = Arc::new(Held {
+            store: self.store.clone(),
+            thread: tokio::sync::Mutex::new(thread),
+            round: round.n,
+            observer: self.observer.clone(),
+        });
         let mut run = call.run();
         run.effects = Some(Arc::new(Marks(held.clone())));
         let run = deadline.run(agent.graph.resume_run(checkpoint, values, run));
@@ -487,7 +540,7 @@ impl Engine {
         };
         thread.claim = None;
         let expected = thread.version;
-        let ran = self.ran(outcome, round.n + 1, call, true);
+        let ran = self.ran(outcome, round.n + 1, call, true, &thread.id);
         let (saved, reply) = match round::end_run(thread, ran, &self.end_of(&round, responses, call), &self.secret) {
             Ending::GiveBack(thread, error) => {
                 return match self.store.save(*thread, Some(expected)).await {
@@ -497,12 +550,23 @@ impl Engine {
             }
             Ending::Finished(thread, result) => {
                 let owner = thread.owner.clone();
+                let (id, tool, principal) = (thread.id.clone(), thread.tool.clone(), thread.principal.clone());
                 let saved = self.store.save_finished(*thread, expected, owner.as_deref()).await;
+                if saved.is_ok() {
+                    let principal = principal.as_deref();
+                    self.observe(crate::Event::Finished { thread_id: &id, tool: &tool, principal, result: &result });
+                }
                 (saved, Ok(CallToolResponse::Complete(result)))
             }
             Ending::NextRound(thread, reply) => {
                 let (id, owner, until) = (thread.id.clone(), thread.owner.clone(), thread.expires_at_ms);
+                let observed = self.observer.as_ref().map(|_| (*thread).clone());
                 let saved = self.store.save(*thread, Some(expected)).await;
+                if saved.is_ok()
+                    && let Some(thread) = &observed
+                {
+                    self.observe(crate::Event::Asked { thread });
+                }
                 if saved.is_ok()
                     && let Some(owner) = &owner
                 {
@@ -562,8 +626,15 @@ impl Engine {
         let now = self.clock.now_ms();
         let thread = round::finished(thread, last, now, &self.lifetimes, self.limits.max_record_bytes);
         let owner = thread.owner.clone();
+        let (id, tool, principal) = (thread.id.clone(), thread.tool.clone(), thread.principal.clone());
         match self.store.save_finished(thread, expected, owner.as_deref()).await {
-            Ok(()) => Ok(Ok(response)),
+            Ok(()) => {
+                if let CallToolResponse::Complete(result) = &response {
+                    let principal = principal.as_deref();
+                    self.observe(crate::Event::Finished { thread_id: &id, tool: &tool, principal, result });
+                }
+                Ok(Ok(response))
+            }
             Err(SaveError::Store(e)) => Err(e.into()),
             Err(SaveError::Conflict(id)) => {
                 let responses = call.input_responses.clone().unwrap_or_default();
@@ -610,11 +681,18 @@ impl Engine {
 
     /// How a resumed run ended (`None`: out of time), its next round numbered `n`.
     /// `paused` says whether the call stays paused past a timeout (it was stored).
-    fn ran(&self, outcome: Option<Result<Outcome, hitl_graph::RunError>>, n: u32, call: &Call, paused: bool) -> Ran {
+    fn ran(
+        &self,
+        outcome: Option<Result<Outcome, hitl_graph::RunError>>,
+        n: u32,
+        call: &Call,
+        paused: bool,
+        thread_id: &str,
+    ) -> Ran {
         match outcome {
             None => Ran::TimedOut(self.timed_out(paused)),
             Some(Err(hitl_graph::RunError::Cancelled(kept))) => Ran::Cancelled(kept),
-            Some(outcome) => match self.settle(outcome, n, call) {
+            Some(outcome) => match self.settle(outcome, n, call, thread_id) {
                 Settled::Done(CallToolResponse::Complete(result)) => Ran::Done(result),
                 Settled::Done(CallToolResponse::InputRequired(_)) => unreachable!("settle finishes with a result"),
                 Settled::Paused(checkpoint, next) => Ran::Paused(Box::new(checkpoint), next),
@@ -635,7 +713,7 @@ impl Engine {
     }
 
     /// Turns a run's outcome into a final answer or the next round.
-    fn settle(&self, outcome: Result<Outcome, hitl_graph::RunError>, n: u32, call: &Call) -> Settled {
+    fn settle(&self, outcome: Result<Outcome, hitl_graph::RunError>, n: u32, call: &Call, thread_id: &str) -> Settled {
         let done = |result: CallToolResult| Settled::Done(CallToolResponse::Complete(result));
         let can_elicit =
             call.era == Era::Modern && (call.capabilities.elicits_form() || call.capabilities.elicits_url());
@@ -650,11 +728,48 @@ impl Engine {
             Ok(Outcome::Paused { interrupts, .. }) if !self.threads => {
                 done(CallToolResult::error([CANNOT_RESUME.to_owned(), pending(&interrupts)]))
             }
-            Ok(Outcome::Paused { interrupts, checkpoint }) => match questions::build(&interrupts) {
-                Err(cannot) => done(cannot.to_result()),
-                Ok(questions) => Settled::Paused(checkpoint, Round { n, nonce: state::nonce(), questions }),
-            },
+            Ok(Outcome::Paused { interrupts, checkpoint }) => {
+                let built = questions::build(&interrupts).and_then(|questions| {
+                    let mut round = Round { n, nonce: state::nonce(), questions };
+                    self.place_pages(thread_id, &mut round)?;
+                    Ok(round)
+                });
+                match built {
+                    Err(cannot) => done(cannot.to_result()),
+                    Ok(round) => Settled::Paused(checkpoint, round),
+                }
+            }
         }
+    }
+
+    /// Gives each page question of `round` its id and URL.
+    fn place_pages(&self, thread_id: &str, round: &mut Round) -> Result<(), questions::NotAskable> {
+        let now = self.clock.now_ms();
+        for (index, question) in round.questions.iter_mut().enumerate() {
+            let Some(page) = &mut question.page else { continue };
+            let Some(base) = &self.pages else {
+                return Err(questions::NotAskable(format!(
+                    "question {} is answered on hitl's pages, which this server does not serve",
+                    question.key
+                )));
+            };
+            page.id = self.secret.page_id(thread_id, round.n, index);
+            page.asked_at_ms = now;
+            let hitl_protocol::InputRequest::Elicit(hitl_protocol::ElicitRequestParams::Url(url)) =
+                &mut question.request
+            else {
+                continue;
+            };
+            url.url = match &page.kind {
+                crate::PageKind::Approval { .. } => format!("{base}/approvals/{}", page.id),
+                crate::PageKind::Secret { .. } => format!("{base}/secrets/{}", page.id),
+                crate::PageKind::SignIn => url.url.replace("{state}", &page.id),
+            };
+            hitl_schema::check_url(&url.url).map_err(|e| {
+                questions::NotAskable(format!("the page of question {} cannot be asked: {}", question.key, e.reason))
+            })?;
+        }
+        Ok(())
     }
 
     fn expiry(&self, lifetime: Duration) -> u64 {
@@ -686,6 +801,7 @@ struct Held {
     store: Arc<dyn ThreadStore>,
     thread: tokio::sync::Mutex<Thread>,
     round: u32,
+    observer: Option<Arc<dyn crate::Observer>>,
 }
 
 impl Held {
@@ -705,15 +821,23 @@ impl Held {
 struct Marks(Arc<Held>);
 
 impl hitl_graph::Effects for Marks {
-    fn begin(&self, _step: &str) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
+    fn begin(&self, step: &str) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
         let held = self.0.clone();
+        let step = step.to_owned();
         Box::pin(async move {
             let round = held.round;
             if held.thread.lock().await.begun == Some(round) {
                 return Ok(());
             }
             match held.save(|thread| thread.begun = Some(round)).await {
-                Ok(()) => Ok(()),
+                Ok(()) => {
+                    if let Some(observer) = &held.observer {
+                        let thread = held.thread.lock().await;
+                        let (thread_id, tool, principal) = (&thread.id, &thread.tool, thread.principal.as_deref());
+                        observer.observe(&crate::Event::Began { thread_id, tool, principal, step: &step });
+                    }
+                    Ok(())
+                }
                 Err(SaveError::Conflict(_)) => Err("another request took this round over, so it acts there".into()),
                 Err(SaveError::Store(e)) => Err(format!("the call could not be recorded before it began: {e}")),
             }

@@ -42,6 +42,7 @@
 pub mod conformance;
 mod digest;
 mod engine;
+mod pages;
 pub mod questions;
 pub mod review;
 pub mod round;
@@ -58,12 +59,15 @@ pub use engine::{
     BREAKPOINT, CANNOT_RESUME, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, Lifetimes, Limits,
     MAX_ROUNDS_PER_REQUEST, NEWER_FORMAT, Reply,
 };
+pub use pages::{Event, Observer, PageAnswer, PageInput, PageView};
 pub use state::Secret;
 pub use store::{
     Clock, LimitReached, ManualClock, MemoryStore, PausedLimits, SaveError, Sleep, StoreError, SystemClock,
     ThreadStore, create_paused_in_steps, save_finished_in_steps,
 };
-pub use thread::{Claim, Last, LastOutcome, Question, QuestionKind, Round, THREAD_FORMAT, Thread};
+pub use thread::{
+    Claim, Last, LastOutcome, Page, PageKind, Question, QuestionKind, Round, THREAD_FORMAT, Thread, format_of,
+};
 
 #[cfg(test)]
 mod tests;

@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use hitl_graph::payload::{Relay, RelayKind, RelayReply, RelayedRequest};
+use hitl_graph::payload::{Relay, RelayKind, RelayReply, RelayedRequest, SecretRequest, SignInRequest};
 use hitl_graph::{Interrupt, ResumeValues};
 use hitl_protocol::{
     CallToolResult, CreateMessageResult, ElicitAction, ElicitRequestParams, ElicitResult, ErrorObject, FormElicitation,
@@ -27,7 +27,7 @@ use hitl_schema::{CannotAsk, FormOptions};
 use serde_json::{Map, Value, json};
 
 use crate::digest::{digest_hex, short_digest};
-use crate::{Question, QuestionKind, Round, review};
+use crate::{Page, PageKind, Question, QuestionKind, Round, review};
 
 /// The text every "cannot be asked" error result starts with.
 pub const CANNOT_ASK: &str = "This tool needs input that can't be asked over MCP";
@@ -63,6 +63,14 @@ pub fn build(interrupts: &[Interrupt]) -> Result<Vec<Question>, NotAskable> {
     for interrupt in interrupts {
         if let Some(calls) = review::calls(interrupt) {
             questions.extend(review_questions(interrupt, calls?, &mut seen_digests)?);
+            continue;
+        }
+        if let Some(question) = page_question(interrupt) {
+            let question = question?;
+            if questions.iter().any(|q| q.key == question.key) {
+                return Err(NotAskable(format!("two interrupts ask the same page question {}", question.key)));
+            }
+            questions.push(question);
             continue;
         }
         let relay = Relay::parse(&interrupt.value);
@@ -129,6 +137,14 @@ fn review_questions(
             let (form, offered) = hitl_schema::review_form(&call.allowed, &call.args)
                 .map_err(|e| NotAskable::schema(&interrupt.step, &format!("review of the {} call", call.tool), &e))?;
             let message = call.description.clone().unwrap_or_else(|| format!("Run {}?", call.tool));
+            let (request, page) = match call.approval {
+                None => (form_request(message, form), None),
+                Some(by) => {
+                    let waiting = format!("Waiting for approval by {} to run {}", by.approvers.join(", "), call.tool);
+                    let kind = PageKind::Approval { approvers: by.approvers, policy: by.policy, form };
+                    (url_request(waiting), Some(unanswered(kind)))
+                }
+            };
             let kind = QuestionKind::Review(review::Review {
                 tool: call.tool,
                 args: call.args,
@@ -137,12 +153,68 @@ fn review_questions(
             });
             Ok(Question {
                 key: format!("review-{digest}.{n}"),
-                request: form_request(message, form),
+                request,
                 kind,
                 interrupt_ids: vec![interrupt.id.clone()],
+                page,
             })
         })
         .collect()
+}
+
+/// A secret or sign-in interrupt as its page question, keyed `secret-<16 hex>` or
+/// `sign-in-<16 hex>` over the request; `None` for other interrupts.
+fn page_question(interrupt: &Interrupt) -> Option<Result<Question, NotAskable>> {
+    let step = &interrupt.step;
+    let invalid = |what: &str, e: String| NotAskable(format!("the {what} request in step {step} is not valid: {e}"));
+    let (prefix, message, kind) = if let Some(secret) = SecretRequest::parse(&interrupt.value) {
+        match secret {
+            Ok(s) => ("secret", s.message, PageKind::Secret { label: s.label }),
+            Err(e) => return Some(Err(invalid("secret", e))),
+        }
+    } else {
+        match SignInRequest::parse(&interrupt.value)? {
+            // The provider's URL is kept as the request's until the state is known.
+            Ok(s) => {
+                let question = Question {
+                    key: format!("sign-in-{}", short_digest(&interrupt.value)),
+                    request: InputRequest::Elicit(ElicitRequestParams::Url(UrlElicitation {
+                        message: s.message,
+                        url: s.url,
+                        elicitation_id: None,
+                        meta: None,
+                    })),
+                    kind: QuestionKind::Page,
+                    interrupt_ids: vec![interrupt.id.clone()],
+                    page: Some(unanswered(PageKind::SignIn)),
+                };
+                return Some(Ok(question));
+            }
+            Err(e) => return Some(Err(invalid("sign-in", e))),
+        }
+    };
+    Some(Ok(Question {
+        key: format!("{prefix}-{}", short_digest(&interrupt.value)),
+        request: url_request(message),
+        kind: QuestionKind::Page,
+        interrupt_ids: vec![interrupt.id.clone()],
+        page: Some(unanswered(kind)),
+    }))
+}
+
+/// A page question not answered yet; the engine gives it its id and URL.
+fn unanswered(kind: PageKind) -> Page {
+    Page { id: String::new(), kind, answer: None, answered_by: None, asked_at_ms: 0 }
+}
+
+/// A URL question whose URL the engine fills in (hitl's page for it).
+fn url_request(message: String) -> InputRequest {
+    InputRequest::Elicit(ElicitRequestParams::Url(UrlElicitation {
+        message,
+        url: String::new(),
+        elicitation_id: None,
+        meta: None,
+    }))
 }
 
 fn form_request(message: String, requested_schema: hitl_protocol::RequestedSchema) -> InputRequest {
@@ -156,6 +228,7 @@ fn text_question(message: &str, interrupt_id: &str) -> Question {
         request: form_request(message.to_owned(), hitl_schema::text_form()),
         kind: QuestionKind::Text,
         interrupt_ids: vec![interrupt_id.to_owned()],
+        page: None,
     }
 }
 
@@ -173,6 +246,7 @@ fn typed_question(interrupt: &Interrupt, value: &Value, schema: &Value) -> Resul
         request: form_request(message, form.schema),
         kind: QuestionKind::Typed { wrapped: form.wrapped },
         interrupt_ids: vec![interrupt.id.clone()],
+        page: None,
     })
 }
 
@@ -197,6 +271,7 @@ fn relay_questions(interrupt: &Interrupt, relay: Result<Relay, String>) -> Resul
                 request,
                 kind: QuestionKind::Relay { agent_key: key },
                 interrupt_ids: vec![interrupt.id.clone()],
+                page: None,
             })
         })
         .collect()
@@ -278,6 +353,14 @@ pub enum Verdict {
 /// Judges `responses` against `round`. Answers to keys the round did not ask are
 /// ignored; an invalid answer wins over a missing one, so the client learns of it.
 pub fn judge(round: &Round, responses: &InputResponses) -> Verdict {
+    judge_opening(round, responses, &|_, _| None)
+}
+
+/// Opens a page's sealed secret: `(sealed, page id)` to the value.
+pub type Opener<'a> = &'a dyn Fn(&str, &str) -> Option<String>;
+
+/// [`judge`], with secrets typed on pages opened by `open`.
+pub fn judge_opening(round: &Round, responses: &InputResponses, open: Opener<'_>) -> Verdict {
     let mut gathered = Gathered::default();
     let mut missing = false;
     for question in &round.questions {
@@ -285,8 +368,28 @@ pub fn judge(round: &Round, responses: &InputResponses) -> Verdict {
             missing = true;
             continue;
         };
-        let judged = match &question.kind {
-            QuestionKind::Review(review) => {
+        let judged = match (&question.page, &question.kind) {
+            (Some(page), kind) => match on_page(question, page, raw, open) {
+                Ok(OnPage::NotYet) => {
+                    missing = true;
+                    continue;
+                }
+                Ok(OnPage::Value(value)) => {
+                    gathered.answer(question, Judged::Value(value));
+                    Ok(())
+                }
+                Ok(OnPage::Decided(action, content)) => match kind {
+                    QuestionKind::Review(review) => {
+                        review::decide(review, action, &content).map(|o| gathered.review(question, review, o))
+                    }
+                    _ => {
+                        gathered.answer(question, Judged::Value(json!({ "action": action })));
+                        Ok(())
+                    }
+                },
+                Err(e) => Err(e),
+            },
+            (None, QuestionKind::Review(review)) => {
                 review_answer(question, review, raw).map(|o| gathered.review(question, review, o))
             }
             _ => answer(question, raw).map(|a| gathered.answer(question, a)),
@@ -383,6 +486,63 @@ enum Judged {
     Declined(ElicitAction),
 }
 
+/// The `-32602` message of a client's answer to a question answered on a page.
+pub const ANSWERED_ON_PAGE: &str = "This question is answered on its page, not by the client";
+
+/// What a client's answer to a page question, and the page, say.
+enum OnPage {
+    /// The page has no answer yet: ask the same round again.
+    NotYet,
+    /// What the agent gets (a secret or sign-in).
+    Value(Value),
+    /// A decision: the client withdrew (`decline`/`cancel`) or the approver decided
+    /// (`accept` with the review form's content).
+    Decided(ElicitAction, Map<String, Value>),
+}
+
+/// Reads a client's answer to a page question: `accept` without content means "look
+/// again", `decline` or `cancel` withdraws the call; content is refused, since only the
+/// page answers.
+fn on_page(question: &Question, page: &Page, raw: &Value, open: Opener<'_>) -> Result<OnPage, ErrorObject> {
+    let result = ElicitResult::from_value(&question.key, raw)?;
+    if result.action != ElicitAction::Accept {
+        return Ok(OnPage::Decided(result.action, Map::new()));
+    }
+    if result.content.as_ref().is_some_and(|c| !c.is_empty()) {
+        return Err(ErrorObject::invalid_params(ANSWERED_ON_PAGE).with_data(json!({ "inputKey": question.key })));
+    }
+    let Some(answer) = &page.answer else { return Ok(OnPage::NotYet) };
+    Ok(match &page.kind {
+        PageKind::Approval { .. } => {
+            OnPage::Decided(ElicitAction::Accept, answer.as_object().cloned().unwrap_or_default())
+        }
+        PageKind::Secret { .. } => {
+            let sealed = answer.get("sealed").and_then(Value::as_str).unwrap_or_default();
+            match open(sealed, &page.id) {
+                Some(value) => OnPage::Value(json!({ "action": "accept", "value": value })),
+                // Sealed under a secret this server no longer has: ask again.
+                None => OnPage::NotYet,
+            }
+        }
+        PageKind::SignIn => OnPage::Value(json!({ "action": "accept", "params": answer })),
+    })
+}
+
+/// Checks an approver's decision (the review form's content) against the page's form
+/// and the review's rules, before it is stored: the approver learns of a bad edit on
+/// the page, and the client's retry never meets it.
+pub fn check_decision(question: &Question, content: &Map<String, Value>) -> Result<(), ErrorObject> {
+    let (Some(Page { kind: PageKind::Approval { form, .. }, .. }), QuestionKind::Review(review)) =
+        (&question.page, &question.kind)
+    else {
+        return Err(ErrorObject::invalid_params("This question is not an approval"));
+    };
+    if let Err(violations) = hitl_schema::validate(form, content) {
+        return Err(form_mismatch(&question.key, &violations));
+    }
+    review::decide(review, ElicitAction::Accept, content).map(|_| ())
+}
+
 /// Reads a review answer: the form's rules first, then the decision's.
 fn review_answer(question: &Question, review: &review::Review, raw: &Value) -> Result<review::Outcome, ErrorObject> {
     let result = ElicitResult::from_value(&question.key, raw)?;
@@ -434,6 +594,7 @@ fn answer(question: &Question, raw: &Value) -> Result<Judged, ErrorObject> {
                         QuestionKind::Typed { wrapped: false } => Value::Object(asked),
                         QuestionKind::Relay { .. } => json!({ "action": "accept", "content": asked }),
                         QuestionKind::Review(_) => unreachable!("review answers are read by review_answer"),
+                        QuestionKind::Page => unreachable!("page answers are read by on_page"),
                     }))
                 }
             }

@@ -58,6 +58,8 @@ pub(crate) struct ReviewedCall {
     pub(crate) description: Option<String>,
     pub(crate) allowed: Vec<Decision>,
     pub(crate) mode: ReviewMode,
+    /// Who decides on hitl's approval page, when not the client's user.
+    pub(crate) approval: Option<payload::ApprovalBy>,
 }
 
 /// Is this interrupt a review ([`ToolApproval`] or [`ReviewRequest`])? Then its calls,
@@ -67,11 +69,11 @@ pub(crate) fn calls(interrupt: &Interrupt) -> Option<Result<Vec<ReviewedCall>, N
     let invalid = |e: String| NotAskable(format!("the review in step {step} is not valid: {e}"));
     if let Some(approval) = ToolApproval::parse(&interrupt.value) {
         let mode = ReviewMode::PerCall { schema: interrupt.response_schema.clone() };
-        return Some(
-            approval
-                .map_err(invalid)
-                .and_then(|a| Ok(vec![call(step, &a.action_request, a.review_config.as_ref(), mode)?])),
-        );
+        return Some(approval.map_err(invalid).and_then(|a| {
+            let mut call = call(step, &a.action_request, a.review_config.as_ref(), mode)?;
+            call.approval = a.approval;
+            Ok(vec![call])
+        }));
     }
     let (request, camel_case) = ReviewRequest::parse(&interrupt.value)?;
     let request = match request {
@@ -110,7 +112,7 @@ fn call(
         None => Decision::ALL.to_vec(),
     };
     let description = request.description.clone();
-    Ok(ReviewedCall { tool: tool.clone(), args, description, allowed, mode })
+    Ok(ReviewedCall { tool: tool.clone(), args, description, allowed, mode, approval: None })
 }
 
 /// The answer to a review question, as the middleware's decision; `Err` for an answer

@@ -92,7 +92,8 @@ pub fn decide(thread: Option<Thread>, request: &Answering<'_>, now_ms: u64, leas
         return replay(&thread, request.responses, request.token, request.capabilities, secret)
             .map_or(Next::Invalid, Next::Replay);
     };
-    match questions::judge(&round, request.responses) {
+    let open = |sealed: &str, page: &str| secret.open(sealed, page);
+    match questions::judge_opening(&round, request.responses, &open) {
         Verdict::Missing => Next::Reask(ask(&thread.id, &round, request.capabilities, secret)),
         Verdict::Invalid(e) => Next::Reject(e),
         Verdict::Finish(result) => {
@@ -198,6 +199,7 @@ pub fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Secret) -
                 std::mem::replace(&mut thread.expires_at_ms, end.now_ms.saturating_add(lifetime.as_millis() as u64));
             let kept_round = thread.round.replace(next);
             let kept_begun = thread.begun.take();
+            thread.format = crate::thread::format_of(&thread);
             if let Err(e) = fits(&thread, end.max_record_bytes) {
                 (thread.last, thread.checkpoint, thread.expires_at_ms, thread.round, thread.begun) =
                     (kept_last, kept_checkpoint, kept_expiry, kept_round, kept_begun);

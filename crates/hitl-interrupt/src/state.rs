@@ -6,8 +6,8 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
+use ring::{aead, hmac};
 
 /// The server secret that keys request-state tokens, and the one it replaced while
 /// rounds issued under that one are still open (a rotation).
@@ -15,6 +15,18 @@ use ring::rand::{SecureRandom, SystemRandom};
 pub struct Secret {
     key: hmac::Key,
     previous: Option<hmac::Key>,
+}
+
+/// A page id: `<thread>.<round>.<question index>.<MAC>`, so a page leads to its
+/// question without an index, and ids can't be guessed or forged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageId<'a> {
+    /// The thread.
+    pub thread: &'a str,
+    /// The round.
+    pub round: u32,
+    /// The question's position in the round.
+    pub index: usize,
 }
 
 impl std::fmt::Debug for Secret {
@@ -80,6 +92,76 @@ impl Secret {
             .chain(&self.previous)
             .any(|key| hmac::verify(key, message.as_bytes(), &given).is_ok())
     }
+}
+
+impl Secret {
+    /// The id of the page of question `index` of round `round` of `thread`.
+    pub fn page_id(&self, thread: &str, round: u32, index: usize) -> String {
+        let mac = hmac::sign(&self.key, page_message(thread, round, index).as_bytes());
+        format!("{thread}.{round}.{index}.{}", URL_SAFE_NO_PAD.encode(&mac.as_ref()[..16]))
+    }
+
+    /// The parts of `id`, when it is a page id this secret (or the previous one) made.
+    pub fn verify_page<'a>(&self, id: &'a str) -> Option<PageId<'a>> {
+        let mut parts = id.split('.');
+        let (thread, round, index, mac) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() || uuid::Uuid::try_parse(thread).is_err() {
+            return None;
+        }
+        let (round, index) = (round.parse().ok()?, index.parse().ok()?);
+        let given = URL_SAFE_NO_PAD.decode(mac).ok()?;
+        let message = page_message(thread, round, index);
+        let matches = std::iter::once(&self.key).chain(&self.previous).any(|key| {
+            let expected = hmac::sign(key, message.as_bytes());
+            given.len() == 16 && given.iter().zip(&expected.as_ref()[..16]).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+        });
+        matches.then_some(PageId { thread, round, index })
+    }
+
+    /// `plain` encrypted (AES-256-GCM under a key derived from this secret) and bound
+    /// to `context`: base64url of nonce, ciphertext and tag.
+    pub fn seal(&self, plain: &str, context: &str) -> String {
+        let key = seal_key(&self.key);
+        let mut nonce = [0u8; aead::NONCE_LEN];
+        SystemRandom::new().fill(&mut nonce).expect("the system random source works");
+        let mut sealed = plain.as_bytes().to_vec();
+        key.seal_in_place_append_tag(
+            aead::Nonce::assume_unique_for_key(nonce),
+            aead::Aad::from(context.as_bytes()),
+            &mut sealed,
+        )
+        .expect("AES-GCM seals any length this server stores");
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&sealed);
+        URL_SAFE_NO_PAD.encode(out)
+    }
+
+    /// What [`Secret::seal`] sealed for `context`, under this secret or the previous one.
+    pub fn open(&self, sealed: &str, context: &str) -> Option<String> {
+        let bytes = URL_SAFE_NO_PAD.decode(sealed).ok()?;
+        if bytes.len() < aead::NONCE_LEN {
+            return None;
+        }
+        let (nonce, body) = bytes.split_at(aead::NONCE_LEN);
+        std::iter::once(&self.key).chain(&self.previous).find_map(|key| {
+            let mut body = body.to_vec();
+            let nonce = aead::Nonce::try_assume_unique_for_key(nonce).ok()?;
+            let plain = seal_key(key).open_in_place(nonce, aead::Aad::from(context.as_bytes()), &mut body).ok()?;
+            String::from_utf8(plain.to_vec()).ok()
+        })
+    }
+}
+
+/// The AES-256-GCM key of a server secret: its HMAC of a fixed label, so sealing
+/// never uses the signing key itself.
+fn seal_key(key: &hmac::Key) -> aead::LessSafeKey {
+    let derived = hmac::sign(key, b"hitl/seal/v1");
+    let unbound = aead::UnboundKey::new(&aead::AES_256_GCM, derived.as_ref()).expect("32 bytes make an AES-256 key");
+    aead::LessSafeKey::new(unbound)
+}
+
+fn page_message(thread: &str, round: u32, index: usize) -> String {
+    format!("hitl/page/v1\n{thread}\n{round}\n{index}")
 }
 
 /// What a round's token signs.

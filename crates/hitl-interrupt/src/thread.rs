@@ -4,8 +4,17 @@ use hitl_graph::Checkpoint;
 use hitl_protocol::{CallToolResult, InputRequest};
 use serde::{Deserialize, Serialize};
 
-/// The format version of [`Thread`] records written by this crate.
-pub const THREAD_FORMAT: u32 = 1;
+/// The newest format version of [`Thread`] records this crate reads and writes. A
+/// record is written as format 1 unless it needs 2 (a round with a question answered
+/// on a page), so replicas of the build before pages keep serving the others during a
+/// rolling upgrade, and refuse the ones they would get wrong.
+pub const THREAD_FORMAT: u32 = 2;
+
+/// The format a record needs: 2 when its open round has a page question.
+pub fn format_of(thread: &Thread) -> u32 {
+    let paged = thread.round.as_ref().is_some_and(|r| r.questions.iter().any(|q| q.page.is_some()));
+    if paged { 2 } else { 1 }
+}
 
 /// One paused or recently finished tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -79,6 +88,52 @@ pub struct Question {
     pub kind: QuestionKind,
     /// The interrupts this question answers (several when they asked the same).
     pub interrupt_ids: Vec<String>,
+    /// Set when the question is answered on one of hitl's pages (by an approver, or by
+    /// the person typing a secret, or by a sign-in's callback), not by the client: the
+    /// client is sent there by URL, and its `accept` only says "look again".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page: Option<Page>,
+}
+
+/// A question answered on a page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Page {
+    /// Its id in the page's URL ([`crate::Secret::page_id`]).
+    pub id: String,
+    /// What the page asks.
+    pub kind: PageKind,
+    /// The page's answer, once given: the review form's content of an approver's
+    /// decision, a sealed secret, or a sign-in callback's query.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<serde_json::Value>,
+    /// Who gave it (a principal), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
+    /// When the question was asked (ms since the epoch).
+    #[serde(default)]
+    pub asked_at_ms: u64,
+}
+
+/// What a page asks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum PageKind {
+    /// A tool call for one of `approvers` to decide (the question's kind is its review).
+    Approval {
+        /// `user:<id>` and `group:<name>` entries.
+        approvers: Vec<String>,
+        /// The policy that asks for the approval.
+        policy: String,
+        /// The review form the approver fills in (the seed's decision, message, args).
+        form: hitl_protocol::RequestedSchema,
+    },
+    /// A sensitive value.
+    Secret {
+        /// What the value is.
+        label: String,
+    },
+    /// A third party's sign-in, completed by its redirect to the callback.
+    SignIn,
 }
 
 /// How a question's answer is turned into what the agent resumes with.
@@ -101,6 +156,9 @@ pub enum QuestionKind {
     },
     /// A tool call to review: the answer becomes the middleware's decision.
     Review(crate::review::Review),
+    /// A secret or a sign-in asked on a page: the agent gets `{"action": …}` with the
+    /// `value` or the callback's `params` when accepted.
+    Page,
 }
 
 /// The last round answered.

@@ -80,6 +80,16 @@ pub enum ElicitRequestParams {
     Url(UrlElicitation),
 }
 
+impl ElicitRequestParams {
+    /// The question shown to the user.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Form(form) => &form.message,
+            Self::Url(url) => &url.message,
+        }
+    }
+}
+
 /// A form-mode elicitation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

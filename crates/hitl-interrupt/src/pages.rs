@@ -1,0 +1,226 @@
+//! Questions answered on hitl's pages rather than by the MCP client: an approver's
+//! decision on a tool call, a secret typed on a page, a sign-in completed by its
+//! callback. The page's answer is written into the paused thread (compare-and-set, so
+//! one answer wins); the client's next retry resumes the agent with it. And the
+//! [`Observer`] port, which hears what happens to rounds.
+
+use hitl_protocol::{CallToolResult, ErrorObject};
+use serde_json::{Map, Value, json};
+
+use crate::engine::Engine;
+use crate::review::Review;
+use crate::store::SaveError;
+use crate::{EngineError, Page, PageKind, Question, QuestionKind, Thread};
+
+/// What happens to rounds, as an [`Observer`] hears it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Event<'a> {
+    /// A round was stored and asked (a new call's, or the next one of a call).
+    Asked {
+        /// The thread, with its open round.
+        thread: &'a Thread,
+    },
+    /// A page question was answered.
+    PageAnswered {
+        /// The page, with its answer (a secret's sealed).
+        page: &'a PageView,
+    },
+    /// A round's answers resumed the agent, which began an effect that must happen at
+    /// most once (the gateway's upstream call).
+    Began {
+        /// The thread.
+        thread_id: &'a str,
+        /// The tool (or `prompt:<name>`) of the call.
+        tool: &'a str,
+        /// Who made the call.
+        principal: Option<&'a str>,
+        /// The step that began it.
+        step: &'a str,
+    },
+    /// A stored call ended with its result.
+    Finished {
+        /// The thread, as it was when the result was decided.
+        thread_id: &'a str,
+        /// The tool.
+        tool: &'a str,
+        /// Who made the call.
+        principal: Option<&'a str>,
+        /// The result.
+        result: &'a CallToolResult,
+    },
+}
+
+/// Hears what happens to rounds. Called inline: an observer hands events off
+/// (a channel) and never blocks.
+pub trait Observer: Send + Sync + 'static {
+    /// One event.
+    fn observe(&self, event: &Event<'_>);
+}
+
+/// A page question, as its page (and the approvals API) shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PageView {
+    /// The page's id.
+    pub id: String,
+    /// The thread.
+    pub thread_id: String,
+    /// The round.
+    pub round: u32,
+    /// The question's key.
+    pub key: String,
+    /// The tool (or `prompt:<name>`) the call was made to.
+    pub tool: String,
+    /// Who made the call.
+    pub principal: Option<String>,
+    /// The question as the client sees it.
+    pub message: String,
+    /// The page: its kind, its answer when given.
+    pub page: Page,
+    /// The call under review (approvals).
+    pub review: Option<Review>,
+    /// Whether the round is still open (false once the client's retry resumed it).
+    pub open: bool,
+    /// When the paused call expires (ms since the epoch).
+    pub expires_at_ms: u64,
+}
+
+impl PageView {
+    fn of(thread: &Thread, id: &str, index: usize) -> Option<Self> {
+        let round = thread.round.as_ref()?;
+        let question = round.questions.get(index)?;
+        let page = question.page.clone()?;
+        if page.id != id {
+            return None;
+        }
+        let message = match &question.request {
+            hitl_protocol::InputRequest::Elicit(params) => params.message().to_owned(),
+            _ => String::new(),
+        };
+        Some(Self {
+            id: page.id.clone(),
+            thread_id: thread.id.clone(),
+            round: round.n,
+            key: question.key.clone(),
+            tool: thread.tool.clone(),
+            principal: thread.principal.clone(),
+            message,
+            review: match &question.kind {
+                QuestionKind::Review(review) => Some(review.clone()),
+                _ => None,
+            },
+            page,
+            open: thread.claim.is_none(),
+            expires_at_ms: thread.expires_at_ms,
+        })
+    }
+
+    /// The approvers, for an approval.
+    pub fn approvers(&self) -> &[String] {
+        match &self.page.kind {
+            PageKind::Approval { approvers, .. } => approvers,
+            _ => &[],
+        }
+    }
+
+    /// The page's answer without anything sensitive: a secret's sealed value is left
+    /// out.
+    pub fn public_answer(&self) -> Option<Value> {
+        match self.page.kind {
+            PageKind::Secret { .. } => self.page.answer.as_ref().map(|_| json!({ "entered": true })),
+            _ => self.page.answer.clone(),
+        }
+    }
+}
+
+/// What a page gives its question.
+#[derive(Debug, Clone)]
+pub enum PageInput {
+    /// An approver's decision: the review form's content (`decision`, `message`,
+    /// `args` as a JSON string).
+    Decision(Map<String, Value>),
+    /// A secret, in clear: the engine seals it.
+    Secret(String),
+    /// A sign-in callback's query parameters.
+    Callback(Map<String, Value>),
+}
+
+/// What answering a page did.
+#[derive(Debug)]
+pub enum PageAnswer {
+    /// The answer is stored; the client's retry resumes with it.
+    Taken(Box<PageView>),
+    /// Someone answered first: the page as they left it.
+    AlreadyAnswered(Box<PageView>),
+    /// No such page: its id does not verify, or the call ended or expired.
+    Gone,
+    /// The answer does not fit (a bad edit, a decision the call does not offer).
+    Refused(ErrorObject),
+}
+
+impl Engine {
+    /// The page `id`, when its call is still paused at that round.
+    pub async fn page(&self, id: &str) -> Result<Option<PageView>, EngineError> {
+        let Some(at) = self.secret().verify_page(id) else { return Ok(None) };
+        let Some(thread) = self.store().load(at.thread).await? else { return Ok(None) };
+        Ok(thread.round.as_ref().filter(|r| r.n == at.round).and_then(|_| PageView::of(&thread, id, at.index)))
+    }
+
+    /// Answers page `id` with `input`, given by `by`: stored in the thread unless the
+    /// page was answered already (one answer wins).
+    pub async fn answer_page(&self, id: &str, input: PageInput, by: Option<String>) -> Result<PageAnswer, EngineError> {
+        let Some(at) = self.secret().verify_page(id) else { return Ok(PageAnswer::Gone) };
+        loop {
+            let Some(mut thread) = self.store().load(at.thread).await? else { return Ok(PageAnswer::Gone) };
+            let Some(view) =
+                thread.round.as_ref().filter(|r| r.n == at.round).and_then(|_| PageView::of(&thread, id, at.index))
+            else {
+                return Ok(PageAnswer::Gone);
+            };
+            if view.page.answer.is_some() {
+                return Ok(PageAnswer::AlreadyAnswered(Box::new(view)));
+            }
+            let question = &thread.round.as_ref().expect("the view has its round").questions[at.index];
+            let answer = match answer_of(question, &view.page, input.clone(), self) {
+                Ok(answer) => answer,
+                Err(e) => return Ok(PageAnswer::Refused(e)),
+            };
+            let round = thread.round.as_mut().expect("the view has its round");
+            let page = round.questions[at.index].page.as_mut().expect("the view has its page");
+            page.answer = Some(answer);
+            page.answered_by = by.clone();
+            thread.version += 1;
+            let expected = thread.version - 1;
+            let view = PageView::of(&thread, id, at.index).expect("the page is still there");
+            match self.store().save(thread, Some(expected)).await {
+                Ok(()) => {
+                    self.observe(Event::PageAnswered { page: &view });
+                    return Ok(PageAnswer::Taken(Box::new(view)));
+                }
+                Err(SaveError::Conflict(_)) => continue,
+                Err(SaveError::Store(e)) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+/// The value stored as the page's answer, checked against its question.
+fn answer_of(question: &Question, page: &Page, input: PageInput, engine: &Engine) -> Result<Value, ErrorObject> {
+    match (&page.kind, input) {
+        (PageKind::Approval { .. }, PageInput::Decision(content)) => {
+            crate::questions::check_decision(question, &content)?;
+            Ok(Value::Object(content))
+        }
+        (PageKind::Secret { .. }, PageInput::Secret(value)) => {
+            if value.is_empty() {
+                return Err(ErrorObject::invalid_params("The value is empty"));
+            }
+            Ok(json!({ "sealed": engine.secret().seal(&value, &page.id) }))
+        }
+        (PageKind::SignIn, PageInput::Callback(params)) => Ok(Value::Object(params)),
+        _ => Err(ErrorObject::invalid_params("This page does not take that kind of answer")),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,216 @@
+//! Pages: an approver's decision, a secret, a sign-in callback, each written into the
+//! paused thread and taken by the client's next retry.
+
+use std::sync::{Arc, Mutex};
+
+use hitl_graph::payload::{ActionRequest, ApprovalBy, ReviewConfig, ToolApproval};
+use hitl_graph::{START, StateGraph};
+use hitl_protocol::{CallToolResponse, ClientCapabilities, ElicitRequestParams, InputRequest, InputRequiredResult};
+use serde_json::{Map, Value, json};
+
+use crate::*;
+
+fn engine() -> Engine {
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+    Engine::new(store, clock, Secret::generate(), Lifetimes::default()).with_pages("https://hitl.example.com/")
+}
+
+fn caps() -> ClientCapabilities {
+    serde_json::from_value(json!({"elicitation": {"form": {}, "url": {}}})).unwrap()
+}
+
+fn run<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+}
+
+/// `deploy` reviewed by group:sre on the page; the result says what it ran with.
+fn gated() -> Agent {
+    let graph = StateGraph::new()
+        .add_step("review", |state, ctx| async move {
+            let approval = ToolApproval {
+                action_request: ActionRequest::new("deploy", state.as_object().cloned().unwrap(), None),
+                review_config: Some(ReviewConfig::new("deploy", ["approve", "edit", "reject", "respond"])),
+                approval: Some(ApprovalBy {
+                    approvers: vec!["group:sre".into()],
+                    policy: "tools = [\"deploy\"]".into(),
+                }),
+            };
+            Ok(json!({ "decision": ctx.interrupt(approval.to_value())? }))
+        })
+        .add_edge(START, "review")
+        .compile()
+        .unwrap();
+    let schema = json!({"type": "object", "properties": {"version": {"type": "string"}}});
+    Agent { name: "deploy".into(), description: String::new(), input_schema: schema, graph }
+}
+
+fn call(args: Value, responses: Option<Value>, state: Option<&str>, principal: &str) -> Call {
+    Call {
+        arguments: args.as_object().cloned().unwrap(),
+        input_responses: responses.map(|r| serde_json::from_value(r).unwrap()),
+        request_state: state.map(str::to_owned),
+        capabilities: caps(),
+        principal: Some(principal.into()),
+        ..Call::default()
+    }
+}
+
+fn round(reply: Reply) -> InputRequiredResult {
+    match reply {
+        Ok(CallToolResponse::InputRequired(r)) => r,
+        other => panic!("expected input_required, got {other:?}"),
+    }
+}
+
+fn url_of(r: &InputRequiredResult) -> (String, String, String) {
+    let (key, request) = r.input_requests.as_ref().unwrap().iter().next().unwrap();
+    let InputRequest::Elicit(ElicitRequestParams::Url(url)) = request else { panic!("a URL question: {request:?}") };
+    (key.clone(), url.url.clone(), url.message.clone())
+}
+
+fn decision(d: Value) -> PageInput {
+    PageInput::Decision(d.as_object().cloned().unwrap())
+}
+
+fn look(key: &str) -> Value {
+    json!({ key: {"action": "accept"} })
+}
+
+#[test]
+fn an_approval_is_asked_by_url_and_the_retry_takes_the_approvers_decision() {
+    let engine = engine();
+    let agent = gated();
+    let args = json!({"version": "1.2"});
+    let first = round(run(engine.call(&agent, call(args.clone(), None, None, "user:ada"))).unwrap());
+    let (key, url, message) = url_of(&first);
+    assert_eq!(message, "Waiting for approval by group:sre to run deploy");
+    let id = url.strip_prefix("https://hitl.example.com/approvals/").expect("hitl's page").to_owned();
+    let state = first.request_state.clone().unwrap();
+
+    // Before the decision, the retry is asked the same URL question, same state.
+    let retry = call(args.clone(), Some(look(&key)), Some(&state), "user:ada");
+    let again = round(run(engine.call(&agent, retry.clone())).unwrap());
+    assert_eq!(url_of(&again).1, url);
+    assert_eq!(again.request_state.as_deref(), Some(state.as_str()));
+    // The client cannot decide for the approver.
+    let forged = json!({ &key: {"action": "accept", "content": {"decision": "approve"}} });
+    let err =
+        run(engine.call(&agent, call(args.clone(), Some(forged), Some(&state), "user:ada"))).unwrap().unwrap_err();
+    assert_eq!(err.message, questions::ANSWERED_ON_PAGE);
+
+    // The page shows the call; a bad edit is refused there; the approver's edit wins once.
+    let view = run(engine.page(&id)).unwrap().expect("the page");
+    assert_eq!((view.tool.as_str(), view.principal.as_deref()), ("deploy", Some("user:ada")));
+    assert_eq!(view.approvers(), ["group:sre"]);
+    assert_eq!(view.review.as_ref().unwrap().args, *args.as_object().unwrap());
+    let bad = run(engine.answer_page(&id, decision(json!({"decision": "edit", "args": "[1]"})), None)).unwrap();
+    assert!(matches!(bad, PageAnswer::Refused(_)), "{bad:?}");
+    let edit = json!({"decision": "edit", "args": "{\"version\": \"1.3\"}"});
+    let taken = run(engine.answer_page(&id, decision(edit.clone()), Some("user:bob".into()))).unwrap();
+    assert!(matches!(taken, PageAnswer::Taken(_)), "{taken:?}");
+    let twice =
+        run(engine.answer_page(&id, decision(json!({"decision": "approve"})), Some("user:eve".into()))).unwrap();
+    let PageAnswer::AlreadyAnswered(view) = twice else { panic!("{twice:?}") };
+    assert_eq!(view.page.answered_by.as_deref(), Some("user:bob"));
+
+    let done = run(engine.call(&agent, retry)).unwrap();
+    let Ok(CallToolResponse::Complete(result)) = done else { panic!("{done:?}") };
+    let output: Value = serde_json::from_str(result.content[0].as_text().unwrap()).unwrap();
+    assert_eq!(output["decision"]["edited_action"]["args"], json!({"version": "1.3"}));
+    assert!(run(engine.page(&id)).unwrap().is_none(), "the page is gone once the call resumed");
+    assert!(matches!(run(engine.answer_page(&id, decision(edit), None)).unwrap(), PageAnswer::Gone));
+}
+
+#[test]
+fn forged_page_ids_lead_nowhere_and_records_with_pages_are_format_2() {
+    let engine = engine();
+    let first = round(run(engine.call(&gated(), call(json!({}), None, None, "user:ada"))).unwrap());
+    let id = url_of(&first).1.rsplit('/').next().unwrap().to_owned();
+    let thread_id = id.split('.').next().unwrap();
+    let thread = run(engine.store().load(thread_id)).unwrap().unwrap();
+    assert_eq!(thread.format, 2);
+    let forged = format!("{}AAAA", &id[..id.len() - 4]);
+    assert!(run(engine.page(&forged)).unwrap().is_none());
+    assert!(run(engine.page(&format!("{thread_id}.1.1.x"))).unwrap().is_none());
+    assert!(run(engine.page("not-an-id")).unwrap().is_none());
+    // Without pages, the agent's call ends with an error result that says why.
+    let clock = Arc::new(ManualClock::new(1));
+    let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let bare = Engine::new(store, clock, Secret::generate(), Lifetimes::default());
+    let reply = run(bare.call(&gated(), call(json!({}), None, None, "user:ada"))).unwrap();
+    let Ok(CallToolResponse::Complete(result)) = reply else { panic!("{reply:?}") };
+    assert!(result.content[0].as_text().unwrap().contains("hitl's pages"), "{result:?}");
+}
+
+#[derive(Default)]
+struct Heard(Mutex<Vec<String>>);
+
+impl Observer for Heard {
+    fn observe(&self, event: &Event<'_>) {
+        let said = match event {
+            Event::Asked { thread } => format!("asked {}", thread.round.as_ref().unwrap().n),
+            Event::PageAnswered { page } => format!("page {}", page.public_answer().unwrap()),
+            Event::Began { step, .. } => format!("began {step}"),
+            Event::Finished { result, .. } => format!("finished {}", result.is_error == Some(true)),
+        };
+        self.0.lock().unwrap().push(said);
+    }
+}
+
+#[test]
+fn a_secret_typed_on_its_page_reaches_the_agent_and_only_the_agent() {
+    let heard = Arc::new(Heard::default());
+    let engine = engine().with_observer(heard.clone());
+    let graph = StateGraph::new()
+        .add_step("connect", |_, ctx| async move {
+            let token = ctx.ask_secret("GitHub token", "Enter a GitHub token on the page.")?;
+            Ok(json!({ "connected": token.is_some_and(|t| t == "ghp_s3cr3t") }))
+        })
+        .add_edge(START, "connect")
+        .compile()
+        .unwrap();
+    let agent = Agent { name: "connect_github".into(), description: String::new(), input_schema: json!({}), graph };
+    let first = round(run(engine.call(&agent, call(json!({}), None, None, "user:ada"))).unwrap());
+    let (key, url, message) = url_of(&first);
+    assert!(key.starts_with("secret-"), "{key}");
+    assert_eq!(message, "Enter a GitHub token on the page.");
+    let id = url.strip_prefix("https://hitl.example.com/secrets/").unwrap().to_owned();
+    let taken = run(engine.answer_page(&id, PageInput::Secret("ghp_s3cr3t".into()), None)).unwrap();
+    let PageAnswer::Taken(view) = taken else { panic!() };
+    assert_eq!(view.public_answer(), Some(json!({"entered": true})));
+    let stored = serde_json::to_string(&run(engine.store().load(&view.thread_id)).unwrap().unwrap()).unwrap();
+    assert!(!stored.contains("ghp_s3cr3t"), "the thread keeps it sealed");
+    let state = first.request_state.unwrap();
+    let done = run(engine.call(&agent, call(json!({}), Some(look(&key)), Some(&state), "user:ada")));
+    let Ok(Ok(CallToolResponse::Complete(result))) = done else { panic!("{done:?}") };
+    assert_eq!(result.content[0].as_text(), Some(r#"{"connected":true}"#));
+    let heard = heard.0.lock().unwrap().clone();
+    assert_eq!(heard, ["asked 1", r#"page {"entered":true}"#, "finished false"]);
+}
+
+#[test]
+fn a_sign_in_url_carries_the_page_id_as_state_and_the_callback_completes_it() {
+    let engine = engine();
+    let graph = StateGraph::new()
+        .add_step("sign_in", |_, ctx| async move {
+            let url = "https://github.com/login/oauth/authorize?client_id=x&state={state}";
+            let params = ctx.sign_in("Sign in to GitHub.", url)?;
+            Ok(json!({ "code": params.and_then(|p| p.get("code").cloned()) }))
+        })
+        .add_edge(START, "sign_in")
+        .compile()
+        .unwrap();
+    let agent = Agent { name: "sign_in".into(), description: String::new(), input_schema: json!({}), graph };
+    let first = round(run(engine.call(&agent, call(json!({}), None, None, "user:ada"))).unwrap());
+    let (key, url, _) = url_of(&first);
+    let state = url.split("state=").nth(1).unwrap().to_owned();
+    assert!(run(engine.page(&state)).unwrap().is_some());
+    let params: Map<String, Value> = serde_json::from_value(json!({"code": "c0de", "state": state})).unwrap();
+    let taken = run(engine.answer_page(&state, PageInput::Callback(params), None)).unwrap();
+    assert!(matches!(taken, PageAnswer::Taken(_)), "{taken:?}");
+    let rs = first.request_state.unwrap();
+    let done = run(engine.call(&agent, call(json!({}), Some(look(&key)), Some(&rs), "user:ada")));
+    let Ok(Ok(CallToolResponse::Complete(result))) = done else { panic!("{done:?}") };
+    assert_eq!(result.content[0].as_text(), Some(r#"{"code":"c0de"}"#));
+}
