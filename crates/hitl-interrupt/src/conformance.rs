@@ -144,3 +144,35 @@ mod tests {
         super::run(&store, "memory", clock.now_ms()).await;
     }
 }
+
+/// What every [`crate::Records`] must do: the approvals listing (replace, expire,
+/// order) and the audit trail (append, read since a time). Entries are told apart by
+/// `prefix`, so a shared store's other entries do not matter.
+pub async fn records(store: &dyn crate::Records, prefix: &str, now_ms: u64) {
+    use serde_json::{Value, json};
+    let later = now_ms + 3_600_000;
+    let (a, b, gone) = (format!("{prefix}-a"), format!("{prefix}-b"), format!("{prefix}-gone"));
+    store.put_approval(&a, json!({"id": a, "status": "pending"}), later).await.unwrap();
+    store.put_approval(&b, json!({"id": b, "status": "pending"}), later).await.unwrap();
+    store.put_approval(&gone, json!({"id": gone}), now_ms.saturating_sub(1)).await.unwrap();
+    store.put_approval(&a, json!({"id": a, "status": "approved"}), later).await.unwrap();
+    assert_eq!(store.approval(&a).await.unwrap(), Some(json!({"id": a, "status": "approved"})), "put replaces");
+    assert_eq!(store.approval(&gone).await.unwrap(), None, "an entry past its time is gone");
+    let mine: Vec<Value> = store
+        .approvals()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e["id"].as_str().is_some_and(|id| id.starts_with(prefix)))
+        .collect();
+    let ids: Vec<&str> = mine.iter().filter_map(|e| e["id"].as_str()).collect();
+    assert_eq!(ids, [a.as_str(), b.as_str()], "live entries, oldest first, a replaced one in its place");
+
+    for n in 0..3 {
+        store.append_audit(json!({"at_ms": now_ms + n, "event": "asked", "thread": prefix, "n": n})).await.unwrap();
+    }
+    let read = store.audit_since(now_ms + 1, 1_000).await.unwrap();
+    let mine: Vec<&Value> = read.iter().filter(|e| e["thread"] == prefix).collect();
+    assert_eq!(mine.iter().map(|e| e["n"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2], "entries since, in order");
+    assert!(mine.iter().all(|e| e["seq"].is_u64()), "the store numbers entries");
+}

@@ -495,7 +495,7 @@ impl Engine {
                 }
                 Next::Claim { thread, round, values } => {
                     match self.store.save((*thread).clone(), Some(thread.version - 1)).await {
-                        Ok(()) => {}
+                        Ok(()) => self.observe(crate::Event::Answered { thread: &thread, round: &round }),
                         Err(SaveError::Conflict(_)) => continue,
                         Err(SaveError::Store(e)) => return Err(e.into()),
                     }

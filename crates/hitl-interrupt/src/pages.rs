@@ -21,6 +21,13 @@ pub enum Event<'a> {
         /// The thread, with its open round.
         thread: &'a Thread,
     },
+    /// A round's answers were taken: the agent resumes with them.
+    Answered {
+        /// The thread, claimed for the run.
+        thread: &'a Thread,
+        /// The round answered.
+        round: &'a crate::Round,
+    },
     /// A page question was answered.
     PageAnswered {
         /// The page, with its answer (a secret's sealed).

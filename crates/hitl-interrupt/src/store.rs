@@ -260,6 +260,7 @@ pub async fn save_finished_in_steps<S: ThreadStore + ?Sized>(
 pub struct MemoryStore<C: Clock = SystemClock> {
     shards: Box<[Mutex<Shard>]>,
     paused: Mutex<Ledger>,
+    pub(crate) records: crate::records::KeptRecords,
     clock: C,
 }
 
@@ -351,8 +352,13 @@ impl<C: Clock> MemoryStore<C> {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             paused: Mutex::new(Ledger::default()),
+            records: Default::default(),
             clock,
         }
+    }
+
+    pub(crate) fn now(&self) -> u64 {
+        self.clock.now_ms()
     }
 
     /// Live threads (for tests and metrics).

@@ -18,6 +18,7 @@
 //! ```
 
 mod channels;
+mod records;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

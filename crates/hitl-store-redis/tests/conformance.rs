@@ -22,6 +22,7 @@ async fn redis_store_conforms() {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
     let prefix = uuid::Uuid::now_v7().to_string();
     hitl_interrupt::conformance::run(&store, &prefix, now).await;
+    hitl_interrupt::conformance::records(&store, &prefix, now).await;
 }
 
 #[tokio::test]

@@ -44,6 +44,7 @@ pub struct HttpApp {
     limits: BodyLimits,
     health: Option<HealthFn>,
     routes: Vec<(String, RouteFn)>,
+    mounts: Vec<(String, Endpoint)>,
 }
 
 /// A document served at a path of its own (say, the OAuth protected resource metadata),
@@ -63,7 +64,16 @@ impl std::fmt::Debug for HttpApp {
 impl HttpApp {
     /// Serves `mcp` at `/mcp` and the readiness of `store` at `/healthz`.
     pub fn new(mcp: Endpoint, store: Arc<dyn ThreadStore>, limits: BodyLimits) -> Self {
-        Self { mcp, store, limits, health: None, routes: Vec::new() }
+        Self { mcp, store, limits, health: None, routes: Vec::new(), mounts: Vec::new() }
+    }
+
+    /// Serves every path under `prefix` (`/approvals` serves `/approvals` and
+    /// `/approvals/…`) with `service`, which gets the whole body, read within the
+    /// app's limits (say, web pages and their forms).
+    #[must_use]
+    pub fn mount(mut self, prefix: impl Into<String>, service: Endpoint) -> Self {
+        self.mounts.push((prefix.into(), service));
+        self
     }
 
     /// Serves `route` at `path` (any method; the body is not read).
@@ -92,6 +102,12 @@ impl HttpApp {
             let (parts, _) = request.into_parts();
             return Box::pin(std::future::ready(route(&parts)));
         }
+        let mounted = self.mounts.iter().find(|(prefix, _)| {
+            path.strip_prefix(prefix.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        });
+        if let Some((_, service)) = mounted {
+            return collected(service.clone(), self.limits, request);
+        }
         match request.uri().path() {
             "/healthz" => {
                 let (store, health) = (self.store.clone(), self.health.clone());
@@ -115,19 +131,7 @@ impl HttpApp {
                     plain(status, "application/json", serde_json::Value::Object(body).to_string())
                 })
             }
-            "/mcp" => {
-                let (mcp, limits) = (self.mcp.clone(), self.limits);
-                Box::pin(async move {
-                    let (parts, incoming) = request.into_parts();
-                    match limits.collect(&parts.headers, incoming).await {
-                        Ok(bytes) => match mcp.oneshot(http::Request::from_parts(parts, bytes)).await {
-                            Ok(response) => response,
-                            Err(never) => match never {},
-                        },
-                        Err(refused) => refused,
-                    }
-                })
-            }
+            "/mcp" => collected(self.mcp.clone(), self.limits, request),
             _ => Box::pin(std::future::ready(plain(
                 StatusCode::NOT_FOUND,
                 "text/plain",
@@ -135,6 +139,28 @@ impl HttpApp {
             ))),
         }
     }
+}
+
+/// `service`'s response to `request`, its body read whole within `limits` first.
+fn collected<B>(
+    service: Endpoint,
+    limits: BodyLimits,
+    request: http::Request<B>,
+) -> BoxFuture<'static, http::Response<McpBody>>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    Box::pin(async move {
+        let (parts, incoming) = request.into_parts();
+        match limits.collect(&parts.headers, incoming).await {
+            Ok(bytes) => match service.oneshot(http::Request::from_parts(parts, bytes)).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            },
+            Err(refused) => refused,
+        }
+    })
 }
 
 impl BodyLimits {

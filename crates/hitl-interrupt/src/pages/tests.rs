@@ -150,6 +150,7 @@ impl Observer for Heard {
     fn observe(&self, event: &Event<'_>) {
         let said = match event {
             Event::Asked { thread } => format!("asked {}", thread.round.as_ref().unwrap().n),
+            Event::Answered { round, .. } => format!("answered {}", round.n),
             Event::PageAnswered { page } => format!("page {}", page.public_answer().unwrap()),
             Event::Began { step, .. } => format!("began {step}"),
             Event::Finished { result, .. } => format!("finished {}", result.is_error == Some(true)),
@@ -186,7 +187,7 @@ fn a_secret_typed_on_its_page_reaches_the_agent_and_only_the_agent() {
     let Ok(Ok(CallToolResponse::Complete(result))) = done else { panic!("{done:?}") };
     assert_eq!(result.content[0].as_text(), Some(r#"{"connected":true}"#));
     let heard = heard.0.lock().unwrap().clone();
-    assert_eq!(heard, ["asked 1", r#"page {"entered":true}"#, "finished false"]);
+    assert_eq!(heard, ["asked 1", r#"page {"entered":true}"#, "answered 1", "finished false"]);
 }
 
 #[test]

@@ -1,0 +1,109 @@
+//! What hitl keeps besides threads: the listing of approvals (pending and decided, by
+//! page id) and the audit trail. Entries are JSON, written by the layer that owns them
+//! (`hitl-pages`); a store implements [`Records`] next to [`crate::ThreadStore`], so
+//! every replica on a shared store sees the same listing and trail.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::StoreError;
+use crate::store::{Clock, MemoryStore};
+
+/// The most audit entries a store keeps (the oldest go first).
+pub const AUDIT_KEPT: usize = 100_000;
+
+/// The approvals listing and the audit trail.
+#[async_trait]
+pub trait Records: Send + Sync + 'static {
+    /// Puts `entry` in the listing under `id` (replacing what was there), kept until
+    /// `until_ms`.
+    async fn put_approval(&self, id: &str, entry: Value, until_ms: u64) -> Result<(), StoreError>;
+
+    /// The entry `id`, unless it is missing or past its time.
+    async fn approval(&self, id: &str) -> Result<Option<Value>, StoreError>;
+
+    /// Every live entry, oldest first.
+    async fn approvals(&self) -> Result<Vec<Value>, StoreError>;
+
+    /// Adds `entry` (an object) to the audit trail; the store sets its `seq`.
+    async fn append_audit(&self, entry: Value) -> Result<(), StoreError>;
+
+    /// Audit entries whose `at_ms` is at or after `since_ms`, oldest first, at most
+    /// `limit`.
+    async fn audit_since(&self, since_ms: u64, limit: usize) -> Result<Vec<Value>, StoreError>;
+}
+
+/// The memory store's records.
+#[derive(Default)]
+pub(crate) struct Kept {
+    approvals: HashMap<String, (u64, u64, Value)>,
+    next: u64,
+    audit: VecDeque<Value>,
+}
+
+impl<C: Clock> MemoryStore<C> {
+    fn kept(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl<C: Clock> Records for MemoryStore<C> {
+    async fn put_approval(&self, id: &str, entry: Value, until_ms: u64) -> Result<(), StoreError> {
+        let now = self.now();
+        let mut kept = self.kept();
+        kept.approvals.retain(|_, (until, _, _)| *until > now);
+        kept.next += 1;
+        let order = kept.approvals.get(id).map_or(kept.next, |(_, order, _)| *order);
+        kept.approvals.insert(id.to_owned(), (until_ms, order, entry));
+        Ok(())
+    }
+
+    async fn approval(&self, id: &str) -> Result<Option<Value>, StoreError> {
+        let now = self.now();
+        Ok(self.kept().approvals.get(id).filter(|(until, _, _)| *until > now).map(|(_, _, e)| e.clone()))
+    }
+
+    async fn approvals(&self) -> Result<Vec<Value>, StoreError> {
+        let now = self.now();
+        let kept = self.kept();
+        let mut live: Vec<_> = kept.approvals.values().filter(|(until, _, _)| *until > now).collect();
+        live.sort_by_key(|(_, order, _)| *order);
+        Ok(live.into_iter().map(|(_, _, e)| e.clone()).collect())
+    }
+
+    async fn append_audit(&self, mut entry: Value) -> Result<(), StoreError> {
+        let mut kept = self.kept();
+        kept.next += 1;
+        entry["seq"] = kept.next.into();
+        kept.audit.push_back(entry);
+        if kept.audit.len() > AUDIT_KEPT {
+            kept.audit.pop_front();
+        }
+        Ok(())
+    }
+
+    async fn audit_since(&self, since_ms: u64, limit: usize) -> Result<Vec<Value>, StoreError> {
+        let kept = self.kept();
+        let at = |e: &Value| e.get("at_ms").and_then(Value::as_u64).unwrap_or(0);
+        Ok(kept.audit.iter().filter(|e| at(e) >= since_ms).take(limit).cloned().collect())
+    }
+}
+
+/// The memory store's records, for its constructor.
+pub(crate) type KeptRecords = Mutex<Kept>;
+
+#[cfg(test)]
+mod tests {
+    use crate::{ManualClock, MemoryStore};
+
+    #[test]
+    fn the_memory_store_keeps_records_as_every_store_must() {
+        let store = MemoryStore::with_clock(ManualClock::new(1_000_000));
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(crate::conformance::records(&store, "t", 1_000_000));
+    }
+}

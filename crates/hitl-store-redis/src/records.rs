@@ -1,0 +1,144 @@
+//! [`Records`] on Redis: the approvals listing is a hash of entries and a sorted set of
+//! their times (`hitl:{approvals}:…`, one hash tag so a script sees both on a cluster);
+//! the audit trail is a stream, `hitl:audit`, capped near [`AUDIT_KEPT`] entries.
+
+use async_trait::async_trait;
+use hitl_interrupt::{AUDIT_KEPT, Records, StoreError};
+use serde_json::Value;
+
+use crate::{RedisStore, now_ms, unavailable};
+
+const ENTRIES: &str = "hitl:{approvals}:entries";
+const TIMES: &str = "hitl:{approvals}:until";
+/// Insertion order, so listings are oldest first whatever the expiry.
+const ORDER: &str = "hitl:{approvals}:order";
+const AUDIT: &str = "hitl:audit";
+
+/// Drops entries past their time (KEYS: entries, until, order; ARGV: now).
+const PRUNE: &str = r"
+local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
+for _, id in ipairs(gone) do
+  redis.call('HDEL', KEYS[1], id)
+  redis.call('ZREM', KEYS[3], id)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
+return #gone
+";
+
+fn corrupt(e: serde_json::Error) -> StoreError {
+    StoreError::Corrupt { id: "approvals".into(), reason: e.to_string() }
+}
+
+#[async_trait]
+impl Records for RedisStore {
+    async fn put_approval(&self, id: &str, entry: Value, until_ms: u64) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        let order = now_ms();
+        let () = redis::pipe()
+            .atomic()
+            .hset(ENTRIES, id, entry.to_string())
+            .ignore()
+            .zadd(TIMES, id, until_ms)
+            .ignore()
+            .cmd("ZADD")
+            .arg(ORDER)
+            .arg("NX")
+            .arg(order)
+            .arg(id)
+            .ignore()
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn approval(&self, id: &str) -> Result<Option<Value>, StoreError> {
+        let mut connection = self.connection().await?;
+        let (entry, until): (Option<String>, Option<u64>) = redis::pipe()
+            .hget(ENTRIES, id)
+            .zscore(TIMES, id)
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        match (entry, until) {
+            (Some(entry), Some(until)) if until > now_ms() => serde_json::from_str(&entry).map(Some).map_err(corrupt),
+            _ => Ok(None),
+        }
+    }
+
+    async fn approvals(&self) -> Result<Vec<Value>, StoreError> {
+        let mut connection = self.connection().await?;
+        let _: i64 = redis::Script::new(PRUNE)
+            .key(ENTRIES)
+            .key(TIMES)
+            .key(ORDER)
+            .arg(now_ms())
+            .invoke_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        let ids: Vec<String> =
+            redis::cmd("ZRANGE").arg(ORDER).arg(0).arg(-1).query_async(&mut connection).await.map_err(unavailable)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let entries: Vec<Option<String>> =
+            redis::cmd("HMGET").arg(ENTRIES).arg(&ids).query_async(&mut connection).await.map_err(unavailable)?;
+        entries.into_iter().flatten().map(|e| serde_json::from_str(&e).map_err(corrupt)).collect()
+    }
+
+    async fn append_audit(&self, mut entry: Value) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        let seq: i64 =
+            redis::cmd("INCR").arg("hitl:audit:seq").query_async(&mut connection).await.map_err(unavailable)?;
+        entry["seq"] = seq.into();
+        let at = entry.get("at_ms").and_then(Value::as_u64).unwrap_or_else(now_ms);
+        // The entry's own time orders the stream, so `since` reads by it; `-*` lets
+        // Redis number entries of the same millisecond (and any that come late).
+        let id = format!("{at}-*");
+        let added: redis::RedisResult<String> = redis::cmd("XADD")
+            .arg(AUDIT)
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(AUDIT_KEPT)
+            .arg(&id)
+            .arg("e")
+            .arg(entry.to_string())
+            .query_async(&mut connection)
+            .await;
+        match added {
+            Ok(_) => Ok(()),
+            // An entry older than the stream's last one: kept under the next id.
+            Err(_) => {
+                let _: String = redis::cmd("XADD")
+                    .arg(AUDIT)
+                    .arg("MAXLEN")
+                    .arg("~")
+                    .arg(AUDIT_KEPT)
+                    .arg("*")
+                    .arg("e")
+                    .arg(entry.to_string())
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(unavailable)?;
+                Ok(())
+            }
+        }
+    }
+
+    async fn audit_since(&self, since_ms: u64, limit: usize) -> Result<Vec<Value>, StoreError> {
+        let mut connection = self.connection().await?;
+        let read: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+            .arg(AUDIT)
+            .arg(since_ms)
+            .arg("+")
+            .arg("COUNT")
+            .arg(limit)
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        read.into_iter()
+            .flat_map(|(_, fields)| fields.into_iter().map(|(_, e)| e))
+            .map(|e| serde_json::from_str(&e).map_err(corrupt))
+            .collect()
+    }
+}
