@@ -131,20 +131,6 @@ async fn paused_counts(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
     store.uncount_paused(&frank, &refused.id).await.unwrap();
 }
 
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use crate::{Clock, ManualClock, MemoryStore};
-
-    #[tokio::test]
-    async fn memory_store_conforms() {
-        let clock = Arc::new(ManualClock::new(10_000_000));
-        let store = MemoryStore::with_clock(clock.clone());
-        super::run(&store, "memory", clock.now_ms()).await;
-    }
-}
-
 /// What every [`crate::Records`] must do: the approvals listing (replace, expire,
 /// order) and the audit trail (append, read since a time). Entries are told apart by
 /// `prefix`, so a shared store's other entries do not matter.
@@ -175,4 +161,18 @@ pub async fn records(store: &dyn crate::Records, prefix: &str, now_ms: u64) {
     let mine: Vec<&Value> = read.iter().filter(|e| e["thread"] == prefix).collect();
     assert_eq!(mine.iter().map(|e| e["n"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2], "entries since, in order");
     assert!(mine.iter().all(|e| e["seq"].is_u64()), "the store numbers entries");
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::{Clock, ManualClock, MemoryStore};
+
+    #[tokio::test]
+    async fn memory_store_conforms() {
+        let clock = Arc::new(ManualClock::new(10_000_000));
+        let store = MemoryStore::with_clock(clock.clone());
+        super::run(&store, "memory", clock.now_ms()).await;
+    }
 }
