@@ -54,8 +54,20 @@ fn sha256_hex(text: &str) -> String {
 }
 
 /// A modern MCP request with `token` (none: no Authorization header).
-async fn request(server: &Server, token: Option<&str>, id: u64, method: &str, params: Value) -> Reply {
-    let mut full = json!({ "_meta": modern_meta(json!({"elicitation": {}})) });
+pub(crate) async fn request(server: &Server, token: Option<&str>, id: u64, method: &str, params: Value) -> Reply {
+    request_as(server, token, json!({"elicitation": {}}), id, method, params).await
+}
+
+/// [`request`] from a client with `capabilities`.
+pub(crate) async fn request_as(
+    server: &Server,
+    token: Option<&str>,
+    capabilities: Value,
+    id: u64,
+    method: &str,
+    params: Value,
+) -> Reply {
+    let mut full = json!({ "_meta": modern_meta(capabilities) });
     full.as_object_mut().unwrap().extend(params.as_object().cloned().unwrap_or_default());
     let name = full.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": full});
@@ -218,13 +230,13 @@ async fn the_python_sdk_completes_a_paused_call_with_its_token() {
 }
 
 /// The JWT test keys (`tests/fixtures/jwt`).
-fn jwt_fixture(name: &str) -> std::path::PathBuf {
+pub(crate) fn jwt_fixture(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/jwt").join(name)
 }
 
 /// A token signed with test key `kid`, carrying `claims` over valid defaults
 /// (issuer `https://idp.example`, audience `hitl`, ten minutes left).
-fn token(kid: &str, claims: Value) -> String {
+pub(crate) fn token(kid: &str, claims: Value) -> String {
     use jsonwebtoken::{Algorithm, EncodingKey, Header};
     let read = |name: &str| std::fs::read(jwt_fixture(name)).unwrap();
     let (alg, key) = match kid {

@@ -1,5 +1,6 @@
 //! The whole server over real HTTP: the binary is started per test on a free port.
 
+mod approvals;
 mod auth;
 mod config;
 mod edge;

@@ -15,6 +15,7 @@ const LAYERS: &[&str] = &[
     "hitl-store-redis",
     "hitl-tower",
     "hitl-auth",
+    "hitl-pages",
     "hitl-agents",
     "hitl-server",
 ];
@@ -29,12 +30,22 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-store-redis", &["hitl-interrupt"]),
     ("hitl-tower", &["hitl-protocol", "hitl-graph", "hitl-interrupt"]),
     ("hitl-auth", &["hitl-protocol", "hitl-tower"]),
+    ("hitl-pages", &["hitl-protocol", "hitl-interrupt", "hitl-tower", "hitl-auth"]),
     ("hitl-agents", &["hitl-schema", "hitl-graph"]),
     ("hitl-upstream", &["hitl-protocol"]),
     ("hitl-gateway", &["hitl-protocol", "hitl-schema", "hitl-graph", "hitl-upstream"]),
     (
         "hitl-server",
-        &["hitl-graph", "hitl-interrupt", "hitl-store-redis", "hitl-tower", "hitl-auth", "hitl-agents", "hitl-gateway"],
+        &[
+            "hitl-graph",
+            "hitl-interrupt",
+            "hitl-store-redis",
+            "hitl-tower",
+            "hitl-auth",
+            "hitl-pages",
+            "hitl-agents",
+            "hitl-gateway",
+        ],
     ),
     ("hitl-e2e", &["hitl-graph", "hitl-server", "hitl-upstream"]),
     ("hitl-bench", &[]),
@@ -52,6 +63,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ("hitl-upstream", &["redis", "tower", "hitl-interrupt", "hitl-graph"]),
     ("hitl-gateway", &["redis", "hitl-interrupt", "hitl-tower"]),
     ("hitl-auth", &["redis", "hitl-store-redis", "hitl-gateway", "hitl-upstream"]),
+    ("hitl-pages", &["redis", "hitl-store-redis", "hitl-gateway", "hitl-upstream"]),
 ];
 
 fn metadata() -> Value {

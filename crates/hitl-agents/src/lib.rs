@@ -33,6 +33,7 @@ pub fn examples() -> Vec<Agent> {
         choose_region(),
         plan_deployment(),
         connect_calendar(),
+        connect_github(),
         deploy_production_release(),
         onboarding(),
         survey(),
@@ -157,6 +158,27 @@ pub fn connect_calendar() -> Agent {
         .add_edge(START, "connect_calendar")
         .add_edge("connect_calendar", END);
     agent("connect_calendar", "Sends you to a page to connect your calendar.", no_arguments(), graph)
+}
+
+/// `connect_github`: asks for a GitHub token on hitl's secret page, so the token never
+/// passes through the MCP client; the result proves the agent got it without showing it
+/// (its SHA-256).
+pub fn connect_github() -> Agent {
+    let graph = StateGraph::new()
+        .add_step("connect_github", |_, ctx| async move {
+            let message = "Enter a GitHub personal access token on hitl's page.";
+            Ok(match ctx.ask_secret("GitHub token", message)? {
+                Some(token) => {
+                    let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+                    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+                    json!({ "status": "connected", "token_sha256": hex })
+                }
+                None => json!({ "status": "not connected" }),
+            })
+        })
+        .add_edge(START, "connect_github")
+        .add_edge("connect_github", END);
+    agent("connect_github", "Asks for a GitHub token on a secure page, never in the chat.", no_arguments(), graph)
 }
 
 /// `deploy_production_release`: the confirmation gate of seed 003.

@@ -118,6 +118,17 @@ impl Policies {
         self.policies.iter().any(|p| p.callers.is_some())
     }
 
+    /// Every approver any policy names (each once), in file order.
+    pub fn approvers(&self) -> Vec<String> {
+        let mut all: Vec<String> = Vec::new();
+        for approver in self.policies.iter().flat_map(|p| p.approvers.iter().flatten()) {
+            if !all.contains(approver) {
+                all.push(approver.clone());
+            }
+        }
+        all
+    }
+
     /// Whether any policy has approvers (then approvers must sign in: auth).
     pub fn have_approvers(&self) -> bool {
         self.policies.iter().any(|p| p.approvers.is_some())

@@ -80,6 +80,8 @@ pub struct PageView {
     pub tool: String,
     /// Who made the call.
     pub principal: Option<String>,
+    /// Digest of the call's arguments.
+    pub args_digest: String,
     /// The question as the client sees it.
     pub message: String,
     /// The page: its kind, its answer when given.
@@ -111,6 +113,7 @@ impl PageView {
             key: question.key.clone(),
             tool: thread.tool.clone(),
             principal: thread.principal.clone(),
+            args_digest: thread.args_digest.clone(),
             message,
             review: match &question.kind {
                 QuestionKind::Review(review) => Some(review.clone()),

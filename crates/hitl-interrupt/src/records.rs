@@ -36,6 +36,11 @@ pub trait Records: Send + Sync + 'static {
     async fn audit_since(&self, since_ms: u64, limit: usize) -> Result<Vec<Value>, StoreError>;
 }
 
+/// A store of threads and records: what a server with pages runs on.
+pub trait Store: crate::ThreadStore + Records {}
+
+impl<T: crate::ThreadStore + Records> Store for T {}
+
 /// The memory store's records.
 #[derive(Default)]
 pub(crate) struct Kept {

@@ -95,6 +95,14 @@ impl Secret {
 }
 
 impl Secret {
+    /// A key for another use (say, signing session cookies), derived from this secret
+    /// and `label`, so the signing key itself is never reused.
+    pub fn derive(&self, label: &str) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        out.copy_from_slice(hmac::sign(&self.key, format!("hitl/derive/v1\n{label}").as_bytes()).as_ref());
+        out
+    }
+
     /// The id of the page of question `index` of round `round` of `thread`.
     pub fn page_id(&self, thread: &str, round: u32, index: usize) -> String {
         let mac = hmac::sign(&self.key, page_message(thread, round, index).as_bytes());

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::{Context as _, bail};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
-use hitl_interrupt::{Agent, Lifetimes, Limits, PausedLimits, ThreadStore};
+use hitl_interrupt::{Agent, Lifetimes, Limits, PausedLimits, Store};
 use hitl_store_redis::redact_url;
 use hitl_tower::{AllowedHosts, BodyLimits};
 use tokio::net::TcpListener;
@@ -104,6 +104,12 @@ pub(crate) struct ServeArgs {
     /// `[auth]` of the configuration file (beyond `tokens_file`).
     #[arg(skip)]
     auth: config::AuthSection,
+    /// `[[notify]]`, `[audit]` and `[approvals]` of the configuration file.
+    #[arg(skip)]
+    pages: config::PagesFile,
+    /// The token checkers, once made.
+    #[arg(skip)]
+    verifiers: std::sync::OnceLock<Vec<Arc<dyn hitl_auth::Verify>>>,
     /// Keep no threads: a tool that pauses ends with an error result saying the call
     /// can't be resumed.
     #[arg(long)]
@@ -158,6 +164,7 @@ impl ServeArgs {
             self.tokens_file = loaded.auth.tokens_file.clone();
         }
         self.auth = loaded.auth;
+        self.pages = config::PagesFile { notify: loaded.notify, audit: loaded.audit, approvals: loaded.approvals };
         let file = loaded.server;
         macro_rules! take {
             ($($field:ident),*) => {$(
@@ -203,8 +210,9 @@ impl ServeArgs {
     /// the store it will use.
     fn prepare(
         &self,
-        store: Arc<dyn ThreadStore>,
+        store: Arc<dyn Store>,
         agents: Vec<Agent>,
+        local: SocketAddr,
     ) -> anyhow::Result<(ServerBuilder, Option<Arc<hitl_gateway::Gateway>>)> {
         if let Some(url) = &self.public_url {
             let uri: http::Uri = url.parse().with_context(|| format!("--public-url {url:?}"))?;
@@ -225,7 +233,8 @@ impl ServeArgs {
             bail!("--max-connections and --max-concurrent-requests must be at least 1");
         }
         let mut builder = Server::builder()
-            .store(store)
+            .store(store.clone())
+            .records(store)
             .secret(secret)
             .lifetimes(Lifetimes::with_default_ttl(self.default_ttl.map(Duration::from_secs)))
             .limits(Limits {
@@ -284,6 +293,7 @@ impl ServeArgs {
                 access.may_call(name, principal, groups)
             })));
         }
+        builder = builder.pages(self.pages_config(&policies, local)?);
         let gateway = self.gateway.gateway()?.map(Arc::new);
         if let Some(gateway) = gateway.clone() {
             builder = builder.health(Arc::new(move || gateway.health()));
@@ -293,6 +303,42 @@ impl ServeArgs {
 }
 
 impl ServeArgs {
+    /// The pages as `[server] public_url`, `[[notify]]`, `[audit]` and `[approvals]`
+    /// say, for a server bound to `local`; approvers need sign-in.
+    fn pages_config(
+        &self,
+        policies: &hitl_gateway::Policies,
+        local: SocketAddr,
+    ) -> anyhow::Result<hitl_pages::PagesConfig> {
+        if policies.have_approvers() && !self.authenticates() {
+            bail!(
+                "a [[policy]] names approvers, who sign in to decide: set [auth] tokens_file (--tokens-file) or [auth.jwt]"
+            );
+        }
+        let base = match &self.public_url {
+            Some(url) => url.clone(),
+            // The address it is bound to; one on every address is reached as localhost.
+            None if local.ip().is_unspecified() => format!("http://localhost:{}", local.port()),
+            None => format!("http://{local}"),
+        };
+        let uri: http::Uri = base.parse().with_context(|| format!("public URL {base:?}"))?;
+        let local_host = matches!(uri.host(), Some("localhost" | "127.0.0.1" | "[::1]" | "::1"));
+        if uri.scheme_str() != Some("https") && !local_host {
+            tracing::warn!(
+                public_url = %base,
+                "MCP clients are sent only to https:// pages (or http:// on localhost): approvals by other people, \
+                 secret entry and sign-ins will fail until [server] public_url is https://"
+            );
+        }
+        let mut config = hitl_pages::PagesConfig::new(&base);
+        config.verifiers = self.verifiers()?;
+        config.two_person = self.pages.approvals.two_person_rule.unwrap_or(true);
+        config.notify = self.pages.targets()?;
+        config.audit_file = self.pages.audit.file.as_deref().map(hitl_pages::AuditFile::parse);
+        config.auditors = policies.approvers();
+        Ok(config)
+    }
+
     /// Bearer authentication as `--tokens-file` and `[auth]` say (none without them).
     fn authentication(&self, builder: ServerBuilder) -> anyhow::Result<ServerBuilder> {
         if !self.authenticates() {
@@ -300,6 +346,21 @@ impl ServeArgs {
         }
         if self.principal_header.is_some() {
             bail!("--principal-header and [auth] exclude each other: the caller comes from one of them");
+        }
+        let verifiers = self.verifiers()?;
+        let resource = match &self.public_url {
+            Some(url) => hitl_auth::Resource::at(url),
+            None => hitl_auth::Resource::from_request(),
+        }
+        .with_authorization_servers(self.auth.authorization_servers.clone());
+        Ok(builder.authentication(verifiers, resource))
+    }
+
+    /// The token checkers `--tokens-file` and `[auth.jwt]` name, made once and shared by
+    /// the MCP endpoint and the pages.
+    fn verifiers(&self) -> anyhow::Result<Vec<Arc<dyn hitl_auth::Verify>>> {
+        if let Some(made) = self.verifiers.get() {
+            return Ok(made.clone());
         }
         // Keys and tokens are read again while the server runs (not by `hitl check`).
         let watch = tokio::runtime::Handle::try_current().is_ok();
@@ -318,12 +379,7 @@ impl ServeArgs {
             }
             verifiers.push(jwt);
         }
-        let resource = match &self.public_url {
-            Some(url) => hitl_auth::Resource::at(url),
-            None => hitl_auth::Resource::from_request(),
-        }
-        .with_authorization_servers(self.auth.authorization_servers.clone());
-        Ok(builder.authentication(verifiers, resource))
+        Ok(self.verifiers.get_or_init(|| verifiers).clone())
     }
 
     /// Whether callers must present a bearer token.
@@ -335,7 +391,10 @@ impl ServeArgs {
 /// Serves `agents` (besides the examples and fixtures the flags ask for) as `args` say.
 pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result<()> {
     let store = crate::store_from_url(&args.store, args.redis_ca_file.as_deref())?;
-    let (builder, gateway) = args.prepare(store.clone(), agents)?;
+    // Bound first: the pages' links name the address when no public URL is given.
+    let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let local = listener.local_addr()?;
+    let (builder, gateway) = args.prepare(store.clone(), agents, local)?;
     let server = builder.build();
     if let Some(gateway) = gateway {
         let tools = server.tools();
@@ -357,8 +416,6 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
         let shown = redact_url(&args.store);
         tracing::warn!(store = %shown, error = %e, "the thread store is not reachable yet; serving anyway, /healthz reports not ready");
     }
-    let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
-    let local = listener.local_addr()?;
     // The first line on stdout is the bound address, for scripts and tests.
     println!("hitl listening on http://{local}/mcp");
     tracing::info!(%local, "listening");
@@ -373,7 +430,7 @@ pub(crate) fn check(args: CheckArgs) -> anyhow::Result<()> {
     let serve_matches = matches.subcommand_matches("serve").expect("the serve subcommand");
     let serve = ServeArgs::from_arg_matches(serve_matches)?.with_file(serve_matches)?;
     let store = crate::store_from_url(&serve.store, serve.redis_ca_file.as_deref())?;
-    serve.prepare(store, Vec::new())?;
+    serve.prepare(store, Vec::new(), serve.listen)?;
     println!("{}: ok", args.config.display());
     Ok(())
 }

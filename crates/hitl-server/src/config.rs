@@ -26,6 +26,78 @@ pub(crate) struct ConfigFile {
     /// `[auth]`: who may call.
     #[serde(default)]
     pub(crate) auth: AuthSection,
+    /// `[[notify]]`: webhooks told of pending and decided approvals.
+    #[serde(default)]
+    pub(crate) notify: Vec<NotifySpec>,
+    /// `[audit]`: where the audit trail is written besides the store.
+    #[serde(default)]
+    pub(crate) audit: AuditSection,
+    /// `[approvals]`.
+    #[serde(default)]
+    pub(crate) approvals: ApprovalsSection,
+}
+
+/// One `[[notify]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NotifySpec {
+    /// Where to POST (http or https).
+    pub(crate) url: String,
+    /// The environment variable holding the HMAC key of `X-Hitl-Signature`.
+    pub(crate) secret_env: Option<String>,
+    /// `json` (default) or `slack`.
+    #[serde(default)]
+    pub(crate) format: hitl_pages::notify::Format,
+}
+
+/// `[audit]`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AuditSection {
+    /// A JSON-lines file appended to, or `-` for stdout.
+    pub(crate) file: Option<String>,
+}
+
+/// `[approvals]`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ApprovalsSection {
+    /// Refuse an approval by the person who made the call (default: true).
+    pub(crate) two_person_rule: Option<bool>,
+}
+
+/// The pages' part of the file.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct PagesFile {
+    pub(crate) notify: Vec<NotifySpec>,
+    pub(crate) audit: AuditSection,
+    pub(crate) approvals: ApprovalsSection,
+}
+
+impl PagesFile {
+    /// The webhooks, their secrets read from the environment now: a missing one is an
+    /// error, not an unsigned webhook.
+    pub(crate) fn targets(&self) -> anyhow::Result<Vec<hitl_pages::notify::Target>> {
+        self.notify
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let url: http::Uri =
+                    spec.url.parse().map_err(|e| anyhow::anyhow!("notify[{i}].url {:?}: {e}", spec.url))?;
+                if !matches!(url.scheme_str(), Some("http" | "https")) || url.host().is_none() {
+                    anyhow::bail!("notify[{i}].url {:?}: give an http:// or https:// URL", spec.url);
+                }
+                let secret = match &spec.secret_env {
+                    None => None,
+                    Some(name) => match std::env::var(name) {
+                        Ok(value) if !value.is_empty() => Some(value.into_bytes()),
+                        _ => anyhow::bail!("notify[{i}].secret_env: the environment variable {name} is not set"),
+                    },
+                };
+                Ok(hitl_pages::notify::Target { url, secret, format: spec.format })
+            })
+            .collect()
+    }
 }
 
 /// `[auth]`.
@@ -110,6 +182,9 @@ pub(crate) fn load(path: &Path) -> anyhow::Result<ConfigFile> {
         &mut config.server.previous_secret_file,
         &mut config.auth.tokens_file,
     ];
+    if let Some(file) = config.audit.file.as_mut().filter(|f| *f != "-" && Path::new(f.as_str()).is_relative()) {
+        *file = folder.join(file.as_str()).display().to_string();
+    }
     let jwks_file = config.auth.jwt.as_mut().and_then(|jwt| jwt.jwks_file.as_mut());
     let upstream_folders = config.upstream.iter_mut().flat_map(|u| [&mut u.cwd, &mut u.ca_file]);
     for file in server_files.into_iter().flatten().chain(jwks_file).chain(upstream_folders.flatten()) {
@@ -151,7 +226,7 @@ mod tests {
             ("[server]\nlisten = \"nowhere\"\n", "2:10: server.listen: invalid socket address syntax"),
             (
                 "[sever]\n",
-                "1:2: sever: unknown field `sever`, expected one of `server`, `upstream`, `policy`, `gateway`",
+                "1:2: sever: unknown field `sever`, expected one of `server`, `upstream`, `policy`, `gateway`, `auth`",
             ),
             ("[server\n", "1:8:"),
         ];

@@ -38,7 +38,7 @@ pub use server::{HttpLimits, Server, ServerBuilder};
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
-use hitl_interrupt::{MemoryStore, ThreadStore};
+use hitl_interrupt::MemoryStore;
 use hitl_store_redis::{RedisStore, redact_url};
 use tracing_subscriber::EnvFilter;
 
@@ -77,7 +77,7 @@ pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
 /// `ca_file` or the system's roots) or `redis+cluster://…`. Connects on first use, so it
 /// fails only on a malformed URL or an unreadable CA file; errors show the URL with its
 /// password masked.
-pub fn store_from_url(url: &str, ca_file: Option<&std::path::Path>) -> anyhow::Result<Arc<dyn ThreadStore>> {
+pub fn store_from_url(url: &str, ca_file: Option<&std::path::Path>) -> anyhow::Result<Arc<dyn hitl_interrupt::Store>> {
     if url == "memory" {
         return Ok(Arc::new(MemoryStore::default()));
     }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hitl_interrupt::{Agent, Engine, Lifetimes, Limits, MemoryStore, Secret, SystemClock, ThreadStore};
+use hitl_interrupt::{Agent, Engine, Lifetimes, Limits, MemoryStore, Records, Secret, SystemClock, ThreadStore};
 use hitl_tower::{
     AllowedHosts, BodyLimits, Endpoint, HealthFn, HttpApp, MaxConcurrentRequestsLayer, McpBody, McpService,
     PrincipalFromHeaderLayer, ServerOptions, Tools, ValidateOriginLayer,
@@ -46,6 +46,8 @@ pub struct ServerBuilder {
     tools: Vec<Agent>,
     prompts: Vec<Agent>,
     store: Option<Arc<dyn ThreadStore>>,
+    records: Option<Arc<dyn Records>>,
+    pages: Option<hitl_pages::PagesConfig>,
     secret: Option<Secret>,
     lifetimes: Lifetimes,
     limits: Limits,
@@ -103,6 +105,23 @@ impl ServerBuilder {
     #[must_use]
     pub fn store(mut self, store: Arc<dyn ThreadStore>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// Where the approvals listing and the audit trail live (default: the memory store
+    /// when threads are in memory too, else this process's memory). Give the same
+    /// backend as [`ServerBuilder::store`] so replicas share them.
+    #[must_use]
+    pub fn records(mut self, records: Arc<dyn Records>) -> Self {
+        self.records = Some(records);
+        self
+    }
+
+    /// Serves hitl's pages under `config.base_url`: approvals by other people, secret
+    /// entry, sign-in callbacks, the approvals API, notifications and the audit trail.
+    #[must_use]
+    pub fn pages(mut self, config: hitl_pages::PagesConfig) -> Self {
+        self.pages = Some(config);
         self
     }
 
@@ -201,13 +220,28 @@ impl ServerBuilder {
 
     /// The server, ready to serve.
     pub fn build(self) -> Server {
-        let store: Arc<dyn ThreadStore> = self.store.unwrap_or_else(|| Arc::new(MemoryStore::default()));
+        let (store, records): (Arc<dyn ThreadStore>, Arc<dyn Records>) = match (self.store, self.records) {
+            (Some(store), Some(records)) => (store, records),
+            (Some(store), None) => (store, Arc::new(MemoryStore::default())),
+            (None, records) => {
+                let memory = Arc::new(MemoryStore::default());
+                (memory.clone(), records.unwrap_or(memory))
+            }
+        };
         let secret = self.secret.unwrap_or_else(Secret::generate);
+        let pages = self.pages.map(|config| {
+            let base = config.base_url.clone();
+            (hitl_pages::Pages::new(config, records, &secret), base)
+        });
         let mut engine =
             Engine::new(store.clone(), Arc::new(SystemClock), secret, self.lifetimes).with_limits(self.limits);
         if !self.threads {
             engine = engine.without_threads();
         }
+        if let Some((pages, base)) = &pages {
+            engine = engine.with_pages(base).with_observer(pages.observer());
+        }
+        let pages = pages.map(|(pages, _)| (pages, engine.clone()));
         let tools = Tools::new(self.tools);
         let mut mcp = Endpoint::new(McpService::with_tools(tools.clone(), self.prompts, engine, self.options));
         for wrap in self.layers.into_iter().rev() {
@@ -222,6 +256,7 @@ impl ServerBuilder {
             principal_header: self.principal_header,
             auth: self.auth,
             health: self.health,
+            pages,
         }
     }
 }
@@ -253,6 +288,7 @@ pub struct Server {
     principal_header: Option<http::HeaderName>,
     auth: Option<(hitl_auth::BearerAuthLayer, hitl_auth::Resource)>,
     health: Option<HealthFn>,
+    pages: Option<(hitl_pages::Pages, Engine)>,
 }
 
 impl std::fmt::Debug for Server {
@@ -268,6 +304,8 @@ impl Server {
             tools: Vec::new(),
             prompts: Vec::new(),
             store: None,
+            records: None,
+            pages: None,
             secret: None,
             lifetimes: Lifetimes::default(),
             limits: Limits::default(),
@@ -316,6 +354,12 @@ impl Server {
         }
         if let Some(health) = self.health {
             app = app.with_health(health);
+        }
+        if let Some((pages, engine)) = self.pages {
+            let service = pages.service(engine);
+            for prefix in hitl_pages::Pages::PREFIXES {
+                app = app.mount(prefix, service.clone());
+            }
         }
         listener::serve(listener, app, self.http, shutdown).await;
         Ok(())

@@ -1,0 +1,180 @@
+//! The approvals API, for bots and UIs, with bearer tokens: the listing, one approval,
+//! a decision (the seed's review answer as JSON), the events as SSE, and the audit
+//! trail. Errors are JSON `{"error": "…"}` with the status that says what went wrong.
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use futures_util::StreamExt as _;
+use hitl_interrupt::Engine;
+use hitl_tower::McpBody;
+use http::{HeaderValue, Method, StatusCode, header};
+use http_body::Frame;
+use http_body_util::{BodyExt as _, StreamBody};
+use serde_json::{Map, Value, json};
+
+use crate::session::Session;
+use crate::{Refusal, Shared, form, respond};
+
+/// The most audit entries one `GET /api/audit` returns.
+const AUDIT_PAGE: usize = 1_000;
+
+fn reply(status: StatusCode, body: &Value) -> http::Response<McpBody> {
+    respond(status, "application/json", body.to_string())
+}
+
+fn error(status: StatusCode, why: &str) -> http::Response<McpBody> {
+    reply(status, &json!({ "error": why }))
+}
+
+/// May `who` see `entry`: are they among its approvers?
+pub(crate) fn may_see(who: &Session, entry: &Value) -> bool {
+    let approvers: Vec<String> = entry["approvers"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default();
+    who.is(&approvers)
+}
+
+pub(crate) async fn handle(
+    shared: &Shared,
+    engine: &Engine,
+    parts: &http::request::Parts,
+    body: &Bytes,
+) -> http::Response<McpBody> {
+    let who = match bearer(shared, &parts.headers) {
+        Ok(who) => who,
+        Err(why) => {
+            let mut response = error(StatusCode::UNAUTHORIZED, &why);
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return response;
+        }
+    };
+    let query = form(parts.uri.query().unwrap_or_default().as_bytes());
+    let segments: Vec<&str> = parts.uri.path().trim_start_matches("/api").trim_matches('/').split('/').collect();
+    match (&parts.method, segments.as_slice()) {
+        (&Method::GET, ["approvals"]) => {
+            let status = query.get("status").map_or("all", String::as_str);
+            if !matches!(status, "all" | "pending" | "decided") {
+                return error(StatusCode::BAD_REQUEST, "status must be pending, decided or all");
+            }
+            match shared.records.approvals().await {
+                Ok(listed) => {
+                    let shown: Vec<Value> = listed
+                        .into_iter()
+                        .filter(|e| may_see(&who, e))
+                        .filter(|e| match status {
+                            "pending" => e["status"] == "pending",
+                            "decided" => e["status"] != "pending",
+                            _ => true,
+                        })
+                        .collect();
+                    reply(StatusCode::OK, &json!({ "approvals": shown }))
+                }
+                Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &format!("the store is unavailable: {e}")),
+            }
+        }
+        (&Method::GET, ["approvals", "events"]) => events(shared, who).await,
+        (&Method::GET, ["approvals", id]) => match shared.records.approval(id).await {
+            Ok(Some(entry)) if may_see(&who, &entry) => reply(StatusCode::OK, &entry),
+            Ok(_) => error(StatusCode::NOT_FOUND, "no approval you may see has this id"),
+            Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &format!("the store is unavailable: {e}")),
+        },
+        (&Method::POST, ["approvals", id, "decision"]) => {
+            let content = match decision(body) {
+                Ok(content) => content,
+                Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+            };
+            match shared.decide(engine, id, &who, content).await {
+                Ok(entry) => reply(StatusCode::OK, &entry),
+                Err(Refusal(status, why)) => error(status, &why),
+            }
+        }
+        (&Method::GET, ["audit"]) => {
+            if !who.is(&shared.config.auditors) {
+                return error(StatusCode::FORBIDDEN, "only approvers may read the audit trail");
+            }
+            let since = match query.get("since").map(|s| s.parse::<u64>()) {
+                None => 0,
+                Some(Ok(since)) => since,
+                Some(Err(_)) => return error(StatusCode::BAD_REQUEST, "since must be a time in ms since the epoch"),
+            };
+            let limit = query.get("limit").and_then(|l| l.parse().ok()).unwrap_or(AUDIT_PAGE).min(AUDIT_PAGE);
+            match shared.records.audit_since(since, limit).await {
+                Ok(events) => reply(StatusCode::OK, &json!({ "events": events })),
+                Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &format!("the store is unavailable: {e}")),
+            }
+        }
+        (_, ["approvals"] | ["approvals", _] | ["approvals", _, "decision"] | ["audit"]) => {
+            error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
+        }
+        _ => error(StatusCode::NOT_FOUND, "no such API route"),
+    }
+}
+
+/// The caller of an API request, from `Authorization: Bearer`.
+fn bearer(shared: &Shared, headers: &http::HeaderMap) -> Result<Session, String> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .ok_or("this API needs Authorization: Bearer <token>")?;
+    let (principal, groups) = shared.identify(token.trim())?;
+    Ok(Session { principal, groups, expires: u64::MAX })
+}
+
+/// A decision's JSON: `{"decision": "approve" | "edit" | "reject" | "respond",
+/// "message"?, "args"?}`, the seed's review answer; `args` may be the JSON text the
+/// form takes or an object.
+fn decision(body: &[u8]) -> Result<Map<String, Value>, String> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    let Value::Object(mut content) = value else { return Err("the body must be a JSON object".into()) };
+    match content.get("decision") {
+        Some(Value::String(_)) => {}
+        _ => return Err("decision must be approve, edit, reject or respond".into()),
+    }
+    if let Some(args) = content.get_mut("args")
+        && args.is_object()
+    {
+        *args = Value::String(args.to_string());
+    }
+    Ok(content)
+}
+
+/// `GET /api/approvals/events`: the pending approvals `who` may see, then every
+/// pending and decided one as it happens, as SSE (`event: approval.pending` or
+/// `approval.decided`, `data:` the entry), with a comment every 15 s to keep it open.
+async fn events(shared: &Shared, who: Session) -> http::Response<McpBody> {
+    let receiver = shared.events.subscribe();
+    let pending: Vec<Value> = shared
+        .records
+        .approvals()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e["status"] == "pending" && may_see(&who, e))
+        .collect();
+    let frame = |event: &str, entry: &Value| Bytes::from(format!("event: {event}\ndata: {entry}\n\n"));
+    let first: Vec<Bytes> = std::iter::once(Bytes::from_static(b": hitl approvals\n\n"))
+        .chain(pending.iter().map(|e| frame("approval.pending", e)))
+        .collect();
+    let live = futures_util::stream::unfold((receiver, who), move |(mut receiver, who)| async move {
+        loop {
+            let next = tokio::time::timeout(std::time::Duration::from_secs(15), receiver.recv()).await;
+            match next {
+                Err(_) => return Some((Bytes::from_static(b": keep-alive\n\n"), (receiver, who))),
+                Ok(Ok(event)) if may_see(&who, &event["approval"]) => {
+                    let name = event["event"].as_str().unwrap_or("approval.decided").to_owned();
+                    return Some((frame(&name, &event["approval"]), (receiver, who)));
+                }
+                Ok(Ok(_)) | Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return None,
+            }
+        }
+    });
+    let frames = futures_util::stream::iter(first).chain(live).map(|bytes| Ok::<_, Infallible>(Frame::data(bytes)));
+    let mut response = http::Response::new(StreamBody::new(frames).boxed_unsync());
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}

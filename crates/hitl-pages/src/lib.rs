@@ -1,0 +1,535 @@
+//! Approvals outside the MCP client. When a question is answered on a page (an
+//! approver's decision on a tool call, a secret, a sign-in's callback), the client is
+//! sent to one of these pages by URL; the page writes its answer into the paused thread
+//! (`hitl_interrupt::Engine::answer_page`) and the client's retry resumes the agent.
+//!
+//! - **Pages** (server-rendered, no script): `/login` (a token, as for the API, becomes
+//!   a signed `HttpOnly`, `SameSite=Strict` session cookie), `/approvals` and
+//!   `/approvals/<id>` (approve, edit, reject, respond), `/secrets/<id>`,
+//!   `/oauth/callback`. Every form carries a CSRF token; every page is sent with a
+//!   strict `Content-Security-Policy` and `X-Frame-Options: DENY`.
+//! - **The approvals API** (bearer tokens): `GET /api/approvals?status=pending`,
+//!   `GET /api/approvals/<id>`, `POST /api/approvals/<id>/decision`,
+//!   `GET /api/approvals/events` (SSE), `GET /api/audit?since=<ms>`.
+//! - **The ledger** ([`Pages::observer`]): the listing, the audit trail (store and
+//!   `[audit] file`) and `[[notify]]` webhooks, fed by the engine's events.
+//!
+//! The approver is never the caller (the two-person rule, on by default), and sees only
+//! the approvals their `user:`/`group:` entries may decide.
+//!
+//! ```no_run
+//! # fn demo(engine: hitl_interrupt::Engine, store: std::sync::Arc<hitl_interrupt::MemoryStore>) {
+//! use hitl_pages::{Pages, PagesConfig};
+//!
+//! let config = PagesConfig::new("https://hitl.example.com");
+//! let pages = Pages::new(config, store, engine.secret());
+//! let engine = engine.with_pages("https://hitl.example.com").with_observer(pages.observer());
+//! let service = pages.service(engine); // mount it at each of Pages::PREFIXES
+//! # let _ = service; }
+//! ```
+
+mod api;
+mod html;
+mod ledger;
+pub mod notify;
+pub mod session;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use hitl_auth::Verify;
+use hitl_interrupt::{Engine, Observer, PageAnswer, PageInput, PageKind, PageView, Records, Secret};
+use hitl_tower::{Endpoint, McpBody};
+use http::{HeaderValue, Method, StatusCode, header};
+use serde_json::{Map, Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+pub use ledger::{AuditFile, diff, redact, rfc3339};
+use session::{Keys, Session};
+
+/// How the pages are set up.
+#[derive(Debug, Clone)]
+pub struct PagesConfig {
+    /// The base of the links hitl hands out (`https://hitl.example.com`).
+    pub base_url: String,
+    /// Who may sign in: the same verifiers as the API.
+    pub verifiers: Vec<Arc<dyn Verify>>,
+    /// Refuse an approval by the person who made the call (default: on).
+    pub two_person: bool,
+    /// The `[[notify]]` webhooks.
+    pub notify: Vec<notify::Target>,
+    /// Where audit lines go besides the store.
+    pub audit_file: Option<AuditFile>,
+    /// Who may read `GET /api/audit` (`user:`/`group:` entries; the server names every
+    /// policy's approvers).
+    pub auditors: Vec<String>,
+}
+
+impl PagesConfig {
+    /// Pages under `base_url`, with no one able to sign in yet, the two-person rule on,
+    /// no webhooks and no audit file.
+    pub fn new(base_url: &str) -> Self {
+        Self {
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            verifiers: Vec::new(),
+            two_person: true,
+            notify: Vec::new(),
+            audit_file: None,
+            auditors: Vec::new(),
+        }
+    }
+}
+
+/// The pages, the approvals API and the ledger.
+pub struct Pages {
+    shared: Arc<Shared>,
+    worker: Mutex<Option<(ledger::Worker, mpsc::UnboundedReceiver<ledger::Note>)>>,
+    notes: mpsc::UnboundedSender<ledger::Note>,
+}
+
+impl std::fmt::Debug for Pages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pages").field("base_url", &self.shared.config.base_url).finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    config: PagesConfig,
+    records: Arc<dyn Records>,
+    keys: Keys,
+    events: broadcast::Sender<Value>,
+    notes: mpsc::UnboundedSender<ledger::Note>,
+}
+
+impl Pages {
+    /// Every path the pages serve under (mount each on the HTTP app).
+    pub const PREFIXES: [&'static str; 7] =
+        ["/approvals", "/secrets", "/login", "/logout", "/oauth/callback", "/pages", "/api"];
+
+    /// The pages under `config`, keeping their listing and trail in `records`, signing
+    /// sessions with a key derived from `secret`.
+    pub fn new(config: PagesConfig, records: Arc<dyn Records>, secret: &Secret) -> Self {
+        let keys = Keys::new(secret.derive("pages/session"), config.base_url.starts_with("https://"));
+        let (events, _) = broadcast::channel(256);
+        let (notes, received) = mpsc::unbounded_channel();
+        let worker = ledger::Worker {
+            records: records.clone(),
+            base_url: config.base_url.clone(),
+            audit_file: config.audit_file.clone(),
+            notifier: notify::Notifier::new(config.notify.clone()),
+            events: events.clone(),
+        };
+        let shared = Arc::new(Shared { config, records, keys, events, notes: notes.clone() });
+        Self { shared, worker: Mutex::new(Some((worker, received))), notes }
+    }
+
+    /// The engine's observer: feeds the listing, the trail and the webhooks.
+    pub fn observer(&self) -> Arc<dyn Observer> {
+        Arc::new(ledger::Ears(self.notes.clone()))
+    }
+
+    /// The service of every page and API route, answering with `engine` (which must
+    /// have [`Pages::observer`] and `with_pages`). Starts the ledger's worker, so call
+    /// it on a tokio runtime.
+    pub fn service(&self, engine: Engine) -> Endpoint {
+        if let Some((worker, received)) = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            tokio::spawn(worker.run(received));
+        }
+        let shared = self.shared.clone();
+        let service = tower::service_fn(move |request: http::Request<Bytes>| {
+            let (shared, engine) = (shared.clone(), engine.clone());
+            async move { Ok::<_, Infallible>(shared.handle(&engine, request).await) }
+        });
+        Endpoint::new(service)
+    }
+}
+
+/// A response's parts before its security headers.
+pub(crate) fn respond(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> http::Response<McpBody> {
+    let mut response = http::Response::new(hitl_tower::body(body.into()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// The headers every page and API answer carries.
+fn harden(response: &mut http::Response<McpBody>) {
+    let headers = response.headers_mut();
+    let set = |headers: &mut http::HeaderMap, name: &'static str, value: &'static str| {
+        headers.insert(name, HeaderValue::from_static(value));
+    };
+    set(
+        headers,
+        "content-security-policy",
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    );
+    set(headers, "x-frame-options", "DENY");
+    set(headers, "x-content-type-options", "nosniff");
+    set(headers, "referrer-policy", "no-referrer");
+    headers.entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
+}
+
+fn see_other(location: &str) -> http::Response<McpBody> {
+    let mut response = respond(StatusCode::SEE_OTHER, "text/plain; charset=utf-8", "");
+    if let Ok(value) = HeaderValue::from_str(location) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    response
+}
+
+/// The pairs of an `application/x-www-form-urlencoded` body or query string.
+pub(crate) fn form(bytes: &[u8]) -> HashMap<String, String> {
+    form_urlencoded::parse(bytes).into_owned().collect()
+}
+
+/// Why a decision was not taken, as a status and a sentence.
+pub(crate) struct Refusal(pub(crate) StatusCode, pub(crate) String);
+
+/// A request's answer in the making: its CSRF token, and the cookie to set for it.
+struct Visit {
+    session: Option<Session>,
+    csrf: String,
+    set_csrf: Option<String>,
+}
+
+impl Shared {
+    async fn handle(&self, engine: &Engine, request: http::Request<Bytes>) -> http::Response<McpBody> {
+        let (parts, body) = request.into_parts();
+        let path = parts.uri.path().to_owned();
+        let mut response = if path.starts_with("/api/") || path == "/api" {
+            api::handle(self, engine, &parts, &body).await
+        } else {
+            let (csrf, set_csrf) = self.keys.csrf(&parts.headers);
+            let visit = Visit { session: self.keys.session(&parts.headers), csrf, set_csrf };
+            let mut response = self.page(engine, &parts, &body, &visit).await;
+            if let Some(cookie) = visit.set_csrf.as_deref().and_then(|c| HeaderValue::from_str(c).ok()) {
+                response.headers_mut().append(header::SET_COOKIE, cookie);
+            }
+            response
+        };
+        harden(&mut response);
+        response
+    }
+
+    fn html(&self, status: StatusCode, markup: maud::Markup) -> http::Response<McpBody> {
+        respond(status, "text/html; charset=utf-8", markup.into_string())
+    }
+
+    fn message(&self, status: StatusCode, title: &str, text: &str, visit: &Visit) -> http::Response<McpBody> {
+        self.html(status, html::message(title, text, visit.session.as_ref(), &visit.csrf))
+    }
+
+    async fn page(
+        &self,
+        engine: &Engine,
+        parts: &http::request::Parts,
+        body: &[u8],
+        visit: &Visit,
+    ) -> http::Response<McpBody> {
+        let path = parts.uri.path();
+        let query = form(parts.uri.query().unwrap_or_default().as_bytes());
+        let posted = (parts.method == Method::POST).then(|| form(body));
+        if let Some(fields) = &posted
+            && !self.keys.csrf_ok(&parts.headers, fields.get("csrf").map_or("", String::as_str))
+        {
+            let text = "This form expired or did not come from hitl. Go back, reload the page and try again.";
+            return self.message(StatusCode::FORBIDDEN, "Form refused", text, visit);
+        }
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        match (&parts.method, segments.as_slice(), posted) {
+            (&Method::GET, ["pages", "style.css"], _) => {
+                let mut response = respond(StatusCode::OK, "text/css; charset=utf-8", html::STYLE);
+                response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("max-age=3600"));
+                response
+            }
+            (&Method::GET, ["login"], _) => {
+                let next = safe_next(query.get("next").map(String::as_str));
+                self.html(StatusCode::OK, html::login(next, &visit.csrf, None))
+            }
+            (&Method::POST, ["login"], Some(fields)) => self.login(&fields, visit),
+            (&Method::POST, ["logout"], Some(_)) => {
+                let mut response = see_other("/login");
+                if let Ok(value) = HeaderValue::from_str(&self.keys.sign_out()) {
+                    response.headers_mut().append(header::SET_COOKIE, value);
+                }
+                response
+            }
+            (&Method::GET, ["approvals"], _) => match &visit.session {
+                None => see_other(&format!("/login?next={}", encode(path))),
+                Some(session) => {
+                    let listed = self.records.approvals().await.unwrap_or_default();
+                    let mine: Vec<Value> = listed.into_iter().filter(|e| api::may_see(session, e)).collect();
+                    self.html(StatusCode::OK, html::list(&mine, Some(session), &visit.csrf))
+                }
+            },
+            (method, ["approvals", id], fields) if *method == Method::GET || fields.is_some() => {
+                self.approval_page(engine, id, fields, path, visit).await
+            }
+            (method, ["secrets", id], fields) if *method == Method::GET || fields.is_some() => {
+                self.secret_page(engine, id, fields, path, visit).await
+            }
+            (&Method::GET, ["oauth", "callback"], _) => self.callback(engine, query, visit).await,
+            _ => self.message(StatusCode::NOT_FOUND, "Not found", "There is no page here.", visit),
+        }
+    }
+
+    fn login(&self, fields: &HashMap<String, String>, visit: &Visit) -> http::Response<McpBody> {
+        let next = safe_next(fields.get("next").map(String::as_str));
+        let token = fields.get("token").map_or("", |t| t.trim());
+        match self.identify(token) {
+            Ok((principal, groups)) => {
+                let mut response = see_other(next);
+                if let Ok(value) = HeaderValue::from_str(&self.keys.sign_in(&principal, &groups)) {
+                    response.headers_mut().append(header::SET_COOKIE, value);
+                }
+                tracing::info!(%principal, "signed in to the pages");
+                response
+            }
+            Err(why) => self.html(StatusCode::UNAUTHORIZED, html::login(next, &visit.csrf, Some(&why))),
+        }
+    }
+
+    /// Who `token` names, by the first verifier that accepts it.
+    fn identify(&self, token: &str) -> Result<(String, Vec<String>), String> {
+        if token.is_empty() {
+            return Err("Enter a token.".into());
+        }
+        if self.config.verifiers.is_empty() {
+            return Err("This server has no sign-in configured ([auth] tokens_file or [auth.jwt]).".into());
+        }
+        let mut why = String::from("That token is not valid.");
+        for verifier in &self.config.verifiers {
+            match verifier.verify(token) {
+                Ok(identity) => return Ok((identity.principal, identity.groups)),
+                Err(e) => why = format!("That token is not valid: {e}."),
+            }
+        }
+        Err(why)
+    }
+
+    async fn approval_page(
+        &self,
+        engine: &Engine,
+        id: &str,
+        posted: Option<HashMap<String, String>>,
+        path: &str,
+        visit: &Visit,
+    ) -> http::Response<McpBody> {
+        let Some(session) = &visit.session else {
+            return see_other(&format!("/login?next={}", encode(path)));
+        };
+        let mut error = None;
+        if let Some(fields) = posted {
+            let mut content = Map::new();
+            for field in ["decision", "message", "args"] {
+                if let Some(value) = fields.get(field).filter(|v| !v.is_empty()) {
+                    content.insert(field.to_owned(), Value::String(value.clone()));
+                }
+            }
+            match self.decide(engine, id, session, content).await {
+                // Back to the page, which now shows the decision (post/redirect/get).
+                Ok(_) => return see_other(path),
+                Err(Refusal(status, why)) if status == StatusCode::UNPROCESSABLE_ENTITY => error = Some(why),
+                Err(Refusal(status, why)) => return self.message(status, "Not decided", &why, visit),
+            }
+        }
+        let (entry, can) = match engine.page(id).await {
+            Ok(Some(view)) if matches!(view.page.kind, PageKind::Approval { .. }) => {
+                let entry = ledger::pending_entry(&view, &self.config.base_url);
+                let can = match (self.may_decide(&view, session), &view.page.answer) {
+                    (_, Some(_)) => {
+                        html::Can::Not("Decided; the caller's MCP client picks it up on its next retry.".into())
+                    }
+                    (Err(Refusal(_, why)), None) => html::Can::Not(why),
+                    (Ok(()), None) => {
+                        html::Can::Decide(view.review.as_ref().map(|r| r.offered.clone()).unwrap_or_default())
+                    }
+                };
+                let entry = if view.page.answer.is_some() {
+                    ledger::decided_entry(&view, &self.config.base_url).0
+                } else {
+                    entry
+                };
+                (entry, can)
+            }
+            Ok(_) => match self.records.approval(id).await {
+                Ok(Some(entry)) if api::may_see(session, &entry) => {
+                    let status = entry["status"].as_str().unwrap_or("decided").to_owned();
+                    (entry, html::Can::Not(format!("This approval is {status}: nothing is left to decide.")))
+                }
+                _ => {
+                    let text = "No approval is waiting here: the link is wrong, or the call ended or expired.";
+                    return self.message(StatusCode::NOT_FOUND, "No such approval", text, visit);
+                }
+            },
+            Err(e) => return self.unavailable(&e, visit),
+        };
+        let status = if error.is_some() { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::OK };
+        self.html(status, html::approval(&entry, &can, error.as_deref(), Some(session), &visit.csrf))
+    }
+
+    fn unavailable(&self, error: &hitl_interrupt::EngineError, visit: &Visit) -> http::Response<McpBody> {
+        tracing::error!(%error, "a page could not read its call");
+        let text = "The store of paused calls is unavailable; try again shortly.";
+        self.message(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", text, visit)
+    }
+
+    /// May `session` decide `view`? Its approvers, never the caller (unless the
+    /// two-person rule is off).
+    fn may_decide(&self, view: &PageView, session: &Session) -> Result<(), Refusal> {
+        if !session.is(view.approvers()) {
+            let why = format!(
+                "{} is not among the approvers of this call ({}).",
+                session.principal,
+                view.approvers().join(", ")
+            );
+            return Err(Refusal(StatusCode::FORBIDDEN, why));
+        }
+        if self.config.two_person && view.principal.as_deref() == Some(session.principal.as_str()) {
+            let why = "You made this call, so someone else must approve it (the two-person rule).".to_owned();
+            return Err(Refusal(StatusCode::FORBIDDEN, why));
+        }
+        Ok(())
+    }
+
+    /// Takes `who`'s decision (`content`: the seed's review form) on approval `id`.
+    pub(crate) async fn decide(
+        &self,
+        engine: &Engine,
+        id: &str,
+        who: &Session,
+        content: Map<String, Value>,
+    ) -> Result<Value, Refusal> {
+        let view = match engine.page(id).await {
+            Ok(Some(view)) if matches!(view.page.kind, PageKind::Approval { .. }) => view,
+            Ok(_) => {
+                return Err(match self.records.approval(id).await {
+                    Ok(Some(entry)) if api::may_see(who, &entry) => Refusal(
+                        StatusCode::CONFLICT,
+                        format!("This approval is already {}.", entry["status"].as_str().unwrap_or("decided")),
+                    ),
+                    _ => Refusal(StatusCode::NOT_FOUND, "No approval is waiting under this id.".into()),
+                });
+            }
+            Err(e) => return Err(Refusal(StatusCode::SERVICE_UNAVAILABLE, format!("The store is unavailable: {e}"))),
+        };
+        let refused = |why: &str| {
+            let _ = self.notes.send(ledger::Note::Audit(json!({
+                "event": "refused", "thread": view.thread_id, "tool": view.review.as_ref().map(|r| r.tool.clone()),
+                "principal": view.principal, "approver": who.principal, "approval": id, "reason": why,
+            })));
+        };
+        if let Err(refusal) = self.may_decide(&view, who) {
+            refused(&refusal.1);
+            return Err(refusal);
+        }
+        match engine.answer_page(id, PageInput::Decision(content), Some(who.principal.clone())).await {
+            Ok(PageAnswer::Taken(view)) => Ok(ledger::decided_entry(&view, &self.config.base_url).0),
+            Ok(PageAnswer::AlreadyAnswered(view)) => {
+                let by = view.page.answered_by.unwrap_or_else(|| "someone".into());
+                Err(Refusal(StatusCode::CONFLICT, format!("This approval was already decided by {by}.")))
+            }
+            Ok(PageAnswer::Gone) => Err(Refusal(StatusCode::NOT_FOUND, "The call ended or expired.".into())),
+            Ok(PageAnswer::Refused(e)) => {
+                refused(&e.message);
+                Err(Refusal(StatusCode::UNPROCESSABLE_ENTITY, e.message))
+            }
+            Err(e) => Err(Refusal(StatusCode::SERVICE_UNAVAILABLE, format!("The store is unavailable: {e}"))),
+        }
+    }
+
+    async fn secret_page(
+        &self,
+        engine: &Engine,
+        id: &str,
+        posted: Option<HashMap<String, String>>,
+        path: &str,
+        visit: &Visit,
+    ) -> http::Response<McpBody> {
+        let view = match engine.page(id).await {
+            Ok(Some(view)) if matches!(view.page.kind, PageKind::Secret { .. }) => view,
+            Ok(_) => {
+                let text = "Nothing is waiting here: the link is wrong, or the call ended or expired.";
+                return self.message(StatusCode::NOT_FOUND, "No such page", text, visit);
+            }
+            Err(e) => return self.unavailable(&e, visit),
+        };
+        // The caller types their own secret: signed in as them, when the call has one
+        // and this server can sign people in; else the unguessable link is the key.
+        if let Some(caller) = view.principal.as_deref().filter(|_| !self.config.verifiers.is_empty()) {
+            match &visit.session {
+                None => return see_other(&format!("/login?next={}", encode(path))),
+                Some(session) if session.principal != caller => {
+                    let text = format!("This page is for {caller}, who made the call.");
+                    return self.message(StatusCode::FORBIDDEN, "Not yours", &text, visit);
+                }
+                Some(_) => {}
+            }
+        }
+        let PageKind::Secret { label } = &view.page.kind else { unreachable!("matched above") };
+        let done = "Saved. Go back to your MCP client: the agent continues there.";
+        if view.page.answer.is_some() {
+            return self.message(StatusCode::OK, label, done, visit);
+        }
+        let mut error = None;
+        if let Some(fields) = posted {
+            let value = fields.get("value").cloned().unwrap_or_default();
+            match engine
+                .answer_page(id, PageInput::Secret(value), visit.session.as_ref().map(|s| s.principal.clone()))
+                .await
+            {
+                Ok(PageAnswer::Taken(_) | PageAnswer::AlreadyAnswered(_)) => {
+                    return self.message(StatusCode::OK, label, done, visit);
+                }
+                Ok(PageAnswer::Gone) => {
+                    return self.message(StatusCode::NOT_FOUND, "No such page", "The call ended or expired.", visit);
+                }
+                Ok(PageAnswer::Refused(e)) => error = Some(e.message),
+                Err(e) => return self.unavailable(&e, visit),
+            }
+        }
+        let status = if error.is_some() { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::OK };
+        self.html(status, html::secret(label, &view.message, error.as_deref(), visit.session.as_ref(), &visit.csrf))
+    }
+
+    /// A provider's redirect back after a sign-in: `state` names the page.
+    async fn callback(
+        &self,
+        engine: &Engine,
+        query: HashMap<String, String>,
+        visit: &Visit,
+    ) -> http::Response<McpBody> {
+        let state = query.get("state").cloned().unwrap_or_default();
+        let params: Map<String, Value> = query.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+        match engine.answer_page(&state, PageInput::Callback(params), None).await {
+            Ok(PageAnswer::Taken(_) | PageAnswer::AlreadyAnswered(_)) => {
+                let text = "You are signed in. Go back to your MCP client: the agent continues there.";
+                self.message(StatusCode::OK, "Signed in", text, visit)
+            }
+            Ok(PageAnswer::Gone | PageAnswer::Refused(_)) => {
+                let text =
+                    "This sign-in does not belong to a waiting call: it ended, expired, or the link was changed.";
+                self.message(StatusCode::BAD_REQUEST, "Sign-in not completed", text, visit)
+            }
+            Err(e) => self.unavailable(&e, visit),
+        }
+    }
+}
+
+/// `next` when it is a path on this server, else `/approvals` (no open redirects).
+fn safe_next(next: Option<&str>) -> &str {
+    match next {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n,
+        _ => "/approvals",
+    }
+}
+
+fn encode(path: &str) -> String {
+    form_urlencoded::byte_serialize(path.as_bytes()).collect()
+}

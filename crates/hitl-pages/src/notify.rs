@@ -1,0 +1,145 @@
+//! `[[notify]]`: a JSON POST to each webhook on pending and decided approvals, signed
+//! with `X-Hitl-Signature: sha256=<hex HMAC-SHA256 of the body>`, retried with backoff
+//! and never in the way of the round (each delivery is its own task).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use ring::hmac;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// The signature header.
+pub const SIGNATURE_HEADER: &str = "x-hitl-signature";
+
+/// How many times a delivery is tried, and the first pause between tries (doubled
+/// after each).
+pub const ATTEMPTS: u32 = 5;
+const FIRST_PAUSE: Duration = Duration::from_millis(500);
+
+/// The body a webhook gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// `{"event", "approval", "link"}`.
+    #[default]
+    Json,
+    /// A Slack incoming webhook's `{"text"}`.
+    Slack,
+}
+
+/// One `[[notify]]`.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Where to POST.
+    pub url: http::Uri,
+    /// The HMAC key (from `secret_env`), if any.
+    pub secret: Option<Vec<u8>>,
+    /// The body's shape.
+    pub format: Format,
+}
+
+/// Delivers notifications to every target.
+#[derive(Clone)]
+pub(crate) struct Notifier {
+    targets: Arc<[Target]>,
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+}
+
+impl Notifier {
+    pub(crate) fn new(targets: Vec<Target>) -> Self {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default TLS versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector =
+            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
+        let client = Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector);
+        Self { targets: targets.into(), client }
+    }
+
+    /// Sends `event` about `approval` to every target, each in its own task.
+    pub(crate) fn send(&self, event: &str, approval: &Value) {
+        for target in self.targets.iter() {
+            let body = match target.format {
+                Format::Json => json!({ "event": event, "approval": approval, "link": approval["link"] }),
+                Format::Slack => json!({ "text": slack_text(event, approval) }),
+            };
+            let body = Bytes::from(body.to_string());
+            let (client, target) = (self.client.clone(), target.clone());
+            tokio::spawn(async move { deliver(client, target, body).await });
+        }
+    }
+}
+
+fn slack_text(event: &str, approval: &Value) -> String {
+    let tool = approval["tool"].as_str().unwrap_or("a tool");
+    let link = approval["link"].as_str().unwrap_or_default();
+    match event {
+        "approval.pending" => {
+            let caller = approval["caller"].as_str().unwrap_or("someone");
+            format!("{caller} asks to run {tool}: <{link}|review it>")
+        }
+        _ => {
+            let status = approval["status"].as_str().unwrap_or("decided");
+            let by = approval["decided_by"].as_str().unwrap_or("no one");
+            format!("{tool}: {status} by {by} (<{link}|details>)")
+        }
+    }
+}
+
+/// `sha256=<hex>` of `body` under `key`.
+pub fn signature(key: &[u8], body: &[u8]) -> String {
+    let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), body);
+    let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256={hex}")
+}
+
+async fn deliver(
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    target: Target,
+    body: Bytes,
+) {
+    let mut pause = FIRST_PAUSE;
+    for attempt in 1..=ATTEMPTS {
+        let mut request = http::Request::post(target.url.clone())
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::USER_AGENT, "hitl")
+            .header("x-hitl-delivery-attempt", attempt.to_string());
+        if let Some(key) = &target.secret {
+            request = request.header(SIGNATURE_HEADER, signature(key, &body));
+        }
+        let request = request.body(Full::new(body.clone())).expect("a valid request");
+        let outcome = tokio::time::timeout(Duration::from_secs(10), client.request(request)).await;
+        let why = match outcome {
+            Ok(Ok(response)) if response.status().is_success() => return,
+            Ok(Ok(response)) => format!("HTTP {}", response.status()),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "no answer within 10 s".to_owned(),
+        };
+        tracing::warn!(url = %target.url, attempt, error = %why, "a notification was not delivered");
+        if attempt < ATTEMPTS {
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+        }
+    }
+    tracing::error!(url = %target.url, "a notification was dropped after {ATTEMPTS} attempts");
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn signatures_are_the_hex_hmac_of_the_body() {
+        // RFC 4231 test case 2.
+        let s = super::signature(b"Jefe", b"what do ya want for nothing?");
+        assert_eq!(s, "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    }
+}

@@ -1,0 +1,640 @@
+//! Approvals by someone else, over HTTP against the hitl program and a real upstream
+//! (the Python SDK's): the URL question the caller gets, the approvals API (listing,
+//! decisions, events), the two-person rule, webhooks (signature and retries checked by a
+//! local receiver), the audit file, the secret page, and the pages' own defences.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+
+use crate::auth::{jwt_fixture, request_as, token};
+use crate::harness::{Client, Reply, Server, TEST_SECRET};
+use crate::upstream::PythonUpstream;
+
+/// The webhook secret the tests' servers sign with.
+const HOOK_SECRET: &str = "hook-secret-for-tests";
+
+/// A client that can answer forms and be sent to pages.
+fn url_client() -> Value {
+    json!({"elicitation": {"form": {}, "url": {}}})
+}
+
+/// One request the webhook receiver got.
+#[derive(Debug, Clone)]
+pub(crate) struct Hook {
+    pub(crate) headers: http::HeaderMap,
+    pub(crate) body: Value,
+    pub(crate) raw: Bytes,
+}
+
+/// A local webhook receiver: answers 500 to the first `failures` requests, then 200,
+/// and keeps every request.
+pub(crate) struct Receiver {
+    pub(crate) url: String,
+    got: Arc<Mutex<Vec<Hook>>>,
+}
+
+impl Receiver {
+    pub(crate) async fn start(failures: usize) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let got: Arc<Mutex<Vec<Hook>>> = Arc::default();
+        let kept = got.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                let kept = kept.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                        let kept = kept.clone();
+                        async move {
+                            let (parts, body) = request.into_parts();
+                            let raw = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                            let body = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+                            let n = {
+                                let mut kept = kept.lock().unwrap();
+                                kept.push(Hook { headers: parts.headers, body, raw });
+                                kept.len()
+                            };
+                            let status = if n <= failures { 500 } else { 200 };
+                            Ok::<_, std::convert::Infallible>(
+                                http::Response::builder().status(status).body(Full::new(Bytes::new())).unwrap(),
+                            )
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Self { url, got }
+    }
+
+    /// The requests so far.
+    pub(crate) fn got(&self) -> Vec<Hook> {
+        self.got.lock().unwrap().clone()
+    }
+
+    /// Waits until a request satisfies `matches`.
+    pub(crate) async fn wait_for(&self, what: &str, matches: impl Fn(&Hook) -> bool) -> Hook {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(hook) = self.got().into_iter().find(|h| matches(h)) {
+                return hook;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no webhook {what}: got {:?}", self.got());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// `sha256=<hex>` of `body` under the test webhook secret, computed by `openssl`.
+fn expected_signature(body: &[u8]) -> String {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("openssl")
+        .args(["dgst", "-sha256", "-hmac", HOOK_SECRET, "-r"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("openssl runs");
+    child.stdin.take().unwrap().write_all(body).unwrap();
+    let out = child.wait_with_output().unwrap();
+    format!("sha256={}", String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap())
+}
+
+/// A folder with the JWT keys and a config, removed on drop.
+pub(crate) struct Folder(pub(crate) std::path::PathBuf);
+
+impl Folder {
+    pub(crate) fn new(config: &str) -> Self {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let folder = std::env::temp_dir().join(format!("hitl-e2e-approvals-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::copy(jwt_fixture("jwks.json"), folder.join("jwks.json")).unwrap();
+        std::fs::write(folder.join("hitl.toml"), config).unwrap();
+        Self(folder)
+    }
+
+    pub(crate) fn config(&self) -> String {
+        self.0.join("hitl.toml").display().to_string()
+    }
+
+    /// The hitl program on this config, with the webhook secret in its environment.
+    pub(crate) async fn serve(&self, extra: &[&str]) -> Server {
+        let mut command = std::process::Command::new(Server::program());
+        command.arg("serve").args(["--listen", "127.0.0.1:0", "--config", &self.config()]).args(extra);
+        if let Ok(store) = std::env::var("HITL_E2E_STORE") {
+            command.args(["--store", &store]);
+        }
+        command.stderr(std::process::Stdio::inherit());
+        let server = Server::spawn_command_with_env(
+            command,
+            &[("HITL_SECRET", TEST_SECRET), ("HITL_WEBHOOK_SECRET", HOOK_SECRET)],
+        );
+        server.wait_healthy().await;
+        server
+    }
+
+    pub(crate) fn audit(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.0.join("audit.jsonl")).unwrap_or_default();
+        text.lines().map(|l| serde_json::from_str(l).expect("each audit line is JSON")).collect()
+    }
+
+    /// Waits until the audit file has an entry satisfying `matches`.
+    pub(crate) async fn wait_audit(&self, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(entry) = self.audit().into_iter().find(|e| matches(e)) {
+                return entry;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no audit entry {what}: {:#?}", self.audit());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Folder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The config: JWT sign-in, `db` upstream, drops approved by group:sre, a webhook, an
+/// audit file.
+fn config(upstream: &str, hook: &str) -> String {
+    format!(
+        r#"[auth.jwt]
+issuer = "https://idp.example"
+audience = "hitl"
+jwks_file = "jwks.json"
+
+[[upstream]]
+name = "db"
+url = "{upstream}"
+
+[[policy]]
+tools = ["db.drop_*"]
+action = "review"
+approvers = ["group:sre"]
+
+[[notify]]
+url = "{hook}"
+secret_env = "HITL_WEBHOOK_SECRET"
+
+[audit]
+file = "audit.jsonl"
+"#
+    )
+}
+
+struct People {
+    /// The caller, herself in group:sre (so the two-person rule is what stops her).
+    alice: String,
+    /// An approver.
+    bob: String,
+    /// Neither.
+    carol: String,
+}
+
+fn people() -> People {
+    People {
+        alice: token("rsa-1", json!({"sub": "alice", "groups": ["sre"]})),
+        bob: token("ec-1", json!({"sub": "bob", "groups": ["sre"]})),
+        carol: token("hs-1", json!({"sub": "carol", "groups": ["dev"]})),
+    }
+}
+
+/// An API request with `token`.
+pub(crate) async fn api(server: &Server, token: &str, method: http::Method, path: &str, body: Option<Value>) -> Reply {
+    let bearer = format!("Bearer {token}");
+    let headers = [("authorization", bearer.as_str()), ("content-type", "application/json")];
+    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+    server.request(method, path, &headers, body).await.expect("the API answers")
+}
+
+fn text(reply: &Reply) -> String {
+    reply.body["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The paused drop's question key, URL and requestState.
+async fn ask(server: &Server, caller: &str, args: &Value) -> (String, String, String, Value) {
+    let asked = request_as(
+        server,
+        Some(caller),
+        url_client(),
+        1,
+        "tools/call",
+        json!({"name": "db.drop_partition", "arguments": args}),
+    )
+    .await;
+    let result = &asked.body["result"];
+    assert_eq!(result["resultType"], "input_required", "{}", asked.body);
+    let (key, question) = result["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    assert_eq!(question["params"]["mode"], "url", "{question}");
+    let url = question["params"]["url"].as_str().unwrap().to_owned();
+    (key.clone(), url, result["requestState"].as_str().unwrap().to_owned(), question.clone())
+}
+
+async fn retry(server: &Server, caller: &str, args: &Value, key: &str, state: &str, answer: Value) -> Reply {
+    let params = json!({"name": "db.drop_partition", "arguments": args, "requestState": state,
+                        "inputResponses": { key: answer }});
+    request_as(server, Some(caller), url_client(), 2, "tools/call", params).await
+}
+
+async fn executions(server: &Server, caller: &str) -> u64 {
+    let reply = request_as(
+        server,
+        Some(caller),
+        url_client(),
+        9,
+        "tools/call",
+        json!({"name": "db.executions", "arguments": {"tool": "drop_partition"}}),
+    )
+    .await;
+    text(&reply).parse().unwrap_or_else(|_| panic!("a count: {}", reply.body))
+}
+
+#[tokio::test]
+async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let hook = Receiver::start(1).await;
+    let folder = Folder::new(&config(&upstream.url, &hook.url));
+    let server = folder.serve(&[]).await;
+    let p = people();
+    let args = json!({"partition": "p1", "database": "orders"});
+
+    let (key, url, state, question) = ask(&server, &p.alice, &args).await;
+    assert_eq!(question["params"]["message"], "Waiting for approval by group:sre to run db.drop_partition");
+    let id = url.strip_prefix(&format!("http://{}/approvals/", server.addr)).expect("hitl's page").to_owned();
+
+    // Before the decision: the same URL question; the caller cannot answer it herself.
+    let look = json!({"action": "accept"});
+    let early = retry(&server, &p.alice, &args, &key, &state, look.clone()).await;
+    assert_eq!(early.body["result"]["inputRequests"][&key]["params"]["url"], url.as_str(), "{}", early.body);
+    assert_eq!(early.body["result"]["requestState"], state.as_str());
+    let forged = json!({"action": "accept", "content": {"decision": "approve"}});
+    let refused = retry(&server, &p.alice, &args, &key, &state, forged).await;
+    assert_eq!(refused.body["error"]["code"], -32602, "{}", refused.body);
+    assert_eq!(refused.body["error"]["message"], "This question is answered on its page, not by the client");
+
+    // The listing: bob sees it with its arguments, carol does not.
+    let listed = api(&server, &p.bob, http::Method::GET, "/api/approvals?status=pending", None).await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let entry = listed.body["approvals"].as_array().unwrap().iter().find(|a| a["id"] == id.as_str()).cloned();
+    let entry = entry.unwrap_or_else(|| panic!("listed: {}", listed.body));
+    assert_eq!((entry["tool"].clone(), entry["arguments"].clone()), (json!("db.drop_partition"), args.clone()));
+    assert_eq!((entry["caller"].clone(), entry["status"].clone()), (json!("user:alice"), json!("pending")));
+    assert_eq!(entry["link"], url.as_str());
+    let hidden = api(&server, &p.carol, http::Method::GET, "/api/approvals", None).await;
+    assert!(!hidden.body.to_string().contains(&id), "carol sees none: {}", hidden.body);
+    let one = api(&server, &p.carol, http::Method::GET, &format!("/api/approvals/{id}"), None).await;
+    assert_eq!(one.status, 404);
+    assert_eq!(api(&server, "nonsense", http::Method::GET, "/api/approvals", None).await.status, 401);
+
+    // Refused decisions: the caller herself, someone not named, a bad edit.
+    let decide = format!("/api/approvals/{id}/decision");
+    let own = api(&server, &p.alice, http::Method::POST, &decide, Some(json!({"decision": "approve"}))).await;
+    assert_eq!(own.status, 403, "{}", own.body);
+    assert!(own.body["error"].as_str().unwrap().contains("two-person rule"), "{}", own.body);
+    let outsider = api(&server, &p.carol, http::Method::POST, &decide, Some(json!({"decision": "approve"}))).await;
+    assert_eq!(outsider.status, 403, "{}", outsider.body);
+    let bad = json!({"decision": "edit", "args": {"partition": 7, "database": "orders"}});
+    let bad = api(&server, &p.bob, http::Method::POST, &decide, Some(bad)).await;
+    assert_eq!(bad.status, 422, "{}", bad.body);
+    let not_json = server
+        .request(http::Method::POST, &decide, &[("authorization", &format!("Bearer {}", p.bob))], Bytes::from("{"))
+        .await;
+    assert_eq!(not_json.map(|r| r.status).unwrap_or(400), 400);
+    assert_eq!(executions(&server, &p.alice).await, 0, "nothing ran before the decision");
+
+    // Bob approves, once.
+    let approved = api(&server, &p.bob, http::Method::POST, &decide, Some(json!({"decision": "approve"}))).await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    assert_eq!(
+        (approved.body["status"].clone(), approved.body["decided_by"].clone()),
+        (json!("approved"), json!("user:bob"))
+    );
+    let again = api(&server, &p.bob, http::Method::POST, &decide, Some(json!({"decision": "reject"}))).await;
+    assert_eq!(again.status, 409, "{}", again.body);
+
+    let done = retry(&server, &p.alice, &args, &key, &state, look.clone()).await;
+    assert_ne!(done.body["result"]["isError"], json!(true), "{}", done.body);
+    assert!(text(&done).contains("p1"), "{}", done.body);
+    let resent = retry(&server, &p.alice, &args, &key, &state, look).await;
+    assert_eq!(resent.body["result"], done.body["result"], "a resend gets the same result");
+    assert_eq!(executions(&server, &p.alice).await, 1, "run exactly once");
+
+    // The listing and the webhook know; the first delivery failed and was retried.
+    let decided = api(&server, &p.bob, http::Method::GET, &format!("/api/approvals/{id}"), None).await;
+    assert_eq!(decided.body["status"], "approved", "{}", decided.body);
+    let pending = hook.wait_for("pending", |h| h.body["event"] == "approval.pending").await;
+    assert_eq!(pending.body["approval"]["id"], id.as_str());
+    assert_eq!(pending.body["link"], url.as_str());
+    let decided = hook.wait_for("decided", |h| h.body["event"] == "approval.decided").await;
+    for h in [&pending, &decided] {
+        assert_eq!(h.headers["x-hitl-signature"].to_str().unwrap(), expected_signature(&h.raw), "signed");
+    }
+    let is_retry = |h: &Hook| h.body["event"] == "approval.pending" && h.headers["x-hitl-delivery-attempt"] == "2";
+    hook.wait_for("retried", is_retry).await;
+    let attempts: Vec<String> = hook
+        .got()
+        .iter()
+        .filter(|h| h.body["event"] == "approval.pending")
+        .map(|h| h.headers["x-hitl-delivery-attempt"].to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(attempts, ["1", "2"], "the failed delivery was tried again");
+
+    // The audit file has the whole story.
+    for event in ["asked", "refused", "approved", "answered", "executed", "finished"] {
+        folder.wait_audit(event, |e| e["event"] == event).await;
+    }
+    let approved = folder.wait_audit("approved", |e| e["event"] == "approved").await;
+    assert_eq!((approved["approver"].clone(), approved["principal"].clone()), (json!("user:bob"), json!("user:alice")));
+    assert_eq!(approved["arguments"], args);
+    assert!(approved["at"].as_str().unwrap().ends_with('Z') && approved["args_digest"].is_string(), "{approved}");
+    let refusals = folder.audit().into_iter().filter(|e| e["event"] == "refused").count();
+    assert_eq!(refusals, 3, "the caller, the outsider and the bad edit");
+    let trail = api(&server, &p.bob, http::Method::GET, "/api/audit?since=0", None).await;
+    let events: Vec<&str> =
+        trail.body["events"].as_array().unwrap().iter().filter_map(|e| e["event"].as_str()).collect();
+    assert!(events.contains(&"approved") && events.contains(&"executed"), "{events:?}");
+    assert_eq!(api(&server, &p.carol, http::Method::GET, "/api/audit", None).await.status, 403);
+}
+
+#[tokio::test]
+async fn edits_rejections_and_responses_reach_the_caller() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let hook = Receiver::start(0).await;
+    let folder = Folder::new(&config(&upstream.url, &hook.url));
+    let server = folder.serve(&[]).await;
+    let p = people();
+    let cases = [
+        (json!({"decision": "edit", "args": {"partition": "p9", "database": "orders"}}), "edited"),
+        (json!({"decision": "reject", "message": "not during the freeze"}), "rejected"),
+        (json!({"decision": "respond", "message": "p2 was dropped yesterday"}), "responded"),
+    ];
+    for (n, (decision, status)) in cases.into_iter().enumerate() {
+        let args = json!({"partition": format!("p{}", n + 2), "database": "orders"});
+        let (key, url, state, _) = ask(&server, &p.alice, &args).await;
+        let id = url.rsplit('/').next().unwrap();
+        let decided =
+            api(&server, &p.bob, http::Method::POST, &format!("/api/approvals/{id}/decision"), Some(decision)).await;
+        assert_eq!(decided.body["status"], status, "{}", decided.body);
+        let done = retry(&server, &p.alice, &args, &key, &state, json!({"action": "accept"})).await;
+        let result = &done.body["result"];
+        match status {
+            "edited" => assert!(text(&done).contains("p9") && result["isError"] != true, "{}", done.body),
+            "rejected" => {
+                assert_eq!((text(&done), result["isError"].clone()), ("not during the freeze".into(), json!(true)))
+            }
+            _ => assert_eq!(text(&done), "p2 was dropped yesterday", "{}", done.body),
+        }
+    }
+    let edited = folder.wait_audit("edited", |e| e["event"] == "edited").await;
+    assert_eq!(edited["diff"], json!({"partition": {"from": "p2", "to": "p9"}}), "{edited}");
+    assert_eq!(executions(&server, &p.alice).await, 1, "only the edit ran");
+}
+
+/// Reads SSE events from `path` until `until` says stop: the events' data, in order.
+async fn events_until(
+    server: &Client,
+    token: &str,
+    mut until: impl FnMut(&[Value]) -> bool,
+    started: tokio::sync::oneshot::Sender<()>,
+) -> Vec<Value> {
+    let stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::get("/api/approvals/events")
+        .header("host", server.addr.to_string())
+        .header("authorization", format!("Bearer {token}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut body = response.into_body();
+    let _ = started.send(());
+    let (mut seen, mut buffer) = (Vec::new(), String::new());
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.unwrap().into_data() else { continue };
+        buffer.push_str(&String::from_utf8_lossy(&data));
+        while let Some(end) = buffer.find("\n\n") {
+            let event: String = buffer.drain(..end + 2).collect();
+            let name = event.lines().find_map(|l| l.strip_prefix("event: ")).unwrap_or_default().to_owned();
+            if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data: ")) {
+                seen.push(json!({"event": name, "approval": serde_json::from_str::<Value>(data).unwrap()}));
+            }
+        }
+        if until(&seen) {
+            break;
+        }
+    }
+    seen
+}
+
+#[tokio::test]
+async fn the_events_stream_shows_pending_and_decided_approvals_to_approvers() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let hook = Receiver::start(0).await;
+    let folder = Folder::new(&config(&upstream.url, &hook.url));
+    let server = folder.serve(&[]).await;
+    let p = people();
+    let (started, ready) = tokio::sync::oneshot::channel();
+    let bob = p.bob.clone();
+    let client = *server;
+    let watcher = tokio::spawn(async move {
+        events_until(&client, &bob, |seen| seen.iter().any(|e| e["event"] == "approval.decided"), started).await
+    });
+    ready.await.unwrap();
+    let args = json!({"partition": "p5", "database": "orders"});
+    let (_, url, _, _) = ask(&server, &p.alice, &args).await;
+    let id = url.rsplit('/').next().unwrap().to_owned();
+    let decided = api(
+        &server,
+        &p.bob,
+        http::Method::POST,
+        &format!("/api/approvals/{id}/decision"),
+        Some(json!({"decision": "reject"})),
+    )
+    .await;
+    assert_eq!(decided.status, 200, "{}", decided.body);
+    let seen = tokio::time::timeout(Duration::from_secs(20), watcher).await.expect("the events arrive").unwrap();
+    let mine: Vec<(&str, &str)> = seen
+        .iter()
+        .filter(|e| e["approval"]["id"] == id.as_str())
+        .map(|e| (e["event"].as_str().unwrap(), e["approval"]["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(mine, [("approval.pending", "pending"), ("approval.decided", "rejected")]);
+}
+
+/// The CSRF cookie a page set, and the token in its form.
+fn csrf_of(reply_headers: &http::HeaderMap, html: &str) -> (String, String) {
+    let cookie = reply_headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|c| c.starts_with("hitl_csrf="))
+        .map(|c| c.split(';').next().unwrap().to_owned())
+        .expect("a CSRF cookie");
+    let token =
+        html.split("name=\"csrf\" value=\"").nth(1).and_then(|rest| rest.split('"').next()).expect("a CSRF field");
+    (cookie, token.to_owned())
+}
+
+#[tokio::test]
+async fn a_secret_typed_on_its_page_reaches_the_agent_and_nothing_else() {
+    let hook = Receiver::start(0).await;
+    let folder = Folder::new(&format!("[[notify]]\nurl = \"{}\"\n\n[audit]\nfile = \"audit.jsonl\"\n", hook.url));
+    let mut command = std::process::Command::new(Server::program());
+    command.arg("serve").args(["--listen", "127.0.0.1:0", "--config", &folder.config()]);
+    let log = folder.0.join("server.log");
+    command.stderr(std::fs::File::create(&log).unwrap()).env("RUST_LOG", "debug");
+    let server = Server::spawn_command_with_env(command, &[("HITL_SECRET", TEST_SECRET), ("RUST_LOG", "debug")]);
+    server.wait_healthy().await;
+
+    let asked = server.modern(1, "tools/call", json!({"name": "connect_github", "arguments": {}}), url_client()).await;
+    let (key, question) = asked.body["result"]["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    let url = question["params"]["url"].as_str().unwrap();
+    let path = url.strip_prefix(&format!("http://{}", server.addr)).expect("hitl's page").to_owned();
+    assert!(path.starts_with("/secrets/"), "{path}");
+    let state = asked.body["result"]["requestState"].clone();
+
+    let (status, headers, html) = server.raw(http::Method::GET, &path, &[], Bytes::new()).await;
+    assert_eq!(status, 200, "{html}");
+    assert_eq!(headers["x-frame-options"], "DENY");
+    assert!(headers["content-security-policy"].to_str().unwrap().contains("frame-ancestors 'none'"));
+    let (cookie, csrf) = csrf_of(&headers, &html);
+    let form_headers = [("content-type", "application/x-www-form-urlencoded"), ("cookie", cookie.as_str())];
+    let secret = "ghp_e2eS3cr3tT0ken";
+    // Without the CSRF token the form is refused.
+    let forged = server.raw(http::Method::POST, &path, &form_headers, Bytes::from(format!("value={secret}"))).await;
+    assert_eq!(forged.0, 403, "{}", forged.2);
+    let (status, _, saved) =
+        server.raw(http::Method::POST, &path, &form_headers, Bytes::from(format!("csrf={csrf}&value={secret}"))).await;
+    assert_eq!(status, 200, "{saved}");
+    assert!(saved.contains("Saved"), "{saved}");
+
+    let params = json!({"name": "connect_github", "arguments": {}, "requestState": state,
+                        "inputResponses": { key.as_str(): {"action": "accept"} }});
+    let done = server.modern(2, "tools/call", params, url_client()).await;
+    let sha = {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new("sha256sum")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(secret.as_bytes()).unwrap();
+        String::from_utf8(child.wait_with_output().unwrap().stdout)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(done.body["result"]["structuredContent"]["token_sha256"], sha.as_str(), "{}", done.body);
+    folder.wait_audit("the secret page's answer", |e| e["event"] == "answered" && e["page"]["type"] == "secret").await;
+    drop(server);
+    let everything = format!(
+        "{}{}{}{}",
+        asked.body,
+        done.body,
+        std::fs::read_to_string(folder.0.join("audit.jsonl")).unwrap(),
+        std::fs::read_to_string(&log).unwrap()
+    );
+    assert!(!everything.contains(secret), "the secret appears nowhere but in the agent");
+}
+
+#[tokio::test]
+async fn pages_need_a_sign_in_and_refuse_forged_forms() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let hook = Receiver::start(0).await;
+    let folder = Folder::new(&config(&upstream.url, &hook.url));
+    let server = folder.serve(&[]).await;
+    let p = people();
+    let args = json!({"partition": "p7", "database": "orders"});
+    let (key, url, state, _) = ask(&server, &p.alice, &args).await;
+    let path = url.strip_prefix(&format!("http://{}", server.addr)).unwrap().to_owned();
+
+    // Not signed in: to the login form, which comes back here.
+    let (status, headers, _) = server.raw(http::Method::GET, &path, &[], Bytes::new()).await;
+    assert_eq!(status, 303);
+    let login = headers["location"].to_str().unwrap().to_owned();
+    assert!(login.starts_with("/login?next=%2Fapprovals%2F"), "{login}");
+    let (_, headers, html) = server.raw(http::Method::GET, &login, &[], Bytes::new()).await;
+    assert!(html.contains("<label for=\"token\">"), "{html}");
+    let (csrf_cookie, csrf) = csrf_of(&headers, &html);
+    let form = |cookie: &str| {
+        vec![("content-type", "application/x-www-form-urlencoded".to_owned()), ("cookie", cookie.to_owned())]
+    };
+    let post = |cookie: String, body: String, at: String| {
+        let server = *server;
+        async move {
+            let headers = form(&cookie);
+            let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            server.raw(http::Method::POST, &at, &headers, Bytes::from(body)).await
+        }
+    };
+    let wrong = post(csrf_cookie.clone(), format!("csrf={csrf}&token=nope&next={}", &path), "/login".into()).await;
+    assert_eq!(wrong.0, 401);
+    let (status, headers, _) =
+        post(csrf_cookie.clone(), format!("csrf={csrf}&token={}&next={}", p.bob, path), "/login".into()).await;
+    assert_eq!((status, headers["location"].to_str().unwrap()), (303, path.as_str()));
+    let session = headers["set-cookie"].to_str().unwrap();
+    assert!(session.contains("HttpOnly") && session.contains("SameSite=Strict"), "{session}");
+    let cookies = format!("{csrf_cookie}; {}", session.split(';').next().unwrap());
+
+    let open =
+        post(csrf_cookie.clone(), format!("csrf={csrf}&token={}&next=//evil.example", p.bob), "/login".into()).await;
+    assert_eq!(open.1["location"], "/approvals", "no open redirect");
+
+    let (status, _, html) = server.raw(http::Method::GET, &path, &[("cookie", cookies.as_str())], Bytes::new()).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("db.drop_partition") && html.contains("id=\"approve\""), "{html}");
+    let forged = post(cookies.clone(), "decision=approve".into(), path.clone()).await;
+    assert_eq!(forged.0, 403, "no CSRF token, no decision");
+    let approved = post(cookies.clone(), format!("csrf={csrf}&decision=approve"), path.clone()).await;
+    assert_eq!(approved.0, 303, "{}", approved.2);
+    let (_, _, html) = server.raw(http::Method::GET, &path, &[("cookie", cookies.as_str())], Bytes::new()).await;
+    assert!(html.contains("approved") && !html.contains("id=\"approve\""), "{html}");
+    let done = retry(&server, &p.alice, &args, &key, &state, json!({"action": "accept"})).await;
+    assert!(text(&done).contains("p7"), "{}", done.body);
+}
+
+#[tokio::test]
+async fn approvers_need_sign_in_and_bad_notify_settings_are_refused() {
+    let check = |config: &str, env: &[(&str, &str)]| {
+        let folder = Folder::new(config);
+        let mut command = std::process::Command::new(Server::program());
+        command.args(["check", "--config", &folder.config()]).env_remove("HITL_WEBHOOK_SECRET");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let out = command.output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let approvers = "[[policy]]\ntools = [\"deploy_*\"]\naction = \"review\"\napprovers = [\"group:sre\"]\n";
+    let (ok, err) = check(approvers, &[]);
+    assert!(!ok && err.contains("names approvers, who sign in to decide"), "{err}");
+    let (ok, err) = check(&approvers.replace("review", "allow"), &[]);
+    assert!(!ok && err.contains("policy[0].approvers: only a policy with action = \"review\""), "{err}");
+    let notify = "[[notify]]\nurl = \"https://hooks.example/a\"\nsecret_env = \"HITL_WEBHOOK_SECRET\"\n";
+    let (ok, err) = check(notify, &[]);
+    assert!(
+        !ok && err.contains("notify[0].secret_env: the environment variable HITL_WEBHOOK_SECRET is not set"),
+        "{err}"
+    );
+    assert!(check(notify, &[("HITL_WEBHOOK_SECRET", "x")]).0);
+    let (ok, err) = check("[[notify]]\nurl = \"ftp://x\"\n", &[]);
+    assert!(!ok && err.contains("notify[0].url"), "{err}");
+    let (ok, err) = check("[[notify]]\nurl = \"https://x\"\nformat = \"teams\"\n", &[]);
+    assert!(!ok && err.contains("notify[0].format"), "{err}");
+    let (ok, err) = check("[audit]\nfiles = \"a\"\n", &[]);
+    assert!(!ok && err.contains("audit.files"), "{err}");
+}
