@@ -167,7 +167,7 @@ impl Drop for Folder {
 
 /// The config: JWT sign-in, `db` upstream, drops approved by group:sre, a webhook, an
 /// audit file.
-fn config(upstream: &str, hook: &str) -> String {
+pub(crate) fn config(upstream: &str, hook: &str) -> String {
     format!(
         r#"[auth.jwt]
 issuer = "https://idp.example"

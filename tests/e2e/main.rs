@@ -2,6 +2,7 @@
 
 mod approvals;
 mod auth;
+mod browser;
 mod config;
 mod edge;
 mod fixtures;

@@ -163,6 +163,12 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
             None
         }
     };
+    if !on_path("chromedriver") && std::env::var_os("HITL_CHROMEDRIVER").is_none() {
+        skipped.push(
+            "browser suite (tests/e2e/browser.rs): chromedriver is not on PATH (apt install chromium chromium-driver)"
+                .into(),
+        );
+    }
     let mut command = cargo();
     command.args(["test", "--workspace"]).args(extra);
     if let Some(url) = &redis_url {

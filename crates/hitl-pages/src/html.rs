@@ -11,7 +11,7 @@ pub(crate) const STYLE: &str = r#"
 :root { color-scheme: light; --ink: #1b1f24; --muted: #4a5560; --line: #c9d1d9; --accent: #0b57d0; --ok: #116329; --bad: #a40e26; }
 * { box-sizing: border-box; }
 body { margin: 0; font: 16px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--ink); background: #f6f8fa; }
-header { background: #fff; border-bottom: 1px solid var(--line); padding: .75rem 1rem; display: flex; justify-content: space-between; align-items: center; }
+header { background: #fff; border-bottom: 1px solid var(--line); padding: .75rem 1rem; display: flex; flex-wrap: wrap; gap: .5rem; justify-content: space-between; align-items: center; }
 header .brand { font-weight: 700; letter-spacing: .02em; }
 header form { margin: 0; }
 main { max-width: 44rem; margin: 1.5rem auto; padding: 0 1rem; }
