@@ -638,3 +638,100 @@ async fn approvers_need_sign_in_and_bad_notify_settings_are_refused() {
     let (ok, err) = check("[audit]\nfiles = \"a\"\n", &[]);
     assert!(!ok && err.contains("audit.files"), "{err}");
 }
+
+/// A folder with a tokens file (alice, bob) and `config`.
+fn tokens_folder(config: &str) -> Folder {
+    let folder = Folder::new(config);
+    std::fs::write(folder.0.join("tokens.txt"), "alice tok-alice\nbob tok-bob\n").unwrap();
+    folder
+}
+
+const AGENT_GATE: &str = "[auth]\ntokens_file = \"tokens.txt\"\n\n[[policy]]\ntools = [\"greeter\"]\naction = \"review\"\n\
+                          approvers = [\"user:bob\"]\n\n[audit]\nfile = \"audit.jsonl\"\n";
+
+#[tokio::test]
+async fn an_agent_starts_only_once_its_approver_said_yes() {
+    let folder = tokens_folder(AGENT_GATE);
+    let server = folder.serve(&[]).await;
+    let call = |n: u64, extra: Value| {
+        let mut params = json!({"name": "greeter", "arguments": {}});
+        params.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
+        let server = *server;
+        async move { request_as_client(&server, "tok-alice", n, params).await }
+    };
+    let asked = call(1, json!({})).await;
+    let (key, question) = asked.body["result"]["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    assert_eq!(question["params"]["message"], "Waiting for approval by user:bob to run greeter", "{}", asked.body);
+    let id = question["params"]["url"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
+    let state = asked.body["result"]["requestState"].clone();
+    let decided = api(
+        &server,
+        "tok-bob",
+        http::Method::POST,
+        &format!("/api/approvals/{id}/decision"),
+        Some(json!({"decision": "approve"})),
+    )
+    .await;
+    assert_eq!(decided.status, 200, "{}", decided.body);
+    // Approved: the agent starts, and asks its own question.
+    let started =
+        call(2, json!({"requestState": state, "inputResponses": { key.as_str(): {"action": "accept"} }})).await;
+    let result = &started.body["result"];
+    assert_eq!(result["inputRequests"]["user_name"]["params"]["message"], "What is your name?", "{}", started.body);
+    let answer = json!({"requestState": result["requestState"],
+                        "inputResponses": {"user_name": {"action": "accept", "content": {"name": "Ada"}}}});
+    let done = call(3, answer).await;
+    assert_eq!(done.body["result"]["structuredContent"]["greeting"], "Hello, Ada!", "{}", done.body);
+}
+
+/// A `tools/call` of `params` by the holder of `token`, from a client with URL mode.
+async fn request_as_client(server: &Client, token: &str, id: u64, params: Value) -> Reply {
+    let bearer = format!("Bearer {token}");
+    let name = params["name"].as_str().unwrap_or_default().to_owned();
+    let mut full = json!({ "_meta": crate::harness::modern_meta(url_client()) });
+    full.as_object_mut().unwrap().extend(params.as_object().cloned().unwrap_or_default());
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": full});
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", name.as_str()),
+        ("authorization", bearer.as_str()),
+    ];
+    server
+        .request(http::Method::POST, "/mcp", &headers, Bytes::from(body.to_string()))
+        .await
+        .expect("the call completes")
+}
+
+#[tokio::test]
+async fn an_approval_no_one_decides_expires_and_a_stray_sign_in_callback_is_refused() {
+    let folder = tokens_folder(AGENT_GATE);
+    let server = folder.serve(&["--default-ttl", "1"]).await;
+    let asked = request_as_client(&server, "tok-alice", 1, json!({"name": "greeter", "arguments": {}})).await;
+    let url = asked.body["result"]["inputRequests"].as_object().unwrap().values().next().unwrap()["params"]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let id = url.rsplit('/').next().unwrap().to_owned();
+    let expired = folder.wait_audit("expired", |e| e["event"] == "expired" && e["approval"] == id.as_str()).await;
+    assert_eq!(expired["principal"], "user:alice");
+    let listed = api(&server, "tok-bob", http::Method::GET, &format!("/api/approvals/{id}"), None).await;
+    assert_eq!(listed.body["status"], "expired", "{}", listed.body);
+    let late = api(
+        &server,
+        "tok-bob",
+        http::Method::POST,
+        &format!("/api/approvals/{id}/decision"),
+        Some(json!({"decision": "approve"})),
+    )
+    .await;
+    assert_eq!(late.status, 409, "{}", late.body);
+
+    let (status, headers, html) =
+        server.raw(http::Method::GET, "/oauth/callback?state=forged&code=abc", &[], Bytes::new()).await;
+    assert_eq!(status, 400, "{html}");
+    assert!(html.contains("Sign-in not completed"), "{html}");
+    assert_eq!(headers["x-frame-options"], "DENY");
+}

@@ -154,13 +154,12 @@ pub async fn records(store: &dyn crate::Records, prefix: &str, now_ms: u64) {
     let ids: Vec<&str> = mine.iter().filter_map(|e| e["id"].as_str()).collect();
     assert_eq!(ids, [a.as_str(), b.as_str()], "live entries, oldest first, a replaced one in its place");
 
-    for n in 0..3 {
-        store.append_audit(json!({"at_ms": now_ms + n, "event": "asked", "thread": prefix, "n": n})).await.unwrap();
-    }
+    let entries = (0..3).map(|n| json!({"at_ms": now_ms + n, "event": "asked", "thread": prefix, "n": n})).collect();
+    store.append_audit(entries).await.unwrap();
     let read = store.audit_since(now_ms + 1, 1_000).await.unwrap();
     let mine: Vec<&Value> = read.iter().filter(|e| e["thread"] == prefix).collect();
     assert_eq!(mine.iter().map(|e| e["n"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2], "entries since, in order");
-    assert!(mine.iter().all(|e| e["seq"].is_u64()), "the store numbers entries");
+    assert!(mine.iter().all(|e| !e["seq"].is_null()), "the store numbers entries");
 }
 
 #[cfg(test)]

@@ -28,8 +28,9 @@ pub trait Records: Send + Sync + 'static {
     /// Every live entry, oldest first.
     async fn approvals(&self) -> Result<Vec<Value>, StoreError>;
 
-    /// Adds `entry` (an object) to the audit trail; the store sets its `seq`.
-    async fn append_audit(&self, entry: Value) -> Result<(), StoreError>;
+    /// Adds `entries` (objects with their `at_ms`) to the audit trail, in order, in one
+    /// step where the store can; each gets a `seq` when read back.
+    async fn append_audit(&self, entries: Vec<Value>) -> Result<(), StoreError>;
 
     /// Audit entries whose `at_ms` is at or after `since_ms`, oldest first, at most
     /// `limit`.
@@ -80,12 +81,14 @@ impl<C: Clock> Records for MemoryStore<C> {
         Ok(live.into_iter().map(|(_, _, e)| e.clone()).collect())
     }
 
-    async fn append_audit(&self, mut entry: Value) -> Result<(), StoreError> {
+    async fn append_audit(&self, entries: Vec<Value>) -> Result<(), StoreError> {
         let mut kept = self.kept();
-        kept.next += 1;
-        entry["seq"] = kept.next.into();
-        kept.audit.push_back(entry);
-        if kept.audit.len() > AUDIT_KEPT {
+        for mut entry in entries {
+            kept.next += 1;
+            entry["seq"] = kept.next.into();
+            kept.audit.push_back(entry);
+        }
+        while kept.audit.len() > AUDIT_KEPT {
             kept.audit.pop_front();
         }
         Ok(())

@@ -34,65 +34,139 @@ impl AuditFile {
     }
 }
 
+/// The thread of an event, as much of it as the trail needs (a thread's checkpoint is
+/// never copied off the request's path).
+pub(crate) struct Call {
+    thread: String,
+    tool: String,
+    principal: Option<String>,
+    args_digest: String,
+}
+
+impl Call {
+    fn of(thread: &Thread) -> Self {
+        Self {
+            thread: thread.id.clone(),
+            tool: tool_name(&thread.tool).to_owned(),
+            principal: thread.principal.clone(),
+            args_digest: thread.args_digest.clone(),
+        }
+    }
+
+    /// An audit entry about this call.
+    fn entry(&self, event: &str) -> Value {
+        json!({"event": event, "thread": self.thread, "tool": self.tool, "principal": self.principal,
+               "args_digest": self.args_digest})
+    }
+}
+
 /// What the worker is told, owned.
 pub(crate) enum Note {
-    Asked(Box<Thread>),
-    Answered {
-        thread: Box<Thread>,
+    /// A round was asked: its number and keys, and its approvals.
+    Asked {
+        call: Call,
         round: u32,
         keys: Vec<String>,
+        approvals: Vec<PageView>,
+        expires_at_ms: u64,
+    },
+    /// A round was answered; `withdrawn` are its approvals no one decided.
+    Answered {
+        call: Call,
+        round: u32,
+        keys: Vec<String>,
+        withdrawn: Vec<PageView>,
     },
     Page(Box<PageView>),
     Began {
-        thread: String,
-        tool: String,
-        principal: Option<String>,
+        call: Call,
         step: String,
     },
     Finished {
-        thread: String,
-        tool: String,
-        principal: Option<String>,
+        call: Call,
         is_error: bool,
     },
     /// An audit entry made by the pages themselves (a refused decision).
     Audit(Value),
 }
 
+/// How many notes may wait for the worker; past it the oldest news is the one kept,
+/// and the log says how many were dropped.
+pub(crate) const QUEUE: usize = 65_536;
+
 /// Hands events to the worker.
-pub(crate) struct Ears(pub(crate) mpsc::UnboundedSender<Note>);
+pub(crate) struct Ears(pub(crate) mpsc::Sender<Note>);
+
+/// The approval questions of `thread`'s round (`unanswered`: only those no one
+/// decided), as their pages show them.
+fn approvals(thread: &Thread, unanswered: bool) -> Vec<PageView> {
+    let Some(round) = &thread.round else { return Vec::new() };
+    (0..round.questions.len())
+        .filter(|&i| {
+            round.questions[i]
+                .page
+                .as_ref()
+                .is_some_and(|p| matches!(p.kind, PageKind::Approval { .. }) && !(unanswered && p.answer.is_some()))
+        })
+        .filter_map(|i| view_of(thread, i))
+        .collect()
+}
 
 impl Observer for Ears {
     fn observe(&self, event: &Event<'_>) {
+        let keys = |round: &hitl_interrupt::Round| round.questions.iter().map(|q| q.key.clone()).collect();
         let note = match event {
-            Event::Asked { thread } => Note::Asked(Box::new((*thread).clone())),
+            Event::Asked { thread } => match &thread.round {
+                Some(round) => Note::Asked {
+                    call: Call::of(thread),
+                    round: round.n,
+                    keys: keys(round),
+                    approvals: approvals(thread, false),
+                    expires_at_ms: thread.expires_at_ms,
+                },
+                None => return,
+            },
             Event::Answered { thread, round } => Note::Answered {
-                thread: Box::new((*thread).clone()),
+                call: Call::of(thread),
                 round: round.n,
-                keys: round.questions.iter().map(|q| q.key.clone()).collect(),
+                keys: keys(round),
+                withdrawn: approvals(thread, true),
             },
             Event::PageAnswered { page } => Note::Page(Box::new((*page).clone())),
             Event::Began { thread_id, tool, principal, step } => Note::Began {
-                thread: (*thread_id).to_owned(),
-                tool: (*tool).to_owned(),
-                principal: principal.map(str::to_owned),
+                call: Call {
+                    thread: (*thread_id).to_owned(),
+                    tool: tool_name(tool).to_owned(),
+                    principal: principal.map(str::to_owned),
+                    args_digest: String::new(),
+                },
                 step: (*step).to_owned(),
             },
             Event::Finished { thread_id, tool, principal, result } => Note::Finished {
-                thread: (*thread_id).to_owned(),
-                tool: (*tool).to_owned(),
-                principal: principal.map(str::to_owned),
+                call: Call {
+                    thread: (*thread_id).to_owned(),
+                    tool: tool_name(tool).to_owned(),
+                    principal: principal.map(str::to_owned),
+                    args_digest: String::new(),
+                },
                 is_error: result.is_error == Some(true),
             },
             _ => return,
         };
-        // The worker lives as long as the pages; a send fails only at shutdown.
-        let _ = self.0.send(note);
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.0.try_send(note) {
+            static DROPPED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let dropped = DROPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            if dropped.is_power_of_two() {
+                tracing::error!(dropped, "the audit trail is behind: events were dropped");
+            }
+        }
     }
 }
 
 /// The worker's state.
 pub(crate) struct Worker {
+    /// Audit entries of the notes taken, written together.
+    pub(crate) batch: Vec<Value>,
     pub(crate) records: Arc<dyn Records>,
     pub(crate) base_url: String,
     pub(crate) audit_file: Option<AuditFile>,
@@ -212,92 +286,75 @@ fn status_of(decision: &Value) -> &'static str {
 }
 
 impl Worker {
-    pub(crate) async fn run(self, mut notes: mpsc::UnboundedReceiver<Note>) {
+    /// Takes notes as they come, many at a time, and writes their audit entries in one
+    /// go; every few seconds, marks approvals past their time expired.
+    pub(crate) async fn run(mut self, mut notes: mpsc::Receiver<Note>) {
         let mut sweep = tokio::time::interval(SWEEP);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut taken = Vec::new();
         loop {
             tokio::select! {
-                note = notes.recv() => match note {
-                    Some(note) => self.take(note).await,
-                    None => return,
-                },
+                n = notes.recv_many(&mut taken, 1_024) => {
+                    if n == 0 {
+                        return;
+                    }
+                    for note in taken.drain(..) {
+                        self.take(note).await;
+                    }
+                }
                 _ = sweep.tick() => self.expire().await,
             }
+            self.flush().await;
         }
     }
 
-    async fn take(&self, note: Note) {
+    async fn take(&mut self, note: Note) {
         match note {
-            Note::Asked(thread) => self.asked(&thread).await,
-            Note::Answered { thread, round, keys } => {
-                self.audit(json!({
-                    "event": "answered", "thread": thread.id, "tool": tool_name(&thread.tool),
-                    "principal": thread.principal, "round": round, "keys": keys, "args_digest": thread.args_digest,
-                }))
-                .await;
-                self.withdrawn(&thread).await;
+            Note::Asked { call, round, keys, approvals, expires_at_ms } => {
+                let mut entry = call.entry("asked");
+                entry["round"] = round.into();
+                entry["keys"] = json!(keys);
+                if let Some(first) = approvals.first() {
+                    entry["arguments"] =
+                        redact(&Value::Object(first.review.as_ref().map(|r| r.args.clone()).unwrap_or_default()));
+                    entry["approvals"] = approvals.iter().map(|a| Value::String(a.id.clone())).collect();
+                }
+                self.audit(entry);
+                for view in approvals {
+                    self.publish("approval.pending", pending_entry(&view, &self.base_url), expires_at_ms).await;
+                }
+            }
+            Note::Answered { call, round, keys, withdrawn } => {
+                let mut entry = call.entry("answered");
+                entry["round"] = round.into();
+                entry["keys"] = json!(keys);
+                self.audit(entry);
+                for view in withdrawn {
+                    let mut entry = self.entry(&view).await;
+                    entry["status"] = "withdrawn".into();
+                    entry["decided_at_ms"] = now_ms().into();
+                    let mut audit = call.entry("withdrawn");
+                    audit["approval"] = view.id.clone().into();
+                    self.audit(audit);
+                    self.publish("approval.decided", entry, now_ms()).await;
+                }
             }
             Note::Page(view) => self.page_answered(&view).await,
-            Note::Began { thread, tool, principal, step } => {
-                let tool = tool_name(&tool);
-                self.audit(
-                    json!({"event": "executed", "thread": thread, "tool": tool, "principal": principal, "step": step}),
-                )
-                .await;
+            Note::Began { call, step } => {
+                let mut entry = call.entry("executed");
+                entry["step"] = step.into();
+                self.audit(entry);
             }
-            Note::Finished { thread, tool, principal, is_error } => {
-                let tool = tool_name(&tool);
-                self.audit(json!({"event": "finished", "thread": thread, "tool": tool, "principal": principal, "is_error": is_error}))
-                    .await;
+            Note::Finished { call, is_error } => {
+                let mut entry = call.entry("finished");
+                entry["is_error"] = is_error.into();
+                self.audit(entry);
             }
-            Note::Audit(entry) => self.audit(entry).await,
+            Note::Audit(entry) => self.audit(entry),
         }
     }
 
-    async fn asked(&self, thread: &Thread) {
-        let Some(round) = &thread.round else { return };
-        let mut approvals = Vec::new();
-        for (index, question) in round.questions.iter().enumerate() {
-            let Some(page) = &question.page else { continue };
-            if !matches!(page.kind, PageKind::Approval { .. }) {
-                continue;
-            }
-            if let Some(view) = view_of(thread, index) {
-                approvals.push(pending_entry(&view, &self.base_url));
-            }
-        }
-        let args = approvals.first().map(|a| redact(&a["arguments"]));
-        self.audit(json!({
-            "event": "asked", "thread": thread.id, "tool": tool_name(&thread.tool), "principal": thread.principal,
-            "round": round.n, "keys": round.questions.iter().map(|q| q.key.clone()).collect::<Vec<_>>(),
-            "args_digest": thread.args_digest, "arguments": args,
-            "approvals": approvals.iter().map(|a| a["id"].clone()).collect::<Vec<_>>(),
-        }))
-        .await;
-        for entry in approvals {
-            self.publish("approval.pending", entry, thread.expires_at_ms).await;
-        }
-    }
-
-    /// Approvals of a resumed round that no one decided: the caller withdrew them.
-    async fn withdrawn(&self, thread: &Thread) {
-        let Some(round) = &thread.round else { return };
-        for (index, question) in round.questions.iter().enumerate() {
-            let Some(page) = question.page.as_ref().filter(|p| p.answer.is_none()) else { continue };
-            if !matches!(page.kind, PageKind::Approval { .. }) {
-                continue;
-            }
-            let Some(view) = view_of(thread, index) else { continue };
-            let mut entry = self.entry(&view).await;
-            entry["status"] = "withdrawn".into();
-            entry["decided_at_ms"] = now_ms().into();
-            self.audit(json!({"event": "withdrawn", "thread": thread.id, "tool": entry["tool"], "principal": thread.principal, "approval": view.id}))
-                .await;
-            self.publish("approval.decided", entry, now_ms()).await;
-        }
-    }
-
-    async fn page_answered(&self, view: &PageView) {
+    async fn page_answered(&mut self, view: &PageView) {
         let base = json!({
             "thread": view.thread_id, "tool": tool_name(&view.tool), "principal": view.principal,
             "approver": view.page.answered_by, "key": view.key,
@@ -308,7 +365,7 @@ impl Worker {
         match &view.page.kind {
             PageKind::Approval { .. } => {
                 let (entry, audit) = decided_entry(view, &self.base_url);
-                self.audit(audit).await;
+                self.audit(audit);
                 self.publish("approval.decided", entry, now_ms()).await;
             }
             // What a secret or sign-in page took is never written down.
@@ -316,13 +373,13 @@ impl Worker {
                 let mut audit = base;
                 audit["event"] = "answered".into();
                 audit["page"] = json!({"type": "secret", "label": label});
-                self.audit(audit).await;
+                self.audit(audit);
             }
             PageKind::SignIn => {
                 let mut audit = base;
                 audit["event"] = "answered".into();
                 audit["page"] = json!({"type": "sign_in"});
-                self.audit(audit).await;
+                self.audit(audit);
             }
         }
     }
@@ -347,7 +404,7 @@ impl Worker {
     }
 
     /// Pending approvals past their time become expired.
-    async fn expire(&self) {
+    async fn expire(&mut self) {
         let Ok(listed) = self.records.approvals().await else { return };
         let now = now_ms();
         for mut entry in listed {
@@ -360,38 +417,49 @@ impl Worker {
             self.audit(json!({
                 "event": "expired", "thread": entry["thread"], "tool": entry["tool"], "principal": entry["caller"],
                 "approval": entry["id"],
-            }))
-            .await;
+            }));
             self.publish("approval.decided", entry, now).await;
         }
     }
 
-    /// Adds `entry` (with its time) to the store's trail and the audit file.
-    pub(crate) async fn audit(&self, mut entry: Value) {
+    /// Adds `entry`, with its time, to the entries to write.
+    fn audit(&mut self, mut entry: Value) {
         let at = now_ms();
         entry["at_ms"] = at.into();
         entry["at"] = rfc3339(at).into();
-        if let Err(error) = self.records.append_audit(entry.clone()).await {
-            tracing::error!(%error, "an audit entry could not be stored");
+        self.batch.push(entry);
+    }
+
+    /// Writes the entries taken so far to the store's trail and the audit file.
+    async fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.batch);
+        let mut lines = String::new();
+        for entry in &batch {
+            lines.push_str(&entry.to_string());
+            lines.push('\n');
+        }
+        if let Err(error) = self.records.append_audit(batch).await {
+            tracing::error!(%error, "audit entries could not be stored");
         }
         let Some(file) = &self.audit_file else { return };
-        let mut line = entry.to_string();
-        line.push('\n');
         let written = match file {
             AuditFile::Stdout => {
                 let mut out = tokio::io::stdout();
-                match out.write_all(line.as_bytes()).await {
+                match out.write_all(lines.as_bytes()).await {
                     Ok(()) => out.flush().await,
                     Err(e) => Err(e),
                 }
             }
             AuditFile::Path(path) => match tokio::fs::OpenOptions::new().create(true).append(true).open(path).await {
-                Ok(mut f) => f.write_all(line.as_bytes()).await,
+                Ok(mut f) => f.write_all(lines.as_bytes()).await,
                 Err(e) => Err(e),
             },
         };
         if let Err(error) = written {
-            tracing::error!(%error, "an audit line could not be written");
+            tracing::error!(%error, "audit lines could not be written");
         }
     }
 }

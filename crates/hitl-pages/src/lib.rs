@@ -85,8 +85,8 @@ impl PagesConfig {
 /// The pages, the approvals API and the ledger.
 pub struct Pages {
     shared: Arc<Shared>,
-    worker: Mutex<Option<(ledger::Worker, mpsc::UnboundedReceiver<ledger::Note>)>>,
-    notes: mpsc::UnboundedSender<ledger::Note>,
+    worker: Mutex<Option<(ledger::Worker, mpsc::Receiver<ledger::Note>)>>,
+    notes: mpsc::Sender<ledger::Note>,
 }
 
 impl std::fmt::Debug for Pages {
@@ -100,7 +100,7 @@ struct Shared {
     records: Arc<dyn Records>,
     keys: Keys,
     events: broadcast::Sender<Value>,
-    notes: mpsc::UnboundedSender<ledger::Note>,
+    notes: mpsc::Sender<ledger::Note>,
 }
 
 impl Pages {
@@ -113,8 +113,9 @@ impl Pages {
     pub fn new(config: PagesConfig, records: Arc<dyn Records>, secret: &Secret) -> Self {
         let keys = Keys::new(secret.derive("pages/session"), config.base_url.starts_with("https://"));
         let (events, _) = broadcast::channel(256);
-        let (notes, received) = mpsc::unbounded_channel();
+        let (notes, received) = mpsc::channel(ledger::QUEUE);
         let worker = ledger::Worker {
+            batch: Vec::new(),
             records: records.clone(),
             base_url: config.base_url.clone(),
             audit_file: config.audit_file.clone(),
@@ -420,7 +421,7 @@ impl Shared {
             Err(e) => return Err(Refusal(StatusCode::SERVICE_UNAVAILABLE, format!("The store is unavailable: {e}"))),
         };
         let refused = |why: &str| {
-            let _ = self.notes.send(ledger::Note::Audit(json!({
+            let _ = self.notes.try_send(ledger::Note::Audit(json!({
                 "event": "refused", "thread": view.thread_id, "tool": view.review.as_ref().map(|r| r.tool.clone()),
                 "principal": view.principal, "approver": who.principal, "approval": id, "reason": why,
             })));

@@ -13,6 +13,10 @@ const TIMES: &str = "hitl:{approvals}:until";
 /// Insertion order, so listings are oldest first whatever the expiry.
 const ORDER: &str = "hitl:{approvals}:order";
 const AUDIT: &str = "hitl:audit";
+/// How far apart the clocks of Redis and the replicas may be, for `since` reads.
+const SKEW_MS: u64 = 60_000;
+/// Audit entries read per `XRANGE`.
+const PAGE: usize = 1_000;
 
 /// Drops entries past their time (KEYS: entries, until, order; ARGV: now).
 const PRUNE: &str = r"
@@ -86,59 +90,60 @@ impl Records for RedisStore {
         entries.into_iter().flatten().map(|e| serde_json::from_str(&e).map_err(corrupt)).collect()
     }
 
-    async fn append_audit(&self, mut entry: Value) -> Result<(), StoreError> {
-        let mut connection = self.connection().await?;
-        let seq: i64 =
-            redis::cmd("INCR").arg("hitl:audit:seq").query_async(&mut connection).await.map_err(unavailable)?;
-        entry["seq"] = seq.into();
-        let at = entry.get("at_ms").and_then(Value::as_u64).unwrap_or_else(now_ms);
-        // The entry's own time orders the stream, so `since` reads by it; `-*` lets
-        // Redis number entries of the same millisecond (and any that come late).
-        let id = format!("{at}-*");
-        let added: redis::RedisResult<String> = redis::cmd("XADD")
-            .arg(AUDIT)
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(AUDIT_KEPT)
-            .arg(&id)
-            .arg("e")
-            .arg(entry.to_string())
-            .query_async(&mut connection)
-            .await;
-        match added {
-            Ok(_) => Ok(()),
-            // An entry older than the stream's last one: kept under the next id.
-            Err(_) => {
-                let _: String = redis::cmd("XADD")
-                    .arg(AUDIT)
-                    .arg("MAXLEN")
-                    .arg("~")
-                    .arg(AUDIT_KEPT)
-                    .arg("*")
-                    .arg("e")
-                    .arg(entry.to_string())
-                    .query_async(&mut connection)
-                    .await
-                    .map_err(unavailable)?;
-                Ok(())
-            }
+    async fn append_audit(&self, entries: Vec<Value>) -> Result<(), StoreError> {
+        if entries.is_empty() {
+            return Ok(());
         }
+        let mut connection = self.connection().await?;
+        // Redis numbers the entries by its clock (ms), which `since` reads by.
+        let mut pipe = redis::pipe();
+        for entry in &entries {
+            pipe.cmd("XADD")
+                .arg(AUDIT)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(AUDIT_KEPT)
+                .arg("*")
+                .arg("e")
+                .arg(entry.to_string())
+                .ignore();
+        }
+        let () = pipe.query_async(&mut connection).await.map_err(unavailable)?;
+        Ok(())
     }
 
     async fn audit_since(&self, since_ms: u64, limit: usize) -> Result<Vec<Value>, StoreError> {
         let mut connection = self.connection().await?;
-        let read: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-            .arg(AUDIT)
-            .arg(since_ms)
-            .arg("+")
-            .arg("COUNT")
-            .arg(limit)
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        read.into_iter()
-            .flat_map(|(_, fields)| fields.into_iter().map(|(_, e)| e))
-            .map(|e| serde_json::from_str(&e).map_err(corrupt))
-            .collect()
+        // Entries are numbered by Redis's clock and filtered by their own `at_ms`: read
+        // from a minute before, for clocks that differ, a page at a time.
+        let mut start = since_ms.saturating_sub(SKEW_MS).to_string();
+        let mut found = Vec::new();
+        loop {
+            let read: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+                .arg(AUDIT)
+                .arg(&start)
+                .arg("+")
+                .arg("COUNT")
+                .arg(PAGE)
+                .query_async(&mut connection)
+                .await
+                .map_err(unavailable)?;
+            let last = read.last().map(|(id, _)| id.clone());
+            for (id, fields) in read {
+                for (_, e) in fields {
+                    let mut entry: Value = serde_json::from_str(&e).map_err(corrupt)?;
+                    if entry.get("at_ms").and_then(Value::as_u64).unwrap_or(0) >= since_ms {
+                        entry["seq"] = Value::String(id.clone());
+                        found.push(entry);
+                    }
+                }
+            }
+            match last {
+                Some(last) if found.len() < limit => start = format!("({last}"),
+                _ => break,
+            }
+        }
+        found.truncate(limit);
+        Ok(found)
     }
 }
