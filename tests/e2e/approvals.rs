@@ -129,7 +129,9 @@ impl Folder {
     pub(crate) async fn serve(&self, extra: &[&str]) -> Server {
         let mut command = std::process::Command::new(Server::program());
         command.arg("serve").args(["--listen", "127.0.0.1:0", "--config", &self.config()]).args(extra);
-        if let Ok(store) = std::env::var("HITL_E2E_STORE") {
+        if let Ok(store) = std::env::var("HITL_E2E_STORE")
+            && !extra.contains(&"--store")
+        {
             command.args(["--store", &store]);
         }
         command.stderr(std::process::Stdio::inherit());
@@ -734,4 +736,101 @@ async fn an_approval_no_one_decides_expires_and_a_stray_sign_in_callback_is_refu
     assert_eq!(status, 400, "{html}");
     assert!(html.contains("Sign-in not completed"), "{html}");
     assert_eq!(headers["x-frame-options"], "DENY");
+}
+
+#[tokio::test]
+async fn a_notifications_single_use_link_signs_its_approver_in_to_that_approval_once() {
+    let hook = Receiver::start(0).await;
+    let folder = tokens_folder(&format!("{AGENT_GATE}\n[[notify]]\nurl = \"{}\"\n", hook.url));
+    let server = folder.serve(&[]).await;
+    let asked = request_as_client(&server, "tok-alice", 1, json!({"name": "greeter", "arguments": {}})).await;
+    let (key, question) = asked.body["result"]["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    let url = question["params"]["url"].as_str().unwrap().to_owned();
+    let path = url.strip_prefix(&format!("http://{}", server.addr)).unwrap().to_owned();
+    let pending = hook.wait_for("pending", |h| h.body["event"] == "approval.pending").await;
+    let link = pending.body["links"]["user:bob"].as_str().unwrap_or_else(|| panic!("a link for bob: {}", pending.body));
+    assert!(link.starts_with(&format!("{url}?ticket=")), "{link}");
+    let ticket_path = link.strip_prefix(&format!("http://{}", server.addr)).unwrap().to_owned();
+
+    let tampered = format!("{ticket_path}x");
+    assert_eq!(server.raw(http::Method::GET, &tampered, &[], Bytes::new()).await.0, 403);
+    let (status, headers, _) = server.raw(http::Method::GET, &ticket_path, &[], Bytes::new()).await;
+    assert_eq!((status, headers["location"].to_str().unwrap()), (303, path.as_str()));
+    let session = headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|c| c.starts_with("hitl_session="))
+        .map(|c| c.split(';').next().unwrap().to_owned())
+        .expect("a session");
+    let (status, _, _) = server.raw(http::Method::GET, &ticket_path, &[], Bytes::new()).await;
+    assert_eq!(status, 303, "a second use is an ordinary sign-in");
+    let (_, headers, _) = server.raw(http::Method::GET, &ticket_path, &[], Bytes::new()).await;
+    assert!(headers["location"].to_str().unwrap().starts_with("/login"), "used once already");
+
+    let (status, headers, html) =
+        server.raw(http::Method::GET, &path, &[("cookie", session.as_str())], Bytes::new()).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("Signed in as user:bob") && html.contains("id=\"approve\""), "{html}");
+    let (status, _, _) =
+        server.raw(http::Method::GET, "/approvals", &[("cookie", session.as_str())], Bytes::new()).await;
+    assert_eq!(status, 303, "the link's session reaches that approval alone");
+    let (csrf_cookie, csrf) = csrf_of(&headers, &html);
+    let cookies = format!("{session}; {csrf_cookie}");
+    let form = [("content-type", "application/x-www-form-urlencoded"), ("cookie", cookies.as_str())];
+    let (status, _, _) =
+        server.raw(http::Method::POST, &path, &form, Bytes::from(format!("csrf={csrf}&decision=approve"))).await;
+    assert_eq!(status, 303);
+    let params = json!({"name": "greeter", "arguments": {}, "requestState": asked.body["result"]["requestState"],
+                        "inputResponses": { key.as_str(): {"action": "accept"} }});
+    let started = request_as_client(&server, "tok-alice", 2, params).await;
+    assert!(started.body["result"]["inputRequests"]["user_name"].is_object(), "{}", started.body);
+    folder.wait_audit("the link's sign-in", |e| e["event"] == "signed_in" && e["approver"] == "user:bob").await;
+}
+
+#[tokio::test]
+async fn replicas_on_redis_share_the_listing_and_stream_each_others_decisions() {
+    let Some(url) = crate::harness::redis_url("approvals on replicas") else { return };
+    let folder = tokens_folder(AGENT_GATE);
+    let (a, b) = (folder.serve(&["--store", &url]).await, folder.serve(&["--store", &url]).await);
+    let (started, ready) = tokio::sync::oneshot::channel();
+    let client = *b;
+    let streamed: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let progress = streamed.clone();
+    let watcher = tokio::spawn(async move {
+        let until = move |seen: &[Value]| {
+            *progress.lock().unwrap() = seen.to_vec();
+            seen.iter().any(|e| e["event"] == "approval.decided")
+        };
+        events_until(&client, "tok-bob", until, started).await
+    });
+    ready.await.unwrap();
+    // Asked on a, listed and streamed by b, decided on b, resumed on a.
+    let first = request_as_client(&a, "tok-alice", 1, json!({"name": "greeter", "arguments": {}})).await;
+    let (key, question) = first.body["result"]["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    let id = question["params"]["url"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
+    let listed = api(&b, "tok-bob", http::Method::GET, &format!("/api/approvals/{id}"), None).await;
+    assert_eq!(listed.body["status"], "pending", "{}", listed.body);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !streamed.lock().unwrap().iter().any(|e| e["approval"]["id"] == id.as_str()) {
+        assert!(tokio::time::Instant::now() < deadline, "b never streamed a's pending approval");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let decided = api(
+        &b,
+        "tok-bob",
+        http::Method::POST,
+        &format!("/api/approvals/{id}/decision"),
+        Some(json!({"decision": "approve"})),
+    )
+    .await;
+    assert_eq!(decided.status, 200, "{}", decided.body);
+    let seen = tokio::time::timeout(Duration::from_secs(20), watcher).await.expect("events arrive").unwrap();
+    let mine: Vec<&str> =
+        seen.iter().filter(|e| e["approval"]["id"] == id.as_str()).map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(mine, ["approval.pending", "approval.decided"], "{seen:?}");
+    let params = json!({"name": "greeter", "arguments": {}, "requestState": first.body["result"]["requestState"],
+                        "inputResponses": { key.as_str(): {"action": "accept"} }});
+    let started = request_as_client(&a, "tok-alice", 2, params).await;
+    assert!(started.body["result"]["inputRequests"]["user_name"].is_object(), "{}", started.body);
 }

@@ -160,6 +160,13 @@ pub async fn records(store: &dyn crate::Records, prefix: &str, now_ms: u64) {
     let mine: Vec<&Value> = read.iter().filter(|e| e["thread"] == prefix).collect();
     assert_eq!(mine.iter().map(|e| e["n"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2], "entries since, in order");
     assert!(mine.iter().all(|e| !e["seq"].is_null()), "the store numbers entries");
+
+    let once = format!("{prefix}-ticket");
+    assert!(store.use_once(&once, later).await.unwrap(), "the first use");
+    assert!(!store.use_once(&once, later).await.unwrap(), "never a second");
+    let lapsed = format!("{prefix}-lapsed");
+    assert!(store.use_once(&lapsed, now_ms.saturating_sub(1)).await.unwrap());
+    assert!(store.use_once(&lapsed, later).await.unwrap(), "a mark past its time is gone");
 }
 
 #[cfg(test)]

@@ -362,7 +362,7 @@ impl Engine {
             return Ok(Err(e));
         }
         let reply = round::render(&thread.id, round, &self.secret);
-        let observed = self.observer.as_ref().map(|_| thread.clone());
+        let observed = self.observer.as_ref().map(|_| thread.summary());
         match self.store.create_paused(thread, &owner, self.limits.paused).await {
             Ok(Ok(())) => {
                 if let Some(thread) = &observed {
@@ -560,7 +560,7 @@ impl Engine {
             }
             Ending::NextRound(thread, reply) => {
                 let (id, owner, until) = (thread.id.clone(), thread.owner.clone(), thread.expires_at_ms);
-                let observed = self.observer.as_ref().map(|_| (*thread).clone());
+                let observed = self.observer.as_ref().map(|_| thread.summary());
                 let saved = self.store.save(*thread, Some(expected)).await;
                 if saved.is_ok()
                     && let Some(thread) = &observed

@@ -61,7 +61,7 @@ pub use engine::{
     MAX_ROUNDS_PER_REQUEST, NEWER_FORMAT, Reply,
 };
 pub use pages::{Event, Observer, PageAnswer, PageInput, PageView};
-pub use records::{AUDIT_KEPT, Records, Store};
+pub use records::{AUDIT_KEPT, AUDIT_KEPT_IN_MEMORY, Records, Store};
 pub use state::Secret;
 pub use store::{
     Clock, LimitReached, ManualClock, MemoryStore, PausedLimits, SaveError, Sleep, StoreError, SystemClock,

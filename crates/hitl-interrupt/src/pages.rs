@@ -18,7 +18,7 @@ use crate::{EngineError, Page, PageKind, Question, QuestionKind, Thread};
 pub enum Event<'a> {
     /// A round was stored and asked (a new call's, or the next one of a call).
     Asked {
-        /// The thread, with its open round.
+        /// The thread, with its open round ([`Thread::summary`]: no checkpoint).
         thread: &'a Thread,
     },
     /// A round's answers were taken: the agent resumes with them.

@@ -12,8 +12,11 @@ use serde_json::Value;
 use crate::StoreError;
 use crate::store::{Clock, MemoryStore};
 
-/// The most audit entries a store keeps (the oldest go first).
+/// The most audit entries a shared store keeps (the oldest go first).
 pub const AUDIT_KEPT: usize = 100_000;
+/// The most audit entries the memory store keeps, as JSON text (the `[audit] file`
+/// has them all).
+pub const AUDIT_KEPT_IN_MEMORY: usize = 10_000;
 
 /// The approvals listing and the audit trail.
 #[async_trait]
@@ -35,6 +38,10 @@ pub trait Records: Send + Sync + 'static {
     /// Audit entries whose `at_ms` is at or after `since_ms`, oldest first, at most
     /// `limit`.
     async fn audit_since(&self, since_ms: u64, limit: usize) -> Result<Vec<Value>, StoreError>;
+
+    /// Marks `key` used until `until_ms`: `true` the first time, `false` while it is
+    /// marked (single-use links).
+    async fn use_once(&self, key: &str, until_ms: u64) -> Result<bool, StoreError>;
 }
 
 /// A store of threads and records: what a server with pages runs on.
@@ -46,8 +53,9 @@ impl<T: crate::ThreadStore + Records> Store for T {}
 #[derive(Default)]
 pub(crate) struct Kept {
     approvals: HashMap<String, (u64, u64, Value)>,
+    used: HashMap<String, u64>,
     next: u64,
-    audit: VecDeque<Value>,
+    audit: VecDeque<(u64, String)>,
 }
 
 impl<C: Clock> MemoryStore<C> {
@@ -86,18 +94,30 @@ impl<C: Clock> Records for MemoryStore<C> {
         for mut entry in entries {
             kept.next += 1;
             entry["seq"] = kept.next.into();
-            kept.audit.push_back(entry);
+            let at = entry.get("at_ms").and_then(Value::as_u64).unwrap_or(0);
+            kept.audit.push_back((at, entry.to_string()));
         }
-        while kept.audit.len() > AUDIT_KEPT {
+        while kept.audit.len() > AUDIT_KEPT_IN_MEMORY {
             kept.audit.pop_front();
         }
         Ok(())
     }
 
+    async fn use_once(&self, key: &str, until_ms: u64) -> Result<bool, StoreError> {
+        let now = self.now();
+        let mut kept = self.kept();
+        kept.used.retain(|_, until| *until > now);
+        Ok(kept.used.insert(key.to_owned(), until_ms).is_none())
+    }
+
     async fn audit_since(&self, since_ms: u64, limit: usize) -> Result<Vec<Value>, StoreError> {
         let kept = self.kept();
-        let at = |e: &Value| e.get("at_ms").and_then(Value::as_u64).unwrap_or(0);
-        Ok(kept.audit.iter().filter(|e| at(e) >= since_ms).take(limit).cloned().collect())
+        let since = kept.audit.iter().filter(|(at, _)| *at >= since_ms).take(limit);
+        since
+            .map(|(_, e)| {
+                serde_json::from_str(e).map_err(|e| StoreError::Corrupt { id: "audit".into(), reason: e.to_string() })
+            })
+            .collect()
     }
 }
 

@@ -57,6 +57,28 @@ pub struct Thread {
     pub expires_at_ms: u64,
 }
 
+impl Thread {
+    /// The record without its checkpoint and last round: what observers are shown,
+    /// copied without the agent's state.
+    pub fn summary(&self) -> Thread {
+        Thread {
+            format: self.format,
+            id: self.id.clone(),
+            version: self.version,
+            tool: self.tool.clone(),
+            args_digest: self.args_digest.clone(),
+            principal: self.principal.clone(),
+            owner: self.owner.clone(),
+            checkpoint: None,
+            round: self.round.clone(),
+            last: None,
+            claim: self.claim.clone(),
+            begun: self.begun,
+            expires_at_ms: self.expires_at_ms,
+        }
+    }
+}
+
 /// A round claimed by the request that resumes the agent, so that it resumes once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {

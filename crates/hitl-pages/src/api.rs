@@ -120,7 +120,7 @@ fn bearer(shared: &Shared, headers: &http::HeaderMap) -> Result<Session, String>
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .ok_or("this API needs Authorization: Bearer <token>")?;
     let (principal, groups) = shared.identify(token.trim())?;
-    Ok(Session { principal, groups, expires: u64::MAX })
+    Ok(Session { principal, groups, expires: u64::MAX, scope: None })
 }
 
 /// A decision's JSON: `{"decision": "approve" | "edit" | "reject" | "respond",

@@ -15,8 +15,9 @@ use crate::notify::Notifier;
 
 /// How long a decided (or expired) approval stays listed.
 const KEPT_AFTER: Duration = Duration::from_secs(24 * 3600);
-/// How often pending approvals past their time are marked expired.
-const SWEEP: Duration = Duration::from_secs(5);
+/// How often the listing is read: approvals past their time are marked expired, and
+/// changes made by other replicas reach this one's events stream.
+const SWEEP: Duration = Duration::from_secs(1);
 
 /// Where audit lines go besides the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,6 +168,9 @@ impl Observer for Ears {
 pub(crate) struct Worker {
     /// Audit entries of the notes taken, written together.
     pub(crate) batch: Vec<Value>,
+    /// The status of each listed approval as this replica's events stream last told
+    /// it (`None` until the listing was first read).
+    pub(crate) seen: Option<std::collections::HashMap<String, String>>,
     pub(crate) records: Arc<dyn Records>,
     pub(crate) base_url: String,
     pub(crate) audit_file: Option<AuditFile>,
@@ -302,7 +306,7 @@ impl Worker {
                         self.take(note).await;
                     }
                 }
-                _ = sweep.tick() => self.expire().await,
+                _ = sweep.tick() => self.sweep().await,
             }
             self.flush().await;
         }
@@ -393,8 +397,11 @@ impl Worker {
     }
 
     /// Lists `entry` (kept a day past `from_ms`), notifies and streams it.
-    async fn publish(&self, event: &str, entry: Value, from_ms: u64) {
+    async fn publish(&mut self, event: &str, entry: Value, from_ms: u64) {
         let id = entry["id"].as_str().unwrap_or_default().to_owned();
+        if let Some(seen) = &mut self.seen {
+            seen.insert(id.clone(), entry["status"].as_str().unwrap_or_default().to_owned());
+        }
         let until = from_ms.max(now_ms()).saturating_add(KEPT_AFTER.as_millis() as u64);
         if let Err(error) = self.records.put_approval(&id, entry.clone(), until).await {
             tracing::error!(%error, approval = %id, "the approval could not be listed");
@@ -403,15 +410,33 @@ impl Worker {
         let _ = self.events.send(json!({ "event": event, "approval": entry }));
     }
 
-    /// Pending approvals past their time become expired.
-    async fn expire(&mut self) {
+    /// Reads the listing: pending approvals past their time become expired (once, on
+    /// whichever replica gets there first), and what other replicas listed since the
+    /// last look goes to this replica's events stream.
+    async fn sweep(&mut self) {
         let Ok(listed) = self.records.approvals().await else { return };
         let now = now_ms();
-        for mut entry in listed {
-            let expired = entry["status"] == "pending" && entry["expires_at_ms"].as_u64().is_some_and(|at| at <= now);
-            if !expired {
+        let first = self.seen.is_none();
+        let mut seen = self.seen.take().unwrap_or_default();
+        seen.retain(|id, _| listed.iter().any(|e| e["id"] == id.as_str()));
+        let mut expired = Vec::new();
+        for entry in listed {
+            let id = entry["id"].as_str().unwrap_or_default().to_owned();
+            let status = entry["status"].as_str().unwrap_or_default().to_owned();
+            let lapsed = status == "pending" && entry["expires_at_ms"].as_u64().is_some_and(|at| at <= now);
+            let until = now.saturating_add(KEPT_AFTER.as_millis() as u64);
+            if lapsed && self.records.use_once(&format!("expired:{id}"), until).await.unwrap_or(false) {
+                expired.push(entry);
                 continue;
             }
+            if !first && seen.get(&id) != Some(&status) {
+                let event = if status == "pending" { "approval.pending" } else { "approval.decided" };
+                let _ = self.events.send(json!({ "event": event, "approval": entry }));
+            }
+            seen.insert(id, status);
+        }
+        self.seen = Some(seen);
+        for mut entry in expired {
             entry["status"] = "expired".into();
             entry["decided_at_ms"] = now.into();
             self.audit(json!({

@@ -116,10 +116,11 @@ impl Pages {
         let (notes, received) = mpsc::channel(ledger::QUEUE);
         let worker = ledger::Worker {
             batch: Vec::new(),
+            seen: None,
             records: records.clone(),
             base_url: config.base_url.clone(),
             audit_file: config.audit_file.clone(),
-            notifier: notify::Notifier::new(config.notify.clone()),
+            notifier: notify::Notifier::new(config.notify.clone(), keys.clone()),
             events: events.clone(),
         };
         let shared = Arc::new(Shared { config, records, keys, events, notes: notes.clone() });
@@ -261,7 +262,7 @@ impl Shared {
                 }
                 response
             }
-            (&Method::GET, ["approvals"], _) => match &visit.session {
+            (&Method::GET, ["approvals"], _) => match visit.session.as_ref().filter(|s| s.scope.is_none()) {
                 None => see_other(&format!("/login?next={}", encode(path))),
                 Some(session) => {
                     let listed = self.records.approvals().await.unwrap_or_default();
@@ -269,6 +270,9 @@ impl Shared {
                     self.html(StatusCode::OK, html::list(&mine, Some(session), &visit.csrf))
                 }
             },
+            (&Method::GET, ["approvals", id], _) if query.contains_key("ticket") => {
+                self.ticket(id, &query["ticket"], path, visit).await
+            }
             (method, ["approvals", id], fields) if *method == Method::GET || fields.is_some() => {
                 self.approval_page(engine, id, fields, path, visit).await
             }
@@ -278,6 +282,34 @@ impl Shared {
             (&Method::GET, ["oauth", "callback"], _) => self.callback(engine, query, visit).await,
             _ => self.message(StatusCode::NOT_FOUND, "Not found", "There is no page here.", visit),
         }
+    }
+
+    /// A single-use link from a notification: signs its user in, once, to that approval
+    /// alone, and shows it.
+    async fn ticket(&self, id: &str, value: &str, path: &str, visit: &Visit) -> http::Response<McpBody> {
+        let Some(ticket) = self.keys.check_ticket(value).filter(|t| t.approval == id) else {
+            let text = "This link is not valid or has lapsed. Sign in to see the approval.";
+            return self.message(StatusCode::FORBIDDEN, "Link not valid", text, visit);
+        };
+        let until = ticket.expires.saturating_mul(1000);
+        match self.records.use_once(&format!("ticket:{}", ticket.nonce), until).await {
+            Ok(true) => {}
+            // Used once already: an ordinary sign-in from here.
+            Ok(false) => return see_other(&format!("/login?next={}", encode(path))),
+            Err(e) => {
+                tracing::error!(error = %e, "a single-use link could not be checked");
+                let text = "The store is unavailable; try again shortly.";
+                return self.message(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", text, visit);
+            }
+        }
+        let _ = self.notes.try_send(ledger::Note::Audit(json!({
+            "event": "signed_in", "approver": ticket.principal, "approval": id, "via": "single-use link",
+        })));
+        let mut response = see_other(path);
+        if let Ok(value) = HeaderValue::from_str(&self.keys.sign_in_to(&ticket.principal, &[], Some(id))) {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+        response
     }
 
     fn login(&self, fields: &HashMap<String, String>, visit: &Visit) -> http::Response<McpBody> {
@@ -322,7 +354,7 @@ impl Shared {
         path: &str,
         visit: &Visit,
     ) -> http::Response<McpBody> {
-        let Some(session) = &visit.session else {
+        let Some(session) = visit.session.as_ref().filter(|s| s.reaches(id)) else {
             return see_other(&format!("/login?next={}", encode(path)));
         };
         let mut error = None;
@@ -464,7 +496,7 @@ impl Shared {
         // The caller types their own secret: signed in as them, when the call has one
         // and this server can sign people in; else the unguessable link is the key.
         if let Some(caller) = view.principal.as_deref().filter(|_| !self.config.verifiers.is_empty()) {
-            match &visit.session {
+            match visit.session.as_ref().filter(|s| s.scope.is_none()) {
                 None => return see_other(&format!("/login?next={}", encode(path))),
                 Some(session) if session.principal != caller => {
                     let text = format!("This page is for {caller}, who made the call.");

@@ -47,11 +47,12 @@ pub struct Target {
 #[derive(Clone)]
 pub(crate) struct Notifier {
     targets: Arc<[Target]>,
+    keys: crate::session::Keys,
     client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
 impl Notifier {
-    pub(crate) fn new(targets: Vec<Target>) -> Self {
+    pub(crate) fn new(targets: Vec<Target>, keys: crate::session::Keys) -> Self {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
@@ -63,14 +64,31 @@ impl Notifier {
         let connector =
             hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
         let client = Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector);
-        Self { targets: targets.into(), client }
+        Self { targets: targets.into(), keys, client }
     }
 
     /// Sends `event` about `approval` to every target, each in its own task.
     pub(crate) fn send(&self, event: &str, approval: &Value) {
+        if self.targets.is_empty() {
+            return;
+        }
+        // A pending approval's JSON body carries, for each approver named as a user, a
+        // signed single-use link that signs them in to it.
+        let mut links = serde_json::Map::new();
+        if event == "approval.pending"
+            && let (Some(id), Some(link)) = (approval["id"].as_str(), approval["link"].as_str())
+        {
+            for user in approval["approvers"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                if user.starts_with("user:") {
+                    links.insert(user.to_owned(), format!("{link}?ticket={}", self.keys.ticket(id, user)).into());
+                }
+            }
+        }
         for target in self.targets.iter() {
             let body = match target.format {
-                Format::Json => json!({ "event": event, "approval": approval, "link": approval["link"] }),
+                Format::Json => {
+                    json!({ "event": event, "approval": approval, "link": approval["link"], "links": links })
+                }
                 Format::Slack => json!({ "text": slack_text(event, approval) }),
             };
             let body = Bytes::from(body.to_string());

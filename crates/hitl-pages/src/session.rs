@@ -35,14 +35,42 @@ pub struct Session {
     /// When it ends (s since the epoch).
     #[serde(rename = "e")]
     pub expires: u64,
+    /// The one approval a single-use link's session may see (none: a full sign-in).
+    #[serde(rename = "s", default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 impl Session {
+    /// May this session see approval `id` (a single-use link's only its own)?
+    pub fn reaches(&self, id: &str) -> bool {
+        self.scope.as_deref().is_none_or(|scope| scope == id)
+    }
+
     /// Is `who` (a `user:` or `group:` entry) this person?
     pub fn is(&self, who: &[String]) -> bool {
         who.iter().any(|w| *w == self.principal || self.groups.contains(w))
     }
 }
+
+/// A signed single-use link's content: who it signs in, for which approval, until when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ticket {
+    /// The approval's id.
+    #[serde(rename = "a")]
+    pub approval: String,
+    /// `user:<id>`: a `user:` approver of the approval.
+    #[serde(rename = "p")]
+    pub principal: String,
+    /// When it lapses (s since the epoch).
+    #[serde(rename = "e")]
+    pub expires: u64,
+    /// Its id, marked used on first use.
+    #[serde(rename = "n")]
+    pub nonce: String,
+}
+
+/// How long a single-use link lasts.
+pub const TICKET_SECONDS: u64 = 24 * 3600;
 
 /// Signs and checks sessions and CSRF tokens.
 #[derive(Clone)]
@@ -86,11 +114,42 @@ impl Keys {
 
     /// The `Set-Cookie` value that signs `principal` in.
     pub fn sign_in(&self, principal: &str, groups: &[String]) -> String {
-        let session =
-            Session { principal: principal.to_owned(), groups: groups.to_vec(), expires: now_s() + SESSION_SECONDS };
+        self.sign_in_to(principal, groups, None)
+    }
+
+    /// [`Keys::sign_in`], for approval `scope` only when given (a single-use link).
+    pub fn sign_in_to(&self, principal: &str, groups: &[String], scope: Option<&str>) -> String {
+        let session = Session {
+            principal: principal.to_owned(),
+            groups: groups.to_vec(),
+            expires: now_s() + SESSION_SECONDS,
+            scope: scope.map(str::to_owned),
+        };
         let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&session).expect("a session is plain JSON"));
         let value = format!("{body}.{}", self.mac("session", &body));
         self.cookie(SESSION_COOKIE, &value, SESSION_SECONDS)
+    }
+
+    /// A single-use link's `ticket` for `principal` on `approval`.
+    pub fn ticket(&self, approval: &str, principal: &str) -> String {
+        let ticket = Ticket {
+            approval: approval.to_owned(),
+            principal: principal.to_owned(),
+            expires: now_s() + TICKET_SECONDS,
+            nonce: random(),
+        };
+        let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&ticket).expect("a ticket is plain JSON"));
+        format!("{body}.{}", self.mac("ticket", &body))
+    }
+
+    /// The ticket `value` carries, if these keys signed it and it has not lapsed.
+    pub fn check_ticket(&self, value: &str) -> Option<Ticket> {
+        let (body, mac) = value.rsplit_once('.')?;
+        if !self.verify("ticket", body, mac) {
+            return None;
+        }
+        let ticket: Ticket = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(body).ok()?).ok()?;
+        (ticket.expires > now_s()).then_some(ticket)
     }
 
     /// The `Set-Cookie` value that signs out.
@@ -179,5 +238,11 @@ mod tests {
         assert!(keys.csrf_ok(&headers, &token));
         assert_eq!(keys.csrf(&headers), (token.clone(), None), "the same cookie gives the same token");
         assert!(!keys.csrf_ok(&headers, "x") && !keys.csrf_ok(&http::HeaderMap::new(), &token));
+
+        let ticket = keys.ticket("a1", "user:bob");
+        let read = keys.check_ticket(&ticket).expect("a signed ticket");
+        assert_eq!((read.approval.as_str(), read.principal.as_str()), ("a1", "user:bob"));
+        assert!(Keys::new([8; 32], true).check_ticket(&ticket).is_none(), "another key's");
+        assert!(keys.check_ticket(&format!("x{ticket}")).is_none(), "a changed one");
     }
 }

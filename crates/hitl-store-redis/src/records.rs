@@ -112,6 +112,23 @@ impl Records for RedisStore {
         Ok(())
     }
 
+    async fn use_once(&self, key: &str, until_ms: u64) -> Result<bool, StoreError> {
+        if until_ms <= now_ms() {
+            return Ok(true);
+        }
+        let mut connection = self.connection().await?;
+        let set: Option<String> = redis::cmd("SET")
+            .arg(format!("hitl:used:{key}"))
+            .arg(1)
+            .arg("NX")
+            .arg("PXAT")
+            .arg(until_ms)
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        Ok(set.is_some())
+    }
+
     async fn audit_since(&self, since_ms: u64, limit: usize) -> Result<Vec<Value>, StoreError> {
         let mut connection = self.connection().await?;
         // Entries are numbered by Redis's clock and filtered by their own `at_ms`: read
