@@ -195,6 +195,25 @@ file = "audit.jsonl"
     )
 }
 
+/// The hitl program in front of the test upstream, drops approved by group:sre, with a
+/// webhook receiver failing its first `failures` deliveries.
+struct Gated {
+    upstream: PythonUpstream,
+    hook: Receiver,
+    folder: Folder,
+    server: Server,
+}
+
+impl Gated {
+    async fn start(failures: usize) -> Option<Self> {
+        let upstream = PythonUpstream::start(&[])?;
+        let hook = Receiver::start(failures).await;
+        let folder = Folder::new(&config(&upstream.url, &hook.url));
+        let server = folder.serve(&[]).await;
+        Some(Self { upstream, hook, folder, server })
+    }
+}
+
 struct People {
     /// The caller, herself in group:sre (so the two-person rule is what stops her).
     alice: String,
@@ -218,6 +237,11 @@ pub(crate) async fn api(server: &Server, token: &str, method: http::Method, path
     let headers = [("authorization", bearer.as_str()), ("content-type", "application/json")];
     let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
     server.request(method, path, &headers, body).await.expect("the API answers")
+}
+
+/// `who` decides approval `id` over the API.
+async fn decide(server: &Server, who: &str, id: &str, decision: Value) -> Reply {
+    api(server, who, http::Method::POST, &format!("/api/approvals/{id}/decision"), Some(decision)).await
 }
 
 fn text(reply: &Reply) -> String {
@@ -264,10 +288,7 @@ async fn executions(server: &Server, caller: &str) -> u64 {
 
 #[tokio::test]
 async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once() {
-    let Some(upstream) = PythonUpstream::start(&[]) else { return };
-    let hook = Receiver::start(1).await;
-    let folder = Folder::new(&config(&upstream.url, &hook.url));
-    let server = folder.serve(&[]).await;
+    let Some(Gated { upstream: _upstream, hook, folder, server }) = Gated::start(1).await else { return };
     let p = people();
     let args = json!({"partition": "p1", "database": "orders"});
 
@@ -286,10 +307,17 @@ async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once
     assert_eq!(refused.body["error"]["message"], "This question is answered on its page, not by the client");
 
     // The listing: bob sees it with its arguments, carol does not.
-    let listed = api(&server, &p.bob, http::Method::GET, "/api/approvals?status=pending", None).await;
-    assert_eq!(listed.status, 200, "{}", listed.body);
-    let entry = listed.body["approvals"].as_array().unwrap().iter().find(|a| a["id"] == id.as_str()).cloned();
-    let entry = entry.unwrap_or_else(|| panic!("listed: {}", listed.body));
+    // (The ledger lists in the background: a moment after the pause.)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let entry = loop {
+        let listed = api(&server, &p.bob, http::Method::GET, "/api/approvals?status=pending", None).await;
+        assert_eq!(listed.status, 200, "{}", listed.body);
+        if let Some(entry) = listed.body["approvals"].as_array().unwrap().iter().find(|a| a["id"] == id.as_str()) {
+            break entry.clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never listed: {}", listed.body);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!((entry["tool"].clone(), entry["arguments"].clone()), (json!("db.drop_partition"), args.clone()));
     assert_eq!((entry["caller"].clone(), entry["status"].clone()), (json!("user:alice"), json!("pending")));
     assert_eq!(entry["link"], url.as_str());
@@ -300,29 +328,29 @@ async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once
     assert_eq!(api(&server, "nonsense", http::Method::GET, "/api/approvals", None).await.status, 401);
 
     // Refused decisions: the caller herself, someone not named, a bad edit.
-    let decide = format!("/api/approvals/{id}/decision");
-    let own = api(&server, &p.alice, http::Method::POST, &decide, Some(json!({"decision": "approve"}))).await;
+    let decision_path = format!("/api/approvals/{id}/decision");
+    let own = decide(&server, &p.alice, &id, json!({"decision": "approve"})).await;
     assert_eq!(own.status, 403, "{}", own.body);
     assert!(own.body["error"].as_str().unwrap().contains("two-person rule"), "{}", own.body);
-    let outsider = api(&server, &p.carol, http::Method::POST, &decide, Some(json!({"decision": "approve"}))).await;
+    let outsider = decide(&server, &p.carol, &id, json!({"decision": "approve"})).await;
     assert_eq!(outsider.status, 403, "{}", outsider.body);
     let bad = json!({"decision": "edit", "args": {"partition": 7, "database": "orders"}});
-    let bad = api(&server, &p.bob, http::Method::POST, &decide, Some(bad)).await;
+    let bad = decide(&server, &p.bob, &id, bad).await;
     assert_eq!(bad.status, 422, "{}", bad.body);
     let not_json = server
-        .request(http::Method::POST, &decide, &[("authorization", &format!("Bearer {}", p.bob))], Bytes::from("{"))
+        .raw(http::Method::POST, &decision_path, &[("authorization", &format!("Bearer {}", p.bob))], Bytes::from("{"))
         .await;
-    assert_eq!(not_json.map(|r| r.status).unwrap_or(400), 400);
+    assert_eq!(not_json.0, 400, "{}", not_json.2);
     assert_eq!(executions(&server, &p.alice).await, 0, "nothing ran before the decision");
 
     // Bob approves, once.
-    let approved = api(&server, &p.bob, http::Method::POST, &decide, Some(json!({"decision": "approve"}))).await;
+    let approved = decide(&server, &p.bob, &id, json!({"decision": "approve"})).await;
     assert_eq!(approved.status, 200, "{}", approved.body);
     assert_eq!(
         (approved.body["status"].clone(), approved.body["decided_by"].clone()),
         (json!("approved"), json!("user:bob"))
     );
-    let again = api(&server, &p.bob, http::Method::POST, &decide, Some(json!({"decision": "reject"}))).await;
+    let again = decide(&server, &p.bob, &id, json!({"decision": "reject"})).await;
     assert_eq!(again.status, 409, "{}", again.body);
 
     let done = retry(&server, &p.alice, &args, &key, &state, look.clone()).await;
@@ -371,10 +399,7 @@ async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once
 
 #[tokio::test]
 async fn edits_rejections_and_responses_reach_the_caller() {
-    let Some(upstream) = PythonUpstream::start(&[]) else { return };
-    let hook = Receiver::start(0).await;
-    let folder = Folder::new(&config(&upstream.url, &hook.url));
-    let server = folder.serve(&[]).await;
+    let Some(Gated { upstream: _upstream, hook: _hook, folder, server }) = Gated::start(0).await else { return };
     let p = people();
     let cases = [
         (json!({"decision": "edit", "args": {"partition": "p9", "database": "orders"}}), "edited"),
@@ -385,8 +410,7 @@ async fn edits_rejections_and_responses_reach_the_caller() {
         let args = json!({"partition": format!("p{}", n + 2), "database": "orders"});
         let (key, url, state, _) = ask(&server, &p.alice, &args).await;
         let id = url.rsplit('/').next().unwrap();
-        let decided =
-            api(&server, &p.bob, http::Method::POST, &format!("/api/approvals/{id}/decision"), Some(decision)).await;
+        let decided = decide(&server, &p.bob, &id, decision).await;
         assert_eq!(decided.body["status"], status, "{}", decided.body);
         let done = retry(&server, &p.alice, &args, &key, &state, json!({"action": "accept"})).await;
         let result = &done.body["result"];
@@ -442,10 +466,9 @@ async fn events_until(
 
 #[tokio::test]
 async fn the_events_stream_shows_pending_and_decided_approvals_to_approvers() {
-    let Some(upstream) = PythonUpstream::start(&[]) else { return };
-    let hook = Receiver::start(0).await;
-    let folder = Folder::new(&config(&upstream.url, &hook.url));
-    let server = folder.serve(&[]).await;
+    let Some(Gated { upstream: _upstream, hook: _hook, folder: _folder, server }) = Gated::start(0).await else {
+        return;
+    };
     let p = people();
     let (started, ready) = tokio::sync::oneshot::channel();
     let bob = p.bob.clone();
@@ -457,14 +480,7 @@ async fn the_events_stream_shows_pending_and_decided_approvals_to_approvers() {
     let args = json!({"partition": "p5", "database": "orders"});
     let (_, url, _, _) = ask(&server, &p.alice, &args).await;
     let id = url.rsplit('/').next().unwrap().to_owned();
-    let decided = api(
-        &server,
-        &p.bob,
-        http::Method::POST,
-        &format!("/api/approvals/{id}/decision"),
-        Some(json!({"decision": "reject"})),
-    )
-    .await;
+    let decided = decide(&server, &p.bob, &id, json!({"decision": "reject"})).await;
     assert_eq!(decided.status, 200, "{}", decided.body);
     let seen = tokio::time::timeout(Duration::from_secs(20), watcher).await.expect("the events arrive").unwrap();
     let mine: Vec<(&str, &str)> = seen
@@ -525,21 +541,7 @@ async fn a_secret_typed_on_its_page_reaches_the_agent_and_nothing_else() {
     let params = json!({"name": "connect_github", "arguments": {}, "requestState": state,
                         "inputResponses": { key.as_str(): {"action": "accept"} }});
     let done = server.modern(2, "tools/call", params, url_client()).await;
-    let sha = {
-        use std::io::Write as _;
-        let mut child = std::process::Command::new("sha256sum")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(secret.as_bytes()).unwrap();
-        String::from_utf8(child.wait_with_output().unwrap().stdout)
-            .unwrap()
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .to_owned()
-    };
+    let sha = crate::auth::sha256_hex(secret);
     assert_eq!(done.body["result"]["structuredContent"]["token_sha256"], sha.as_str(), "{}", done.body);
     folder.wait_audit("the secret page's answer", |e| e["event"] == "answered" && e["page"]["type"] == "secret").await;
     drop(server);
@@ -555,10 +557,9 @@ async fn a_secret_typed_on_its_page_reaches_the_agent_and_nothing_else() {
 
 #[tokio::test]
 async fn pages_need_a_sign_in_and_refuse_forged_forms() {
-    let Some(upstream) = PythonUpstream::start(&[]) else { return };
-    let hook = Receiver::start(0).await;
-    let folder = Folder::new(&config(&upstream.url, &hook.url));
-    let server = folder.serve(&[]).await;
+    let Some(Gated { upstream: _upstream, hook: _hook, folder: _folder, server }) = Gated::start(0).await else {
+        return;
+    };
     let p = people();
     let args = json!({"partition": "p7", "database": "orders"});
     let (key, url, state, _) = ask(&server, &p.alice, &args).await;
@@ -666,14 +667,7 @@ async fn an_agent_starts_only_once_its_approver_said_yes() {
     assert_eq!(question["params"]["message"], "Waiting for approval by user:bob to run greeter", "{}", asked.body);
     let id = question["params"]["url"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
     let state = asked.body["result"]["requestState"].clone();
-    let decided = api(
-        &server,
-        "tok-bob",
-        http::Method::POST,
-        &format!("/api/approvals/{id}/decision"),
-        Some(json!({"decision": "approve"})),
-    )
-    .await;
+    let decided = decide(&server, "tok-bob", &id, json!({"decision": "approve"})).await;
     assert_eq!(decided.status, 200, "{}", decided.body);
     // Approved: the agent starts, and asks its own question.
     let started =
@@ -721,14 +715,7 @@ async fn an_approval_no_one_decides_expires_and_a_stray_sign_in_callback_is_refu
     assert_eq!(expired["principal"], "user:alice");
     let listed = api(&server, "tok-bob", http::Method::GET, &format!("/api/approvals/{id}"), None).await;
     assert_eq!(listed.body["status"], "expired", "{}", listed.body);
-    let late = api(
-        &server,
-        "tok-bob",
-        http::Method::POST,
-        &format!("/api/approvals/{id}/decision"),
-        Some(json!({"decision": "approve"})),
-    )
-    .await;
+    let late = decide(&server, "tok-bob", &id, json!({"decision": "approve"})).await;
     assert_eq!(late.status, 409, "{}", late.body);
 
     let (status, headers, html) =
@@ -816,14 +803,7 @@ async fn replicas_on_redis_share_the_listing_and_stream_each_others_decisions() 
         assert!(tokio::time::Instant::now() < deadline, "b never streamed a's pending approval");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let decided = api(
-        &b,
-        "tok-bob",
-        http::Method::POST,
-        &format!("/api/approvals/{id}/decision"),
-        Some(json!({"decision": "approve"})),
-    )
-    .await;
+    let decided = decide(&b, "tok-bob", &id, json!({"decision": "approve"})).await;
     assert_eq!(decided.status, 200, "{}", decided.body);
     let seen = tokio::time::timeout(Duration::from_secs(20), watcher).await.expect("events arrive").unwrap();
     let mine: Vec<&str> =

@@ -231,17 +231,7 @@ async fn a_secret_typed_in_chromium_reaches_the_agent_and_nothing_else() {
     let params = json!({"name": "connect_github", "arguments": {}, "requestState": state,
                         "inputResponses": { key.as_str(): {"action": "accept"} }});
     let done = request_as(&server, Some(&alice), url_client(), 2, "tools/call", params).await;
-    let expected = {
-        use std::io::Write as _;
-        let mut child = Command::new("sha256sum").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-        child.stdin.take().unwrap().write_all(secret.as_bytes()).unwrap();
-        String::from_utf8(child.wait_with_output().unwrap().stdout)
-            .unwrap()
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .to_owned()
-    };
+    let expected = crate::auth::sha256_hex(secret);
     assert_eq!(done.body["result"]["structuredContent"]["token_sha256"], expected.as_str(), "{}", done.body);
     folder.wait_audit("the secret page's answer", |e| e["page"]["type"] == "secret").await;
     drop(server);

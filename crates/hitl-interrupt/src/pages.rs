@@ -96,12 +96,14 @@ pub struct PageView {
 
 impl PageView {
     fn of(thread: &Thread, id: &str, index: usize) -> Option<Self> {
+        Self::at(thread, index).filter(|view| view.id == id)
+    }
+
+    /// The page of question `index` of `thread`'s open round, if it has one.
+    pub fn at(thread: &Thread, index: usize) -> Option<Self> {
         let round = thread.round.as_ref()?;
         let question = round.questions.get(index)?;
         let page = question.page.clone()?;
-        if page.id != id {
-            return None;
-        }
         let message = match &question.request {
             hitl_protocol::InputRequest::Elicit(params) => params.message().to_owned(),
             _ => String::new(),

@@ -75,7 +75,7 @@ pub(crate) async fn handle(
             }
         }
         (&Method::GET, ["approvals", "events"]) => events(shared, who).await,
-        (&Method::GET, ["approvals", id]) => match shared.records.approval(id).await {
+        (&Method::GET, ["approvals", id]) => match shared.approval(engine, id).await {
             Ok(Some(entry)) if may_see(&who, &entry) => reply(StatusCode::OK, &entry),
             Ok(_) => error(StatusCode::NOT_FOUND, "no approval you may see has this id"),
             Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &format!("the store is unavailable: {e}")),

@@ -135,52 +135,46 @@ pub(crate) fn approval(entry: &Value, can: &Can, error: Option<&str>, session: O
             Can::Decide(offered) => {
                 @let offers = |d: &str| offered.iter().any(|o| o == d);
                 @if offers("approve") {
-                    div.card {
-                        form method="post" {
-                            input type="hidden" name="csrf" value=(csrf);
-                            input type="hidden" name="decision" value="approve";
-                            p { "Run the call as it is." }
-                            button.approve type="submit" id="approve" { "Approve" }
-                        }
-                    }
+                    (decision(csrf, "approve", html! { p { "Run the call as it is." } }, html! {
+                        button.approve type="submit" id="approve" { "Approve" }
+                    }))
                 }
                 @if offers("edit") {
-                    div.card {
-                        form method="post" {
-                            input type="hidden" name="csrf" value=(csrf);
-                            input type="hidden" name="decision" value="edit";
-                            label for="args" { "Run with these arguments (JSON)" }
-                            textarea id="args" name="args" spellcheck="false" { (pretty(&args)) }
-                            button.primary type="submit" id="edit" { "Approve with edits" }
-                        }
-                    }
+                    (decision(csrf, "edit", html! {
+                        label for="args" { "Run with these arguments (JSON)" }
+                        textarea id="args" name="args" spellcheck="false" { (pretty(&args)) }
+                    }, html! { button.primary type="submit" id="edit" { "Approve with edits" } }))
                 }
                 @if offers("reject") {
-                    div.card {
-                        form method="post" {
-                            input type="hidden" name="csrf" value=(csrf);
-                            input type="hidden" name="decision" value="reject";
-                            label for="reject-message" { "Why not (sent to the caller)" }
-                            input id="reject-message" type="text" name="message";
-                            button.reject type="submit" id="reject" { "Reject" }
-                        }
-                    }
+                    (decision(csrf, "reject", html! {
+                        label for="reject-message" { "Why not (sent to the caller)" }
+                        input id="reject-message" type="text" name="message";
+                    }, html! { button.reject type="submit" id="reject" { "Reject" } }))
                 }
                 @if offers("respond") {
-                    div.card {
-                        form method="post" {
-                            input type="hidden" name="csrf" value=(csrf);
-                            input type="hidden" name="decision" value="respond";
-                            label for="respond-message" { "Answer instead of running the tool" }
-                            input id="respond-message" type="text" name="message" required;
-                            button.plain type="submit" id="respond" { "Respond" }
-                        }
-                    }
+                    (decision(csrf, "respond", html! {
+                        label for="respond-message" { "Answer instead of running the tool" }
+                        input id="respond-message" type="text" name="message" required;
+                    }, html! { button.plain type="submit" id="respond" { "Respond" } }))
                 }
             }
         }
     };
     layout(&format!("Approve {tool}"), session, csrf, body)
+}
+
+/// One decision's card: its form, with `fields` and the `button` that sends it.
+fn decision(csrf: &str, decision: &str, fields: Markup, button: Markup) -> Markup {
+    html! {
+        div.card {
+            form method="post" {
+                input type="hidden" name="csrf" value=(csrf);
+                input type="hidden" name="decision" value=(decision);
+                (fields)
+                (button)
+            }
+        }
+    }
 }
 
 /// The secret entry form.

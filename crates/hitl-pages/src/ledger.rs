@@ -109,7 +109,7 @@ fn approvals(thread: &Thread, unanswered: bool) -> Vec<PageView> {
                 .as_ref()
                 .is_some_and(|p| matches!(p.kind, PageKind::Approval { .. }) && !(unanswered && p.answer.is_some()))
         })
-        .filter_map(|i| view_of(thread, i))
+        .filter_map(|i| PageView::at(thread, i))
         .collect()
 }
 
@@ -487,29 +487,6 @@ impl Worker {
             tracing::error!(%error, "audit lines could not be written");
         }
     }
-}
-
-fn view_of(thread: &Thread, index: usize) -> Option<PageView> {
-    let round = thread.round.as_ref()?;
-    let question = round.questions.get(index)?;
-    let page = question.page.clone()?;
-    Some(PageView {
-        id: page.id.clone(),
-        thread_id: thread.id.clone(),
-        round: round.n,
-        key: question.key.clone(),
-        tool: thread.tool.clone(),
-        principal: thread.principal.clone(),
-        args_digest: thread.args_digest.clone(),
-        message: String::new(),
-        review: match &question.kind {
-            hitl_interrupt::QuestionKind::Review(r) => Some(r.clone()),
-            _ => None,
-        },
-        page,
-        open: true,
-        expires_at_ms: thread.expires_at_ms,
-    })
 }
 
 /// `ms` since the epoch as an RFC 3339 UTC time (`2026-12-01T10:39:13.123Z`).

@@ -219,6 +219,19 @@ impl Shared {
         response
     }
 
+    /// Approval `id` as listed; one asked a moment ago and not listed yet (the ledger
+    /// lists in the background) as its paused call shows it.
+    pub(crate) async fn approval(&self, engine: &Engine, id: &str) -> Result<Option<Value>, String> {
+        if let Some(entry) = self.records.approval(id).await.map_err(|e| e.to_string())? {
+            return Ok(Some(entry));
+        }
+        let view = engine.page(id).await.map_err(|e| e.to_string())?;
+        Ok(view.filter(|v| matches!(v.page.kind, PageKind::Approval { .. })).map(|view| match view.page.answer {
+            Some(_) => ledger::decided_entry(&view, &self.config.base_url).0,
+            None => ledger::pending_entry(&view, &self.config.base_url),
+        }))
+    }
+
     fn html(&self, status: StatusCode, markup: maud::Markup) -> http::Response<McpBody> {
         respond(status, "text/html; charset=utf-8", markup.into_string())
     }
