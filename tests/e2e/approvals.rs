@@ -410,7 +410,7 @@ async fn edits_rejections_and_responses_reach_the_caller() {
         let args = json!({"partition": format!("p{}", n + 2), "database": "orders"});
         let (key, url, state, _) = ask(&server, &p.alice, &args).await;
         let id = url.rsplit('/').next().unwrap();
-        let decided = decide(&server, &p.bob, &id, decision).await;
+        let decided = decide(&server, &p.bob, id, decision).await;
         assert_eq!(decided.body["status"], status, "{}", decided.body);
         let done = retry(&server, &p.alice, &args, &key, &state, json!({"action": "accept"})).await;
         let result = &done.body["result"];
