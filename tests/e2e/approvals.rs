@@ -388,8 +388,14 @@ async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once
     assert_eq!((approved["approver"].clone(), approved["principal"].clone()), (json!("user:bob"), json!("user:alice")));
     assert_eq!(approved["arguments"], args);
     assert!(approved["at"].as_str().unwrap().ends_with('Z') && approved["args_digest"].is_string(), "{approved}");
-    let refusals = folder.audit().into_iter().filter(|e| e["event"] == "refused").count();
-    assert_eq!(refusals, 3, "the caller, the outsider and the bad edit");
+    let refusals: Vec<String> = folder
+        .audit()
+        .into_iter()
+        .filter(|e| e["event"] == "refused")
+        .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(refusals.len(), 4, "the client's answer, the caller, the outsider and the bad edit: {refusals:?}");
+    assert_eq!(refusals[0], "This question is answered on its page, not by the client");
     let trail = api(&server, &p.bob, http::Method::GET, "/api/audit?since=0", None).await;
     let events: Vec<&str> =
         trail.body["events"].as_array().unwrap().iter().filter_map(|e| e["event"].as_str()).collect();

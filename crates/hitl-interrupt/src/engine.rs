@@ -476,11 +476,19 @@ impl Engine {
         loop {
             let loaded = self.store.load(thread_id).await?;
             let now = self.clock.now_ms();
+            // Who a refusal is about, for the observer.
+            let whose = self.observer.as_ref().and(loaded.as_ref()).map(|t| (t.tool.clone(), t.principal.clone()));
             match round::decide(loaded, &request, now, self.lifetimes.lease, &self.secret) {
                 Next::Invalid => return Ok(invalid_state()),
                 Next::Newer => return Ok(Err(ErrorObject::internal(NEWER_FORMAT))),
                 Next::Replay(reply) | Next::Reask(reply) => return Ok(reply),
-                Next::Reject(e) => return Ok(Err(e)),
+                Next::Reject(e) => {
+                    if let Some((tool, principal)) = &whose {
+                        let principal = principal.as_deref();
+                        self.observe(crate::Event::Refused { thread_id, tool, principal, reason: &e.message });
+                    }
+                    return Ok(Err(e));
+                }
                 Next::Finish(ending) => {
                     let round::Finishing { thread, last, result } = *ending;
                     return self.finish(thread, last, CallToolResponse::Complete(result), token, &call).await;

@@ -45,6 +45,18 @@ pub enum Event<'a> {
         /// The step that began it.
         step: &'a str,
     },
+    /// A stored call's answers were refused (they do not fit their questions, or they
+    /// answer a question only a page answers); the round stays open.
+    Refused {
+        /// The thread.
+        thread_id: &'a str,
+        /// The tool.
+        tool: &'a str,
+        /// Who made the call.
+        principal: Option<&'a str>,
+        /// Why, as the client was told.
+        reason: &'a str,
+    },
     /// A stored call ended with its result.
     Finished {
         /// The thread, as it was when the result was decided.

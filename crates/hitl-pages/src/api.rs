@@ -123,12 +123,32 @@ fn bearer(shared: &Shared, headers: &http::HeaderMap) -> Result<Session, String>
     Ok(Session { principal, groups, expires: u64::MAX, scope: None })
 }
 
-/// A decision's JSON: `{"decision": "approve" | "edit" | "reject" | "respond",
-/// "message"?, "args"?}`, the seed's review answer; `args` may be the JSON text the
-/// form takes or an object.
+/// A decision's JSON, as the seed's review answer: the form's content
+/// `{"decision": "approve" | "edit" | "reject" | "respond", "message"?, "args"?}` (`args`
+/// as the JSON text the form takes, or an object), or the whole elicitation answer
+/// `{"action": "accept", "content": {…}}` (`decline` rejects), or the middleware's
+/// decision `{"type": "edit", "edited_action": {"args": {…}}}`.
 fn decision(body: &[u8]) -> Result<Map<String, Value>, String> {
     let value: Value = serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
-    let Value::Object(mut content) = value else { return Err("the body must be a JSON object".into()) };
+    let Value::Object(mut given) = value else { return Err("the body must be a JSON object".into()) };
+    let mut content = match given.get("action").and_then(Value::as_str) {
+        Some("accept") => match given.remove("content") {
+            Some(Value::Object(content)) => content,
+            _ => return Err("an accept answer carries its content, an object".into()),
+        },
+        Some("decline" | "cancel") => Map::from_iter([("decision".to_owned(), Value::from("reject"))]),
+        Some(other) => return Err(format!("unknown action {other:?}: accept, decline or cancel")),
+        None => given,
+    };
+    if !content.contains_key("decision")
+        && let Some(Value::String(kind)) = content.remove("type")
+    {
+        let edited = content.remove("edited_action").or_else(|| content.remove("editedAction"));
+        if let Some(args) = edited.as_ref().and_then(|e| e.get("args")) {
+            content.insert("args".into(), args.clone());
+        }
+        content.insert("decision".into(), Value::String(kind));
+    }
     match content.get("decision") {
         Some(Value::String(_)) => {}
         _ => return Err("decision must be approve, edit, reject or respond".into()),
@@ -177,4 +197,30 @@ async fn events(shared: &Shared, who: Session) -> http::Response<McpBody> {
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn decisions_come_as_form_content_elicitation_answers_or_middleware_decisions() {
+        let read = |v: serde_json::Value| super::decision(v.to_string().as_bytes()).map(serde_json::Value::Object);
+        let edit = json!({"decision": "edit", "args": "{\"a\":1}"});
+        assert_eq!(read(json!({"decision": "edit", "args": {"a": 1}})), Ok(edit.clone()));
+        assert_eq!(
+            read(json!({"action": "accept", "content": {"decision": "edit", "args": {"a": 1}}})),
+            Ok(edit.clone())
+        );
+        assert_eq!(read(json!({"type": "edit", "edited_action": {"name": "t", "args": {"a": 1}}})), Ok(edit));
+        assert_eq!(read(json!({"action": "decline"})), Ok(json!({"decision": "reject"})));
+        assert_eq!(
+            read(json!({"type": "reject", "message": "no"})),
+            Ok(json!({"message": "no", "decision": "reject"}))
+        );
+        assert!(
+            read(json!({"decision": 3})).is_err() && read(json!([1])).is_err() && read(json!({"action": "x"})).is_err()
+        );
+        assert!(super::decision(b"{").unwrap_err().starts_with("the body is not JSON"));
+    }
 }

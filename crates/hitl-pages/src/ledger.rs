@@ -134,6 +134,10 @@ impl Observer for Ears {
                 withdrawn: approvals(thread, true),
             },
             Event::PageAnswered { page } => Note::Page(Box::new((*page).clone())),
+            Event::Refused { thread_id, tool, principal, reason } => Note::Audit(json!({
+                "event": "refused", "thread": thread_id, "tool": tool_name(tool), "principal": principal,
+                "reason": reason,
+            })),
             Event::Began { thread_id, tool, principal, step } => Note::Began {
                 call: Call {
                     thread: (*thread_id).to_owned(),

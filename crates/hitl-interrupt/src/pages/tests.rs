@@ -154,6 +154,7 @@ impl Observer for Heard {
             Event::PageAnswered { page } => format!("page {}", page.public_answer().unwrap()),
             Event::Began { step, .. } => format!("began {step}"),
             Event::Finished { result, .. } => format!("finished {}", result.is_error == Some(true)),
+            Event::Refused { reason, .. } => format!("refused {reason}"),
         };
         self.0.lock().unwrap().push(said);
     }
