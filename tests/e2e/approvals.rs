@@ -31,8 +31,9 @@ pub(crate) struct Hook {
     pub(crate) raw: Bytes,
 }
 
-/// A local webhook receiver: answers 500 to the first `failures` requests, then 200,
-/// and keeps every request.
+/// A local webhook receiver: answers 500 to the first `failures` deliveries of each
+/// event of each approval (servers sharing a store may notify of others' approvals
+/// too), then 200, and keeps every request.
 pub(crate) struct Receiver {
     pub(crate) url: String,
     got: Arc<Mutex<Vec<Hook>>>,
@@ -57,8 +58,13 @@ impl Receiver {
                             let body = serde_json::from_slice(&raw).unwrap_or(Value::Null);
                             let n = {
                                 let mut kept = kept.lock().unwrap();
+                                let same = |h: &Hook| {
+                                    h.body["event"] == body["event"]
+                                        && h.body["approval"]["id"] == body["approval"]["id"]
+                                };
+                                let n = kept.iter().filter(|h| same(h)).count() + 1;
                                 kept.push(Hook { headers: parts.headers, body, raw });
-                                kept.len()
+                                n
                             };
                             let status = if n <= failures { 500 } else { 200 };
                             Ok::<_, std::convert::Infallible>(
@@ -91,6 +97,28 @@ impl Receiver {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// The shared audit trail since `since` (ms), read a page at a time (`GET /api/audit`
+/// returns at most 1,000), as `token` sees it.
+async fn trail(server: &Server, token: &str, since: u64) -> Vec<Value> {
+    let (mut all, mut from) = (Vec::new(), since);
+    loop {
+        let page = api(server, token, http::Method::GET, &format!("/api/audit?since={from}&limit=1000"), None).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        let events = page.body["events"].as_array().cloned().unwrap_or_default();
+        let last = events.last().and_then(|e| e["at_ms"].as_u64());
+        let full = events.len() == 1000;
+        all.extend(events);
+        match last {
+            Some(at) if full && at > from => from = at,
+            _ => return all,
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
 /// `sha256=<hex>` of `body` under the test webhook secret, computed by `openssl`.
@@ -288,6 +316,7 @@ async fn executions(server: &Server, caller: &str) -> u64 {
 
 #[tokio::test]
 async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once() {
+    let since = now_ms();
     let Some(Gated { upstream: _upstream, hook, folder, server }) = Gated::start(1).await else { return };
     let p = people();
     let args = json!({"partition": "p1", "database": "orders"});
@@ -363,19 +392,19 @@ async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once
     // The listing and the webhook know; the first delivery failed and was retried.
     let decided = api(&server, &p.bob, http::Method::GET, &format!("/api/approvals/{id}"), None).await;
     assert_eq!(decided.body["status"], "approved", "{}", decided.body);
-    let pending = hook.wait_for("pending", |h| h.body["event"] == "approval.pending").await;
-    assert_eq!(pending.body["approval"]["id"], id.as_str());
+    let ours = |h: &Hook, event: &str| h.body["event"] == event && h.body["approval"]["id"] == id.as_str();
+    let pending = hook.wait_for("pending", |h| ours(h, "approval.pending")).await;
     assert_eq!(pending.body["link"], url.as_str());
-    let decided = hook.wait_for("decided", |h| h.body["event"] == "approval.decided").await;
+    let decided = hook.wait_for("decided", |h| ours(h, "approval.decided")).await;
     for h in [&pending, &decided] {
         assert_eq!(h.headers["x-hitl-signature"].to_str().unwrap(), expected_signature(&h.raw), "signed");
     }
-    let is_retry = |h: &Hook| h.body["event"] == "approval.pending" && h.headers["x-hitl-delivery-attempt"] == "2";
+    let is_retry = |h: &Hook| ours(h, "approval.pending") && h.headers["x-hitl-delivery-attempt"] == "2";
     hook.wait_for("retried", is_retry).await;
     let attempts: Vec<String> = hook
         .got()
         .iter()
-        .filter(|h| h.body["event"] == "approval.pending")
+        .filter(|h| ours(h, "approval.pending"))
         .map(|h| h.headers["x-hitl-delivery-attempt"].to_str().unwrap().to_owned())
         .collect();
     assert_eq!(attempts, ["1", "2"], "the failed delivery was tried again");
@@ -396,9 +425,9 @@ async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once
         .collect();
     assert_eq!(refusals.len(), 4, "the client's answer, the caller, the outsider and the bad edit: {refusals:?}");
     assert_eq!(refusals[0], "This question is answered on its page, not by the client");
-    let trail = api(&server, &p.bob, http::Method::GET, "/api/audit?since=0", None).await;
+    let shared = trail(&server, &p.bob, since).await;
     let events: Vec<&str> =
-        trail.body["events"].as_array().unwrap().iter().filter_map(|e| e["event"].as_str()).collect();
+        shared.iter().filter(|e| e["thread"] == approved["thread"]).filter_map(|e| e["event"].as_str()).collect();
     assert!(events.contains(&"approved") && events.contains(&"executed"), "{events:?}");
     assert_eq!(api(&server, &p.carol, http::Method::GET, "/api/audit", None).await.status, 403);
 }
@@ -711,13 +740,23 @@ async fn request_as_client(server: &Client, token: &str, id: u64, params: Value)
 async fn an_approval_no_one_decides_expires_and_a_stray_sign_in_callback_is_refused() {
     let folder = tokens_folder(AGENT_GATE);
     let server = folder.serve(&["--default-ttl", "1"]).await;
+    let since = now_ms();
     let asked = request_as_client(&server, "tok-alice", 1, json!({"name": "greeter", "arguments": {}})).await;
     let url = asked.body["result"]["inputRequests"].as_object().unwrap().values().next().unwrap()["params"]["url"]
         .as_str()
         .unwrap()
         .to_owned();
     let id = url.rsplit('/').next().unwrap().to_owned();
-    let expired = folder.wait_audit("expired", |e| e["event"] == "expired" && e["approval"] == id.as_str()).await;
+    // Whichever server sharing the store sweeps first writes it: read the shared trail.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let expired = loop {
+        let events = trail(&server, "tok-bob", since).await;
+        if let Some(e) = events.into_iter().find(|e| e["event"] == "expired" && e["approval"] == id.as_str()) {
+            break e;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never expired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(expired["principal"], "user:alice");
     let listed = api(&server, "tok-bob", http::Method::GET, &format!("/api/approvals/{id}"), None).await;
     assert_eq!(listed.body["status"], "expired", "{}", listed.body);
