@@ -33,6 +33,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-pages", &["hitl-protocol", "hitl-interrupt", "hitl-tower", "hitl-auth"]),
     ("hitl-agents", &["hitl-schema", "hitl-graph"]),
     ("hitl-upstream", &["hitl-protocol"]),
+    ("hitl-model", &[]),
     ("hitl-gateway", &["hitl-protocol", "hitl-schema", "hitl-graph", "hitl-upstream"]),
     (
         "hitl-server",
@@ -64,6 +65,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ("hitl-gateway", &["redis", "hitl-interrupt", "hitl-tower"]),
     ("hitl-auth", &["redis", "hitl-store-redis", "hitl-gateway", "hitl-upstream"]),
     ("hitl-pages", &["redis", "hitl-store-redis", "hitl-gateway", "hitl-upstream"]),
+    ("hitl-model", &["redis", "tower", "hitl-protocol", "hitl-graph", "hitl-interrupt", "hitl-tower"]),
 ];
 
 fn metadata() -> Value {
