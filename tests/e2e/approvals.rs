@@ -632,6 +632,25 @@ async fn pages_need_a_sign_in_and_refuse_forged_forms() {
         post(csrf_cookie.clone(), format!("csrf={csrf}&token={}&next=//evil.example", p.bob), "/login".into()).await;
     assert_eq!(open.1["location"], "/approvals", "no open redirect");
 
+    // Someone else signed in sees nothing of it; the caller sees it, without the forms.
+    let signed_in = |token: String| {
+        let post = &post;
+        let (csrf_cookie, csrf, path) = (csrf_cookie.clone(), csrf.clone(), path.clone());
+        async move {
+            let (_, headers, _) =
+                post(csrf_cookie.clone(), format!("csrf={csrf}&token={token}&next={path}"), "/login".into()).await;
+            format!("{csrf_cookie}; {}", headers["set-cookie"].to_str().unwrap().split(';').next().unwrap())
+        }
+    };
+    let carol = signed_in(p.carol.clone()).await;
+    let (status, _, html) = server.raw(http::Method::GET, &path, &[("cookie", carol.as_str())], Bytes::new()).await;
+    assert_eq!(status, 403, "{html}");
+    assert!(!html.contains("orders"), "no arguments shown: {html}");
+    let alice = signed_in(p.alice.clone()).await;
+    let (status, _, html) = server.raw(http::Method::GET, &path, &[("cookie", alice.as_str())], Bytes::new()).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("two-person rule") && !html.contains("id=\"approve\""), "{html}");
+
     let (status, _, html) = server.raw(http::Method::GET, &path, &[("cookie", cookies.as_str())], Bytes::new()).await;
     assert_eq!(status, 200, "{html}");
     assert!(html.contains("db.drop_partition") && html.contains("id=\"approve\""), "{html}");

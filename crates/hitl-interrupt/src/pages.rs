@@ -213,6 +213,7 @@ impl Engine {
             let page = round.questions[at.index].page.as_mut().expect("the view has its page");
             page.answer = Some(answer);
             page.answered_by = by.clone();
+            page.answered_at_ms = Some(self.now_ms());
             thread.version += 1;
             let expected = thread.version - 1;
             let view = PageView::of(&thread, id, at.index).expect("the page is still there");

@@ -204,7 +204,7 @@ fn page_question(interrupt: &Interrupt) -> Option<Result<Question, NotAskable>> 
 
 /// A page question not answered yet; the engine gives it its id and URL.
 fn unanswered(kind: PageKind) -> Page {
-    Page { id: String::new(), kind, answer: None, answered_by: None, asked_at_ms: 0 }
+    Page { id: String::new(), kind, answer: None, answered_by: None, answered_at_ms: None, asked_at_ms: 0 }
 }
 
 /// A URL question whose URL the engine fills in (hitl's page for it).

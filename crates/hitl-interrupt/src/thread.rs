@@ -131,6 +131,9 @@ pub struct Page {
     /// Who gave it (a principal), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answered_by: Option<String>,
+    /// When it was given (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_at_ms: Option<u64>,
     /// When the question was asked (ms since the epoch).
     #[serde(default)]
     pub asked_at_ms: u64,

@@ -41,7 +41,8 @@ pub(crate) struct Call {
     thread: String,
     tool: String,
     principal: Option<String>,
-    args_digest: String,
+    /// Known when the event has the thread.
+    args_digest: Option<String>,
 }
 
 impl Call {
@@ -50,7 +51,17 @@ impl Call {
             thread: thread.id.clone(),
             tool: tool_name(&thread.tool).to_owned(),
             principal: thread.principal.clone(),
-            args_digest: thread.args_digest.clone(),
+            args_digest: Some(thread.args_digest.clone()),
+        }
+    }
+
+    /// A call known by its thread id, tool and caller only.
+    fn named(thread: &str, tool: &str, principal: Option<&str>) -> Self {
+        Self {
+            thread: thread.to_owned(),
+            tool: tool_name(tool).to_owned(),
+            principal: principal.map(str::to_owned),
+            args_digest: None,
         }
     }
 
@@ -91,8 +102,8 @@ pub(crate) enum Note {
     Audit(Value),
 }
 
-/// How many notes may wait for the worker; past it the oldest news is the one kept,
-/// and the log says how many were dropped.
+/// How many notes may wait for the worker; past it new ones are dropped (the request
+/// never waits for the trail), and the log says how many.
 pub(crate) const QUEUE: usize = 65_536;
 
 /// Hands events to the worker.
@@ -138,22 +149,11 @@ impl Observer for Ears {
                 "event": "refused", "thread": thread_id, "tool": tool_name(tool), "principal": principal,
                 "reason": reason,
             })),
-            Event::Began { thread_id, tool, principal, step } => Note::Began {
-                call: Call {
-                    thread: (*thread_id).to_owned(),
-                    tool: tool_name(tool).to_owned(),
-                    principal: principal.map(str::to_owned),
-                    args_digest: String::new(),
-                },
-                step: (*step).to_owned(),
-            },
+            Event::Began { thread_id, tool, principal, step } => {
+                Note::Began { call: Call::named(thread_id, tool, *principal), step: (*step).to_owned() }
+            }
             Event::Finished { thread_id, tool, principal, result } => Note::Finished {
-                call: Call {
-                    thread: (*thread_id).to_owned(),
-                    tool: tool_name(tool).to_owned(),
-                    principal: principal.map(str::to_owned),
-                    args_digest: String::new(),
-                },
+                call: Call::named(thread_id, tool, *principal),
                 is_error: result.is_error == Some(true),
             },
             _ => return,
@@ -277,7 +277,7 @@ pub(crate) fn decided_entry(view: &PageView, base_url: &str) -> (Value, Value) {
     }
     entry["status"] = status.into();
     entry["decided_by"] = json!(view.page.answered_by);
-    entry["decided_at_ms"] = now_ms().into();
+    entry["decided_at_ms"] = view.page.answered_at_ms.unwrap_or_else(now_ms).into();
     entry["decision"] = decision;
     (entry, audit)
 }
@@ -295,7 +295,7 @@ fn status_of(decision: &Value) -> &'static str {
 
 impl Worker {
     /// Takes notes as they come, many at a time, and writes their audit entries in one
-    /// go; every few seconds, marks approvals past their time expired.
+    /// go; every second, reads the listing ([`Worker::sweep`]).
     pub(crate) async fn run(mut self, mut notes: mpsc::Receiver<Note>) {
         let mut sweep = tokio::time::interval(SWEEP);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -385,8 +385,16 @@ impl Shared {
                 Err(Refusal(status, why)) => return self.message(status, "Not decided", &why, visit),
             }
         }
+        // The approvers see it, and the caller (sent here by their MCP client); no one else.
+        let hidden = || {
+            let text = "This approval is for its approvers and the person who asked for it.";
+            self.message(StatusCode::FORBIDDEN, "Not yours to see", text, visit)
+        };
         let (entry, can) = match engine.page(id).await {
             Ok(Some(view)) if matches!(view.page.kind, PageKind::Approval { .. }) => {
+                if !session.is(view.approvers()) && view.principal.as_deref() != Some(session.principal.as_str()) {
+                    return hidden();
+                }
                 let entry = ledger::pending_entry(&view, &self.config.base_url);
                 let can = match (self.may_decide(&view, session), &view.page.answer) {
                     (_, Some(_)) => {
@@ -405,7 +413,10 @@ impl Shared {
                 (entry, can)
             }
             Ok(_) => match self.records.approval(id).await {
-                Ok(Some(entry)) if api::may_see(session, &entry) => {
+                Ok(Some(entry)) if !api::may_see(session, &entry) && entry["caller"] != session.principal.as_str() => {
+                    return hidden();
+                }
+                Ok(Some(entry)) => {
                     let status = entry["status"].as_str().unwrap_or("decided").to_owned();
                     (entry, html::Can::Not(format!("This approval is {status}: nothing is left to decide.")))
                 }
