@@ -31,7 +31,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-tower", &["hitl-protocol", "hitl-graph", "hitl-interrupt"]),
     ("hitl-auth", &["hitl-protocol", "hitl-tower"]),
     ("hitl-pages", &["hitl-protocol", "hitl-interrupt", "hitl-tower", "hitl-auth"]),
-    ("hitl-agents", &["hitl-schema", "hitl-graph"]),
+    ("hitl-agents", &["hitl-schema", "hitl-graph", "hitl-model"]),
     ("hitl-upstream", &["hitl-protocol"]),
     ("hitl-model", &[]),
     ("hitl-gateway", &["hitl-protocol", "hitl-schema", "hitl-graph", "hitl-upstream"]),

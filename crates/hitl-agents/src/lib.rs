@@ -13,8 +13,11 @@
 //! assert!(agents.iter().any(|a| a.name == "plan_deployment"));
 //! ```
 
+mod chat_model;
 pub mod conformance;
 pub mod tool_agent;
+
+pub use chat_model::ChatModel;
 
 use std::sync::Arc;
 
@@ -368,7 +371,13 @@ pub fn unaskable() -> Agent {
 struct EmailModel;
 
 impl Model for EmailModel {
-    fn next(&self, state: &Value) -> Turn {
+    fn next<'a>(&'a self, state: &'a Value) -> tool_agent::Pending<'a, Result<tool_agent::Answer, String>> {
+        Box::pin(async move { Ok(Self::turn(state).into()) })
+    }
+}
+
+impl EmailModel {
+    fn turn(state: &Value) -> Turn {
         let messages = state["messages"].as_array().cloned().unwrap_or_default();
         match messages.iter().rev().find(|m| m["role"] == "tool") {
             None => Turn::ToolCalls(vec![ToolCall {
@@ -402,11 +411,13 @@ pub fn email_assistant(mode: InterruptMode) -> Agent {
         // puts the types in the review's response schema.
         args_schema: Some(args_schema),
         run: Arc::new(|args| {
-            Ok(format!(
-                "Sent the email to {} with subject {}.",
-                args["to"].as_str().unwrap_or_default(),
-                python_repr(&args["subject"])
-            ))
+            Box::pin(async move {
+                Ok(format!(
+                    "Sent the email to {} with subject {}.",
+                    args["to"].as_str().unwrap_or_default(),
+                    python_repr(&args["subject"])
+                ))
+            })
         }),
     };
     let (name, description) = match mode {

@@ -215,3 +215,81 @@ fn python_repr_matches_python() {
     assert_eq!(python_repr(&json!([true, false, null, 1.5, "it's"])), "[True, False, None, 1.5, \"it's\"]");
     assert_eq!(python_repr(&json!("a\nb\\")), "'a\\nb\\\\'");
 }
+
+#[tokio::test]
+async fn a_chat_model_proposes_calls_that_are_reviewed_then_run_and_it_sees_their_results() {
+    use hitl_model::testing::server;
+    use hitl_model::{ModelClient, ToolSpec};
+    use tool_agent::{HumanInTheLoop, Tool};
+
+    let call = json!({"choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
+        {"id": "call_a", "type": "function", "function": {"name": "db.count", "arguments": "{\"table\":\"orders\"}"}},
+        {"id": "call_b", "type": "function", "function": {"name": "db.drop", "arguments": "{\"table\":\"tmp\"}"}}]}}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 9}});
+    let done = json!({"choices": [{"message": {"role": "assistant", "content": "42 orders; tmp kept."}}],
+                      "usage": {"prompt_tokens": 60, "completion_tokens": 6}});
+    let (base, received) = server(vec![(Some(200), call, None), (Some(200), done, None)]).await;
+    let spec = serde_json::from_value(json!({"provider": "openai", "base_url": base, "model": "m"})).unwrap();
+    let client = ModelClient::new(&spec, |_| None).unwrap();
+    let spec_of = |name: &str| ToolSpec {
+        name: name.into(),
+        description: format!("{name} a table"),
+        input_schema: json!({"type": "object", "properties": {"table": {"type": "string"}}}),
+    };
+    let model = ChatModel::new(
+        client,
+        Some("You help with the orders database.".into()),
+        vec![spec_of("db.count"), spec_of("db.drop")],
+    );
+    let tool = |name: &'static str| Tool {
+        name: name.into(),
+        args_schema: None,
+        run: std::sync::Arc::new(move |args| {
+            Box::pin(async move { Ok(format!("{name} ran on {}", args["table"].as_str().unwrap_or_default())) })
+        }),
+    };
+    let agent = tool_agent::tool_calling_agent(
+        "db_assistant",
+        "",
+        json!({"type": "object"}),
+        std::sync::Arc::new(model),
+        vec![tool("db.count"), tool("db.drop")],
+        HumanInTheLoop::all_decisions(&["db.drop"], InterruptMode::Batched),
+        |state| {
+            json!({"answer": state["messages"].as_array().and_then(|m| m.last()).map(|m| m["content"].clone()),
+                       "usage": state["usage"].clone()})
+        },
+    );
+    // db.drop is reviewed (batched: one interrupt for the turn's reviewed calls) and
+    // rejected; db.count runs as asked.
+    let mut reviewed = Vec::new();
+    let output = drive(
+        agent,
+        json!({"request": "How many orders? And drop tmp."}),
+        |interrupt| {
+            reviewed.push(interrupt.value.clone());
+            json!({"decisions": [{"type": "reject", "message": "keep tmp"}]})
+        },
+        Value::Null,
+    )
+    .await;
+    assert_eq!(reviewed.len(), 1);
+    assert_eq!(reviewed[0]["action_requests"][0]["name"], "db.drop");
+    assert_eq!(output["answer"], "42 orders; tmp kept.");
+    assert_eq!(
+        output["usage"],
+        json!([{"input_tokens": 20, "output_tokens": 9}, {"input_tokens": 60, "output_tokens": 6}])
+    );
+
+    let bodies: Vec<Value> = received.lock().unwrap().iter().map(|(_, body)| body.clone()).collect();
+    assert_eq!(bodies.len(), 2, "the model is asked once per turn, never again on resume");
+    assert_eq!(bodies[0]["messages"][1], json!({"role": "user", "content": "How many orders? And drop tmp."}));
+    let second = bodies[1]["messages"].as_array().unwrap();
+    let tool_messages: Vec<(&str, &str)> = second
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| (m["tool_call_id"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect();
+    assert_eq!(tool_messages, [("call_a", "db.count ran on orders"), ("call_b", "keep tmp")]);
+    assert_eq!(second[2]["tool_calls"][1]["function"]["name"], "db.drop");
+}

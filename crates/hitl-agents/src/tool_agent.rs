@@ -18,10 +18,29 @@ use hitl_graph::{END, START, StateGraph, StepContext, StepError};
 use hitl_schema::Decision;
 use serde_json::{Map, Value, json};
 
+/// A boxed future, as models and tools return.
+pub type Pending<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
 /// What the model does next, given the agent's state (its inputs and `messages`).
 pub trait Model: Send + Sync + 'static {
-    /// The next assistant turn: tool calls, or a final message.
-    fn next(&self, state: &Value) -> Turn;
+    /// The next assistant turn (tool calls, or a final message) and what it cost; an
+    /// error ends the call with an error result that says so.
+    fn next<'a>(&'a self, state: &'a Value) -> Pending<'a, Result<Answer, String>>;
+}
+
+/// A model's turn and its token usage, when the model reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// The turn.
+    pub turn: Turn,
+    /// `{"input_tokens", "output_tokens"}`, kept in the run's state under `usage`.
+    pub usage: Option<Value>,
+}
+
+impl From<Turn> for Answer {
+    fn from(turn: Turn) -> Self {
+        Self { turn, usage: None }
+    }
 }
 
 /// An assistant turn.
@@ -45,7 +64,7 @@ pub struct ToolCall {
 }
 
 /// What a tool returns: its result as text, or an error the model sees.
-pub type ToolFn = Arc<dyn Fn(&Map<String, Value>) -> Result<String, String> + Send + Sync>;
+pub type ToolFn = Arc<dyn Fn(Map<String, Value>) -> Pending<'static, Result<String, String>> + Send + Sync>;
 
 /// A tool the agent can call.
 #[derive(Clone)]
@@ -165,14 +184,14 @@ fn tool_message(call: &ToolCall, content: String, status: &str) -> Value {
 }
 
 /// Runs a tool after checking its arguments against its schema, as for any call.
-fn run_tool(tool: &Tool, args: &Map<String, Value>) -> Result<String, String> {
+async fn run_tool(tool: &Tool, args: &Map<String, Value>) -> Result<String, String> {
     if let Some(schema) = &tool.args_schema
         && let Err(violations) = hitl_schema::validate_value(schema, &Value::Object(args.clone()))
     {
         let details: Vec<String> = violations.iter().map(|v| v.message.clone()).collect();
         return Err(format!("invalid arguments for {}: {}", tool.name, details.join("; ")));
     }
-    (tool.run)(args)
+    (tool.run)(args.clone()).await
 }
 
 /// The reviewer's decisions on the calls under review, by call id (calls not under
@@ -219,7 +238,7 @@ fn review_calls(
 
 /// Runs each call as its decision says; returns the tool messages and the calls that
 /// ran (with the arguments they ran with).
-fn run_calls(
+async fn run_calls(
     tools: &HashMap<String, Tool>,
     calls: &[ToolCall],
     mut decisions: HashMap<String, payload::Decision>,
@@ -244,7 +263,7 @@ fn run_calls(
             messages.push(tool_message(call, format!("Error: {} is not a valid tool", call.name), "error"));
             continue;
         };
-        match run_tool(tool, &args) {
+        match run_tool(tool, &args).await {
             Ok(result) => {
                 ran.push(json!({"name": call.name, "args": args}));
                 messages.push(tool_message(call, result, "success"));
@@ -269,9 +288,9 @@ fn last_message(state: &Value) -> Value {
 }
 
 /// Builds the agent: `model` → (review) → `tools` → `model` … until the model answers.
-/// The state holds the call's arguments, `messages` and `ran` (the calls that ran, with
-/// the arguments they ran with); `output` turns the final state into the agent's
-/// output (an object).
+/// The state holds the call's arguments, `messages`, `ran` (the calls that ran, with
+/// the arguments they ran with) and `usage` (each model turn's tokens, when reported);
+/// `output` turns the final state into the agent's output (an object).
 pub fn tool_calling_agent(
     name: &str,
     description: &str,
@@ -286,14 +305,18 @@ pub fn tool_calling_agent(
     let graph = StateGraph::new()
         .add_step("model", move |state, _| {
             let model = model.clone();
-            async move { Ok(json!({ "messages": [assistant_message(model.next(&state))] })) }
+            async move {
+                let answer = model.next(&state).await.map_err(|e| StepError::msg(format!("the model failed: {e}")))?;
+                let usage: Vec<Value> = answer.usage.into_iter().collect();
+                Ok(json!({ "messages": [assistant_message(answer.turn)], "usage": usage }))
+            }
         })
         .add_step("tools", move |state, ctx| {
             let (tools, review) = (tools.clone(), review.clone());
             async move {
                 let calls = tool_calls(&last_message(&state));
                 let decisions = review_calls(&ctx, &review, &tools, &calls)?;
-                let (messages, ran) = run_calls(&tools, &calls, decisions);
+                let (messages, ran) = run_calls(&tools, &calls, decisions).await;
                 Ok(json!({ "messages": messages, "ran": ran }))
             }
         })
@@ -307,6 +330,7 @@ pub fn tool_calling_agent(
         .add_edge("finish", END)
         .reducer("messages", hitl_graph::Reducer::Append)
         .reducer("ran", hitl_graph::Reducer::Append)
+        .reducer("usage", hitl_graph::Reducer::Append)
         .output_key("output");
     crate::agent(name, description, input_schema, graph)
 }

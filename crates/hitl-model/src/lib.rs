@@ -25,6 +25,8 @@
 mod anthropic;
 mod http;
 mod openai;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
 
 use std::time::Duration;
 

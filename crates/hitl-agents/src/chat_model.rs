@@ -1,0 +1,90 @@
+//! A [`Model`] over a real model API (`hitl-model`): the agent's messages become the
+//! API's conversation (the call's arguments are the user's request), and the API's tool
+//! calls become the agent's, reviewed and run as the runtime says.
+
+use hitl_model::{ChatRequest, Message, ModelClient, ToolSpec};
+use serde_json::{Map, Value, json};
+
+use crate::tool_agent::{Answer, Model, Pending, ToolCall, Turn};
+
+/// State keys the runtime writes; the rest are the call's arguments.
+const RUNTIME_KEYS: [&str; 4] = ["messages", "ran", "usage", "output"];
+
+/// A model served by an API, with a system prompt and the tools it may call.
+pub struct ChatModel {
+    client: ModelClient,
+    system: Option<String>,
+    tools: Vec<ToolSpec>,
+}
+
+impl ChatModel {
+    /// `client`'s model, told `system` and offered `tools`.
+    pub fn new(client: ModelClient, system: Option<String>, tools: Vec<ToolSpec>) -> Self {
+        Self { client, system, tools }
+    }
+
+    /// The conversation so far: the request, then the agent's messages.
+    fn conversation(&self, state: &Value) -> ChatRequest {
+        let mut messages = vec![Message::User(request_of(state))];
+        for message in state["messages"].as_array().into_iter().flatten() {
+            let text = message["content"].as_str().filter(|t| !t.is_empty()).map(str::to_owned);
+            messages.push(match message["role"].as_str() {
+                Some("tool") => Message::Tool {
+                    call_id: message["tool_call_id"].as_str().unwrap_or_default().to_owned(),
+                    content: text.unwrap_or_default(),
+                    is_error: message["status"] == "error",
+                },
+                _ => Message::Assistant {
+                    text,
+                    tool_calls: message["tool_calls"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|c| hitl_model::ToolCall {
+                            id: c["id"].as_str().unwrap_or_default().to_owned(),
+                            name: c["name"].as_str().unwrap_or_default().to_owned(),
+                            arguments: c["args"].as_object().cloned().unwrap_or_default(),
+                        })
+                        .collect(),
+                },
+            });
+        }
+        ChatRequest { system: self.system.clone(), messages, tools: self.tools.clone() }
+    }
+}
+
+/// The user's request: the call's only string argument as it is, else its arguments as
+/// JSON.
+fn request_of(state: &Value) -> String {
+    let args: Map<String, Value> = state
+        .as_object()
+        .map(|s| {
+            s.iter().filter(|(k, _)| !RUNTIME_KEYS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect()
+        })
+        .unwrap_or_default();
+    match args.values().collect::<Vec<_>>().as_slice() {
+        [Value::String(text)] => text.clone(),
+        _ => Value::Object(args).to_string(),
+    }
+}
+
+impl Model for ChatModel {
+    fn next<'a>(&'a self, state: &'a Value) -> Pending<'a, Result<Answer, String>> {
+        Box::pin(async move {
+            let answer = self.client.chat(&self.conversation(state)).await.map_err(|e| e.to_string())?;
+            let turn = if answer.tool_calls.is_empty() {
+                Turn::Message(answer.text.unwrap_or_default())
+            } else {
+                Turn::ToolCalls(
+                    answer
+                        .tool_calls
+                        .into_iter()
+                        .map(|c| ToolCall { id: c.id, name: c.name, args: c.arguments })
+                        .collect(),
+                )
+            };
+            let usage = json!({"input_tokens": answer.usage.input_tokens, "output_tokens": answer.usage.output_tokens});
+            Ok(Answer { turn, usage: Some(usage) })
+        })
+    }
+}
