@@ -579,14 +579,35 @@ impl Shared {
     }
 }
 
-/// `next` when it is a path on this server, else `/approvals` (no open redirects).
+/// `next` when it is a path on this server, else `/approvals` (no open redirects, and
+/// nothing a `Location` header can't carry).
 fn safe_next(next: Option<&str>) -> &str {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n,
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && !n.contains('\\')
+                && n.len() <= 2048
+                && n.bytes().all(|b| b.is_ascii_graphic()) =>
+        {
+            n
+        }
         _ => "/approvals",
     }
 }
 
 fn encode(path: &str) -> String {
     form_urlencoded::byte_serialize(path.as_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sign_ins_go_back_only_to_paths_here() {
+        assert_eq!(super::safe_next(Some("/approvals/a.1.0.x")), "/approvals/a.1.0.x");
+        for bad in ["//evil.example", "https://evil.example", "/\\evil", "/a\r\nSet-Cookie: x", "/a b", ""] {
+            assert_eq!(super::safe_next(Some(bad)), "/approvals", "{bad:?}");
+        }
+        assert_eq!(super::safe_next(None), "/approvals");
+    }
 }
