@@ -100,13 +100,13 @@ pub struct PageView {
     pub page: Page,
     /// The call under review (approvals).
     pub review: Option<Review>,
-    /// Whether the round is still open (false once the client's retry resumed it).
-    pub open: bool,
     /// When the paused call expires (ms since the epoch).
     pub expires_at_ms: u64,
 }
 
 impl PageView {
+    /// Page `id` of `thread`, when its open round still asks it (the id names its
+    /// round, so a later round's question at the same index is another page).
     fn of(thread: &Thread, id: &str, index: usize) -> Option<Self> {
         Self::at(thread, index).filter(|view| view.id == id)
     }
@@ -134,7 +134,6 @@ impl PageView {
                 _ => None,
             },
             page,
-            open: thread.claim.is_none(),
             expires_at_ms: thread.expires_at_ms,
         })
     }
@@ -187,7 +186,7 @@ impl Engine {
     pub async fn page(&self, id: &str) -> Result<Option<PageView>, EngineError> {
         let Some(at) = self.secret().verify_page(id) else { return Ok(None) };
         let Some(thread) = self.store().load(at.thread).await? else { return Ok(None) };
-        Ok(thread.round.as_ref().filter(|r| r.n == at.round).and_then(|_| PageView::of(&thread, id, at.index)))
+        Ok(PageView::of(&thread, id, at.index))
     }
 
     /// Answers page `id` with `input`, given by `by`: stored in the thread unless the
@@ -196,11 +195,7 @@ impl Engine {
         let Some(at) = self.secret().verify_page(id) else { return Ok(PageAnswer::Gone) };
         loop {
             let Some(mut thread) = self.store().load(at.thread).await? else { return Ok(PageAnswer::Gone) };
-            let Some(view) =
-                thread.round.as_ref().filter(|r| r.n == at.round).and_then(|_| PageView::of(&thread, id, at.index))
-            else {
-                return Ok(PageAnswer::Gone);
-            };
+            let Some(view) = PageView::of(&thread, id, at.index) else { return Ok(PageAnswer::Gone) };
             if view.page.answer.is_some() {
                 return Ok(PageAnswer::AlreadyAnswered(Box::new(view)));
             }

@@ -112,15 +112,10 @@ pub(crate) struct Ears(pub(crate) mpsc::Sender<Note>);
 /// The approval questions of `thread`'s round (`unanswered`: only those no one
 /// decided), as their pages show them.
 fn approvals(thread: &Thread, unanswered: bool) -> Vec<PageView> {
-    let Some(round) = &thread.round else { return Vec::new() };
-    (0..round.questions.len())
-        .filter(|&i| {
-            round.questions[i]
-                .page
-                .as_ref()
-                .is_some_and(|p| matches!(p.kind, PageKind::Approval { .. }) && !(unanswered && p.answer.is_some()))
-        })
+    let asked = thread.round.as_ref().map_or(0, |r| r.questions.len());
+    (0..asked)
         .filter_map(|i| PageView::at(thread, i))
+        .filter(|v| matches!(v.page.kind, PageKind::Approval { .. }) && !(unanswered && v.page.answer.is_some()))
         .collect()
 }
 
@@ -338,7 +333,7 @@ impl Worker {
                 entry["keys"] = json!(keys);
                 self.audit(entry);
                 for view in withdrawn {
-                    let mut entry = self.entry(&view).await;
+                    let mut entry = pending_entry(&view, &self.base_url);
                     entry["status"] = "withdrawn".into();
                     entry["decided_at_ms"] = now_ms().into();
                     let mut audit = call.entry("withdrawn");
@@ -389,14 +384,6 @@ impl Worker {
                 audit["page"] = json!({"type": "sign_in"});
                 self.audit(audit);
             }
-        }
-    }
-
-    /// The listed entry of `view`'s approval, or a new one.
-    async fn entry(&self, view: &PageView) -> Value {
-        match self.records.approval(&view.id).await {
-            Ok(Some(entry)) => entry,
-            _ => pending_entry(view, &self.base_url),
         }
     }
 
