@@ -355,6 +355,11 @@ pub struct ApprovalBy {
     pub policy: String,
 }
 
+/// `Some` when `value` is an interrupt of `type` `kind`: it read as `T`, or why not.
+fn typed<T: serde::de::DeserializeOwned>(value: &Value, kind: &str) -> Option<Result<T, String>> {
+    (value.get("type").and_then(Value::as_str) == Some(kind)).then(|| T::deserialize(value).map_err(|e| e.to_string()))
+}
+
 /// A value the person types on hitl's secret page (a token, an API key): asked by URL
 /// so it never passes through the MCP client, kept sealed in the thread, and resumed
 /// with `{"action": "accept", "value": …}` (or the `decline`/`cancel` answer).
@@ -372,8 +377,7 @@ impl SecretRequest {
 
     /// `Some` when `value` asks for a secret.
     pub fn parse(value: &Value) -> Option<Result<Self, String>> {
-        (value.get("type").and_then(Value::as_str) == Some(Self::TYPE))
-            .then(|| Self::deserialize(value).map_err(|e| e.to_string()))
+        typed(value, Self::TYPE)
     }
 
     /// The interrupt value.
@@ -400,8 +404,7 @@ impl SignInRequest {
 
     /// `Some` when `value` asks for a sign-in.
     pub fn parse(value: &Value) -> Option<Result<Self, String>> {
-        (value.get("type").and_then(Value::as_str) == Some(Self::TYPE))
-            .then(|| Self::deserialize(value).map_err(|e| e.to_string()))
+        typed(value, Self::TYPE)
     }
 
     /// The interrupt value.
@@ -413,10 +416,7 @@ impl SignInRequest {
 impl ToolApproval {
     /// `Some` when `value` is a per-call review (`type: tool_approval`).
     pub fn parse(value: &Value) -> Option<Result<Self, String>> {
-        if value.get("type").and_then(Value::as_str) != Some("tool_approval") {
-            return None;
-        }
-        Some(Self::deserialize(value).map_err(|e| e.to_string()))
+        typed(value, "tool_approval")
     }
 
     /// The interrupt value, `type` first as the Python middleware writes it.
