@@ -48,30 +48,19 @@ pub struct Target {
 pub(crate) struct Notifier {
     targets: Arc<[Target]>,
     keys: crate::session::Keys,
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    /// Made only when there are webhooks (it reads the system's CA roots).
+    client: Option<Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>>,
 }
 
 impl Notifier {
     pub(crate) fn new(targets: Vec<Target>, keys: crate::session::Keys) -> Self {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("ring supports the default TLS versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector =
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
-        let client = Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector);
+        let client = (!targets.is_empty()).then(https_client);
         Self { targets: targets.into(), keys, client }
     }
 
     /// Sends `event` about `approval` to every target, each in its own task.
     pub(crate) fn send(&self, event: &str, approval: &Value) {
-        if self.targets.is_empty() {
-            return;
-        }
+        let Some(client) = &self.client else { return };
         // A pending approval's JSON body carries, for each approver named as a user, a
         // signed single-use link that signs them in to it.
         let mut links = serde_json::Map::new();
@@ -92,10 +81,25 @@ impl Notifier {
                 Format::Slack => json!({ "text": slack_text(event, approval) }),
             };
             let body = Bytes::from(body.to_string());
-            let (client, target) = (self.client.clone(), target.clone());
+            let (client, target) = (client.clone(), target.clone());
             tokio::spawn(async move { deliver(client, target, body).await });
         }
     }
+}
+
+/// A client of http and https URLs, trusting the system's CA roots.
+fn https_client() -> Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector =
+        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
+    Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector)
 }
 
 fn slack_text(event: &str, approval: &Value) -> String {
