@@ -88,14 +88,9 @@ impl Receiver {
 
     /// Waits until a request satisfies `matches`.
     pub(crate) async fn wait_for(&self, what: &str, matches: impl Fn(&Hook) -> bool) -> Hook {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(hook) = self.got().into_iter().find(|h| matches(h)) {
-                return hook;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "no webhook {what}: got {:?}", self.got());
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let matches = &matches;
+        let probe = move || async move { self.got().into_iter().find(|h| matches(h)) };
+        eventually(|| format!("no webhook {what}: got {:?}", self.got()), probe).await
     }
 }
 
@@ -114,6 +109,22 @@ async fn trail(server: &Server, token: &str, since: u64) -> Vec<Value> {
             Some(at) if full && at > from => from = at,
             _ => return all,
         }
+    }
+}
+
+/// What `probe` finds, asked every 20 ms for at most 20 s; past that, the test fails
+/// with `why`.
+async fn eventually<T, F>(why: impl Fn() -> String, probe: impl Fn() -> F) -> T
+where
+    F: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(found) = probe().await {
+            return found;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{}", why());
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -178,14 +189,9 @@ impl Folder {
 
     /// Waits until the audit file has an entry satisfying `matches`.
     pub(crate) async fn wait_audit(&self, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(entry) = self.audit().into_iter().find(|e| matches(e)) {
-                return entry;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "no audit entry {what}: {:#?}", self.audit());
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let matches = &matches;
+        let probe = move || async move { self.audit().into_iter().find(|e| matches(e)) };
+        eventually(|| format!("no audit entry {what}: {:#?}", self.audit()), probe).await
     }
 }
 
@@ -337,16 +343,13 @@ async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once
 
     // The listing: bob sees it with its arguments, carol does not.
     // (The ledger lists in the background: a moment after the pause.)
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let entry = loop {
-        let listed = api(&server, &p.bob, http::Method::GET, "/api/approvals?status=pending", None).await;
+    let (server_ref, bob, id_ref) = (&server, &p.bob, &id);
+    let listed = move || async move {
+        let listed = api(server_ref, bob, http::Method::GET, "/api/approvals?status=pending", None).await;
         assert_eq!(listed.status, 200, "{}", listed.body);
-        if let Some(entry) = listed.body["approvals"].as_array().unwrap().iter().find(|a| a["id"] == id.as_str()) {
-            break entry.clone();
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never listed: {}", listed.body);
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        listed.body["approvals"].as_array().unwrap().iter().find(|a| a["id"] == id_ref.as_str()).cloned()
     };
+    let entry = eventually(|| format!("{id} never listed"), listed).await;
     assert_eq!((entry["tool"].clone(), entry["arguments"].clone()), (json!("db.drop_partition"), args.clone()));
     assert_eq!((entry["caller"].clone(), entry["status"].clone()), (json!("user:alice"), json!("pending")));
     assert_eq!(entry["link"], url.as_str());
@@ -767,15 +770,12 @@ async fn an_approval_no_one_decides_expires_and_a_stray_sign_in_callback_is_refu
         .to_owned();
     let id = url.rsplit('/').next().unwrap().to_owned();
     // Whichever server sharing the store sweeps first writes it: read the shared trail.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let expired = loop {
-        let events = trail(&server, "tok-bob", since).await;
-        if let Some(e) = events.into_iter().find(|e| e["event"] == "expired" && e["approval"] == id.as_str()) {
-            break e;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never expired");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let (server_ref, id_ref) = (&server, &id);
+    let expired = move || async move {
+        let events = trail(server_ref, "tok-bob", since).await;
+        events.into_iter().find(|e| e["event"] == "expired" && e["approval"] == id_ref.as_str())
     };
+    let expired = eventually(|| format!("{id} never expired"), expired).await;
     assert_eq!(expired["principal"], "user:alice");
     let listed = api(&server, "tok-bob", http::Method::GET, &format!("/api/approvals/{id}"), None).await;
     assert_eq!(listed.body["status"], "expired", "{}", listed.body);
@@ -862,11 +862,11 @@ async fn replicas_on_redis_share_the_listing_and_stream_each_others_decisions() 
     let id = question["params"]["url"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
     let listed = api(&b, "tok-bob", http::Method::GET, &format!("/api/approvals/{id}"), None).await;
     assert_eq!(listed.body["status"], "pending", "{}", listed.body);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !streamed.lock().unwrap().iter().any(|e| e["approval"]["id"] == id.as_str()) {
-        assert!(tokio::time::Instant::now() < deadline, "b never streamed a's pending approval");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (streamed_ref, id_ref) = (&streamed, &id);
+    let pending = move || async move {
+        streamed_ref.lock().unwrap().iter().any(|e| e["approval"]["id"] == id_ref.as_str()).then_some(())
+    };
+    eventually(|| "b never streamed a's pending approval".to_owned(), pending).await;
     let decided = decide(&b, "tok-bob", &id, json!({"decision": "approve"})).await;
     assert_eq!(decided.status, 200, "{}", decided.body);
     let seen = tokio::time::timeout(Duration::from_secs(20), watcher).await.expect("events arrive").unwrap();
