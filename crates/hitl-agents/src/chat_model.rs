@@ -2,10 +2,12 @@
 //! API's conversation (the call's arguments are the user's request), and the API's tool
 //! calls become the agent's, reviewed and run as the runtime says.
 
+use std::sync::Arc;
+
 use hitl_model::{ChatRequest, Message, ModelClient, ToolSpec};
 use serde_json::{Map, Value, json};
 
-use crate::tool_agent::{Answer, Model, Pending, ToolCall, Turn};
+use crate::tool_agent::{Answer, Model, Pending, ToolCall, Toolbox, Turn};
 
 /// State keys the runtime writes; the rest are the call's arguments.
 const RUNTIME_KEYS: [&str; 4] = ["messages", "ran", "usage", "output"];
@@ -14,13 +16,27 @@ const RUNTIME_KEYS: [&str; 4] = ["messages", "ran", "usage", "output"];
 pub struct ChatModel {
     client: ModelClient,
     system: Option<String>,
-    tools: Vec<ToolSpec>,
+    tools: Arc<dyn Toolbox>,
 }
 
 impl ChatModel {
-    /// `client`'s model, told `system` and offered `tools`.
-    pub fn new(client: ModelClient, system: Option<String>, tools: Vec<ToolSpec>) -> Self {
+    /// `client`'s model, told `system` and offered the tools `tools` holds at each turn
+    /// (the agent's own toolbox, so the model is offered what the agent can run).
+    pub fn new(client: ModelClient, system: Option<String>, tools: Arc<dyn Toolbox>) -> Self {
         Self { client, system, tools }
+    }
+
+    /// The tools as the API describes them.
+    fn specs(&self) -> Vec<ToolSpec> {
+        self.tools
+            .tools()
+            .into_iter()
+            .map(|tool| ToolSpec {
+                input_schema: tool.args_schema.unwrap_or_else(|| json!({"type": "object"})),
+                name: tool.name,
+                description: tool.description,
+            })
+            .collect()
     }
 
     /// The conversation so far: the request, then the agent's messages.
@@ -49,7 +65,7 @@ impl ChatModel {
                 },
             });
         }
-        ChatRequest { system: self.system.clone(), messages, tools: self.tools.clone() }
+        ChatRequest { system: self.system.clone(), messages, tools: self.specs() }
     }
 }
 

@@ -218,9 +218,9 @@ fn python_repr_matches_python() {
 
 #[tokio::test]
 async fn a_chat_model_proposes_calls_that_are_reviewed_then_run_and_it_sees_their_results() {
+    use hitl_model::ModelClient;
     use hitl_model::testing::server;
-    use hitl_model::{ModelClient, ToolSpec};
-    use tool_agent::{HumanInTheLoop, Tool};
+    use tool_agent::{InterruptMode, Tool, ToolReview};
 
     let call = json!({"choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
         {"id": "call_a", "type": "function", "function": {"name": "db.count", "arguments": "{\"table\":\"orders\"}"}},
@@ -231,30 +231,25 @@ async fn a_chat_model_proposes_calls_that_are_reviewed_then_run_and_it_sees_thei
     let (base, received) = server(vec![(Some(200), call, None), (Some(200), done, None)]).await;
     let spec = serde_json::from_value(json!({"provider": "openai", "base_url": base, "model": "m"})).unwrap();
     let client = ModelClient::new(&spec, |_| None).unwrap();
-    let spec_of = |name: &str| ToolSpec {
+    let tool = |name: &'static str, review: Option<ToolReview>| Tool {
         name: name.into(),
         description: format!("{name} a table"),
-        input_schema: json!({"type": "object", "properties": {"table": {"type": "string"}}}),
-    };
-    let model = ChatModel::new(
-        client,
-        Some("You help with the orders database.".into()),
-        vec![spec_of("db.count"), spec_of("db.drop")],
-    );
-    let tool = |name: &'static str| Tool {
-        name: name.into(),
-        args_schema: None,
+        args_schema: Some(json!({"type": "object", "properties": {"table": {"type": "string"}}})),
+        review,
         run: std::sync::Arc::new(move |args| {
             Box::pin(async move { Ok(format!("{name} ran on {}", args["table"].as_str().unwrap_or_default())) })
         }),
     };
-    let agent = tool_agent::tool_calling_agent(
+    let toolbox: std::sync::Arc<dyn tool_agent::Toolbox> =
+        std::sync::Arc::new(vec![tool("db.count", None), tool("db.drop", Some(ToolReview::all_decisions()))]);
+    let model = ChatModel::new(client, Some("You help with the orders database.".into()), toolbox.clone());
+    let agent = tool_agent::tool_agent(
         "db_assistant",
         "",
         json!({"type": "object"}),
         std::sync::Arc::new(model),
-        vec![tool("db.count"), tool("db.drop")],
-        HumanInTheLoop::all_decisions(&["db.drop"], InterruptMode::Batched),
+        toolbox,
+        InterruptMode::Batched,
         |state| {
             json!({"answer": state["messages"].as_array().and_then(|m| m.last()).map(|m| m["content"].clone()),
                        "usage": state["usage"].clone()})

@@ -71,11 +71,64 @@ pub type ToolFn = Arc<dyn Fn(Map<String, Value>) -> Pending<'static, Result<Stri
 pub struct Tool {
     /// Its name.
     pub name: String,
+    /// What it does, as the model is told.
+    pub description: String,
     /// JSON Schema of its arguments, when it declares one: checked when it runs, and
     /// (per-call mode) part of the review's response schema.
     pub args_schema: Option<Value>,
+    /// How a person reviews its calls; `None`: they run as the model asks.
+    pub review: Option<ToolReview>,
     /// What it does.
     pub run: ToolFn,
+}
+
+/// How a tool's calls are reviewed.
+#[derive(Clone)]
+pub struct ToolReview {
+    /// The decisions a reviewer may make.
+    pub decisions: Vec<Decision>,
+    /// The description of a call shown to the reviewer, from its arguments; `None`:
+    /// the middleware's (`Tool execution requires approval`, the tool, the arguments
+    /// as a Python dict).
+    pub describe: Option<Arc<dyn Fn(&ToolCall) -> String + Send + Sync>>,
+    /// Who decides on hitl's approval page instead of the client's user; such a call
+    /// is always asked on its own (one page per call), whatever the mode.
+    pub approval: Option<payload::ApprovalBy>,
+}
+
+impl ToolReview {
+    /// Every decision allowed, described as the middleware does.
+    pub fn all_decisions() -> Self {
+        Self { decisions: Decision::ALL.to_vec(), describe: None, approval: None }
+    }
+
+    fn description(&self, call: &ToolCall) -> String {
+        match &self.describe {
+            Some(describe) => describe(call),
+            None => default_description(DEFAULT_PREFIX, call),
+        }
+    }
+}
+
+/// The tools an agent may call, read at each turn (a gateway's tools change while the
+/// server runs).
+pub trait Toolbox: Send + Sync + 'static {
+    /// The tools offered now.
+    fn tools(&self) -> Vec<Tool>;
+}
+
+impl Toolbox for Vec<Tool> {
+    fn tools(&self) -> Vec<Tool> {
+        self.clone()
+    }
+}
+
+const DEFAULT_PREFIX: &str = "Tool execution requires approval";
+
+/// The description of a call, as the Python middleware writes it: the prefix, the
+/// tool, and the arguments as a Python dict.
+fn default_description(prefix: &str, call: &ToolCall) -> String {
+    format!("{prefix}\n\nTool: {}\nArgs: {}", call.name, python_repr(&Value::Object(call.args.clone())))
 }
 
 /// How review interrupts are raised.
@@ -104,19 +157,27 @@ impl HumanInTheLoop {
         Self {
             interrupt_on: tools.iter().map(|t| ((*t).to_owned(), Decision::ALL.to_vec())).collect(),
             mode,
-            description_prefix: "Tool execution requires approval".to_owned(),
+            description_prefix: DEFAULT_PREFIX.to_owned(),
         }
     }
 
-    /// The description of a call, as the Python middleware writes it: the prefix, the
-    /// tool, and the arguments as a Python dict.
-    fn description(&self, call: &ToolCall) -> String {
-        format!(
-            "{}\n\nTool: {}\nArgs: {}",
-            self.description_prefix,
-            call.name,
-            python_repr(&Value::Object(call.args.clone()))
-        )
+    /// `tools` with the reviews this middleware names.
+    fn apply(&self, tools: Vec<Tool>) -> Vec<Tool> {
+        tools
+            .into_iter()
+            .map(|mut tool| {
+                if let Some(decisions) = self.interrupt_on.get(&tool.name) {
+                    let prefix = self.description_prefix.clone();
+                    tool.review = Some(ToolReview {
+                        decisions: decisions.clone(),
+                        describe: (prefix != DEFAULT_PREFIX)
+                            .then(|| Arc::new(move |call: &ToolCall| default_description(&prefix, call)) as _),
+                        approval: None,
+                    });
+                }
+                tool
+            })
+            .collect()
     }
 }
 
@@ -158,8 +219,8 @@ pub fn python_repr(value: &Value) -> String {
 }
 
 /// The response schema of a per-call review of `tool`.
-fn decision_schema(tool: &Tool, allowed: &[Decision]) -> Value {
-    let names: Vec<&str> = allowed.iter().map(|d| d.as_str()).collect();
+fn decision_schema(tool: &Tool, review: &ToolReview) -> Value {
+    let names: Vec<&str> = review.decisions.iter().map(|d| d.as_str()).collect();
     payload::decision_schema(&tool.name, tool.args_schema.as_ref(), &names)
 }
 
@@ -199,39 +260,37 @@ async fn run_tool(tool: &Tool, args: &Map<String, Value>) -> Result<String, Stri
 /// decisions come first and the calls run after.
 fn review_calls(
     ctx: &StepContext,
-    review: &HumanInTheLoop,
+    mode: InterruptMode,
     tools: &HashMap<String, Tool>,
     calls: &[ToolCall],
 ) -> Result<HashMap<String, payload::Decision>, StepError> {
-    let gated: Vec<&ToolCall> = calls.iter().filter(|c| review.interrupt_on.contains_key(&c.name)).collect();
-    let allowed = |call: &ToolCall| review.interrupt_on[&call.name].iter().map(|d| d.as_str());
-    let action = |call: &ToolCall| ActionRequest::new(&call.name, call.args.clone(), Some(review.description(call)));
+    let reviewed: Vec<(&ToolCall, &Tool, &ToolReview)> =
+        calls.iter().filter_map(|c| tools.get(&c.name).and_then(|t| t.review.as_ref().map(|r| (c, t, r)))).collect();
+    let allowed = |review: &ToolReview| review.decisions.iter().map(|d| d.as_str()).collect::<Vec<_>>();
+    let action = |call: &ToolCall, review: &ToolReview| {
+        ActionRequest::new(&call.name, call.args.clone(), Some(review.description(call)))
+    };
     let invalid = |e: serde_json::Error| StepError::msg(format!("the review's reply is not valid: {e}"));
+    // Calls decided on an approval page are asked one by one; the rest as the mode says.
+    let (batch, single): (Vec<_>, Vec<_>) =
+        reviewed.into_iter().partition(|(_, _, r)| mode == InterruptMode::Batched && r.approval.is_none());
     let mut decisions = HashMap::new();
-    match review.mode {
-        InterruptMode::Batched if !gated.is_empty() => {
-            let request = ReviewRequest {
-                action_requests: gated.iter().map(|c| action(c)).collect(),
-                review_configs: gated.iter().map(|c| ReviewConfig::new(&c.name, allowed(c))).collect(),
-            };
-            let reply: ReviewReply = serde_json::from_value(ctx.interrupt(request.to_value())?).map_err(invalid)?;
-            decisions.extend(gated.iter().map(|c| c.id.clone()).zip(reply.decisions));
-        }
-        InterruptMode::PerCall => {
-            for call in gated {
-                let approval = ToolApproval {
-                    action_request: action(call),
-                    review_config: Some(ReviewConfig::new(&call.name, allowed(call))),
-                    approval: None,
-                };
-                let schema = tools
-                    .get(&call.name)
-                    .map_or_else(|| json!({}), |t| decision_schema(t, &review.interrupt_on[&call.name]));
-                let decision = ctx.interrupt_with_schema(approval.to_value(), schema)?;
-                decisions.insert(call.id.clone(), serde_json::from_value(decision).map_err(invalid)?);
-            }
-        }
-        InterruptMode::Batched => {}
+    if !batch.is_empty() {
+        let request = ReviewRequest {
+            action_requests: batch.iter().map(|(c, _, r)| action(c, r)).collect(),
+            review_configs: batch.iter().map(|(c, _, r)| ReviewConfig::new(&c.name, allowed(r))).collect(),
+        };
+        let reply: ReviewReply = serde_json::from_value(ctx.interrupt(request.to_value())?).map_err(invalid)?;
+        decisions.extend(batch.iter().map(|(c, _, _)| c.id.clone()).zip(reply.decisions));
+    }
+    for (call, tool, review) in single {
+        let approval = ToolApproval {
+            action_request: action(call, review),
+            review_config: Some(ReviewConfig::new(&call.name, allowed(review))),
+            approval: review.approval.clone(),
+        };
+        let decision = ctx.interrupt_with_schema(approval.to_value(), decision_schema(tool, review))?;
+        decisions.insert(call.id.clone(), serde_json::from_value(decision).map_err(invalid)?);
     }
     Ok(decisions)
 }
@@ -239,11 +298,13 @@ fn review_calls(
 /// Runs each call as its decision says; returns the tool messages and the calls that
 /// ran (with the arguments they ran with).
 async fn run_calls(
+    ctx: &StepContext,
     tools: &HashMap<String, Tool>,
     calls: &[ToolCall],
     mut decisions: HashMap<String, payload::Decision>,
-) -> (Vec<Value>, Vec<Value>) {
+) -> Result<(Vec<Value>, Vec<Value>), StepError> {
     let (mut messages, mut ran) = (Vec::new(), Vec::new());
+    let mut begun = false;
     for call in calls {
         let args = match decisions.remove(&call.id).unwrap_or(payload::Decision::Approve) {
             payload::Decision::Approve => call.args.clone(),
@@ -263,6 +324,12 @@ async fn run_calls(
             messages.push(tool_message(call, format!("Error: {} is not a valid tool", call.name), "error"));
             continue;
         };
+        if !begun {
+            // Recorded before the first tool runs: a resend after this server died
+            // mid-turn learns the outcome is unknown, and no tool runs twice.
+            ctx.begin_effect().await?;
+            begun = true;
+        }
         match run_tool(tool, &args).await {
             Ok(result) => {
                 ran.push(json!({"name": call.name, "args": args}));
@@ -271,7 +338,7 @@ async fn run_calls(
             Err(error) => messages.push(tool_message(call, format!("Error: {error}"), "error")),
         }
     }
-    (messages, ran)
+    Ok((messages, ran))
 }
 
 /// The model's turn as an assistant message.
@@ -300,8 +367,22 @@ pub fn tool_calling_agent(
     review: HumanInTheLoop,
     output: fn(&Value) -> Value,
 ) -> Agent {
-    let tools: Arc<HashMap<String, Tool>> = Arc::new(tools.into_iter().map(|t| (t.name.clone(), t)).collect());
-    let review = Arc::new(review);
+    let tools: Arc<dyn Toolbox> = Arc::new(review.apply(tools));
+    tool_agent(name, description, input_schema, model, tools, review.mode, output)
+}
+
+/// [`tool_calling_agent`] over a [`Toolbox`] read at each turn, each tool reviewed as
+/// it says, in `mode`. A model's turn that fails, or a tool the box no longer holds,
+/// ends the call with an error result or an error message to the model.
+pub fn tool_agent(
+    name: &str,
+    description: &str,
+    input_schema: Value,
+    model: Arc<dyn Model>,
+    toolbox: Arc<dyn Toolbox>,
+    mode: InterruptMode,
+    output: fn(&Value) -> Value,
+) -> Agent {
     let graph = StateGraph::new()
         .add_step("model", move |state, _| {
             let model = model.clone();
@@ -312,11 +393,12 @@ pub fn tool_calling_agent(
             }
         })
         .add_step("tools", move |state, ctx| {
-            let (tools, review) = (tools.clone(), review.clone());
+            let toolbox = toolbox.clone();
             async move {
+                let tools: HashMap<String, Tool> = toolbox.tools().into_iter().map(|t| (t.name.clone(), t)).collect();
                 let calls = tool_calls(&last_message(&state));
-                let decisions = review_calls(&ctx, &review, &tools, &calls)?;
-                let (messages, ran) = run_calls(&tools, &calls, decisions).await;
+                let decisions = review_calls(&ctx, mode, &tools, &calls)?;
+                let (messages, ran) = run_calls(&ctx, &tools, &calls, decisions).await?;
                 Ok(json!({ "messages": messages, "ran": ran }))
             }
         })

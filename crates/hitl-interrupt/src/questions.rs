@@ -7,7 +7,9 @@
 //! - a value with a response schema: a **typed** question whose form comes from the
 //!   schema (`hitl_schema::to_form`), keyed the same way over question and schema;
 //! - a value `{"type": "mcp_elicitation", "requests": …}`: **relayed** elicitation
-//!   requests, each checked by the form and URL rules and keyed by the agent's own key;
+//!   requests, each checked by the form and URL rules and keyed by the agent's own key
+//!   (or, in the list shape without one, `answer-<16 hex>` of what it asks, as a typed
+//!   question asking the same is keyed);
 //! - a value `{"type": "mcp_input", "requests": {key: {method, params}}}`: relayed
 //!   input requests of any kind MCP allows (elicitation, sampling, roots).
 //!
@@ -256,8 +258,13 @@ fn typed_question(interrupt: &Interrupt, value: &Value, schema: &Value) -> Resul
 fn relay_questions(interrupt: &Interrupt, relay: Result<Relay, String>) -> Result<Vec<Question>, NotAskable> {
     let step = &interrupt.step;
     let relay = relay.map_err(|e| NotAskable(format!("the interrupt of step {step} is not a valid relay: {e}")))?;
-    let entries =
-        relay.keyed().map_err(|i| NotAskable(format!("request {i} of the interrupt of step {step} has no key")))?;
+    let entries: Vec<(String, RelayedRequest)> = match &relay.requests {
+        // A request without a key is keyed by what it asks, as questions are.
+        hitl_graph::payload::Requests::List(list) => {
+            list.iter().map(|r| (r.key.clone().unwrap_or_else(|| derived_key(r)), r.clone())).collect()
+        }
+        hitl_graph::payload::Requests::Map(_) => relay.keyed().unwrap_or_default(),
+    };
     if entries.is_empty() {
         return Err(NotAskable(format!("the interrupt of step {step} has no requests")));
     }
@@ -275,6 +282,18 @@ fn relay_questions(interrupt: &Interrupt, relay: Result<Relay, String>) -> Resul
             })
         })
         .collect()
+}
+
+/// `answer-<16 hex>` of a relayed request's message and schema (or URL, or method and
+/// params): the key a typed question asking the same would have.
+fn derived_key(request: &RelayedRequest) -> String {
+    let params = request.elicitation();
+    let asked = match (&params.message, &params.requested_schema, &params.url) {
+        (Some(text), Some(schema), _) => json!({ "text": text, "schema": schema }),
+        (Some(text), None, Some(url)) => json!({ "text": text, "url": url }),
+        _ => json!({ "method": request.method, "params": request.params }),
+    };
+    format!("answer-{}", short_digest(&asked))
 }
 
 fn relayed_request(

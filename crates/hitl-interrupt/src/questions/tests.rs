@@ -372,3 +372,16 @@ fn per_call_reviews_check_the_decision_schema_but_never_fetch() {
         Verdict::Resume(_)
     ));
 }
+
+#[test]
+fn relayed_requests_without_a_key_are_keyed_by_what_they_ask() {
+    let schema = json!({"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]});
+    let relay = |message: &str| json!({"type": "mcp_elicitation", "requests": [{"message": message, "mode": "form", "requested_schema": schema}]});
+    let asked = build(&[interrupt("a", relay("Confirm release?"), None)]).unwrap();
+    let again = build(&[interrupt("b", relay("Confirm release?"), None)]).unwrap();
+    let other = build(&[interrupt("a", relay("Confirm rollback?"), None)]).unwrap();
+    assert!(asked[0].key.starts_with("answer-") && asked[0].key.len() == "answer-".len() + 16, "{}", asked[0].key);
+    assert_eq!(keys(&asked), keys(&again), "the same request, the same key");
+    assert_ne!(keys(&asked), keys(&other));
+    assert!(matches!(&asked[0].kind, QuestionKind::Relay { agent_key } if *agent_key == asked[0].key));
+}
