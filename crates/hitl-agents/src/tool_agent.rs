@@ -82,6 +82,9 @@ pub struct Tool {
     pub run: ToolFn,
 }
 
+/// Describes a call to its reviewer.
+pub type Describe = Arc<dyn Fn(&ToolCall) -> String + Send + Sync>;
+
 /// How a tool's calls are reviewed.
 #[derive(Clone)]
 pub struct ToolReview {
@@ -90,7 +93,7 @@ pub struct ToolReview {
     /// The description of a call shown to the reviewer, from its arguments; `None`:
     /// the middleware's (`Tool execution requires approval`, the tool, the arguments
     /// as a Python dict).
-    pub describe: Option<Arc<dyn Fn(&ToolCall) -> String + Send + Sync>>,
+    pub describe: Option<Describe>,
     /// Who decides on hitl's approval page instead of the client's user; such a call
     /// is always asked on its own (one page per call), whatever the mode.
     pub approval: Option<payload::ApprovalBy>,
