@@ -35,6 +35,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-upstream", &["hitl-protocol"]),
     ("hitl-model", &[]),
     ("hitl-gateway", &["hitl-protocol", "hitl-schema", "hitl-graph", "hitl-upstream"]),
+    ("hitl-declared", &["hitl-schema", "hitl-graph", "hitl-agents", "hitl-model", "hitl-gateway"]),
     (
         "hitl-server",
         &[
@@ -46,6 +47,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "hitl-pages",
             "hitl-agents",
             "hitl-gateway",
+            "hitl-declared",
         ],
     ),
     ("hitl-e2e", &["hitl-graph", "hitl-server", "hitl-upstream"]),
@@ -66,6 +68,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ("hitl-auth", &["redis", "hitl-store-redis", "hitl-gateway", "hitl-upstream"]),
     ("hitl-pages", &["redis", "hitl-store-redis", "hitl-gateway", "hitl-upstream"]),
     ("hitl-model", &["redis", "tower", "hitl-protocol", "hitl-graph", "hitl-interrupt", "hitl-tower"]),
+    ("hitl-declared", &["redis", "hitl-interrupt", "hitl-tower"]),
 ];
 
 fn metadata() -> Value {

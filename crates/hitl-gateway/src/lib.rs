@@ -37,6 +37,7 @@
 //! ```
 
 mod agents;
+mod catalog;
 mod hold;
 mod policy;
 mod tools;
@@ -47,12 +48,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use agents::gate;
+pub use catalog::{Catalog, Gate, Listed, result_text};
 use hitl_graph::Agent;
 use hitl_upstream::Upstream;
 pub use hold::Bus;
 use hold::Holds;
 pub use policy::{Action, Decided, Decision, GatewaySection, Policies, Policy, glob_match};
 use serde_json::{Map, Value};
+pub use tools::fill;
 pub use upstream::UpstreamSpec;
 
 /// Where the gateway puts each upstream's tools, each with the rest of its upstream
@@ -73,6 +76,7 @@ pub struct Gateway {
     states: Mutex<BTreeMap<String, State>>,
     holds: Arc<Holds>,
     hold_timeout: Duration,
+    catalog: Catalog,
 }
 
 /// What the gateway knows of one upstream.
@@ -113,6 +117,7 @@ impl Gateway {
             states: Mutex::new(BTreeMap::new()),
             holds: Arc::new(Holds::new()),
             hold_timeout: HOLD_TIMEOUT,
+            catalog: Catalog::default(),
         })
     }
 
@@ -121,6 +126,17 @@ impl Gateway {
     pub fn with_hold_timeout(mut self, timeout: Duration) -> Self {
         self.hold_timeout = timeout;
         self
+    }
+
+    /// The tools as listed now (kept current by every listing), for agents that call
+    /// them under the same policies.
+    pub fn catalog(&self) -> Catalog {
+        self.catalog.clone()
+    }
+
+    /// The prefix of each upstream's listed names (`<name>.` unless `tool_prefix`).
+    pub fn prefixes(specs: &[UpstreamSpec]) -> Vec<String> {
+        specs.iter().map(|spec| spec.listed_name("")).collect()
     }
 
     /// Takes answers to the calls this replica holds from other replicas, and forwards
@@ -212,7 +228,7 @@ impl Gateway {
                     tracing::info!(upstream = %spec.name, "upstream answers again; its tools are listed");
                 }
                 let hold_timeout = spec.hold_timeout.map_or(self.hold_timeout, Duration::from_secs);
-                let mut agents = Vec::new();
+                let (mut agents, mut catalog) = (Vec::new(), Vec::new());
                 for tool in listed {
                     let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
                     let listed_name = spec.listed_name(name);
@@ -221,10 +237,12 @@ impl Gateway {
                         listing.remove(served);
                     }
                     let gated = tools::Gated::new(listed_name.clone(), tool, self.policies.decide(&listed_name));
+                    catalog.push(Arc::new(Listed { gated: gated.clone(), upstream: upstream.clone() }));
                     agents.push((gated.agent(upstream.clone(), self.holds.clone(), hold_timeout), listing));
                 }
                 let count = agents.len();
                 publish(&format!("upstream {:?}", spec.name), agents).map_err(Refused)?;
+                self.catalog.replace(&spec.name, catalog);
                 State::Up { tools: count, at: Instant::now() }
             }
             Err(error) => {

@@ -29,6 +29,7 @@ const HELD_KEY: &str = "input";
 const SENT: &str = "hitl:arguments";
 
 /// An upstream tool as listed, with what the policies decided for it.
+#[derive(Clone)]
 pub(crate) struct Gated {
     /// The listed name.
     pub(crate) listed: String,
@@ -45,6 +46,8 @@ pub(crate) struct Gated {
     pub(crate) policy: String,
     /// Who decides on hitl's approval page (none: the client's user).
     pub(crate) approvers: Option<Vec<String>>,
+    /// Whether the policy names who may call the tool.
+    pub(crate) limits_callers: bool,
 }
 
 impl Gated {
@@ -62,6 +65,7 @@ impl Gated {
             description: decided.policy.and_then(|p| p.description.clone()),
             policy: decided.policy.map_or_else(|| "[gateway] default_action".to_owned(), |p| p.label()),
             approvers: decided.policy.and_then(|p| p.approvers.clone()),
+            limits_callers: decided.policy.is_some_and(|p| p.callers.is_some()),
         }
     }
 
@@ -328,7 +332,7 @@ fn closed(schema: Option<&Value>) -> Value {
 
 /// `template` with each `{name}` replaced by argument `name` (strings as they are,
 /// other values as JSON); unknown names stay as written.
-pub(crate) fn fill(template: &str, args: &Map<String, Value>) -> String {
+pub fn fill(template: &str, args: &Map<String, Value>) -> String {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     while let Some(open) = rest.find('{') {

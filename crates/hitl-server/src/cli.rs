@@ -49,6 +49,9 @@ pub(crate) struct ServeArgs {
     /// The gateway's sections of the configuration file.
     #[arg(skip)]
     gateway: config::GatewayFile,
+    /// The `[[agent]]`s of the configuration file.
+    #[arg(skip)]
+    declared: Vec<hitl_declared::AgentSpec>,
     /// Address to listen on (port 0 picks a free port; the bound address is printed).
     #[arg(long, env = "HITL_LISTEN", default_value = "127.0.0.1:8123")]
     listen: SocketAddr,
@@ -164,6 +167,7 @@ impl ServeArgs {
             self.tokens_file = loaded.auth.tokens_file.clone();
         }
         self.auth = loaded.auth;
+        self.declared = loaded.agent;
         self.pages = config::PagesFile { notify: loaded.notify, audit: loaded.audit, approvals: loaded.approvals };
         let file = loaded.server;
         macro_rules! take {
@@ -260,6 +264,23 @@ impl ServeArgs {
             served.extend(hitl_agents::examples());
         }
         served.extend(agents);
+        // Declared agents call the gateway's tools as it lists them.
+        let gateway = self.gateway.gateway()?.map(Arc::new);
+        let catalog = gateway.as_ref().map(|g| g.catalog()).unwrap_or_default();
+        let env = |name: &str| std::env::var(name).ok();
+        let declared = hitl_declared::build(&self.declared, &catalog, env).map_err(|problem| {
+            let file = self.config.as_deref().map_or_else(String::new, |f| format!("{}: ", f.display()));
+            anyhow::anyhow!("{file}{problem}")
+        })?;
+        for agent in &declared {
+            if served.iter().any(|a| a.name == agent.name) {
+                bail!(
+                    "[[agent]] {:?}: a built-in agent has this name (rename it, or serve with --no-examples)",
+                    agent.name
+                );
+            }
+        }
+        served.extend(declared);
         // Policies apply to agents too: review and deny act before an agent starts.
         let policies = Arc::new(self.gateway.policies()?);
         let served: Vec<Agent> = served
@@ -294,7 +315,6 @@ impl ServeArgs {
             })));
         }
         builder = builder.pages(self.pages_config(&policies, local)?);
-        let gateway = self.gateway.gateway()?.map(Arc::new);
         if let Some(gateway) = gateway.clone() {
             builder = builder.health(Arc::new(move || gateway.health()));
         }

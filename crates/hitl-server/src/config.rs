@@ -35,6 +35,9 @@ pub(crate) struct ConfigFile {
     /// `[approvals]`.
     #[serde(default)]
     pub(crate) approvals: ApprovalsSection,
+    /// `[[agent]]`: agents declared here (tool-calling and workflows).
+    #[serde(default)]
+    pub(crate) agent: Vec<hitl_declared::AgentSpec>,
 }
 
 /// One `[[notify]]`.
@@ -195,14 +198,51 @@ pub(crate) fn load(path: &Path) -> anyhow::Result<ConfigFile> {
     Ok(config)
 }
 
-/// Parses a file's text; the error reads `line:column: key: message`.
+/// Parses a file's text and checks its `[[agent]]`s; the error reads `line:column: key:
+/// message` (the first problem of the agents, with how many more there are).
 pub(crate) fn parse(text: &str) -> Result<ConfigFile, String> {
     let deserializer = toml::Deserializer::parse(text).map_err(|e| located(text, e.span(), "", e.message()))?;
-    serde_path_to_error::deserialize(deserializer).map_err(|e| {
+    let config: ConfigFile = serde_path_to_error::deserialize(deserializer).map_err(|e| {
         let key = e.path().to_string();
         let inner = e.into_inner();
         located(text, inner.span(), &key, inner.message())
-    })
+    })?;
+    let prefixes = hitl_gateway::Gateway::prefixes(&config.upstream);
+    let problems = hitl_declared::check(&config.agent, &prefixes);
+    if let Some(first) = problems.first() {
+        let key = first.to_string();
+        let key = key.split_once(": ").map_or(key.as_str(), |(key, _)| key);
+        let mut error = located(text, span_of(text, &first.at), key, &first.message);
+        if problems.len() > 1 {
+            let rest: Vec<String> =
+                problems[1..].iter().map(|p| located(text, span_of(text, &p.at), "", &p.to_string())).collect();
+            error.push_str(&format!("\n({} more: {})", rest.len(), rest.join("; ")));
+        }
+        return Err(error);
+    }
+    Ok(config)
+}
+
+/// Where the value at `path` is written in `text` (keys and indexes from the top): the
+/// deepest part of the path the file spells out.
+fn span_of(text: &str, path: &[hitl_declared::Segment]) -> Option<std::ops::Range<usize>> {
+    use toml::de::{DeTable, DeValue};
+    let table = DeTable::parse(text).ok()?;
+    let mut span = table.span();
+    let mut value = DeValue::Table(table.into_inner());
+    for segment in path {
+        let next = match (&value, segment) {
+            (DeValue::Table(table), hitl_declared::Segment::Key(key)) => {
+                table.iter().find(|(k, _)| k.get_ref() == key).map(|(_, v)| v.clone())
+            }
+            (DeValue::Array(items), hitl_declared::Segment::Index(i)) => items.get(*i).cloned(),
+            _ => None,
+        };
+        let Some(next) = next else { break };
+        span = next.span();
+        value = next.into_inner();
+    }
+    Some(span)
 }
 
 fn located(text: &str, span: Option<std::ops::Range<usize>>, key: &str, message: &str) -> String {
@@ -247,6 +287,15 @@ mod tests {
             let error = parse(text).unwrap_err();
             assert!(error.starts_with(expected), "{text:?}: {error}");
         }
+        let agents = "[[upstream]]\nname = \"deploy\"\nurl = \"http://127.0.0.1:1/mcp\"\n\n[[agent]]\nname = \"release\"\nkind = \"workflow\"\nsteps = [\n  { ask = { message = \"Go?\", schema = { type = \"object\", properties = { go = { type = \"array\" } } } } },\n  { call = \"deploy.release\", args = { when = \"{time}\" } },\n  { call = \"db.drop\" },\n]\n";
+        let error = parse(agents).unwrap_err();
+        let lines: Vec<&str> = error.lines().collect();
+        assert!(
+            lines[0].starts_with("9:78: agent[0].steps[0].ask.schema.properties.go: cannot be a form"),
+            "the first problem, at its line and column: {error}"
+        );
+        assert!(error.contains("(2 more: 10:46: agent[0].steps[1].args.when: {time} names no argument"), "{error}");
+        assert!(error.contains("11:12: agent[0].steps[2].call: no [[upstream]] lists \"db.drop\""), "{error}");
         let ok = parse("[server]\nlisten = \"0.0.0.0:80\"\nallowed_hosts = [\"hitl.example.com\"]\n").unwrap();
         assert_eq!(ok.server.allowed_hosts.unwrap(), ["hitl.example.com"]);
         assert!(parse("").unwrap().server.listen.is_none(), "an empty file is every default");

@@ -1,0 +1,136 @@
+//! `kind = "tool_calling"`: `hitl-agents`' tool-calling runtime on a model API, over
+//! the gateway's tools that `tools` names, each reviewed, run or denied as its policy
+//! says.
+
+use std::sync::Arc;
+
+use hitl_agents::ChatModel;
+use hitl_agents::tool_agent::{self, Answer, InterruptMode, Model, Pending, Tool, ToolReview, Toolbox};
+use hitl_gateway::{Action, Catalog, Listed, result_text};
+use hitl_graph::Agent;
+use hitl_graph::payload::ToolResult;
+use hitl_model::ModelClient;
+use hitl_schema::Decision;
+use serde_json::{Value, json};
+
+use crate::{AgentSpec, At, Problem, ReviewMode, foreign_keys, listable, unlisted};
+
+/// Model turns of one call when `max_steps` is not given.
+const MAX_STEPS: u32 = 10;
+
+pub(crate) fn check(spec: &AgentSpec, at: &At, prefixes: &[String], problems: &mut Vec<Problem>) {
+    foreign_keys(spec, at, problems);
+    if spec.model.is_none() {
+        problems.push(at.key("kind").problem("a tool_calling agent needs a model = { provider, model, … }"));
+    }
+    if spec.max_steps == Some(0) {
+        problems.push(at.key("max_steps").problem("give at least 1"));
+    }
+    for (i, glob) in spec.tools.iter().flatten().enumerate() {
+        if glob.is_empty() || !listable(glob, prefixes) {
+            problems.push(at.key("tools").index(i).problem(unlisted(glob, prefixes)));
+        }
+    }
+}
+
+pub(crate) fn build(
+    spec: &AgentSpec,
+    at: &At,
+    catalog: &Catalog,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Agent, Problem> {
+    let model_spec = spec.model.as_ref().ok_or_else(|| at.key("kind").problem("a tool_calling agent needs a model"))?;
+    let client = ModelClient::new(model_spec, env).map_err(|e| at.key("model").key("api_key_env").problem(e))?;
+    let toolbox: Arc<dyn Toolbox> =
+        Arc::new(Gatewayed { catalog: catalog.clone(), globs: spec.tools.clone().unwrap_or_default() });
+    let model = Limited {
+        inner: ChatModel::new(client, spec.system_prompt.clone(), toolbox.clone()),
+        max_steps: spec.max_steps.unwrap_or(MAX_STEPS),
+    };
+    let mode = match spec.review_mode.unwrap_or(ReviewMode::Batched) {
+        ReviewMode::Batched => InterruptMode::Batched,
+        ReviewMode::PerCall => InterruptMode::PerCall,
+    };
+    let input = spec.input_schema.clone().unwrap_or_else(|| {
+        json!({"type": "object", "properties": {"request": {"type": "string", "description": "What to do"}},
+               "required": ["request"]})
+    });
+    Ok(tool_agent::tool_agent(&spec.name, &spec.description, input, Arc::new(model), toolbox, mode, output))
+}
+
+/// The gateway's tools whose names match `globs`, as listed at each turn. A tool whose
+/// policy names its callers is left out: the agent calls for whoever calls it.
+struct Gatewayed {
+    catalog: Catalog,
+    globs: Vec<String>,
+}
+
+impl Toolbox for Gatewayed {
+    fn tools(&self) -> Vec<Tool> {
+        self.catalog.matching(&self.globs).into_iter().filter(|t| !t.limits_callers()).map(tool).collect()
+    }
+}
+
+/// A listed tool as the runtime's: reviewed as its policy says; a denied one answers
+/// the model with the policy's error.
+fn tool(listed: Arc<Listed>) -> Tool {
+    let review = (listed.action() == Action::Review).then(|| {
+        let decisions = Decision::ALL.iter().copied().filter(|d| listed.decisions().contains(&d.as_str())).collect();
+        let described = listed.clone();
+        let describe = listed.describe(&Default::default()).is_some().then(|| {
+            Arc::new(move |call: &tool_agent::ToolCall| described.describe(&call.args).unwrap_or_default())
+                as tool_agent::Describe
+        });
+        ToolReview { decisions, describe, approval: listed.approval() }
+    });
+    let (name, description, schema) =
+        (listed.name().to_owned(), listed.description().to_owned(), listed.input_schema());
+    let run: tool_agent::ToolFn = Arc::new(move |args| {
+        let listed = listed.clone();
+        Box::pin(async move {
+            let result = match listed.action() {
+                Action::Deny => listed.denied(),
+                Action::Allow | Action::Review => listed.call(args).await,
+            };
+            result_text(&result)
+        })
+    });
+    Tool { name, description, args_schema: Some(schema), review, run }
+}
+
+/// The model, stopped after `max_steps` turns of one call.
+struct Limited {
+    inner: ChatModel,
+    max_steps: u32,
+}
+
+impl Model for Limited {
+    fn next<'a>(&'a self, state: &'a Value) -> Pending<'a, Result<Answer, String>> {
+        let turns = state["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+        if turns >= self.max_steps as usize {
+            let stopped = format!("it made {turns} turns without a final answer (max_steps = {})", self.max_steps);
+            return Box::pin(async move { Err(stopped) });
+        }
+        self.inner.next(state)
+    }
+}
+
+/// The call's result: the model's final message, with the calls that ran and the tokens
+/// used as structured content.
+fn output(state: &Value) -> Value {
+    let answer = state["messages"].as_array().and_then(|m| m.last()).map_or(Value::Null, |m| m["content"].clone());
+    let sum = |field: &str| -> u64 {
+        state["usage"].as_array().into_iter().flatten().filter_map(|u| u[field].as_u64()).sum()
+    };
+    let mut result = ToolResult::text(answer.as_str().unwrap_or_default(), false);
+    result.0.insert(
+        "structuredContent".into(),
+        json!({
+            "answer": answer,
+            "tool_calls": state["ran"].as_array().cloned().unwrap_or_default(),
+            "usage": {"input_tokens": sum("input_tokens"), "output_tokens": sum("output_tokens"),
+                      "model_turns": state["usage"].as_array().map_or(0, Vec::len)},
+        }),
+    );
+    result.to_value()
+}

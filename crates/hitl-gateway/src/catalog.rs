@@ -1,0 +1,191 @@
+//! The gated tools as listed now, for agents that call them (`[[agent]]`s declared in
+//! the configuration): each tool with its upstream and what the policies decided, so
+//! an agent's call is allowed, reviewed or denied exactly as a client's would be.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use hitl_graph::payload::{ApprovalBy, ToolResult};
+use hitl_graph::{StepContext, StepError};
+use hitl_upstream::Upstream;
+use serde_json::{Map, Value, json};
+
+use crate::policy::{Action, glob_match};
+use crate::tools::{Carried, Gated, fill};
+
+/// Every upstream's listed tools, swapped whole per upstream at each listing. Cheap to
+/// clone; every clone sees the same listing.
+#[derive(Clone, Default)]
+pub struct Catalog(Arc<RwLock<BTreeMap<String, Vec<Arc<Listed>>>>>);
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog").field("tools", &self.matching(&["*".to_owned()]).len()).finish()
+    }
+}
+
+impl Catalog {
+    /// The listed tools whose names match any of `globs`, by name.
+    pub fn matching(&self, globs: &[String]) -> Vec<Arc<Listed>> {
+        let listing = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let mut found: Vec<Arc<Listed>> = listing
+            .values()
+            .flatten()
+            .filter(|tool| globs.iter().any(|glob| glob_match(glob, &tool.gated.listed)))
+            .cloned()
+            .collect();
+        found.sort_by(|a, b| a.gated.listed.cmp(&b.gated.listed));
+        found
+    }
+
+    /// The listed tool named `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<Listed>> {
+        let listing = self.0.read().unwrap_or_else(|p| p.into_inner());
+        listing.values().flatten().find(|tool| tool.gated.listed == name).cloned()
+    }
+
+    /// Puts `tools` in place of what upstream `upstream` listed before.
+    pub(crate) fn replace(&self, upstream: &str, tools: Vec<Arc<Listed>>) {
+        self.0.write().unwrap_or_else(|p| p.into_inner()).insert(upstream.to_owned(), tools);
+    }
+}
+
+/// One listed tool: what it is, what the policies say, and the upstream serving it.
+pub struct Listed {
+    pub(crate) gated: Gated,
+    pub(crate) upstream: Arc<Upstream>,
+}
+
+/// What the policies let an agent do with one call.
+#[derive(Debug)]
+pub enum Gate {
+    /// Run it with these arguments (the call's, or a reviewer's edit).
+    Run(Map<String, Value>),
+    /// Do not run it: this is its result (denied, rejected, answered by the reviewer).
+    Answer(ToolResult),
+}
+
+impl Listed {
+    /// Its listed name.
+    pub fn name(&self) -> &str {
+        &self.gated.listed
+    }
+
+    /// Its description, as the upstream gives it.
+    pub fn description(&self) -> &str {
+        self.gated.spec.get("description").and_then(Value::as_str).unwrap_or_default()
+    }
+
+    /// Its input schema, as the upstream gives it.
+    pub fn input_schema(&self) -> Value {
+        self.gated.spec.get("inputSchema").cloned().unwrap_or_else(|| json!({"type": "object"}))
+    }
+
+    /// What the policies do with its calls.
+    pub fn action(&self) -> Action {
+        self.gated.action
+    }
+
+    /// Whether its policy names who may call it (then an agent may not call it for
+    /// every one of its own callers).
+    pub fn limits_callers(&self) -> bool {
+        self.gated.limits_callers
+    }
+
+    /// The decisions its review offers.
+    pub fn decisions(&self) -> &[&'static str] {
+        &self.gated.decisions
+    }
+
+    /// Who decides its review on hitl's approval page, and the policy that says so.
+    pub fn approval(&self) -> Option<ApprovalBy> {
+        self.gated.approvers.clone().map(|approvers| ApprovalBy { approvers, policy: self.gated.policy.clone() })
+    }
+
+    /// The review text its policy gives for a call with `args` (`None`: the policy has
+    /// none).
+    pub fn describe(&self, args: &Map<String, Value>) -> Option<String> {
+        self.gated.description.as_deref().map(|template| fill(template, args))
+    }
+
+    /// The error result of a denied call, naming the policy.
+    pub fn denied(&self) -> ToolResult {
+        self.gated.denied()
+    }
+
+    /// What the policies let a step do with a call with `args`: deny it, or ask the
+    /// gateway's review question (the step is interrupted) and carry out the
+    /// decision, or let it run.
+    pub fn gate(&self, args: Map<String, Value>, ctx: &StepContext) -> Result<Gate, StepError> {
+        match self.gated.action {
+            Action::Allow => Ok(Gate::Run(args)),
+            Action::Deny => Ok(Gate::Answer(self.denied())),
+            Action::Review => {
+                let decision = self.gated.review(&Value::Object(args.clone()), ctx)?;
+                Ok(match self.gated.carry_out(Some(&decision))? {
+                    Carried::Run(edited) => Gate::Run(edited.unwrap_or(args)),
+                    Carried::Answer(result) => Gate::Answer(result),
+                })
+            }
+        }
+    }
+
+    /// Calls the tool upstream and returns its result as it is. The caller marks the
+    /// effect first (`StepContext::begin_effect`). An upstream that asks for input
+    /// mid-call is answered that no one can (this call is an agent's, with no client
+    /// to relay to), and one that answers `input_required` ends the call with an error
+    /// result that says so.
+    pub async fn call(&self, args: Map<String, Value>) -> ToolResult {
+        match self.upstream.call_tool(&self.gated.tool, args).await {
+            Ok(Value::Object(result)) if result.get("resultType").and_then(Value::as_str) == Some("input_required") => {
+                ToolResult::error(format!(
+                    "{} asked for input, which an agent's call to it cannot relay",
+                    self.gated.listed
+                ))
+            }
+            Ok(Value::Object(mut result)) => {
+                if let Some(Value::Object(meta)) = result.get_mut("_meta") {
+                    meta.remove(hitl_protocol::meta_keys::SERVER_INFO);
+                }
+                ToolResult(result)
+            }
+            Ok(other) => ToolResult::error(format!("upstream {} answered with {other}", self.upstream.name())),
+            Err(error) => ToolResult::error(error.to_string()),
+        }
+    }
+}
+
+/// A tool result as text for a model: its text blocks joined, else its structured
+/// content as JSON, else its content blocks as JSON; `Err` when it is an error result.
+pub fn result_text(result: &ToolResult) -> Result<String, String> {
+    let blocks = result.0.get("content").and_then(Value::as_array).cloned().unwrap_or_default();
+    let texts: Vec<&str> = blocks.iter().filter(|b| b["type"] == "text").filter_map(|b| b["text"].as_str()).collect();
+    let text = if !texts.is_empty() {
+        texts.join("\n")
+    } else if let Some(structured) = result.0.get("structuredContent") {
+        structured.to_string()
+    } else {
+        Value::Array(blocks).to_string()
+    };
+    if result.0.get("isError") == Some(&Value::Bool(true)) { Err(text) } else { Ok(text) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_read_as_text_for_a_model() {
+        let text = ToolResult(
+            serde_json::from_value(json!({"content": [
+            {"type": "text", "text": "one"}, {"type": "image", "data": "", "mimeType": "image/png"},
+            {"type": "text", "text": "two"}]}))
+            .unwrap(),
+        );
+        assert_eq!(result_text(&text), Ok("one\ntwo".to_owned()));
+        let structured =
+            ToolResult(serde_json::from_value(json!({"content": [], "structuredContent": {"rows": 3}})).unwrap());
+        assert_eq!(result_text(&structured), Ok("{\"rows\":3}".to_owned()));
+        assert_eq!(result_text(&ToolResult::error("no such table")), Err("no such table".to_owned()));
+    }
+}
