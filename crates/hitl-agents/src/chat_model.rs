@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use hitl_graph::StepError;
 use hitl_model::{ChatRequest, Message, ModelClient, ToolSpec};
 use serde_json::{Map, Value, json};
 
@@ -85,9 +86,14 @@ fn request_of(state: &Value) -> String {
 }
 
 impl Model for ChatModel {
-    fn next<'a>(&'a self, state: &'a Value) -> Pending<'a, Result<Answer, String>> {
+    fn next<'a>(&'a self, state: &'a Value) -> Pending<'a, Result<Answer, StepError>> {
         Box::pin(async move {
-            let answer = self.client.chat(&self.conversation(state)).await.map_err(|e| e.to_string())?;
+            // Any failure of the API may pass (a key fixed, a server back): tried again.
+            let answer = self
+                .client
+                .chat(&self.conversation(state))
+                .await
+                .map_err(|e| StepError::transient(format!("the model failed: {e}")))?;
             let turn = if answer.tool_calls.is_empty() {
                 Turn::Message(answer.text.unwrap_or_default())
             } else {

@@ -371,7 +371,10 @@ pub fn unaskable() -> Agent {
 struct EmailModel;
 
 impl Model for EmailModel {
-    fn next<'a>(&'a self, state: &'a Value) -> tool_agent::Pending<'a, Result<tool_agent::Answer, String>> {
+    fn next<'a>(
+        &'a self,
+        state: &'a Value,
+    ) -> tool_agent::Pending<'a, Result<tool_agent::Answer, hitl_graph::StepError>> {
         Box::pin(async move { Ok(Self::turn(state).into()) })
     }
 }

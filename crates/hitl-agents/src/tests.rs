@@ -276,7 +276,7 @@ async fn a_chat_model_proposes_calls_that_are_reviewed_then_run_and_it_sees_thei
         json!([{"input_tokens": 20, "output_tokens": 9}, {"input_tokens": 60, "output_tokens": 6}])
     );
 
-    let bodies: Vec<Value> = received.lock().unwrap().iter().map(|(_, body)| body.clone()).collect();
+    let bodies: Vec<Value> = received.lock().unwrap().iter().map(|r| r.body.clone()).collect();
     assert_eq!(bodies.len(), 2, "the model is asked once per turn, never again on resume");
     assert_eq!(bodies[0]["messages"][1], json!({"role": "user", "content": "How many orders? And drop tmp."}));
     let second = bodies[1]["messages"].as_array().unwrap();

@@ -23,9 +23,11 @@ pub type Pending<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> 
 
 /// What the model does next, given the agent's state (its inputs and `messages`).
 pub trait Model: Send + Sync + 'static {
-    /// The next assistant turn (tool calls, or a final message) and what it cost; an
-    /// error ends the call with an error result that says so.
-    fn next<'a>(&'a self, state: &'a Value) -> Pending<'a, Result<Answer, String>>;
+    /// The next assistant turn (tool calls, or a final message) and what it cost. An
+    /// error ends the call with an error result that says so; a transient one
+    /// ([`StepError::transient`]: the API is down or slow) leaves a resumed call paused
+    /// after the turns that finished, so the same answers sent again try the model again.
+    fn next<'a>(&'a self, state: &'a Value) -> Pending<'a, Result<Answer, StepError>>;
 }
 
 /// A model's turn and its token usage, when the model reports it.
@@ -390,7 +392,7 @@ pub fn tool_agent(
         .add_step("model", move |state, _| {
             let model = model.clone();
             async move {
-                let answer = model.next(&state).await.map_err(|e| StepError::msg(format!("the model failed: {e}")))?;
+                let answer = model.next(&state).await?;
                 let usage: Vec<Value> = answer.usage.into_iter().collect();
                 Ok(json!({ "messages": [assistant_message(answer.turn)], "usage": usage }))
             }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use hitl_agents::ChatModel;
 use hitl_agents::tool_agent::{self, Answer, InterruptMode, Model, Pending, Tool, ToolReview, Toolbox};
 use hitl_gateway::{Action, Catalog, Listed, result_text};
-use hitl_graph::Agent;
 use hitl_graph::payload::ToolResult;
+use hitl_graph::{Agent, StepError};
 use hitl_model::ModelClient;
 use hitl_schema::Decision;
 use serde_json::{Value, json};
@@ -105,11 +105,12 @@ struct Limited {
 }
 
 impl Model for Limited {
-    fn next<'a>(&'a self, state: &'a Value) -> Pending<'a, Result<Answer, String>> {
+    fn next<'a>(&'a self, state: &'a Value) -> Pending<'a, Result<Answer, StepError>> {
         let turns = state["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
         if turns >= self.max_steps as usize {
-            let stopped = format!("it made {turns} turns without a final answer (max_steps = {})", self.max_steps);
-            return Box::pin(async move { Err(stopped) });
+            let stopped =
+                format!("the model made {turns} turns without a final answer (max_steps = {})", self.max_steps);
+            return Box::pin(async move { Err(StepError::msg(stopped)) });
         }
         self.inner.next(state)
     }

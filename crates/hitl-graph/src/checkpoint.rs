@@ -85,6 +85,18 @@ pub enum RunError {
         /// The panic message.
         message: String,
     },
+    /// A step failed in a way that may pass; `kept` holds every superstep that
+    /// finished (and the writes of this superstep's steps that did), so a run resumed
+    /// from it with the same answers tries the failed step again and repeats nothing.
+    #[error("step {step} failed: {message}")]
+    Transient {
+        /// The step.
+        step: String,
+        /// Its error.
+        message: String,
+        /// Where to try again from.
+        kept: Box<Checkpoint>,
+    },
     /// The run took more supersteps than allowed.
     #[error("recursion limit of {0} supersteps reached without hitting END")]
     RecursionLimit(u32),

@@ -18,6 +18,10 @@ pub enum StepError {
     Interrupted,
     /// It failed.
     Failed(Box<dyn std::error::Error + Send + Sync>),
+    /// It failed in a way that may pass (a model API that is down or slow): the run
+    /// stops with the checkpoint of every superstep that finished, so the same call can
+    /// be tried again from there ([`crate::RunError::Transient`]).
+    Transient(Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl fmt::Debug for StepError {
@@ -25,6 +29,7 @@ impl fmt::Debug for StepError {
         match self {
             Self::Interrupted => f.write_str("Interrupted"),
             Self::Failed(e) => write!(f, "Failed({e})"),
+            Self::Transient(e) => write!(f, "Transient({e})"),
         }
     }
 }
@@ -45,6 +50,11 @@ impl StepError {
     /// A failure with a message.
     pub fn msg(message: impl fmt::Display) -> Self {
         Self::Failed(message.to_string().into())
+    }
+
+    /// A failure that may pass if the call is tried again, with a message.
+    pub fn transient(message: impl fmt::Display) -> Self {
+        Self::Transient(message.to_string().into())
     }
 }
 
@@ -75,8 +85,9 @@ impl Progress {
 /// on, so that a run started again after a crash learns the outcome is unknown
 /// instead of acting twice.
 pub trait Effects: Send + Sync {
-    /// Marks step `step` as about to act; an error means it must not act.
-    fn begin(&self, step: &str) -> futures_util::future::BoxFuture<'static, Result<(), String>>;
+    /// Marks step `step` of superstep `superstep` as about to act; an error means it
+    /// must not act. (A checkpoint past `superstep` holds what the step did.)
+    fn begin(&self, step: &str, superstep: u32) -> futures_util::future::BoxFuture<'static, Result<(), String>>;
 }
 
 /// What a caller gives one run besides its input: the runtime context, metadata about
@@ -167,7 +178,7 @@ impl StepContext {
     pub async fn begin_effect(&self) -> Result<(), StepError> {
         match &self.run.effects {
             None => Ok(()),
-            Some(effects) => effects.begin(&self.step).await.map_err(StepError::msg),
+            Some(effects) => effects.begin(&self.step, self.superstep).await.map_err(StepError::msg),
         }
     }
 

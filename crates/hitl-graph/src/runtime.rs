@@ -206,6 +206,13 @@ impl Graph {
                     interrupts.push(interrupt);
                 }
                 Ok(Err(StepError::Failed(e))) => return Err(failed(e.to_string())),
+                Ok(Err(StepError::Transient(e))) => {
+                    return Err(RunError::Transient {
+                        step: name.clone(),
+                        message: e.to_string(),
+                        kept: Box::new(cp.clone()),
+                    });
+                }
                 Err(panic) => {
                     let message = panic
                         .downcast_ref::<&str>()

@@ -423,6 +423,8 @@ impl Engine {
                 Ending::NextRound(next, _) => thread = *next,
                 Ending::Finished(_, result) => return Unstored::Ended(Ok(CallToolResponse::Complete(result))),
                 Ending::GiveBack(_, error) => return Unstored::Ended(Err(error)),
+                // Nothing is stored yet: the client's next call sends every answer again.
+                Ending::Retry(_, result) => return Unstored::Ended(Ok(CallToolResponse::Complete(result))),
             }
         }
     }
@@ -535,11 +537,13 @@ impl Engine {
             thread: tokio::sync::Mutex::new(thread),
             round: round.n,
             observer: self.observer.clone(),
+            begun_in: std::sync::Mutex::new(None),
         });
         let mut run = call.run();
         run.effects = Some(Arc::new(Marks(held.clone())));
         let run = deadline.run(agent.graph.resume_run(checkpoint, values, run));
         let outcome = self.run_renewing(run, &held).await;
+        let begun_in = *held.begun_in.lock().unwrap_or_else(|p| p.into_inner());
         // The run is over, so the marks it held are dropped: take the thread back
         // without a copy (unless a step kept its context alive).
         let mut thread = match Arc::try_unwrap(held) {
@@ -547,12 +551,32 @@ impl Engine {
             Err(held) => held.thread.lock().await.clone(),
         };
         thread.claim = None;
+        // A run that stops with a checkpoint past the superstep that began an effect
+        // gives back a round whose effect is done and recorded: trying again from
+        // there repeats nothing, so the round is no longer one whose outcome is unknown.
+        let kept = match &outcome {
+            Some(Err(hitl_graph::RunError::Cancelled(kept) | hitl_graph::RunError::Transient { kept, .. })) => {
+                Some(kept.superstep)
+            }
+            _ => None,
+        };
+        if let (Some(kept), Some(began)) = (kept, begun_in)
+            && kept > began
+        {
+            thread.begun = None;
+        }
         let expected = thread.version;
         let ran = self.ran(outcome, round.n + 1, call, true, &thread.id);
         let (saved, reply) = match round::end_run(thread, ran, &self.end_of(&round, responses, call), &self.secret) {
             Ending::GiveBack(thread, error) => {
                 return match self.store.save(*thread, Some(expected)).await {
                     Ok(()) | Err(SaveError::Conflict(_)) => Ok(Err(error)),
+                    Err(SaveError::Store(e)) => Err(e.into()),
+                };
+            }
+            Ending::Retry(thread, result) => {
+                return match self.store.save(*thread, Some(expected)).await {
+                    Ok(()) | Err(SaveError::Conflict(_)) => Ok(Ok(CallToolResponse::Complete(result))),
                     Err(SaveError::Store(e)) => Err(e.into()),
                 };
             }
@@ -700,6 +724,13 @@ impl Engine {
         match outcome {
             None => Ran::TimedOut(self.timed_out(paused)),
             Some(Err(hitl_graph::RunError::Cancelled(kept))) => Ran::Cancelled(kept),
+            Some(Err(e @ hitl_graph::RunError::Transient { .. })) if paused => {
+                let message = format!(
+                    "The agent failed: {e}. The call is still paused: send the same answers again to try again."
+                );
+                let hitl_graph::RunError::Transient { kept, .. } = e else { unreachable!("matched above") };
+                Ran::Retry(kept, CallToolResult::error([message]))
+            }
             Some(outcome) => match self.settle(outcome, n, call, thread_id) {
                 Settled::Done(CallToolResponse::Complete(result)) => Ran::Done(result),
                 Settled::Done(CallToolResponse::InputRequired(_)) => unreachable!("settle finishes with a result"),
@@ -810,6 +841,8 @@ struct Held {
     thread: tokio::sync::Mutex<Thread>,
     round: u32,
     observer: Option<Arc<dyn crate::Observer>>,
+    /// The superstep whose step began this run's first effect.
+    begun_in: std::sync::Mutex<Option<u32>>,
 }
 
 impl Held {
@@ -829,11 +862,12 @@ impl Held {
 struct Marks(Arc<Held>);
 
 impl hitl_graph::Effects for Marks {
-    fn begin(&self, step: &str) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
+    fn begin(&self, step: &str, superstep: u32) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
         let held = self.0.clone();
         let step = step.to_owned();
         Box::pin(async move {
             let round = held.round;
+            held.begun_in.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(superstep);
             if held.thread.lock().await.begun == Some(round) {
                 return Ok(());
             }

@@ -131,6 +131,9 @@ pub enum Ran {
     TimedOut(ErrorObject),
     /// The client went away; the checkpoint holds every superstep that finished.
     Cancelled(Box<hitl_graph::Checkpoint>),
+    /// A step failed in a way that may pass (a model API down): the checkpoint holds
+    /// every superstep that finished; the call gets this error result.
+    Retry(Box<hitl_graph::Checkpoint>, CallToolResult),
     /// The run ended with the call's result.
     Done(CallToolResult),
     /// The run paused again: its checkpoint and next round.
@@ -143,6 +146,9 @@ pub enum Ending {
     /// Release the round unanswered (the run is to be done again, or continued from
     /// the kept supersteps): store the thread, fail the call with the error.
     GiveBack(Box<Thread>, ErrorObject),
+    /// Release the round unanswered, as [`Ending::GiveBack`], answering with an error
+    /// result: the same answers sent again try the failed step again.
+    Retry(Box<Thread>, CallToolResult),
     /// The call ended: store the finished thread (and stop counting it), answer.
     Finished(Box<Thread>, CallToolResult),
     /// The next round: store the thread (and count it to its new expiry), answer.
@@ -176,12 +182,12 @@ pub fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Secret) -
             Ending::GiveBack(Box::new(thread), error)
         }
         Ran::Cancelled(checkpoint) => {
-            thread.version += 1;
-            // Before any superstep finished, the round's checkpoint stays as it was.
-            if thread.checkpoint.as_ref().is_some_and(|before| checkpoint.superstep > before.superstep) {
-                thread.checkpoint = Some(*checkpoint);
-            }
+            keep(&mut thread, *checkpoint);
             Ending::GiveBack(Box::new(thread), ErrorObject::internal("the request was cancelled"))
+        }
+        Ran::Retry(checkpoint, result) => {
+            keep(&mut thread, *checkpoint);
+            Ending::Retry(Box::new(thread), result)
         }
         Ran::Done(result) => {
             let last = last(end.round, end.responses, LastOutcome::Result { result: result.clone() });
@@ -212,6 +218,15 @@ pub fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Secret) -
             };
             Ending::NextRound(Box::new(thread), reply)
         }
+    }
+}
+
+/// `thread` given back with `checkpoint` when it holds more finished supersteps than
+/// the round's own (before any finished, the round's checkpoint stays as it was).
+fn keep(thread: &mut Thread, checkpoint: hitl_graph::Checkpoint) {
+    thread.version += 1;
+    if thread.checkpoint.as_ref().is_some_and(|before| checkpoint.superstep > before.superstep) {
+        thread.checkpoint = Some(checkpoint);
     }
 }
 

@@ -770,3 +770,47 @@ fn an_effect_that_finishes_answers_as_usual() {
     assert_eq!(run(f.engine.call(&agent, call(Some(yes), Some(&state)))), done, "a resend replays");
     assert_eq!(effects.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+#[test]
+fn a_transient_failure_after_an_effect_keeps_the_round_and_repeats_nothing() {
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+    let f = fixture();
+    let (effects, tries) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+    let (counted, tried) = (effects.clone(), tries.clone());
+    let graph = StateGraph::new()
+        .add_step("ask", |_, ctx| async move { Ok(json!({ "go": ctx.interrupt(json!("Go?"))? })) })
+        .add_step("act", move |_, ctx| {
+            let effects = counted.clone();
+            async move {
+                ctx.begin_effect().await?;
+                effects.fetch_add(1, SeqCst);
+                Ok(json!({ "acted": true }))
+            }
+        })
+        // A model API that is down for the first try.
+        .add_step("report", move |_, _| {
+            let tries = tried.clone();
+            async move {
+                if tries.fetch_add(1, SeqCst) == 0 {
+                    return Err(hitl_graph::StepError::transient("the model API answered 503"));
+                }
+                Ok(json!({ "report": "done" }))
+            }
+        })
+        .add_edge(START, "ask")
+        .add_edge("ask", "act")
+        .add_edge("act", "report")
+        .output_keys(["report"]);
+    let agent = Agent::new("act", "", json!({"type": "object"}), graph.compile().unwrap());
+    let r = round(run(f.engine.call(&agent, call(None, None))));
+    let (key, state) = (first_key(&r), r.request_state.clone().unwrap());
+    let yes = answers(&[(&key, accept("yes"))]);
+    let failed = run(f.engine.call(&agent, call(Some(yes.clone()), Some(&state))));
+    let (message, is_error) = text(&failed);
+    assert!(is_error, "{failed:?}");
+    assert!(message.contains("the model API answered 503") && message.contains("still paused"), "{message}");
+    let done = run(f.engine.call(&agent, call(Some(yes.clone()), Some(&state))));
+    assert_eq!(text(&done), ("{\"report\":\"done\"}".to_owned(), false), "the same answers try again: {done:?}");
+    assert_eq!(run(f.engine.call(&agent, call(Some(yes), Some(&state)))), done, "then resends replay");
+    assert_eq!((effects.load(SeqCst), tries.load(SeqCst)), (1, 2), "the effect ran once, the failed step twice");
+}

@@ -13,8 +13,19 @@ use serde_json::Value;
 /// the request without answering.
 pub type Scripted = (Option<u16>, Value, Option<&'static str>);
 
-/// What the server received: headers and JSON body of each request.
-pub type Received = Arc<Mutex<Vec<(::http::HeaderMap, Value)>>>;
+/// What the server received, request by request.
+pub type Received = Arc<Mutex<Vec<Request>>>;
+
+/// One request the server received.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Its path (`/v1/chat/completions`, `/v1/messages`).
+    pub path: String,
+    /// Its headers.
+    pub headers: ::http::HeaderMap,
+    /// Its body, as JSON (`Null` when it is not JSON).
+    pub body: Value,
+}
 
 /// A server answering each request with the next of `script`.
 pub async fn server(script: Vec<Scripted>) -> (String, Received) {
@@ -33,9 +44,11 @@ pub async fn server(script: Vec<Scripted>) -> (String, Received) {
                     async move {
                         let (parts, body) = request.into_parts();
                         let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-                        kept.lock()
-                            .unwrap()
-                            .push((parts.headers, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+                        kept.lock().unwrap().push(Request {
+                            path: parts.uri.path().to_owned(),
+                            headers: parts.headers,
+                            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+                        });
                         let next = script.lock().unwrap().next();
                         let (status, answer, retry_after) = next.expect("the script has an answer for each request");
                         let Some(status) = status else {

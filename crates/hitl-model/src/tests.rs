@@ -56,7 +56,7 @@ async fn chat_completions_requests_and_answers_have_the_apis_shape() {
     assert_eq!(turn.usage, Usage { input_tokens: 31, output_tokens: 7 });
     assert_eq!(turn.text, None);
 
-    let (headers, body) = received.lock().unwrap()[0].clone();
+    let testing::Request { headers, body, .. } = received.lock().unwrap()[0].clone();
     assert_eq!(headers["authorization"], "Bearer sk-test-0123");
     assert_eq!(body["model"], "m-1");
     let messages = body["messages"].as_array().unwrap();
@@ -89,7 +89,7 @@ async fn messages_requests_and_answers_have_the_apis_shape() {
     assert_eq!((turn.tool_calls[0].id.as_str(), turn.tool_calls[0].name.as_str()), ("toolu_1", "db.count"));
     assert_eq!(turn.usage, Usage { input_tokens: 50, output_tokens: 12 });
 
-    let (headers, body) = received.lock().unwrap()[0].clone();
+    let testing::Request { headers, body, .. } = received.lock().unwrap()[0].clone();
     assert_eq!(
         (headers["x-api-key"].to_str().unwrap(), headers["anthropic-version"].to_str().unwrap()),
         ("sk-test-0123", "2023-06-01")
