@@ -9,11 +9,11 @@ use crate::harness::{Reply, Server, redis_url};
 use crate::upstream::PythonUpstream;
 
 /// A config file, removed when dropped.
-struct ConfigFile(std::path::PathBuf);
+pub(crate) struct ConfigFile(pub(crate) std::path::PathBuf);
 
 impl ConfigFile {
     /// `text` in a file of its own.
-    fn write(text: &str) -> Self {
+    pub(crate) fn write(text: &str) -> Self {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let file = Self(std::env::temp_dir().join(format!("hitl-e2e-gateway-{}-{n}.toml", std::process::id())));

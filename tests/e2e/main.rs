@@ -4,6 +4,7 @@ mod approvals;
 mod auth;
 mod browser;
 mod config;
+mod declared;
 mod edge;
 mod fixtures;
 mod gateway;

@@ -44,6 +44,13 @@ def drop_partition(partition: str, database: str) -> str:
     return f"dropped {partition} on {database}"
 
 
+@server.tool(annotations=ToolAnnotations(destructiveHint=True))
+def release(service: str, version: str) -> str:
+    """Releases a version of a service to production (counts its executions)."""
+    executions["release"] = executions.get("release", 0) + 1
+    return f"Released {service} v{version} to production."
+
+
 @server.tool()
 async def slow_drop(partition: str, seconds: float) -> str:
     """Drops a partition slowly: counted when it starts, done after `seconds`."""

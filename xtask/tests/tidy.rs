@@ -50,7 +50,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "hitl-declared",
         ],
     ),
-    ("hitl-e2e", &["hitl-graph", "hitl-server", "hitl-upstream"]),
+    ("hitl-e2e", &["hitl-graph", "hitl-server", "hitl-upstream", "hitl-model"]),
     ("hitl-bench", &[]),
     ("custom-agents", &["hitl-graph"]),
     ("custom-server", &["hitl-server", "custom-agents"]),

@@ -27,21 +27,22 @@ impl ChatModel {
         Self { client, system, tools }
     }
 
-    /// The tools as the API describes them.
-    fn specs(&self) -> Vec<ToolSpec> {
+    /// The tools as the API describes them, under the names the API accepts.
+    fn specs(&self, names: &mut Names) -> Vec<ToolSpec> {
         self.tools
             .tools()
             .into_iter()
             .map(|tool| ToolSpec {
                 input_schema: tool.args_schema.unwrap_or_else(|| json!({"type": "object"})),
-                name: tool.name,
+                name: names.api(&tool.name),
                 description: tool.description,
             })
             .collect()
     }
 
     /// The conversation so far: the request, then the agent's messages.
-    fn conversation(&self, state: &Value) -> ChatRequest {
+    fn conversation(&self, state: &Value, names: &mut Names) -> ChatRequest {
+        let tools = self.specs(names);
         let mut messages = vec![Message::User(request_of(state))];
         for message in state["messages"].as_array().into_iter().flatten() {
             let text = message["content"].as_str().filter(|t| !t.is_empty()).map(str::to_owned);
@@ -59,14 +60,52 @@ impl ChatModel {
                         .flatten()
                         .map(|c| hitl_model::ToolCall {
                             id: c["id"].as_str().unwrap_or_default().to_owned(),
-                            name: c["name"].as_str().unwrap_or_default().to_owned(),
+                            name: names.api(c["name"].as_str().unwrap_or_default()),
                             arguments: c["args"].as_object().cloned().unwrap_or_default(),
                         })
                         .collect(),
                 },
             });
         }
-        ChatRequest { system: self.system.clone(), messages, tools: self.specs() }
+        ChatRequest { system: self.system.clone(), messages, tools }
+    }
+}
+
+/// Tool names as the APIs accept them (`^[a-zA-Z0-9_-]{1,64}$`: `db.drop` is sent as
+/// `db_drop`), and back. Names that would clash get a numbered suffix.
+#[derive(Default)]
+struct Names {
+    to_api: std::collections::HashMap<String, String>,
+    from_api: std::collections::HashMap<String, String>,
+}
+
+impl Names {
+    /// The name `name` is sent under.
+    fn api(&mut self, name: &str) -> String {
+        if let Some(api) = self.to_api.get(name) {
+            return api.clone();
+        }
+        let base: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+            .take(64)
+            .collect();
+        let base = if base.is_empty() { "tool".to_owned() } else { base };
+        let mut api = base.clone();
+        let mut n = 2;
+        while self.from_api.contains_key(&api) {
+            let suffix = format!("_{n}");
+            api = format!("{}{suffix}", &base[..base.len().min(64 - suffix.len())]);
+            n += 1;
+        }
+        self.to_api.insert(name.to_owned(), api.clone());
+        self.from_api.insert(api.clone(), name.to_owned());
+        api
+    }
+
+    /// The tool a name the API sent names (a name never sent stays as it is).
+    fn ours(&self, api: String) -> String {
+        self.from_api.get(&api).cloned().unwrap_or(api)
     }
 }
 
@@ -89,11 +128,10 @@ impl Model for ChatModel {
     fn next<'a>(&'a self, state: &'a Value) -> Pending<'a, Result<Answer, StepError>> {
         Box::pin(async move {
             // Any failure of the API may pass (a key fixed, a server back): tried again.
-            let answer = self
-                .client
-                .chat(&self.conversation(state))
-                .await
-                .map_err(|e| StepError::transient(format!("the model failed: {e}")))?;
+            let mut names = Names::default();
+            let request = self.conversation(state, &mut names);
+            let answer =
+                self.client.chat(&request).await.map_err(|e| StepError::transient(format!("the model failed: {e}")))?;
             let turn = if answer.tool_calls.is_empty() {
                 Turn::Message(answer.text.unwrap_or_default())
             } else {
@@ -101,12 +139,28 @@ impl Model for ChatModel {
                     answer
                         .tool_calls
                         .into_iter()
-                        .map(|c| ToolCall { id: c.id, name: c.name, args: c.arguments })
+                        .map(|c| ToolCall { id: c.id, name: names.ours(c.name), args: c.arguments })
                         .collect(),
                 )
             };
             let usage = json!({"input_tokens": answer.usage.input_tokens, "output_tokens": answer.usage.output_tokens});
             Ok(Answer { turn, usage: Some(usage) })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Names;
+
+    #[test]
+    fn tool_names_are_sent_as_the_apis_accept_them_and_read_back() {
+        let mut names = Names::default();
+        assert_eq!(names.api("db.drop_partition"), "db_drop_partition");
+        assert_eq!(names.api("db_drop.partition"), "db_drop_partition_2", "a clash is numbered");
+        assert_eq!(names.api("db.drop_partition"), "db_drop_partition", "the same name, the same way");
+        assert_eq!(names.api(&"x".repeat(80)).len(), 64);
+        assert_eq!(names.ours("db_drop_partition_2".into()), "db_drop.partition");
+        assert_eq!(names.ours("unknown".into()), "unknown");
     }
 }

@@ -223,8 +223,8 @@ async fn a_chat_model_proposes_calls_that_are_reviewed_then_run_and_it_sees_thei
     use tool_agent::{InterruptMode, Tool, ToolReview};
 
     let call = json!({"choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
-        {"id": "call_a", "type": "function", "function": {"name": "db.count", "arguments": "{\"table\":\"orders\"}"}},
-        {"id": "call_b", "type": "function", "function": {"name": "db.drop", "arguments": "{\"table\":\"tmp\"}"}}]}}],
+        {"id": "call_a", "type": "function", "function": {"name": "db_count", "arguments": "{\"table\":\"orders\"}"}},
+        {"id": "call_b", "type": "function", "function": {"name": "db_drop", "arguments": "{\"table\":\"tmp\"}"}}]}}],
         "usage": {"prompt_tokens": 20, "completion_tokens": 9}});
     let done = json!({"choices": [{"message": {"role": "assistant", "content": "42 orders; tmp kept."}}],
                       "usage": {"prompt_tokens": 60, "completion_tokens": 6}});
@@ -286,5 +286,5 @@ async fn a_chat_model_proposes_calls_that_are_reviewed_then_run_and_it_sees_thei
         .map(|m| (m["tool_call_id"].as_str().unwrap(), m["content"].as_str().unwrap()))
         .collect();
     assert_eq!(tool_messages, [("call_a", "db.count ran on orders"), ("call_b", "keep tmp")]);
-    assert_eq!(second[2]["tool_calls"][1]["function"]["name"], "db.drop");
+    assert_eq!(second[2]["tool_calls"][1]["function"]["name"], "db_drop", "tools are sent under API-safe names");
 }

@@ -1,0 +1,422 @@
+//! Agents declared in `hitl.toml` (`[[agent]]`), served by the hitl program in front of
+//! a real upstream (the Python SDK's `MCPServer`, `tests/python/upstream_server.py`,
+//! whose destructive tools count their executions), with a model API served by a
+//! scripted server (`hitl_model::testing`) speaking the wire format of Chat Completions
+//! or Anthropic Messages. Each test checks what the model API received.
+
+use std::process::{Command, Stdio};
+
+use hitl_model::testing::{Received, Scripted, server as model_server};
+use serde_json::{Value, json};
+
+use crate::gateway::ConfigFile;
+use crate::harness::{Reply, Server, TEST_SECRET};
+use crate::upstream::PythonUpstream;
+
+/// The key the model's API key is read from, and its value.
+const KEY_ENV: &str = "HITL_E2E_MODEL_KEY";
+const KEY: &str = "sk-e2e-0123";
+
+/// The hitl program serving `config` (written to a file), with the model's key in its
+/// environment.
+async fn serve(config: &str) -> (Server, ConfigFile) {
+    let file = ConfigFile::write(config);
+    let mut command = Command::new(Server::program());
+    command.args(["serve", "--listen", "127.0.0.1:0", "--config", file.0.to_str().unwrap()]);
+    if let Ok(store) = std::env::var("HITL_E2E_STORE") {
+        command.args(["--store", &store]);
+    }
+    command.stderr(Stdio::inherit());
+    let server = Server::spawn_command_with_env(command, &[("HITL_SECRET", TEST_SECRET), (KEY_ENV, KEY)]);
+    server.wait_healthy().await;
+    (server, file)
+}
+
+/// The upstream as `db` (drops reviewed with a description, `fail` denied) and `deploy`.
+fn upstreams(upstream: &PythonUpstream) -> String {
+    format!(
+        r#"[[upstream]]
+name = "db"
+url = "{url}"
+
+[[upstream]]
+name = "deploy"
+url = "{url}"
+
+[[policy]]
+tools = ["db.drop_*"]
+action = "review"
+description = "Drop {{partition}} on {{database}}?"
+
+[[policy]]
+tools = ["db.fail"]
+action = "deny"
+"#,
+        url = upstream.url
+    )
+}
+
+/// The seed 003 release gate, as the issue declares it.
+const RELEASE: &str = r#"
+[[agent]]
+name = "release"
+description = "Deploy a service version to production after confirmation"
+kind = "workflow"
+input_schema = { type = "object", properties = { service = { type = "string" }, version = { type = "string" } }, required = ["service", "version"] }
+steps = [
+  { ask = { message = "Deploying {service} to PRODUCTION ({version}). Confirm release?", schema = { type = "object", properties = { confirm = { type = "boolean", title = "Confirm Production Release" } }, required = ["confirm"] } } },
+  { stop_unless = "confirm", result = "Deployment aborted by user." },
+  { call = "deploy.release", args = { service = "{service}", version = "{version}" } },
+]
+"#;
+
+fn text(reply: &Reply) -> String {
+    reply.body["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+}
+
+async fn executions(server: &Server, tool: &str) -> u64 {
+    let reply = server.call_tool(90, json!({"name": "db.executions", "arguments": {"tool": tool}})).await;
+    text(&reply).parse().unwrap_or_else(|_| panic!("a count: {}", reply.body))
+}
+
+/// A paused call's only question: its key, its request, the requestState.
+fn question(reply: &Reply) -> (String, Value, String) {
+    let result = &reply.body["result"];
+    assert_eq!(result["resultType"], "input_required", "{}", reply.body);
+    let requests = result["inputRequests"].as_object().unwrap();
+    assert_eq!(requests.len(), 1, "one question: {requests:?}");
+    let (key, request) = requests.iter().next().unwrap();
+    (key.clone(), request.clone(), result["requestState"].as_str().unwrap().to_owned())
+}
+
+/// Calls `tool` with `arguments` and the answer `answer` to round `(key, state)`.
+async fn answer(server: &Server, tool: &str, arguments: &Value, key: &str, state: &str, answer: Value) -> Reply {
+    let params =
+        json!({"name": tool, "arguments": arguments, "inputResponses": { key: answer }, "requestState": state});
+    server.call_tool(2, params).await
+}
+
+fn approve() -> Value {
+    json!({"action": "accept", "content": {"decision": "approve"}})
+}
+
+#[tokio::test]
+async fn the_release_gate_as_a_workflow_confirms_aborts_and_declines() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let (server, _file) = serve(&format!("{}{RELEASE}", upstreams(&upstream))).await;
+    let tools = server.modern(1, "tools/list", json!({}), json!({})).await;
+    let release = tools.body["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "release").cloned();
+    let release = release.unwrap_or_else(|| panic!("release is listed: {}", tools.body));
+    assert_eq!(release["description"], "Deploy a service version to production after confirmation");
+    assert_eq!(release["inputSchema"]["required"], json!(["service", "version"]));
+
+    let args = json!({"service": "api", "version": "1.2.3"});
+    let start = || server.call_tool(1, json!({"name": "release", "arguments": args}));
+    let paused = start().await;
+    let (key, request, state) = question(&paused);
+    assert!(key.starts_with("answer-") && key.len() == "answer-".len() + 16, "keyed by the question: {key}");
+    assert_eq!(request["method"], "elicitation/create");
+    assert_eq!(request["params"]["message"], "Deploying api to PRODUCTION (1.2.3). Confirm release?");
+    assert_eq!(
+        request["params"]["requestedSchema"]["properties"]["confirm"],
+        json!({"type": "boolean", "title": "Confirm Production Release"})
+    );
+    assert_eq!(executions(&server, "release").await, 0, "nothing runs before the answer");
+
+    let yes = json!({"action": "accept", "content": {"confirm": true}});
+    let done = answer(&server, "release", &args, &key, &state, yes.clone()).await;
+    assert_eq!(text(&done), "Released api v1.2.3 to production.", "{}", done.body);
+    assert_ne!(done.body["result"]["isError"], true);
+    let again = answer(&server, "release", &args, &key, &state, yes.clone()).await;
+    assert_eq!(again.body["result"], done.body["result"], "a resend gets the stored result");
+    assert_eq!(executions(&server, "release").await, 1, "confirmed once, released once");
+
+    // Confirm false, decline and cancel all abort, as `deploy_production_release` does.
+    for (what, reply) in [
+        ("false", json!({"action": "accept", "content": {"confirm": false}})),
+        ("decline", json!({"action": "decline"})),
+        ("cancel", json!({"action": "cancel"})),
+    ] {
+        let (again_key, _, state) = question(&start().await);
+        assert_eq!(again_key, key, "the same question, the same key");
+        let aborted = answer(&server, "release", &args, &key, &state, reply).await;
+        assert_eq!(
+            aborted.body["result"]["structuredContent"],
+            json!({"result": "Deployment aborted by user."}),
+            "{what}: {}",
+            aborted.body
+        );
+        assert_ne!(aborted.body["result"]["isError"], true, "{what}");
+    }
+    assert_eq!(executions(&server, "release").await, 1, "an aborted release never runs");
+
+    // A client that replays the whole call with the answer (the seed's LangChain
+    // adapter) finishes in one request: the key is derived from the question.
+    let replayed = server
+        .call_tool(7, json!({"name": "release", "arguments": args, "inputResponses": { key.as_str(): yes }}))
+        .await;
+    assert_eq!(text(&replayed), "Released api v1.2.3 to production.", "{}", replayed.body);
+    assert_eq!(executions(&server, "release").await, 2);
+}
+
+#[tokio::test]
+async fn a_workflow_call_is_under_its_tools_policy() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let agent = r#"
+[[agent]]
+name = "cleanup"
+kind = "workflow"
+input_schema = { type = "object", properties = { partition = { type = "string" } }, required = ["partition"] }
+steps = [
+  { ask = { message = "Which database holds {partition}?", key = "database" } },
+  { call = "db.drop_partition", args = { partition = "{partition}", database = "{database}" } },
+]
+"#;
+    let (server, _file) = serve(&format!("{}{agent}", upstreams(&upstream))).await;
+    let args = json!({"partition": "p9"});
+    let (key, request, state) = question(&server.call_tool(1, json!({"name": "cleanup", "arguments": args})).await);
+    assert_eq!(key, "database", "a key given is the question's key");
+    assert_eq!(request["params"]["message"], "Which database holds p9?");
+    let text_answer = json!({"action": "accept", "content": {"response": "orders"}});
+    let review = answer(&server, "cleanup", &args, &key, &state, text_answer.clone()).await;
+    let (review_key, review_request, review_state) = question(&review);
+    assert!(review_key.starts_with("review-"), "the drop's policy asks for a review: {review_key}");
+    assert_eq!(review_request["params"]["message"], "Drop p9 on orders?");
+    assert_eq!(executions(&server, "drop_partition").await, 0);
+    let params = json!({"name": "cleanup", "arguments": args, "requestState": review_state,
+                        "inputResponses": { key.as_str(): text_answer, review_key.as_str(): approve() }});
+    let done = server.call_tool(3, params.clone()).await;
+    assert_eq!(text(&done), "dropped p9 on orders", "{}", done.body);
+    assert_eq!(server.call_tool(4, params).await.body["result"], done.body["result"]);
+    assert_eq!(executions(&server, "drop_partition").await, 1, "approved once, run once");
+}
+
+/// A Chat Completions answer that calls `calls` (`(id, name, arguments)`).
+fn openai_calls(calls: &[(&str, &str, Value)]) -> Scripted {
+    let calls: Vec<Value> = calls
+        .iter()
+        .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}}))
+        .collect();
+    let body = json!({"choices": [{"message": {"role": "assistant", "content": null, "tool_calls": calls},
+                      "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 50, "completion_tokens": 10}});
+    (Some(200), body, None)
+}
+
+fn openai_text(text: &str) -> Scripted {
+    let body = json!({"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                      "usage": {"prompt_tokens": 90, "completion_tokens": 8}});
+    (Some(200), body, None)
+}
+
+fn db_assistant(base: &str, extra: &str) -> String {
+    format!(
+        r#"
+[[agent]]
+name = "db_assistant"
+description = "Answers questions about the orders database"
+kind = "tool_calling"
+model = {{ provider = "openai", base_url = "{base}/v1", model = "llama3.1", api_key_env = "{KEY_ENV}"{extra} }}
+system_prompt = "You help with the orders database."
+tools = ["db.*"]
+review_mode = "batched"
+max_steps = 10
+"#
+    )
+}
+
+fn bodies(received: &Received) -> Vec<Value> {
+    received.lock().unwrap().iter().map(|r| r.body.clone()).collect()
+}
+
+#[tokio::test]
+async fn a_tool_calling_agent_runs_allowed_calls_reviews_and_denies_through_the_policies() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let script = vec![
+        openai_calls(&[
+            ("call_1", "db_echo", json!({"text": "hi"})),
+            ("call_2", "db_drop_partition", json!({"partition": "p1", "database": "orders"})),
+            ("call_3", "db_fail", json!({"reason": "x"})),
+        ]),
+        openai_text("Dropped p1 on orders."),
+    ];
+    let (base, received) = model_server(script).await;
+    let (server, _file) = serve(&format!("{}{}", upstreams(&upstream), db_assistant(&base, ""))).await;
+    let args = json!({"request": "Say hi, then drop p1 of orders."});
+    let paused = server.call_tool(1, json!({"name": "db_assistant", "arguments": args})).await;
+    let (key, request, state) = question(&paused);
+    assert!(key.starts_with("review-") && key.ends_with(".1"), "one batched review question: {key}");
+    assert_eq!(request["params"]["message"], "Drop p1 on orders?", "the policy's text: {request}");
+    assert_eq!(executions(&server, "drop_partition").await, 0, "nothing of the turn runs before the review");
+
+    let done = answer(&server, "db_assistant", &args, &key, &state, approve()).await;
+    assert_eq!(text(&done), "Dropped p1 on orders.", "{}", done.body);
+    let structured = &done.body["result"]["structuredContent"];
+    assert_eq!(structured["usage"], json!({"input_tokens": 140, "output_tokens": 18, "model_turns": 2}));
+    let ran: Vec<&str> =
+        structured["tool_calls"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(ran, ["db.echo", "db.drop_partition"], "the denied call never ran");
+    let again = answer(&server, "db_assistant", &args, &key, &state, approve()).await;
+    assert_eq!(again.body["result"], done.body["result"], "a resend gets the stored result");
+    assert_eq!(executions(&server, "drop_partition").await, 1, "approved once, run once");
+
+    let requests = received.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2, "one request per model turn, none on the resend");
+    assert_eq!(requests[0].path, "/v1/chat/completions");
+    assert_eq!(requests[0].headers["authorization"], format!("Bearer {KEY}"));
+    let first = &requests[0].body;
+    assert_eq!(first["model"], "llama3.1");
+    assert_eq!(first["messages"][0], json!({"role": "system", "content": "You help with the orders database."}));
+    assert_eq!(first["messages"][1], json!({"role": "user", "content": "Say hi, then drop p1 of orders."}));
+    let offered: Vec<&str> =
+        first["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
+    for name in ["db_echo", "db_drop_partition", "db_fail", "db_executions"] {
+        assert!(offered.contains(&name), "{name} offered under an API-safe name: {offered:?}");
+    }
+    assert!(!offered.iter().any(|n| n.starts_with("deploy_")), "only the tools the agent names: {offered:?}");
+    let echo = first["tools"].as_array().unwrap().iter().find(|t| t["function"]["name"] == "db_echo").unwrap();
+    assert_eq!(echo["type"], "function");
+    assert_eq!(echo["function"]["parameters"]["properties"]["text"]["type"], "string", "{echo}");
+
+    let second = requests[1].body["messages"].as_array().unwrap().clone();
+    assert_eq!(second[2]["role"], "assistant");
+    let ids: Vec<&str> = second[2]["tool_calls"].as_array().unwrap().iter().filter_map(|c| c["id"].as_str()).collect();
+    assert_eq!(ids, ["call_1", "call_2", "call_3"]);
+    assert_eq!(second[2]["tool_calls"][1]["function"]["name"], "db_drop_partition");
+    let tool_messages: Vec<(&str, &str)> = second[3..]
+        .iter()
+        .map(|m| {
+            assert_eq!(m["role"], "tool", "{m}");
+            (m["tool_call_id"].as_str().unwrap(), m["content"].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(tool_messages[0], ("call_1", "hi"));
+    assert_eq!(tool_messages[1], ("call_2", "dropped p1 on orders"));
+    assert_eq!(tool_messages[2].0, "call_3");
+    assert!(tool_messages[2].1.contains("db.fail is denied by the policy"), "{:?}", tool_messages[2]);
+}
+
+#[tokio::test]
+async fn an_anthropic_agent_reviews_each_call_and_the_model_sees_the_rejection() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let tool_use = |id: &str, partition: &str| json!({"type": "tool_use", "id": id, "name": "db_drop_partition", "input": {"partition": partition, "database": "orders"}});
+    let script = vec![
+        (
+            Some(200),
+            json!({"type": "message", "role": "assistant", "stop_reason": "tool_use",
+                   "content": [{"type": "text", "text": "Dropping both."}, tool_use("toolu_1", "p1"), tool_use("toolu_2", "p2")],
+                   "usage": {"input_tokens": 30, "output_tokens": 12}}),
+            None,
+        ),
+        (
+            Some(200),
+            json!({"type": "message", "role": "assistant", "stop_reason": "end_turn",
+                   "content": [{"type": "text", "text": "Dropped p2; p1 is kept."}],
+                   "usage": {"input_tokens": 70, "output_tokens": 9}}),
+            None,
+        ),
+    ];
+    let (base, received) = model_server(script).await;
+    let agent = format!(
+        r#"
+[[agent]]
+name = "ops_assistant"
+kind = "tool_calling"
+model = {{ provider = "anthropic", base_url = "{base}", model = "claude-test", api_key_env = "{KEY_ENV}", max_tokens = 512 }}
+system_prompt = "You run database operations."
+tools = ["db.drop_*"]
+review_mode = "per_call"
+"#
+    );
+    let (server, _file) = serve(&format!("{}{agent}", upstreams(&upstream))).await;
+    let args = json!({"request": "Drop p1 and p2 of orders."});
+    let (first_key, first, state) =
+        question(&server.call_tool(1, json!({"name": "ops_assistant", "arguments": args})).await);
+    assert_eq!(first["params"]["message"], "Drop p1 on orders?");
+    let rejected = json!({"action": "accept", "content": {"decision": "reject", "message": "p1 is still in use"}});
+    let next = answer(&server, "ops_assistant", &args, &first_key, &state, rejected.clone()).await;
+    let (second_key, second, state) = question(&next);
+    assert_eq!(second["params"]["message"], "Drop p2 on orders?", "per call: one round per call");
+    let params = json!({"name": "ops_assistant", "arguments": args, "requestState": state,
+                        "inputResponses": { first_key.as_str(): rejected, second_key.as_str(): approve() }});
+    let done = server.call_tool(3, params).await;
+    assert_eq!(text(&done), "Dropped p2; p1 is kept.", "{}", done.body);
+    assert_eq!(executions(&server, "drop_partition").await, 1, "the rejected call never ran");
+
+    let requests = received.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].path, "/v1/messages");
+    assert_eq!(requests[0].headers["x-api-key"], KEY);
+    assert_eq!(requests[0].headers["anthropic-version"], "2023-06-01");
+    let first = &requests[0].body;
+    assert_eq!((&first["model"], &first["max_tokens"]), (&json!("claude-test"), &json!(512)));
+    assert_eq!(first["system"], "You run database operations.");
+    let offered: Vec<&str> = first["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(offered, ["db_drop_partition"]);
+    assert_eq!(first["tools"][0]["input_schema"]["properties"]["partition"]["type"], "string");
+    let messages = requests[1].body["messages"].as_array().unwrap().clone();
+    assert_eq!(messages[1]["role"], "assistant");
+    let results = messages[2]["content"].as_array().unwrap();
+    assert_eq!(messages[2]["role"], "user", "a turn's tool results in one user message");
+    assert_eq!((&results[0]["tool_use_id"], &results[0]["is_error"]), (&json!("toolu_1"), &json!(true)));
+    assert_eq!(results[0]["content"], "p1 is still in use", "{results:?}");
+    assert_eq!(results[1]["tool_use_id"], "toolu_2");
+    assert_eq!(results[1]["content"], "dropped p2 on orders");
+}
+
+#[tokio::test]
+async fn model_errors_and_timeouts_end_the_call_with_an_error_result_and_keep_the_round() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let script = vec![
+        (Some(500), json!({"error": {"message": "the model is overloaded"}}), None),
+        openai_calls(&[("call_9", "db_drop_partition", json!({"partition": "p3", "database": "orders"}))]),
+        // Held unanswered: the model times out.
+        (None, Value::Null, None),
+        openai_text("Dropped p3."),
+    ];
+    let (base, received) = model_server(script).await;
+    let config = db_assistant(&base, ", timeout = 1, max_retries = 0");
+    let (server, _file) = serve(&format!("{}{config}", upstreams(&upstream))).await;
+    let args = json!({"request": "Drop p3 of orders."});
+    let failed = server.call_tool(1, json!({"name": "db_assistant", "arguments": args})).await;
+    assert_eq!(failed.body["result"]["isError"], true, "{}", failed.body);
+    assert!(text(&failed).contains("answered HTTP 500"), "{}", failed.body);
+
+    let (key, _, state) = question(&server.call_tool(2, json!({"name": "db_assistant", "arguments": args})).await);
+    let timed_out = answer(&server, "db_assistant", &args, &key, &state, approve()).await;
+    assert_eq!(timed_out.body["result"]["isError"], true, "{}", timed_out.body);
+    let message = text(&timed_out);
+    assert!(message.contains("did not answer within 1 s") && message.contains("still paused"), "{message}");
+    assert_eq!(executions(&server, "drop_partition").await, 1, "the approved call ran before the model stalled");
+
+    // The round is still there: the same answers try the model again, and the drop is
+    // not done twice.
+    let done = answer(&server, "db_assistant", &args, &key, &state, approve()).await;
+    assert_eq!(text(&done), "Dropped p3.", "{}", done.body);
+    assert_eq!(
+        answer(&server, "db_assistant", &args, &key, &state, approve()).await.body["result"],
+        done.body["result"]
+    );
+    assert_eq!(executions(&server, "drop_partition").await, 1);
+    assert_eq!(bodies(&received).len(), 4, "the failed turn, the call, the stalled turn, its retry");
+}
+
+#[tokio::test]
+async fn declared_agents_with_problems_are_refused_at_their_line() {
+    let agent = r#"
+[[agent]]
+name = "release"
+kind = "workflow"
+steps = [
+  { ask = { message = "Release {service}?" } },
+]
+"#;
+    let file = ConfigFile::write(agent);
+    let output =
+        Command::new(Server::program()).args(["check", "--config", file.0.to_str().unwrap()]).output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(":6:23: agent[0].steps[0].ask.message: {service} names no argument of the tool"),
+        "{stderr}"
+    );
+}
