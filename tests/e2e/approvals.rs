@@ -19,7 +19,7 @@ use crate::upstream::PythonUpstream;
 const HOOK_SECRET: &str = "hook-secret-for-tests";
 
 /// A client that can answer forms and be sent to pages.
-fn url_client() -> Value {
+pub(crate) fn url_client() -> Value {
     json!({"elicitation": {"form": {}, "url": {}}})
 }
 
@@ -530,7 +530,7 @@ async fn the_events_stream_shows_pending_and_decided_approvals_to_approvers() {
 }
 
 /// The CSRF cookie a page set, and the token in its form.
-fn csrf_of(reply_headers: &http::HeaderMap, html: &str) -> (String, String) {
+pub(crate) fn csrf_of(reply_headers: &http::HeaderMap, html: &str) -> (String, String) {
     let cookie = reply_headers
         .get_all("set-cookie")
         .iter()

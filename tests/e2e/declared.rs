@@ -420,3 +420,57 @@ steps = [
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn a_workflow_sends_people_to_a_page_and_takes_a_secret_only_to_its_call() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let agent = r#"
+[[agent]]
+name = "connect_orders"
+kind = "workflow"
+steps = [
+  { ask = { message = "Sign in to the orders console", url = "https://console.example.com/login", key = "signed_in" } },
+  { stop_unless = "signed_in", result = "Not signed in." },
+  { ask = { message = "Paste the orders API token", secret = "Orders API token", key = "token" } },
+  { call = "db.digest", args = { text = "{token}" } },
+]
+"#;
+    let (server, _file) = serve(&format!("{}{agent}", upstreams(&upstream))).await;
+    let client = crate::approvals::url_client();
+    let call = |id: u64, extra: Value| {
+        let mut params = json!({"name": "connect_orders", "arguments": {}});
+        params.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
+        server.modern(id, "tools/call", params, client.clone())
+    };
+    let (key, visit, state) = question(&call(1, json!({})).await);
+    assert_eq!(key, "signed_in");
+    assert_eq!(
+        (&visit["params"]["mode"], &visit["params"]["url"]),
+        (&json!("url"), &json!("https://console.example.com/login"))
+    );
+    let declined =
+        call(2, json!({"requestState": state, "inputResponses": { key.as_str(): {"action": "decline"} }})).await;
+    assert_eq!(declined.body["result"]["structuredContent"], json!({"result": "Not signed in."}), "{}", declined.body);
+
+    let (key, _, state) = question(&call(3, json!({})).await);
+    let visited = json!({ key.as_str(): {"action": "accept"} });
+    let asked = call(4, json!({"requestState": state, "inputResponses": visited})).await;
+    let (secret_key, page, state) = question(&asked);
+    let url = page["params"]["url"].as_str().unwrap();
+    let path = url.strip_prefix(&format!("http://{}", server.addr)).expect("hitl's secret page").to_owned();
+    assert!(path.starts_with("/secrets/"), "{path}");
+    let (status, headers, html) = server.raw(http::Method::GET, &path, &[], bytes::Bytes::new()).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("Orders API token"), "the page names the secret: {html}");
+    let (cookie, csrf) = crate::approvals::csrf_of(&headers, &html);
+    let form = [("content-type", "application/x-www-form-urlencoded"), ("cookie", cookie.as_str())];
+    let secret = "orders-tok-5ecr3t";
+    let body = bytes::Bytes::from(format!("csrf={csrf}&value={secret}"));
+    let (status, _, saved) = server.raw(http::Method::POST, &path, &form, body).await;
+    assert_eq!(status, 200, "{saved}");
+
+    let answers = json!({ key.as_str(): {"action": "accept"}, secret_key.as_str(): {"action": "accept"} });
+    let done = call(5, json!({"requestState": state, "inputResponses": answers})).await;
+    assert_eq!(text(&done), crate::auth::sha256_hex(secret), "the call got the secret: {}", done.body);
+    assert!(!format!("{}{}", asked.body, done.body).contains(secret), "and no MCP response shows it");
+}

@@ -8,6 +8,7 @@ https with a certificate for 127.0.0.1 signed by a fresh test CA, written to DIR
 
 import asyncio
 import base64
+import hashlib
 import os
 import socket
 import sys
@@ -35,6 +36,12 @@ executions: dict[str, int] = {}
 def echo(text: str) -> str:
     """Returns the text it is given."""
     return text
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def digest(text: str) -> str:
+    """The SHA-256 of the text, in hex (so a test sees a secret arrived, not the secret)."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @server.tool(annotations=ToolAnnotations(destructiveHint=True))
