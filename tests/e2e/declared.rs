@@ -474,3 +474,16 @@ steps = [
     assert_eq!(text(&done), crate::auth::sha256_hex(secret), "the call got the secret: {}", done.body);
     assert!(!format!("{}{}", asked.body, done.body).contains(secret), "and no MCP response shows it");
 }
+
+#[tokio::test]
+async fn a_model_that_never_answers_stops_at_max_steps() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let echo = |id: &str| openai_calls(&[(id, "db_echo", json!({"text": id}))]);
+    let (base, received) = model_server(vec![echo("call_1"), echo("call_2")]).await;
+    let config = db_assistant(&base, "").replace("max_steps = 10", "max_steps = 2");
+    let (server, _file) = serve(&format!("{}{config}", upstreams(&upstream))).await;
+    let stopped = server.call_tool(1, json!({"name": "db_assistant", "arguments": {"request": "Echo forever."}})).await;
+    assert_eq!(stopped.body["result"]["isError"], true, "{}", stopped.body);
+    assert!(text(&stopped).contains("2 turns without a final answer (max_steps = 2)"), "{}", stopped.body);
+    assert_eq!(bodies(&received).len(), 2, "the model is not asked a third time");
+}

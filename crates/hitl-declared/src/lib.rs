@@ -264,6 +264,26 @@ pub fn build(
         .collect()
 }
 
+/// What the gateway's listing leaves unmet now: a tool-calling agent's glob that
+/// matches no listed tool, a workflow's call of a tool that is not listed. For the log
+/// at start: an upstream may be down, or list the tool later.
+pub fn unmet(specs: &[AgentSpec], catalog: &Catalog) -> Vec<String> {
+    let mut unmet = Vec::new();
+    for spec in specs {
+        for glob in spec.tools.iter().flatten() {
+            if catalog.matching(std::slice::from_ref(glob)).is_empty() {
+                unmet.push(format!("agent {:?}: no listed tool matches {glob:?}", spec.name));
+            }
+        }
+        for tool in spec.steps.iter().flatten().filter_map(|step| step.call.as_ref()) {
+            if catalog.get(tool).is_none() {
+                unmet.push(format!("agent {:?}: {tool:?} is not listed", spec.name));
+            }
+        }
+    }
+    unmet
+}
+
 /// Keys given to an agent of the other kind.
 fn foreign_keys(spec: &AgentSpec, at: &At, problems: &mut Vec<Problem>) {
     let tool_calling = [

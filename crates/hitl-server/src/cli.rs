@@ -429,6 +429,9 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
             }
         }
         gateway.start(&publish).await.map_err(anyhow::Error::msg)?;
+        for unmet in hitl_declared::unmet(&args.declared, &gateway.catalog()) {
+            tracing::warn!("{unmet} yet: its calls fail until an upstream lists it");
+        }
         tokio::spawn(gateway.keep_fresh(publish));
     }
     // Start even when the store is down: /healthz says so, and service resumes with it.
