@@ -276,7 +276,7 @@ async fn run(node: &Node, catalog: &Catalog, state: &Value, ctx: &StepContext) -
             json!({ RESULT: {"result": fill(result, &scope)}, STOPPED: true })
         }),
         Node::Result(text) => Ok(json!({ RESULT: {"result": fill(text, &scope)} })),
-        Node::Call { tool, args, secrets } => {
+        Node::Call { tool, args: spec_args, secrets } => {
             let stop = |result: ToolResult| json!({ RESULT: result.to_value(), STOPPED: true });
             let Some(listed) = catalog.get(tool) else {
                 return Ok(stop(ToolResult::error(format!(
@@ -284,7 +284,7 @@ async fn run(node: &Node, catalog: &Catalog, state: &Value, ctx: &StepContext) -
                 ))));
             };
             // Secrets are filled in after the review: a reviewer never sees them.
-            let args = match fill_value(&Value::Object(args.clone()), &scope) {
+            let args = match fill_value(&Value::Object(spec_args.clone()), &scope) {
                 Value::Object(args) => args,
                 _ => Map::new(),
             };
@@ -293,22 +293,24 @@ async fn run(node: &Node, catalog: &Catalog, state: &Value, ctx: &StepContext) -
                 Gate::Answer(result) => return Ok(stop(result)),
             };
             let mut with_secrets = scope.clone();
+            let mut names = Vec::new();
             for secret in secrets {
                 let label = secret.secret.as_deref().unwrap_or("secret");
-                match ctx.ask_secret(label, &fill(&secret.message, &scope))? {
-                    Some(value) => {
-                        with_secrets
-                            .insert(secret.key.clone().unwrap_or_else(|| "secret".into()), Value::String(value));
-                    }
-                    None => {
-                        return Ok(stop(ToolResult::error(format!("No {label} was given, so {tool} was not called."))));
-                    }
+                let name = secret.key.clone().unwrap_or_else(|| "secret".into());
+                let Some(value) = ctx.ask_secret(label, &fill(&secret.message, &scope))? else {
+                    return Ok(stop(ToolResult::error(format!("No {label} was given, so {tool} was not called."))));
+                };
+                with_secrets.insert(name.clone(), Value::String(value));
+                names.push(name);
+            }
+            // Only the arguments the file writes with a secret get it, from the file's
+            // template: a reviewer's edit cannot move a secret elsewhere.
+            let mut args = args;
+            for (key, template) in spec_args {
+                if names_in(template).iter().any(|used| names.iter().any(|n| n == used)) {
+                    args.insert(key.clone(), fill_value(template, &with_secrets));
                 }
             }
-            let args = match fill_value(&Value::Object(args), &with_secrets) {
-                Value::Object(args) => args,
-                _ => Map::new(),
-            };
             // Recorded first: a resend after this server died mid-call learns the
             // outcome is unknown, and the upstream is never called twice.
             ctx.begin_effect().await?;
