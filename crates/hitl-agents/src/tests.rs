@@ -288,3 +288,92 @@ async fn a_chat_model_proposes_calls_that_are_reviewed_then_run_and_it_sees_thei
     assert_eq!(tool_messages, [("call_a", "db.count ran on orders"), ("call_b", "keep tmp")]);
     assert_eq!(second[2]["tool_calls"][1]["function"]["name"], "db_drop", "tools are sent under API-safe names");
 }
+
+/// A toolbox whose tools change while a call waits (an upstream listed late).
+struct Changing(std::sync::Mutex<Vec<Vec<tool_agent::Tool>>>);
+
+impl tool_agent::Toolbox for Changing {
+    fn tools(&self) -> Vec<tool_agent::Tool> {
+        let mut lists = self.0.lock().unwrap();
+        if lists.len() > 1 { lists.remove(0) } else { lists[0].clone() }
+    }
+}
+
+/// Proposes `db.drop` and `db.count`, then answers.
+struct Proposer;
+
+impl tool_agent::Model for Proposer {
+    fn next<'a>(&'a self, state: &'a Value) -> tool_agent::Pending<'a, Result<tool_agent::Answer, StepError>> {
+        let turns = state["messages"].as_array().map_or(0, Vec::len);
+        Box::pin(async move {
+            let call =
+                |id: &str, name: &str| ToolCall { id: id.into(), name: name.into(), args: serde_json::Map::new() };
+            Ok(if turns == 0 {
+                Turn::ToolCalls(vec![call("a", "db.drop"), call("b", "db.count")]).into()
+            } else {
+                Turn::Message("done".into()).into()
+            })
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_call_is_gated_as_its_tool_was_when_the_model_asked() {
+    use tool_agent::{Tool, ToolReview};
+    let ran = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let tool = |name: &'static str, review: Option<ToolReview>| {
+        let ran = ran.clone();
+        Tool {
+            name: name.into(),
+            description: String::new(),
+            args_schema: None,
+            review,
+            run: std::sync::Arc::new(move |_| {
+                ran.lock().unwrap().push(name.to_owned());
+                Box::pin(async move { Ok(format!("{name} ran")) })
+            }),
+        }
+    };
+    // When the model asks, db.count is reviewed and db.drop is not listed; by the time
+    // the review is answered, db.drop is listed (reviewed) and db.count is not reviewed.
+    let lists = vec![
+        vec![tool("db.count", Some(ToolReview::all_decisions()))],
+        vec![tool("db.count", None), tool("db.drop", Some(ToolReview::all_decisions()))],
+    ];
+    let agent = tool_agent::tool_agent(
+        "db_assistant",
+        "",
+        json!({"type": "object"}),
+        std::sync::Arc::new(Proposer),
+        std::sync::Arc::new(Changing(std::sync::Mutex::new(lists))),
+        InterruptMode::Batched,
+        |state| json!({"messages": state["messages"].clone()}),
+    );
+    let mut asked = Vec::new();
+    let output = drive(
+        agent,
+        json!({}),
+        |interrupt| {
+            asked.push(interrupt.value["action_requests"].clone());
+            json!({"decisions": [{"type": "reject", "message": "not now"}]})
+        },
+        Value::Null,
+    )
+    .await;
+    assert_eq!(asked.len(), 1);
+    let names: Vec<&str> = asked[0].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(names, ["db.count"], "the review asked is the one the model's turn had");
+    assert!(
+        ran.lock().unwrap().is_empty(),
+        "the rejected call and the unknown one never ran: {:?}",
+        ran.lock().unwrap()
+    );
+    let tool_messages: Vec<String> = output["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(tool_messages, ["Error: db.drop is not a valid tool", "not now"]);
+}

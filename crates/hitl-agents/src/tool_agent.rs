@@ -260,42 +260,61 @@ async fn run_tool(tool: &Tool, args: &Map<String, Value>) -> Result<String, Stri
     (tool.run)(args.clone()).await
 }
 
+/// How a call of the model's turn is gated, decided when the model proposed it (and kept
+/// in its message, so a resume sees the same reviews whatever the toolbox holds then).
+fn gate_of(tools: &HashMap<String, Tool>, mode: InterruptMode, call: &ToolCall) -> Value {
+    let Some(tool) = tools.get(&call.name) else { return json!("unknown") };
+    let Some(review) = &tool.review else { return json!("run") };
+    let allowed: Vec<&str> = review.decisions.iter().map(|d| d.as_str()).collect();
+    let request = ActionRequest::new(&call.name, call.args.clone(), Some(review.description(call)));
+    let config = ReviewConfig::new(&call.name, allowed.iter().copied());
+    // Calls decided on an approval page are asked one by one; the rest as the mode says.
+    let alone = mode == InterruptMode::PerCall || review.approval.is_some();
+    let schema = alone.then(|| decision_schema(tool, review));
+    json!({"review": {"request": request, "config": config, "approval": review.approval, "schema": schema}})
+}
+
 /// The reviewer's decisions on the calls under review, by call id (calls not under
 /// review have none and run as asked). The step re-runs from the top on resume, so the
 /// decisions come first and the calls run after.
-fn review_calls(
-    ctx: &StepContext,
-    mode: InterruptMode,
-    tools: &HashMap<String, Tool>,
-    calls: &[ToolCall],
-) -> Result<HashMap<String, payload::Decision>, StepError> {
-    let reviewed: Vec<(&ToolCall, &Tool, &ToolReview)> =
-        calls.iter().filter_map(|c| tools.get(&c.name).and_then(|t| t.review.as_ref().map(|r| (c, t, r)))).collect();
-    let allowed = |review: &ToolReview| review.decisions.iter().map(|d| d.as_str()).collect::<Vec<_>>();
-    let action = |call: &ToolCall, review: &ToolReview| {
-        ActionRequest::new(&call.name, call.args.clone(), Some(review.description(call)))
-    };
+fn review_calls(ctx: &StepContext, message: &Value) -> Result<HashMap<String, payload::Decision>, StepError> {
     let invalid = |e: serde_json::Error| StepError::msg(format!("the review's reply is not valid: {e}"));
-    // Calls decided on an approval page are asked one by one; the rest as the mode says.
-    let (batch, single): (Vec<_>, Vec<_>) =
-        reviewed.into_iter().partition(|(_, _, r)| mode == InterruptMode::Batched && r.approval.is_none());
+    let reviews: Vec<(String, &Value)> = message["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["gate"]["review"].is_object())
+        .map(|c| (c["id"].as_str().unwrap_or_default().to_owned(), &c["gate"]["review"]))
+        .collect();
+    fn parse<T: serde::de::DeserializeOwned>(value: &Value) -> Result<T, StepError> {
+        serde_json::from_value(value.clone())
+            .map_err(|e| StepError::msg(format!("the review's reply is not valid: {e}")))
+    }
+    let (batch, single): (Vec<_>, Vec<_>) = reviews.into_iter().partition(|(_, r)| r["schema"].is_null());
     let mut decisions = HashMap::new();
     if !batch.is_empty() {
         let request = ReviewRequest {
-            action_requests: batch.iter().map(|(c, _, r)| action(c, r)).collect(),
-            review_configs: batch.iter().map(|(c, _, r)| ReviewConfig::new(&c.name, allowed(r))).collect(),
+            action_requests: batch.iter().map(|(_, r)| parse(&r["request"])).collect::<Result<_, _>>()?,
+            review_configs: batch.iter().map(|(_, r)| parse(&r["config"])).collect::<Result<_, _>>()?,
         };
         let reply: ReviewReply = serde_json::from_value(ctx.interrupt(request.to_value())?).map_err(invalid)?;
-        decisions.extend(batch.iter().map(|(c, _, _)| c.id.clone()).zip(reply.decisions));
+        if reply.decisions.len() != batch.len() {
+            return Err(StepError::msg(format!(
+                "the review answered {} decisions for {} calls",
+                reply.decisions.len(),
+                batch.len()
+            )));
+        }
+        decisions.extend(batch.iter().map(|(id, _)| id.clone()).zip(reply.decisions));
     }
-    for (call, tool, review) in single {
+    for (id, review) in single {
         let approval = ToolApproval {
-            action_request: action(call, review),
-            review_config: Some(ReviewConfig::new(&call.name, allowed(review))),
-            approval: review.approval.clone(),
+            action_request: parse(&review["request"])?,
+            review_config: Some(parse(&review["config"])?),
+            approval: parse(&review["approval"])?,
         };
-        let decision = ctx.interrupt_with_schema(approval.to_value(), decision_schema(tool, review))?;
-        decisions.insert(call.id.clone(), serde_json::from_value(decision).map_err(invalid)?);
+        let decision = ctx.interrupt_with_schema(approval.to_value(), review["schema"].clone())?;
+        decisions.insert(id, serde_json::from_value(decision).map_err(invalid)?);
     }
     Ok(decisions)
 }
@@ -305,13 +324,25 @@ fn review_calls(
 async fn run_calls(
     ctx: &StepContext,
     tools: &HashMap<String, Tool>,
-    calls: &[ToolCall],
+    message: &Value,
     mut decisions: HashMap<String, payload::Decision>,
 ) -> Result<(Vec<Value>, Vec<Value>), StepError> {
     let (mut messages, mut ran) = (Vec::new(), Vec::new());
     let mut begun = false;
-    for call in calls {
-        let args = match decisions.remove(&call.id).unwrap_or(payload::Decision::Approve) {
+    let gates: Vec<&Value> = message["tool_calls"].as_array().into_iter().flatten().map(|c| &c["gate"]).collect();
+    for (call, gate) in tool_calls(message).iter().zip(gates) {
+        let decision = match (gate.as_str(), decisions.remove(&call.id)) {
+            // Not a tool the agent had when the model asked: never run.
+            (Some("unknown"), _) => None,
+            (Some("run"), _) => Some(payload::Decision::Approve),
+            // Reviewed: run only as decided.
+            (_, decided) => decided,
+        };
+        let Some(decision) = decision else {
+            messages.push(tool_message(call, format!("Error: {} is not a valid tool", call.name), "error"));
+            continue;
+        };
+        let args = match decision {
             payload::Decision::Approve => call.args.clone(),
             payload::Decision::Edit { edited_action } => edited_action.args,
             payload::Decision::Reject { message } => {
@@ -346,12 +377,14 @@ async fn run_calls(
     Ok((messages, ran))
 }
 
-/// The model's turn as an assistant message.
-fn assistant_message(turn: Turn) -> Value {
+/// The model's turn as an assistant message, each call with its gate (`run`,
+/// `unknown`, or its review) as the toolbox says now.
+fn assistant_message(turn: Turn, tools: &HashMap<String, Tool>, mode: InterruptMode) -> Value {
     match turn {
         Turn::Message(text) => json!({"role": "assistant", "content": text}),
         Turn::ToolCalls(calls) => json!({"role": "assistant", "content": "", "tool_calls": calls.iter()
-            .map(|c| json!({"id": c.id, "name": c.name, "args": c.args})).collect::<Vec<_>>()}),
+            .map(|c| json!({"id": c.id, "name": c.name, "args": c.args, "gate": gate_of(tools, mode, c)}))
+            .collect::<Vec<_>>()}),
     }
 }
 
@@ -388,22 +421,26 @@ pub fn tool_agent(
     mode: InterruptMode,
     output: fn(&Value) -> Value,
 ) -> Agent {
+    let boxed = toolbox.clone();
+    let tools_of =
+        move || -> HashMap<String, Tool> { boxed.tools().into_iter().map(|t| (t.name.clone(), t)).collect() };
+    let tools_now = tools_of.clone();
     let graph = StateGraph::new()
         .add_step("model", move |state, _| {
-            let model = model.clone();
+            let (model, tools_now) = (model.clone(), tools_now.clone());
             async move {
                 let answer = model.next(&state).await?;
                 let usage: Vec<Value> = answer.usage.into_iter().collect();
-                Ok(json!({ "messages": [assistant_message(answer.turn)], "usage": usage }))
+                let message = assistant_message(answer.turn, &tools_now(), mode);
+                Ok(json!({ "messages": [message], "usage": usage }))
             }
         })
         .add_step("tools", move |state, ctx| {
-            let toolbox = toolbox.clone();
+            let tools_of = tools_of.clone();
             async move {
-                let tools: HashMap<String, Tool> = toolbox.tools().into_iter().map(|t| (t.name.clone(), t)).collect();
-                let calls = tool_calls(&last_message(&state));
-                let decisions = review_calls(&ctx, mode, &tools, &calls)?;
-                let (messages, ran) = run_calls(&ctx, &tools, &calls, decisions).await?;
+                let message = last_message(&state);
+                let decisions = review_calls(&ctx, &message)?;
+                let (messages, ran) = run_calls(&ctx, &tools_of(), &message, decisions).await?;
                 Ok(json!({ "messages": messages, "ran": ran }))
             }
         })

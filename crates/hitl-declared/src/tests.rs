@@ -157,3 +157,38 @@ steps = [
         ]
     );
 }
+
+#[test]
+fn one_secret_per_call_unique_keys_and_url_templates() {
+    let text = r#"
+[[agent]]
+name = "w"
+kind = "workflow"
+steps = [
+  { ask = { message = "Where?", url = "https://console.example.com/{tenant}", key = "visited" } },
+  { ask = { message = "Again?", key = "visited" } },
+  { ask = { message = "Token?", secret = "Token", key = "token" } },
+  { ask = { message = "Other token?", secret = "Other", key = "other" } },
+  { call = "gh.create_repo", args = { token = "{token}", other = "{other}" } },
+]
+"#;
+    assert_eq!(
+        problems(text, &["gh."]),
+        [
+            "agent[0].steps[1].ask.key: another question has this key",
+            "agent[0].steps[3]: one secret per call: ask it right before its call",
+        ]
+    );
+    let url = text.replace(
+        "key = \"visited\" } },\n  { ask = { message = \"Again?\", key = \"visited\" } },",
+        "key = \"visited\" } },",
+    );
+    let url = url.replace("  { ask = { message = \"Other token?\", secret = \"Other\", key = \"other\" } },\n", "");
+    let url = url.replace(", other = \"{other}\"", "");
+    assert_eq!(
+        problems(&url, &["gh."]),
+        [
+            "agent[0].steps[0].ask.url: {tenant} names no argument of the tool and no answer of an earlier step (there are: none)"
+        ]
+    );
+}

@@ -53,7 +53,7 @@ pub(crate) fn build(
     };
     let input = spec.input_schema.clone().unwrap_or_else(|| {
         json!({"type": "object", "properties": {"request": {"type": "string", "description": "What to do"}},
-               "required": ["request"]})
+               "required": ["request"], "additionalProperties": false})
     });
     Ok(tool_agent::tool_agent(&spec.name, &spec.description, input, Arc::new(model), toolbox, mode, output))
 }

@@ -78,6 +78,11 @@ fn nodes(steps: &[StepSpec]) -> Result<Vec<(usize, Node)>, (usize, String)> {
         match classify(step).map_err(|e| (i, e))? {
             Node::Ask(ask) if ask.secret.is_some() => secrets.push((i, ask)),
             Node::Call { tool, args, .. } => {
+                if let Some((second, _)) = secrets.get(1) {
+                    // Each secret after the first would wait in the record, in the
+                    // clear, for the next to be typed.
+                    return Err((*second, "one secret per call: ask it right before its call".into()));
+                }
                 let secrets = secrets.drain(..).map(|(_, ask)| ask).collect();
                 nodes.push((i, Node::Call { tool, args, secrets }));
             }
@@ -115,6 +120,12 @@ pub(crate) fn check(spec: &AgentSpec, at: &At, prefixes: &[String], problems: &m
         return;
     }
     let at_steps = at.key("steps");
+    for (i, step) in steps.iter().enumerate() {
+        let key = step.ask.as_ref().and_then(|a| a.key.as_ref());
+        if key.is_some() && steps[..i].iter().any(|s| s.ask.as_ref().and_then(|a| a.key.as_ref()) == key) {
+            problems.push(at_steps.index(i).key("ask").key("key").problem("another question has this key"));
+        }
+    }
     let nodes = match nodes(steps) {
         Ok(nodes) => nodes,
         Err((i, message)) => {
@@ -146,6 +157,7 @@ pub(crate) fn check(spec: &AgentSpec, at: &At, prefixes: &[String], problems: &m
             Node::Ask(ask) => {
                 check_ask(&ask, &at.key("ask"), problems);
                 unknown(names(&ask.message), &known, at.key("ask").key("message"), problems);
+                unknown(names(ask.url.as_deref().unwrap_or_default()), &known, at.key("ask").key("url"), problems);
                 known.extend(answer_names(&ask));
             }
             Node::StopUnless { field, result } => {
@@ -230,7 +242,10 @@ pub(crate) fn build(spec: &AgentSpec, catalog: &Catalog) -> Agent {
             };
             Ok(json!({ OUTPUT: output }))
         })
-        .add_edge(START, if count == 0 { "finish" } else { "step0" })
+        // The workflow's own keys start empty, whatever the call's arguments hold.
+        .add_step("begin", |_, _| async move { Ok(json!({ ANSWERS: {}, RESULT: null, STOPPED: false })) })
+        .add_edge(START, "begin")
+        .add_edge("begin", if count == 0 { "finish" } else { "step0" })
         .add_edge("finish", END)
         .output_key(OUTPUT);
     let graph = graph.compile().unwrap_or_else(|e| panic!("the workflow {} compiles: {e}", spec.name));
@@ -250,11 +265,12 @@ fn scope(state: &Value) -> Map<String, Value> {
     scope
 }
 
-/// Is `value` a yes: true, a non-empty string other than "false"/"no", a non-zero number?
+/// Is `value` a yes: true, a string other than "", "0", "false" or "no", a non-zero
+/// number, a non-empty list, an object?
 fn truthy(value: Option<&Value>) -> bool {
     match value {
         Some(Value::Bool(b)) => *b,
-        Some(Value::String(s)) => !s.is_empty() && !["false", "no"].contains(&s.to_ascii_lowercase().as_str()),
+        Some(Value::String(s)) => !["", "0", "false", "no"].contains(&s.trim().to_ascii_lowercase().as_str()),
         Some(Value::Number(n)) => n.as_f64().is_some_and(|n| n != 0.0),
         Some(Value::Array(a)) => !a.is_empty(),
         Some(Value::Object(_)) => true,
@@ -283,6 +299,12 @@ async fn run(node: &Node, catalog: &Catalog, state: &Value, ctx: &StepContext) -
                     "{tool} is not listed now: its upstream has not listed it (yet)"
                 ))));
             };
+            if listed.limits_callers() {
+                // The workflow calls for whoever calls it; the policy names who may.
+                return Ok(stop(ToolResult::error(format!(
+                    "{tool} is only for the callers its policy names, so a workflow cannot call it"
+                ))));
+            }
             // Secrets are filled in after the review: a reviewer never sees them.
             let args = match fill_value(&Value::Object(spec_args.clone()), &scope) {
                 Value::Object(args) => args,

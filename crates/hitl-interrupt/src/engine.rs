@@ -423,7 +423,7 @@ impl Engine {
                 Ending::NextRound(next, _) => thread = *next,
                 Ending::Finished(_, result) => return Unstored::Ended(Ok(CallToolResponse::Complete(result))),
                 Ending::GiveBack(_, error) => return Unstored::Ended(Err(error)),
-                // Nothing is stored yet: the client's next call sends every answer again.
+                // Not given for a call that is not stored (see `ran`): it ends.
                 Ending::Retry(_, result) => return Unstored::Ended(Ok(CallToolResponse::Complete(result))),
             }
         }
@@ -551,23 +551,10 @@ impl Engine {
             Err(held) => held.thread.lock().await.clone(),
         };
         thread.claim = None;
-        // A run that stops with a checkpoint past the superstep that began an effect
-        // gives back a round whose effect is done and recorded: trying again from
-        // there repeats nothing, so the round is no longer one whose outcome is unknown.
-        let kept = match &outcome {
-            Some(Err(hitl_graph::RunError::Cancelled(kept) | hitl_graph::RunError::Transient { kept, .. })) => {
-                Some(kept.superstep)
-            }
-            _ => None,
-        };
-        if let (Some(kept), Some(began)) = (kept, begun_in)
-            && kept > began
-        {
-            thread.begun = None;
-        }
         let expected = thread.version;
         let ran = self.ran(outcome, round.n + 1, call, true, &thread.id);
-        let (saved, reply) = match round::end_run(thread, ran, &self.end_of(&round, responses, call), &self.secret) {
+        let end = round::EndOf { began_in: begun_in, ..self.end_of(&round, responses, call) };
+        let (saved, reply) = match round::end_run(thread, ran, &end, &self.secret) {
             Ending::GiveBack(thread, error) => {
                 return match self.store.save(*thread, Some(expected)).await {
                     Ok(()) | Err(SaveError::Conflict(_)) => Ok(Err(error)),
@@ -726,7 +713,7 @@ impl Engine {
             Some(Err(hitl_graph::RunError::Cancelled(kept))) => Ran::Cancelled(kept),
             Some(Err(e @ hitl_graph::RunError::Transient { .. })) if paused => {
                 let message = format!(
-                    "The agent failed: {e}. The call is still paused: send the same answers again to try again."
+                    "The agent failed: {e}. The call is still paused after what it finished: send the same answers again to try again (what was decided and done stands)."
                 );
                 let hitl_graph::RunError::Transient { kept, .. } = e else { unreachable!("matched above") };
                 Ran::Retry(kept, CallToolResult::error([message]))
@@ -748,6 +735,7 @@ impl Engine {
             now_ms: self.clock.now_ms(),
             lifetimes: &self.lifetimes,
             max_record_bytes: self.limits.max_record_bytes,
+            began_in: None,
         }
     }
 
@@ -841,7 +829,7 @@ struct Held {
     thread: tokio::sync::Mutex<Thread>,
     round: u32,
     observer: Option<Arc<dyn crate::Observer>>,
-    /// The superstep whose step began this run's first effect.
+    /// The last superstep in which this run began an effect.
     begun_in: std::sync::Mutex<Option<u32>>,
 }
 
@@ -867,7 +855,11 @@ impl hitl_graph::Effects for Marks {
         let step = step.to_owned();
         Box::pin(async move {
             let round = held.round;
-            held.begun_in.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(superstep);
+            // The latest: a checkpoint past it holds every effect this run began.
+            {
+                let mut begun_in = held.begun_in.lock().unwrap_or_else(|p| p.into_inner());
+                *begun_in = Some(begun_in.map_or(superstep, |s| s.max(superstep)));
+            }
             if held.thread.lock().await.begun == Some(round) {
                 return Ok(());
             }

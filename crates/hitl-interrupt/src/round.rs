@@ -171,6 +171,9 @@ pub struct EndOf<'a> {
     pub lifetimes: &'a crate::Lifetimes,
     /// The largest record stored.
     pub max_record_bytes: usize,
+    /// The last superstep in which the run began an effect (`None`: it began none): a
+    /// checkpoint kept past it holds every effect, so the round's outcome is known.
+    pub began_in: Option<u32>,
 }
 
 /// The transition at the end of a claimed round's run. `thread` is the thread as loaded
@@ -182,11 +185,11 @@ pub fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Secret) -
             Ending::GiveBack(Box::new(thread), error)
         }
         Ran::Cancelled(checkpoint) => {
-            keep(&mut thread, *checkpoint);
+            keep(&mut thread, *checkpoint, end);
             Ending::GiveBack(Box::new(thread), ErrorObject::internal("the request was cancelled"))
         }
         Ran::Retry(checkpoint, result) => {
-            keep(&mut thread, *checkpoint);
+            keep(&mut thread, *checkpoint, end);
             Ending::Retry(Box::new(thread), result)
         }
         Ran::Done(result) => {
@@ -222,11 +225,21 @@ pub fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Secret) -
 }
 
 /// `thread` given back with `checkpoint` when it holds more finished supersteps than
-/// the round's own (before any finished, the round's checkpoint stays as it was).
-fn keep(thread: &mut Thread, checkpoint: hitl_graph::Checkpoint) {
+/// the round's own and fits in a record (else the round's checkpoint stays as it was).
+/// Effects begun before the kept supersteps ended are in them: the round's outcome is
+/// no longer unknown.
+fn keep(thread: &mut Thread, checkpoint: hitl_graph::Checkpoint, end: &EndOf<'_>) {
     thread.version += 1;
-    if thread.checkpoint.as_ref().is_some_and(|before| checkpoint.superstep > before.superstep) {
-        thread.checkpoint = Some(checkpoint);
+    if !thread.checkpoint.as_ref().is_some_and(|before| checkpoint.superstep > before.superstep) {
+        return;
+    }
+    let superstep = checkpoint.superstep;
+    let before = (thread.checkpoint.replace(checkpoint), thread.begun);
+    if end.began_in.is_some_and(|began| superstep > began) {
+        thread.begun = None;
+    }
+    if fits(thread, end.max_record_bytes).is_err() {
+        (thread.checkpoint, thread.begun) = before;
     }
 }
 

@@ -280,6 +280,7 @@ fn end_run(ran: super::Ran, capabilities: &ClientCapabilities, max_record_bytes:
         now_ms: NOW,
         lifetimes: &lifetimes,
         max_record_bytes,
+        began_in: None,
     };
     super::end_run(thread, ran, &end, &secret())
 }
@@ -354,6 +355,7 @@ fn every_end_of_a_claimed_run() {
         now_ms: NOW,
         lifetimes: &lifetimes,
         max_record_bytes: big,
+        began_in: None,
     };
     let Ending::NextRound(thread, _) =
         super::end_run(begun.clone(), Ran::Paused(moved(1), next.clone()), &end, &secret())
