@@ -230,7 +230,7 @@ pub fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Secret) -
 /// no longer unknown.
 fn keep(thread: &mut Thread, checkpoint: hitl_graph::Checkpoint, end: &EndOf<'_>) {
     thread.version += 1;
-    if !thread.checkpoint.as_ref().is_some_and(|before| checkpoint.superstep > before.superstep) {
+    if thread.checkpoint.as_ref().is_none_or(|before| checkpoint.superstep <= before.superstep) {
         return;
     }
     let superstep = checkpoint.superstep;
