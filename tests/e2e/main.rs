@@ -9,6 +9,7 @@ mod edge;
 mod fixtures;
 mod gateway;
 mod harness;
+mod push;
 mod python_sdk;
 mod redis_faults;
 mod redis_tls;

@@ -28,7 +28,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-graph", &[]),
     ("hitl-interrupt", &["hitl-protocol", "hitl-schema", "hitl-graph"]),
     ("hitl-store-redis", &["hitl-interrupt"]),
-    ("hitl-tower", &["hitl-protocol", "hitl-graph", "hitl-interrupt"]),
+    ("hitl-tower", &["hitl-protocol", "hitl-schema", "hitl-graph", "hitl-interrupt"]),
     ("hitl-auth", &["hitl-protocol", "hitl-tower"]),
     ("hitl-pages", &["hitl-protocol", "hitl-interrupt", "hitl-tower", "hitl-auth"]),
     ("hitl-agents", &["hitl-schema", "hitl-graph", "hitl-model"]),

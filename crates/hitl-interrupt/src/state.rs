@@ -103,6 +103,25 @@ impl Secret {
         out
     }
 
+    /// A tag (base64url of 16 bytes of HMAC under a key for `label`) that `data` was
+    /// made by this server: say, a session id that carries what the client declared.
+    pub fn tag(&self, label: &str, data: &str) -> String {
+        let mac = hmac::sign(&self.key, format!("hitl/tag/v1\n{label}\n{data}").as_bytes());
+        URL_SAFE_NO_PAD.encode(&mac.as_ref()[..16])
+    }
+
+    /// Is `tag` the [`Secret::tag`] of `data` for `label`, under this secret or the
+    /// previous one? Constant-time.
+    pub fn verify_tag(&self, label: &str, data: &str, tag: &str) -> bool {
+        let Ok(given) = URL_SAFE_NO_PAD.decode(tag) else { return false };
+        let message = format!("hitl/tag/v1\n{label}\n{data}");
+        given.len() == 16
+            && std::iter::once(&self.key).chain(&self.previous).any(|key| {
+                let expected = hmac::sign(key, message.as_bytes());
+                given.iter().zip(&expected.as_ref()[..16]).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+            })
+    }
+
     /// The id of the page of question `index` of round `round` of `thread`.
     pub fn page_id(&self, thread: &str, round: u32, index: usize) -> String {
         let mac = hmac::sign(&self.key, page_message(thread, round, index).as_bytes());

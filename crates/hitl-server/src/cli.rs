@@ -117,6 +117,12 @@ pub(crate) struct ServeArgs {
     /// can't be resumed.
     #[arg(long)]
     no_threads: bool,
+    /// Ask 2025-era clients (2025-11-25, 2025-06-18) the questions of a paused call by
+    /// push: `elicitation/create` (and sampling, roots) requests on the call's SSE
+    /// stream, answered by POST in the session `initialize` issued. Off: such clients
+    /// get the seed's error result when a call pauses.
+    #[arg(long, env = "HITL_LEGACY_ELICITATION")]
+    legacy_elicitation: bool,
     /// The largest request body accepted, in bytes (a larger `Content-Length` gets 413
     /// before the body is read).
     #[arg(long, env = "HITL_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
@@ -186,7 +192,7 @@ impl ServeArgs {
         }
         take!(listen, store, max_body_bytes, header_read_timeout, body_read_timeout, max_connections);
         take!(max_concurrent_requests, request_timeout, max_paused_per_caller, max_paused_calls, max_record_bytes);
-        take!(conformance_fixtures, allowed_hosts);
+        take!(conformance_fixtures, allowed_hosts, legacy_elicitation);
         take_some!(redis_ca_file, default_ttl, principal_header, public_url);
         if !explicit(matches, "no_examples")
             && let Some(examples) = file.examples
@@ -291,6 +297,9 @@ impl ServeArgs {
         builder = builder.agents(served);
         if self.no_threads {
             builder = builder.without_threads();
+        }
+        if self.legacy_elicitation {
+            builder = builder.legacy_elicitation();
         }
         if !self.allowed_hosts.is_empty() {
             let hosts = AllowedHosts::new(self.allowed_hosts.iter().cloned())

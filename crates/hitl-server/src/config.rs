@@ -157,6 +157,7 @@ pub(crate) struct ServerSection {
     pub(crate) redis_ca_file: Option<PathBuf>,
     pub(crate) examples: Option<bool>,
     pub(crate) conformance_fixtures: Option<bool>,
+    pub(crate) legacy_elicitation: Option<bool>,
     pub(crate) threads: Option<bool>,
     pub(crate) default_ttl: Option<u64>,
     pub(crate) secret_file: Option<PathBuf>,

@@ -194,6 +194,14 @@ impl ServerBuilder {
         self
     }
 
+    /// Asks 2025-era clients the questions of a paused call by push (SSE requests
+    /// answered by POST) instead of the seed's error result.
+    #[must_use]
+    pub fn legacy_elicitation(mut self) -> Self {
+        self.options.legacy_elicitation = true;
+        self
+    }
+
     /// Keeps no threads: a tool that pauses ends with an error result.
     #[must_use]
     pub fn without_threads(mut self) -> Self {

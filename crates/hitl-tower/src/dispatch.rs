@@ -19,7 +19,7 @@ use crate::Shared;
 use crate::validate::{self, Caller};
 
 /// `value` as JSON; a value that does not serialize is an internal error, never `null`.
-fn to_json<T: Serialize>(value: &T) -> Result<Value, ErrorObject> {
+pub(crate) fn to_json<T: Serialize>(value: &T) -> Result<Value, ErrorObject> {
     serde_json::to_value(value)
         .map_err(|e| ErrorObject::internal(format!("Internal error: the result could not be encoded: {e}")))
 }
@@ -107,7 +107,7 @@ impl Shared {
         }
     }
 
-    async fn run(&self, agent: &Agent, call: Call) -> Result<CallToolResponse, ErrorObject> {
+    pub(crate) async fn run(&self, agent: &Agent, call: Call) -> Result<CallToolResponse, ErrorObject> {
         match self.engine.call(agent, call).await {
             Ok(answer) => answer,
             Err(e) => {
@@ -248,7 +248,7 @@ impl Shared {
 /// (`[{role, content}]`, content a block or a string), else one user message with the
 /// output as JSON text. An error result becomes a JSON-RPC error: prompts have no
 /// error results.
-fn prompt_result(agent: &Agent, result: CallToolResult) -> Result<GetPromptResult, ErrorObject> {
+pub(crate) fn prompt_result(agent: &Agent, result: CallToolResult) -> Result<GetPromptResult, ErrorObject> {
     let text = result.content.iter().filter_map(ContentBlock::as_text).collect::<Vec<_>>().join("\n");
     if result.is_error == Some(true) {
         return Err(ErrorObject::internal(text));

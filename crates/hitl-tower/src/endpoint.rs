@@ -7,32 +7,60 @@ use hitl_protocol::version::Era;
 use hitl_protocol::{ClientRequest, Response};
 use http::{HeaderValue, StatusCode};
 
-use crate::validate::{self, Valid};
-use crate::{McpBody, Shared, error_response, json_response, sse};
+use crate::validate::{self, Incoming, Valid};
+use crate::{McpBody, Shared, error_response, json_response, push, session, sse};
 
 impl Shared {
     pub(crate) async fn handle(self: Arc<Self>, request: http::Request<Bytes>) -> http::Response<McpBody> {
-        let Valid { id, request, caller, stream } =
-            match validate::validate(&self.tools.snapshot(), self.options.access.as_ref(), &request) {
-                Ok(valid) => valid,
-                Err(refused) => return *refused,
-            };
+        let valid = match validate::validate(&self.tools.snapshot(), self.options.access.as_ref(), &request) {
+            Ok(Incoming::Request(valid)) => *valid,
+            Ok(Incoming::Answer(id, outcome)) => {
+                // A 2025-era client answering a question pushed to it; any other answer
+                // is accepted and dropped.
+                if self.options.legacy_elicitation && !self.pushes.deliver(&id, outcome) {
+                    tracing::debug!(?id, "a client answered a request no call of this replica is waiting for");
+                }
+                return crate::empty(StatusCode::ACCEPTED);
+            }
+            Err(refused) => return *refused,
+        };
+        let Valid { id, request, caller, stream, session, takes_sse } = valid;
         let era = caller.era;
+        if self.options.legacy_elicitation
+            && era == Era::Legacy
+            && takes_sse
+            && matches!(request, ClientRequest::CallTool(_) | ClientRequest::GetPrompt(_))
+            && let Some(session) = session.and_then(|id| session::read(self.engine.secret(), &id))
+        {
+            let pushed = push::Pushed { id, request, caller, session, progress_token: stream };
+            return self.push(pushed);
+        }
         if let Some(token) = stream {
             return sse::respond(token, move |progress, cancel| async move {
                 let result = self.dispatch(request, caller, Some(progress), Some(cancel)).await;
                 self.message(id, era, result)
             });
         }
-        let initialize = matches!(request, ClientRequest::Initialize(_));
+        let initialize = match &request {
+            ClientRequest::Initialize(params) => Some((params.protocol_version.clone(), params.capabilities.clone())),
+            _ => None,
+        };
         let mut response = match self.message(id, era, self.dispatch(request, caller, None, None).await) {
             Response::Error { id, error } => return error_response(era, id, error),
             ok => json_response(StatusCode::OK, &ok),
         };
-        if initialize && era == Era::Legacy {
+        if let Some((version, capabilities)) = initialize
+            && era == Era::Legacy
+        {
             // Legacy clients expect a session: hitl keeps no per-session state, so the id
-            // only names the client's session and every request is served without it.
-            let session = uuid::Uuid::new_v4().simple().to_string();
+            // names the client's session (with push elicitation, it carries, signed,
+            // what the client can answer) and every request is served without it.
+            let session = if self.options.legacy_elicitation {
+                let version = hitl_protocol::version::negotiate_legacy(&version);
+                session::issue(self.engine.secret(), version, &capabilities)
+            } else {
+                uuid::Uuid::new_v4().simple().to_string()
+            };
             if let Ok(value) = HeaderValue::from_str(&session) {
                 response.headers_mut().insert("mcp-session-id", value);
             }

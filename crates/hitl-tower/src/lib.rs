@@ -44,6 +44,8 @@ mod endpoint;
 mod limit;
 mod origin;
 mod principal;
+mod push;
+mod session;
 mod sse;
 mod tools;
 mod validate;
@@ -114,6 +116,10 @@ pub struct ServerOptions {
     pub list_ttl_ms: u64,
     /// Who may use which tool and prompt (`None`: every caller, every one).
     pub access: Option<Access>,
+    /// Ask 2025-era clients the questions of a paused call by push: `elicitation/create`
+    /// (and sampling, roots) requests on the call's SSE stream, answered by POST (off:
+    /// the seed's error result for clients that can't answer a round).
+    pub legacy_elicitation: bool,
 }
 
 impl Default for ServerOptions {
@@ -123,6 +129,7 @@ impl Default for ServerOptions {
             instructions: None,
             list_ttl_ms: 60_000,
             access: None,
+            legacy_elicitation: false,
         }
     }
 }
@@ -134,6 +141,8 @@ struct Shared {
     options: ServerOptions,
     /// `options.server_info` as JSON, stamped on every modern result.
     server_info: serde_json::Value,
+    /// Pushed calls waiting for their clients' answers.
+    pushes: push::Pushes,
 }
 
 /// The MCP endpoint: `POST` JSON-RPC in, JSON out.
@@ -168,7 +177,8 @@ impl McpService {
         let prompts = prompts.into_iter().map(|a| (a.name.clone(), a)).collect();
         // Names and versions are strings: this serialization cannot fail.
         let server_info = serde_json::to_value(&options.server_info).expect("serverInfo is strings");
-        Self { shared: Arc::new(Shared { tools, prompts, engine, options, server_info }) }
+        let pushes = push::Pushes::default();
+        Self { shared: Arc::new(Shared { tools, prompts, engine, options, server_info, pushes }) }
     }
 }
 

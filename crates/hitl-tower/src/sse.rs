@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use crate::McpBody;
 
 /// One SSE event carrying one JSON message on one line.
-fn event(message: &Value) -> Bytes {
+pub(crate) fn event(message: &Value) -> Bytes {
     Bytes::from(format!("event: message\ndata: {message}\n\n"))
 }
 
@@ -49,32 +49,42 @@ where
 {
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     let cancel = Arc::new(AtomicBool::new(false));
-    let progress: hitl_graph::ProgressFn = {
-        let tx = tx.clone();
-        let last = std::sync::Mutex::new(None::<f64>);
-        Arc::new(move |report: hitl_graph::Progress| {
-            let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
-            if last.is_some_and(|before| report.progress <= before) {
-                return;
-            }
-            *last = Some(report.progress);
-            let mut params = json!({"progressToken": token, "progress": number(report.progress)});
-            if let Some(total) = report.total {
-                params["total"] = number(total);
-            }
-            if let Some(message) = report.message {
-                params["message"] = json!(message);
-            }
-            let message = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params});
-            let _ = tx.send(event(&message));
-        })
-    };
-    // Progress 0 before the first superstep, so the client hears from the run at once.
-    progress(hitl_graph::Progress::at(0.0));
+    let progress = progress_fn(token, tx.clone());
     let finished = run(progress, cancel.clone());
     tokio::spawn(async move {
         let _ = tx.send(event(&finished.await.to_value()));
     });
+    stream_response(rx, cancel)
+}
+
+/// The progress callback of a run whose stream is `tx`: `notifications/progress` for
+/// `token`, only values that increase, starting with `0` at once.
+pub(crate) fn progress_fn(token: Value, tx: mpsc::UnboundedSender<Bytes>) -> hitl_graph::ProgressFn {
+    let last = std::sync::Mutex::new(None::<f64>);
+    let progress: hitl_graph::ProgressFn = Arc::new(move |report: hitl_graph::Progress| {
+        let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|before| report.progress <= before) {
+            return;
+        }
+        *last = Some(report.progress);
+        let mut params = json!({"progressToken": token, "progress": number(report.progress)});
+        if let Some(total) = report.total {
+            params["total"] = number(total);
+        }
+        if let Some(message) = report.message {
+            params["message"] = json!(message);
+        }
+        let message = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params});
+        let _ = tx.send(event(&message));
+    });
+    // Progress 0 before the first superstep, so the client hears from the run at once.
+    progress(hitl_graph::Progress::at(0.0));
+    progress
+}
+
+/// The SSE response of the events sent to `rx`'s sender; dropping it (the client went
+/// away) sets `cancel`.
+pub(crate) fn stream_response(rx: mpsc::UnboundedReceiver<Bytes>, cancel: Arc<AtomicBool>) -> http::Response<McpBody> {
     let guard = CancelOnDrop(cancel);
     let frames = stream::unfold((rx, guard), |(mut rx, guard)| async move {
         rx.recv().await.map(|bytes| (Ok::<_, std::convert::Infallible>(Frame::data(bytes)), (rx, guard)))

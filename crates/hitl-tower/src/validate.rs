@@ -53,6 +53,17 @@ pub(crate) struct Valid {
     /// The progress token, when the request runs an agent and the client takes SSE:
     /// the response is then a stream.
     pub(crate) stream: Option<Value>,
+    /// A legacy client's `Mcp-Session-Id`, and whether it takes an SSE response.
+    pub(crate) session: Option<String>,
+    pub(crate) takes_sse: bool,
+}
+
+/// What a POST carried.
+pub(crate) enum Incoming {
+    /// A request to serve.
+    Request(Box<Valid>),
+    /// A legacy client's response to a request the server sent it.
+    Answer(RequestId, Result<Value, ErrorObject>),
 }
 
 /// The response that refuses a request (boxed: it is the rare path).
@@ -71,7 +82,7 @@ pub(crate) fn validate(
     tools: &IndexMap<String, Agent>,
     access: Option<&Access>,
     request: &http::Request<Bytes>,
-) -> Result<Valid, Refused> {
+) -> Result<Incoming, Refused> {
     if request.method() != Method::POST {
         let mut out = empty(StatusCode::METHOD_NOT_ALLOWED);
         out.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
@@ -105,7 +116,8 @@ pub(crate) fn validate(
         peer: request.extensions().get::<PeerAddr>().map(|p| p.0.ip().to_string()),
     };
     match era {
-        Era::Modern => modern(tools, access, headers, version_header.unwrap_or_default(), message, who),
+        Era::Modern => modern(tools, access, headers, version_header.unwrap_or_default(), message, who)
+            .map(|valid| Incoming::Request(Box::new(valid))),
         Era::Legacy => legacy(headers, message, who),
     }
 }
@@ -165,13 +177,15 @@ fn modern(
         peer: who.peer,
     };
     let stream = stream_token(&typed, http_headers, &meta);
-    Ok(Valid { id, request: typed, caller, stream })
+    Ok(Valid { id, request: typed, caller, stream, session: None, takes_sse: accepts_sse(http_headers) })
 }
 
-fn legacy(http_headers: &HeaderMap, message: Message, who: Who) -> Result<Valid, Refused> {
+fn legacy(http_headers: &HeaderMap, message: Message, who: Who) -> Result<Incoming, Refused> {
     let request = match message {
         Message::Request(r) => r,
-        // Notifications and answers to server requests are accepted and need no body.
+        Message::Response { id, result } => return Ok(Incoming::Answer(id, Ok(result))),
+        Message::Error { id: Some(id), error } => return Ok(Incoming::Answer(id, Err(error))),
+        // Notifications are accepted and need no body.
         _ => return Err(Box::new(empty(StatusCode::ACCEPTED))),
     };
     let id = request.id.clone();
@@ -185,7 +199,9 @@ fn legacy(http_headers: &HeaderMap, message: Message, who: Who) -> Result<Valid,
         peer: who.peer,
     };
     let stream = stream_token(&typed, http_headers, typed.meta());
-    Ok(Valid { id, request: typed, caller, stream })
+    let session = http_headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let takes_sse = accepts_sse(http_headers);
+    Ok(Incoming::Request(Box::new(Valid { id, request: typed, caller, stream, session, takes_sse })))
 }
 
 /// Whether the caller may use tool or prompt `name`.

@@ -1,0 +1,285 @@
+//! Push elicitation for 2025-era clients (opt-in, [`crate::ServerOptions::legacy_elicitation`]).
+//!
+//! A client of 2025-11-25 or earlier answers requests the server sends in the middle of
+//! a call. When such a client's `tools/call` or `prompts/get` pauses, the response is an
+//! SSE stream carrying one `elicitation/create` (or `sampling/createMessage`,
+//! `roots/list`) request per question; the client POSTs its responses, the round is
+//! answered through the engine exactly as a 2026-07-28 retry would answer it, and the
+//! stream ends with the call's result. The pause lives in the store as any round does:
+//! if the stream drops, the call stays paused, and the client's next identical call in
+//! the same session is asked the open questions again and resumes it.
+//!
+//! What the client can answer comes from its session id ([`crate::session`]), which
+//! `initialize` signs; a URL question waits until its page is done (polling the round)
+//! and then sends `notifications/elicitation/complete`.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hitl_interrupt::{Agent, Call};
+use hitl_protocol::version::Era;
+use hitl_protocol::{
+    CallToolResponse, ClientRequest, ElicitRequestParams, ErrorObject, InputRequest, InputRequiredResult,
+    InputResponses, RequestId, Response,
+};
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use crate::session::Session;
+use crate::validate::Caller;
+use crate::{Shared, sse};
+
+/// How long a pushed round waits for the client's answers before the stream ends (the
+/// call stays paused).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// How often a URL question's round is looked at again while its page is not done.
+const PAGE_POLL: Duration = Duration::from_millis(500);
+
+/// The calls of this replica waiting for their clients' answers, and the calls whose
+/// streams dropped while paused.
+#[derive(Default)]
+pub(crate) struct Pushes {
+    /// By push id: where the client's responses go.
+    waiting: Mutex<HashMap<String, mpsc::UnboundedSender<Answer>>>,
+    /// By session and call: the `requestState` of a call whose stream dropped.
+    dropped: Mutex<HashMap<String, String>>,
+}
+
+/// A client's response to pushed request `n` of a round.
+struct Answer {
+    n: usize,
+    outcome: Result<Value, ErrorObject>,
+}
+
+impl Pushes {
+    /// Hands a client's response to the call that asked; `false` when no call of this
+    /// replica asked it.
+    pub(crate) fn deliver(&self, id: &RequestId, outcome: Result<Value, ErrorObject>) -> bool {
+        let RequestId::String(id) = id else { return false };
+        let Some((push, n)) = id.strip_prefix("push:").and_then(|rest| rest.rsplit_once(':')) else { return false };
+        let Ok(n) = n.parse() else { return false };
+        let waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.get(push).is_some_and(|to| to.send(Answer { n, outcome }).is_ok())
+    }
+
+    fn remember(&self, binding: &str, request_state: Option<&String>) {
+        if let Some(state) = request_state {
+            self.dropped.lock().unwrap_or_else(|p| p.into_inner()).insert(binding.to_owned(), state.clone());
+        }
+    }
+}
+
+/// Removes a call from [`Pushes::waiting`] when it ends, however it ends.
+struct Waiting<'a>(&'a Pushes, String);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.1);
+    }
+}
+
+/// A call that pushes its questions: what it runs and for whom.
+pub(crate) struct Pushed {
+    pub(crate) id: RequestId,
+    pub(crate) request: ClientRequest,
+    pub(crate) caller: Caller,
+    pub(crate) session: Session,
+    pub(crate) progress_token: Option<Value>,
+}
+
+impl Shared {
+    /// The SSE response of a pushed call: its questions as requests, then its result.
+    pub(crate) fn push(self: Arc<Self>, pushed: Pushed) -> http::Response<McpBody> {
+        let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let progress = pushed.progress_token.clone().map(|token| sse::progress_fn(token, tx.clone()));
+        let flag = cancel.clone();
+        tokio::spawn(async move {
+            let id = pushed.id.clone();
+            let message = match self.push_run(pushed, &tx, flag, progress).await {
+                Ok(message) => message,
+                Err(error) => Response::Error { id: Some(id), error },
+            };
+            let _ = tx.send(sse::event(&message.to_value()));
+        });
+        sse::stream_response(rx, cancel)
+    }
+
+    async fn push_run(
+        &self,
+        pushed: Pushed,
+        tx: &mpsc::UnboundedSender<Bytes>,
+        cancel: Arc<AtomicBool>,
+        progress: Option<hitl_graph::ProgressFn>,
+    ) -> Result<Response, ErrorObject> {
+        let Pushed { id, request, caller, session, .. } = pushed;
+        let may = |name: &str| {
+            crate::validate::allowed(self.options.access.as_ref(), name, caller.principal.as_deref(), &caller.groups)
+        };
+        let tools = self.tools.snapshot();
+        let (agent, arguments, prompt): (&Agent, Map<String, Value>, bool) = match &request {
+            ClientRequest::CallTool(params) => match tools.get(&params.name).filter(|_| may(&params.name)) {
+                Some(agent) => (agent, params.arguments.clone().unwrap_or_default(), false),
+                None => return Err(ErrorObject::invalid_params(format!("Unknown tool: {}", params.name))),
+            },
+            ClientRequest::GetPrompt(params) => match self.prompts.get(&params.name).filter(|_| may(&params.name)) {
+                Some(agent) => (agent, params.arguments.clone().unwrap_or_default(), true),
+                None => return Err(ErrorObject::invalid_params(format!("Unknown prompt: {}", params.name))),
+            },
+            other => return Err(ErrorObject::method_not_found(other.method())),
+        };
+        let binding = format!("{}\n{}\n{}\n{}", session.id, prompt, agent.name, Value::Object(arguments.clone()));
+        let mut request_state = self.pushes.dropped.lock().unwrap_or_else(|p| p.into_inner()).remove(&binding);
+        let push_id = uuid::Uuid::new_v4().simple().to_string();
+        let (answers_tx, mut answers) = mpsc::unbounded_channel();
+        self.pushes.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(push_id.clone(), answers_tx);
+        let _waiting = Waiting(&self.pushes, push_id.clone());
+        let mut responses: Option<InputResponses> = None;
+        // The URL questions asked and not yet done, by elicitation id.
+        let mut pages: Vec<String> = Vec::new();
+        let mut asked_state: Option<String> = None;
+        loop {
+            let call = Call {
+                arguments: arguments.clone(),
+                input_responses: responses.clone(),
+                request_state: request_state.clone(),
+                context: None,
+                capabilities: session.capabilities.clone(),
+                principal: caller.principal.clone(),
+                peer: caller.peer.clone(),
+                era: Era::Modern,
+                prompt,
+                progress: progress.clone(),
+                cancel: Some(cancel.clone()),
+            };
+            let answered = match self.run(agent, call).await {
+                Ok(answered) => answered,
+                Err(error) => {
+                    // A refused answer leaves the round open: the next identical call
+                    // asks again.
+                    self.pushes.remember(&binding, request_state.as_ref());
+                    return Err(error);
+                }
+            };
+            let round = match answered {
+                CallToolResponse::Complete(result) => {
+                    complete(tx, &pages);
+                    let result = if prompt {
+                        crate::dispatch::to_json(&crate::dispatch::prompt_result(agent, result)?)
+                    } else {
+                        crate::dispatch::to_json(&result)
+                    };
+                    return Ok(self.message(id, Era::Legacy, result));
+                }
+                CallToolResponse::InputRequired(round) => round,
+            };
+            // The same round asked again after its answers: a page is not done yet.
+            if round.request_state.is_some() && round.request_state == asked_state && !pages.is_empty() {
+                tokio::select! {
+                    () = tokio::time::sleep(PAGE_POLL) => continue,
+                    () = tx.closed() => {
+                        self.pushes.remember(&binding, round.request_state.as_ref());
+                        return Err(ErrorObject::internal("the client went away"));
+                    }
+                }
+            }
+            complete(tx, &pages);
+            request_state = round.request_state.clone();
+            asked_state = round.request_state.clone();
+            let (keys, pushed_pages) = ask(tx, &push_id, &round, &session.version)?;
+            pages = pushed_pages;
+            match gather(&mut answers, tx, &keys, &round).await {
+                Some(got) => responses = Some(got),
+                None => {
+                    self.pushes.remember(&binding, request_state.as_ref());
+                    return Err(ErrorObject::internal("no answer came before the stream closed"));
+                }
+            }
+        }
+    }
+}
+
+use crate::McpBody;
+
+/// Sends each question of `round` as a request; returns the keys in order and the
+/// elicitation ids of its URL questions.
+fn ask(
+    tx: &mpsc::UnboundedSender<Bytes>,
+    push_id: &str,
+    round: &InputRequiredResult,
+    version: &str,
+) -> Result<(Vec<String>, Vec<String>), ErrorObject> {
+    let mut keys = Vec::new();
+    let mut pages = Vec::new();
+    for (n, (key, question)) in round.input_requests.iter().flatten().enumerate() {
+        let mut question = question.clone();
+        if let InputRequest::Elicit(ElicitRequestParams::Url(url)) = &mut question {
+            let elicitation_id = url.elicitation_id.get_or_insert_with(|| key.clone()).clone();
+            pages.push(elicitation_id);
+        }
+        if let (InputRequest::Elicit(ElicitRequestParams::Form(form)), true) = (&mut question, version < "2025-11-25") {
+            form.requested_schema = hitl_schema::downgrade_2025_06_18(&form.requested_schema).map_err(|e| {
+                ErrorObject::internal(format!("question {key} cannot be asked of a {version} client: {}", e.reason))
+            })?;
+        }
+        let mut request = serde_json::to_value(&question)
+            .map_err(|e| ErrorObject::internal(format!("question {key} could not be encoded: {e}")))?;
+        if version < "2025-11-25"
+            && let Some(params) = request.get_mut("params").and_then(Value::as_object_mut)
+        {
+            // Modes came with 2025-11-25.
+            params.remove("mode");
+        }
+        request["jsonrpc"] = json!("2.0");
+        request["id"] = json!(format!("push:{push_id}:{n}"));
+        let _ = tx.send(sse::event(&request));
+        keys.push(key.clone());
+    }
+    Ok((keys, pages))
+}
+
+/// The client's answers to the requests of `keys`; `None` when the stream closed or no
+/// answer came in time.
+async fn gather(
+    answers: &mut mpsc::UnboundedReceiver<Answer>,
+    tx: &mpsc::UnboundedSender<Bytes>,
+    keys: &[String],
+    round: &InputRequiredResult,
+) -> Option<InputResponses> {
+    let mut got = InputResponses::new();
+    let deadline = tokio::time::sleep(ANSWER_TIMEOUT);
+    tokio::pin!(deadline);
+    while got.len() < keys.len() {
+        tokio::select! {
+            answer = answers.recv() => {
+                let Answer { n, outcome } = answer?;
+                let Some(key) = keys.get(n) else { continue };
+                let value = match outcome {
+                    Ok(result) => result,
+                    // A client that cannot or will not answer: the question is cancelled
+                    // (an elicitation) or answered with its error.
+                    Err(error) => match round.input_requests.as_ref().and_then(|r| r.get(key)) {
+                        Some(InputRequest::Elicit(_)) => json!({"action": "cancel"}),
+                        _ => json!({"error": error}),
+                    },
+                };
+                got.insert(key.clone(), value);
+            }
+            () = tx.closed() => return None,
+            () = &mut deadline => return None,
+        }
+    }
+    Some(got)
+}
+
+/// `notifications/elicitation/complete` for each URL question whose page is done.
+fn complete(tx: &mpsc::UnboundedSender<Bytes>, pages: &[String]) {
+    for elicitation_id in pages {
+        let notification = json!({"jsonrpc": "2.0", "method": "notifications/elicitation/complete",
+                                  "params": {"elicitationId": elicitation_id}});
+        let _ = tx.send(sse::event(&notification));
+    }
+}
