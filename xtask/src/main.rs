@@ -285,21 +285,34 @@ fn conformance() -> anyhow::Result<()> {
     let mut build = cargo();
     build.args(["build", "-p", "hitl-server", "--bin", "hitl"]);
     run(build)?;
-    let mut command = Command::new(workspace_root().join("target/debug/hitl"));
-    command.args(["serve", "--listen", "127.0.0.1:0", "--conformance-fixtures"]).env("RUST_LOG", "error");
-    let hitl = serve(command)?;
-    run_conformance(&dir, &bin, &node_bin, &hitl.url)
+    let start = |extra: &[&str]| {
+        let mut command = Command::new(workspace_root().join("target/debug/hitl"));
+        command.args(["serve", "--listen", "127.0.0.1:0", "--conformance-fixtures"]).args(extra);
+        command.env("RUST_LOG", "error");
+        serve(command)
+    };
+    let hitl = start(&[])?;
+    // 2025-era clients answered by push: the elicitation and sampling scenarios too.
+    let push = start(&["--legacy-elicitation"])?;
+    let runs = [
+        ("2026-07-28", "2026-07-28", hitl.url.as_str()),
+        ("2025-11-25", "2025-11-25", hitl.url.as_str()),
+        ("2025-11-25-push", "2025-11-25", push.url.as_str()),
+    ];
+    run_conformance(&dir, &bin, &node_bin, &runs)
 }
 
-fn run_conformance(dir: &Path, bin: &Path, node_bin: &Path, url: &str) -> anyhow::Result<()> {
+/// Runs the suite for each `(baseline, revision, url)`, against
+/// `xtask/conformance/expected-failures-<baseline>.yml`.
+fn run_conformance(dir: &Path, bin: &Path, node_bin: &Path, runs: &[(&str, &str, &str)]) -> anyhow::Result<()> {
     let path = std::env::join_paths(
         std::iter::once(node_bin.to_path_buf())
             .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
     )?;
     let mut failed = Vec::new();
-    for revision in ["2026-07-28", "2025-11-25"] {
-        let baseline = workspace_root().join(format!("xtask/conformance/expected-failures-{revision}.yml"));
-        let out = dir.join(format!("out-{revision}"));
+    for &(label, revision, url) in runs {
+        let baseline = workspace_root().join(format!("xtask/conformance/expected-failures-{label}.yml"));
+        let out = dir.join(format!("out-{label}"));
         let _ = std::fs::remove_dir_all(&out);
         let output = Command::new(bin)
             .args(["server", "--url", url, "--requirements", revision, "--expected-failures"])
@@ -327,7 +340,7 @@ fn run_conformance(dir: &Path, bin: &Path, node_bin: &Path, url: &str) -> anyhow
             }
             s
         };
-        eprintln!("conformance {revision}:");
+        eprintln!("conformance {label}:");
         let mut in_summary = false;
         for l in text.lines().map(strip) {
             in_summary |= l.contains("=== SUMMARY ===");
@@ -337,7 +350,7 @@ fn run_conformance(dir: &Path, bin: &Path, node_bin: &Path, url: &str) -> anyhow
         }
         if !output.status.success() {
             eprintln!("{}", String::from_utf8_lossy(&output.stderr));
-            failed.push(revision);
+            failed.push(label);
         }
     }
     if failed.is_empty() {

@@ -72,7 +72,78 @@ pub fn tools() -> Vec<Agent> {
         relay_one("test_streaming_elicitation", "answer", "Say something.", "answer", |a| json!({ "answer": a })),
         json_schema_2020_12(),
         custom_header(),
+        // The 2025-era scenarios, answered by push (`--legacy-elicitation`).
+        pushed(
+            "test_elicitation",
+            json!({"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}),
+            |args| {
+                let message = args["message"].as_str().unwrap_or("Please provide your information");
+                json!({"method": "elicitation/create", "params": {"mode": "form", "message": message,
+                    "requestedSchema": {"type": "object", "properties": {
+                        "username": {"type": "string", "description": "User's response"},
+                        "email": {"type": "string", "description": "User's email address"}},
+                        "required": ["username", "email"]}}})
+            },
+        ),
+        pushed(
+            "test_sampling",
+            json!({"type": "object", "properties": {"prompt": {"type": "string"}}, "required": ["prompt"]}),
+            |args| sampling(args["prompt"].as_str().unwrap_or("Hello"), 100),
+        ),
+        pushed("test_elicitation_sep1034_defaults", no_arguments(), |_| {
+            form_request(
+                "Please review and update the form fields with defaults",
+                json!({
+                    "name": {"type": "string", "description": "User name", "default": "John Doe"},
+                    "age": {"type": "integer", "description": "User age", "default": 30},
+                    "score": {"type": "number", "description": "User score", "default": 95.5},
+                    "status": {"type": "string", "description": "User status", "enum": ["active", "inactive", "pending"],
+                               "default": "active"},
+                    "verified": {"type": "boolean", "description": "Verification status", "default": true}
+                }),
+            )
+        }),
+        pushed("test_elicitation_sep1330_enums", no_arguments(), |_| {
+            let choices = |titles: [&str; 3]| {
+                json!([{"const": "value1", "title": titles[0]}, {"const": "value2", "title": titles[1]},
+                       {"const": "value3", "title": titles[2]}])
+            };
+            form_request(
+                "Please select options from the enum fields",
+                json!({
+                    "untitledSingle": {"type": "string", "description": "Select one option",
+                                       "enum": ["option1", "option2", "option3"]},
+                    "titledSingle": {"type": "string", "description": "Select one option with titles",
+                                     "oneOf": choices(["First Option", "Second Option", "Third Option"])},
+                    "legacyEnum": {"type": "string", "description": "Select one option (legacy)",
+                                   "enum": ["opt1", "opt2", "opt3"], "enumNames": ["Option One", "Option Two", "Option Three"]},
+                    "untitledMulti": {"type": "array", "description": "Select multiple options",
+                                      "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+                    "titledMulti": {"type": "array", "description": "Select multiple options with titles",
+                                    "items": {"anyOf": choices(["First Choice", "Second Choice", "Third Choice"])}}
+                }),
+            )
+        }),
     ]
+}
+
+/// One form elicitation request of `properties`.
+fn form_request(message: &str, properties: Value) -> Value {
+    json!({"method": "elicitation/create", "params": {"mode": "form", "message": message,
+        "requestedSchema": {"type": "object", "properties": properties}}})
+}
+
+/// A fixture that asks the client one request made from its arguments and returns the
+/// answer as it came (`{"answer": …}`).
+fn pushed(name: &str, input: Value, request: fn(&Value) -> Value) -> Agent {
+    let graph = StateGraph::new()
+        .add_step("ask", move |state, ctx| async move {
+            let reply = ctx.interrupt(json!({"type": "mcp_input", "requests": { "input": request(&state) }}))?;
+            Ok(json!({ "answer": reply["responses"]["input"] }))
+        })
+        .add_edge(START, "ask")
+        .add_edge("ask", END);
+    agent(name, "A conformance fixture that asks the client one request.", input, graph)
 }
 
 /// A tool whose argument travels in a header too (`x-mcp-header`), so clients send
