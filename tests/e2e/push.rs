@@ -193,3 +193,46 @@ async fn a_2025_06_18_client_gets_forms_it_can_show_and_a_forged_session_gets_th
     let text = String::from_utf8_lossy(&body.collect().await.unwrap().to_bytes()).into_owned();
     assert!(text.contains("this client can't answer it"), "{text}");
 }
+
+#[tokio::test]
+async fn two_replicas_on_redis_answer_each_others_pushed_questions() {
+    let Some(redis) = crate::harness::redis_url("push replicas") else { return };
+    let a = Server::start_on(&redis, &["--legacy-elicitation"]).await;
+    let b = Server::start_on(&redis, &["--legacy-elicitation"]).await;
+    let session = Session::open(&a, json!({"elicitation": {}})).await;
+    let on_b = Session { client: &b, id: session.id.clone() };
+
+    // A's stream asks; the answer reaches B, which forwards it to A.
+    let greeter =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "greeter", "arguments": {}}});
+    let (_, mut body) = session.stream(greeter).await;
+    let mut buffer = String::new();
+    let asked = next_message(&mut body, &mut buffer).await.unwrap();
+    assert_eq!(on_b.answer(&asked["id"], json!({"action": "accept", "content": {"name": "Ada"}})).await, 202);
+    let done = next_message(&mut body, &mut buffer).await.expect("the result on A's stream");
+    assert_eq!(done["result"]["structuredContent"], json!({"greeting": "Hello, Ada!"}), "{done}");
+
+    // A's stream drops mid-round; the same call on B is asked again (the note is in
+    // Redis) and resumes the same round, answered through A.
+    let survey =
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "survey", "arguments": {}}});
+    let (_, mut body) = session.stream(survey.clone()).await;
+    let mut buffer = String::new();
+    let first = next_message(&mut body, &mut buffer).await.unwrap();
+    drop(body);
+    let (_, mut body) = on_b.stream(survey).await;
+    let mut buffer = String::new();
+    let again =
+        [next_message(&mut body, &mut buffer).await.unwrap(), next_message(&mut body, &mut buffer).await.unwrap()];
+    let messages: Vec<&Value> = again.iter().map(|r| &r["params"]["message"]).collect();
+    assert!(messages.contains(&&first["params"]["message"]), "{messages:?}");
+    for request in &again {
+        let text = if request["params"]["message"] == "What is your favorite color?" { "blue" } else { "grail" };
+        assert_eq!(
+            session.answer(&request["id"], json!({"action": "accept", "content": {"response": text}})).await,
+            202
+        );
+    }
+    let done = next_message(&mut body, &mut buffer).await.expect("the result on B's stream");
+    assert_eq!(done["result"]["structuredContent"], json!({"color": "blue", "quest": "grail"}), "{done}");
+}

@@ -57,6 +57,19 @@ pub async fn run(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
     store.save(thread(&expired, 1, later), None).await.expect("an expired thread counts as absent for saves");
 
     paused_counts(store, prefix, now_ms).await;
+    notes(store, prefix, now_ms).await;
+}
+
+/// Notes: put, taken once, replaced, and gone past their time.
+async fn notes(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
+    let key = format!("{prefix}-note");
+    assert_eq!(store.take_note(&key).await.unwrap(), None, "a missing note");
+    store.put_note(&key, "first", now_ms + 60_000).await.unwrap();
+    store.put_note(&key, "second", now_ms + 60_000).await.unwrap();
+    assert_eq!(store.take_note(&key).await.unwrap().as_deref(), Some("second"), "the last note put");
+    assert_eq!(store.take_note(&key).await.unwrap(), None, "a note is taken once");
+    store.put_note(&key, "late", now_ms.saturating_sub(1)).await.unwrap();
+    assert_eq!(store.take_note(&key).await.unwrap(), None, "a note past its time is gone");
 }
 
 /// The paused-call ledger: limits per owner and in all, recounts, uncounts, expiry.

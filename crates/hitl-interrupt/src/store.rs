@@ -207,6 +207,15 @@ pub trait ThreadStore: Send + Sync + 'static {
         create_paused_in_steps(self, thread, owner, limits).await
     }
 
+    /// Keeps `value` under `key` until `until_ms`, replacing any note there: a short
+    /// note from one request to a later one, on any replica (say, the round a client's
+    /// dropped stream left open).
+    async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), StoreError>;
+
+    /// Takes the note under `key`: it is gone after (`None` when missing or past its
+    /// time). Two requests never take one note.
+    async fn take_note(&self, key: &str) -> Result<Option<String>, StoreError>;
+
     /// Saves a finished `thread` (compare-and-set on `expected`) and stops counting it
     /// among `owner`'s paused calls. A store may do both in one step.
     async fn save_finished(&self, thread: Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
@@ -261,6 +270,8 @@ pub struct MemoryStore<C: Clock = SystemClock> {
     shards: Box<[Mutex<Shard>]>,
     paused: Mutex<Ledger>,
     pub(crate) records: crate::records::KeptRecords,
+    /// Notes between requests: value and time.
+    notes: Mutex<HashMap<String, (String, u64)>>,
     clock: C,
 }
 
@@ -353,6 +364,7 @@ impl<C: Clock> MemoryStore<C> {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             paused: Mutex::new(Ledger::default()),
             records: Default::default(),
+            notes: Mutex::default(),
             clock,
         }
     }
@@ -397,6 +409,24 @@ impl<C: Clock> MemoryStore<C> {
 
 #[async_trait]
 impl<C: Clock> ThreadStore for MemoryStore<C> {
+    async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
+        // Notes past their time go as new ones come, so the map stays as large as what
+        // it holds.
+        if notes.len() >= 64 && notes.len().is_power_of_two() {
+            notes.retain(|_, (_, until)| *until > now);
+        }
+        notes.insert(key.to_owned(), (value.to_owned(), until_ms));
+        Ok(())
+    }
+
+    async fn take_note(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let now = self.clock.now_ms();
+        let taken = self.notes.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        Ok(taken.filter(|(_, until)| *until > now).map(|(value, _)| value))
+    }
+
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
         let now = self.clock.now_ms();
         Ok(self.shard(id).threads.get(id).filter(|t| t.expires_at_ms > now).cloned())

@@ -425,6 +425,14 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
     let local = listener.local_addr()?;
     let (builder, gateway) = args.prepare(store.clone(), agents, local)?;
     let server = builder.build();
+    if args.legacy_elicitation && args.store != "memory" {
+        // A client's response may reach another replica than the stream that asked.
+        let ca = args.redis_ca_file.as_deref().map(std::fs::read).transpose().context("reading the Redis CA")?;
+        let channels = hitl_store_redis::Channels::new(&args.store, ca).map_err(anyhow::Error::msg)?;
+        if let Err(error) = server.listen_for_answers(Arc::new(crate::bus::RedisPushBus(channels))).await {
+            tracing::warn!(%error, "cannot listen for answers other replicas forward yet; trying again");
+        }
+    }
     if let Some(gateway) = gateway {
         let tools = server.tools();
         let publish: hitl_gateway::Publish = Arc::new(move |source, agents| tools.replace_listed(source, agents));

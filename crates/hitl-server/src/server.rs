@@ -251,12 +251,14 @@ impl ServerBuilder {
         }
         let pages = pages.map(|(pages, _)| (pages, engine.clone()));
         let tools = Tools::new(self.tools);
-        let mut mcp = Endpoint::new(McpService::with_tools(tools.clone(), self.prompts, engine, self.options));
+        let service = McpService::with_tools(tools.clone(), self.prompts, engine, self.options);
+        let mut mcp = Endpoint::new(service.clone());
         for wrap in self.layers.into_iter().rev() {
             mcp = wrap(mcp);
         }
         Server {
             mcp,
+            service,
             store,
             tools,
             http: self.http,
@@ -289,6 +291,8 @@ impl ServerBuilder {
 /// ```
 pub struct Server {
     mcp: Endpoint,
+    /// The endpoint inside the user's layers.
+    service: McpService,
     store: Arc<dyn ThreadStore>,
     tools: Tools,
     http: HttpLimits,
@@ -332,6 +336,12 @@ impl Server {
     /// its upstreams' tools here).
     pub fn tools(&self) -> Tools {
         self.tools.clone()
+    }
+
+    /// With push elicitation on several replicas: answers reach the replica whose stream
+    /// asked over `bus` (see [`hitl_tower::McpService::listen_for_answers`]).
+    pub async fn listen_for_answers(&self, bus: Arc<dyn hitl_tower::PushBus>) -> Result<(), String> {
+        self.service.listen_for_answers(bus).await
     }
 
     /// Serves `listener` until `shutdown` resolves, then lets open connections finish

@@ -281,6 +281,11 @@ impl RedisStore {
     }
 }
 
+/// The key of a note (one key: any Cluster slot).
+fn note_key(key: &str) -> String {
+    format!("hitl:note:{key}")
+}
+
 #[async_trait]
 impl ThreadStore for RedisStore {
     async fn ping(&self) -> Result<(), StoreError> {
@@ -316,6 +321,29 @@ impl ThreadStore for RedisStore {
             .await
             .map_err(unavailable)?;
         if saved == 1 { Ok(()) } else { Err(SaveError::Conflict(thread.id.clone())) }
+    }
+
+    async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        if until_ms <= now_ms() {
+            let _: i64 =
+                redis::cmd("DEL").arg(note_key(key)).query_async(&mut connection).await.map_err(unavailable)?;
+            return Ok(());
+        }
+        let _: () = redis::cmd("SET")
+            .arg(note_key(key))
+            .arg(value)
+            .arg("PXAT")
+            .arg(until_ms)
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn take_note(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let mut connection = self.connection().await?;
+        redis::cmd("GETDEL").arg(note_key(key)).query_async(&mut connection).await.map_err(unavailable)
     }
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {

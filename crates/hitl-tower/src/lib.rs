@@ -55,6 +55,7 @@ pub use app::{BodyLimits, Endpoint, HealthFn, HttpApp, RouteFn};
 pub use limit::{MaxConcurrentRequests, MaxConcurrentRequestsLayer};
 pub use origin::{AllowedHosts, ValidateOrigin, ValidateOriginLayer};
 pub use principal::{PrincipalFromHeader, PrincipalFromHeaderLayer};
+pub use push::PushBus;
 pub use tools::{Listing, Listings, Tools};
 
 use std::convert::Infallible;
@@ -142,7 +143,7 @@ struct Shared {
     /// `options.server_info` as JSON, stamped on every modern result.
     server_info: serde_json::Value,
     /// Pushed calls waiting for their clients' answers.
-    pushes: push::Pushes,
+    pushes: Arc<push::Pushes>,
 }
 
 /// The MCP endpoint: `POST` JSON-RPC in, JSON out.
@@ -177,8 +178,17 @@ impl McpService {
         let prompts = prompts.into_iter().map(|a| (a.name.clone(), a)).collect();
         // Names and versions are strings: this serialization cannot fail.
         let server_info = serde_json::to_value(&options.server_info).expect("serverInfo is strings");
-        let pushes = push::Pushes::default();
+        let pushes = Arc::new(push::Pushes::default());
         Self { shared: Arc::new(Shared { tools, prompts, engine, options, server_info, pushes }) }
+    }
+}
+
+impl McpService {
+    /// With push elicitation on several replicas: responses a client sends to this
+    /// replica for a question another replica's stream asked go there over `bus`, and
+    /// those for this replica's streams come from it. Returns once listening.
+    pub async fn listen_for_answers(&self, bus: Arc<dyn PushBus>) -> Result<(), String> {
+        self.shared.pushes.listen(bus).await
     }
 }
 

@@ -38,14 +38,36 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// How often a URL question's round is looked at again while its page is not done.
 const PAGE_POLL: Duration = Duration::from_millis(500);
 
-/// The calls of this replica waiting for their clients' answers, and the calls whose
-/// streams dropped while paused.
-#[derive(Default)]
+/// Messages between the replicas that share a store, so a client's response reaches the
+/// replica whose stream asked (on Redis: pub/sub).
+#[async_trait::async_trait]
+pub trait PushBus: Send + Sync + 'static {
+    /// Delivers `message` to the replica named `to`: `Ok(false)` when no replica by that
+    /// name listens.
+    async fn send(&self, to: &str, message: Vec<u8>) -> Result<bool, String>;
+
+    /// Hands every message sent to `me` to `deliver` from now on. Returns once listening.
+    async fn listen(&self, me: &str, deliver: Arc<dyn Fn(Vec<u8>) + Send + Sync>) -> Result<(), String>;
+}
+
+/// The calls of this replica waiting for their clients' answers.
 pub(crate) struct Pushes {
+    /// This replica's name, in the ids of the requests it pushes.
+    replica: String,
     /// By push id: where the client's responses go.
     waiting: Mutex<HashMap<String, mpsc::UnboundedSender<Answer>>>,
-    /// By session and call: the `requestState` of a call whose stream dropped.
-    dropped: Mutex<HashMap<String, String>>,
+    /// Where responses to other replicas' requests go.
+    bus: std::sync::OnceLock<Arc<dyn PushBus>>,
+}
+
+impl Default for Pushes {
+    fn default() -> Self {
+        Self {
+            replica: uuid::Uuid::new_v4().simple().to_string(),
+            waiting: Mutex::default(),
+            bus: std::sync::OnceLock::new(),
+        }
+    }
 }
 
 /// A client's response to pushed request `n` of a round.
@@ -55,21 +77,57 @@ struct Answer {
 }
 
 impl Pushes {
-    /// Hands a client's response to the call that asked; `false` when no call of this
-    /// replica asked it.
+    /// Hands a client's response to the call that asked, here or (over the bus) on the
+    /// replica whose stream asked; `false` when it answers no pushed request.
     pub(crate) fn deliver(&self, id: &RequestId, outcome: Result<Value, ErrorObject>) -> bool {
-        let RequestId::String(id) = id else { return false };
-        let Some((push, n)) = id.strip_prefix("push:").and_then(|rest| rest.rsplit_once(':')) else { return false };
-        let Ok(n) = n.parse() else { return false };
+        let RequestId::String(full) = id else { return false };
+        let Some((replica, push, n)) = parse_id(full) else { return false };
+        if replica != self.replica {
+            let Some(bus) = self.bus.get().cloned() else { return false };
+            let message = match outcome {
+                Ok(result) => json!({"id": full, "result": result}),
+                Err(error) => json!({"id": full, "error": error}),
+            };
+            let replica = replica.to_owned();
+            tokio::spawn(async move {
+                match bus.send(&replica, message.to_string().into_bytes()).await {
+                    Ok(true) => {}
+                    Ok(false) => tracing::debug!(%replica, "the replica a response is for is gone"),
+                    Err(error) => tracing::warn!(%replica, %error, "cannot forward a response to its replica"),
+                }
+            });
+            return true;
+        }
         let waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         waiting.get(push).is_some_and(|to| to.send(Answer { n, outcome }).is_ok())
     }
 
-    fn remember(&self, binding: &str, request_state: Option<&String>) {
-        if let Some(state) = request_state {
-            self.dropped.lock().unwrap_or_else(|p| p.into_inner()).insert(binding.to_owned(), state.clone());
-        }
+    /// Takes responses other replicas forward over `bus` from now on, and forwards the
+    /// ones for other replicas' requests there.
+    pub(crate) async fn listen(self: &Arc<Self>, bus: Arc<dyn PushBus>) -> Result<(), String> {
+        let pushes = Arc::downgrade(self);
+        let deliver = Arc::new(move |message: Vec<u8>| {
+            let Some(pushes) = pushes.upgrade() else { return };
+            let Ok(message) = serde_json::from_slice::<Value>(&message) else { return };
+            let Some(id) = message["id"].as_str() else { return };
+            let outcome = match message.get("error") {
+                Some(error) => Err(serde_json::from_value(error.clone())
+                    .unwrap_or_else(|_| ErrorObject::internal("the client answered with an error"))),
+                None => Ok(message["result"].clone()),
+            };
+            pushes.deliver(&RequestId::String(id.to_owned()), outcome);
+        });
+        // Forwarding works even while listening is not up yet.
+        let _ = self.bus.set(bus.clone());
+        bus.listen(&self.replica, deliver).await
     }
+}
+
+/// `push:<replica>:<push id>:<n>` as its parts.
+fn parse_id(id: &str) -> Option<(&str, &str, usize)> {
+    let mut parts = id.strip_prefix("push:")?.split(':');
+    let (replica, push, n) = (parts.next()?, parts.next()?, parts.next()?.parse().ok()?);
+    parts.next().is_none().then_some((replica, push, n))
 }
 
 /// Removes a call from [`Pushes::waiting`] when it ends, however it ends.
@@ -131,12 +189,16 @@ impl Shared {
             },
             other => return Err(ErrorObject::method_not_found(other.method())),
         };
+        // The note of this call in this session, in the store: any replica finds it.
         let binding = format!("{}\n{}\n{}\n{}", session.id, prompt, agent.name, Value::Object(arguments.clone()));
-        let mut request_state = self.pushes.dropped.lock().unwrap_or_else(|p| p.into_inner()).remove(&binding);
+        let note = format!("push:{}", self.engine.secret().tag("push-call", &binding));
+        let mut request_state = self.take_note(&note).await;
+        let mut resumed = request_state.is_some();
         let push_id = uuid::Uuid::new_v4().simple().to_string();
         let (answers_tx, mut answers) = mpsc::unbounded_channel();
         self.pushes.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(push_id.clone(), answers_tx);
         let _waiting = Waiting(&self.pushes, push_id.clone());
+        let replica = self.pushes.replica.clone();
         let mut responses: Option<InputResponses> = None;
         // The URL questions asked and not yet done, by elicitation id.
         let mut pages: Vec<String> = Vec::new();
@@ -156,14 +218,22 @@ impl Shared {
                 cancel: Some(cancel.clone()),
             };
             let answered = match self.run(agent, call).await {
+                // A noted round that is gone (finished, expired): the call starts anew.
+                Err(error)
+                    if resumed && responses.is_none() && error.code == hitl_protocol::ErrorCode::INVALID_PARAMS =>
+                {
+                    (request_state, resumed) = (None, false);
+                    continue;
+                }
                 Ok(answered) => answered,
                 Err(error) => {
                     // A refused answer leaves the round open: the next identical call
                     // asks again.
-                    self.pushes.remember(&binding, request_state.as_ref());
+                    self.note(&note, request_state.as_ref()).await;
                     return Err(error);
                 }
             };
+            resumed = false;
             let round = match answered {
                 CallToolResponse::Complete(result) => {
                     complete(tx, &pages);
@@ -181,7 +251,7 @@ impl Shared {
                 tokio::select! {
                     () = tokio::time::sleep(PAGE_POLL) => continue,
                     () = tx.closed() => {
-                        self.pushes.remember(&binding, round.request_state.as_ref());
+                        self.note(&note, round.request_state.as_ref()).await;
                         return Err(ErrorObject::internal("the client went away"));
                     }
                 }
@@ -189,12 +259,12 @@ impl Shared {
             complete(tx, &pages);
             request_state = round.request_state.clone();
             asked_state = round.request_state.clone();
-            let (keys, pushed_pages) = ask(tx, &push_id, &round, &session.version)?;
+            let (keys, pushed_pages) = ask(tx, &format!("{replica}:{push_id}"), &round, &session.version)?;
             pages = pushed_pages;
             match gather(&mut answers, tx, &keys, &round).await {
                 Some(got) => responses = Some(got),
                 None => {
-                    self.pushes.remember(&binding, request_state.as_ref());
+                    self.note(&note, request_state.as_ref()).await;
                     return Err(ErrorObject::internal("no answer came before the stream closed"));
                 }
             }
@@ -203,6 +273,33 @@ impl Shared {
 }
 
 use crate::McpBody;
+
+/// How long the note of a dropped stream's round is kept (the round itself may live
+/// shorter; a note of a round that is gone is ignored).
+const NOTE_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+
+impl Shared {
+    /// Notes the open round of a call whose stream ended, for the next identical call.
+    async fn note(&self, note: &str, request_state: Option<&String>) {
+        let Some(state) = request_state else { return };
+        let until = now_ms().saturating_add(NOTE_LIFETIME.as_millis() as u64);
+        if let Err(error) = self.engine.store().put_note(note, state, until).await {
+            tracing::warn!(%error, "cannot note a dropped stream's round; the next call starts anew");
+        }
+    }
+
+    /// The open round a dropped stream left for this call, if any.
+    async fn take_note(&self, note: &str) -> Option<String> {
+        self.engine.store().take_note(note).await.unwrap_or_else(|error| {
+            tracing::warn!(%error, "cannot read a dropped stream's note; the call starts anew");
+            None
+        })
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
 
 /// Sends each question of `round` as a request; returns the keys in order and the
 /// elicitation ids of its URL questions.
