@@ -236,3 +236,36 @@ async fn two_replicas_on_redis_answer_each_others_pushed_questions() {
     let done = next_message(&mut body, &mut buffer).await.expect("the result on B's stream");
     assert_eq!(done["result"]["structuredContent"], json!({"color": "blue", "quest": "grail"}), "{done}");
 }
+
+#[tokio::test]
+async fn a_url_question_waits_for_its_page_then_says_it_is_complete() {
+    let server = Server::start(&["--legacy-elicitation"]).await;
+    let session = Session::open(&server, json!({"elicitation": {"form": {}, "url": {}}})).await;
+    let call = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "connect_github", "arguments": {}}});
+    let (_, mut body) = session.stream(call).await;
+    let mut buffer = String::new();
+    let asked = next_message(&mut body, &mut buffer).await.unwrap();
+    assert_eq!(asked["params"]["mode"], "url", "{asked}");
+    let elicitation_id = asked["params"]["elicitationId"].as_str().expect("an elicitationId for 2025-11-25").to_owned();
+    let url = asked["params"]["url"].as_str().unwrap();
+    let path = url.strip_prefix(&format!("http://{}", server.addr)).expect("hitl's secret page").to_owned();
+    // The user agrees to open the page; the call waits for the page, not for the client.
+    assert_eq!(session.answer(&asked["id"], json!({"action": "accept"})).await, 202);
+
+    let (status, headers, html) = server.raw(http::Method::GET, &path, &[], Bytes::new()).await;
+    assert_eq!(status, 200, "{html}");
+    let (cookie, csrf) = crate::approvals::csrf_of(&headers, &html);
+    let form = [("content-type", "application/x-www-form-urlencoded"), ("cookie", cookie.as_str())];
+    let secret = "ghp_pushedS3cr3t";
+    let typed = Bytes::from(format!("csrf={csrf}&value={secret}"));
+    assert_eq!(server.raw(http::Method::POST, &path, &form, typed).await.0, 200);
+
+    let complete = next_message(&mut body, &mut buffer).await.expect("the page is done");
+    assert_eq!(
+        complete,
+        json!({"jsonrpc": "2.0", "method": "notifications/elicitation/complete", "params": {"elicitationId": elicitation_id}})
+    );
+    let done = next_message(&mut body, &mut buffer).await.expect("the call's result");
+    assert_eq!(done["result"]["structuredContent"]["token_sha256"], crate::auth::sha256_hex(secret), "{done}");
+    assert!(!done.to_string().contains(secret));
+}

@@ -26,14 +26,18 @@ pub(crate) struct Session {
 
 /// A session id for a client that negotiated `version` and declared `capabilities`.
 pub(crate) fn issue(secret: &Secret, version: &str, capabilities: &ClientCapabilities) -> String {
-    let kept = json!({
-        "v": version,
-        "c": {
-            "elicitation": capabilities.elicitation,
-            "sampling": capabilities.sampling,
-            "roots": capabilities.roots,
+    let mut answers = serde_json::Map::new();
+    let declared = [
+        ("elicitation", serde_json::to_value(&capabilities.elicitation).unwrap_or_default()),
+        ("sampling", serde_json::to_value(&capabilities.sampling).unwrap_or_default()),
+        ("roots", serde_json::to_value(&capabilities.roots).unwrap_or_default()),
+    ];
+    for (name, value) in declared {
+        if !value.is_null() {
+            answers.insert(name.to_owned(), value);
         }
-    });
+    }
+    let kept = json!({ "v": version, "c": answers });
     let data = format!("{}.{}", uuid::Uuid::new_v4().simple(), URL_SAFE_NO_PAD.encode(kept.to_string()));
     let tag = secret.tag(LABEL, &data);
     format!("{data}.{tag}")
