@@ -72,6 +72,8 @@ async fn the_typescript_sdk_v1_completes_the_examples_by_push() {
 struct Session<'a> {
     client: &'a Client,
     id: String,
+    /// `X-User`, for a server behind an authenticating proxy.
+    user: Option<&'static str>,
 }
 
 impl<'a> Session<'a> {
@@ -79,19 +81,21 @@ impl<'a> Session<'a> {
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": capabilities,
             "clientInfo": {"name": "raw", "version": "0"}}});
-        let reply = client.post_raw(&[], init.to_string()).await;
+        let reply = client.post_raw(&[("x-user", "alice")], init.to_string()).await;
         assert_eq!(reply.status, 200, "{}", reply.body);
         let id = reply.headers["mcp-session-id"].to_str().unwrap().to_owned();
-        Session { client, id }
+        Session { client, id, user: None }
     }
 
     fn headers(&self) -> Vec<(&str, String)> {
-        vec![
+        let mut headers = vec![
             ("content-type", "application/json".to_owned()),
             ("accept", "application/json, text/event-stream".to_owned()),
             ("mcp-session-id", self.id.clone()),
             ("mcp-protocol-version", "2025-11-25".to_owned()),
-        ]
+        ];
+        headers.extend(self.user.map(|user| ("x-user", user.to_owned())));
+        headers
     }
 
     /// POSTs `message` and returns the response's body as it streams.
@@ -174,7 +178,8 @@ async fn a_2025_06_18_client_gets_forms_it_can_show_and_a_forged_session_gets_th
         "clientInfo": {"name": "raw", "version": "0"}}});
     let reply = server.post_raw(&[], init.to_string()).await;
     assert_eq!(reply.body["result"]["protocolVersion"], "2025-06-18");
-    let session = Session { client: &server, id: reply.headers["mcp-session-id"].to_str().unwrap().to_owned() };
+    let session =
+        Session { client: &server, id: reply.headers["mcp-session-id"].to_str().unwrap().to_owned(), user: None };
     let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
                       "params": {"name": "plan_deployment", "arguments": {}}});
     let (_, mut body) = session.stream(call.clone()).await;
@@ -188,7 +193,7 @@ async fn a_2025_06_18_client_gets_forms_it_can_show_and_a_forged_session_gets_th
     assert_eq!(result["id"], 3, "{result}");
 
     // A session id this server did not sign is no session: the seed's error result.
-    let forged = Session { client: &server, id: format!("{}x", session.id) };
+    let forged = Session { client: &server, id: format!("{}x", session.id), user: None };
     let (_, body) = forged.stream(call).await;
     let text = String::from_utf8_lossy(&body.collect().await.unwrap().to_bytes()).into_owned();
     assert!(text.contains("this client can't answer it"), "{text}");
@@ -200,7 +205,7 @@ async fn two_replicas_on_redis_answer_each_others_pushed_questions() {
     let a = Server::start_on(&redis, &["--legacy-elicitation"]).await;
     let b = Server::start_on(&redis, &["--legacy-elicitation"]).await;
     let session = Session::open(&a, json!({"elicitation": {}})).await;
-    let on_b = Session { client: &b, id: session.id.clone() };
+    let on_b = Session { client: &b, id: session.id.clone(), user: None };
 
     // A's stream asks; the answer reaches B, which forwards it to A.
     let greeter =
@@ -268,4 +273,22 @@ async fn a_url_question_waits_for_its_page_then_says_it_is_complete() {
     let done = next_message(&mut body, &mut buffer).await.expect("the call's result");
     assert_eq!(done["result"]["structuredContent"]["token_sha256"], crate::auth::sha256_hex(secret), "{done}");
     assert!(!done.to_string().contains(secret));
+}
+
+#[tokio::test]
+async fn only_the_caller_answers_its_pushed_questions() {
+    let server = Server::start(&["--legacy-elicitation", "--principal-header", "x-user"]).await;
+    let mut alice = Session::open(&server, json!({"elicitation": {}})).await;
+    alice.user = Some("alice");
+    let bob = Session { client: &server, id: alice.id.clone(), user: Some("bob") };
+    let call =
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "greeter", "arguments": {}}});
+    let (_, mut body) = alice.stream(call).await;
+    let mut buffer = String::new();
+    let asked = next_message(&mut body, &mut buffer).await.unwrap();
+    // Bob's response is accepted and goes nowhere; Alice's answers the round.
+    assert_eq!(bob.answer(&asked["id"], json!({"action": "accept", "content": {"name": "Mallory"}})).await, 202);
+    assert_eq!(alice.answer(&asked["id"], json!({"action": "accept", "content": {"name": "Alice"}})).await, 202);
+    let done = next_message(&mut body, &mut buffer).await.unwrap();
+    assert_eq!(done["result"]["structuredContent"], json!({"greeting": "Hello, Alice!"}), "{done}");
 }

@@ -14,10 +14,10 @@ impl Shared {
     pub(crate) async fn handle(self: Arc<Self>, request: http::Request<Bytes>) -> http::Response<McpBody> {
         let valid = match validate::validate(&self.tools.snapshot(), self.options.access.as_ref(), &request) {
             Ok(Incoming::Request(valid)) => *valid,
-            Ok(Incoming::Answer(id, outcome)) => {
+            Ok(Incoming::Answer(id, outcome, principal)) => {
                 // A 2025-era client answering a question pushed to it; any other answer
                 // is accepted and dropped.
-                if self.options.legacy_elicitation && !self.pushes.deliver(&id, outcome) {
+                if self.options.legacy_elicitation && !self.pushes.deliver(&id, outcome, principal.as_deref()) {
                     tracing::debug!(?id, "a client answered a request no call of this replica is waiting for");
                 }
                 return crate::empty(StatusCode::ACCEPTED);

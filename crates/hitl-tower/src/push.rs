@@ -54,8 +54,9 @@ pub trait PushBus: Send + Sync + 'static {
 pub(crate) struct Pushes {
     /// This replica's name, in the ids of the requests it pushes.
     replica: String,
-    /// By push id: where the client's responses go.
-    waiting: Mutex<HashMap<String, mpsc::UnboundedSender<Answer>>>,
+    /// By push id: where the client's responses go, and who may send them (the caller
+    /// of the call that asked).
+    waiting: Mutex<HashMap<String, (mpsc::UnboundedSender<Answer>, Option<String>)>>,
     /// Where responses to other replicas' requests go.
     bus: std::sync::OnceLock<Arc<dyn PushBus>>,
 }
@@ -78,16 +79,18 @@ struct Answer {
 
 impl Pushes {
     /// Hands a client's response to the call that asked, here or (over the bus) on the
-    /// replica whose stream asked; `false` when it answers no pushed request.
-    pub(crate) fn deliver(&self, id: &RequestId, outcome: Result<Value, ErrorObject>) -> bool {
+    /// replica whose stream asked; `false` when it answers no pushed request, or comes
+    /// from another caller than the call's.
+    pub(crate) fn deliver(&self, id: &RequestId, outcome: Result<Value, ErrorObject>, principal: Option<&str>) -> bool {
         let RequestId::String(full) = id else { return false };
         let Some((replica, push, n)) = parse_id(full) else { return false };
         if replica != self.replica {
             let Some(bus) = self.bus.get().cloned() else { return false };
-            let message = match outcome {
+            let mut message = match outcome {
                 Ok(result) => json!({"id": full, "result": result}),
                 Err(error) => json!({"id": full, "error": error}),
             };
+            message["principal"] = json!(principal);
             let replica = replica.to_owned();
             tokio::spawn(async move {
                 match bus.send(&replica, message.to_string().into_bytes()).await {
@@ -99,7 +102,11 @@ impl Pushes {
             return true;
         }
         let waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        waiting.get(push).is_some_and(|to| to.send(Answer { n, outcome }).is_ok())
+        // A call is answered by its own caller only, as its rounds are.
+        waiting
+            .get(push)
+            .filter(|(_, caller)| caller.as_deref() == principal)
+            .is_some_and(|(to, _)| to.send(Answer { n, outcome }).is_ok())
     }
 
     /// Takes responses other replicas forward over `bus` from now on, and forwards the
@@ -115,7 +122,7 @@ impl Pushes {
                     .unwrap_or_else(|_| ErrorObject::internal("the client answered with an error"))),
                 None => Ok(message["result"].clone()),
             };
-            pushes.deliver(&RequestId::String(id.to_owned()), outcome);
+            pushes.deliver(&RequestId::String(id.to_owned()), outcome, message["principal"].as_str());
         });
         // Forwarding works even while listening is not up yet.
         let _ = self.bus.set(bus.clone());
@@ -196,7 +203,8 @@ impl Shared {
         let mut resumed = request_state.is_some();
         let push_id = uuid::Uuid::new_v4().simple().to_string();
         let (answers_tx, mut answers) = mpsc::unbounded_channel();
-        self.pushes.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(push_id.clone(), answers_tx);
+        let waiting = (answers_tx, caller.principal.clone());
+        self.pushes.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(push_id.clone(), waiting);
         let _waiting = Waiting(&self.pushes, push_id.clone());
         let replica = self.pushes.replica.clone();
         let mut responses: Option<InputResponses> = None;

@@ -62,8 +62,8 @@ pub(crate) struct Valid {
 pub(crate) enum Incoming {
     /// A request to serve.
     Request(Box<Valid>),
-    /// A legacy client's response to a request the server sent it.
-    Answer(RequestId, Result<Value, ErrorObject>),
+    /// A legacy client's response to a request the server sent it, and who sent it.
+    Answer(RequestId, Result<Value, ErrorObject>, Option<String>),
 }
 
 /// The response that refuses a request (boxed: it is the rare path).
@@ -183,8 +183,8 @@ fn modern(
 fn legacy(http_headers: &HeaderMap, message: Message, who: Who) -> Result<Incoming, Refused> {
     let request = match message {
         Message::Request(r) => r,
-        Message::Response { id, result } => return Ok(Incoming::Answer(id, Ok(result))),
-        Message::Error { id: Some(id), error } => return Ok(Incoming::Answer(id, Err(error))),
+        Message::Response { id, result } => return Ok(Incoming::Answer(id, Ok(result), who.principal)),
+        Message::Error { id: Some(id), error } => return Ok(Incoming::Answer(id, Err(error), who.principal)),
         // Notifications are accepted and need no body.
         _ => return Err(Box::new(empty(StatusCode::ACCEPTED))),
     };
