@@ -56,7 +56,7 @@ pub(crate) struct Pushes {
     replica: String,
     /// By push id: where the client's responses go, and who may send them (the caller
     /// of the call that asked).
-    waiting: Mutex<HashMap<String, (mpsc::UnboundedSender<Answer>, Option<String>)>>,
+    waiting: Mutex<HashMap<String, Waiter>>,
     /// Where responses to other replicas' requests go.
     bus: std::sync::OnceLock<Arc<dyn PushBus>>,
 }
@@ -70,6 +70,9 @@ impl Default for Pushes {
         }
     }
 }
+
+/// Where a pushed call's responses go, and the principal they must come from.
+type Waiter = (mpsc::UnboundedSender<Answer>, Option<String>);
 
 /// A client's response to pushed request `n` of a round.
 struct Answer {
