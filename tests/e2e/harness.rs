@@ -223,7 +223,12 @@ impl Client {
     pub(crate) async fn modern(&self, id: u64, method: &str, params: Value, capabilities: Value) -> Reply {
         let mut full = json!({ "_meta": modern_meta(capabilities) });
         full.as_object_mut().unwrap().extend(params.as_object().cloned().unwrap_or_default());
-        let name = full.get("name").or_else(|| full.get("uri")).and_then(Value::as_str).map(str::to_owned);
+        let name = full
+            .get("name")
+            .or_else(|| full.get("uri"))
+            .or_else(|| full.get("taskId"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         let mut headers = vec![("mcp-protocol-version", "2026-07-28"), ("mcp-method", method)];
         if let Some(name) = name.as_deref() {
             headers.push(("mcp-name", name));

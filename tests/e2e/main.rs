@@ -17,4 +17,5 @@ mod replicas;
 mod review;
 mod rules;
 mod skeleton;
+mod tasks;
 mod upstream;

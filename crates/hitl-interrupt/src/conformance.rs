@@ -19,6 +19,7 @@ fn thread(id: &str, version: u64, expires_at_ms: u64) -> Thread {
         last: None,
         claim: None,
         begun: None,
+        task: None,
         expires_at_ms,
     }
 }

@@ -112,6 +112,9 @@ pub struct Call {
     /// Set when the client went away: the run stops before its next superstep and the
     /// round stays as it was.
     pub cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// The client follows the call as a task (the Tasks extension) if it pauses: its
+    /// rounds are then answered with [`Engine::update_task`], in parts.
+    pub task: bool,
 }
 
 impl std::fmt::Debug for Call {
@@ -183,11 +186,11 @@ pub type Reply = Result<CallToolResponse, ErrorObject>;
 /// Runs agents round by round over a [`ThreadStore`].
 #[derive(Clone)]
 pub struct Engine {
-    store: Arc<dyn ThreadStore>,
+    pub(crate) store: Arc<dyn ThreadStore>,
     clock: Arc<dyn Clock>,
     secret: Secret,
-    lifetimes: Lifetimes,
-    limits: Limits,
+    pub(crate) lifetimes: Lifetimes,
+    pub(crate) limits: Limits,
     threads: bool,
     /// The base URL of hitl's pages (`https://hitl.example.com`), when it serves them.
     pages: Option<Arc<str>>,
@@ -196,9 +199,14 @@ pub struct Engine {
 
 /// When the request's agent work must end.
 #[derive(Clone, Copy)]
-struct Deadline(Option<tokio::time::Instant>);
+pub(crate) struct Deadline(Option<tokio::time::Instant>);
 
 impl Deadline {
+    /// `timeout` from now (`None`: never).
+    pub(crate) fn after(timeout: Option<Duration>) -> Self {
+        Self(timeout.map(|t| tokio::time::Instant::now() + t))
+    }
+
     /// `fut`'s output, or `None` when the deadline passed first (`fut` is dropped).
     async fn run<F: std::future::Future>(self, fut: F) -> Option<F::Output> {
         match self.0 {
@@ -297,7 +305,7 @@ impl Engine {
             return Ok(Err(error));
         }
         let args_digest = digest::digest_hex(&arguments);
-        let deadline = Deadline(self.limits.request_timeout.map(|t| tokio::time::Instant::now() + t));
+        let deadline = Deadline::after(self.limits.request_timeout);
         let answer = match call.request_state.clone() {
             None => self.start(agent, call, args_digest, arguments, deadline).await,
             // A client that can't answer rounds learns that the call is paused; the
@@ -305,7 +313,7 @@ impl Engine {
             Some(request_state) if call.era == Era::Legacy => {
                 self.legacy_resend(agent, &call, &args_digest, &request_state).await
             }
-            Some(request_state) => self.answer(agent, call, args_digest, &request_state, deadline).await,
+            Some(request_state) => self.answer_round(agent, call, args_digest, &request_state, deadline).await,
         };
         match answer {
             Err(EngineError::Store(StoreError::NewerFormat { .. })) => Ok(Err(ErrorObject::internal(NEWER_FORMAT))),
@@ -345,6 +353,7 @@ impl Engine {
             last: None,
             claim: None,
             begun: None,
+            task: call.task.then(|| crate::thread::TaskState::new(self.clock.now_ms())),
             expires_at_ms: self.expiry(self.lifetimes.paused),
         };
         if let Some(responses) = &call.input_responses {
@@ -455,7 +464,7 @@ impl Engine {
 
     /// A call with `requestState`: answer the open round, or resend the last answers.
     /// The transitions are [`round::decide`]'s; this carries them out.
-    async fn answer(
+    pub(crate) async fn answer_round(
         &self,
         agent: &Agent,
         call: Call,

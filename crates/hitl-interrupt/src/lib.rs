@@ -50,6 +50,7 @@ pub mod round;
 mod size;
 pub mod state;
 mod store;
+mod tasks;
 mod thread;
 
 pub use digest::{canonical, digest_hex, short_digest};
@@ -67,8 +68,10 @@ pub use store::{
     Clock, LimitReached, ManualClock, MemoryStore, PausedLimits, SaveError, Sleep, StoreError, SystemClock,
     ThreadStore, create_paused_in_steps, save_finished_in_steps,
 };
+pub use tasks::{TaskStatus, TaskView, unknown_task};
 pub use thread::{
-    Claim, Last, LastOutcome, Page, PageKind, Question, QuestionKind, Round, THREAD_FORMAT, Thread, format_of,
+    Claim, Last, LastOutcome, Page, PageKind, Question, QuestionKind, Round, THREAD_FORMAT, TaskState, Thread,
+    format_of,
 };
 
 #[cfg(test)]

@@ -208,6 +208,11 @@ pub fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Secret) -
                 std::mem::replace(&mut thread.expires_at_ms, end.now_ms.saturating_add(lifetime.as_millis() as u64));
             let kept_round = thread.round.replace(next);
             let kept_begun = thread.begun.take();
+            // A task's answers were for the round just answered.
+            if let Some(task) = &mut thread.task {
+                task.partial.clear();
+                task.updated_at_ms = end.now_ms;
+            }
             thread.format = crate::thread::format_of(&thread);
             if let Err(e) = fits(&thread, end.max_record_bytes) {
                 (thread.last, thread.checkpoint, thread.expires_at_ms, thread.round, thread.begun) =
@@ -258,6 +263,10 @@ pub fn finished(
     thread.round = None;
     thread.claim = None;
     thread.begun = None;
+    if let Some(task) = &mut thread.task {
+        task.partial.clear();
+        task.updated_at_ms = now_ms;
+    }
     thread.expires_at_ms = now_ms.saturating_add(lifetimes.finished.as_millis() as u64);
     thread.last = Some(last.clone());
     if let Err(too_large) = fits(&thread, max_record_bytes) {

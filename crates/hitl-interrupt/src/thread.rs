@@ -8,12 +8,43 @@ use serde::{Deserialize, Serialize};
 /// record is written as format 1 unless it needs 2 (a round with a question answered
 /// on a page), so replicas of the build before pages keep serving the others during a
 /// rolling upgrade, and refuse the ones they would get wrong.
-pub const THREAD_FORMAT: u32 = 2;
+pub const THREAD_FORMAT: u32 = 3;
 
-/// The format a record needs: 2 when its open round has a page question.
+/// The format a record needs: 3 for a task (the Tasks extension), 2 when its open round
+/// has a page question, else 1.
 pub fn format_of(thread: &Thread) -> u32 {
     let paged = thread.round.as_ref().is_some_and(|r| r.questions.iter().any(|q| q.page.is_some()));
-    if paged { 2 } else { 1 }
+    if thread.task.is_some() {
+        3
+    } else if paged {
+        2
+    } else {
+        1
+    }
+}
+
+/// A call its client follows as a task (the Tasks extension): when it was made and last
+/// changed, the answers given so far to its open round (a task takes them in parts),
+/// and whether it was cancelled.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct TaskState {
+    /// When the task was made (ms since the epoch).
+    pub created_at_ms: u64,
+    /// When its state last changed.
+    pub updated_at_ms: u64,
+    /// Answers to the open round, by question key, until every question has one.
+    #[serde(default, skip_serializing_if = "hitl_protocol::InputResponses::is_empty")]
+    pub partial: hitl_protocol::InputResponses,
+    /// Cancelled by its client.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancelled: bool,
+}
+
+impl TaskState {
+    /// A task made at `now_ms`.
+    pub fn new(now_ms: u64) -> Self {
+        Self { created_at_ms: now_ms, updated_at_ms: now_ms, partial: Default::default(), cancelled: false }
+    }
 }
 
 /// One paused or recently finished tool call.
@@ -53,6 +84,9 @@ pub struct Thread {
     /// round ends with its outcome unknown instead of running again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub begun: Option<u32>,
+    /// The call as a task, when its client follows it as one (the Tasks extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskState>,
     /// When the record expires (ms since the epoch).
     pub expires_at_ms: u64,
 }
@@ -74,6 +108,7 @@ impl Thread {
             last: None,
             claim: self.claim.clone(),
             begun: self.begun,
+            task: None,
             expires_at_ms: self.expires_at_ms,
         }
     }

@@ -48,7 +48,7 @@ pub use mrtr::{
     SamplingMessage, UrlElicitation, UrlElicitationRequiredData,
 };
 pub use request::{
-    ClientNotification, ClientRequest, CompleteParams, ReadResourceParams, SetLevelParams, server_request,
+    ClientNotification, ClientRequest, CompleteParams, ReadResourceParams, SetLevelParams, TaskParams, server_request,
 };
 pub use types::{
     CacheScope, CallToolParams, CallToolResponse, CallToolResult, ContentBlock, DiscoverResult, EmptyParams,
@@ -59,4 +59,21 @@ pub use types::{
 /// The `_meta` keys reserved by MCP.
 pub mod meta_keys {
     pub use crate::meta::{CLIENT_CAPABILITIES, CLIENT_INFO, LOG_LEVEL, PROGRESS_TOKEN, PROTOCOL_VERSION, SERVER_INFO};
+}
+
+/// `ms` since the epoch as an RFC 3339 UTC time (`2026-12-01T10:39:13.123Z`).
+pub fn rfc3339(ms: u64) -> String {
+    let (secs, millis) = (ms / 1000, ms % 1000);
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z", rest / 3600, rest % 3600 / 60, rest % 60)
 }

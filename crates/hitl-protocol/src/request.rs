@@ -33,6 +33,27 @@ pub enum ClientRequest {
     ReadResource(ReadResourceParams),
     /// `logging/setLevel` (legacy).
     SetLevel(SetLevelParams),
+    /// `tasks/get` (the Tasks extension).
+    GetTask(TaskParams),
+    /// `tasks/update` (the Tasks extension).
+    UpdateTask(TaskParams),
+    /// `tasks/cancel` (the Tasks extension).
+    CancelTask(TaskParams),
+}
+
+/// Params of `tasks/get`, `tasks/update` and `tasks/cancel` (the Tasks extension,
+/// `io.modelcontextprotocol/tasks`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskParams {
+    /// The task.
+    pub task_id: String,
+    /// `tasks/update`: answers to some of the task's outstanding `inputRequests`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_responses: Option<crate::InputResponses>,
+    /// Request metadata.
+    #[serde(rename = "_meta", default, skip_serializing_if = "Meta::is_empty")]
+    pub meta: Meta,
 }
 
 /// Params of `completion/complete`: what is being completed, kept as sent.
@@ -107,6 +128,9 @@ impl ClientRequest {
             "resources/list" => Self::ListResources(jsonrpc::params(params)?),
             "resources/templates/list" => Self::ListResourceTemplates(jsonrpc::params(params)?),
             "resources/read" => Self::ReadResource(jsonrpc::params(params)?),
+            "tasks/get" => Self::GetTask(jsonrpc::params(params)?),
+            "tasks/update" => Self::UpdateTask(jsonrpc::params(params)?),
+            "tasks/cancel" => Self::CancelTask(jsonrpc::params(params)?),
             other => return Err(ErrorObject::method_not_found(other)),
         })
     }
@@ -126,6 +150,9 @@ impl ClientRequest {
             Self::ListResources(_) => "resources/list",
             Self::ListResourceTemplates(_) => "resources/templates/list",
             Self::ReadResource(_) => "resources/read",
+            Self::GetTask(_) => "tasks/get",
+            Self::UpdateTask(_) => "tasks/update",
+            Self::CancelTask(_) => "tasks/cancel",
         }
     }
 
@@ -142,6 +169,7 @@ impl ClientRequest {
             Self::Initialize(p) => &p.meta,
             Self::Complete(p) => &p.meta,
             Self::SetLevel(p) => &p.meta,
+            Self::GetTask(p) | Self::UpdateTask(p) | Self::CancelTask(p) => &p.meta,
         }
     }
 }

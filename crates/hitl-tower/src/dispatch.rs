@@ -47,6 +47,14 @@ impl Shared {
         let principal = caller.principal.clone();
         let may = move |name: &str| validate::allowed(access, name, principal.as_deref(), &groups);
         // The engine's view of a tools/call or prompts/get; each request makes one.
+        let task = era == Era::Modern && crate::tasks::declared(&caller.capabilities);
+        let task_caller = Caller {
+            era,
+            capabilities: caller.capabilities.clone(),
+            principal: caller.principal.clone(),
+            groups: caller.groups.clone(),
+            peer: caller.peer.clone(),
+        };
         let call = move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, prompt| Call {
             arguments: arguments.unwrap_or_default(),
             input_responses,
@@ -59,7 +67,9 @@ impl Shared {
             prompt,
             progress,
             cancel,
+            task: task && !prompt,
         };
+        let request_kind = request.method();
         match (request, era) {
             (ClientRequest::Discover(_), Era::Modern) => self.discover(),
             (ClientRequest::ListTools(_), _) => self.list_tools(era, &may),
@@ -80,9 +90,15 @@ impl Shared {
                 let call = call(params.arguments, params.input_responses, params.request_state, params.context, false);
                 match self.run(agent, call).await? {
                     CallToolResponse::Complete(r) => to_json(&r),
+                    // A client that follows tasks gets the paused call as one.
+                    CallToolResponse::InputRequired(r) if task => self.created(&r, &task_caller).await,
                     CallToolResponse::InputRequired(r) => to_json(&r),
                 }
             }
+            (
+                ClientRequest::GetTask(params) | ClientRequest::UpdateTask(params) | ClientRequest::CancelTask(params),
+                Era::Modern,
+            ) => self.task_request(request_kind, params, &task_caller).await,
             (ClientRequest::GetPrompt(params), _) => {
                 let Some(agent) = self.prompts.get(&params.name).filter(|_| may(&params.name)) else {
                     return Err(ErrorObject::invalid_params(format!("Unknown prompt: {}", params.name)));
@@ -143,6 +159,7 @@ impl Shared {
             caps.prompts = Some(Map::new());
         }
         caps.other.insert("completions".into(), json!({}));
+        caps.extensions = Some(Map::from_iter([(crate::tasks::TASKS.to_owned(), json!({}))]));
         caps
     }
 

@@ -47,6 +47,7 @@ mod principal;
 mod push;
 mod session;
 mod sse;
+mod tasks;
 mod tools;
 mod validate;
 

@@ -227,6 +227,7 @@ impl Shared {
                 prompt,
                 progress: progress.clone(),
                 cancel: Some(cancel.clone()),
+                task: false,
             };
             let answered = match self.run(agent, call).await {
                 // A noted round that is gone (finished, expired): the call starts anew.

@@ -23,6 +23,10 @@ const MODERN_METHODS: &[&str] = &[
     "resources/list",
     "resources/templates/list",
     "resources/read",
+    // The Tasks extension.
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
 ];
 
 fn header_bytes<'a>(headers: &'a HeaderMap) -> impl Fn(&str) -> Option<&'a [u8]> {

@@ -50,6 +50,7 @@ fn paused() -> Thread {
         last: None,
         claim: None,
         begun: None,
+        task: None,
         expires_at_ms: NOW + 3_600_000,
     }
 }

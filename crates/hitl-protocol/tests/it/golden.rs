@@ -41,6 +41,9 @@ fn check(kind: &str, json: &Value) -> Value {
                         serde_json::to_value(p)
                     }
                     ClientRequest::ReadResource(p) => serde_json::to_value(p),
+                    ClientRequest::GetTask(p) | ClientRequest::UpdateTask(p) | ClientRequest::CancelTask(p) => {
+                        serde_json::to_value(p)
+                    }
                 }
                 .unwrap();
                 let mut out = serde_json::json!({"jsonrpc": "2.0", "id": request.id, "method": typed.method()});

@@ -1,0 +1,242 @@
+//! Calls followed as tasks (the Tasks extension, `io.modelcontextprotocol/tasks`): a
+//! call that pauses for a client that declared the extension becomes a task whose id is
+//! its thread's. The task's state is the thread's: `input_required` with the open
+//! round's questions (those not answered yet), `working` while a request runs it,
+//! `completed` with its result, `cancelled`. Answers come in parts (`tasks/update`),
+//! kept in the thread until every question of the round has one; then the round is
+//! answered exactly as a retry would answer it (resume once, the same checks), so a task
+//! is bound to its caller and runs once like any call.
+//!
+//! A task's request keys are `<round>:<question key>`: unique over the task's life, as
+//! the extension requires, even when two rounds ask the same question.
+
+use hitl_protocol::{CallToolResult, ClientCapabilities, ErrorObject, InputRequests, InputResponses};
+use serde_json::Map;
+
+use crate::engine::{Deadline, Engine, EngineError};
+use crate::store::SaveError;
+use crate::thread::{LastOutcome, Thread};
+
+/// What a task is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskStatus {
+    /// A request is running it.
+    Working,
+    /// It waits for answers.
+    InputRequired,
+    /// It ended with a result (a tool error too).
+    Completed,
+    /// Its client cancelled it.
+    Cancelled,
+}
+
+impl TaskStatus {
+    /// Its name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Working => "working",
+            Self::InputRequired => "input_required",
+            Self::Completed => "completed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// A task as `tasks/get` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskView {
+    /// Its id (the thread's).
+    pub id: String,
+    /// The tool it calls.
+    pub tool: String,
+    /// What it is doing.
+    pub status: TaskStatus,
+    /// When it was made (ms since the epoch).
+    pub created_at_ms: u64,
+    /// When its state last changed.
+    pub updated_at_ms: u64,
+    /// When it goes.
+    pub expires_at_ms: u64,
+    /// `input_required`: the questions not answered yet, by task key.
+    pub input_requests: Option<InputRequests>,
+    /// `completed`: the result.
+    pub result: Option<CallToolResult>,
+}
+
+/// The error of a task id this caller has no task by.
+pub fn unknown_task(id: &str) -> ErrorObject {
+    ErrorObject::invalid_params(format!("Unknown task: {id}"))
+}
+
+/// The task key of question `key` of round `n`.
+fn task_key(n: u32, key: &str) -> String {
+    format!("{n}:{key}")
+}
+
+impl Engine {
+    /// The task `id` of `principal` (`None`: no such task for this caller).
+    pub async fn task(&self, id: &str, principal: Option<&str>) -> Result<Option<TaskView>, EngineError> {
+        let Some(thread) = self.own_task(id, principal).await? else { return Ok(None) };
+        let task = thread.task.as_ref().expect("own_task returns tasks");
+        let now = self.now_ms();
+        let (status, input_requests, result) = match (&thread.round, &thread.last) {
+            _ if task.cancelled => (TaskStatus::Cancelled, None, None),
+            (Some(round), _) if thread.claim.as_ref().is_some_and(|c| c.round == round.n && c.until_ms > now) => {
+                (TaskStatus::Working, None, None)
+            }
+            (Some(round), _) => {
+                let open = round
+                    .questions
+                    .iter()
+                    .filter(|q| !task.partial.contains_key(&q.key))
+                    .map(|q| (task_key(round.n, &q.key), q.request.clone()))
+                    .collect();
+                (TaskStatus::InputRequired, Some(open), None)
+            }
+            (None, Some(last)) => match &last.outcome {
+                LastOutcome::Result { result } => (TaskStatus::Completed, None, Some(result.clone())),
+                LastOutcome::NextRound => (TaskStatus::Working, None, None),
+            },
+            (None, None) => (TaskStatus::Working, None, None),
+        };
+        Ok(Some(TaskView {
+            id: thread.id.clone(),
+            tool: thread.tool.clone(),
+            status,
+            created_at_ms: task.created_at_ms,
+            updated_at_ms: task.updated_at_ms,
+            expires_at_ms: thread.expires_at_ms,
+            input_requests,
+            result,
+        }))
+    }
+
+    /// Takes answers to some of task `id`'s outstanding questions (task keys; others
+    /// are ignored, as the extension says). When the round has all its answers, it is
+    /// answered as a retry would answer it, in this request: the agent runs on to its
+    /// next round or its result. An answer the round refuses (a form mismatch) is
+    /// dropped and its error returned; the task waits on.
+    pub async fn update_task(
+        &self,
+        agent: &crate::Agent,
+        id: &str,
+        principal: Option<&str>,
+        responses: &InputResponses,
+        capabilities: ClientCapabilities,
+    ) -> Result<Result<(), ErrorObject>, EngineError> {
+        let (thread, fresh) = loop {
+            let Some(thread) = self.own_task(id, principal).await? else { return Ok(Err(unknown_task(id))) };
+            let task = thread.task.as_ref().expect("own_task returns tasks");
+            let Some(round) = thread.round.as_ref().filter(|_| !task.cancelled) else { return Ok(Ok(())) };
+            let fresh: InputResponses = round
+                .questions
+                .iter()
+                .filter(|q| !task.partial.contains_key(&q.key))
+                .filter_map(|q| responses.get(&task_key(round.n, &q.key)).map(|v| (q.key.clone(), v.clone())))
+                .collect();
+            if fresh.is_empty() {
+                return Ok(Ok(()));
+            }
+            let mut updated = thread.clone();
+            let kept = updated.task.as_mut().expect("a task");
+            kept.partial.extend(fresh.clone());
+            kept.updated_at_ms = self.now_ms();
+            updated.version += 1;
+            match self.store.save(updated.clone(), Some(thread.version)).await {
+                Ok(()) => break (updated, fresh),
+                Err(SaveError::Conflict(_)) => continue,
+                Err(SaveError::Store(e)) => return Err(e.into()),
+            }
+        };
+        let round = thread.round.as_ref().expect("an open round");
+        let partial = &thread.task.as_ref().expect("a task").partial;
+        if round.questions.iter().any(|q| !partial.contains_key(&q.key)) {
+            return Ok(Ok(()));
+        }
+        let request_state = self.secret().request_state(&thread.id, round.n, &round.nonce);
+        let call = crate::Call {
+            arguments: Map::new(),
+            input_responses: Some(partial.clone()),
+            request_state: Some(request_state.clone()),
+            context: None,
+            capabilities,
+            principal: principal.map(str::to_owned),
+            peer: None,
+            era: hitl_protocol::version::Era::Modern,
+            prompt: false,
+            progress: None,
+            cancel: None,
+            task: true,
+        };
+        let deadline = Deadline::after(self.limits.request_timeout);
+        match self.answer_round(agent, call, thread.args_digest.clone(), &request_state, deadline).await? {
+            Ok(_) => Ok(Ok(())),
+            Err(error) => {
+                self.drop_answers(id, principal, round.n, &fresh).await?;
+                Ok(Err(error))
+            }
+        }
+    }
+
+    /// Cancels task `id`: unless a request is running it (cancellation is
+    /// cooperative), it ends, and the call never runs on.
+    pub async fn cancel_task(&self, id: &str, principal: Option<&str>) -> Result<Result<(), ErrorObject>, EngineError> {
+        loop {
+            let Some(thread) = self.own_task(id, principal).await? else { return Ok(Err(unknown_task(id))) };
+            let now = self.now_ms();
+            let task = thread.task.as_ref().expect("own_task returns tasks");
+            let running = thread.claim.as_ref().is_some_and(|c| c.until_ms > now);
+            if task.cancelled || thread.round.is_none() || running {
+                return Ok(Ok(()));
+            }
+            let expected = thread.version;
+            let mut ended = thread.clone();
+            let kept = ended.task.as_mut().expect("a task");
+            (kept.cancelled, kept.updated_at_ms) = (true, now);
+            kept.partial.clear();
+            (ended.round, ended.checkpoint, ended.begun) = (None, None, None);
+            ended.version += 1;
+            ended.expires_at_ms = now.saturating_add(self.lifetimes.finished.as_millis() as u64);
+            let owner = ended.owner.clone();
+            match self.store.save_finished(ended, expected, owner.as_deref()).await {
+                Ok(()) => return Ok(Ok(())),
+                Err(SaveError::Conflict(_)) => continue,
+                Err(SaveError::Store(e)) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The thread of task `id`, when it is a task of `principal`.
+    async fn own_task(&self, id: &str, principal: Option<&str>) -> Result<Option<Thread>, EngineError> {
+        // A task id is a thread id: refuse anything else before the store sees it.
+        if uuid::Uuid::try_parse(id).is_err() {
+            return Ok(None);
+        }
+        let thread = self.store.load(id).await?;
+        Ok(thread.filter(|t| t.task.is_some() && t.principal.as_deref() == principal))
+    }
+
+    /// Takes back the answers `fresh` to round `n` a refused update left in the task.
+    async fn drop_answers(
+        &self,
+        id: &str,
+        principal: Option<&str>,
+        n: u32,
+        fresh: &InputResponses,
+    ) -> Result<(), EngineError> {
+        loop {
+            let Some(thread) = self.own_task(id, principal).await? else { return Ok(()) };
+            if thread.round.as_ref().is_none_or(|r| r.n != n) {
+                return Ok(());
+            }
+            let mut updated = thread.clone();
+            updated.task.as_mut().expect("a task").partial.retain(|key, _| !fresh.contains_key(key));
+            updated.version += 1;
+            match self.store.save(updated, Some(thread.version)).await {
+                Ok(()) => return Ok(()),
+                Err(SaveError::Conflict(_)) => continue,
+                Err(SaveError::Store(e)) => return Err(e.into()),
+            }
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! The Tasks extension (`io.modelcontextprotocol/tasks`) on the 2026-07-28 wire: a
+//! `tools/call` from a client that declares the extension and pauses becomes a task
+//! (`resultType: "task"`, its id the thread's, stored before it is returned);
+//! `tasks/get` shows it (`input_required` with its outstanding questions, `working`,
+//! `completed` with the result, `cancelled`), `tasks/update` answers some of its
+//! questions, `tasks/cancel` ends it. Tasks are the caller's only, as threads are.
+
+use hitl_interrupt::TaskView;
+use hitl_protocol::{ClientCapabilities, ErrorObject, InputRequiredResult, TaskParams};
+use serde_json::{Map, Value, json};
+
+use crate::Shared;
+use crate::validate::Caller;
+
+/// The extension's identifier.
+pub(crate) const TASKS: &str = "io.modelcontextprotocol/tasks";
+/// How often clients are asked to poll, in ms.
+const POLL_INTERVAL_MS: u64 = 1_000;
+
+/// Does the client declare the Tasks extension on this request?
+pub(crate) fn declared(capabilities: &ClientCapabilities) -> bool {
+    capabilities.extensions.as_ref().is_some_and(|extensions| extensions.contains_key(TASKS))
+}
+
+/// The task's fields every shape carries.
+fn task_fields(view: &TaskView) -> Map<String, Value> {
+    let mut task = Map::new();
+    task.insert("taskId".into(), json!(view.id));
+    task.insert("status".into(), json!(view.status.as_str()));
+    task.insert("createdAt".into(), json!(hitl_protocol::rfc3339(view.created_at_ms)));
+    task.insert("lastUpdatedAt".into(), json!(hitl_protocol::rfc3339(view.updated_at_ms)));
+    task.insert("ttlMs".into(), json!(view.expires_at_ms.saturating_sub(view.created_at_ms)));
+    task.insert("pollIntervalMs".into(), json!(POLL_INTERVAL_MS));
+    task
+}
+
+impl Shared {
+    /// The `CreateTaskResult` of a call that paused as a task (`round` is its first
+    /// round, already stored).
+    pub(crate) async fn created(&self, round: &InputRequiredResult, caller: &Caller) -> Result<Value, ErrorObject> {
+        let id = round.request_state.as_deref().and_then(|s| s.split_once('.')).map(|(id, _)| id).unwrap_or_default();
+        let view = self.view(id, caller).await?;
+        let mut task = task_fields(&view);
+        task.insert("resultType".into(), json!("task"));
+        Ok(Value::Object(task))
+    }
+
+    /// `tasks/get`, `tasks/update`, `tasks/cancel`.
+    pub(crate) async fn task_request(
+        &self,
+        method: &str,
+        params: TaskParams,
+        caller: &Caller,
+    ) -> Result<Value, ErrorObject> {
+        let principal = caller.principal.as_deref();
+        let id = params.task_id.as_str();
+        match method {
+            "tasks/get" => {
+                let view = self.view(id, caller).await?;
+                let mut task = task_fields(&view);
+                if let Some(requests) = &view.input_requests {
+                    task.insert("inputRequests".into(), json!(requests));
+                }
+                if let Some(result) = &view.result {
+                    task.insert("result".into(), serde_json::to_value(result).unwrap_or_default());
+                }
+                Ok(Value::Object(task))
+            }
+            "tasks/update" => {
+                let view = self.view(id, caller).await?;
+                let tools = self.tools.snapshot();
+                let Some(agent) = tools.get(&view.tool) else {
+                    return Err(ErrorObject::invalid_params(format!("The tool of task {id} is no longer served")));
+                };
+                let responses = params.input_responses.unwrap_or_default();
+                let updated =
+                    self.engine.update_task(agent, id, principal, &responses, caller.capabilities.clone()).await;
+                self.store_answer(updated)?.map(|()| json!({}))
+            }
+            "tasks/cancel" => {
+                let cancelled = self.engine.cancel_task(id, principal).await;
+                self.store_answer(cancelled)?.map(|()| json!({}))
+            }
+            other => Err(ErrorObject::method_not_found(other)),
+        }
+    }
+
+    /// The task `id` of the caller, or `Unknown task`.
+    async fn view(&self, id: &str, caller: &Caller) -> Result<TaskView, ErrorObject> {
+        match self.store_answer(self.engine.task(id, caller.principal.as_deref()).await)? {
+            Some(view) => Ok(view),
+            None => Err(hitl_interrupt::unknown_task(id)),
+        }
+    }
+
+    /// A store failure as the client sees it (the detail goes to the log).
+    fn store_answer<T>(&self, outcome: Result<T, hitl_interrupt::EngineError>) -> Result<T, ErrorObject> {
+        outcome.map_err(|e| {
+            tracing::error!(error = %e, "task request failed");
+            ErrorObject::internal("Internal error: the thread store is unavailable")
+        })
+    }
+}

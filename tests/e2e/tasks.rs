@@ -1,0 +1,159 @@
+//! The Tasks extension (`io.modelcontextprotocol/tasks`) over raw HTTP on the 2026-07-28
+//! wire: a paused call becomes a task for a client that declares the extension;
+//! `tasks/get` shows its questions, `tasks/update` answers them in parts (unknown keys
+//! ignored), the task completes with the call's result; `tasks/cancel` ends one; another
+//! caller never sees a task.
+
+use serde_json::{Value, json};
+
+use crate::harness::{Client, Reply, Server};
+
+fn tasks_client() -> Value {
+    json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}})
+}
+
+async fn call(client: &Client, user: &str, tool: &str) -> Reply {
+    request(client, user, "tools/call", json!({"name": tool, "arguments": {}})).await
+}
+
+/// A 2026-07-28 request from `user` (behind `--principal-header x-user`).
+async fn request(client: &Client, user: &str, method: &str, params: Value) -> Reply {
+    let mut full = json!({ "_meta": crate::harness::modern_meta(tasks_client()) });
+    full.as_object_mut().unwrap().extend(params.as_object().cloned().unwrap_or_default());
+    let name = full.get("name").or_else(|| full.get("taskId")).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let headers =
+        [("mcp-protocol-version", "2026-07-28"), ("mcp-method", method), ("mcp-name", &name), ("x-user", user)];
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": full});
+    client.post_raw(&headers, body.to_string()).await
+}
+
+async fn get(client: &Client, user: &str, id: &str) -> Value {
+    let reply = request(client, user, "tasks/get", json!({"taskId": id})).await;
+    reply.body["result"].clone()
+}
+
+fn iso(value: &Value) -> bool {
+    value.as_str().is_some_and(|s| s.len() == 24 && s.ends_with('Z') && s.as_bytes()[10] == b'T')
+}
+
+#[tokio::test]
+async fn a_paused_call_becomes_a_task_answered_in_parts() {
+    let server = Server::start(&["--principal-header", "x-user"]).await;
+    let discover = request(&server, "alice", "server/discover", json!({})).await;
+    assert_eq!(discover.body["result"]["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"], json!({}));
+
+    let created = call(&server, "alice", "survey").await;
+    let task = &created.body["result"];
+    assert_eq!(task["resultType"], "task", "{}", created.body);
+    assert_eq!(task["status"], "input_required");
+    assert!(iso(&task["createdAt"]) && iso(&task["lastUpdatedAt"]), "{task}");
+    assert!(task["ttlMs"].as_u64().unwrap() > 0 && task.get("inputRequests").is_none(), "{task}");
+    let id = task["taskId"].as_str().unwrap().to_owned();
+
+    let waiting = get(&server, "alice", &id).await;
+    assert_eq!(
+        (&waiting["resultType"], &waiting["status"]),
+        (&json!("complete"), &json!("input_required")),
+        "{waiting}"
+    );
+    let requests = waiting["inputRequests"].as_object().unwrap().clone();
+    assert_eq!(requests.len(), 2, "{waiting}");
+    assert!(requests.keys().all(|k| k.starts_with("1:answer-")), "keys unique over the task: {requests:?}");
+    let key_of = |message: &str| {
+        requests.iter().find(|(_, r)| r["params"]["message"] == message).map(|(k, _)| k.clone()).unwrap()
+    };
+    let (color, quest) = (key_of("What is your favorite color?"), key_of("What is your quest?"));
+
+    // Bob sees no task of Alice's, and cannot answer it.
+    let peek = request(&server, "bob", "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(peek.body["error"]["code"], -32602, "{}", peek.body);
+    let meddle = request(
+        &server,
+        "bob",
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {
+        color.as_str(): {"action": "accept", "content": {"response": "black"}}}}),
+    )
+    .await;
+    assert_eq!(meddle.body["error"]["code"], -32602);
+
+    // A part, with a key the task never asked: the key is ignored, the part kept.
+    let part = request(
+        &server,
+        "alice",
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {
+        color.as_str(): {"action": "accept", "content": {"response": "blue"}},
+        "9:answer-0000000000000000": {"action": "accept", "content": {"response": "x"}}}}),
+    )
+    .await;
+    assert_eq!(part.body["result"]["resultType"], "complete", "{}", part.body);
+    let still = get(&server, "alice", &id).await;
+    assert_eq!(still["status"], "input_required");
+    assert_eq!(still["inputRequests"].as_object().unwrap().keys().collect::<Vec<_>>(), [&quest], "{still}");
+
+    // A refused answer (not the form's) is dropped: the question stays outstanding.
+    let wrong = request(
+        &server,
+        "alice",
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {
+        quest.as_str(): {"action": "accept", "content": {"response": 42}}}}),
+    )
+    .await;
+    assert_eq!(wrong.body["error"]["code"], -32602, "{}", wrong.body);
+    assert_eq!(get(&server, "alice", &id).await["inputRequests"].as_object().unwrap().len(), 1);
+
+    let last = request(
+        &server,
+        "alice",
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {
+        quest.as_str(): {"action": "accept", "content": {"response": "grail"}}}}),
+    )
+    .await;
+    assert_eq!(last.body["result"], json!({"resultType": "complete", "_meta": last.body["result"]["_meta"]}));
+    let done = get(&server, "alice", &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["structuredContent"], json!({"color": "blue", "quest": "grail"}));
+    // A late answer to a finished task is ignored.
+    let late = request(
+        &server,
+        "alice",
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {
+        quest.as_str(): {"action": "accept", "content": {"response": "other"}}}}),
+    )
+    .await;
+    assert_eq!(late.body["result"]["resultType"], "complete");
+    assert_eq!(get(&server, "alice", &id).await["result"], done["result"]);
+}
+
+#[tokio::test]
+async fn a_task_can_be_cancelled_and_clients_without_the_extension_get_rounds() {
+    let server = Server::start(&["--principal-header", "x-user"]).await;
+    let id = call(&server, "alice", "greeter").await.body["result"]["taskId"].as_str().unwrap().to_owned();
+    let cancelled = request(&server, "alice", "tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(cancelled.body["result"]["resultType"], "complete", "{}", cancelled.body);
+    let task = get(&server, "alice", &id).await;
+    assert_eq!(task["status"], "cancelled", "{task}");
+    assert!(task.get("inputRequests").is_none() && task.get("result").is_none());
+    let unknown = request(&server, "alice", "tasks/cancel", json!({"taskId": "not-a-task"})).await;
+    assert_eq!(unknown.body["error"]["code"], -32602);
+
+    // Without the extension, the same call is a round, as the seed says.
+    let reply = server
+        .post_raw(
+            &[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "greeter"),
+                ("x-user", "alice"),
+            ],
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "greeter", "arguments": {},
+                   "_meta": crate::harness::modern_meta(json!({"elicitation": {}}))}})
+            .to_string(),
+        )
+        .await;
+    assert_eq!(reply.body["result"]["resultType"], "input_required", "{}", reply.body);
+}
