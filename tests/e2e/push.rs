@@ -16,19 +16,9 @@ use crate::harness::{Client, Server};
 
 #[tokio::test]
 async fn the_python_sdk_in_2025_11_25_mode_completes_the_examples_by_push() {
-    let Ok(python) = std::env::var("HITL_PYTHON") else {
-        crate::harness::cannot_run("python-sdk", "HITL_PYTHON is not set");
-        return;
-    };
     let server = Server::start(&["--legacy-elicitation"]).await;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/sdk_push.py");
-    let url = format!("http://{}/mcp", server.addr);
-    let output = tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(url).output())
-        .await
-        .unwrap()
-        .expect("the Python interpreter runs");
-    let log = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success(), "the Python SDK push suite failed:\n{log}");
+    let Some((passed, log)) = crate::python_sdk::run_script("sdk_push.py", &server).await else { return };
+    assert!(passed, "the Python SDK push suite failed:\n{log}");
     for test in ["test_greeter", "test_plan_deployment", "test_survey_asks_both_in_one_round", "test_connect_calendar"]
     {
         assert!(log.contains(&format!("{test} (__main__.Push.{test}) ... ok")), "{test}: {log}");
