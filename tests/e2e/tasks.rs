@@ -157,3 +157,27 @@ async fn a_task_can_be_cancelled_and_clients_without_the_extension_get_rounds() 
         .await;
     assert_eq!(reply.body["result"]["resultType"], "input_required", "{}", reply.body);
 }
+
+#[tokio::test]
+async fn a_task_made_on_one_replica_is_served_by_another() {
+    let Some(redis) = crate::harness::redis_url("task replicas") else { return };
+    let a = Server::start_on(&redis, &["--principal-header", "x-user"]).await;
+    let b = Server::start_on(&redis, &["--principal-header", "x-user"]).await;
+    let id = call(&a, "alice", "greeter").await.body["result"]["taskId"].as_str().unwrap().to_owned();
+    let waiting = get(&b, "alice", &id).await;
+    let key = waiting["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let update = request(
+        &b,
+        "alice",
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {
+        key.as_str(): {"action": "accept", "content": {"name": "Ada"}}}}),
+    )
+    .await;
+    assert_eq!(update.body["result"]["resultType"], "complete", "{}", update.body);
+    let done = get(&a, "alice", &id).await;
+    assert_eq!(
+        (&done["status"], &done["result"]["structuredContent"]),
+        (&json!("completed"), &json!({"greeting": "Hello, Ada!"}))
+    );
+}
