@@ -181,3 +181,66 @@ async fn a_task_made_on_one_replica_is_served_by_another() {
         (&json!("completed"), &json!({"greeting": "Hello, Ada!"}))
     );
 }
+
+#[tokio::test]
+async fn a_task_waits_for_its_page_and_needs_the_extension_declared() {
+    let server = Server::start(&["--principal-header", "x-user"]).await;
+    // connect_github asks for a secret on hitl's page (a URL question).
+    let created = request(
+        &server,
+        "alice",
+        "tools/call",
+        json!({"name": "connect_github", "arguments": {},
+        "_meta": crate::harness::modern_meta(json!({"elicitation": {"form": {}, "url": {}},
+                                                    "extensions": {"io.modelcontextprotocol/tasks": {}}}))}),
+    )
+    .await;
+    let id = created.body["result"]["taskId"].as_str().unwrap_or_else(|| panic!("{}", created.body)).to_owned();
+    let waiting = get(&server, "alice", &id).await;
+    let (key, question) = waiting["inputRequests"].as_object().unwrap().iter().next().unwrap();
+    let url = question["params"]["url"].as_str().unwrap();
+    let path = url.strip_prefix(&format!("http://{}", server.addr)).unwrap().to_owned();
+
+    // The user agrees to open the page: the task works on until the page is done.
+    let accepted = request(
+        &server,
+        "alice",
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": { key: {"action": "accept"} }}),
+    )
+    .await;
+    assert_eq!(accepted.body["result"]["resultType"], "complete", "{}", accepted.body);
+    let working = get(&server, "alice", &id).await;
+    assert_eq!(working["status"], "working", "{working}");
+    assert!(working.get("inputRequests").is_none());
+
+    let (_, headers, html) = server.raw(http::Method::GET, &path, &[("x-user", "alice")], bytes::Bytes::new()).await;
+    let (cookie, csrf) = crate::approvals::csrf_of(&headers, &html);
+    let form =
+        [("content-type", "application/x-www-form-urlencoded"), ("cookie", cookie.as_str()), ("x-user", "alice")];
+    let typed = bytes::Bytes::from(format!("csrf={csrf}&value=ghp_taskS3cr3t"));
+    assert_eq!(server.raw(http::Method::POST, &path, &form, typed).await.0, 200);
+    let done = get(&server, "alice", &id).await;
+    assert_eq!(done["status"], "completed", "polling moves the task on once the page is done: {done}");
+    assert_eq!(done["result"]["structuredContent"]["token_sha256"], crate::auth::sha256_hex("ghp_taskS3cr3t"));
+
+    // tasks/* without the extension declared: -32021 naming it.
+    let undeclared = server
+        .post_raw(
+            &[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tasks/get"),
+                ("mcp-name", &id),
+                ("x-user", "alice"),
+            ],
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"taskId": id,
+                   "_meta": crate::harness::modern_meta(json!({}))}})
+            .to_string(),
+        )
+        .await;
+    assert_eq!(undeclared.body["error"]["code"], -32021, "{}", undeclared.body);
+    assert_eq!(
+        undeclared.body["error"]["data"]["requiredCapabilities"]["extensions"],
+        json!({"io.modelcontextprotocol/tasks": {}})
+    );
+}

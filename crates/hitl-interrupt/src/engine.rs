@@ -353,7 +353,7 @@ impl Engine {
             last: None,
             claim: None,
             begun: None,
-            task: call.task.then(|| crate::thread::TaskState::new(self.clock.now_ms())),
+            task: call.task.then(|| crate::thread::TaskState::new(self.clock.now_ms(), call.capabilities.clone())),
             expires_at_ms: self.expiry(self.lifetimes.paused),
         };
         if let Some(responses) = &call.input_responses {

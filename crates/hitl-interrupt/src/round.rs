@@ -209,14 +209,15 @@ pub fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Secret) -
             let kept_round = thread.round.replace(next);
             let kept_begun = thread.begun.take();
             // A task's answers were for the round just answered.
+            let kept_task = thread.task.clone();
             if let Some(task) = &mut thread.task {
                 task.partial.clear();
                 task.updated_at_ms = end.now_ms;
             }
             thread.format = crate::thread::format_of(&thread);
             if let Err(e) = fits(&thread, end.max_record_bytes) {
-                (thread.last, thread.checkpoint, thread.expires_at_ms, thread.round, thread.begun) =
-                    (kept_last, kept_checkpoint, kept_expiry, kept_round, kept_begun);
+                (thread.last, thread.checkpoint, thread.expires_at_ms, thread.round, thread.begun, thread.task) =
+                    (kept_last, kept_checkpoint, kept_expiry, kept_round, kept_begun, kept_task);
                 return Ending::GiveBack(Box::new(thread), e);
             }
             let round = thread.round.as_ref().expect("the next round was just set");

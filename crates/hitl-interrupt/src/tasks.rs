@@ -10,7 +10,7 @@
 //! A task's request keys are `<round>:<question key>`: unique over the task's life, as
 //! the extension requires, even when two rounds ask the same question.
 
-use hitl_protocol::{CallToolResult, ClientCapabilities, ErrorObject, InputRequests, InputResponses};
+use hitl_protocol::{CallToolResult, ErrorObject, InputRequests, InputResponses};
 use serde_json::Map;
 
 use crate::engine::{Deadline, Engine, EngineError};
@@ -84,6 +84,11 @@ impl Engine {
             (Some(round), _) if thread.claim.as_ref().is_some_and(|c| c.round == round.n && c.until_ms > now) => {
                 (TaskStatus::Working, None, None)
             }
+            // Every answer is in, and no request runs the round: it is about to run (its
+            // page is not done yet, or the run before failed and is tried again).
+            (Some(round), _) if round.questions.iter().all(|q| task.partial.contains_key(&q.key)) => {
+                (TaskStatus::Working, None, None)
+            }
             (Some(round), _) => {
                 let open = round
                     .questions
@@ -112,17 +117,17 @@ impl Engine {
     }
 
     /// Takes answers to some of task `id`'s outstanding questions (task keys; others
-    /// are ignored, as the extension says). When the round has all its answers, it is
-    /// answered as a retry would answer it, in this request: the agent runs on to its
-    /// next round or its result. An answer the round refuses (a form mismatch) is
-    /// dropped and its error returned; the task waits on.
+    /// are ignored, as the extension says). When the round has all its answers and no
+    /// request runs it, it is answered as a retry would answer it, in this request: the
+    /// agent runs on to its next round or its result (with no new answers, this tries a
+    /// complete round again: a page done since, a failed run). An answer the round
+    /// refuses (a form mismatch) is dropped and its error returned; the task waits on.
     pub async fn update_task(
         &self,
         agent: &crate::Agent,
         id: &str,
         principal: Option<&str>,
         responses: &InputResponses,
-        capabilities: ClientCapabilities,
     ) -> Result<Result<(), ErrorObject>, EngineError> {
         let (thread, fresh) = loop {
             let Some(thread) = self.own_task(id, principal).await? else { return Ok(Err(unknown_task(id))) };
@@ -135,13 +140,17 @@ impl Engine {
                 .filter_map(|q| responses.get(&task_key(round.n, &q.key)).map(|v| (q.key.clone(), v.clone())))
                 .collect();
             if fresh.is_empty() {
-                return Ok(Ok(()));
+                break (thread, fresh);
             }
             let mut updated = thread.clone();
             let kept = updated.task.as_mut().expect("a task");
             kept.partial.extend(fresh.clone());
             kept.updated_at_ms = self.now_ms();
             updated.version += 1;
+            // Answers are the client's bytes: the record must still fit.
+            if let Err(too_large) = crate::round::fits(&updated, self.limits.max_record_bytes) {
+                return Ok(Err(too_large));
+            }
             match self.store.save(updated.clone(), Some(thread.version)).await {
                 Ok(()) => break (updated, fresh),
                 Err(SaveError::Conflict(_)) => continue,
@@ -149,10 +158,12 @@ impl Engine {
             }
         };
         let round = thread.round.as_ref().expect("an open round");
-        let partial = &thread.task.as_ref().expect("a task").partial;
-        if round.questions.iter().any(|q| !partial.contains_key(&q.key)) {
+        let task = thread.task.as_ref().expect("a task");
+        let running = thread.claim.as_ref().is_some_and(|c| c.round == round.n && c.until_ms > self.now_ms());
+        if running || round.questions.iter().any(|q| !task.partial.contains_key(&q.key)) {
             return Ok(Ok(()));
         }
+        let (partial, capabilities) = (&task.partial, task.capabilities.clone());
         let request_state = self.secret().request_state(&thread.id, round.n, &round.nonce);
         let call = crate::Call {
             arguments: Map::new(),

@@ -38,12 +38,22 @@ pub struct TaskState {
     /// Cancelled by its client.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancelled: bool,
+    /// What the client that made the task can answer: its rounds are run for it, whatever
+    /// a later `tasks/update` declares.
+    #[serde(default)]
+    pub capabilities: hitl_protocol::ClientCapabilities,
 }
 
 impl TaskState {
-    /// A task made at `now_ms`.
-    pub fn new(now_ms: u64) -> Self {
-        Self { created_at_ms: now_ms, updated_at_ms: now_ms, partial: Default::default(), cancelled: false }
+    /// A task made at `now_ms` by a client that can answer `capabilities`.
+    pub fn new(now_ms: u64, capabilities: hitl_protocol::ClientCapabilities) -> Self {
+        Self {
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+            partial: Default::default(),
+            cancelled: false,
+            capabilities,
+        }
     }
 }
 

@@ -87,6 +87,8 @@ impl Shared {
                 let Some(agent) = tools.get(&params.name).filter(|_| may(&params.name)) else {
                     return Err(ErrorObject::invalid_params(format!("Unknown tool: {}", params.name)));
                 };
+                // Only a new call becomes a task: a retry continues a round.
+                let task = task && params.request_state.is_none();
                 let call = call(params.arguments, params.input_responses, params.request_state, params.context, false);
                 match self.run(agent, call).await? {
                     CallToolResponse::Complete(r) => to_json(&r),

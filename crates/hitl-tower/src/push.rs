@@ -76,6 +76,8 @@ type Waiter = (mpsc::UnboundedSender<Answer>, Option<String>);
 
 /// A client's response to pushed request `n` of a round.
 struct Answer {
+    /// The round of the call (1 for its first) the request was pushed in.
+    round: u32,
     n: usize,
     outcome: Result<Value, ErrorObject>,
 }
@@ -86,7 +88,7 @@ impl Pushes {
     /// from another caller than the call's.
     pub(crate) fn deliver(&self, id: &RequestId, outcome: Result<Value, ErrorObject>, principal: Option<&str>) -> bool {
         let RequestId::String(full) = id else { return false };
-        let Some((replica, push, n)) = parse_id(full) else { return false };
+        let Some((replica, push, round, n)) = parse_id(full) else { return false };
         if replica != self.replica {
             let Some(bus) = self.bus.get().cloned() else { return false };
             let mut message = match outcome {
@@ -109,7 +111,7 @@ impl Pushes {
         waiting
             .get(push)
             .filter(|(_, caller)| caller.as_deref() == principal)
-            .is_some_and(|(to, _)| to.send(Answer { n, outcome }).is_ok())
+            .is_some_and(|(to, _)| to.send(Answer { round, n, outcome }).is_ok())
     }
 
     /// Takes responses other replicas forward over `bus` from now on, and forwards the
@@ -133,11 +135,13 @@ impl Pushes {
     }
 }
 
-/// `push:<replica>:<push id>:<n>` as its parts.
-fn parse_id(id: &str) -> Option<(&str, &str, usize)> {
+/// `push:<replica>:<push id>:<round>:<n>` as its parts: ids are unique in a session,
+/// and a late answer to an earlier round is told apart.
+fn parse_id(id: &str) -> Option<(&str, &str, u32, usize)> {
     let mut parts = id.strip_prefix("push:")?.split(':');
-    let (replica, push, n) = (parts.next()?, parts.next()?, parts.next()?.parse().ok()?);
-    parts.next().is_none().then_some((replica, push, n))
+    let (replica, push) = (parts.next()?, parts.next()?);
+    let (round, n) = (parts.next()?.parse().ok()?, parts.next()?.parse().ok()?);
+    parts.next().is_none().then_some((replica, push, round, n))
 }
 
 /// Removes a call from [`Pushes::waiting`] when it ends, however it ends.
@@ -214,6 +218,9 @@ impl Shared {
         // The URL questions asked and not yet done, by elicitation id.
         let mut pages: Vec<String> = Vec::new();
         let mut asked_state: Option<String> = None;
+        // Rounds pushed so far (in the requests' ids), and since when a page is awaited.
+        let mut pushed: u32 = 0;
+        let mut page_wait: Option<tokio::time::Instant> = None;
         loop {
             let call = Call {
                 arguments: arguments.clone(),
@@ -260,6 +267,10 @@ impl Shared {
             };
             // The same round asked again after its answers: a page is not done yet.
             if round.request_state.is_some() && round.request_state == asked_state && !pages.is_empty() {
+                if page_wait.get_or_insert_with(tokio::time::Instant::now).elapsed() > ANSWER_TIMEOUT {
+                    self.note(&note, round.request_state.as_ref()).await;
+                    return Err(ErrorObject::internal("the page was not done in time; the call stays paused"));
+                }
                 tokio::select! {
                     () = tokio::time::sleep(PAGE_POLL) => continue,
                     () = tx.closed() => {
@@ -268,12 +279,15 @@ impl Shared {
                     }
                 }
             }
+            page_wait = None;
             complete(tx, &pages);
             request_state = round.request_state.clone();
             asked_state = round.request_state.clone();
-            let (keys, pushed_pages) = ask(tx, &format!("{replica}:{push_id}"), &round, &session.version)?;
+            pushed += 1;
+            let prefix = format!("{replica}:{push_id}:{pushed}");
+            let (keys, pushed_pages) = ask(tx, &prefix, &round, &session.version)?;
             pages = pushed_pages;
-            match gather(&mut answers, tx, &keys, &round).await {
+            match gather(&mut answers, tx, &keys, &round, pushed).await {
                 Some(got) => responses = Some(got),
                 None => {
                     self.note(&note, request_state.as_ref()).await;
@@ -357,6 +371,7 @@ async fn gather(
     tx: &mpsc::UnboundedSender<Bytes>,
     keys: &[String],
     round: &InputRequiredResult,
+    pushed: u32,
 ) -> Option<InputResponses> {
     let mut got = InputResponses::new();
     let deadline = tokio::time::sleep(ANSWER_TIMEOUT);
@@ -364,8 +379,9 @@ async fn gather(
     while got.len() < keys.len() {
         tokio::select! {
             answer = answers.recv() => {
-                let Answer { n, outcome } = answer?;
-                let Some(key) = keys.get(n) else { continue };
+                let Answer { round: answered, n, outcome } = answer?;
+                // A late answer to an earlier round, or to no request: not this round's.
+                let Some(key) = keys.get(n).filter(|_| answered == pushed) else { continue };
                 let value = match outcome {
                     Ok(result) => result,
                     // A client that cannot or will not answer: the question is cancelled

@@ -52,10 +52,20 @@ impl Shared {
         params: TaskParams,
         caller: &Caller,
     ) -> Result<Value, ErrorObject> {
+        if !declared(&caller.capabilities) {
+            let required = ClientCapabilities {
+                extensions: Some(Map::from_iter([(TASKS.to_owned(), json!({}))])),
+                ..ClientCapabilities::default()
+            };
+            return Err(ErrorObject::missing_capability("Missing required client capability", &required));
+        }
         let principal = caller.principal.as_deref();
         let id = params.task_id.as_str();
         match method {
             "tasks/get" => {
+                // A round with every answer in runs when it can (its page done, its last
+                // run failed): polling moves the task on.
+                self.update(id, caller, &Default::default()).await?;
                 let view = self.view(id, caller).await?;
                 let mut task = task_fields(&view);
                 if let Some(requests) = &view.input_requests {
@@ -67,15 +77,8 @@ impl Shared {
                 Ok(Value::Object(task))
             }
             "tasks/update" => {
-                let view = self.view(id, caller).await?;
-                let tools = self.tools.snapshot();
-                let Some(agent) = tools.get(&view.tool) else {
-                    return Err(ErrorObject::invalid_params(format!("The tool of task {id} is no longer served")));
-                };
-                let responses = params.input_responses.unwrap_or_default();
-                let updated =
-                    self.engine.update_task(agent, id, principal, &responses, caller.capabilities.clone()).await;
-                self.store_answer(updated)?.map(|()| json!({}))
+                self.update(id, caller, &params.input_responses.unwrap_or_default()).await?;
+                Ok(json!({}))
             }
             "tasks/cancel" => {
                 let cancelled = self.engine.cancel_task(id, principal).await;
@@ -83,6 +86,21 @@ impl Shared {
             }
             other => Err(ErrorObject::method_not_found(other)),
         }
+    }
+
+    /// Answers some of task `id`'s questions (none: runs a complete round).
+    async fn update(
+        &self,
+        id: &str,
+        caller: &Caller,
+        responses: &hitl_protocol::InputResponses,
+    ) -> Result<(), ErrorObject> {
+        let view = self.view(id, caller).await?;
+        let tools = self.tools.snapshot();
+        let Some(agent) = tools.get(&view.tool) else {
+            return Err(ErrorObject::invalid_params(format!("The tool of task {id} is no longer served")));
+        };
+        self.store_answer(self.engine.update_task(agent, id, caller.principal.as_deref(), responses).await)?
     }
 
     /// The task `id` of the caller, or `Unknown task`.
