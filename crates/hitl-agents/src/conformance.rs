@@ -72,6 +72,11 @@ pub fn tools() -> Vec<Agent> {
         relay_one("test_streaming_elicitation", "answer", "Say something.", "answer", |a| json!({ "answer": a })),
         json_schema_2020_12(),
         custom_header(),
+        // The Tasks extension scenarios' tools that pause (hitl makes a task of a call that
+        // pauses) and their synchronous `greet`.
+        simple_greet(),
+        confirm_delete(),
+        multi_input(),
         // The 2025-era scenarios, answered by push (`--legacy-elicitation`).
         pushed(
             "test_elicitation",
@@ -125,6 +130,56 @@ pub fn tools() -> Vec<Agent> {
             )
         }),
     ]
+}
+
+/// `greet {name}`: answers at once (a synchronous call, never a task).
+fn simple_greet() -> Agent {
+    let graph = StateGraph::new()
+        .add_step("greet", |state, _| async move {
+            let name = state["name"].as_str().unwrap_or("World").to_owned();
+            Ok(json!({ "greeting": format!("Hello, {name}!") }))
+        })
+        .add_edge(START, "greet")
+        .add_edge("greet", END);
+    let input = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+    agent("greet", "Greets at once.", input, graph)
+}
+
+/// `confirm_delete {filename}`: asks to confirm, then says what it did.
+fn confirm_delete() -> Agent {
+    let graph = StateGraph::new()
+        .add_step("confirm", |state, ctx| async move {
+            let file = state["filename"].as_str().unwrap_or_default().to_owned();
+            let request = json!({"message": format!("Delete {file}?"), "requestedSchema": form("confirm", "boolean")});
+            let reply = ctx.interrupt(json!({"type": "mcp_elicitation", "requests": {"confirm": request}}))?;
+            let confirmed = reply["responses"]["confirm"]["content"]["confirm"] == true;
+            Ok(json!({ "deleted": confirmed, "filename": file }))
+        })
+        .add_edge(START, "confirm")
+        .add_edge("confirm", END);
+    let input = json!({"type": "object", "properties": {"filename": {"type": "string"}}, "required": ["filename"]});
+    agent("confirm_delete", "Deletes a file once the user confirms.", input, graph)
+}
+
+/// `multi_input`: two questions at once, answered in any order.
+fn multi_input() -> Agent {
+    let ask = |key: &'static str| {
+        move |_: Value, ctx: hitl_graph::StepContext| async move {
+            let schema =
+                json!({"type": "object", "properties": {"name": {"type": "string"}, "confirm": {"type": "boolean"}}});
+            let request = json!({"message": format!("Input {key}?"), "requestedSchema": schema});
+            let reply = ctx.interrupt(json!({"type": "mcp_elicitation", "requests": { key: request }}))?;
+            Ok(json!({ key: reply["responses"][key]["content"].clone() }))
+        }
+    };
+    let graph = StateGraph::new()
+        .add_step("first", ask("first"))
+        .add_step("second", ask("second"))
+        .add_edge(START, "first")
+        .add_edge(START, "second")
+        .add_edge("first", END)
+        .add_edge("second", END);
+    agent("multi_input", "Asks two questions at once.", no_arguments(), graph)
 }
 
 /// One form elicitation request of `properties`.
