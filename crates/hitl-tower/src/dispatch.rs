@@ -42,19 +42,30 @@ impl Shared {
         cancel: Option<Arc<AtomicBool>>,
     ) -> Result<Value, ErrorObject> {
         let era = caller.era;
+        // The Tasks extension's methods need the whole caller; served before it is split.
+        if era == Era::Modern
+            && matches!(
+                request,
+                ClientRequest::GetTask(_) | ClientRequest::UpdateTask(_) | ClientRequest::CancelTask(_)
+            )
+        {
+            let method = request.method();
+            let (ClientRequest::GetTask(params)
+            | ClientRequest::UpdateTask(params)
+            | ClientRequest::CancelTask(params)) = request
+            else {
+                unreachable!("matched above")
+            };
+            return self.task_request(method, params, &caller).await;
+        }
         let access = self.options.access.as_ref();
         let groups = caller.groups.clone();
         let principal = caller.principal.clone();
         let may = move |name: &str| validate::allowed(access, name, principal.as_deref(), &groups);
         // The engine's view of a tools/call or prompts/get; each request makes one.
         let task = era == Era::Modern && crate::tasks::declared(&caller.capabilities);
-        let task_caller = Caller {
-            era,
-            capabilities: caller.capabilities.clone(),
-            principal: caller.principal.clone(),
-            groups: caller.groups.clone(),
-            peer: caller.peer.clone(),
-        };
+        // Who a task is made for (cloned only when the client follows tasks).
+        let task_principal = if task { caller.principal.clone() } else { None };
         let call = move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, prompt| Call {
             arguments: arguments.unwrap_or_default(),
             input_responses,
@@ -69,7 +80,6 @@ impl Shared {
             cancel,
             task: task && !prompt,
         };
-        let request_kind = request.method();
         match (request, era) {
             (ClientRequest::Discover(_), Era::Modern) => self.discover(),
             (ClientRequest::ListTools(_), _) => self.list_tools(era, &may),
@@ -93,14 +103,10 @@ impl Shared {
                 match self.run(agent, call).await? {
                     CallToolResponse::Complete(r) => to_json(&r),
                     // A client that follows tasks gets the paused call as one.
-                    CallToolResponse::InputRequired(r) if task => self.created(&r, &task_caller).await,
+                    CallToolResponse::InputRequired(r) if task => self.created(&r, task_principal.as_deref()).await,
                     CallToolResponse::InputRequired(r) => to_json(&r),
                 }
             }
-            (
-                ClientRequest::GetTask(params) | ClientRequest::UpdateTask(params) | ClientRequest::CancelTask(params),
-                Era::Modern,
-            ) => self.task_request(request_kind, params, &task_caller).await,
             (ClientRequest::GetPrompt(params), _) => {
                 let Some(agent) = self.prompts.get(&params.name).filter(|_| may(&params.name)) else {
                     return Err(ErrorObject::invalid_params(format!("Unknown prompt: {}", params.name)));

@@ -37,9 +37,13 @@ fn task_fields(view: &TaskView) -> Map<String, Value> {
 impl Shared {
     /// The `CreateTaskResult` of a call that paused as a task (`round` is its first
     /// round, already stored).
-    pub(crate) async fn created(&self, round: &InputRequiredResult, caller: &Caller) -> Result<Value, ErrorObject> {
+    pub(crate) async fn created(
+        &self,
+        round: &InputRequiredResult,
+        principal: Option<&str>,
+    ) -> Result<Value, ErrorObject> {
         let id = round.request_state.as_deref().and_then(|s| s.split_once('.')).map(|(id, _)| id).unwrap_or_default();
-        let view = self.view(id, caller).await?;
+        let view = self.view(id, principal).await?;
         let mut task = task_fields(&view);
         task.insert("resultType".into(), json!("task"));
         Ok(Value::Object(task))
@@ -66,7 +70,7 @@ impl Shared {
                 // A round with every answer in runs when it can (its page done, its last
                 // run failed): polling moves the task on.
                 self.update(id, caller, &Default::default()).await?;
-                let view = self.view(id, caller).await?;
+                let view = self.view(id, principal).await?;
                 let mut task = task_fields(&view);
                 if let Some(requests) = &view.input_requests {
                     task.insert("inputRequests".into(), json!(requests));
@@ -95,7 +99,7 @@ impl Shared {
         caller: &Caller,
         responses: &hitl_protocol::InputResponses,
     ) -> Result<(), ErrorObject> {
-        let view = self.view(id, caller).await?;
+        let view = self.view(id, caller.principal.as_deref()).await?;
         let tools = self.tools.snapshot();
         let Some(agent) = tools.get(&view.tool) else {
             return Err(ErrorObject::invalid_params(format!("The tool of task {id} is no longer served")));
@@ -104,8 +108,8 @@ impl Shared {
     }
 
     /// The task `id` of the caller, or `Unknown task`.
-    async fn view(&self, id: &str, caller: &Caller) -> Result<TaskView, ErrorObject> {
-        match self.store_answer(self.engine.task(id, caller.principal.as_deref()).await)? {
+    async fn view(&self, id: &str, principal: Option<&str>) -> Result<TaskView, ErrorObject> {
+        match self.store_answer(self.engine.task(id, principal).await)? {
             Some(view) => Ok(view),
             None => Err(hitl_interrupt::unknown_task(id)),
         }
