@@ -498,7 +498,8 @@ async fn a_record_of_a_newer_format_is_left_untouched() {
     let id = state.split_once('.').unwrap().0;
     let redis_key = format!("hitl:{{{id}}}:thread");
     // What a future hitl might write: another format, with fields this one lacks.
-    let newer = json!({"format": 99, "id": id, "version": 1, "tool": "choose_region", "rounds": [{"n": 1}]}).to_string();
+    let newer =
+        json!({"format": 99, "id": id, "version": 1, "tool": "choose_region", "rounds": [{"n": 1}]}).to_string();
     redis_command(&url, &["HSET", &redis_key, "d", &newer]).await;
     let reply = server
         .call_tool(
