@@ -282,3 +282,19 @@ async fn only_the_caller_answers_its_pushed_questions() {
     let done = next_message(&mut body, &mut buffer).await.unwrap();
     assert_eq!(done["result"]["structuredContent"], json!({"greeting": "Hello, Alice!"}), "{done}");
 }
+
+#[tokio::test]
+async fn a_prompt_that_asks_is_answered_by_push_too() {
+    let server = Server::start(&["--legacy-elicitation", "--conformance-fixtures"]).await;
+    let session = Session::open(&server, json!({"elicitation": {}})).await;
+    let get = json!({"jsonrpc": "2.0", "id": 6, "method": "prompts/get",
+                     "params": {"name": "test_input_required_result_prompt", "arguments": {}}});
+    let (_, mut body) = session.stream(get).await;
+    let mut buffer = String::new();
+    let asked = next_message(&mut body, &mut buffer).await.unwrap();
+    assert_eq!(asked["params"]["message"], "What context should the prompt use?", "{asked}");
+    assert_eq!(session.answer(&asked["id"], json!({"action": "accept", "content": {"context": "orders"}})).await, 202);
+    let done = next_message(&mut body, &mut buffer).await.unwrap();
+    assert_eq!(done["id"], 6);
+    assert_eq!(done["result"]["messages"][0]["content"]["text"], "Context: orders", "{done}");
+}
