@@ -77,7 +77,7 @@ fn tool(listed: Arc<Listed>) -> Tool {
     let review = (listed.action() == Action::Review).then(|| {
         let decisions = Decision::ALL.iter().copied().filter(|d| listed.decisions().contains(&d.as_str())).collect();
         let described = listed.clone();
-        let describe = listed.describe(&Default::default()).is_some().then(|| {
+        let describe = listed.describes().then(|| {
             Arc::new(move |call: &tool_agent::ToolCall| described.describe(&call.args).unwrap_or_default())
                 as tool_agent::Describe
         });

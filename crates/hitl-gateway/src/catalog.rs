@@ -102,6 +102,11 @@ impl Listed {
         self.gated.approvers.clone().map(|approvers| ApprovalBy { approvers, policy: self.gated.policy.clone() })
     }
 
+    /// Does its policy give a review text?
+    pub fn describes(&self) -> bool {
+        self.gated.description.is_some()
+    }
+
     /// The review text its policy gives for a call with `args` (`None`: the policy has
     /// none).
     pub fn describe(&self, args: &Map<String, Value>) -> Option<String> {

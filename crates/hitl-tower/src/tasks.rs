@@ -67,10 +67,14 @@ impl Shared {
         let id = params.task_id.as_str();
         match method {
             "tasks/get" => {
-                // A round with every answer in runs when it can (its page done, its last
-                // run failed): polling moves the task on.
-                self.update(id, caller, &Default::default()).await?;
-                let view = self.view(id, principal).await?;
+                // A round with every answer in shows `working` and runs when it can (its
+                // page done, its last run failed): polling moves it on. Other polls read
+                // the task once.
+                let mut view = self.view(id, principal).await?;
+                if view.status == hitl_interrupt::TaskStatus::Working {
+                    self.update_viewed(&view, caller, &Default::default()).await?;
+                    view = self.view(id, principal).await?;
+                }
                 let mut task = task_fields(&view);
                 if let Some(requests) = &view.input_requests {
                     task.insert("inputRequests".into(), json!(requests));
@@ -100,6 +104,17 @@ impl Shared {
         responses: &hitl_protocol::InputResponses,
     ) -> Result<(), ErrorObject> {
         let view = self.view(id, caller.principal.as_deref()).await?;
+        self.update_viewed(&view, caller, responses).await
+    }
+
+    /// [`Shared::update`] of a task already read.
+    async fn update_viewed(
+        &self,
+        view: &TaskView,
+        caller: &Caller,
+        responses: &hitl_protocol::InputResponses,
+    ) -> Result<(), ErrorObject> {
+        let id = view.id.as_str();
         let tools = self.tools.snapshot();
         let Some(agent) = tools.get(&view.tool) else {
             return Err(ErrorObject::invalid_params(format!("The tool of task {id} is no longer served")));
