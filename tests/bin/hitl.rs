@@ -30,7 +30,7 @@ fn nag() -> Agent {
         .add_edge(START, "nag")
         .compile()
         .expect("compiles");
-    Agent { name: "test_nag".into(), description: "Keeps asking.".into(), input_schema: no_arguments(), graph }
+    Agent::new("test_nag", "Keeps asking.", no_arguments(), graph)
 }
 
 /// Asks "Send it?", then sends (counted; 500 ms, so a client can go away meanwhile),
@@ -51,5 +51,5 @@ fn send_once() -> Agent {
         .output_keys(["sends"])
         .compile()
         .expect("compiles");
-    Agent { name: "test_send_once".into(), description: "Sends once.".into(), input_schema: no_arguments(), graph }
+    Agent::new("test_send_once", "Sends once.", no_arguments(), graph)
 }

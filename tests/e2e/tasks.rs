@@ -244,3 +244,107 @@ async fn a_task_waits_for_its_page_and_needs_the_extension_declared() {
         json!({"io.modelcontextprotocol/tasks": {}})
     );
 }
+
+/// Polls task `id` until it no longer shows `working` (10 s at most).
+async fn settled(client: &Client, user: &str, id: &str) -> Value {
+    for _ in 0..200 {
+        let task = get(client, user, id).await;
+        if task["status"] != "working" {
+            return task;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("task {id} still works after 10 s");
+}
+
+async fn call_with(client: &Client, user: &str, tool: &str, arguments: Value) -> Value {
+    let reply = request(client, user, "tools/call", json!({"name": tool, "arguments": arguments})).await;
+    assert!(reply.body.get("error").is_none(), "{}", reply.body);
+    reply.body["result"].clone()
+}
+
+#[tokio::test]
+async fn a_call_that_runs_long_goes_on_as_a_task_and_ends_completed_or_failed() {
+    let server = Server::start(&["--principal-header", "x-user", "--conformance-fixtures"]).await;
+    // A quick tool answers at once; a sync-only one never becomes a task.
+    let quick = call_with(&server, "alice", "slow_compute", json!({"seconds": 0, "label": "now"})).await;
+    assert_eq!((&quick["resultType"], &quick["structuredContent"]["label"]), (&json!("complete"), &json!("now")));
+    let greet = call_with(&server, "alice", "greet", json!({"name": "Ada"})).await;
+    assert_eq!(greet["content"][0]["text"], "Hello, Ada!", "{greet}");
+
+    // One that runs past the wait is answered as a working task, stored first.
+    let created = call_with(&server, "alice", "slow_compute", json!({"seconds": 1, "label": "later"})).await;
+    assert_eq!((&created["resultType"], &created["status"]), (&json!("task"), &json!("working")), "{created}");
+    assert!(created.get("result").is_none() && created.get("requestState").is_none(), "{created}");
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(get(&server, "alice", &id).await["status"], "working");
+    let peek = request(&server, "bob", "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(peek.body["error"]["code"], -32602, "another caller has no such task: {}", peek.body);
+    let done = settled(&server, "alice", &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["structuredContent"]["label"], "later");
+
+    // A tool's error is a completed task with an error result; a crash is a failed task.
+    let failing = call_with(&server, "alice", "failing_job", json!({})).await;
+    let failing = settled(&server, "alice", failing["taskId"].as_str().unwrap()).await;
+    assert_eq!((&failing["status"], &failing["result"]["isError"]), (&json!("completed"), &json!(true)), "{failing}");
+    let crashing = call_with(&server, "alice", "protocol_error_job", json!({})).await;
+    assert_eq!(crashing["resultType"], "task", "a required-task tool is always a task: {crashing}");
+    let crashed = settled(&server, "alice", crashing["taskId"].as_str().unwrap()).await;
+    assert_eq!((&crashed["status"], &crashed["error"]["code"]), (&json!("failed"), &json!(-32603)), "{crashed}");
+    assert!(crashed["statusMessage"].as_str().unwrap().contains("panicked"), "{crashed}");
+    assert!(crashed.get("result").is_none());
+
+    // A client that does not follow tasks cannot call a tool that is only ever a task.
+    let refused = server
+        .post_raw(
+            &[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "failing_job"),
+                ("x-user", "alice"),
+            ],
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "failing_job", "arguments": {},
+                   "_meta": crate::harness::modern_meta(json!({}))}})
+            .to_string(),
+        )
+        .await;
+    assert_eq!(refused.body["error"]["code"], -32021, "{}", refused.body);
+    assert_eq!(
+        refused.body["error"]["data"]["requiredCapabilities"]["extensions"],
+        json!({"io.modelcontextprotocol/tasks": {}})
+    );
+}
+
+#[tokio::test]
+async fn cancel_stops_a_task_that_runs_on() {
+    let server = Server::start(&["--principal-header", "x-user", "--conformance-fixtures"]).await;
+    let created = call_with(&server, "alice", "slow_compute", json!({"seconds": 60, "label": "long"})).await;
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    let refused = request(&server, "bob", "tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(refused.body["error"]["code"], -32602, "{}", refused.body);
+    assert_eq!(get(&server, "alice", &id).await["status"], "working");
+    let ack = request(&server, "alice", "tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(ack.body["result"]["resultType"], "complete", "{}", ack.body);
+    assert!(ack.body["result"].get("status").is_none() && ack.body["result"].get("taskId").is_none());
+    let task = get(&server, "alice", &id).await;
+    assert_eq!(task["status"], "cancelled", "{task}");
+    assert!(task.get("result").is_none() && task.get("error").is_none());
+    let again = request(&server, "alice", "tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(again.body["result"]["resultType"], "complete", "cancelling an ended task is acknowledged");
+}
+
+#[tokio::test]
+async fn a_task_that_runs_on_one_replica_is_followed_on_another() {
+    let Some(redis) = crate::harness::redis_url("task replicas") else { return };
+    let a = Server::start_on(&redis, &["--principal-header", "x-user", "--conformance-fixtures"]).await;
+    let b = Server::start_on(&redis, &["--principal-header", "x-user", "--conformance-fixtures"]).await;
+    let created = call_with(&a, "alice", "slow_compute", json!({"seconds": 1, "label": "across"})).await;
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(get(&b, "alice", &id).await["status"], "working");
+    let done = settled(&b, "alice", &id).await;
+    assert_eq!(
+        (&done["status"], &done["result"]["structuredContent"]["label"]),
+        (&json!("completed"), &json!("across"))
+    );
+}

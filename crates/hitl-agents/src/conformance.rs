@@ -2,7 +2,7 @@
 //! --conformance-fixtures`), each an ordinary hitl agent: graphs whose steps interrupt
 //! with text, typed or relayed questions. Nothing in the server knows them.
 
-use hitl_graph::Agent;
+use hitl_graph::{Agent, TaskSupport};
 use hitl_graph::{END, START, StateGraph, StepError};
 use serde_json::{Value, json};
 
@@ -72,11 +72,14 @@ pub fn tools() -> Vec<Agent> {
         relay_one("test_streaming_elicitation", "answer", "Say something.", "answer", |a| json!({ "answer": a })),
         json_schema_2020_12(),
         custom_header(),
-        // The Tasks extension scenarios' tools that pause (hitl makes a task of a call that
-        // pauses) and their synchronous `greet`.
+        // The Tasks extension scenarios' tools: ones that pause (a task of a call that
+        // pauses), run long or fail (a task of a call that runs on), and a synchronous one.
         simple_greet(),
         confirm_delete(),
         multi_input(),
+        slow_compute(),
+        failing_job(),
+        protocol_error_job(),
         // The 2025-era scenarios, answered by push (`--legacy-elicitation`).
         pushed(
             "test_elicitation",
@@ -137,12 +140,58 @@ fn simple_greet() -> Agent {
     let graph = StateGraph::new()
         .add_step("greet", |state, _| async move {
             let name = state["name"].as_str().unwrap_or("World").to_owned();
-            Ok(json!({ "greeting": format!("Hello, {name}!") }))
+            let mut result = serde_json::Map::new();
+            result.insert("content".into(), json!([{"type": "text", "text": format!("Hello, {name}!")}]));
+            Ok(hitl_graph::payload::ToolResult(result).to_value())
         })
         .add_edge(START, "greet")
         .add_edge("greet", END);
     let input = json!({"type": "object", "properties": {"name": {"type": "string"}}});
-    agent("greet", "Greets at once.", input, graph)
+    agent("greet", "Greets at once.", input, graph).with_tasks(TaskSupport::Forbidden)
+}
+
+/// `slow_compute {seconds, label}`: works for `seconds`, then says so (a task when it
+/// takes longer than the wait).
+fn slow_compute() -> Agent {
+    let graph = StateGraph::new()
+        .add_step("compute", |state, _| async move {
+            let seconds = state["seconds"].as_f64().unwrap_or(0.0).clamp(0.0, 3600.0);
+            tokio::time::sleep(std::time::Duration::from_secs_f64(seconds)).await;
+            Ok(json!({ "label": state["label"], "seconds": seconds }))
+        })
+        .add_edge(START, "compute")
+        .add_edge("compute", END);
+    let input = json!({"type": "object", "properties": {"seconds": {"type": "number", "minimum": 0},
+                                                        "label": {"type": "string"}}});
+    agent("slow_compute", "Works for the given seconds.", input, graph)
+}
+
+/// `failing_job`: a tool that always ends with an error result after a second; only
+/// ever a task.
+fn failing_job() -> Agent {
+    let graph = StateGraph::new()
+        .add_step("fail", |_, _| async move {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            Err::<Value, _>(StepError::msg("the job failed, as it always does"))
+        })
+        .add_edge(START, "fail")
+        .add_edge("fail", END);
+    agent("failing_job", "Fails, as a task.", no_arguments(), graph).with_tasks(TaskSupport::Required)
+}
+
+/// `protocol_error_job`: a step that panics (a server failure, not a tool error); only
+/// ever a task.
+fn protocol_error_job() -> Agent {
+    let graph = StateGraph::new()
+        .add_step("crash", |_, _| async move {
+            if std::hint::black_box(true) {
+                panic!("the job crashed, as it always does");
+            }
+            Ok(Value::Null)
+        })
+        .add_edge(START, "crash")
+        .add_edge("crash", END);
+    agent("protocol_error_job", "Crashes, as a task.", no_arguments(), graph).with_tasks(TaskSupport::Required)
 }
 
 /// `confirm_delete {filename}`: asks to confirm, then says what it did.

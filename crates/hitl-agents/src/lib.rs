@@ -58,12 +58,8 @@ fn no_arguments() -> Value {
 }
 
 fn agent(name: &str, description: &str, input_schema: Value, graph: StateGraph) -> Agent {
-    Agent {
-        name: name.into(),
-        description: description.into(),
-        input_schema,
-        graph: graph.compile().unwrap_or_else(|e| panic!("example agent {name} does not compile: {e}")),
-    }
+    let graph = graph.compile().unwrap_or_else(|e| panic!("example agent {name} does not compile: {e}"));
+    Agent::new(name, description, input_schema, graph)
 }
 
 /// A one-step graph whose step asks `question` as text and stores the answer in `key`.

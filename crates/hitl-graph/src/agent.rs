@@ -29,11 +29,36 @@ pub struct Agent {
     pub input_schema: Value,
     /// The graph that runs.
     pub graph: Graph,
+    /// Whether a call may run on as a task for a client that follows tasks.
+    pub tasks: TaskSupport,
+}
+
+/// Whether calls of an agent run as tasks (the MCP Tasks extension) for clients that
+/// declare it: a task outlives its request, so a long run or a pause is followed by
+/// polling instead of a held connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TaskSupport {
+    /// Never a task: the call answers in its request (a quick tool, or one whose
+    /// rounds must be answered by retrying the call).
+    Forbidden,
+    /// A task when the call pauses or runs past a short wait; a quick result is
+    /// answered at once.
+    #[default]
+    Optional,
+    /// Always a task; a client that does not follow tasks cannot call it.
+    Required,
 }
 
 impl Agent {
     /// An agent named `name` running `graph`.
     pub fn new(name: impl Into<String>, description: impl Into<String>, input_schema: Value, graph: Graph) -> Self {
-        Self { name: name.into(), description: description.into(), input_schema, graph }
+        Self { name: name.into(), description: description.into(), input_schema, graph, tasks: TaskSupport::default() }
+    }
+
+    /// The agent with calls run as tasks as `tasks` says.
+    #[must_use]
+    pub fn with_tasks(mut self, tasks: TaskSupport) -> Self {
+        self.tasks = tasks;
+        self
     }
 }

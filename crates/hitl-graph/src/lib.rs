@@ -43,7 +43,7 @@ mod context;
 pub mod payload;
 mod runtime;
 
-pub use agent::Agent;
+pub use agent::{Agent, TaskSupport};
 pub use builder::{CompileError, Reducer, ReducerFn, StateGraph};
 pub use checkpoint::{Checkpoint, Interrupt, Outcome, ResumeValues, RunError};
 pub use context::{Effects, Interrupted, Progress, ProgressFn, Run, StepContext, StepError};

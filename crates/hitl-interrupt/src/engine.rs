@@ -137,7 +137,7 @@ impl Call {
     /// The graph run options of this call: its runtime context, the client's
     /// capabilities as metadata (so an agent can ask only for what the client takes),
     /// progress and cancellation (effects are marked only on a stored thread).
-    fn run(&self) -> hitl_graph::Run {
+    pub(crate) fn run(&self) -> hitl_graph::Run {
         hitl_graph::Run {
             context: self.context.clone().unwrap_or(Value::Null),
             metadata: serde_json::json!({ "clientCapabilities": self.capabilities }),
@@ -148,12 +148,12 @@ impl Call {
     }
 
     /// The name a thread is bound to.
-    fn binding(&self, agent: &Agent) -> String {
+    pub(crate) fn binding(&self, agent: &Agent) -> String {
         if self.prompt { format!("prompt:{}", agent.name) } else { agent.name.clone() }
     }
 
     /// Whose paused calls this call's thread counts among.
-    fn owner(&self) -> String {
+    pub(crate) fn owner(&self) -> String {
         match (&self.principal, &self.peer) {
             (Some(principal), _) => format!("principal:{principal}"),
             (None, Some(peer)) => format!("peer:{peer}"),
@@ -187,7 +187,7 @@ pub type Reply = Result<CallToolResponse, ErrorObject>;
 #[derive(Clone)]
 pub struct Engine {
     pub(crate) store: Arc<dyn ThreadStore>,
-    clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
     secret: Secret,
     pub(crate) lifetimes: Lifetimes,
     pub(crate) limits: Limits,
@@ -195,6 +195,8 @@ pub struct Engine {
     /// The base URL of hitl's pages (`https://hitl.example.com`), when it serves them.
     pages: Option<Arc<str>>,
     observer: Option<Arc<dyn crate::Observer>>,
+    /// The tasks this process runs on without a request, so `tasks/cancel` can stop them.
+    pub(crate) running: crate::task_runs::Running,
 }
 
 /// When the request's agent work must end.
@@ -229,7 +231,17 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// An engine over `store`, reading time from `clock`.
     pub fn new(store: Arc<dyn ThreadStore>, clock: Arc<dyn Clock>, secret: Secret, lifetimes: Lifetimes) -> Self {
-        Self { store, clock, secret, lifetimes, limits: Limits::default(), threads: true, pages: None, observer: None }
+        Self {
+            store,
+            clock,
+            secret,
+            lifetimes,
+            limits: Limits::default(),
+            threads: true,
+            pages: None,
+            observer: None,
+            running: Default::default(),
+        }
     }
 
     /// Serves questions answered on hitl's pages (approvals, secrets, sign-ins) under
@@ -264,6 +276,10 @@ impl Engine {
         self.clock.now_ms()
     }
 
+    pub(crate) fn observing(&self) -> bool {
+        self.observer.is_some()
+    }
+
     pub(crate) fn observe(&self, event: crate::Event<'_>) {
         if let Some(observer) = &self.observer {
             observer.observe(&event);
@@ -287,24 +303,10 @@ impl Engine {
 
     /// Serves one `tools/call` of `agent`.
     pub async fn call(&self, agent: &Agent, call: Call) -> Result<Reply, EngineError> {
-        // The arguments as one JSON value: checked, digested, and the input of a new run.
-        let arguments = Value::Object(call.arguments.clone());
-        if let Err(violations) = hitl_schema::validate_value(&agent.input_schema, &arguments) {
-            let details: Vec<String> = violations
-                .iter()
-                .map(|v| if v.field.is_empty() { v.message.clone() } else { format!("{}: {}", v.field, v.message) })
-                .collect();
-            let errors: Vec<Value> =
-                violations.iter().map(|v| serde_json::json!({ "path": v.field, "message": v.message })).collect();
-            let error = ErrorObject::invalid_params(format!(
-                "Invalid arguments for tool {}: {}",
-                agent.name,
-                details.join("; ")
-            ))
-            .with_data(serde_json::json!({ "errors": errors }));
-            return Ok(Err(error));
-        }
-        let args_digest = digest::digest_hex(&arguments);
+        let (arguments, args_digest) = match checked_arguments(agent, &call) {
+            Ok(checked) => checked,
+            Err(error) => return Ok(Err(error)),
+        };
         let deadline = Deadline::after(self.limits.request_timeout);
         let answer = match call.request_state.clone() {
             None => self.start(agent, call, args_digest, arguments, deadline).await,
@@ -334,7 +336,20 @@ impl Engine {
         let Some(outcome) = deadline.run(agent.graph.invoke_run(arguments, call.run())).await else {
             return Ok(Err(self.timed_out(false)));
         };
-        let id = uuid::Uuid::now_v7().to_string();
+        self.first_outcome(agent, call, uuid::Uuid::now_v7().to_string(), args_digest, outcome, deadline).await
+    }
+
+    /// A new call's first run ended with `outcome`: its result, or its first round
+    /// stored as thread `id` (answered first by answers the call carried).
+    pub(crate) async fn first_outcome(
+        &self,
+        agent: &Agent,
+        call: Call,
+        id: String,
+        args_digest: String,
+        outcome: Result<Outcome, hitl_graph::RunError>,
+        deadline: Deadline,
+    ) -> Result<Reply, EngineError> {
         let (checkpoint, round) = match self.settle(outcome, 1, &call, &id) {
             Settled::Done(answer) => return Ok(Ok(answer)),
             Settled::Paused(cp, round) => (cp, round),
@@ -671,7 +686,7 @@ impl Engine {
         }
     }
 
-    fn limit_reached(&self, limit: LimitReached) -> ErrorObject {
+    pub(crate) fn limit_reached(&self, limit: LimitReached) -> ErrorObject {
         ErrorObject::internal(match limit {
             LimitReached::PerOwner => format!(
                 "too many paused calls from this caller: the limit is {} (--max-paused-per-caller); \
@@ -749,7 +764,13 @@ impl Engine {
     }
 
     /// Turns a run's outcome into a final answer or the next round.
-    fn settle(&self, outcome: Result<Outcome, hitl_graph::RunError>, n: u32, call: &Call, thread_id: &str) -> Settled {
+    pub(crate) fn settle(
+        &self,
+        outcome: Result<Outcome, hitl_graph::RunError>,
+        n: u32,
+        call: &Call,
+        thread_id: &str,
+    ) -> Settled {
         let done = |result: CallToolResult| Settled::Done(CallToolResponse::Complete(result));
         let can_elicit =
             call.era == Era::Modern && (call.capabilities.elicits_form() || call.capabilities.elicits_url());
@@ -808,9 +829,29 @@ impl Engine {
         Ok(())
     }
 
-    fn expiry(&self, lifetime: Duration) -> u64 {
+    pub(crate) fn expiry(&self, lifetime: Duration) -> u64 {
         self.clock.now_ms().saturating_add(lifetime.as_millis() as u64)
     }
+}
+
+/// The call's arguments as one JSON value, checked against the agent's input schema,
+/// and their digest (what a thread is bound to).
+pub(crate) fn checked_arguments(agent: &Agent, call: &Call) -> Result<(Value, String), ErrorObject> {
+    let arguments = Value::Object(call.arguments.clone());
+    if let Err(violations) = hitl_schema::validate_value(&agent.input_schema, &arguments) {
+        let details: Vec<String> = violations
+            .iter()
+            .map(|v| if v.field.is_empty() { v.message.clone() } else { format!("{}: {}", v.field, v.message) })
+            .collect();
+        let errors: Vec<Value> =
+            violations.iter().map(|v| serde_json::json!({ "path": v.field, "message": v.message })).collect();
+        let error =
+            ErrorObject::invalid_params(format!("Invalid arguments for tool {}: {}", agent.name, details.join("; ")))
+                .with_data(serde_json::json!({ "errors": errors }));
+        return Err(error);
+    }
+    let digest = digest::digest_hex(&arguments);
+    Ok((arguments, digest))
 }
 
 /// An agent's output as the call's result: an MCP result it returns as is
@@ -908,7 +949,7 @@ enum Unstored {
     Ended(Reply),
 }
 
-enum Settled {
+pub(crate) enum Settled {
     Done(CallToolResponse),
     Paused(Checkpoint, Round),
 }

@@ -24,7 +24,7 @@
 //!     .add_edge(START, "choose_region")
 //!     .compile()
 //!     .unwrap();
-//! let agent = Agent { name: "choose_region".into(), description: String::new(), input_schema: json!({"type": "object"}), graph };
+//! let agent = Agent::new("choose_region", "", json!({"type": "object"}), graph);
 //! let engine = Engine::new(Arc::new(MemoryStore::default()), Arc::new(SystemClock), Secret::generate(), Lifetimes::default());
 //! let capabilities: ClientCapabilities = serde_json::from_value(json!({"elicitation": {}})).unwrap();
 //!
@@ -50,6 +50,7 @@ pub mod round;
 mod size;
 pub mod state;
 mod store;
+mod task_runs;
 mod tasks;
 mod thread;
 
@@ -68,6 +69,7 @@ pub use store::{
     Clock, LimitReached, ManualClock, MemoryStore, PausedLimits, SaveError, Sleep, StoreError, SystemClock,
     ThreadStore, create_paused_in_steps, save_finished_in_steps,
 };
+pub use task_runs::TaskStart;
 pub use tasks::{TaskStatus, TaskView, unknown_task};
 pub use thread::{
     Claim, Last, LastOutcome, Page, PageKind, Question, QuestionKind, Round, THREAD_FORMAT, TaskState, Thread,

@@ -1,8 +1,9 @@
 //! Calls followed as tasks (the Tasks extension, `io.modelcontextprotocol/tasks`): a
-//! call that pauses for a client that declared the extension becomes a task whose id is
-//! its thread's. The task's state is the thread's: `input_required` with the open
-//! round's questions (those not answered yet), `working` while a request runs it,
-//! `completed` with its result, `cancelled`. Answers come in parts (`tasks/update`),
+//! call that pauses, or runs on past a short wait ([`Engine::call_as_task`]), for a
+//! client that declared the extension becomes a task whose id is its thread's. The
+//! task's state is the thread's: `input_required` with the open round's questions
+//! (those not answered yet), `working` while a request or its process runs it,
+//! `completed` with its result, `cancelled`, `failed` with a JSON-RPC error. Answers come in parts (`tasks/update`),
 //! kept in the thread until every question of the round has one; then the round is
 //! answered exactly as a retry would answer it (resume once, the same checks), so a task
 //! is bound to its caller and runs once like any call.
@@ -28,6 +29,8 @@ pub enum TaskStatus {
     Completed,
     /// Its client cancelled it.
     Cancelled,
+    /// Its run ended with a JSON-RPC error (not a tool's error result).
+    Failed,
 }
 
 impl TaskStatus {
@@ -38,6 +41,7 @@ impl TaskStatus {
             Self::InputRequired => "input_required",
             Self::Completed => "completed",
             Self::Cancelled => "cancelled",
+            Self::Failed => "failed",
         }
     }
 }
@@ -61,7 +65,12 @@ pub struct TaskView {
     pub input_requests: Option<InputRequests>,
     /// `completed`: the result.
     pub result: Option<CallToolResult>,
+    /// `failed`: the JSON-RPC error.
+    pub error: Option<ErrorObject>,
 }
+
+/// The error of a task whose run stopped with its process.
+const LOST: &str = "Internal error: the server running this task stopped before it finished";
 
 /// The error of a task id this caller has no task by.
 pub fn unknown_task(id: &str) -> ErrorObject {
@@ -81,6 +90,7 @@ impl Engine {
         let now = self.now_ms();
         let (status, input_requests, result) = match (&thread.round, &thread.last) {
             _ if task.cancelled => (TaskStatus::Cancelled, None, None),
+            _ if task.error.is_some() => (TaskStatus::Failed, None, None),
             (Some(round), _) if thread.claim.as_ref().is_some_and(|c| c.round == round.n && c.until_ms > now) => {
                 (TaskStatus::Working, None, None)
             }
@@ -102,7 +112,15 @@ impl Engine {
                 LastOutcome::Result { result } => (TaskStatus::Completed, None, Some(result.clone())),
                 LastOutcome::NextRound => (TaskStatus::Working, None, None),
             },
-            (None, None) => (TaskStatus::Working, None, None),
+            // Run on by a process ([`Engine::call_as_task`]) while its claim holds.
+            (None, None) if thread.claim.as_ref().is_some_and(|c| c.until_ms > now) => {
+                (TaskStatus::Working, None, None)
+            }
+            (None, None) => (TaskStatus::Failed, None, None),
+        };
+        let error = match status {
+            TaskStatus::Failed => Some(task.error.clone().unwrap_or_else(|| ErrorObject::internal(LOST))),
+            _ => None,
         };
         Ok(Some(TaskView {
             id: thread.id.clone(),
@@ -113,6 +131,7 @@ impl Engine {
             expires_at_ms: thread.expires_at_ms,
             input_requests,
             result,
+            error,
         }))
     }
 
@@ -189,15 +208,18 @@ impl Engine {
         }
     }
 
-    /// Cancels task `id`: unless a request is running it (cancellation is
-    /// cooperative), it ends, and the call never runs on.
+    /// Cancels task `id`: unless it ended or a request is running its round
+    /// (cancellation is cooperative), it ends, and the call never runs on; a run of
+    /// this process is stopped at once, one of another replica when it next renews its
+    /// claim.
     pub async fn cancel_task(&self, id: &str, principal: Option<&str>) -> Result<Result<(), ErrorObject>, EngineError> {
         loop {
             let Some(thread) = self.own_task(id, principal).await? else { return Ok(Err(unknown_task(id))) };
             let now = self.now_ms();
             let task = thread.task.as_ref().expect("own_task returns tasks");
-            let running = thread.claim.as_ref().is_some_and(|c| c.until_ms > now);
-            if task.cancelled || thread.round.is_none() || running {
+            let answering = thread.round.is_some() && thread.claim.as_ref().is_some_and(|c| c.until_ms > now);
+            let over = thread.round.is_none() && thread.claim.as_ref().is_none_or(|c| c.until_ms <= now);
+            if task.cancelled || task.error.is_some() || answering || over {
                 return Ok(Ok(()));
             }
             let expected = thread.version;
@@ -205,12 +227,15 @@ impl Engine {
             let kept = ended.task.as_mut().expect("a task");
             (kept.cancelled, kept.updated_at_ms) = (true, now);
             kept.partial.clear();
-            (ended.round, ended.checkpoint, ended.begun) = (None, None, None);
+            (ended.round, ended.checkpoint, ended.begun, ended.claim) = (None, None, None, None);
             ended.version += 1;
             ended.expires_at_ms = now.saturating_add(self.lifetimes.finished.as_millis() as u64);
             let owner = ended.owner.clone();
             match self.store.save_finished(ended, expected, owner.as_deref()).await {
-                Ok(()) => return Ok(Ok(())),
+                Ok(()) => {
+                    self.stop_run(id);
+                    return Ok(Ok(()));
+                }
                 Err(SaveError::Conflict(_)) => continue,
                 Err(SaveError::Store(e)) => return Err(e.into()),
             }

@@ -35,12 +35,7 @@ fn text_agent(name: &str, questions: &'static [&'static str]) -> Agent {
             )
             .add_edge(START, step);
     }
-    Agent {
-        name: name.into(),
-        description: String::new(),
-        input_schema: json!({"type": "object"}),
-        graph: graph.compile().unwrap(),
-    }
+    Agent::new(name, "", json!({"type": "object"}), graph.compile().unwrap())
 }
 
 fn caps() -> ClientCapabilities {
@@ -328,7 +323,7 @@ fn counting_agent_with(
         .add_edge(START, "ask")
         .compile()
         .unwrap();
-    Agent { name: "count".into(), description: String::new(), input_schema: json!({"type": "object"}), graph }
+    Agent::new("count", "", json!({"type": "object"}), graph)
 }
 
 /// A counting agent paused at its question, and the answers and state that resume it.
@@ -402,7 +397,7 @@ fn text_then_url_agent() -> Agent {
         .add_edge("name", "auth")
         .compile()
         .unwrap();
-    Agent { name: "signup".into(), description: String::new(), input_schema: json!({"type": "object"}), graph }
+    Agent::new("signup", "", json!({"type": "object"}), graph)
 }
 
 #[test]
@@ -493,8 +488,7 @@ fn a_cancelled_resume_keeps_the_steps_that_finished() {
         .add_edge("send", "report")
         .compile()
         .unwrap();
-    let agent =
-        Agent { name: "mail".into(), description: String::new(), input_schema: json!({"type": "object"}), graph };
+    let agent = Agent::new("mail", "", json!({"type": "object"}), graph);
     let r = round(run(f.engine.call(&agent, call(None, None))));
     let (a, state) = (answers(&[(&first_key(&r), accept("yes"))]), r.request_state.unwrap());
     let mut first = call(Some(a.clone()), Some(&state));
@@ -527,8 +521,7 @@ fn answers_in_a_first_call_resolve_at_most_ten_rounds() {
         .add_edge(START, "nag")
         .compile()
         .unwrap();
-    let agent =
-        Agent { name: "nag".into(), description: String::new(), input_schema: json!({"type": "object"}), graph };
+    let agent = Agent::new("nag", "", json!({"type": "object"}), graph);
     let f = fixture();
     let key = first_key(&round(run(f.engine.call(&agent, call(None, None)))));
     let r = round(run(f.engine.call(&agent, call(Some(answers(&[(&key, accept("yes"))])), None))));
@@ -642,8 +635,7 @@ fn a_resume_out_of_time_leaves_the_call_paused() {
         .add_edge(START, "ask")
         .compile()
         .unwrap();
-    let agent =
-        Agent { name: "slow".into(), description: String::new(), input_schema: json!({"type": "object"}), graph };
+    let agent = Agent::new("slow", "", json!({"type": "object"}), graph);
     let r = round(block_on(f.engine.call(&agent, call(None, None))).unwrap());
     let (a, state) = (answers(&[(&first_key(&r), accept("yes"))]), r.request_state.unwrap());
     let err = block_on(f.engine.call(&agent, call(Some(a.clone()), Some(&state)))).unwrap().unwrap_err();
@@ -720,12 +712,7 @@ fn effect_agent(effects: Arc<std::sync::atomic::AtomicU32>, finish: bool) -> Age
         })
         .add_edge(START, "ask")
         .add_edge("ask", "act");
-    Agent {
-        name: "act".into(),
-        description: String::new(),
-        input_schema: json!({"type": "object"}),
-        graph: graph.compile().unwrap(),
-    }
+    Agent::new("act", "", json!({"type": "object"}), graph.compile().unwrap())
 }
 
 #[test]

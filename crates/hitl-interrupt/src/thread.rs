@@ -38,6 +38,10 @@ pub struct TaskState {
     /// Cancelled by its client.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancelled: bool,
+    /// The JSON-RPC error its run ended with (the task `failed`; a tool's error result
+    /// is a completed task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<hitl_protocol::ErrorObject>,
     /// What the client that made the task can answer: its rounds are run for it, whatever
     /// a later `tasks/update` declares.
     #[serde(default)]
@@ -52,6 +56,7 @@ impl TaskState {
             updated_at_ms: now_ms,
             partial: Default::default(),
             cancelled: false,
+            error: None,
             capabilities,
         }
     }

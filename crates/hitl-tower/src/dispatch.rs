@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use hitl_graph::TaskSupport;
 use hitl_interrupt::{Agent, Call};
 use hitl_protocol::version::{self, Era};
 use hitl_protocol::{
@@ -97,13 +98,26 @@ impl Shared {
                 let Some(agent) = tools.get(&params.name).filter(|_| may(&params.name)) else {
                     return Err(ErrorObject::invalid_params(format!("Unknown tool: {}", params.name)));
                 };
-                // Only a new call becomes a task: a retry continues a round.
-                let task = task && params.request_state.is_none();
-                let call = call(params.arguments, params.input_responses, params.request_state, params.context, false);
+                if agent.tasks == TaskSupport::Required && !task {
+                    return Err(crate::tasks::undeclared());
+                }
+                // Only a new call becomes a task (a retry continues a round), and only of
+                // a tool that may run as one.
+                let task = task && params.request_state.is_none() && agent.tasks != TaskSupport::Forbidden;
+                let answers = params.input_responses.is_some();
+                let mut call =
+                    call(params.arguments, params.input_responses, params.request_state, params.context, false);
+                call.task = task;
+                if task && !answers {
+                    return self.call_as_task(agent, call).await;
+                }
                 match self.run(agent, call).await? {
                     CallToolResponse::Complete(r) => to_json(&r),
                     // A client that follows tasks gets the paused call as one.
-                    CallToolResponse::InputRequired(r) if task => self.created(&r, task_principal.as_deref()).await,
+                    CallToolResponse::InputRequired(r) if task => {
+                        let id = r.request_state.as_deref().and_then(|s| s.split_once('.')).map_or("", |(id, _)| id);
+                        self.created(id, task_principal.as_deref()).await
+                    }
                     CallToolResponse::InputRequired(r) => to_json(&r),
                 }
             }

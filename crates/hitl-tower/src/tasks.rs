@@ -5,8 +5,11 @@
 //! `completed` with the result, `cancelled`), `tasks/update` answers some of its
 //! questions, `tasks/cancel` ends it. Tasks are the caller's only, as threads are.
 
-use hitl_interrupt::TaskView;
-use hitl_protocol::{ClientCapabilities, ErrorObject, InputRequiredResult, TaskParams};
+use std::time::Duration;
+
+use hitl_graph::TaskSupport;
+use hitl_interrupt::{TaskStart, TaskView};
+use hitl_protocol::{ClientCapabilities, ErrorObject, TaskParams};
 use serde_json::{Map, Value, json};
 
 use crate::Shared;
@@ -16,10 +19,22 @@ use crate::validate::Caller;
 pub(crate) const TASKS: &str = "io.modelcontextprotocol/tasks";
 /// How often clients are asked to poll, in ms.
 const POLL_INTERVAL_MS: u64 = 1_000;
+/// How long a new call of a tool that may run as a task is awaited before it becomes
+/// one: a quick result is answered at once, a slow run is polled.
+const TASK_WAIT: Duration = Duration::from_millis(300);
 
 /// Does the client declare the Tasks extension on this request?
 pub(crate) fn declared(capabilities: &ClientCapabilities) -> bool {
     capabilities.extensions.as_ref().is_some_and(|extensions| extensions.contains_key(TASKS))
+}
+
+/// The error of a request only a client that follows tasks can make.
+pub(crate) fn undeclared() -> ErrorObject {
+    let required = ClientCapabilities {
+        extensions: Some(Map::from_iter([(TASKS.to_owned(), json!({}))])),
+        ..ClientCapabilities::default()
+    };
+    ErrorObject::missing_capability("Missing required client capability", &required)
 }
 
 /// The task's fields every shape carries.
@@ -35,14 +50,24 @@ fn task_fields(view: &TaskView) -> Map<String, Value> {
 }
 
 impl Shared {
-    /// The `CreateTaskResult` of a call that paused as a task (`round` is its first
-    /// round, already stored).
-    pub(crate) async fn created(
+    /// A new `tools/call` of `agent` from a client that follows tasks: its result when
+    /// it ends at once, else the `CreateTaskResult` of the task it became (stored before
+    /// it is answered).
+    pub(crate) async fn call_as_task(
         &self,
-        round: &InputRequiredResult,
-        principal: Option<&str>,
+        agent: &hitl_interrupt::Agent,
+        call: hitl_interrupt::Call,
     ) -> Result<Value, ErrorObject> {
-        let id = round.request_state.as_deref().and_then(|s| s.split_once('.')).map(|(id, _)| id).unwrap_or_default();
+        let principal = call.principal.clone();
+        let wait = if agent.tasks == TaskSupport::Required { Duration::ZERO } else { TASK_WAIT };
+        match self.store_answer(self.engine.call_as_task(agent, call, wait).await)?? {
+            TaskStart::Complete(result) => crate::dispatch::to_json(&result),
+            TaskStart::Task(id) => self.created(&id, principal.as_deref()).await,
+        }
+    }
+
+    /// The `CreateTaskResult` of task `id`.
+    pub(crate) async fn created(&self, id: &str, principal: Option<&str>) -> Result<Value, ErrorObject> {
         let view = self.view(id, principal).await?;
         let mut task = task_fields(&view);
         task.insert("resultType".into(), json!("task"));
@@ -57,11 +82,7 @@ impl Shared {
         caller: &Caller,
     ) -> Result<Value, ErrorObject> {
         if !declared(&caller.capabilities) {
-            let required = ClientCapabilities {
-                extensions: Some(Map::from_iter([(TASKS.to_owned(), json!({}))])),
-                ..ClientCapabilities::default()
-            };
-            return Err(ErrorObject::missing_capability("Missing required client capability", &required));
+            return Err(undeclared());
         }
         let principal = caller.principal.as_deref();
         let id = params.task_id.as_str();
@@ -81,6 +102,10 @@ impl Shared {
                 }
                 if let Some(result) = &view.result {
                     task.insert("result".into(), serde_json::to_value(result).unwrap_or_default());
+                }
+                if let Some(error) = &view.error {
+                    task.insert("statusMessage".into(), json!(error.message));
+                    task.insert("error".into(), json!(error));
                 }
                 Ok(Value::Object(task))
             }

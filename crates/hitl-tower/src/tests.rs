@@ -18,12 +18,8 @@ fn service() -> McpService {
         .add_edge(START, "choose_region")
         .compile()
         .unwrap();
-    let agent = Agent {
-        name: "choose_region".into(),
-        description: "Asks where to deploy.".into(),
-        input_schema: json!({"type": "object", "properties": {}}),
-        graph,
-    };
+    let agent =
+        Agent::new("choose_region", "Asks where to deploy.", json!({"type": "object", "properties": {}}), graph);
     let engine =
         Engine::new(Arc::new(MemoryStore::default()), Arc::new(SystemClock), Secret::generate(), Lifetimes::default());
     McpService::new(vec![agent], engine, ServerOptions::default())

@@ -42,7 +42,7 @@ fn gated() -> Agent {
         .compile()
         .unwrap();
     let schema = json!({"type": "object", "properties": {"version": {"type": "string"}}});
-    Agent { name: "deploy".into(), description: String::new(), input_schema: schema, graph }
+    Agent::new("deploy", "", schema, graph)
 }
 
 fn call(args: Value, responses: Option<Value>, state: Option<&str>, principal: &str) -> Call {
@@ -172,7 +172,7 @@ fn a_secret_typed_on_its_page_reaches_the_agent_and_only_the_agent() {
         .add_edge(START, "connect")
         .compile()
         .unwrap();
-    let agent = Agent { name: "connect_github".into(), description: String::new(), input_schema: json!({}), graph };
+    let agent = Agent::new("connect_github", "", json!({}), graph);
     let first = round(run(engine.call(&agent, call(json!({}), None, None, "user:ada"))).unwrap());
     let (key, url, message) = url_of(&first);
     assert!(key.starts_with("secret-"), "{key}");
@@ -203,7 +203,7 @@ fn a_sign_in_url_carries_the_page_id_as_state_and_the_callback_completes_it() {
         .add_edge(START, "sign_in")
         .compile()
         .unwrap();
-    let agent = Agent { name: "sign_in".into(), description: String::new(), input_schema: json!({}), graph };
+    let agent = Agent::new("sign_in", "", json!({}), graph);
     let first = round(run(engine.call(&agent, call(json!({}), None, None, "user:ada"))).unwrap());
     let (key, url, _) = url_of(&first);
     let state = url.split("state=").nth(1).unwrap().to_owned();
