@@ -93,7 +93,7 @@ impl Engine {
             claim: Some(Claim { round: 0, until_ms: now.saturating_add(self.lifetimes.lease.as_millis() as u64) }),
             begun: None,
             task: Some(TaskState::new(now, call.capabilities.clone())),
-            expires_at_ms: self.expiry(self.lifetimes.paused),
+            expires_at_ms: now.saturating_add(self.lifetimes.paused.as_millis() as u64),
         };
         // The task is stored before its id is answered, and counts as a paused call.
         let created = self.store.create_paused(thread.clone(), &owner, self.limits.paused).await;
