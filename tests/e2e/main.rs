@@ -9,6 +9,7 @@ mod edge;
 mod fixtures;
 mod gateway;
 mod harness;
+mod metrics;
 mod push;
 mod python_sdk;
 mod redis_faults;

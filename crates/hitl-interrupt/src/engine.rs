@@ -9,11 +9,11 @@ use hitl_protocol::version::Era;
 use hitl_protocol::{CallToolResponse, CallToolResult, ClientCapabilities, ErrorObject, InputResponses};
 use serde_json::{Map, Value};
 
-use crate::questions;
 use crate::round::{self, Ending, Next, Ran};
 use crate::state::{self, Secret};
 use crate::store::{Clock, LimitReached, PausedLimits, SaveError, StoreError, ThreadStore};
 use crate::{Claim, Last, Round, THREAD_FORMAT, Thread, digest};
+use crate::{meter, questions};
 
 /// The message of every `requestState` that does not verify.
 pub const INVALID_STATE: &str = "Invalid or expired requestState";
@@ -333,7 +333,10 @@ impl Engine {
         arguments: Value,
         deadline: Deadline,
     ) -> Result<Reply, EngineError> {
-        let Some(outcome) = deadline.run(agent.graph.invoke_run(arguments, call.run())).await else {
+        let started = std::time::Instant::now();
+        let outcome = deadline.run(agent.graph.invoke_run(arguments, call.run())).await;
+        meter::ran(&agent.name, started);
+        let Some(outcome) = outcome else {
             return Ok(Err(self.timed_out(false)));
         };
         self.first_outcome(agent, call, uuid::Uuid::now_v7().to_string(), args_digest, outcome, deadline).await
@@ -380,6 +383,7 @@ impl Engine {
         thread.format = crate::thread::format_of(&thread);
         let round = thread.round.as_ref().expect("a paused thread has its round");
         if let Some(e) = round::missing_capability(round, &call.capabilities) {
+            meter::round(&thread.tool, meter::Outcome::RefusedCapability);
             return Ok(Err(e));
         }
         if let Err(e) = round::fits(&thread, self.limits.max_record_bytes) {
@@ -387,8 +391,10 @@ impl Engine {
         }
         let reply = round::render(&thread.id, round, &self.secret);
         let observed = self.observer.as_ref().map(|_| thread.summary());
+        let tool = thread.tool.clone();
         match self.store.create_paused(thread, &owner, self.limits.paused).await {
             Ok(Ok(())) => {
+                meter::round(&tool, meter::Outcome::Paused);
                 if let Some(thread) = &observed {
                     self.observe(crate::Event::Asked { thread });
                 }
@@ -487,9 +493,12 @@ impl Engine {
         request_state: &str,
         deadline: Deadline,
     ) -> Result<Reply, EngineError> {
-        let Some((thread_id, token)) = state::split(request_state) else { return Ok(invalid_state()) };
-        let responses = call.input_responses.clone().unwrap_or_default();
         let binding = call.binding(agent);
+        let Some((thread_id, token)) = state::split(request_state) else {
+            meter::round(&binding, meter::Outcome::InvalidState);
+            return Ok(invalid_state());
+        };
+        let responses = call.input_responses.clone().unwrap_or_default();
         let request = round::Answering {
             binding: &binding,
             args_digest: &args_digest,
@@ -504,11 +513,21 @@ impl Engine {
             let now = self.clock.now_ms();
             // Who a refusal is about, for the observer.
             let whose = self.observer.as_ref().and(loaded.as_ref()).map(|t| (t.tool.clone(), t.principal.clone()));
+            let gone = loaded.is_none();
             match round::decide(loaded, &request, now, self.lifetimes.lease, &self.secret) {
-                Next::Invalid => return Ok(invalid_state()),
+                Next::Invalid => {
+                    let outcome = if gone { meter::Outcome::Expired } else { meter::Outcome::InvalidState };
+                    meter::round(&binding, outcome);
+                    return Ok(invalid_state());
+                }
                 Next::Newer => return Ok(Err(ErrorObject::internal(NEWER_FORMAT))),
-                Next::Replay(reply) | Next::Reask(reply) => return Ok(reply),
+                Next::Replay(reply) => {
+                    meter::round(&binding, meter::Outcome::Replayed);
+                    return Ok(reply);
+                }
+                Next::Reask(reply) => return Ok(reply),
                 Next::Reject(e) => {
+                    meter::round(&binding, refusal(&e));
                     if let Some((tool, principal)) = &whose {
                         let principal = principal.as_deref();
                         self.observe(crate::Event::Refused { thread_id, tool, principal, reason: &e.message });
@@ -529,7 +548,11 @@ impl Engine {
                 }
                 Next::Claim { thread, round, values } => {
                     match self.store.save((*thread).clone(), Some(thread.version - 1)).await {
-                        Ok(()) => self.observe(crate::Event::Answered { thread: &thread, round: &round }),
+                        Ok(()) => {
+                            meter::round(&binding, meter::Outcome::Resumed);
+                            meter::answered(&binding, round.asked_at_ms, now);
+                            self.observe(crate::Event::Answered { thread: &thread, round: &round });
+                        }
                         Err(SaveError::Conflict(_)) => continue,
                         Err(SaveError::Store(e)) => return Err(e.into()),
                     }
@@ -566,7 +589,9 @@ impl Engine {
         let mut run = call.run();
         run.effects = Some(Arc::new(Marks(held.clone())));
         let run = deadline.run(agent.graph.resume_run(checkpoint, values, run));
+        let started = std::time::Instant::now();
         let outcome = self.run_renewing(run, &held).await;
+        meter::ran(&agent.name, started);
         let begun_in = *held.begun_in.lock().unwrap_or_else(|p| p.into_inner());
         // The run is over, so the marks it held are dropped: take the thread back
         // without a copy (unless a step kept its context alive).
@@ -603,8 +628,12 @@ impl Engine {
             }
             Ending::NextRound(thread, reply) => {
                 let (id, owner, until) = (thread.id.clone(), thread.owner.clone(), thread.expires_at_ms);
+                let tool = thread.tool.clone();
                 let observed = self.observer.as_ref().map(|_| thread.summary());
                 let saved = self.store.save(*thread, Some(expected)).await;
+                if saved.is_ok() {
+                    meter::round(&tool, meter::Outcome::Paused);
+                }
                 if saved.is_ok()
                     && let Some(thread) = &observed
                 {
@@ -787,7 +816,7 @@ impl Engine {
             }
             Ok(Outcome::Paused { interrupts, checkpoint }) => {
                 let built = questions::build(&interrupts).and_then(|questions| {
-                    let mut round = Round { n, nonce: state::nonce(), questions };
+                    let mut round = Round { n, nonce: state::nonce(), questions, asked_at_ms: self.clock.now_ms() };
                     self.place_pages(thread_id, &mut round)?;
                     Ok(round)
                 });
@@ -935,6 +964,16 @@ struct Answered<'a> {
     values: hitl_graph::ResumeValues,
     responses: &'a InputResponses,
     token: &'a str,
+}
+
+/// How a refused answer is counted: a round the client cannot answer, or answers that
+/// do not fit.
+fn refusal(e: &ErrorObject) -> meter::Outcome {
+    if e.code == hitl_protocol::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY {
+        meter::Outcome::RefusedCapability
+    } else {
+        meter::Outcome::InvalidAnswer
+    }
 }
 
 fn invalid_state() -> Reply {

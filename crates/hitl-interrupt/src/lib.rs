@@ -42,6 +42,8 @@
 pub mod conformance;
 mod digest;
 mod engine;
+mod meter;
+mod metered;
 mod pages;
 pub mod questions;
 mod records;
@@ -62,6 +64,7 @@ pub use engine::{
     BREAKPOINT, CANNOT_RESUME, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, Lifetimes, Limits,
     MAX_ROUNDS_PER_REQUEST, NEWER_FORMAT, Reply,
 };
+pub use metered::MeteredStore;
 pub use pages::{Event, Observer, PageAnswer, PageInput, PageView};
 pub use records::{AUDIT_KEPT, AUDIT_KEPT_IN_MEMORY, Records, Store};
 pub use state::Secret;

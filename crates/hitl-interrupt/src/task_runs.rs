@@ -62,9 +62,14 @@ impl Engine {
         // The run may outlive the request: its client going away does not stop it, and
         // there is no stream for progress once it has.
         (call.task, call.cancel, call.progress) = (true, None, None);
-        let graph = agent.graph.clone();
+        let (graph, tool) = (agent.graph.clone(), agent.name.clone());
         let run = call.run();
-        let mut handle = tokio::spawn(async move { graph.invoke_run(arguments, run).await });
+        let mut handle = tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let outcome = graph.invoke_run(arguments, run).await;
+            crate::meter::ran(&tool, started);
+            outcome
+        });
         let id = uuid::Uuid::now_v7().to_string();
         if !wait.is_zero()
             && let Ok(joined) = tokio::time::timeout(wait, &mut handle).await
@@ -210,6 +215,9 @@ impl Engine {
                 Ok(()) => {
                     if let Some(thread) = &observed {
                         self.tell(thread);
+                    }
+                    if matches!(ended, Ended::Paused(..)) {
+                        crate::meter::round(&thread.tool, crate::meter::Outcome::Paused);
                     }
                     if let (Ended::Paused(..), Some(owner)) = (&ended, &owner) {
                         // Counted since the task was made; it now counts to its round's expiry.

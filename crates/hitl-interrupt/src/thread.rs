@@ -147,6 +147,14 @@ pub struct Round {
     pub nonce: String,
     /// The questions, in the order asked.
     pub questions: Vec<Question>,
+    /// When it was asked (ms since the epoch; 0 in records of builds before it was
+    /// kept): the time people take to answer is measured from it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub asked_at_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One question of a round.

@@ -55,6 +55,10 @@ pub(crate) struct ServeArgs {
     /// Address to listen on (port 0 picks a free port; the bound address is printed).
     #[arg(long, env = "HITL_LISTEN", default_value = "127.0.0.1:8123")]
     listen: SocketAddr,
+    /// Serve `GET /metrics` (Prometheus text) on this address of its own instead of on
+    /// `--listen` (say, a port only the monitoring network reaches).
+    #[arg(long, env = "HITL_METRICS_LISTEN", value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
     /// The base URL clients reach this server at (`https://hitl.example.com`), for the
     /// links hitl hands out (the bearer challenge's metadata document). Default:
     /// `http://` and the request's `Host`.
@@ -193,7 +197,7 @@ impl ServeArgs {
         take!(listen, store, max_body_bytes, header_read_timeout, body_read_timeout, max_connections);
         take!(max_concurrent_requests, request_timeout, max_paused_per_caller, max_paused_calls, max_record_bytes);
         take!(conformance_fixtures, allowed_hosts, legacy_elicitation);
-        take_some!(redis_ca_file, default_ttl, principal_header, public_url);
+        take_some!(redis_ca_file, default_ttl, principal_header, public_url, metrics_listen);
         if !explicit(matches, "no_examples")
             && let Some(examples) = file.examples
         {
@@ -424,7 +428,15 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
     let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let local = listener.local_addr()?;
     let (builder, gateway) = args.prepare(store.clone(), agents, local)?;
-    let server = builder.build();
+    let server = match args.metrics_listen {
+        None => builder.metrics().build(),
+        Some(addr) => {
+            let metrics = TcpListener::bind(addr).await.with_context(|| format!("binding {addr} for /metrics"))?;
+            tracing::info!(local = %metrics.local_addr()?, "serving /metrics");
+            tokio::spawn(crate::metrics::serve_apart(metrics));
+            builder.build()
+        }
+    };
     if args.legacy_elicitation && args.store != "memory" {
         // A client's response may reach another replica than the stream that asked.
         let ca = args.redis_ca_file.as_deref().map(std::fs::read).transpose().context("reading the Redis CA")?;

@@ -152,6 +152,7 @@ impl GatewayFile {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ServerSection {
     pub(crate) listen: Option<SocketAddr>,
+    pub(crate) metrics_listen: Option<SocketAddr>,
     pub(crate) public_url: Option<String>,
     pub(crate) store: Option<String>,
     pub(crate) redis_ca_file: Option<PathBuf>,

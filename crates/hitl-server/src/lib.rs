@@ -29,6 +29,7 @@ mod bus;
 mod cli;
 mod config;
 mod listener;
+mod metrics;
 mod secrets;
 mod server;
 

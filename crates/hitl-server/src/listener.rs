@@ -62,7 +62,11 @@ pub(crate) async fn serve(
             seen.store(true, Ordering::Relaxed);
             request.extensions_mut().insert(PeerAddr(peer));
             let served = app.serve(request);
-            async move { Ok::<_, std::convert::Infallible>(served.await) }
+            async move {
+                let response = served.await;
+                crate::metrics::responded(response.status());
+                Ok::<_, std::convert::Infallible>(response)
+            }
         });
         let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
         tokio::spawn(async move {

@@ -59,6 +59,7 @@ pub struct ServerBuilder {
     threads: bool,
     layers: Vec<Wrap>,
     health: Option<HealthFn>,
+    metrics: bool,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -84,6 +85,15 @@ impl ServerBuilder {
     #[must_use]
     pub fn agents(mut self, agents: impl IntoIterator<Item = Agent>) -> Self {
         self.tools.extend(agents);
+        self
+    }
+
+    /// Serves `GET /metrics` (Prometheus text) on the server's listener: rounds by
+    /// outcome, the people's answer time, agent run time, store operations, HTTP
+    /// statuses. Installs the process's metrics recorder.
+    #[must_use]
+    pub fn metrics(mut self) -> Self {
+        self.metrics = true;
         self
     }
 
@@ -241,6 +251,8 @@ impl ServerBuilder {
             let base = config.base_url.clone();
             (hitl_pages::Pages::new(config, records, &secret), base)
         });
+        // Store operations are timed and counted (for /metrics, when served).
+        let store: Arc<dyn ThreadStore> = Arc::new(hitl_interrupt::MeteredStore::new(store));
         let mut engine =
             Engine::new(store.clone(), Arc::new(SystemClock), secret, self.lifetimes).with_limits(self.limits);
         if !self.threads {
@@ -267,6 +279,7 @@ impl ServerBuilder {
             auth: self.auth,
             health: self.health,
             pages,
+            metrics: self.metrics,
         }
     }
 }
@@ -301,6 +314,7 @@ pub struct Server {
     auth: Option<(hitl_auth::BearerAuthLayer, hitl_auth::Resource)>,
     health: Option<HealthFn>,
     pages: Option<(hitl_pages::Pages, Engine)>,
+    metrics: bool,
 }
 
 impl std::fmt::Debug for Server {
@@ -329,6 +343,7 @@ impl Server {
             threads: true,
             layers: Vec::new(),
             health: None,
+            metrics: false,
         }
     }
 
@@ -372,6 +387,9 @@ impl Server {
         }
         if let Some(health) = self.health {
             app = app.with_health(health);
+        }
+        if self.metrics {
+            app = app.with_route("/metrics", crate::metrics::route());
         }
         if let Some((pages, engine)) = self.pages {
             let service = pages.service(engine);

@@ -1,0 +1,114 @@
+//! A [`ThreadStore`] whose operations are timed and whose failures are counted, per
+//! operation (`hitl_store_operation_seconds`, `hitl_store_errors_total`), through the
+//! `metrics` facade. A compare-and-set that loses is not a failure.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+
+use crate::store::{LimitReached, PausedLimits, SaveError, StoreError, ThreadStore};
+use crate::thread::Thread;
+
+/// `inner`, measured.
+///
+/// ```
+/// use std::sync::Arc;
+/// use hitl_interrupt::{MemoryStore, MeteredStore, ThreadStore};
+///
+/// let store: Arc<dyn ThreadStore> = Arc::new(MeteredStore::new(Arc::new(MemoryStore::default())));
+/// # let _ = store;
+/// ```
+pub struct MeteredStore {
+    inner: Arc<dyn ThreadStore>,
+}
+
+impl MeteredStore {
+    /// Measures `inner`.
+    pub fn new(inner: Arc<dyn ThreadStore>) -> Self {
+        Self { inner }
+    }
+}
+
+/// An outcome that counts as the store failing.
+trait Failure {
+    fn failed(&self) -> bool;
+}
+
+impl<T> Failure for Result<T, StoreError> {
+    fn failed(&self) -> bool {
+        self.is_err()
+    }
+}
+
+impl<T> Failure for Result<T, SaveError> {
+    fn failed(&self) -> bool {
+        matches!(self, Err(SaveError::Store(_)))
+    }
+}
+
+async fn timed<R: Failure>(operation: &'static str, op: impl Future<Output = R>) -> R {
+    let started = Instant::now();
+    let outcome = op.await;
+    metrics::histogram!("hitl_store_operation_seconds", "operation" => operation)
+        .record(started.elapsed().as_secs_f64());
+    if outcome.failed() {
+        metrics::counter!("hitl_store_errors_total", "operation" => operation).increment(1);
+    }
+    outcome
+}
+
+#[async_trait]
+impl ThreadStore for MeteredStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        timed("ping", self.inner.ping()).await
+    }
+
+    async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
+        timed("load", self.inner.load(id)).await
+    }
+
+    async fn save(&self, thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
+        timed("save", self.inner.save(thread, expected)).await
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), StoreError> {
+        timed("delete", self.inner.delete(id)).await
+    }
+
+    async fn count_paused(
+        &self,
+        owner: &str,
+        id: &str,
+        until_ms: u64,
+        limits: PausedLimits,
+    ) -> Result<Result<(), LimitReached>, StoreError> {
+        timed("count_paused", self.inner.count_paused(owner, id, until_ms, limits)).await
+    }
+
+    async fn uncount_paused(&self, owner: &str, id: &str) -> Result<(), StoreError> {
+        timed("uncount_paused", self.inner.uncount_paused(owner, id)).await
+    }
+
+    async fn create_paused(
+        &self,
+        thread: Thread,
+        owner: &str,
+        limits: PausedLimits,
+    ) -> Result<Result<(), LimitReached>, SaveError> {
+        timed("create_paused", self.inner.create_paused(thread, owner, limits)).await
+    }
+
+    async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), StoreError> {
+        timed("put_note", self.inner.put_note(key, value, until_ms)).await
+    }
+
+    async fn take_note(&self, key: &str) -> Result<Option<String>, StoreError> {
+        timed("take_note", self.inner.take_note(key)).await
+    }
+
+    async fn save_finished(&self, thread: Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
+        timed("save_finished", self.inner.save_finished(thread, expected, owner)).await
+    }
+}

@@ -1,0 +1,116 @@
+//! `GET /metrics`: what hitl counts and times, in the Prometheus text format. The crates
+//! record through the `metrics` facade; this installs the process's recorder
+//! (`metrics-exporter-prometheus`) once, describes each metric, and renders them.
+//!
+//! A program that installed its own global recorder first keeps it: hitl's metrics then
+//! go there, and `/metrics` shows none.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Histogram buckets for every `*_seconds` metric: from a store round trip (1 ms) to a
+/// person answering a day later.
+const BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+    14400.0, 86400.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// The process's Prometheus recorder, installed on first use (with its upkeep task when
+/// a tokio runtime runs).
+pub(crate) fn handle() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
+                .expect("the buckets are not empty")
+                .build_recorder();
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_ok() {
+                describe();
+            }
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let upkeep = handle.clone();
+                runtime.spawn(async move {
+                    loop {
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                        upkeep.run_upkeep();
+                    }
+                });
+            }
+            handle
+        })
+        .clone()
+}
+
+/// The help text of each metric.
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_histogram};
+    describe_counter!("hitl_http_responses_total", "HTTP responses, by status code.");
+    describe_counter!(
+        "hitl_rounds_total",
+        "Rounds of questions, by tool and outcome: paused (asked), resumed (answered), replayed \
+         (a resend), invalid_answer, invalid_state, expired, refused_capability."
+    );
+    describe_histogram!(
+        "hitl_answer_seconds",
+        Unit::Seconds,
+        "Time from a round's questions to the answers that resumed it (the people's time), by tool."
+    );
+    describe_histogram!("hitl_agent_run_seconds", Unit::Seconds, "Time an agent ran for one request, by tool.");
+    describe_histogram!(
+        "hitl_store_operation_seconds",
+        Unit::Seconds,
+        "Time of thread store operations, by operation."
+    );
+    describe_counter!("hitl_store_errors_total", "Thread store operations that failed, by operation.");
+}
+
+/// The `/metrics` route.
+pub(crate) fn route() -> hitl_tower::RouteFn {
+    let handle = handle();
+    Arc::new(move |_: &http::request::Parts| {
+        let mut response = http::Response::new(hitl_tower::body(bytes::Bytes::from(handle.render())));
+        response
+            .headers_mut()
+            .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain; version=0.0.4"));
+        response
+    })
+}
+
+/// Counts a response by its status.
+pub(crate) fn responded(status: http::StatusCode) {
+    metrics::counter!("hitl_http_responses_total", "status" => status.as_u16().to_string()).increment(1);
+}
+
+/// Serves `GET /metrics` alone on `listener` (`--metrics-listen`); other paths get 404.
+pub(crate) async fn serve_apart(listener: tokio::net::TcpListener) {
+    let route = route();
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let route = route.clone();
+        let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+            let (parts, _) = request.into_parts();
+            let response = if parts.uri.path() == "/metrics" {
+                route(&parts)
+            } else {
+                let mut missing = http::Response::new(hitl_tower::body(bytes::Bytes::from_static(b"not found\n")));
+                *missing.status_mut() = http::StatusCode::NOT_FOUND;
+                missing
+            };
+            std::future::ready(Ok::<_, std::convert::Infallible>(response))
+        });
+        tokio::spawn(async move {
+            let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            // A scraper sends its head at once; a connection that does not is closed.
+            builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(Duration::from_secs(10));
+            let _ = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service).await;
+        });
+    }
+}

@@ -1,0 +1,128 @@
+//! `/metrics` over HTTP: each round outcome, the people's answer time, agent run time,
+//! store operations and HTTP statuses move as they should; `--metrics-listen` serves
+//! them on a port of their own.
+
+use serde_json::{Value, json};
+
+use crate::harness::{Client, Server};
+
+/// The value of the sample `series` (`name{labels}` as exposed), 0 when absent.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .map_or(0.0, |value| value.trim().parse().unwrap())
+}
+
+async fn scrape(client: &Client) -> String {
+    let (status, headers, text) = client.raw(http::Method::GET, "/metrics", &[], bytes::Bytes::new()).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(headers["content-type"].to_str().unwrap().starts_with("text/plain"), "{headers:?}");
+    text
+}
+
+fn rounds(text: &str, tool: &str, outcome: &str) -> f64 {
+    sample(text, &format!("hitl_rounds_total{{tool=\"{tool}\",outcome=\"{outcome}\"}}"))
+}
+
+async fn greeter(server: &Server, id: u64, answers: Option<(&str, &str)>) -> Value {
+    let mut params = json!({"name": "greeter", "arguments": {}});
+    if let Some((state, name)) = answers {
+        params["requestState"] = json!(state);
+        params["inputResponses"] = json!({"user_name": {"action": "accept", "content": {"name": name}}});
+    }
+    server.call_tool(id, params).await.body
+}
+
+#[tokio::test]
+async fn each_round_outcome_moves_its_counter() {
+    let server = Server::start(&["--default-ttl", "1"]).await;
+    let before = scrape(&server).await;
+    assert!(before.contains("# HELP hitl_rounds_total") || !before.contains("hitl_rounds_total{"), "{before}");
+
+    // Paused, then answered: paused, resumed, the people's time, the agent's runs.
+    let paused = greeter(&server, 1, None).await;
+    let state = paused["result"]["requestState"].as_str().unwrap().to_owned();
+    let after_pause = scrape(&server).await;
+    assert_eq!(rounds(&after_pause, "greeter", "paused") - rounds(&before, "greeter", "paused"), 1.0);
+    let wrong = server
+        .call_tool(
+            2,
+            json!({"name": "greeter", "arguments": {}, "requestState": state,
+                             "inputResponses": {"user_name": {"action": "accept", "content": {"name": 7}}}}),
+        )
+        .await;
+    assert_eq!(wrong.body["error"]["code"], -32602, "{}", wrong.body);
+    let done = greeter(&server, 3, Some((&state, "Ada"))).await;
+    assert_eq!(done["result"]["structuredContent"]["greeting"], "Hello, Ada!", "{done}");
+    let replayed = greeter(&server, 4, Some((&state, "Ada"))).await;
+    assert_eq!(replayed["result"], done["result"]);
+    let mut tampered = state.clone();
+    tampered.replace_range(tampered.len() - 2.., "xx");
+    assert_eq!(greeter(&server, 5, Some((&tampered, "Ada"))).await["error"]["code"], -32602);
+
+    // A URL question for a client that only declared forms: refused for the capability.
+    let refused = server.call_tool(6, json!({"name": "connect_calendar", "arguments": {}})).await;
+    assert_eq!(refused.body["error"]["code"], -32021, "{}", refused.body);
+
+    let after = scrape(&server).await;
+    let moved = |outcome: &str, tool: &str| rounds(&after, tool, outcome) - rounds(&before, tool, outcome);
+    assert_eq!(moved("paused", "greeter"), 1.0, "{after}");
+    assert_eq!(moved("invalid_answer", "greeter"), 1.0);
+    assert_eq!(moved("resumed", "greeter"), 1.0);
+    assert_eq!(moved("replayed", "greeter"), 1.0);
+    assert_eq!(moved("invalid_state", "greeter"), 1.0);
+    assert_eq!(moved("refused_capability", "connect_calendar"), 1.0);
+    assert_eq!(moved("expired", "greeter"), 0.0);
+    let answered = |text: &str| sample(text, "hitl_answer_seconds_count{tool=\"greeter\"}");
+    assert_eq!(answered(&after) - answered(&before), 1.0, "the people's time of the one answered round");
+    let runs = |text: &str| sample(text, "hitl_agent_run_seconds_count{tool=\"greeter\"}");
+    assert_eq!(runs(&after) - runs(&before), 2.0, "the first run and the resumed one");
+    let loads = |text: &str| sample(text, "hitl_store_operation_seconds_count{operation=\"load\"}");
+    assert!(loads(&after) - loads(&before) >= 4.0, "each answer loads its thread");
+    assert_eq!(sample(&after, "hitl_store_errors_total{operation=\"load\"}"), 0.0);
+    // Scrapes and results are 200; the three JSON-RPC errors are 400 on this wire.
+    let status = |text: &str, code: &str| sample(text, &format!("hitl_http_responses_total{{status=\"{code}\"}}"));
+    assert_eq!(status(&after, "200") - status(&before, "200"), 5.0, "{after}");
+    assert_eq!(status(&after, "400") - status(&before, "400"), 3.0, "{after}");
+
+    // A call whose thread expired (the deployment's one-second TTL): expired.
+    let old = greeter(&server, 7, None).await["result"]["requestState"].as_str().unwrap().to_owned();
+    let mut gone = false;
+    for _ in 0..100 {
+        let resend = server.call_tool(8, json!({"name": "greeter", "arguments": {}, "requestState": old})).await;
+        if resend.body["error"]["code"] == -32602 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(gone, "the paused call expired within 10 s");
+    let expired = scrape(&server).await;
+    assert_eq!(rounds(&expired, "greeter", "expired") - rounds(&after, "greeter", "expired"), 1.0, "{expired}");
+    let (status, _, _) = server.raw(http::Method::GET, "/nowhere", &[], bytes::Bytes::new()).await;
+    assert_eq!(status, 404);
+    assert_eq!(sample(&scrape(&server).await, "hitl_http_responses_total{status=\"404\"}"), 1.0);
+}
+
+#[tokio::test]
+async fn metrics_listen_serves_them_on_a_port_of_their_own() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let server = Server::start(&["--metrics-listen", &addr]).await;
+    let (status, _, _) = server.raw(http::Method::GET, "/metrics", &[], bytes::Bytes::new()).await;
+    assert_eq!(status, 404, "not on the MCP listener");
+    greeter(&server, 1, None).await;
+    let apart = Client { addr: addr.parse().unwrap() };
+    let mut text = String::new();
+    for _ in 0..100 {
+        if let Ok(stream) = tokio::net::TcpStream::connect(apart.addr).await {
+            drop(stream);
+            text = scrape(&apart).await;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(rounds(&text, "greeter", "paused"), 1.0, "{text}");
+    let (status, _, _) = apart.raw(http::Method::GET, "/other", &[], bytes::Bytes::new()).await;
+    assert_eq!(status, 404);
+}
