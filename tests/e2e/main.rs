@@ -1,5 +1,6 @@
 //! The whole server over real HTTP: the binary is started per test on a free port.
 
+mod admin;
 mod approvals;
 mod auth;
 mod browser;

@@ -108,6 +108,16 @@ async fn paused_counts(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
     let dave = format!("{prefix}-dave");
     let total = PausedLimits { per_owner: u64::MAX, total: u64::MAX };
     assert_eq!(count(dave.clone(), "p8", later, total).await, Ok(()));
+    // The listing: counted calls only, soonest to expire first, paged, with the total.
+    let (listed, counted) = store.paused(0, usize::MAX >> 1).await.unwrap();
+    let p8 = format!("{prefix}-p8");
+    assert!(listed.contains(&p8), "a counted call is listed");
+    for gone in ["p1", "p2", "p5", "p6"] {
+        assert!(!listed.contains(&format!("{prefix}-{gone}")), "an uncounted or lapsed call ({gone}) is not listed");
+    }
+    assert_eq!(counted, listed.len() as u64, "the total is what the whole listing holds");
+    let at = listed.iter().position(|id| *id == p8).unwrap();
+    assert_eq!(store.paused(at, 1).await.unwrap().0, [p8], "a page starts at its offset");
     let full = PausedLimits { per_owner: u64::MAX, total: 1 };
     assert_eq!(count(format!("{prefix}-erin"), "p9", later, full).await, Err(LimitReached::Total), "the total limit");
     store.uncount_paused(&dave, &format!("{prefix}-p8")).await.unwrap();

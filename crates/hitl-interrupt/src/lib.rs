@@ -38,6 +38,7 @@
 //! # });
 //! ```
 
+mod admin;
 #[cfg(any(test, feature = "test-support"))]
 pub mod conformance;
 mod digest;
@@ -60,6 +61,7 @@ pub use digest::{canonical, digest_hex, short_digest};
 /// An agent: defined in `hitl-graph`, so that a crate of agents needs nothing else.
 pub use hitl_graph::Agent;
 
+pub use admin::PausedCall;
 pub use engine::{
     BREAKPOINT, CANNOT_RESUME, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, Lifetimes, Limits,
     MAX_ROUNDS_PER_REQUEST, NEWER_FORMAT, Reply,

@@ -91,6 +91,10 @@ impl ThreadStore for MeteredStore {
         timed("uncount_paused", self.inner.uncount_paused(owner, id)).await
     }
 
+    async fn paused(&self, offset: usize, limit: usize) -> Result<(Vec<String>, u64), StoreError> {
+        timed("paused", self.inner.paused(offset, limit)).await
+    }
+
     async fn create_paused(
         &self,
         thread: Thread,

@@ -193,6 +193,11 @@ pub trait ThreadStore: Send + Sync + 'static {
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, StoreError>;
 
+    /// The paused calls counted now (thread ids), soonest to expire first: from
+    /// `offset`, at most `limit`; and how many are counted in all (for operators:
+    /// `hitl threads list`, `GET /api/threads`).
+    async fn paused(&self, offset: usize, limit: usize) -> Result<(Vec<String>, u64), StoreError>;
+
     /// Stops counting thread `id` (it finished); no error when it was not counted.
     async fn uncount_paused(&self, owner: &str, id: &str) -> Result<(), StoreError>;
 
@@ -480,5 +485,15 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
     async fn uncount_paused(&self, owner: &str, id: &str) -> Result<(), StoreError> {
         self.paused.lock().unwrap_or_else(|p| p.into_inner()).remove(owner, id);
         Ok(())
+    }
+
+    async fn paused(&self, offset: usize, limit: usize) -> Result<(Vec<String>, u64), StoreError> {
+        let mut ledger = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        ledger.sweep(self.clock.now_ms());
+        let mut counted: Vec<(u64, &String)> =
+            ledger.owners.values().flat_map(|ids| ids.iter().map(|(id, until)| (*until, id))).collect();
+        counted.sort_unstable();
+        let page = counted.iter().skip(offset).take(limit).map(|(_, id)| (*id).clone()).collect();
+        Ok((page, ledger.total))
     }
 }

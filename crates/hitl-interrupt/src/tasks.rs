@@ -223,14 +223,8 @@ impl Engine {
                 return Ok(Ok(()));
             }
             let expected = thread.version;
-            let mut ended = thread.clone();
-            let kept = ended.task.as_mut().expect("a task");
-            (kept.cancelled, kept.updated_at_ms) = (true, now);
-            kept.partial.clear();
-            (ended.round, ended.checkpoint, ended.begun, ended.claim) = (None, None, None, None);
-            ended.version += 1;
-            ended.expires_at_ms = now.saturating_add(self.lifetimes.finished.as_millis() as u64);
-            let owner = ended.owner.clone();
+            let owner = thread.owner.clone();
+            let ended = self.cancelled(thread);
             match self.store.save_finished(ended, expected, owner.as_deref()).await {
                 Ok(()) => {
                     self.stop_run(id);
@@ -240,6 +234,18 @@ impl Engine {
                 Err(SaveError::Store(e)) => return Err(e.into()),
             }
         }
+    }
+
+    /// Task `thread` cancelled now: it never runs on, and is kept a while for `tasks/get`.
+    pub(crate) fn cancelled(&self, mut thread: Thread) -> Thread {
+        let now = self.now_ms();
+        let task = thread.task.as_mut().expect("a task");
+        (task.cancelled, task.updated_at_ms) = (true, now);
+        task.partial.clear();
+        (thread.round, thread.checkpoint, thread.begun, thread.claim) = (None, None, None, None);
+        thread.version += 1;
+        thread.expires_at_ms = now.saturating_add(self.lifetimes.finished.as_millis() as u64);
+        thread
     }
 
     /// The thread of task `id`, when it is a task of `principal`.

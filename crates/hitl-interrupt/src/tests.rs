@@ -801,3 +801,38 @@ fn a_transient_failure_after_an_effect_keeps_the_round_and_repeats_nothing() {
     assert_eq!(run(f.engine.call(&agent, call(Some(yes), Some(&state)))), done, "then resends replay");
     assert_eq!((effects.load(SeqCst), tries.load(SeqCst)), (1, 2), "the effect ran once, the failed step twice");
 }
+
+#[test]
+fn operators_list_show_and_cancel_paused_calls() {
+    let f = fixture();
+    let agent = text_agent("choose_region", &["Which region should the service deploy to?"]);
+    let paused = round(run(f.engine.call(&agent, Call { principal: Some("user:ada".into()), ..call(None, None) })));
+    let state = paused.request_state.clone().unwrap();
+    let id = state.split_once('.').unwrap().0.to_owned();
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let (listed, total) = rt.block_on(f.engine.paused_calls(0, 10)).unwrap();
+    assert_eq!(total, 1);
+    let shown = &listed[0];
+    assert_eq!(
+        (shown.id.as_str(), shown.tool.as_str(), shown.principal.as_deref()),
+        (id.as_str(), "choose_region", Some("user:ada"))
+    );
+    assert_eq!((shown.round, shown.state, shown.task), (Some(1), "waiting", false));
+    assert_eq!(shown.pending, [first_key(&paused)]);
+    assert!(shown.created_at_ms > 0 && shown.expires_at_ms == 1_000_000 + 24 * HOUR, "{shown:?}");
+    let listing = serde_json::to_string(&listed).unwrap();
+    assert!(!listing.contains(state.split_once('.').unwrap().1), "never the requestState's token");
+    assert!(!listing.contains("Which region"), "never what a question asks");
+    assert_eq!(rt.block_on(f.engine.paused_call(&id)).unwrap().as_ref(), Some(shown));
+    assert_eq!(rt.block_on(f.engine.paused_call("not-a-thread")).unwrap(), None);
+
+    assert!(rt.block_on(f.engine.cancel_call(&id)).unwrap());
+    assert!(!rt.block_on(f.engine.cancel_call(&id)).unwrap(), "cancelled once");
+    assert_eq!(rt.block_on(f.engine.paused_calls(0, 10)).unwrap(), (vec![], 0));
+    let key = first_key(&paused);
+    let resend = run(f.engine.call(
+        &agent,
+        Call { principal: Some("user:ada".into()), ..call(Some(answers(&[(&key, accept("eu"))])), Some(&state)) },
+    ));
+    assert_eq!(resend.unwrap_err().message, INVALID_STATE);
+}

@@ -19,11 +19,11 @@ use crate::{Refusal, Shared, form, respond};
 /// The most audit entries one `GET /api/audit` returns.
 const AUDIT_PAGE: usize = 1_000;
 
-fn reply(status: StatusCode, body: &Value) -> http::Response<McpBody> {
+pub(crate) fn reply(status: StatusCode, body: &Value) -> http::Response<McpBody> {
     respond(status, "application/json", body.to_string())
 }
 
-fn error(status: StatusCode, why: &str) -> http::Response<McpBody> {
+pub(crate) fn error(status: StatusCode, why: &str) -> http::Response<McpBody> {
     reply(status, &json!({ "error": why }))
 }
 
@@ -73,6 +73,9 @@ pub(crate) async fn handle(
                 }
                 Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &format!("the store is unavailable: {e}")),
             }
+        }
+        (_, ["threads", rest @ ..]) => {
+            crate::threads::handle(&shared.config.admins, engine, &who, &parts.method, rest, &query).await
         }
         (&Method::GET, ["approvals", "events"]) => events(shared, who).await,
         (&Method::GET, ["approvals", id]) => match shared.approval(engine, id).await {

@@ -11,6 +11,8 @@
 //! - **The approvals API** (bearer tokens): `GET /api/approvals?status=pending`,
 //!   `GET /api/approvals/<id>`, `POST /api/approvals/<id>/decision`,
 //!   `GET /api/approvals/events` (SSE), `GET /api/audit?since=<ms>`.
+//! - **Thread administration** (bearer tokens of `[admin] principals`): `GET
+//!   /api/threads`, `GET /api/threads/<id>`, `DELETE /api/threads/<id>`.
 //! - **The ledger** ([`Pages::observer`]): the listing, the audit trail (store and
 //!   `[audit] file`) and `[[notify]]` webhooks, fed by the engine's events.
 //!
@@ -33,6 +35,7 @@ mod html;
 mod ledger;
 pub mod notify;
 pub mod session;
+mod threads;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -65,6 +68,9 @@ pub struct PagesConfig {
     /// Who may read `GET /api/audit` (`user:`/`group:` entries; the server names every
     /// policy's approvers).
     pub auditors: Vec<String>,
+    /// Who may administer threads (`GET`/`DELETE /api/threads`): `user:`/`group:`
+    /// entries; none by default.
+    pub admins: Vec<String>,
 }
 
 impl PagesConfig {
@@ -78,6 +84,7 @@ impl PagesConfig {
             notify: Vec::new(),
             audit_file: None,
             auditors: Vec::new(),
+            admins: Vec::new(),
         }
     }
 }

@@ -31,6 +31,8 @@ pub(crate) enum Command {
     /// Check a configuration file (and the flags and environment given with it) without
     /// serving: exit status 0 when `hitl serve` would start with it, 1 with the reason.
     Check(CheckArgs),
+    /// List, show or cancel the paused calls of a shared store.
+    Threads(crate::threads::ThreadsArgs),
 }
 
 #[derive(Parser)]
@@ -178,7 +180,12 @@ impl ServeArgs {
         }
         self.auth = loaded.auth;
         self.declared = loaded.agent;
-        self.pages = config::PagesFile { notify: loaded.notify, audit: loaded.audit, approvals: loaded.approvals };
+        self.pages = config::PagesFile {
+            admin: loaded.admin,
+            notify: loaded.notify,
+            audit: loaded.audit,
+            approvals: loaded.approvals,
+        };
         let file = loaded.server;
         macro_rules! take {
             ($($field:ident),*) => {$(
@@ -343,6 +350,11 @@ impl ServeArgs {
         policies: &hitl_gateway::Policies,
         local: SocketAddr,
     ) -> anyhow::Result<hitl_pages::PagesConfig> {
+        if !self.pages.admin.principals.is_empty() && !self.authenticates() {
+            bail!(
+                "[admin] principals sign in with bearer tokens: set [auth] tokens_file (--tokens-file) or [auth.jwt]"
+            );
+        }
         if policies.have_approvers() && !self.authenticates() {
             bail!(
                 "a [[policy]] names approvers, who sign in to decide: set [auth] tokens_file (--tokens-file) or [auth.jwt]"
@@ -369,6 +381,7 @@ impl ServeArgs {
         config.notify = self.pages.targets()?;
         config.audit_file = self.pages.audit.file.as_deref().map(hitl_pages::AuditFile::parse);
         config.auditors = policies.approvers();
+        config.admins = self.pages.admin.principals.iter().map(|p| p.0.clone()).collect();
         Ok(config)
     }
 

@@ -38,6 +38,35 @@ pub(crate) struct ConfigFile {
     /// `[[agent]]`: agents declared here (tool-calling and workflows).
     #[serde(default)]
     pub(crate) agent: Vec<hitl_declared::AgentSpec>,
+    /// `[admin]`: who administers threads.
+    #[serde(default)]
+    pub(crate) admin: AdminSection,
+}
+
+/// `[admin]`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AdminSection {
+    /// Who may list and cancel paused calls (`/api/threads`): `user:<id>`,
+    /// `group:<name>`.
+    #[serde(default)]
+    pub(crate) principals: Vec<PrincipalEntry>,
+}
+
+/// A `user:<id>` or `group:<name>` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub(crate) struct PrincipalEntry(pub(crate) String);
+
+impl TryFrom<String> for PrincipalEntry {
+    type Error = String;
+
+    fn try_from(entry: String) -> Result<Self, String> {
+        match entry.strip_prefix("user:").or_else(|| entry.strip_prefix("group:")) {
+            Some(name) if !name.is_empty() => Ok(Self(entry)),
+            _ => Err(format!("{entry:?} is not user:<id> or group:<name>")),
+        }
+    }
 }
 
 /// One `[[notify]]`.
@@ -72,6 +101,7 @@ pub(crate) struct ApprovalsSection {
 /// The pages' part of the file.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct PagesFile {
+    pub(crate) admin: AdminSection,
     pub(crate) notify: Vec<NotifySpec>,
     pub(crate) audit: AuditSection,
     pub(crate) approvals: ApprovalsSection,
@@ -266,6 +296,10 @@ mod tests {
             ("[server]\nlisten = \"127.0.0.1:8123\"\nlisen = 1\n", "3:1: server.lisen: unknown field `lisen`"),
             ("[server]\nmax_connections = \"many\"\n", "2:19: server.max_connections: invalid type: string \"many\""),
             ("[server]\nlisten = \"nowhere\"\n", "2:10: server.listen: invalid socket address syntax"),
+            (
+                "[admin]\nprincipals = [\"ops\"]\n",
+                "2:14: admin.principals[0]: \"ops\" is not user:<id> or group:<name>",
+            ),
             (
                 "[sever]\n",
                 "1:2: sever: unknown field `sever`, expected one of `server`, `upstream`, `policy`, `gateway`, `auth`",

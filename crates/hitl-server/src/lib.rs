@@ -32,6 +32,7 @@ mod listener;
 mod metrics;
 mod secrets;
 mod server;
+mod threads;
 
 pub use hitl_tower::{BodyLimits, Endpoint};
 pub use server::{HttpLimits, Server, ServerBuilder};
@@ -66,6 +67,13 @@ pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
         cli::Command::Check(args) => {
             // A verdict, not a crash: the reason on stderr, exit status 1.
             if let Err(e) = cli::check(args) {
+                eprintln!("error: {e:#}");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        cli::Command::Threads(args) => {
+            if let Err(e) = runtime.block_on(threads::run(args, &mut std::io::stdout())) {
                 eprintln!("error: {e:#}");
                 std::process::exit(1);
             }

@@ -454,4 +454,28 @@ impl ThreadStore for RedisStore {
             .map_err(unavailable)?;
         Ok(())
     }
+
+    async fn paused(&self, offset: usize, limit: usize) -> Result<(Vec<String>, u64), StoreError> {
+        let mut connection = self.connection().await?;
+        // Counted calls past their time stay in the set until a count sweeps them: skip
+        // them here (`(now`: expiring after now).
+        let after_now = format!("({}", now_ms());
+        let (ids, total): (Vec<String>, u64) = redis::pipe()
+            .atomic()
+            .cmd("ZRANGEBYSCORE")
+            .arg(ALL_PAUSED_KEY)
+            .arg(&after_now)
+            .arg("+inf")
+            .arg("LIMIT")
+            .arg(offset)
+            .arg(limit)
+            .cmd("ZCOUNT")
+            .arg(ALL_PAUSED_KEY)
+            .arg(&after_now)
+            .arg("+inf")
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        Ok((ids, total))
+    }
 }

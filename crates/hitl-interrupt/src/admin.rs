@@ -1,0 +1,128 @@
+//! What operators see of paused calls, and the one thing they may do to them: cancel.
+//! A paused call is shown by its tool, caller, age, round and the keys of its open
+//! questions; never its `requestState`, a secret, or what a question asks (a review's
+//! arguments may be sensitive).
+
+use serde::Serialize;
+
+use crate::engine::{Engine, EngineError};
+use crate::store::SaveError;
+use crate::thread::Thread;
+
+/// A paused call as operators see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PausedCall {
+    /// The thread id.
+    pub id: String,
+    /// The tool (`prompt:<name>` for a prompt).
+    pub tool: String,
+    /// Who made the call, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// When the call was made (ms since the epoch, from the thread's UUIDv7).
+    pub created_at_ms: u64,
+    /// When it expires unless answered.
+    pub expires_at_ms: u64,
+    /// The open round's number (none while a task's first run goes on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round: Option<u32>,
+    /// The keys of the open round's questions not answered yet.
+    pub pending: Vec<String>,
+    /// `waiting` (for answers), `running` (a request or a task's run holds it).
+    pub state: &'static str,
+    /// Followed as a task (the Tasks extension).
+    pub task: bool,
+}
+
+impl PausedCall {
+    /// `thread` as shown at `now_ms`, when it is paused (or a task that runs on).
+    fn of(thread: &Thread, now_ms: u64) -> Option<Self> {
+        let task = thread.task.as_ref();
+        let running = thread.claim.as_ref().is_some_and(|c| c.until_ms > now_ms);
+        let working = thread.round.is_none() && thread.last.is_none() && running;
+        if task.is_some_and(|t| t.cancelled || t.error.is_some()) || (thread.round.is_none() && !working) {
+            return None;
+        }
+        let pending = thread.round.as_ref().map_or_else(Vec::new, |round| {
+            let answered = |key: &str| task.is_some_and(|t| t.partial.contains_key(key));
+            round.questions.iter().filter(|q| !answered(&q.key)).map(|q| q.key.clone()).collect()
+        });
+        Some(Self {
+            id: thread.id.clone(),
+            tool: thread.tool.clone(),
+            principal: thread.principal.clone(),
+            created_at_ms: created_at_ms(&thread.id),
+            expires_at_ms: thread.expires_at_ms,
+            round: thread.round.as_ref().map(|r| r.n),
+            pending,
+            state: if running { "running" } else { "waiting" },
+            task: task.is_some(),
+        })
+    }
+}
+
+/// When the UUIDv7 `id` was made (0 for another id).
+fn created_at_ms(id: &str) -> u64 {
+    uuid::Uuid::try_parse(id).ok().and_then(|u| u.get_timestamp()).map_or(0, |t| {
+        let (secs, nanos) = t.to_unix();
+        secs * 1000 + u64::from(nanos / 1_000_000)
+    })
+}
+
+impl Engine {
+    /// The paused calls, soonest to expire first: from `offset`, at most `limit`; and
+    /// how many there are in all.
+    pub async fn paused_calls(&self, offset: usize, limit: usize) -> Result<(Vec<PausedCall>, u64), EngineError> {
+        let (ids, total) = self.store.paused(offset, limit).await?;
+        let loads = ids.iter().map(|id| self.store.load(id));
+        let now = self.now_ms();
+        let mut calls = Vec::with_capacity(ids.len());
+        for loaded in futures_util::future::join_all(loads).await {
+            if let Some(call) = loaded?.as_ref().and_then(|t| PausedCall::of(t, now)) {
+                calls.push(call);
+            }
+        }
+        Ok((calls, total))
+    }
+
+    /// Paused call `id` (`None`: no such call, or it is not paused).
+    pub async fn paused_call(&self, id: &str) -> Result<Option<PausedCall>, EngineError> {
+        if uuid::Uuid::try_parse(id).is_err() {
+            return Ok(None);
+        }
+        Ok(self.store.load(id).await?.as_ref().and_then(|t| PausedCall::of(t, self.now_ms())))
+    }
+
+    /// Cancels paused call `id` (`false`: no such paused call): its next resend gets
+    /// `Invalid or expired requestState`; a task shows `cancelled` (and a run of this
+    /// process stops). A request running its round at that moment loses its outcome.
+    pub async fn cancel_call(&self, id: &str) -> Result<bool, EngineError> {
+        loop {
+            if uuid::Uuid::try_parse(id).is_err() {
+                return Ok(false);
+            }
+            let Some(thread) = self.store.load(id).await? else { return Ok(false) };
+            if PausedCall::of(&thread, self.now_ms()).is_none() {
+                return Ok(false);
+            }
+            let owner = thread.owner.clone();
+            if thread.task.is_none() {
+                self.store.delete(id).await?;
+                if let Some(owner) = &owner {
+                    self.store.uncount_paused(owner, id).await?;
+                }
+                return Ok(true);
+            }
+            let expected = thread.version;
+            let ended = self.cancelled(thread);
+            match self.store.save_finished(ended, expected, owner.as_deref()).await {
+                Ok(()) => {
+                    self.stop_run(id);
+                    return Ok(true);
+                }
+                Err(SaveError::Conflict(_)) => continue,
+                Err(SaveError::Store(e)) => return Err(e.into()),
+            }
+        }
+    }
+}
