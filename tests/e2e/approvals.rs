@@ -375,6 +375,21 @@ async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once
     assert_eq!(not_json.0, 400, "{}", not_json.2);
     assert_eq!(executions(&server, &p.alice).await, 0, "nothing ran before the decision");
 
+    // /metrics: the approval waits; none decided yet; the upstream not called.
+    let scrape = || async { server.raw(http::Method::GET, "/metrics", &[], Bytes::new()).await.2 };
+    let sample = |text: &str, series: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+            .map_or(0.0, |v| v.trim().parse::<f64>().unwrap())
+    };
+    let (approved_series, called_series) = (
+        "hitl_approvals_decided_total{status=\"approved\"}",
+        "hitl_upstream_call_seconds_count{upstream=\"db\",outcome=\"ok\"}",
+    );
+    let before = scrape().await;
+    assert!(sample(&before, "hitl_approvals_pending") >= 1.0, "{before}");
+    assert_eq!(sample(&before, approved_series), 0.0);
+
     // Bob approves, once.
     let approved = decide(&server, &p.bob, &id, json!({"decision": "approve"})).await;
     assert_eq!(approved.status, 200, "{}", approved.body);
@@ -391,6 +406,9 @@ async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once
     let resent = retry(&server, &p.alice, &args, &key, &state, look).await;
     assert_eq!(resent.body["result"], done.body["result"], "a resend gets the same result");
     assert_eq!(executions(&server, &p.alice).await, 1, "run exactly once");
+    let after = scrape().await;
+    assert_eq!(sample(&after, approved_series), 1.0, "{after}");
+    assert!(sample(&after, called_series) > sample(&before, called_series), "the upstream call is timed: {after}");
 
     // The listing and the webhook know; the first delivery failed and was retried.
     let decided = api(&server, &p.bob, http::Method::GET, &format!("/api/approvals/{id}"), None).await;

@@ -35,7 +35,8 @@ async fn greeter(server: &Server, id: u64, answers: Option<(&str, &str)>) -> Val
 
 #[tokio::test]
 async fn each_round_outcome_moves_its_counter() {
-    let server = Server::start(&["--default-ttl", "1"]).await;
+    // The memory store: the paused-calls gauge counts this server's calls only.
+    let server = Server::start(&["--default-ttl", "1", "--store", "memory"]).await;
     let before = scrape(&server).await;
     assert!(before.contains("# HELP hitl_rounds_total") || !before.contains("hitl_rounds_total{"), "{before}");
 
@@ -44,6 +45,8 @@ async fn each_round_outcome_moves_its_counter() {
     let state = paused["result"]["requestState"].as_str().unwrap().to_owned();
     let after_pause = scrape(&server).await;
     assert_eq!(rounds(&after_pause, "greeter", "paused") - rounds(&before, "greeter", "paused"), 1.0);
+    let paused_now = |text: &str| sample(text, "hitl_paused_calls{tool=\"greeter\"}");
+    assert_eq!(paused_now(&after_pause), 1.0, "the gauge, read from the store: {after_pause}");
     let wrong = server
         .call_tool(
             2,
@@ -65,6 +68,7 @@ async fn each_round_outcome_moves_its_counter() {
     assert_eq!(refused.body["error"]["code"], -32021, "{}", refused.body);
 
     let after = scrape(&server).await;
+    assert_eq!(paused_now(&after), 0.0, "answered: no longer paused");
     let moved = |outcome: &str, tool: &str| rounds(&after, tool, outcome) - rounds(&before, tool, outcome);
     assert_eq!(moved("paused", "greeter"), 1.0, "{after}");
     assert_eq!(moved("invalid_answer", "greeter"), 1.0);
@@ -125,4 +129,21 @@ async fn metrics_listen_serves_them_on_a_port_of_their_own() {
     assert_eq!(rounds(&text, "greeter", "paused"), 1.0, "{text}");
     let (status, _, _) = apart.raw(http::Method::GET, "/other", &[], bytes::Bytes::new()).await;
     assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn the_paused_gauge_reads_a_redis_store() {
+    let Some(redis) = crate::harness::redis_url("the paused gauge on Redis") else { return };
+    // A database of its own, so other tests' paused calls do not move the gauge.
+    let store = match redis.rsplit_once('/') {
+        Some((host, db)) if !host.ends_with('/') && db.bytes().all(|b| b.is_ascii_digit()) => format!("{host}/9"),
+        _ => format!("{redis}/9"),
+    };
+    let server = Server::start(&["--store", &store]).await;
+    let before = sample(&scrape(&server).await, "hitl_paused_calls{tool=\"greeter\"}");
+    let state = greeter(&server, 1, None).await["result"]["requestState"].as_str().unwrap().to_owned();
+    let paused = sample(&scrape(&server).await, "hitl_paused_calls{tool=\"greeter\"}");
+    assert_eq!(paused - before, 1.0);
+    greeter(&server, 2, Some((&state, "Ada"))).await;
+    assert_eq!(sample(&scrape(&server).await, "hitl_paused_calls{tool=\"greeter\"}"), before);
 }

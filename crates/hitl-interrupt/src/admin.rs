@@ -109,7 +109,7 @@ impl Engine {
             if thread.task.is_none() {
                 self.store.delete(id).await?;
                 if let Some(owner) = &owner {
-                    self.store.uncount_paused(owner, id).await?;
+                    self.store.uncount_paused(owner, id, &thread.tool).await?;
                 }
                 return Ok(true);
             }

@@ -78,8 +78,15 @@ async fn paused_counts(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
     let later = now_ms + 3_600_000;
     let (alice, bob) = (format!("{prefix}-alice"), format!("{prefix}-bob"));
     let limits = PausedLimits { per_owner: 2, total: u64::MAX };
-    let count = |owner: String, id: &'static str, until: u64, limits: PausedLimits| async move {
-        store.count_paused(&owner, &format!("{prefix}-{id}"), until, limits).await.unwrap()
+    // Calls of one tool of this prefix's own, so a shared store's other calls do not count.
+    let tool = format!("{prefix}-tool");
+    let count = |owner: String, id: &'static str, until: u64, limits: PausedLimits| {
+        let tool = tool.clone();
+        async move { store.count_paused(&owner, &format!("{prefix}-{id}"), &tool, until, limits).await.unwrap() }
+    };
+    let of_tool = |name: String| async move {
+        let counts = store.paused_by_tool().await.unwrap();
+        counts.iter().find(|(t, _)| *t == name).map(|(_, n)| *n)
     };
     assert_eq!(count(alice.clone(), "p1", later, limits).await, Ok(()), "a first paused call counts");
     assert_eq!(count(alice.clone(), "p2", later, limits).await, Ok(()), "a second one fits a limit of 2");
@@ -90,18 +97,20 @@ async fn paused_counts(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
     );
     assert_eq!(count(alice.clone(), "p2", later + 1, limits).await, Ok(()), "a counted call is never refused");
     assert_eq!(count(bob.clone(), "p4", later, limits).await, Ok(()), "limits are per owner");
-    store.uncount_paused(&alice, &format!("{prefix}-p1")).await.unwrap();
-    store.uncount_paused(&alice, &format!("{prefix}-p1")).await.expect("uncounting twice is not an error");
+    assert_eq!(of_tool(tool.clone()).await, Some(3), "the calls counted now, per tool");
+    store.uncount_paused(&alice, &format!("{prefix}-p1"), &tool).await.unwrap();
+    store.uncount_paused(&alice, &format!("{prefix}-p1"), &tool).await.expect("uncounting twice is not an error");
     assert_eq!(count(alice.clone(), "p3", later, limits).await, Ok(()), "an uncounted call frees its place");
-    store.uncount_paused(&alice, &format!("{prefix}-p2")).await.unwrap();
-    store.uncount_paused(&alice, &format!("{prefix}-p3")).await.unwrap();
+    store.uncount_paused(&alice, &format!("{prefix}-p2"), &tool).await.unwrap();
+    store.uncount_paused(&alice, &format!("{prefix}-p3"), &tool).await.unwrap();
 
     let carol = format!("{prefix}-carol");
     assert_eq!(count(carol.clone(), "p5", now_ms.saturating_sub(1), limits).await, Ok(()));
     assert_eq!(count(carol.clone(), "p6", now_ms.saturating_sub(1), limits).await, Ok(()));
     assert_eq!(count(carol.clone(), "p7", later, limits).await, Ok(()), "calls past their time no longer count");
-    store.uncount_paused(&carol, &format!("{prefix}-p7")).await.unwrap();
-    store.uncount_paused(&bob, &format!("{prefix}-p4")).await.unwrap();
+    store.uncount_paused(&carol, &format!("{prefix}-p7"), &tool).await.unwrap();
+    store.uncount_paused(&bob, &format!("{prefix}-p4"), &tool).await.unwrap();
+    assert_eq!(of_tool(tool.clone()).await, Some(0), "a tool counted before and none now shows 0");
 
     // The total limit, with one place left for this prefix's owners whatever else the
     // store holds: fill it, then a new owner is refused.
@@ -120,7 +129,7 @@ async fn paused_counts(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
     assert_eq!(store.paused(at, 1).await.unwrap().0, [p8], "a page starts at its offset");
     let full = PausedLimits { per_owner: u64::MAX, total: 1 };
     assert_eq!(count(format!("{prefix}-erin"), "p9", later, full).await, Err(LimitReached::Total), "the total limit");
-    store.uncount_paused(&dave, &format!("{prefix}-p8")).await.unwrap();
+    store.uncount_paused(&dave, &format!("{prefix}-p8"), &tool).await.unwrap();
 
     // Creating and finishing a paused call counts it and stops counting it, in one step
     // where the store can.
@@ -151,8 +160,8 @@ async fn paused_counts(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
         matches!(store.save_finished(finished.clone(), 1, Some(&frank)).await, Err(SaveError::Conflict(_))),
         "finishing with a stale version is a conflict"
     );
-    store.uncount_paused(&format!("{prefix}-gina"), &created.id).await.unwrap();
-    store.uncount_paused(&frank, &refused.id).await.unwrap();
+    store.uncount_paused(&format!("{prefix}-gina"), &created.id, &created.tool).await.unwrap();
+    store.uncount_paused(&frank, &refused.id, &refused.tool).await.unwrap();
 }
 
 /// What every [`crate::Records`] must do: the approvals listing (replace, expire,

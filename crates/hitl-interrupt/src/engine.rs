@@ -644,7 +644,7 @@ impl Engine {
                 {
                     // The call lives on to its new expiry; a failure here only makes it
                     // stop counting at its old one.
-                    let _ = self.store.count_paused(owner, &id, until, self.limits.paused).await;
+                    let _ = self.store.count_paused(owner, &id, &tool, until, self.limits.paused).await;
                 }
                 (saved, reply)
             }

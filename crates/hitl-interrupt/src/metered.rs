@@ -81,14 +81,19 @@ impl ThreadStore for MeteredStore {
         &self,
         owner: &str,
         id: &str,
+        tool: &str,
         until_ms: u64,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, StoreError> {
-        timed("count_paused", self.inner.count_paused(owner, id, until_ms, limits)).await
+        timed("count_paused", self.inner.count_paused(owner, id, tool, until_ms, limits)).await
     }
 
-    async fn uncount_paused(&self, owner: &str, id: &str) -> Result<(), StoreError> {
-        timed("uncount_paused", self.inner.uncount_paused(owner, id)).await
+    async fn uncount_paused(&self, owner: &str, id: &str, tool: &str) -> Result<(), StoreError> {
+        timed("uncount_paused", self.inner.uncount_paused(owner, id, tool)).await
+    }
+
+    async fn paused_by_tool(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        timed("paused_by_tool", self.inner.paused_by_tool()).await
     }
 
     async fn paused(&self, offset: usize, limit: usize) -> Result<(Vec<String>, u64), StoreError> {

@@ -182,13 +182,15 @@ pub trait ThreadStore: Send + Sync + 'static {
     /// Removes the thread (no error when it is gone).
     async fn delete(&self, id: &str) -> Result<(), StoreError>;
 
-    /// Counts thread `id` among `owner`'s paused calls until `until_ms`, unless a new
-    /// one would pass `limits`. A thread already counted is never refused: its time is
-    /// moved to `until_ms` (a later round). Entries past their time no longer count.
+    /// Counts thread `id` (a call of `tool`) among `owner`'s paused calls until
+    /// `until_ms`, unless a new one would pass `limits`. A thread already counted is
+    /// never refused: its time is moved to `until_ms` (a later round). Entries past their
+    /// time no longer count.
     async fn count_paused(
         &self,
         owner: &str,
         id: &str,
+        tool: &str,
         until_ms: u64,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, StoreError>;
@@ -198,8 +200,13 @@ pub trait ThreadStore: Send + Sync + 'static {
     /// `hitl threads list`, `GET /api/threads`).
     async fn paused(&self, offset: usize, limit: usize) -> Result<(Vec<String>, u64), StoreError>;
 
-    /// Stops counting thread `id` (it finished); no error when it was not counted.
-    async fn uncount_paused(&self, owner: &str, id: &str) -> Result<(), StoreError>;
+    /// How many paused calls are counted now, per tool (a tool counted before and none
+    /// now may show 0): the `hitl_paused_calls` gauge.
+    async fn paused_by_tool(&self) -> Result<Vec<(String, u64)>, StoreError>;
+
+    /// Stops counting thread `id` (a call of `tool`: it finished); no error when it was
+    /// not counted.
+    async fn uncount_paused(&self, owner: &str, id: &str, tool: &str) -> Result<(), StoreError>;
 
     /// Stores a new paused `thread` counted among `owner`'s, unless that would pass
     /// `limits` (then nothing is stored or counted). A store may do both in one step.
@@ -236,15 +243,15 @@ pub async fn create_paused_in_steps<S: ThreadStore + ?Sized>(
     owner: &str,
     limits: PausedLimits,
 ) -> Result<Result<(), LimitReached>, SaveError> {
-    if let Err(limit) = store.count_paused(owner, &thread.id, thread.expires_at_ms, limits).await? {
+    if let Err(limit) = store.count_paused(owner, &thread.id, &thread.tool, thread.expires_at_ms, limits).await? {
         return Ok(Err(limit));
     }
-    let id = thread.id.clone();
+    let (id, tool) = (thread.id.clone(), thread.tool.clone());
     match store.save(thread, None).await {
         Ok(()) => Ok(Ok(())),
         Err(e) => {
             // Best effort: an entry left behind stops counting at its expiry.
-            let _ = store.uncount_paused(owner, &id).await;
+            let _ = store.uncount_paused(owner, &id, &tool).await;
             Err(e)
         }
     }
@@ -258,11 +265,11 @@ pub async fn save_finished_in_steps<S: ThreadStore + ?Sized>(
     expected: u64,
     owner: Option<&str>,
 ) -> Result<(), SaveError> {
-    let id = thread.id.clone();
+    let (id, tool) = (thread.id.clone(), thread.tool.clone());
     store.save(thread, Some(expected)).await?;
     if let Some(owner) = owner {
         // Best effort: an entry left behind stops counting at its expiry.
-        let _ = store.uncount_paused(owner, &id).await;
+        let _ = store.uncount_paused(owner, &id, &tool).await;
     }
     Ok(())
 }
@@ -284,6 +291,10 @@ pub struct MemoryStore<C: Clock = SystemClock> {
 #[derive(Default)]
 struct Ledger {
     owners: HashMap<String, HashMap<String, u64>>,
+    /// The tool of each counted call.
+    tools: HashMap<String, String>,
+    /// Every tool counted once (so a tool with none paused shows 0).
+    seen: std::collections::BTreeSet<String>,
     /// `(until_ms, owner, id)` of every count; stale entries are skipped when popped.
     expiry: BinaryHeap<Reverse<(u64, String, String)>>,
     total: u64,
@@ -306,6 +317,7 @@ impl Ledger {
         let Some(ids) = self.owners.get_mut(owner) else { return };
         if ids.remove(id).is_some() {
             self.total -= 1;
+            self.tools.remove(id);
         }
         if ids.is_empty() {
             self.owners.remove(owner);
@@ -460,6 +472,7 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
         &self,
         owner: &str,
         id: &str,
+        tool: &str,
         until_ms: u64,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, StoreError> {
@@ -475,6 +488,10 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
                 return Ok(Err(LimitReached::Total));
             }
             ledger.total += 1;
+            ledger.tools.insert(id.to_owned(), tool.to_owned());
+            if !ledger.seen.contains(tool) {
+                ledger.seen.insert(tool.to_owned());
+            }
         }
         ledger.owners.entry(owner.to_owned()).or_default().insert(id.to_owned(), until_ms);
         ledger.expiry.push(Reverse((until_ms, owner.to_owned(), id.to_owned())));
@@ -482,9 +499,19 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
         Ok(Ok(()))
     }
 
-    async fn uncount_paused(&self, owner: &str, id: &str) -> Result<(), StoreError> {
+    async fn uncount_paused(&self, owner: &str, id: &str, _tool: &str) -> Result<(), StoreError> {
         self.paused.lock().unwrap_or_else(|p| p.into_inner()).remove(owner, id);
         Ok(())
+    }
+
+    async fn paused_by_tool(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let mut ledger = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        ledger.sweep(self.clock.now_ms());
+        let mut counts: std::collections::BTreeMap<&str, u64> = ledger.seen.iter().map(|t| (t.as_str(), 0)).collect();
+        for tool in ledger.tools.values() {
+            *counts.entry(tool.as_str()).or_default() += 1;
+        }
+        Ok(counts.into_iter().map(|(tool, n)| (tool.to_owned(), n)).collect())
     }
 
     async fn paused(&self, offset: usize, limit: usize) -> Result<(Vec<String>, u64), StoreError> {

@@ -221,7 +221,7 @@ impl Engine {
                     }
                     if let (Ended::Paused(..), Some(owner)) = (&ended, &owner) {
                         // Counted since the task was made; it now counts to its round's expiry.
-                        let _ = self.store.count_paused(owner, &id, until, self.limits.paused).await;
+                        let _ = self.store.count_paused(owner, &id, &thread.tool, until, self.limits.paused).await;
                     }
                     return Ok(());
                 }

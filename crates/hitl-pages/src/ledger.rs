@@ -278,7 +278,7 @@ pub(crate) fn decided_entry(view: &PageView, base_url: &str) -> (Value, Value) {
 }
 
 /// The status a decision gives its approval.
-fn status_of(decision: &Value) -> &'static str {
+pub(crate) fn status_of(decision: &Value) -> &'static str {
     match decision.get("decision").and_then(Value::as_str) {
         Some("approve") => "approved",
         Some("edit") => "edited",

@@ -494,7 +494,12 @@ impl Shared {
             return Err(refusal);
         }
         match engine.answer_page(id, PageInput::Decision(content), Some(who.principal.clone())).await {
-            Ok(PageAnswer::Taken(view)) => Ok(ledger::decided_entry(&view, &self.config.base_url).0),
+            Ok(PageAnswer::Taken(view)) => {
+                let entry = ledger::decided_entry(&view, &self.config.base_url).0;
+                let status = ledger::status_of(view.page.answer.as_ref().unwrap_or(&Value::Null));
+                metrics::counter!("hitl_approvals_decided_total", "status" => status).increment(1);
+                Ok(entry)
+            }
             Ok(PageAnswer::AlreadyAnswered(view)) => {
                 let by = view.page.answered_by.unwrap_or_else(|| "someone".into());
                 Err(Refusal(StatusCode::CONFLICT, format!("This approval was already decided by {by}.")))

@@ -446,7 +446,10 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
         Some(addr) => {
             let metrics = TcpListener::bind(addr).await.with_context(|| format!("binding {addr} for /metrics"))?;
             tracing::info!(local = %metrics.local_addr()?, "serving /metrics");
-            tokio::spawn(crate::metrics::serve_apart(metrics));
+            tokio::spawn(crate::metrics::serve_apart(
+                metrics,
+                crate::metrics::Scrape::new(store.clone(), store.clone()),
+            ));
             builder.build()
         }
     };

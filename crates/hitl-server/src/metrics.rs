@@ -67,18 +67,69 @@ fn describe() {
         "Time of thread store operations, by operation."
     );
     describe_counter!("hitl_store_errors_total", "Thread store operations that failed, by operation.");
+    describe_histogram!(
+        "hitl_upstream_call_seconds",
+        Unit::Seconds,
+        "Time of tools/call requests to upstream servers, by upstream and outcome (ok, error)."
+    );
+    metrics::describe_gauge!("hitl_approvals_pending", "Approvals waiting for an approver now.");
+    describe_counter!(
+        "hitl_approvals_decided_total",
+        "Approvals decided, by status: approved, edited, rejected, responded."
+    );
+    metrics::describe_gauge!("hitl_paused_calls", "Paused calls now, by tool (read from the store at each scrape).");
 }
 
-/// The `/metrics` route.
-pub(crate) fn route() -> hitl_tower::RouteFn {
-    let handle = handle();
-    Arc::new(move |_: &http::request::Parts| {
-        let mut response = http::Response::new(hitl_tower::body(bytes::Bytes::from(handle.render())));
+/// What a scrape reads: the recorder, and the store for the paused-calls gauge.
+#[derive(Clone)]
+pub(crate) struct Scrape {
+    handle: PrometheusHandle,
+    store: Arc<dyn hitl_interrupt::ThreadStore>,
+    records: Arc<dyn hitl_interrupt::Records>,
+}
+
+impl Scrape {
+    /// Scrapes of `store`'s paused calls, `records`' pending approvals and the
+    /// process's metrics.
+    pub(crate) fn new(store: Arc<dyn hitl_interrupt::ThreadStore>, records: Arc<dyn hitl_interrupt::Records>) -> Self {
+        Self { handle: handle(), store, records }
+    }
+
+    /// The metrics now: the paused calls per tool are read from the store first (a
+    /// store that does not answer within 2 s leaves the gauge as it was, and counts as
+    /// a store error).
+    pub(crate) async fn respond(&self) -> http::Response<hitl_tower::McpBody> {
+        match tokio::time::timeout(Duration::from_secs(2), self.store.paused_by_tool()).await {
+            Ok(Ok(counts)) => {
+                for (tool, n) in counts {
+                    metrics::gauge!("hitl_paused_calls", "tool" => tool).set(n as f64);
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot count the paused calls for /metrics"),
+            Err(_) => tracing::warn!("the store did not count the paused calls within 2 s for /metrics"),
+        }
+        match tokio::time::timeout(Duration::from_secs(2), self.records.approvals()).await {
+            Ok(Ok(listed)) => {
+                let pending = listed.iter().filter(|entry| entry["status"] == "pending").count();
+                metrics::gauge!("hitl_approvals_pending").set(pending as f64);
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot count the pending approvals for /metrics"),
+            Err(_) => tracing::warn!("the store did not list the approvals within 2 s for /metrics"),
+        }
+        let mut response = http::Response::new(hitl_tower::body(bytes::Bytes::from(self.handle.render())));
         response
             .headers_mut()
             .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain; version=0.0.4"));
         response
-    })
+    }
+
+    /// `/metrics` as a service to mount.
+    pub(crate) fn endpoint(self) -> hitl_tower::Endpoint {
+        hitl_tower::Endpoint::new(tower::service_fn(move |_: http::Request<bytes::Bytes>| {
+            let scrape = self.clone();
+            async move { Ok::<_, std::convert::Infallible>(scrape.respond().await) }
+        }))
+    }
 }
 
 /// Counts a response by its status.
@@ -87,24 +138,25 @@ pub(crate) fn responded(status: http::StatusCode) {
 }
 
 /// Serves `GET /metrics` alone on `listener` (`--metrics-listen`); other paths get 404.
-pub(crate) async fn serve_apart(listener: tokio::net::TcpListener) {
-    let route = route();
+pub(crate) async fn serve_apart(listener: tokio::net::TcpListener, scrape: Scrape) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        let route = route.clone();
+        let scrape = scrape.clone();
         let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
-            let (parts, _) = request.into_parts();
-            let response = if parts.uri.path() == "/metrics" {
-                route(&parts)
-            } else {
-                let mut missing = http::Response::new(hitl_tower::body(bytes::Bytes::from_static(b"not found\n")));
-                *missing.status_mut() = http::StatusCode::NOT_FOUND;
-                missing
-            };
-            std::future::ready(Ok::<_, std::convert::Infallible>(response))
+            let scrape = scrape.clone();
+            async move {
+                let response = if request.uri().path() == "/metrics" {
+                    scrape.respond().await
+                } else {
+                    let mut missing = http::Response::new(hitl_tower::body(bytes::Bytes::from_static(b"not found\n")));
+                    *missing.status_mut() = http::StatusCode::NOT_FOUND;
+                    missing
+                };
+                Ok::<_, std::convert::Infallible>(response)
+            }
         });
         tokio::spawn(async move {
             let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());

@@ -249,7 +249,7 @@ impl ServerBuilder {
         let secret = self.secret.unwrap_or_else(Secret::generate);
         let pages = self.pages.map(|config| {
             let base = config.base_url.clone();
-            (hitl_pages::Pages::new(config, records, &secret), base)
+            (hitl_pages::Pages::new(config, records.clone(), &secret), base)
         });
         // Store operations are timed and counted (for /metrics, when served).
         let store: Arc<dyn ThreadStore> = Arc::new(hitl_interrupt::MeteredStore::new(store));
@@ -280,6 +280,7 @@ impl ServerBuilder {
             health: self.health,
             pages,
             metrics: self.metrics,
+            records,
         }
     }
 }
@@ -315,6 +316,8 @@ pub struct Server {
     health: Option<HealthFn>,
     pages: Option<(hitl_pages::Pages, Engine)>,
     metrics: bool,
+    /// Where approvals are listed (for the pending-approvals gauge).
+    records: Arc<dyn Records>,
 }
 
 impl std::fmt::Debug for Server {
@@ -377,7 +380,8 @@ impl Server {
             .option_layer(self.auth.as_ref().map(|(layer, _)| layer.clone()))
             .service(self.mcp)
             .boxed_clone();
-        let mut app = HttpApp::new(mcp, self.store, self.http.body);
+        let store = self.store;
+        let mut app = HttpApp::new(mcp, store.clone(), self.http.body);
         if let Some((_, resource)) = self.auth {
             // Where RFC 9728 puts it for this host, and for the `/mcp` resource.
             let route = hitl_auth::metadata_route(resource);
@@ -389,7 +393,7 @@ impl Server {
             app = app.with_health(health);
         }
         if self.metrics {
-            app = app.with_route("/metrics", crate::metrics::route());
+            app = app.mount("/metrics", crate::metrics::Scrape::new(store, self.records).endpoint());
         }
         if let Some((pages, engine)) = self.pages {
             let service = pages.service(engine);

@@ -40,12 +40,13 @@ redis.call('PEXPIREAT', KEYS[1], ARGV[4])
 return 1
 ";
 
-/// A Lua function that counts paused call `id` in the owner's set and the set of all
-/// (scored by its expiry), unless a new one would pass a limit: 1, or -1/-2 for the limit.
+/// A Lua function that counts paused call `id` in the owner's set, the set of all and
+/// its tool's set (scored by its expiry; the tool joins the set of tools), unless a new
+/// one would pass a limit: 1, or -1/-2 for the limit.
 macro_rules! count_function {
     () => {
         r"
-local function count(owner, all, now, id, expiry, per_owner, total)
+local function count(owner, all, toolset, tools, now, id, expiry, per_owner, total, tool)
   redis.call('ZREMRANGEBYSCORE', owner, '-inf', now)
   if not redis.call('ZSCORE', owner, id) then
     if redis.call('ZCARD', owner) >= tonumber(per_owner) then return -1 end
@@ -54,6 +55,9 @@ local function count(owner, all, now, id, expiry, per_owner, total)
   end
   redis.call('ZADD', owner, expiry, id)
   redis.call('ZADD', all, expiry, id)
+  redis.call('ZREMRANGEBYSCORE', toolset, '-inf', now)
+  redis.call('ZADD', toolset, expiry, id)
+  redis.call('SADD', tools, tool)
   local last = redis.call('ZRANGE', owner, -1, -1, 'WITHSCORES')
   redis.call('PEXPIREAT', owner, last[2])
   return 1
@@ -62,19 +66,22 @@ end
     };
 }
 
-/// Counts a paused call (KEYS: the owner's set, the set of all; ARGV: now, id, expiry,
-/// per-owner limit, total limit).
-const COUNT: &str =
-    concat!(count_function!(), "return count(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])");
+/// Counts a paused call (KEYS: the owner's set, the set of all, the tool's set, the set
+/// of tools; ARGV: now, id, expiry, per-owner limit, total limit, tool).
+const COUNT: &str = concat!(
+    count_function!(),
+    "return count(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])"
+);
 
 /// A new paused thread, counted, in one step (KEYS: the thread, the owner's set, the set
-/// of all; ARGV: version, record, expiry, now, id, per-owner limit, total limit): 1, 0
-/// when the thread exists, or -1/-2 for the limit.
+/// of all, the tool's set, the set of tools; ARGV: version, record, expiry, now, id,
+/// per-owner limit, total limit, tool): 1, 0 when the thread exists, or -1/-2 for the
+/// limit.
 const CREATE: &str = concat!(
     count_function!(),
     r"
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local counted = count(KEYS[2], KEYS[3], ARGV[4], ARGV[5], ARGV[3], ARGV[6], ARGV[7])
+local counted = count(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[5], ARGV[3], ARGV[6], ARGV[7], ARGV[8])
 if counted ~= 1 then return counted end
 redis.call('HSET', KEYS[1], 'v', ARGV[1], 'd', ARGV[2])
 redis.call('PEXPIREAT', KEYS[1], ARGV[3])
@@ -83,8 +90,8 @@ return 1
 );
 
 /// A finished thread saved (compare-and-set) and no longer counted, in one step (KEYS:
-/// the thread, the owner's set, the set of all; ARGV: expected, version, record, expiry,
-/// id): 1, or 0 on a conflict.
+/// the thread, the owner's set, the set of all, the tool's set; ARGV: expected, version,
+/// record, expiry, id): 1, or 0 on a conflict.
 const FINISH: &str = r"
 local current = redis.call('HGET', KEYS[1], 'v')
 if (current or '') ~= ARGV[1] then return 0 end
@@ -92,6 +99,7 @@ redis.call('HSET', KEYS[1], 'v', ARGV[2], 'd', ARGV[3])
 redis.call('PEXPIREAT', KEYS[1], ARGV[4])
 redis.call('ZREM', KEYS[2], ARGV[5])
 redis.call('ZREM', KEYS[3], ARGV[5])
+redis.call('ZREM', KEYS[4], ARGV[5])
 return 1
 ";
 
@@ -195,6 +203,14 @@ fn owner_key(owner: &str) -> String {
 }
 
 const ALL_PAUSED_KEY: &str = "hitl:{paused}:all";
+
+/// The sorted set of a tool's paused calls (ids scored by expiry), for the gauge.
+fn tool_key(tool: &str) -> String {
+    format!("hitl:{{paused}}:tool:{tool}")
+}
+
+/// The set of every tool counted (so a tool with none paused shows 0).
+const TOOLS_KEY: &str = "hitl:{paused}:tools";
 
 /// `url` with its password (and a user name alone, which Redis 6 ACLs may treat as a
 /// password) replaced by `***`, for logs and error messages.
@@ -356,6 +372,7 @@ impl ThreadStore for RedisStore {
         &self,
         owner: &str,
         id: &str,
+        tool: &str,
         until_ms: u64,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, StoreError> {
@@ -364,11 +381,14 @@ impl ThreadStore for RedisStore {
             .count
             .key(owner_key(owner))
             .key(ALL_PAUSED_KEY)
+            .key(tool_key(tool))
+            .key(TOOLS_KEY)
             .arg(now_ms())
             .arg(id)
             .arg(until_ms)
             .arg(limits.per_owner)
             .arg(limits.total)
+            .arg(tool)
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
@@ -397,6 +417,8 @@ impl ThreadStore for RedisStore {
             .key(thread_key(&thread.id))
             .key(owner_key(owner))
             .key(ALL_PAUSED_KEY)
+            .key(tool_key(&thread.tool))
+            .key(TOOLS_KEY)
             .arg(thread.version)
             .arg(json)
             .arg(thread.expires_at_ms)
@@ -404,6 +426,7 @@ impl ThreadStore for RedisStore {
             .arg(&thread.id)
             .arg(limits.per_owner)
             .arg(limits.total)
+            .arg(&thread.tool)
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
@@ -427,6 +450,7 @@ impl ThreadStore for RedisStore {
             .key(thread_key(&thread.id))
             .key(owner_key(owner))
             .key(ALL_PAUSED_KEY)
+            .key(tool_key(&thread.tool))
             .arg(expected)
             .arg(thread.version)
             .arg(json)
@@ -438,7 +462,7 @@ impl ThreadStore for RedisStore {
         if saved == 1 { Ok(()) } else { Err(SaveError::Conflict(thread.id.clone())) }
     }
 
-    async fn uncount_paused(&self, owner: &str, id: &str) -> Result<(), StoreError> {
+    async fn uncount_paused(&self, owner: &str, id: &str, tool: &str) -> Result<(), StoreError> {
         let mut connection = self.connection().await?;
         let _: () = redis::pipe()
             .cmd("ZREM")
@@ -449,10 +473,28 @@ impl ThreadStore for RedisStore {
             .arg(ALL_PAUSED_KEY)
             .arg(id)
             .ignore()
+            .cmd("ZREM")
+            .arg(tool_key(tool))
+            .arg(id)
+            .ignore()
             .query_async(&mut connection)
             .await
             .map_err(unavailable)?;
         Ok(())
+    }
+
+    async fn paused_by_tool(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let mut connection = self.connection().await?;
+        let mut tools: Vec<String> =
+            redis::cmd("SMEMBERS").arg(TOOLS_KEY).query_async(&mut connection).await.map_err(unavailable)?;
+        tools.sort_unstable();
+        let after_now = format!("({}", now_ms());
+        let mut counts = redis::pipe();
+        for tool in &tools {
+            counts.cmd("ZCOUNT").arg(tool_key(tool)).arg(&after_now).arg("+inf");
+        }
+        let counts: Vec<u64> = counts.query_async(&mut connection).await.map_err(unavailable)?;
+        Ok(tools.into_iter().zip(counts).collect())
     }
 
     async fn paused(&self, offset: usize, limit: usize) -> Result<(Vec<String>, u64), StoreError> {

@@ -285,6 +285,14 @@ pub struct Upstream {
     next_id: AtomicI64,
 }
 
+/// Records a `tools/call` of `upstream` begun at `started` (`hitl_upstream_call_seconds`,
+/// through the `metrics` facade; upstream names come from the configuration).
+fn timed<T>(upstream: &str, started: std::time::Instant, outcome: &Result<T, UpstreamError>) {
+    let outcome = if outcome.is_ok() { "ok" } else { "error" };
+    metrics::histogram!("hitl_upstream_call_seconds", "upstream" => upstream.to_owned(), "outcome" => outcome)
+        .record(started.elapsed().as_secs_f64());
+}
+
 /// This client, as upstreams see it.
 fn client_info() -> Value {
     json!({"name": "hitl", "version": env!("CARGO_PKG_VERSION")})
@@ -444,7 +452,10 @@ impl Upstream {
         let mut params =
             Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
         params.extend(extra);
-        self.request("tools/call", params).await
+        let started = std::time::Instant::now();
+        let outcome = self.request("tools/call", params).await;
+        timed(&self.name, started, &outcome);
+        outcome
     }
 
     /// [`Upstream::call_tool_with`], started in a task, with the requests the upstream
@@ -464,7 +475,12 @@ impl Upstream {
             Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
         params.extend(extra);
         let upstream = self.clone();
-        let task = tokio::spawn(async move { upstream.request_asking("tools/call", params, Some(asks)).await });
+        let task = tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let outcome = upstream.request_asking("tools/call", params, Some(asks)).await;
+            timed(&upstream.name, started, &outcome);
+            outcome
+        });
         Call { upstream: self.name.clone(), timeout: self.timeout, inbox, task, done: false }
     }
 
