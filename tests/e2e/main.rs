@@ -20,4 +20,5 @@ mod review;
 mod rules;
 mod skeleton;
 mod tasks;
+mod telemetry;
 mod upstream;

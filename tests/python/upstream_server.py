@@ -105,6 +105,12 @@ async def summarize(text: str, ctx: Context) -> str:
     return f"summary: {result.content.text}"
 
 
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def traceparent(ctx: Context) -> str:
+    """The W3C traceparent header this call came with ("" without one)."""
+    return (ctx.headers or {}).get("traceparent", "")
+
+
 @server.tool()
 async def where(ctx: Context) -> str:
     """Lists the client's roots (2025-era roots/list, sent on the session's own stream)."""

@@ -48,6 +48,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "hitl-agents",
             "hitl-gateway",
             "hitl-declared",
+            "hitl-upstream",
         ],
     ),
     ("hitl-e2e", &["hitl-graph", "hitl-server", "hitl-upstream", "hitl-model"]),

@@ -308,15 +308,28 @@ impl Engine {
             Err(error) => return Ok(Err(error)),
         };
         let deadline = Deadline::after(self.limits.request_timeout);
-        let answer = match call.request_state.clone() {
-            None => self.start(agent, call, args_digest, arguments, deadline).await,
-            // A client that can't answer rounds learns that the call is paused; the
-            // thread stays as it is for the client that can.
-            Some(request_state) if call.era == Era::Legacy => {
-                self.legacy_resend(agent, &call, &args_digest, &request_state).await
+        // One span per round: a new call's thread id is its new thread's.
+        let (thread_id, new) = match call.request_state.as_deref().and_then(state::split) {
+            Some((id, _)) => (id.to_owned(), None),
+            None => {
+                let id = uuid::Uuid::now_v7().to_string();
+                (id.clone(), Some(id))
             }
-            Some(request_state) => self.answer_round(agent, call, args_digest, &request_state, deadline).await,
         };
+        let span = tracing::info_span!("round", tool = %call.binding(agent), thread_id = %thread_id);
+        let answer = async {
+            match (call.request_state.clone(), new) {
+                (None, Some(id)) => self.start(agent, call, id, args_digest, arguments, deadline).await,
+                // A client that can't answer rounds learns that the call is paused; the
+                // thread stays as it is for the client that can.
+                (Some(request_state), _) if call.era == Era::Legacy => {
+                    self.legacy_resend(agent, &call, &args_digest, &request_state).await
+                }
+                (Some(request_state), _) => self.answer_round(agent, call, args_digest, &request_state, deadline).await,
+                (None, None) => unreachable!("a call without requestState is new"),
+            }
+        };
+        let answer = tracing::Instrument::instrument(answer, span).await;
         match answer {
             Err(EngineError::Store(StoreError::NewerFormat { .. })) => Ok(Err(ErrorObject::internal(NEWER_FORMAT))),
             other => other,
@@ -329,17 +342,20 @@ impl Engine {
         &self,
         agent: &Agent,
         call: Call,
+        id: String,
         args_digest: String,
         arguments: Value,
         deadline: Deadline,
     ) -> Result<Reply, EngineError> {
         let started = std::time::Instant::now();
-        let outcome = deadline.run(agent.graph.invoke_run(arguments, call.run())).await;
+        let span = tracing::info_span!("agent_run", tool = %agent.name, thread_id = %id);
+        let run = tracing::Instrument::instrument(agent.graph.invoke_run(arguments, call.run()), span);
+        let outcome = deadline.run(run).await;
         meter::ran(&agent.name, started);
         let Some(outcome) = outcome else {
             return Ok(Err(self.timed_out(false)));
         };
-        self.first_outcome(agent, call, uuid::Uuid::now_v7().to_string(), args_digest, outcome, deadline).await
+        self.first_outcome(agent, call, id, args_digest, outcome, deadline).await
     }
 
     /// A new call's first run ended with `outcome`: its result, or its first round
@@ -579,6 +595,7 @@ impl Engine {
             let reason = "a paused thread has no checkpoint".to_owned();
             return Err(StoreError::Corrupt { id: thread.id.clone(), reason }.into());
         };
+        let span = tracing::info_span!("agent_run", tool = %agent.name, thread_id = %thread.id);
         let held = Arc::new(Held {
             store: self.store.clone(),
             thread: tokio::sync::Mutex::new(thread),
@@ -588,7 +605,7 @@ impl Engine {
         });
         let mut run = call.run();
         run.effects = Some(Arc::new(Marks(held.clone())));
-        let run = deadline.run(agent.graph.resume_run(checkpoint, values, run));
+        let run = deadline.run(tracing::Instrument::instrument(agent.graph.resume_run(checkpoint, values, run), span));
         let started = std::time::Instant::now();
         let outcome = self.run_renewing(run, &held).await;
         meter::ran(&agent.name, started);

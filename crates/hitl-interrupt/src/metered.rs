@@ -48,9 +48,12 @@ impl<T> Failure for Result<T, SaveError> {
     }
 }
 
-async fn timed<R: Failure>(operation: &'static str, op: impl Future<Output = R>) -> R {
+/// `op` (store operation `operation`, on thread `thread_id` when it names one), in a
+/// span, timed and counted.
+async fn timed<R: Failure>(operation: &'static str, thread_id: &str, op: impl Future<Output = R>) -> R {
     let started = Instant::now();
-    let outcome = op.await;
+    let span = tracing::info_span!("store", operation, thread_id);
+    let outcome = tracing::Instrument::instrument(op, span).await;
     metrics::histogram!("hitl_store_operation_seconds", "operation" => operation)
         .record(started.elapsed().as_secs_f64());
     if outcome.failed() {
@@ -62,19 +65,20 @@ async fn timed<R: Failure>(operation: &'static str, op: impl Future<Output = R>)
 #[async_trait]
 impl ThreadStore for MeteredStore {
     async fn ping(&self) -> Result<(), StoreError> {
-        timed("ping", self.inner.ping()).await
+        timed("ping", "", self.inner.ping()).await
     }
 
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
-        timed("load", self.inner.load(id)).await
+        timed("load", id, self.inner.load(id)).await
     }
 
     async fn save(&self, thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
-        timed("save", self.inner.save(thread, expected)).await
+        let id = thread.id.clone();
+        timed("save", &id, self.inner.save(thread, expected)).await
     }
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
-        timed("delete", self.inner.delete(id)).await
+        timed("delete", id, self.inner.delete(id)).await
     }
 
     async fn count_paused(
@@ -85,19 +89,19 @@ impl ThreadStore for MeteredStore {
         until_ms: u64,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, StoreError> {
-        timed("count_paused", self.inner.count_paused(owner, id, tool, until_ms, limits)).await
+        timed("count_paused", id, self.inner.count_paused(owner, id, tool, until_ms, limits)).await
     }
 
     async fn uncount_paused(&self, owner: &str, id: &str, tool: &str) -> Result<(), StoreError> {
-        timed("uncount_paused", self.inner.uncount_paused(owner, id, tool)).await
+        timed("uncount_paused", id, self.inner.uncount_paused(owner, id, tool)).await
     }
 
     async fn paused_by_tool(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        timed("paused_by_tool", self.inner.paused_by_tool()).await
+        timed("paused_by_tool", "", self.inner.paused_by_tool()).await
     }
 
     async fn paused(&self, offset: usize, limit: usize) -> Result<(Vec<String>, u64), StoreError> {
-        timed("paused", self.inner.paused(offset, limit)).await
+        timed("paused", "", self.inner.paused(offset, limit)).await
     }
 
     async fn create_paused(
@@ -106,18 +110,20 @@ impl ThreadStore for MeteredStore {
         owner: &str,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, SaveError> {
-        timed("create_paused", self.inner.create_paused(thread, owner, limits)).await
+        let id = thread.id.clone();
+        timed("create_paused", &id, self.inner.create_paused(thread, owner, limits)).await
     }
 
     async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), StoreError> {
-        timed("put_note", self.inner.put_note(key, value, until_ms)).await
+        timed("put_note", "", self.inner.put_note(key, value, until_ms)).await
     }
 
     async fn take_note(&self, key: &str) -> Result<Option<String>, StoreError> {
-        timed("take_note", self.inner.take_note(key)).await
+        timed("take_note", "", self.inner.take_note(key)).await
     }
 
     async fn save_finished(&self, thread: Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
-        timed("save_finished", self.inner.save_finished(thread, expected, owner)).await
+        let id = thread.id.clone();
+        timed("save_finished", &id, self.inner.save_finished(thread, expected, owner)).await
     }
 }

@@ -61,6 +61,15 @@ pub(crate) struct ServeArgs {
     /// `--listen` (say, a port only the monitoring network reaches).
     #[arg(long, env = "HITL_METRICS_LISTEN", value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
+    /// How log lines are written to stderr: `text`, or `json` (one object per line, with
+    /// the fields of the spans they are in, such as the thread id).
+    #[arg(long, env = "HITL_LOG_FORMAT", value_enum, default_value_t = crate::telemetry::LogFormat::Text)]
+    pub(crate) log_format: crate::telemetry::LogFormat,
+    /// Export spans (requests, rounds, agent runs, store operations, upstream calls)
+    /// over OTLP/HTTP to this collector (`http://localhost:4318`; `/v1/traces` is added).
+    /// A request's W3C `traceparent` becomes its parent; upstreams get the current one.
+    #[arg(long, env = "HITL_OTLP_ENDPOINT", value_name = "URL")]
+    pub(crate) otlp_endpoint: Option<String>,
     /// The base URL clients reach this server at (`https://hitl.example.com`), for the
     /// links hitl hands out (the bearer challenge's metadata document). Default:
     /// `http://` and the request's `Host`.
@@ -203,8 +212,8 @@ impl ServeArgs {
         }
         take!(listen, store, max_body_bytes, header_read_timeout, body_read_timeout, max_connections);
         take!(max_concurrent_requests, request_timeout, max_paused_per_caller, max_paused_calls, max_record_bytes);
-        take!(conformance_fixtures, allowed_hosts, legacy_elicitation);
-        take_some!(redis_ca_file, default_ttl, principal_header, public_url, metrics_listen);
+        take!(conformance_fixtures, allowed_hosts, legacy_elicitation, log_format);
+        take_some!(redis_ca_file, default_ttl, principal_header, public_url, metrics_listen, otlp_endpoint);
         if !explicit(matches, "no_examples")
             && let Some(examples) = file.examples
         {

@@ -183,6 +183,8 @@ impl GatewayFile {
 pub(crate) struct ServerSection {
     pub(crate) listen: Option<SocketAddr>,
     pub(crate) metrics_listen: Option<SocketAddr>,
+    pub(crate) log_format: Option<crate::telemetry::LogFormat>,
+    pub(crate) otlp_endpoint: Option<String>,
     pub(crate) public_url: Option<String>,
     pub(crate) store: Option<String>,
     pub(crate) redis_ca_file: Option<PathBuf>,

@@ -32,6 +32,7 @@ mod listener;
 mod metrics;
 mod secrets;
 mod server;
+mod telemetry;
 mod threads;
 
 pub use hitl_tower::{BodyLimits, Endpoint};
@@ -42,7 +43,6 @@ use std::sync::Arc;
 use anyhow::{Context as _, bail};
 use hitl_interrupt::MemoryStore;
 use hitl_store_redis::{RedisStore, redact_url};
-use tracing_subscriber::EnvFilter;
 
 /// Parses the command line and runs the command.
 pub fn main() -> anyhow::Result<()> {
@@ -54,17 +54,20 @@ pub fn main() -> anyhow::Result<()> {
 pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
     let matches = <cli::Cli as clap::CommandFactory>::command().get_matches();
     let cli = <cli::Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
-        .init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
         cli::Command::Serve(args) => {
             let serve_matches = matches.subcommand_matches("serve").expect("the serve subcommand");
-            runtime.block_on(cli::serve(args.with_file(serve_matches)?, agents))
+            let args = args.with_file(serve_matches)?;
+            runtime.block_on(async {
+                let telemetry = telemetry::init(args.log_format, args.otlp_endpoint.as_deref())?;
+                let served = cli::serve(args, agents).await;
+                telemetry.shutdown();
+                served
+            })
         }
         cli::Command::Check(args) => {
+            runtime.block_on(async { telemetry::init(telemetry::LogFormat::Text, None) })?;
             // A verdict, not a crash: the reason on stderr, exit status 1.
             if let Err(e) = cli::check(args) {
                 eprintln!("error: {e:#}");
@@ -73,6 +76,7 @@ pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
             Ok(())
         }
         cli::Command::Threads(args) => {
+            runtime.block_on(async { telemetry::init(telemetry::LogFormat::Text, None) })?;
             if let Err(e) = runtime.block_on(threads::run(args, &mut std::io::stdout())) {
                 eprintln!("error: {e:#}");
                 std::process::exit(1);

@@ -61,7 +61,8 @@ pub(crate) async fn serve(
         let service = hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
             seen.store(true, Ordering::Relaxed);
             request.extensions_mut().insert(PeerAddr(peer));
-            let served = app.serve(request);
+            let span = crate::telemetry::request_span(&request);
+            let served = tracing::Instrument::instrument(app.serve(request), span);
             async move {
                 let response = served.await;
                 crate::metrics::responded(response.status());

@@ -452,10 +452,17 @@ impl Upstream {
         let mut params =
             Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
         params.extend(extra);
-        let started = std::time::Instant::now();
-        let outcome = self.request("tools/call", params).await;
-        timed(&self.name, started, &outcome);
-        outcome
+        let span = tracing::info_span!("upstream_call", upstream = %self.name, tool = %name);
+        tracing::Instrument::instrument(
+            async {
+                let started = std::time::Instant::now();
+                let outcome = self.request("tools/call", params).await;
+                timed(&self.name, started, &outcome);
+                outcome
+            },
+            span,
+        )
+        .await
     }
 
     /// [`Upstream::call_tool_with`], started in a task, with the requests the upstream
@@ -475,12 +482,17 @@ impl Upstream {
             Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
         params.extend(extra);
         let upstream = self.clone();
-        let task = tokio::spawn(async move {
-            let started = std::time::Instant::now();
-            let outcome = upstream.request_asking("tools/call", params, Some(asks)).await;
-            timed(&upstream.name, started, &outcome);
-            outcome
-        });
+        // The call runs in the caller's span (its trace reaches the upstream).
+        let span = tracing::info_span!("upstream_call", upstream = %self.name, tool = %name);
+        let task = tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let started = std::time::Instant::now();
+                let outcome = upstream.request_asking("tools/call", params, Some(asks)).await;
+                timed(&upstream.name, started, &outcome);
+                outcome
+            },
+            span,
+        ));
         Call { upstream: self.name.clone(), timeout: self.timeout, inbox, task, done: false }
     }
 

@@ -53,16 +53,24 @@ impl Upstream {
 /// A connector for `http://`, and for `https://` through rustls on ring with the
 /// configured or the system's roots.
 fn connector(config: &HttpConfig) -> Result<HttpsConnector<HttpConnector>, UpstreamError> {
-    let invalid = |detail: String| UpstreamError::Config { upstream: config.name.clone(), detail };
+    let https = config.url.scheme_str() == Some("https");
+    https_connector(https, config.ca_pem.as_deref())
+        .map_err(|detail| UpstreamError::Config { upstream: config.name.clone(), detail })
+}
+
+/// A connector for `http://`, and for `https://` (when `https`) through rustls on ring,
+/// trusting `ca_pem` (PEM certificates) or the system's roots. hitl's other HTTP
+/// clients (the OTLP exporter) connect the same way.
+pub fn https_connector(https: bool, ca_pem: Option<&[u8]>) -> Result<HttpsConnector<HttpConnector>, String> {
     let mut roots = rustls::RootCertStore::empty();
-    if config.url.scheme_str() == Some("https") {
-        match &config.ca_pem {
+    if https {
+        match ca_pem {
             Some(pem) => {
                 use rustls::pki_types::CertificateDer;
                 use rustls::pki_types::pem::PemObject as _;
                 for certificate in CertificateDer::pem_slice_iter(pem) {
-                    let certificate = certificate.map_err(|e| invalid(format!("its CA certificates: {e}")))?;
-                    roots.add(certificate).map_err(|e| invalid(format!("its CA certificates: {e}")))?;
+                    let certificate = certificate.map_err(|e| format!("its CA certificates: {e}"))?;
+                    roots.add(certificate).map_err(|e| format!("its CA certificates: {e}"))?;
                 }
             }
             None => {
@@ -70,16 +78,28 @@ fn connector(config: &HttpConfig) -> Result<HttpsConnector<HttpConnector>, Upstr
             }
         }
         if roots.is_empty() {
-            return Err(invalid("no CA certificates to trust for https (set ca_file or SSL_CERT_FILE)".into()));
+            return Err("no CA certificates to trust for https (set ca_file or SSL_CERT_FILE)".into());
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| invalid(e.to_string()))?
+        .map_err(|e| e.to_string())?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build())
+}
+
+/// Headers added to every request to an HTTP upstream (say, the W3C `traceparent` of
+/// the span it is made in), set once by the program.
+pub type RequestHeaders = Box<dyn Fn(&mut http::HeaderMap) + Send + Sync>;
+
+static REQUEST_HEADERS: std::sync::OnceLock<RequestHeaders> = std::sync::OnceLock::new();
+
+/// Adds `headers` to every request to HTTP upstreams from now on; `false` when some were
+/// set already (they stay).
+pub fn add_request_headers(headers: RequestHeaders) -> bool {
+    REQUEST_HEADERS.set(headers).is_ok()
 }
 
 #[derive(Debug)]
@@ -254,6 +274,9 @@ impl HttpTransport {
         headers.insert(http::header::ACCEPT, HeaderValue::from_static(accept));
         for (header, value) in era_headers(era, method, name) {
             headers.insert(header, value);
+        }
+        if let Some(add) = REQUEST_HEADERS.get() {
+            add(headers);
         }
         request
     }

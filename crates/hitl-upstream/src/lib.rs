@@ -33,7 +33,7 @@ mod sse;
 mod stdio;
 
 pub use client::{Asked, Call, Event, Upstream};
-pub use http::HttpConfig;
+pub use http::{HttpConfig, RequestHeaders, add_request_headers, https_connector};
 pub use stdio::StdioConfig;
 
 use hitl_protocol::ErrorObject;
