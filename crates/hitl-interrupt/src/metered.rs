@@ -52,7 +52,9 @@ impl<T> Failure for Result<T, SaveError> {
 /// span, timed and counted.
 async fn timed<R: Failure>(operation: &'static str, thread_id: &str, op: impl Future<Output = R>) -> R {
     let started = Instant::now();
-    let span = tracing::info_span!("store", operation, thread_id);
+    // Debug level: the most frequent span, kept out of the logs' way unless asked for
+    // (`hitl serve` exports it with the others when spans go to OTLP).
+    let span = tracing::debug_span!("store", operation, thread_id);
     let outcome = tracing::Instrument::instrument(op, span).await;
     metrics::histogram!("hitl_store_operation_seconds", "operation" => operation)
         .record(started.elapsed().as_secs_f64());

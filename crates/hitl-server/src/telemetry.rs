@@ -61,8 +61,9 @@ pub(crate) fn init(format: LogFormat, otlp: Option<&str>) -> anyhow::Result<Tele
     };
     let provider = provider(endpoint)?;
     let spans = tracing_opentelemetry::layer().with_tracer(provider.tracer("hitl"));
-    // Spans are exported at info whatever RUST_LOG keeps of the logs.
-    let exported = EnvFilter::new("info");
+    // Spans are exported at info (and store operations, at debug) whatever RUST_LOG
+    // keeps of the logs.
+    let exported = EnvFilter::new("info,hitl_interrupt::metered=debug");
     tracing_subscriber::registry().with(logs.with_filter(filter())).with(spans.with_filter(exported)).init();
     opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
     opentelemetry::global::set_tracer_provider(provider.clone());
