@@ -187,3 +187,35 @@ fn every_library_starts_with_crate_docs() {
     }
     assert!(problems.is_empty(), "{problems:#?}");
 }
+
+/// The names `hitl_…` in `text` (a metric's `_bucket`, `_count` and `_sum` series as
+/// the metric).
+fn metric_names(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (at, _) in text.match_indices("hitl_") {
+        let name: String =
+            text[at..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit()).collect();
+        let name =
+            ["_bucket", "_count", "_sum"].iter().fold(name, |n, s| n.strip_suffix(s).map_or(n.clone(), str::to_owned));
+        names.insert(name);
+    }
+    names
+}
+
+#[test]
+fn the_dashboard_and_the_alerts_use_only_documented_metrics() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let operations = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let table_start = operations.find("| metric |").expect("the metrics table");
+    let table: String =
+        operations[table_start..].lines().take_while(|l| l.starts_with('|')).collect::<Vec<_>>().join("\n");
+    let documented = metric_names(&table);
+    let recorder = std::fs::read_to_string(root.join("crates/hitl-server/src/metrics.rs")).unwrap();
+    let dashboard = std::fs::read_to_string(root.join("docs/grafana-dashboard.json")).unwrap();
+    let alerts = &operations[operations.find("```yaml").expect("the example alerts")..];
+    let alerts = &alerts[..alerts[7..].find("```").expect("the alerts' end") + 7];
+    for name in metric_names(&dashboard).iter().chain(metric_names(alerts).iter()) {
+        assert!(documented.contains(name), "{name} is used but not in docs/operations.md's table");
+        assert!(recorder.contains(&format!("\"{name}\"")), "{name} is used but not described in metrics.rs");
+    }
+}
