@@ -124,6 +124,11 @@ async fn hitl_threads_lists_shows_and_cancels_on_redis() {
     let (code, shown, _) = threads(&["show", &id]);
     assert_eq!(code, Some(0));
     assert_eq!(serde_json::from_str::<Value>(&shown).unwrap()["tool"], "greeter");
+    let after_action = std::process::Command::new(Server::program())
+        .args(["threads", "show", &id, "--store", &redis])
+        .output()
+        .unwrap();
+    assert!(after_action.status.success(), "--store after the action: {after_action:?}");
     let (code, out, _) = threads(&["cancel", &id]);
     assert_eq!((code, out.trim()), (Some(0), format!("cancelled {id}").as_str()));
     let (code, _, err) = threads(&["cancel", &id]);

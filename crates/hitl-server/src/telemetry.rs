@@ -1,5 +1,5 @@
 //! Logs and traces. Logs go to stderr as text or, with `--log-format json`, one JSON
-//! object per line (with the fields of the spans they are in: the thread id). Spans: a
+//! object per line. Spans: a
 //! request, a round, an agent run, a store operation, an upstream call. With
 //! `--otlp-endpoint URL` they are exported over OTLP/HTTP (JSON) to `URL/v1/traces`; a
 //! request's W3C `traceparent` is its trace's parent, and upstream requests carry the
@@ -50,13 +50,16 @@ pub(crate) fn init(format: LogFormat, otlp: Option<&str>) -> anyhow::Result<Tele
         LogFormat::Text => tracing_subscriber::fmt::layer().with_writer(std::io::stderr).boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
-            .with_current_span(true)
+            .with_current_span(false)
             .with_span_list(false)
             .with_writer(std::io::stderr)
             .boxed(),
     };
+    // Log lines only: spans cost nothing unless they are exported (a round's log lines
+    // name their thread themselves).
+    let events = || tracing_subscriber::filter::filter_fn(|metadata| metadata.is_event());
     let Some(endpoint) = otlp else {
-        tracing_subscriber::registry().with(logs.with_filter(filter())).init();
+        tracing_subscriber::registry().with(logs.with_filter(filter()).with_filter(events())).init();
         return Ok(Telemetry(None));
     };
     let provider = provider(endpoint)?;
@@ -64,7 +67,10 @@ pub(crate) fn init(format: LogFormat, otlp: Option<&str>) -> anyhow::Result<Tele
     // Spans are exported at info (and store operations, at debug) whatever RUST_LOG
     // keeps of the logs.
     let exported = EnvFilter::new("info,hitl_interrupt::metered=debug");
-    tracing_subscriber::registry().with(logs.with_filter(filter())).with(spans.with_filter(exported)).init();
+    tracing_subscriber::registry()
+        .with(logs.with_filter(filter()).with_filter(events()))
+        .with(spans.with_filter(exported))
+        .init();
     opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
     opentelemetry::global::set_tracer_provider(provider.clone());
     // Upstream requests carry the trace of the span they are made in.

@@ -11,11 +11,12 @@ use hitl_interrupt::{Engine, Lifetimes, PausedCall, Secret, SystemClock};
 
 #[derive(Parser)]
 pub(crate) struct ThreadsArgs {
-    /// The shared store (`redis://…`, `rediss://…`, `redis+cluster://…`).
-    #[arg(long, env = "HITL_STORE", value_name = "URL")]
-    store: String,
+    /// The shared store (`redis://…`, `rediss://…`, `redis+cluster://…`); before or
+    /// after the action.
+    #[arg(long, env = "HITL_STORE", value_name = "URL", global = true)]
+    store: Option<String>,
     /// CA certificates for `rediss://` (default: the system's).
-    #[arg(long, env = "HITL_REDIS_CA_FILE", value_name = "FILE")]
+    #[arg(long, env = "HITL_REDIS_CA_FILE", value_name = "FILE", global = true)]
     redis_ca_file: Option<PathBuf>,
     #[command(subcommand)]
     action: Action,
@@ -49,12 +50,15 @@ enum Action {
 
 /// Runs `hitl threads …`, writing to `out`.
 pub(crate) async fn run(args: ThreadsArgs, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
-    if args.store == "memory" {
+    let Some(url) = args.store.as_deref() else {
+        bail!("hitl threads needs the store: --store URL (or HITL_STORE)");
+    };
+    if url == "memory" {
         bail!(
             "the memory store lives in the server's process: use GET /api/threads on the server, or a shared store (redis://…)"
         );
     }
-    let store = crate::store_from_url(&args.store, args.redis_ca_file.as_deref())?;
+    let store = crate::store_from_url(url, args.redis_ca_file.as_deref())?;
     // Administration verifies no requestState: a secret of its own does.
     let engine = Engine::new(store, Arc::new(SystemClock), Secret::generate(), Lifetimes::default());
     match args.action {
