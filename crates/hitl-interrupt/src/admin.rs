@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use crate::engine::{Engine, EngineError};
-use crate::store::SaveError;
+use crate::store::{SaveError, StoreError};
 use crate::thread::Thread;
 
 /// A paused call as operators see it.
@@ -61,6 +61,20 @@ impl PausedCall {
     }
 }
 
+/// A page of paused calls.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PausedCalls {
+    /// The paused calls of the page.
+    #[serde(rename = "threads")]
+    pub calls: Vec<PausedCall>,
+    /// How many paused calls there are in all.
+    pub total: u64,
+    /// The ids of the page's records this build cannot read (a newer build's format, or
+    /// corrupt): counted, not shown.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
+}
+
 /// When the UUIDv7 `id` was made (0 for another id).
 fn created_at_ms(id: &str) -> u64 {
     uuid::Uuid::try_parse(id).ok().and_then(|u| u.get_timestamp()).map_or(0, |t| {
@@ -70,19 +84,21 @@ fn created_at_ms(id: &str) -> u64 {
 }
 
 impl Engine {
-    /// The paused calls, soonest to expire first: from `offset`, at most `limit`; and
-    /// how many there are in all.
-    pub async fn paused_calls(&self, offset: usize, limit: usize) -> Result<(Vec<PausedCall>, u64), EngineError> {
+    /// The paused calls, soonest to expire first: from `offset`, at most `limit`.
+    pub async fn paused_calls(&self, offset: usize, limit: usize) -> Result<PausedCalls, EngineError> {
         let (ids, total) = self.store.paused(offset, limit).await?;
         let loads = ids.iter().map(|id| self.store.load(id));
         let now = self.now_ms();
-        let mut calls = Vec::with_capacity(ids.len());
-        for loaded in futures_util::future::join_all(loads).await {
-            if let Some(call) = loaded?.as_ref().and_then(|t| PausedCall::of(t, now)) {
-                calls.push(call);
+        let mut listed = PausedCalls { calls: Vec::with_capacity(ids.len()), total, unreadable: Vec::new() };
+        for (id, loaded) in ids.iter().zip(futures_util::future::join_all(loads).await) {
+            match loaded {
+                Ok(thread) => listed.calls.extend(thread.as_ref().and_then(|t| PausedCall::of(t, now))),
+                // One record this build cannot read does not hide the others.
+                Err(StoreError::NewerFormat { .. } | StoreError::Corrupt { .. }) => listed.unreadable.push(id.clone()),
+                Err(e) => return Err(e.into()),
             }
         }
-        Ok((calls, total))
+        Ok(listed)
     }
 
     /// Paused call `id` (`None`: no such call, or it is not paused).

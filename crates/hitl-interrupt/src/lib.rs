@@ -61,7 +61,7 @@ pub use digest::{canonical, digest_hex, short_digest};
 /// An agent: defined in `hitl-graph`, so that a crate of agents needs nothing else.
 pub use hitl_graph::Agent;
 
-pub use admin::PausedCall;
+pub use admin::{PausedCall, PausedCalls};
 pub use engine::{
     BREAKPOINT, CANNOT_RESUME, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, Lifetimes, Limits,
     MAX_ROUNDS_PER_REQUEST, NEWER_FORMAT, Reply,

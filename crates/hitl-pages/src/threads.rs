@@ -48,8 +48,10 @@ pub(crate) async fn handle(
                 (Err(why), _) | (_, Err(why)) => return error(StatusCode::BAD_REQUEST, &why),
             };
             match engine.paused_calls(offset, limit).await {
-                Ok((threads, total)) => {
-                    reply(StatusCode::OK, &json!({ "threads": threads, "total": total, "offset": offset }))
+                Ok(page) => {
+                    let mut listed = json!(page);
+                    listed["offset"] = json!(offset);
+                    reply(StatusCode::OK, &listed)
                 }
                 Err(e) => unavailable(e),
             }

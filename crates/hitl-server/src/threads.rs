@@ -63,9 +63,17 @@ pub(crate) async fn run(args: ThreadsArgs, out: &mut dyn std::io::Write) -> anyh
     let engine = Engine::new(store, Arc::new(SystemClock), Secret::generate(), Lifetimes::default());
     match args.action {
         Action::List { offset, limit, json } => {
-            let (calls, total) = engine.paused_calls(offset, limit).await?;
+            let page = engine.paused_calls(offset, limit).await?;
+            let (calls, total) = (&page.calls, page.total);
+            if !page.unreadable.is_empty() {
+                eprintln!(
+                    "{} paused calls this build cannot read (a newer build's, or corrupt): {}",
+                    page.unreadable.len(),
+                    page.unreadable.join(", ")
+                );
+            }
             if json {
-                for call in &calls {
+                for call in calls {
                     writeln!(out, "{}", serde_json::to_string(call)?)?;
                 }
                 return Ok(());
@@ -76,7 +84,7 @@ pub(crate) async fn run(args: ThreadsArgs, out: &mut dyn std::io::Write) -> anyh
                 "ID", "TOOL", "PRINCIPAL", "AGE", "ROUND", "STATE"
             )?;
             let now = engine.now_ms();
-            for call in &calls {
+            for call in calls {
                 writeln!(out, "{}", row(call, now))?;
             }
             writeln!(out, "{} shown of {total} paused", calls.len())?;
