@@ -34,6 +34,7 @@ fn main() -> anyhow::Result<()> {
         Some("test") => test(&args[1..]),
         Some("ci") => ci(args.iter().any(|a| a == "--no-test")),
         Some("conformance") => conformance(),
+        Some("bench") if args.iter().any(|a| a == "--peers") => peers(),
         Some("bench") => bench(),
         _ => {
             eprintln!(
@@ -422,6 +423,101 @@ fn load(url: &str, scenario: &str, extra: &[&str]) -> anyhow::Result<serde_json:
         bail!("hitl-bench load failed: {}", String::from_utf8_lossy(&output.stderr));
     }
     Ok(serde_json::from_slice(&output.stdout)?)
+}
+
+/// The resident memory of process `pid`, in KiB (`VmRSS`).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").to_owned()))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// One server of `cargo xtask bench --peers`, measured with the same load generator:
+/// rounds/s and latency of `choose_region`, its memory after the run, and its memory
+/// per paused call (the RSS it gains pausing `paused` more calls).
+fn measure_peer(name: &str, served: &Served, paused: u64) -> anyhow::Result<serde_json::Value> {
+    let round = load(&served.url, "round", &[])?;
+    let rss_after_run = rss_kib(served.child.id());
+    load(&served.url, "fill", &["--count", &paused.to_string()])?;
+    let rss_after_fill = rss_kib(served.child.id());
+    let per_paused_bytes = rss_after_fill.saturating_sub(rss_after_run) * 1024 / paused.max(1);
+    println!(
+        "  {name:<44} {:>9.0} rounds/s   p50 {:>6} µs   p99 {:>6} µs   RSS {:>7} KiB   {:>6} B per paused call",
+        round["throughput"].as_f64().unwrap_or_default(),
+        round["p50_us"],
+        round["p99_us"],
+        rss_after_run,
+        per_paused_bytes,
+    );
+    Ok(serde_json::json!({"status": "measured", "round": round, "rss_kib_after_run": rss_after_run,
+                          "rss_kib_after_pausing": rss_after_fill, "paused": paused,
+                          "bytes_per_paused_call": per_paused_bytes}))
+}
+
+/// `cargo xtask bench --peers`: hitl and the servers a user would pick instead, each with
+/// the same `choose_region` tool (`bench/peers/`), driven by the same load generator in
+/// one run. A peer that cannot be installed or is not written yet is reported as such.
+fn peers() -> anyhow::Result<()> {
+    let mut build = cargo();
+    build.args(["build", "--release", "-p", "hitl-server", "-p", "hitl-bench"]);
+    run(build)?;
+    let release = workspace_root().join("target/release");
+    let mut report = serde_json::Map::new();
+    let echo = serve({
+        let mut c = Command::new(release.join("hitl-bench"));
+        c.args(["echo", "--listen", "127.0.0.1:0"]);
+        c
+    })?;
+    let baseline = load(&echo.url, "echo", &[])?;
+    drop(echo);
+    println!("bench --peers (2 cores shared by server and load generator; one run):");
+    println!(
+        "  {:<44} {:>9.0} req/s     p50 {:>6} µs   p99 {:>6} µs",
+        "bare hyper JSON echo (the limit)",
+        baseline["throughput"].as_f64().unwrap_or_default(),
+        baseline["p50_us"],
+        baseline["p99_us"]
+    );
+    report.insert("echo".into(), baseline);
+    let paused = 100_000;
+    let hitl = serve({
+        let mut c = Command::new(release.join("hitl"));
+        c.args(["serve", "--listen", "127.0.0.1:0", "--max-paused-per-caller", "100000000"])
+            .args(["--max-paused-calls", "100000000"])
+            .env("RUST_LOG", "error");
+        c
+    })?;
+    report.insert("hitl (memory store)".into(), measure_peer("hitl, memory store", &hitl, paused)?);
+    drop(hitl);
+    let python = match python_sdk() {
+        Ok(python) => {
+            let script = workspace_root().join("bench/peers/python/choose_region.py");
+            let peer = serve({
+                let mut c = Command::new(python);
+                c.arg(script);
+                c
+            })?;
+            // The Python peer keeps a paused call in its requestState: a smaller fill.
+            measure_peer("Python mcp 2.3.0 MCPServer (Resolve(Elicit))", &peer, 10_000)?
+        }
+        Err(why) => {
+            println!("  Python mcp 2.3.0 MCPServer: not installed ({why})");
+            serde_json::json!({"status": format!("not installed: {why}")})
+        }
+    };
+    report.insert("python mcp 2.3.0 MCPServer".into(), python);
+    for peer in ["TypeScript SDK v2 2.4.0 (createMcpHandler)", "rmcp 3.11"] {
+        println!("  {peer}: not measured (its peer server is not in bench/peers/ yet)");
+        report.insert(peer.into(), serde_json::json!({"status": "not measured: no peer server in bench/peers/ yet"}));
+    }
+    let out = workspace_root().join("target/bench-report.json");
+    std::fs::write(&out, serde_json::to_string_pretty(&serde_json::json!({"peers": report}))?)?;
+    eprintln!("report: {}", out.display());
+    Ok(())
 }
 
 fn bench() -> anyhow::Result<()> {
