@@ -425,6 +425,34 @@ fn load(url: &str, scenario: &str, extra: &[&str]) -> anyhow::Result<serde_json:
     Ok(serde_json::from_slice(&output.stdout)?)
 }
 
+/// The release `hitl` and `hitl-bench`, built: the folder they are in.
+fn release_build() -> anyhow::Result<PathBuf> {
+    let mut build = cargo();
+    build.args(["build", "--release", "-p", "hitl-server", "-p", "hitl-bench"]);
+    run(build)?;
+    Ok(workspace_root().join("target/release"))
+}
+
+/// One load run against the bare hyper JSON echo server: the limit the ratios are of.
+fn echo_baseline(release: &Path) -> anyhow::Result<serde_json::Value> {
+    let echo = serve({
+        let mut c = Command::new(release.join("hitl-bench"));
+        c.args(["echo", "--listen", "127.0.0.1:0"]);
+        c
+    })?;
+    load(&echo.url, "echo", &[])
+}
+
+/// The release `hitl serve` on a free port, quiet, for a load generator: one caller
+/// that holds far more than a caller's default share of paused calls (the limits are
+/// still checked on every pause).
+fn hitl_for_load(release: &Path) -> Command {
+    let mut command = Command::new(release.join("hitl"));
+    command.args(["serve", "--listen", "127.0.0.1:0"]).env("RUST_LOG", "error");
+    command.args(["--max-paused-per-caller", "100000000", "--max-paused-calls", "100000000"]);
+    command
+}
+
 /// The resident memory of process `pid`, in KiB (`VmRSS`).
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -462,18 +490,9 @@ fn measure_peer(name: &str, served: &Served, paused: u64) -> anyhow::Result<serd
 /// the same `choose_region` tool (`bench/peers/`), driven by the same load generator in
 /// one run. A peer that cannot be installed or is not written yet is reported as such.
 fn peers() -> anyhow::Result<()> {
-    let mut build = cargo();
-    build.args(["build", "--release", "-p", "hitl-server", "-p", "hitl-bench"]);
-    run(build)?;
-    let release = workspace_root().join("target/release");
+    let release = release_build()?;
     let mut report = serde_json::Map::new();
-    let echo = serve({
-        let mut c = Command::new(release.join("hitl-bench"));
-        c.args(["echo", "--listen", "127.0.0.1:0"]);
-        c
-    })?;
-    let baseline = load(&echo.url, "echo", &[])?;
-    drop(echo);
+    let baseline = echo_baseline(&release)?;
     println!("bench --peers (2 cores shared by server and load generator; one run):");
     println!(
         "  {:<44} {:>9.0} req/s     p50 {:>6} µs   p99 {:>6} µs",
@@ -484,13 +503,7 @@ fn peers() -> anyhow::Result<()> {
     );
     report.insert("echo".into(), baseline);
     let paused = 100_000;
-    let hitl = serve({
-        let mut c = Command::new(release.join("hitl"));
-        c.args(["serve", "--listen", "127.0.0.1:0", "--max-paused-per-caller", "100000000"])
-            .args(["--max-paused-calls", "100000000"])
-            .env("RUST_LOG", "error");
-        c
-    })?;
+    let hitl = serve(hitl_for_load(&release))?;
     report.insert("hitl (memory store)".into(), measure_peer("hitl, memory store", &hitl, paused)?);
     drop(hitl);
     let python = match python_sdk() {
@@ -521,10 +534,7 @@ fn peers() -> anyhow::Result<()> {
 }
 
 fn bench() -> anyhow::Result<()> {
-    let mut build = cargo();
-    build.args(["build", "--release", "-p", "hitl-server", "-p", "hitl-bench"]);
-    run(build)?;
-    let release = workspace_root().join("target/release");
+    let release = release_build()?;
     let mut report = serde_json::Map::new();
     let row = |name: &str, r: &serde_json::Value| {
         eprintln!(
@@ -535,13 +545,7 @@ fn bench() -> anyhow::Result<()> {
             r["errors"]
         );
     };
-    let echo = serve({
-        let mut c = Command::new(release.join("hitl-bench"));
-        c.args(["echo", "--listen", "127.0.0.1:0"]);
-        c
-    })?;
-    let baseline = load(&echo.url, "echo", &[])?;
-    drop(echo);
+    let baseline = echo_baseline(&release)?;
     eprintln!("bench (2 cores shared by server and load generator; ratios are what count):");
     row("bare hyper JSON echo", &baseline);
     let peak = baseline["throughput"].as_f64().unwrap_or(1.0).max(1.0);
@@ -558,11 +562,7 @@ fn bench() -> anyhow::Result<()> {
         Err(_) => eprintln!("  (no Redis: the Redis rows are skipped)"),
     }
     for (name, url) in stores {
-        let mut command = Command::new(release.join("hitl"));
-        command.args(["serve", "--listen", "127.0.0.1:0"]).env("RUST_LOG", "error");
-        // One load generator is one caller that holds far more than a caller's default
-        // share of paused calls; the limits are still checked on every pause.
-        command.args(["--max-paused-per-caller", "100000000", "--max-paused-calls", "100000000"]);
+        let mut command = hitl_for_load(&release);
         if let Some(url) = &url {
             command.args(["--store", url]).env("HITL_SECRET", "hitl-bench-secret-0123456789abcdef0123");
         }

@@ -39,8 +39,8 @@ impl PausedCall {
     fn of(thread: &Thread, now_ms: u64) -> Option<Self> {
         let task = thread.task.as_ref();
         let running = thread.claim.as_ref().is_some_and(|c| c.until_ms > now_ms);
-        let working = thread.round.is_none() && thread.last.is_none() && running;
-        if task.is_some_and(|t| t.cancelled || t.error.is_some()) || (thread.round.is_none() && !working) {
+        if task.is_some_and(|t| t.cancelled || t.error.is_some()) || (thread.round.is_none() && !thread.working(now_ms))
+        {
             return None;
         }
         let pending = thread.round.as_ref().map_or_else(Vec::new, |round| {
@@ -113,10 +113,10 @@ impl Engine {
     /// `Invalid or expired requestState`; a task shows `cancelled` (and a run of this
     /// process stops). A request running its round at that moment loses its outcome.
     pub async fn cancel_call(&self, id: &str) -> Result<bool, EngineError> {
+        if uuid::Uuid::try_parse(id).is_err() {
+            return Ok(false);
+        }
         loop {
-            if uuid::Uuid::try_parse(id).is_err() {
-                return Ok(false);
-            }
             let Some(thread) = self.store.load(id).await? else { return Ok(false) };
             if PausedCall::of(&thread, self.now_ms()).is_none() {
                 return Ok(false);

@@ -308,28 +308,29 @@ impl Engine {
             Err(error) => return Ok(Err(error)),
         };
         let deadline = Deadline::after(self.limits.request_timeout);
-        // One span per round: a new call's thread id is its new thread's.
-        let (thread_id, new) = match call.request_state.as_deref().and_then(state::split) {
-            Some((id, _)) => (id.to_owned(), None),
+        // One span per round, with its thread's id (a new call's is made here).
+        let span = |thread_id: &str| tracing::info_span!("round", tool = %call.binding(agent), thread_id);
+        let answer = match call.request_state.clone() {
             None => {
                 let id = uuid::Uuid::now_v7().to_string();
-                (id.clone(), Some(id))
+                let span = span(&id);
+                let started = self.start(agent, call, id, args_digest, arguments, deadline);
+                tracing::Instrument::instrument(started, span).await
+            }
+            Some(request_state) => {
+                let span = span(state::split(&request_state).map_or("", |(id, _)| id));
+                let answered = async {
+                    // A client that can't answer rounds learns that the call is paused;
+                    // the thread stays as it is for the client that can.
+                    if call.era == Era::Legacy {
+                        self.legacy_resend(agent, &call, &args_digest, &request_state).await
+                    } else {
+                        self.answer_round(agent, call, args_digest, &request_state, deadline).await
+                    }
+                };
+                tracing::Instrument::instrument(answered, span).await
             }
         };
-        let span = tracing::info_span!("round", tool = %call.binding(agent), thread_id = %thread_id);
-        let answer = async {
-            match (call.request_state.clone(), new) {
-                (None, Some(id)) => self.start(agent, call, id, args_digest, arguments, deadline).await,
-                // A client that can't answer rounds learns that the call is paused; the
-                // thread stays as it is for the client that can.
-                (Some(request_state), _) if call.era == Era::Legacy => {
-                    self.legacy_resend(agent, &call, &args_digest, &request_state).await
-                }
-                (Some(request_state), _) => self.answer_round(agent, call, args_digest, &request_state, deadline).await,
-                (None, None) => unreachable!("a call without requestState is new"),
-            }
-        };
-        let answer = tracing::Instrument::instrument(answer, span).await;
         match answer {
             Err(EngineError::Store(StoreError::NewerFormat { .. })) => Ok(Err(ErrorObject::internal(NEWER_FORMAT))),
             other => other,

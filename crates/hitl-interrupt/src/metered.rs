@@ -48,14 +48,18 @@ impl<T> Failure for Result<T, SaveError> {
     }
 }
 
-/// `op` (store operation `operation`, on thread `thread_id` when it names one), in a
-/// span, timed and counted.
-async fn timed<R: Failure>(operation: &'static str, thread_id: &str, op: impl Future<Output = R>) -> R {
+/// Store operation `operation` on thread `thread_id` (`""` when it names none), with its
+/// span. Debug level: the most frequent span, kept out of the logs' way unless asked for
+/// (`hitl serve` exports it with the others when spans go to OTLP). Made before the
+/// operation takes the thread, so the id is not copied when the span is off.
+fn op(operation: &'static str, thread_id: &str) -> (&'static str, tracing::Span) {
+    (operation, tracing::debug_span!("store", operation, thread_id))
+}
+
+/// `work`, store operation `operation`, in `span`, timed and counted.
+async fn timed<R: Failure>((operation, span): (&'static str, tracing::Span), work: impl Future<Output = R>) -> R {
     let started = Instant::now();
-    // Debug level: the most frequent span, kept out of the logs' way unless asked for
-    // (`hitl serve` exports it with the others when spans go to OTLP).
-    let span = tracing::debug_span!("store", operation, thread_id);
-    let outcome = tracing::Instrument::instrument(op, span).await;
+    let outcome = tracing::Instrument::instrument(work, span).await;
     metrics::histogram!("hitl_store_operation_seconds", "operation" => operation)
         .record(started.elapsed().as_secs_f64());
     if outcome.failed() {
@@ -67,20 +71,19 @@ async fn timed<R: Failure>(operation: &'static str, thread_id: &str, op: impl Fu
 #[async_trait]
 impl ThreadStore for MeteredStore {
     async fn ping(&self) -> Result<(), StoreError> {
-        timed("ping", "", self.inner.ping()).await
+        timed(op("ping", ""), self.inner.ping()).await
     }
 
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
-        timed("load", id, self.inner.load(id)).await
+        timed(op("load", id), self.inner.load(id)).await
     }
 
     async fn save(&self, thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
-        let id = thread.id.clone();
-        timed("save", &id, self.inner.save(thread, expected)).await
+        timed(op("save", &thread.id), self.inner.save(thread, expected)).await
     }
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
-        timed("delete", id, self.inner.delete(id)).await
+        timed(op("delete", id), self.inner.delete(id)).await
     }
 
     async fn count_paused(
@@ -91,19 +94,19 @@ impl ThreadStore for MeteredStore {
         until_ms: u64,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, StoreError> {
-        timed("count_paused", id, self.inner.count_paused(owner, id, tool, until_ms, limits)).await
+        timed(op("count_paused", id), self.inner.count_paused(owner, id, tool, until_ms, limits)).await
     }
 
     async fn uncount_paused(&self, owner: &str, id: &str, tool: &str) -> Result<(), StoreError> {
-        timed("uncount_paused", id, self.inner.uncount_paused(owner, id, tool)).await
+        timed(op("uncount_paused", id), self.inner.uncount_paused(owner, id, tool)).await
     }
 
     async fn paused_by_tool(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        timed("paused_by_tool", "", self.inner.paused_by_tool()).await
+        timed(op("paused_by_tool", ""), self.inner.paused_by_tool()).await
     }
 
     async fn paused(&self, offset: usize, limit: usize) -> Result<(Vec<String>, u64), StoreError> {
-        timed("paused", "", self.inner.paused(offset, limit)).await
+        timed(op("paused", ""), self.inner.paused(offset, limit)).await
     }
 
     async fn create_paused(
@@ -112,20 +115,18 @@ impl ThreadStore for MeteredStore {
         owner: &str,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, SaveError> {
-        let id = thread.id.clone();
-        timed("create_paused", &id, self.inner.create_paused(thread, owner, limits)).await
+        timed(op("create_paused", &thread.id), self.inner.create_paused(thread, owner, limits)).await
     }
 
     async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), StoreError> {
-        timed("put_note", "", self.inner.put_note(key, value, until_ms)).await
+        timed(op("put_note", ""), self.inner.put_note(key, value, until_ms)).await
     }
 
     async fn take_note(&self, key: &str) -> Result<Option<String>, StoreError> {
-        timed("take_note", "", self.inner.take_note(key)).await
+        timed(op("take_note", ""), self.inner.take_note(key)).await
     }
 
     async fn save_finished(&self, thread: Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
-        let id = thread.id.clone();
-        timed("save_finished", &id, self.inner.save_finished(thread, expected, owner)).await
+        timed(op("save_finished", &thread.id), self.inner.save_finished(thread, expected, owner)).await
     }
 }

@@ -205,23 +205,29 @@ impl Engine {
             let expected = thread.version;
             let next = self.ended(&thread, &ended);
             let owner = next.owner.clone();
-            let (id, until) = (next.id.clone(), next.expires_at_ms);
-            let observed = self.observing().then(|| next.clone());
-            let saved = match &next.round {
-                Some(_) => self.store.save(next, Some(expected)).await,
-                None => self.store.save_finished(next, expected, owner.as_deref()).await,
+            let (id, until, paused) = (next.id.clone(), next.expires_at_ms, next.round.is_some());
+            // What the observer is shown of a round asked (no checkpoint).
+            let asked = (paused && self.observing()).then(|| next.summary());
+            let saved = if paused {
+                self.store.save(next, Some(expected)).await
+            } else {
+                self.store.save_finished(next, expected, owner.as_deref()).await
             };
             match saved {
                 Ok(()) => {
-                    if let Some(thread) = &observed {
-                        self.tell(thread);
+                    let (tool, principal) = (&thread.tool, thread.principal.as_deref());
+                    if let Some(thread) = &asked {
+                        self.observe(crate::Event::Asked { thread });
                     }
-                    if matches!(ended, Ended::Paused(..)) {
-                        crate::meter::round(&thread.tool, crate::meter::Outcome::Paused);
+                    if let Ended::Result(result) = &ended {
+                        self.observe(crate::Event::Finished { thread_id: &id, tool, principal, result });
                     }
-                    if let (Ended::Paused(..), Some(owner)) = (&ended, &owner) {
+                    if paused {
+                        crate::meter::round(tool, crate::meter::Outcome::Paused);
                         // Counted since the task was made; it now counts to its round's expiry.
-                        let _ = self.store.count_paused(owner, &id, &thread.tool, until, self.limits.paused).await;
+                        if let Some(owner) = &owner {
+                            let _ = self.store.count_paused(owner, &id, tool, until, self.limits.paused).await;
+                        }
                     }
                     return Ok(());
                 }
@@ -273,18 +279,6 @@ impl Engine {
                     }
                 }
             }
-        }
-    }
-
-    /// Tells the observer what the stored `thread` (a working task's end) shows.
-    fn tell(&self, thread: &Thread) {
-        match (&thread.round, &thread.last) {
-            (Some(_), _) => self.observe(crate::Event::Asked { thread: &thread.summary() }),
-            (None, Some(Last { outcome: LastOutcome::Result { result }, .. })) => {
-                let (thread_id, tool, principal) = (&thread.id, &thread.tool, thread.principal.as_deref());
-                self.observe(crate::Event::Finished { thread_id, tool, principal, result });
-            }
-            _ => {}
         }
     }
 }

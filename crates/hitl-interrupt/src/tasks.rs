@@ -3,10 +3,10 @@
 //! client that declared the extension becomes a task whose id is its thread's. The
 //! task's state is the thread's: `input_required` with the open round's questions
 //! (those not answered yet), `working` while a request or its process runs it,
-//! `completed` with its result, `cancelled`, `failed` with a JSON-RPC error. Answers come in parts (`tasks/update`),
-//! kept in the thread until every question of the round has one; then the round is
-//! answered exactly as a retry would answer it (resume once, the same checks), so a task
-//! is bound to its caller and runs once like any call.
+//! `completed` with its result, `cancelled`, `failed` with a JSON-RPC error. Answers
+//! come in parts (`tasks/update`), kept in the thread until every question of the round
+//! has one; then the round is answered exactly as a retry would answer it (resume once,
+//! the same checks), so a task is bound to its caller and runs once like any call.
 //!
 //! A task's request keys are `<round>:<question key>`: unique over the task's life, as
 //! the extension requires, even when two rounds ask the same question.
@@ -67,6 +67,9 @@ pub struct TaskView {
     pub result: Option<CallToolResult>,
     /// `failed`: the JSON-RPC error.
     pub error: Option<ErrorObject>,
+    /// `working` with every answer of its open round in and no request running it: it
+    /// runs when it can (its page done, its last run failed), so a poll tries it.
+    pub ready: bool,
 }
 
 /// The error of a task whose run stopped with its process.
@@ -88,17 +91,20 @@ impl Engine {
         let Some(thread) = self.own_task(id, principal).await? else { return Ok(None) };
         let task = thread.task.as_ref().expect("own_task returns tasks");
         let now = self.now_ms();
+        let over = task.cancelled || task.error.is_some();
+        let claimed =
+            |round: &crate::Round| thread.claim.as_ref().is_some_and(|c| c.round == round.n && c.until_ms > now);
+        // Every answer is in, and no request runs the round: it is about to run (its page
+        // is not done yet, or the run before failed and is tried again).
+        let ready = !over
+            && thread.round.as_ref().is_some_and(|round| {
+                !claimed(round) && round.questions.iter().all(|q| task.partial.contains_key(&q.key))
+            });
         let (status, input_requests, result) = match (&thread.round, &thread.last) {
             _ if task.cancelled => (TaskStatus::Cancelled, None, None),
             _ if task.error.is_some() => (TaskStatus::Failed, None, None),
-            (Some(round), _) if thread.claim.as_ref().is_some_and(|c| c.round == round.n && c.until_ms > now) => {
-                (TaskStatus::Working, None, None)
-            }
-            // Every answer is in, and no request runs the round: it is about to run (its
-            // page is not done yet, or the run before failed and is tried again).
-            (Some(round), _) if round.questions.iter().all(|q| task.partial.contains_key(&q.key)) => {
-                (TaskStatus::Working, None, None)
-            }
+            (Some(round), _) if claimed(round) => (TaskStatus::Working, None, None),
+            _ if ready => (TaskStatus::Working, None, None),
             (Some(round), _) => {
                 let open = round
                     .questions
@@ -112,10 +118,7 @@ impl Engine {
                 LastOutcome::Result { result } => (TaskStatus::Completed, None, Some(result.clone())),
                 LastOutcome::NextRound => (TaskStatus::Working, None, None),
             },
-            // Run on by a process ([`Engine::call_as_task`]) while its claim holds.
-            (None, None) if thread.claim.as_ref().is_some_and(|c| c.until_ms > now) => {
-                (TaskStatus::Working, None, None)
-            }
+            (None, None) if thread.working(now) => (TaskStatus::Working, None, None),
             (None, None) => (TaskStatus::Failed, None, None),
         };
         let error = match status {
@@ -132,6 +135,7 @@ impl Engine {
             input_requests,
             result,
             error,
+            ready,
         }))
     }
 
@@ -218,7 +222,7 @@ impl Engine {
             let now = self.now_ms();
             let task = thread.task.as_ref().expect("own_task returns tasks");
             let answering = thread.round.is_some() && thread.claim.as_ref().is_some_and(|c| c.until_ms > now);
-            let over = thread.round.is_none() && thread.claim.as_ref().is_none_or(|c| c.until_ms <= now);
+            let over = thread.round.is_none() && !thread.working(now);
             if task.cancelled || task.error.is_some() || answering || over {
                 return Ok(Ok(()));
             }

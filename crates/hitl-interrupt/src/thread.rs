@@ -107,6 +107,12 @@ pub struct Thread {
 }
 
 impl Thread {
+    /// A task's first run going on in a process ([`crate::Engine::call_as_task`]): no
+    /// round asked yet and no end, while the run's claim holds.
+    pub(crate) fn working(&self, now_ms: u64) -> bool {
+        self.round.is_none() && self.last.is_none() && self.claim.as_ref().is_some_and(|c| c.until_ms > now_ms)
+    }
+
     /// The record without its checkpoint and last round: what observers are shown,
     /// copied without the agent's state.
     pub fn summary(&self) -> Thread {

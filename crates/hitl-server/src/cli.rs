@@ -61,8 +61,8 @@ pub(crate) struct ServeArgs {
     /// `--listen` (say, a port only the monitoring network reaches).
     #[arg(long, env = "HITL_METRICS_LISTEN", value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
-    /// How log lines are written to stderr: `text`, or `json` (one object per line, with
-    /// the fields of the spans they are in, such as the thread id).
+    /// How log lines are written to stderr: `text`, or `json` (one object per line:
+    /// timestamp, level, fields, target).
     #[arg(long, env = "HITL_LOG_FORMAT", value_enum, default_value_t = crate::telemetry::LogFormat::Text)]
     pub(crate) log_format: crate::telemetry::LogFormat,
     /// Export spans (requests, rounds, agent runs, store operations, upstream calls)

@@ -45,7 +45,6 @@ impl Telemetry {
 /// Installs the process's subscriber: logs in `format`, spans exported to `otlp` when
 /// given (inside a tokio runtime: the exporter's requests run on it).
 pub(crate) fn init(format: LogFormat, otlp: Option<&str>) -> anyhow::Result<Telemetry> {
-    let filter = || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let logs = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer().with_writer(std::io::stderr).boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
@@ -57,20 +56,18 @@ pub(crate) fn init(format: LogFormat, otlp: Option<&str>) -> anyhow::Result<Tele
     };
     // Log lines only: spans cost nothing unless they are exported (a round's log lines
     // name their thread themselves).
-    let events = || tracing_subscriber::filter::filter_fn(|metadata| metadata.is_event());
-    let Some(endpoint) = otlp else {
-        tracing_subscriber::registry().with(logs.with_filter(filter()).with_filter(events())).init();
-        return Ok(Telemetry(None));
-    };
-    let provider = provider(endpoint)?;
-    let spans = tracing_opentelemetry::layer().with_tracer(provider.tracer("hitl"));
+    let logs = logs
+        .with_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_filter(tracing_subscriber::filter::filter_fn(|metadata| metadata.is_event()));
+    let provider = otlp.map(provider).transpose()?;
     // Spans are exported at info (and store operations, at debug) whatever RUST_LOG
     // keeps of the logs.
-    let exported = EnvFilter::new("info,hitl_interrupt::metered=debug");
-    tracing_subscriber::registry()
-        .with(logs.with_filter(filter()).with_filter(events()))
-        .with(spans.with_filter(exported))
-        .init();
+    let spans = provider.as_ref().map(|provider| {
+        let exported = EnvFilter::new("info,hitl_interrupt::metered=debug");
+        tracing_opentelemetry::layer().with_tracer(provider.tracer("hitl")).with_filter(exported)
+    });
+    tracing_subscriber::registry().with(logs).with(spans).init();
+    let Some(provider) = provider else { return Ok(Telemetry(None)) };
     opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
     opentelemetry::global::set_tracer_provider(provider.clone());
     // Upstream requests carry the trace of the span they are made in.
@@ -78,18 +75,15 @@ pub(crate) fn init(format: LogFormat, otlp: Option<&str>) -> anyhow::Result<Tele
         let context = tracing::Span::current().context();
         opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&context, &mut HeaderInjector(headers)));
     }));
-    EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
     Ok(Telemetry(Some(provider)))
 }
-
-/// Are spans exported (so requests' `traceparent` headers are read)?
-static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The span of one HTTP request: a child of the trace its `traceparent` names, when
 /// spans are exported.
 pub(crate) fn request_span(request: &http::Request<hyper::body::Incoming>) -> tracing::Span {
     let span = tracing::info_span!("request", method = %request.method(), path = %request.uri().path());
-    if EXPORTING.load(std::sync::atomic::Ordering::Relaxed) {
+    // Only spans that are exported are enabled: the logs take none.
+    if !span.is_disabled() {
         let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(request.headers())));
         let _ = span.set_parent(parent);
     }

@@ -209,6 +209,13 @@ fn tool_key(tool: &str) -> String {
     format!("hitl:{{paused}}:tool:{tool}")
 }
 
+/// The lowest score of a paused call that still counts: counted calls past their time
+/// stay in the sets until a count sweeps them, so reads skip them (`(now`: expiring
+/// after now).
+fn still_counted() -> String {
+    format!("({}", now_ms())
+}
+
 /// The set of every tool counted (so a tool with none paused shows 0).
 const TOOLS_KEY: &str = "hitl:{paused}:tools";
 
@@ -488,7 +495,7 @@ impl ThreadStore for RedisStore {
         let mut tools: Vec<String> =
             redis::cmd("SMEMBERS").arg(TOOLS_KEY).query_async(&mut connection).await.map_err(unavailable)?;
         tools.sort_unstable();
-        let after_now = format!("({}", now_ms());
+        let after_now = still_counted();
         let mut counts = redis::pipe();
         for tool in &tools {
             counts.cmd("ZCOUNT").arg(tool_key(tool)).arg(&after_now).arg("+inf");
@@ -499,9 +506,7 @@ impl ThreadStore for RedisStore {
 
     async fn paused(&self, offset: usize, limit: usize) -> Result<(Vec<String>, u64), StoreError> {
         let mut connection = self.connection().await?;
-        // Counted calls past their time stay in the set until a count sweeps them: skip
-        // them here (`(now`: expiring after now).
-        let after_now = format!("({}", now_ms());
+        let after_now = still_counted();
         let (ids, total): (Vec<String>, u64) = redis::pipe()
             .atomic()
             .cmd("ZRANGEBYSCORE")

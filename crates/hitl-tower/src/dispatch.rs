@@ -19,6 +19,12 @@ use serde_json::{Map, Value, json};
 use crate::Shared;
 use crate::validate::{self, Caller};
 
+/// What a client is told when the store failed: the detail (hosts, record ids) goes to
+/// the log, not to the client.
+pub(crate) fn store_unavailable() -> ErrorObject {
+    ErrorObject::internal("Internal error: the thread store is unavailable")
+}
+
 /// `value` as JSON; a value that does not serialize is an internal error, never `null`.
 pub(crate) fn to_json<T: Serialize>(value: &T) -> Result<Value, ErrorObject> {
     serde_json::to_value(value)
@@ -115,7 +121,8 @@ impl Shared {
                     CallToolResponse::Complete(r) => to_json(&r),
                     // A client that follows tasks gets the paused call as one.
                     CallToolResponse::InputRequired(r) if task => {
-                        let id = r.request_state.as_deref().and_then(|s| s.split_once('.')).map_or("", |(id, _)| id);
+                        let id =
+                            r.request_state.as_deref().and_then(hitl_interrupt::state::split).map_or("", |(id, _)| id);
                         self.created(id, task_principal.as_deref()).await
                     }
                     CallToolResponse::InputRequired(r) => to_json(&r),
@@ -149,9 +156,8 @@ impl Shared {
         match self.engine.call(agent, call).await {
             Ok(answer) => answer,
             Err(e) => {
-                // The detail (hosts, record ids) goes to the log, not to the client.
                 tracing::error!(error = %e, agent = %agent.name, "call failed");
-                Err(ErrorObject::internal("Internal error: the thread store is unavailable"))
+                Err(store_unavailable())
             }
         }
     }

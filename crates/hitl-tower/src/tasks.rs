@@ -88,11 +88,10 @@ impl Shared {
         let id = params.task_id.as_str();
         match method {
             "tasks/get" => {
-                // A round with every answer in shows `working` and runs when it can (its
-                // page done, its last run failed): polling moves it on. Other polls read
-                // the task once.
+                // A round with every answer in runs when it can (its page done, its last
+                // run failed): polling moves it on. Other polls read the task once.
                 let mut view = self.view(id, principal).await?;
-                if view.status == hitl_interrupt::TaskStatus::Working {
+                if view.ready {
                     self.update_viewed(&view, caller, &Default::default()).await?;
                     view = self.view(id, principal).await?;
                 }
@@ -110,7 +109,8 @@ impl Shared {
                 Ok(Value::Object(task))
             }
             "tasks/update" => {
-                self.update(id, caller, &params.input_responses.unwrap_or_default()).await?;
+                let view = self.view(id, principal).await?;
+                self.update_viewed(&view, caller, &params.input_responses.unwrap_or_default()).await?;
                 Ok(json!({}))
             }
             "tasks/cancel" => {
@@ -121,18 +121,7 @@ impl Shared {
         }
     }
 
-    /// Answers some of task `id`'s questions (none: runs a complete round).
-    async fn update(
-        &self,
-        id: &str,
-        caller: &Caller,
-        responses: &hitl_protocol::InputResponses,
-    ) -> Result<(), ErrorObject> {
-        let view = self.view(id, caller.principal.as_deref()).await?;
-        self.update_viewed(&view, caller, responses).await
-    }
-
-    /// [`Shared::update`] of a task already read.
+    /// Answers some of task `view`'s questions (none: runs a complete round).
     async fn update_viewed(
         &self,
         view: &TaskView,
@@ -159,7 +148,7 @@ impl Shared {
     fn store_answer<T>(&self, outcome: Result<T, hitl_interrupt::EngineError>) -> Result<T, ErrorObject> {
         outcome.map_err(|e| {
             tracing::error!(error = %e, "task request failed");
-            ErrorObject::internal("Internal error: the thread store is unavailable")
+            crate::dispatch::store_unavailable()
         })
     }
 }

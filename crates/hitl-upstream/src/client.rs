@@ -285,12 +285,19 @@ pub struct Upstream {
     next_id: AtomicI64,
 }
 
-/// Records a `tools/call` of `upstream` begun at `started` (`hitl_upstream_call_seconds`,
+/// `call`, a `tools/call` to `upstream`, in `span` and timed (`hitl_upstream_call_seconds`,
 /// through the `metrics` facade; upstream names come from the configuration).
-fn timed<T>(upstream: &str, started: std::time::Instant, outcome: &Result<T, UpstreamError>) {
-    let outcome = if outcome.is_ok() { "ok" } else { "error" };
-    metrics::histogram!("hitl_upstream_call_seconds", "upstream" => upstream.to_owned(), "outcome" => outcome)
+async fn timed<T>(
+    upstream: String,
+    span: tracing::Span,
+    call: impl std::future::Future<Output = Result<T, UpstreamError>>,
+) -> Result<T, UpstreamError> {
+    let started = std::time::Instant::now();
+    let outcome = tracing::Instrument::instrument(call, span).await;
+    let label = if outcome.is_ok() { "ok" } else { "error" };
+    metrics::histogram!("hitl_upstream_call_seconds", "upstream" => upstream, "outcome" => label)
         .record(started.elapsed().as_secs_f64());
+    outcome
 }
 
 /// This client, as upstreams see it.
@@ -434,6 +441,11 @@ impl Upstream {
         Err(self.protocol("its tools/list pages never end"))
     }
 
+    /// The span of a `tools/call` of tool `tool`, a child of the current one.
+    fn call_span(&self, tool: &str) -> tracing::Span {
+        tracing::info_span!("upstream_call", upstream = %self.name, tool = %tool)
+    }
+
     /// Calls tool `name`; the result is the upstream's, unchanged (a `CallToolResult`,
     /// or a 2026-07-28 `input_required` result).
     pub async fn call_tool(&self, name: &str, arguments: Map<String, Value>) -> Result<Value, UpstreamError> {
@@ -452,17 +464,7 @@ impl Upstream {
         let mut params =
             Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
         params.extend(extra);
-        let span = tracing::info_span!("upstream_call", upstream = %self.name, tool = %name);
-        tracing::Instrument::instrument(
-            async {
-                let started = std::time::Instant::now();
-                let outcome = self.request("tools/call", params).await;
-                timed(&self.name, started, &outcome);
-                outcome
-            },
-            span,
-        )
-        .await
+        timed(self.name.clone(), self.call_span(name), self.request("tools/call", params)).await
     }
 
     /// [`Upstream::call_tool_with`], started in a task, with the requests the upstream
@@ -482,17 +484,9 @@ impl Upstream {
             Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
         params.extend(extra);
         let upstream = self.clone();
-        // The call runs in the caller's span (its trace reaches the upstream).
-        let span = tracing::info_span!("upstream_call", upstream = %self.name, tool = %name);
-        let task = tokio::spawn(tracing::Instrument::instrument(
-            async move {
-                let started = std::time::Instant::now();
-                let outcome = upstream.request_asking("tools/call", params, Some(asks)).await;
-                timed(&upstream.name, started, &outcome);
-                outcome
-            },
-            span,
-        ));
+        let call = async move { upstream.request_asking("tools/call", params, Some(asks)).await };
+        // The call's span is made here, in the caller's (its trace reaches the upstream).
+        let task = tokio::spawn(timed(self.name.clone(), self.call_span(name), call));
         Call { upstream: self.name.clone(), timeout: self.timeout, inbox, task, done: false }
     }
 
