@@ -132,14 +132,16 @@ fn pause_body() -> Bytes {
     )
 }
 
-fn answer_body(key: &str, state: &str) -> Bytes {
-    Bytes::from(
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "choose_region", "arguments": {}, "_meta": meta(),
-            "inputResponses": { key: {"action": "accept", "content": {"response": "eu-west-1"}} },
-            "requestState": state}})
-        .to_string(),
-    )
+/// The retry that answers a round: the `requestState` echoed only when the server gave
+/// one (servers that keep no state give none).
+fn answer_body(key: &str, state: Option<&str>) -> Bytes {
+    let mut params = json!({
+        "name": "choose_region", "arguments": {}, "_meta": meta(),
+        "inputResponses": { key: {"action": "accept", "content": {"response": "eu-west-1"}} }});
+    if let Some(state) = state {
+        params["requestState"] = state.into();
+    }
+    Bytes::from(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}).to_string())
 }
 
 /// One keep-alive HTTP/1.1 connection.
@@ -185,7 +187,7 @@ async fn step(
     scenario: &str,
     target: &Target,
     connection: &mut Connection,
-    pending: &mut Option<(String, String)>,
+    pending: &mut Option<(String, Option<String>)>,
 ) -> anyhow::Result<()> {
     match (scenario, pending.take()) {
         ("call", _) => {
@@ -202,10 +204,17 @@ async fn step(
             let result = &reply["result"];
             let key =
                 result["inputRequests"].as_object().and_then(|m| m.keys().next().cloned()).context("no question")?;
-            *pending = Some((key, result["requestState"].as_str().unwrap_or_default().to_owned()));
+            *pending = Some((key, result["requestState"].as_str().map(str::to_owned)));
         }
         ("round", Some((key, state))) => {
-            connection.post(answer_body(&key, &state)).await?;
+            // An answered round must end the call: a server that fails it is not counted.
+            let reply: Value = serde_json::from_slice(&connection.post(answer_body(&key, state.as_deref())).await?)?;
+            let result = &reply["result"];
+            let said = result["structuredContent"]["region"] == "eu-west-1"
+                || result["content"][0]["text"].as_str().is_some_and(|t| t.contains("eu-west-1"));
+            if !said || result["isError"] == true {
+                bail!("the answered round did not end with the region: {reply}");
+            }
         }
         (other, _) => bail!("unknown scenario {other}"),
     }

