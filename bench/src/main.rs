@@ -9,6 +9,10 @@
 //!   call, then answers it: every request is one round), `fill` (pause `--count` calls
 //!   and exit), `call` (call `--tool` with `--arguments`; an error result counts as an
 //!   error: for a gateway against its upstream).
+//! - `hitl-bench allocs --url URL --counts ADDR`: against `hitl-counted` (the `hitl`
+//!   program with a counting allocator, its counts at ADDR), one connection: heap
+//!   allocations and bytes per round (a pause and its answer), and heap bytes held per
+//!   paused call; one JSON line.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -64,6 +68,21 @@ enum Command {
         #[arg(long, default_value = "{}")]
         arguments: String,
     },
+    /// Heap allocations per round and heap held per paused call, of `hitl-counted`.
+    Allocs {
+        /// The endpoint (`http://127.0.0.1:PORT/mcp`).
+        #[arg(long)]
+        url: String,
+        /// Where `hitl-counted` answers its counts (its `HITL_COUNTS_LISTEN`).
+        #[arg(long)]
+        counts: String,
+        /// Rounds counted, after 1,000 to warm up.
+        #[arg(long, default_value_t = 10_000)]
+        rounds: usize,
+        /// Calls paused to measure the heap each holds.
+        #[arg(long, default_value_t = 10_000)]
+        paused: usize,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -77,6 +96,7 @@ fn main() -> anyhow::Result<()> {
                 let target = Target { tool, arguments };
                 load(&url, &scenario, &target, connections, Duration::from_secs_f64(seconds), rate, count).await
             }
+            Command::Allocs { url, counts, rounds, paused } => allocs(&url, &counts, rounds, paused).await,
         }
     })
 }
@@ -218,6 +238,41 @@ async fn step(
         }
         (other, _) => bail!("unknown scenario {other}"),
     }
+    Ok(())
+}
+
+/// `hitl-counted`'s counts now: allocations, bytes allocated, bytes live.
+async fn counts(addr: &str) -> anyhow::Result<[i64; 3]> {
+    let mut line = String::new();
+    let mut stream = TcpStream::connect(addr).await.with_context(|| format!("connecting to the counts at {addr}"))?;
+    tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut line).await?;
+    let numbers: Vec<i64> = line.split_whitespace().map(str::parse).collect::<Result<_, _>>()?;
+    numbers.try_into().map_err(|_| anyhow::anyhow!("the counts line {line:?} is not three numbers"))
+}
+
+async fn allocs(url: &str, counts_at: &str, rounds: usize, paused: usize) -> anyhow::Result<()> {
+    let target = Target { tool: "choose_region".into(), arguments: json!({}) };
+    let mut connection = Connection::open(url, &target.tool).await?;
+    let mut pending = None;
+    // A round is two requests: the pause, then its answer.
+    for _ in 0..2 * 1_000 {
+        step("round", &target, &mut connection, &mut pending).await?;
+    }
+    let before = counts(counts_at).await?;
+    for _ in 0..2 * rounds {
+        step("round", &target, &mut connection, &mut pending).await?;
+    }
+    let after = counts(counts_at).await?;
+    for _ in 0..paused {
+        connection.post(pause_body()).await?;
+    }
+    let held = counts(counts_at).await?;
+    let per_round = |i: usize| (after[i] - before[i]) as f64 / rounds as f64;
+    println!(
+        "{}",
+        json!({"rounds": rounds, "allocations_per_round": per_round(0), "bytes_allocated_per_round": per_round(1),
+               "paused": paused, "heap_bytes_per_paused_call": (held[2] - after[2]) as f64 / paused as f64})
+    );
     Ok(())
 }
 

@@ -36,6 +36,23 @@ fn bench_gateway(python: &Path, release: &Path) -> anyhow::Result<(serde_json::V
     Ok((direct, via))
 }
 
+/// `hitl-counted` (the `hitl` program with a counting allocator) on the memory store,
+/// driven by `hitl-bench allocs`: heap allocations per round, heap held per paused call.
+fn allocations(release: &Path) -> anyhow::Result<serde_json::Value> {
+    let counts = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.to_string();
+    let mut command = hitl_program_for_load(release, "hitl-counted");
+    command.env("HITL_COUNTS_LISTEN", &counts);
+    let served = serve(command)?;
+    let output = Command::new(release.join("hitl-bench"))
+        .args(["allocs", "--url", &served.url, "--counts", &counts])
+        .output()
+        .context("running hitl-bench allocs")?;
+    if !output.status.success() {
+        bail!("hitl-bench allocs failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    Ok(serde_json::from_slice(&output.stdout)?)
+}
+
 /// One load run: the JSON line `hitl-bench load` prints.
 fn load(url: &str, scenario: &str, extra: &[&str]) -> anyhow::Result<serde_json::Value> {
     let bench = workspace_root().join("target/release/hitl-bench");
@@ -72,7 +89,13 @@ fn echo_baseline(release: &Path) -> anyhow::Result<serde_json::Value> {
 /// that holds far more than a caller's default share of paused calls (the limits are
 /// still checked on every pause).
 fn hitl_for_load(release: &Path) -> Command {
-    let mut command = Command::new(release.join("hitl"));
+    hitl_program_for_load(release, "hitl")
+}
+
+/// [`hitl_for_load`] for `program` (`hitl`, or `hitl-counted`: the same with a
+/// counting allocator).
+fn hitl_program_for_load(release: &Path, program: &str) -> Command {
+    let mut command = Command::new(release.join(program));
     command.args(["serve", "--listen", "127.0.0.1:0"]).env("RUST_LOG", "error");
     command.args(["--max-paused-per-caller", "100000000", "--max-paused-calls", "100000000"]);
     command
@@ -357,6 +380,14 @@ pub(crate) fn bench() -> anyhow::Result<()> {
         }
         Err(why) => eprintln!("  (no Python SDK, so no gateway rows: {why})"),
     }
+    let counted = allocations(&release)?;
+    eprintln!(
+        "  memory: {:.0} heap allocations and {:.0} bytes allocated per round (a pause and its answer); {:.0} heap bytes held per paused call",
+        counted["allocations_per_round"].as_f64().unwrap_or_default(),
+        counted["bytes_allocated_per_round"].as_f64().unwrap_or_default(),
+        counted["heap_bytes_per_paused_call"].as_f64().unwrap_or_default()
+    );
+    report.insert("allocations".into(), counted);
     report.insert("echo".into(), baseline);
     let out = workspace_root().join("target/bench-report.json");
     std::fs::write(&out, serde_json::to_string_pretty(&report)?)?;

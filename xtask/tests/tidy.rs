@@ -52,7 +52,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
         ],
     ),
     ("hitl-e2e", &["hitl-graph", "hitl-server", "hitl-upstream", "hitl-model"]),
-    ("hitl-bench", &[]),
+    ("hitl-bench", &["hitl-server"]),
     ("custom-agents", &["hitl-graph"]),
     ("custom-server", &["hitl-server", "custom-agents"]),
     ("xtask", &[]),
