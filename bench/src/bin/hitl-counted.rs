@@ -19,7 +19,8 @@ fn main() -> anyhow::Result<()> {
         std::thread::spawn(move || {
             for mut stream in listener.incoming().flatten() {
                 let s = COUNTED.stats();
-                let live = s.bytes_allocated as i64 - s.bytes_deallocated as i64 + s.bytes_reallocated as i64;
+                // A reallocation's growth or shrinking is in these two already.
+                let live = s.bytes_allocated as i64 - s.bytes_deallocated as i64;
                 let line = format!("{} {} {live}\n", s.allocations + s.reallocations, s.bytes_allocated);
                 let _ = stream.write_all(line.as_bytes());
             }

@@ -2,8 +2,8 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -274,10 +274,17 @@ pub async fn save_finished_in_steps<S: ThreadStore + ?Sized>(
     Ok(())
 }
 
+/// A hasher for maps keyed by what the server made (thread ids, owners, tools): fast
+/// and seeded per process. A client never chooses a stored key (a request's thread id
+/// is only looked up), so hash flooding is not a concern.
+type Fast = foldhash::fast::RandomState;
+
 /// Threads in a process-local map: the default store, and the reference the store
 /// conformance tests hold other stores to. Sharded, so concurrent rounds rarely wait on
 /// each other's lock; each shard drops expired threads as it goes, from a queue ordered
 /// by expiry, so the cost of a save does not grow with the number of paused calls.
+/// Threads are kept as their JSON, as a shared store keeps them: several times smaller
+/// than the record in memory, and every load is a copy of its own, as from any store.
 pub struct MemoryStore<C: Clock = SystemClock> {
     shards: Box<[Mutex<Shard>]>,
     paused: Mutex<Ledger>,
@@ -285,63 +292,92 @@ pub struct MemoryStore<C: Clock = SystemClock> {
     /// Notes between requests: value and time.
     notes: Mutex<HashMap<String, (String, u64)>>,
     clock: C,
+    hasher: Fast,
 }
 
-/// The paused calls counted per owner, with their times.
+/// One counted paused call.
+struct Counted {
+    owner: Arc<str>,
+    tool: Arc<str>,
+    until_ms: u64,
+}
+
+/// The paused calls counted, with their owners, tools and times.
 #[derive(Default)]
 struct Ledger {
-    owners: HashMap<String, HashMap<String, u64>>,
-    /// The tool of each counted call.
-    tools: HashMap<String, String>,
-    /// Every tool counted once (so a tool with none paused shows 0).
-    seen: std::collections::BTreeSet<String>,
-    /// `(until_ms, owner, id)` of every count; stale entries are skipped when popped.
-    expiry: BinaryHeap<Reverse<(u64, String, String)>>,
-    total: u64,
+    /// By thread id.
+    counted: HashMap<Arc<str>, Counted, Fast>,
+    /// How many each owner has counted (owners with none are dropped).
+    per_owner: HashMap<Arc<str>, u64, Fast>,
+    /// How many of each tool are counted; a tool counted once stays (at 0), so that the
+    /// gauge shows it.
+    per_tool: HashMap<Arc<str>, u64, Fast>,
+    /// `(until_ms, id)` of every count; stale entries are skipped when popped.
+    expiry: BinaryHeap<Reverse<(u64, Arc<str>)>>,
+}
+
+/// The copy of `key` that `map` holds, or a new one: one copy of each owner and tool.
+fn interned(map: &HashMap<Arc<str>, u64, Fast>, key: &str) -> Arc<str> {
+    map.get_key_value(key).map_or_else(|| Arc::from(key), |(k, _)| k.clone())
 }
 
 impl Ledger {
     fn sweep(&mut self, now: u64) {
-        while let Some(Reverse((at, _, _))) = self.expiry.peek() {
+        while let Some(Reverse((at, _))) = self.expiry.peek() {
             if *at > now {
                 break;
             }
-            let Some(Reverse((at, owner, id))) = self.expiry.pop() else { break };
-            if self.owners.get(&owner).and_then(|ids| ids.get(&id)) == Some(&at) {
-                self.remove(&owner, &id);
+            let Some(Reverse((at, id))) = self.expiry.pop() else { break };
+            if self.counted.get(&id).is_some_and(|c| c.until_ms == at) {
+                self.remove(&id);
             }
         }
     }
 
-    fn remove(&mut self, owner: &str, id: &str) {
-        let Some(ids) = self.owners.get_mut(owner) else { return };
-        if ids.remove(id).is_some() {
-            self.total -= 1;
-            self.tools.remove(id);
+    fn remove(&mut self, id: &str) -> Option<Counted> {
+        let gone = self.counted.remove(id)?;
+        if let Some(n) = self.per_owner.get_mut(&gone.owner) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_owner.remove(&gone.owner);
+            }
         }
-        if ids.is_empty() {
-            self.owners.remove(owner);
+        if let Some(n) = self.per_tool.get_mut(&gone.tool) {
+            *n -= 1;
         }
+        Some(gone)
+    }
+
+    fn add(&mut self, id: Arc<str>, owner: &str, tool: &str, until_ms: u64) {
+        let owner = interned(&self.per_owner, owner);
+        let tool = interned(&self.per_tool, tool);
+        *self.per_owner.entry(owner.clone()).or_default() += 1;
+        *self.per_tool.entry(tool.clone()).or_default() += 1;
+        self.counted.insert(id, Counted { owner, tool, until_ms });
     }
 
     /// Drops stale queue entries (of calls that finished or were counted again) once
     /// they outnumber the counted calls.
     fn compact(&mut self) {
-        if self.expiry.len() as u64 > 2 * self.total + 64 {
-            self.expiry = self
-                .owners
-                .iter()
-                .flat_map(|(owner, ids)| ids.iter().map(|(id, at)| Reverse((*at, owner.clone(), id.clone()))))
-                .collect();
+        if self.expiry.len() > 2 * self.counted.len() + 64 {
+            self.expiry = self.counted.iter().map(|(id, c)| Reverse((c.until_ms, id.clone()))).collect();
         }
     }
 }
 
+/// A thread as the memory store keeps it: its JSON, and what a save compares and the
+/// sweep reads without parsing it.
+struct Stored {
+    version: u64,
+    expires_at_ms: u64,
+    json: Arc<[u8]>,
+}
+
 #[derive(Default)]
 struct Shard {
-    threads: HashMap<String, Thread>,
+    threads: HashMap<Arc<str>, Stored, Fast>,
     /// `(expires_at_ms, id)` of every save; stale entries are skipped when popped.
-    expiry: BinaryHeap<Reverse<(u64, String)>>,
+    expiry: BinaryHeap<Reverse<(u64, Arc<str>)>>,
 }
 
 impl Shard {
@@ -349,7 +385,7 @@ impl Shard {
     /// proportional to what is stored (every save pushes one entry).
     fn compact(&mut self) {
         if self.expiry.len() > 2 * self.threads.len() + 64 {
-            self.expiry = self.threads.values().map(|t| Reverse((t.expires_at_ms, t.id.clone()))).collect();
+            self.expiry = self.threads.iter().map(|(id, t)| Reverse((t.expires_at_ms, id.clone()))).collect();
         }
     }
 
@@ -383,6 +419,7 @@ impl<C: Clock> MemoryStore<C> {
             records: Default::default(),
             notes: Mutex::default(),
             clock,
+            hasher: Fast::default(),
         }
     }
 
@@ -413,13 +450,11 @@ impl<C: Clock> MemoryStore<C> {
         let shards = self.shards.iter().map(|s| s.lock().unwrap_or_else(|p| p.into_inner()));
         let (threads, queued) = shards.fold((0, 0), |(t, q), s| (t + s.threads.len(), q + s.expiry.len()));
         let ledger = self.paused.lock().unwrap_or_else(|p| p.into_inner());
-        (threads, queued, ledger.total, ledger.expiry.len())
+        (threads, queued, ledger.counted.len() as u64, ledger.expiry.len())
     }
 
     fn shard(&self, id: &str) -> std::sync::MutexGuard<'_, Shard> {
-        let mut hasher = std::hash::DefaultHasher::new();
-        std::hash::Hash::hash(id, &mut hasher);
-        let index = (std::hash::Hasher::finish(&hasher) % SHARDS as u64) as usize;
+        let index = (std::hash::BuildHasher::hash_one(&self.hasher, id) % SHARDS as u64) as usize;
         self.shards[index].lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -446,19 +481,30 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
 
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
         let now = self.clock.now_ms();
-        Ok(self.shard(id).threads.get(id).filter(|t| t.expires_at_ms > now).cloned())
+        // Parsed outside the shard's lock.
+        let json = self.shard(id).threads.get(id).filter(|t| t.expires_at_ms > now).map(|t| t.json.clone());
+        let Some(json) = json else { return Ok(None) };
+        let corrupt = |e: serde_json::Error| StoreError::Corrupt { id: id.to_owned(), reason: e.to_string() };
+        serde_json::from_slice(&json).map(Some).map_err(corrupt)
     }
 
     async fn save(&self, thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
+        // Written outside the shard's lock.
+        let mut json = Vec::with_capacity(1024);
+        serde_json::to_writer(&mut json, &thread)
+            .map_err(|e| StoreError::Corrupt { id: thread.id.clone(), reason: e.to_string() })?;
+        let stored = Stored { version: thread.version, expires_at_ms: thread.expires_at_ms, json: json.into() };
         let now = self.clock.now_ms();
         let mut shard = self.shard(&thread.id);
         shard.sweep(now);
-        let current = shard.threads.get(&thread.id).filter(|t| t.expires_at_ms > now).map(|t| t.version);
-        if current != expected {
+        let current = shard.threads.get_key_value(thread.id.as_str()).filter(|(_, t)| t.expires_at_ms > now);
+        if current.map(|(_, t)| t.version) != expected {
             return Err(SaveError::Conflict(thread.id));
         }
-        shard.expiry.push(Reverse((thread.expires_at_ms, thread.id.clone())));
-        shard.threads.insert(thread.id.clone(), thread);
+        // One copy of the id, for the map and the queue.
+        let id = current.map_or_else(|| Arc::from(thread.id), |(id, _)| id.clone());
+        shard.expiry.push(Reverse((stored.expires_at_ms, id.clone())));
+        shard.threads.insert(id, stored);
         shard.compact();
         Ok(())
     }
@@ -478,49 +524,57 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
     ) -> Result<Result<(), LimitReached>, StoreError> {
         let mut ledger = self.paused.lock().unwrap_or_else(|p| p.into_inner());
         ledger.sweep(self.clock.now_ms());
-        let counted = ledger.owners.get(owner).map_or(0, HashMap::len) as u64;
-        let known = ledger.owners.get(owner).is_some_and(|ids| ids.contains_key(id));
-        if !known {
-            if counted >= limits.per_owner {
-                return Ok(Err(LimitReached::PerOwner));
+        let known = ledger.counted.get_key_value(id).filter(|(_, c)| *c.owner == *owner).map(|(id, _)| id.clone());
+        let id = match known {
+            // Counted already (a later round): never refused, its time moves.
+            Some(id) => {
+                if let Some(counted) = ledger.counted.get_mut(&id) {
+                    counted.until_ms = until_ms;
+                }
+                id
             }
-            if ledger.total >= limits.total {
-                return Ok(Err(LimitReached::Total));
+            None => {
+                // A call counted for another owner moves to this one.
+                if ledger.remove(id).is_none() {
+                    if ledger.per_owner.get(owner).copied().unwrap_or(0) >= limits.per_owner {
+                        return Ok(Err(LimitReached::PerOwner));
+                    }
+                    if ledger.counted.len() as u64 >= limits.total {
+                        return Ok(Err(LimitReached::Total));
+                    }
+                }
+                let id: Arc<str> = Arc::from(id);
+                ledger.add(id.clone(), owner, tool, until_ms);
+                id
             }
-            ledger.total += 1;
-            ledger.tools.insert(id.to_owned(), tool.to_owned());
-            if !ledger.seen.contains(tool) {
-                ledger.seen.insert(tool.to_owned());
-            }
-        }
-        ledger.owners.entry(owner.to_owned()).or_default().insert(id.to_owned(), until_ms);
-        ledger.expiry.push(Reverse((until_ms, owner.to_owned(), id.to_owned())));
+        };
+        ledger.expiry.push(Reverse((until_ms, id)));
         ledger.compact();
         Ok(Ok(()))
     }
 
     async fn uncount_paused(&self, owner: &str, id: &str, _tool: &str) -> Result<(), StoreError> {
-        self.paused.lock().unwrap_or_else(|p| p.into_inner()).remove(owner, id);
+        let mut ledger = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        if ledger.counted.get(id).is_some_and(|c| *c.owner == *owner) {
+            ledger.remove(id);
+        }
         Ok(())
     }
 
     async fn paused_by_tool(&self) -> Result<Vec<(String, u64)>, StoreError> {
         let mut ledger = self.paused.lock().unwrap_or_else(|p| p.into_inner());
         ledger.sweep(self.clock.now_ms());
-        let mut counts: std::collections::BTreeMap<&str, u64> = ledger.seen.iter().map(|t| (t.as_str(), 0)).collect();
-        for tool in ledger.tools.values() {
-            *counts.entry(tool.as_str()).or_default() += 1;
-        }
-        Ok(counts.into_iter().map(|(tool, n)| (tool.to_owned(), n)).collect())
+        let mut counts: Vec<(String, u64)> = ledger.per_tool.iter().map(|(tool, n)| (tool.to_string(), *n)).collect();
+        counts.sort_unstable();
+        Ok(counts)
     }
 
     async fn paused(&self, offset: usize, limit: usize) -> Result<(Vec<String>, u64), StoreError> {
         let mut ledger = self.paused.lock().unwrap_or_else(|p| p.into_inner());
         ledger.sweep(self.clock.now_ms());
-        let mut counted: Vec<(u64, &String)> =
-            ledger.owners.values().flat_map(|ids| ids.iter().map(|(id, until)| (*until, id))).collect();
+        let mut counted: Vec<(u64, &str)> = ledger.counted.iter().map(|(id, c)| (c.until_ms, &**id)).collect();
         counted.sort_unstable();
-        let page = counted.iter().skip(offset).take(limit).map(|(_, id)| (*id).clone()).collect();
-        Ok((page, ledger.total))
+        let page = counted.iter().skip(offset).take(limit).map(|(_, id)| (*id).to_owned()).collect();
+        Ok((page, ledger.counted.len() as u64))
     }
 }
