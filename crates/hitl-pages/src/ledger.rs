@@ -452,15 +452,19 @@ impl Worker {
             return;
         }
         let batch = std::mem::take(&mut self.batch);
-        let mut lines = String::new();
-        for entry in &batch {
-            lines.push_str(&entry.to_string());
-            lines.push('\n');
-        }
+        // The file's lines, when there is a file, written before the store takes them.
+        let lines = self.audit_file.as_ref().map(|_| {
+            let mut lines = String::new();
+            for entry in &batch {
+                lines.push_str(&entry.to_string());
+                lines.push('\n');
+            }
+            lines
+        });
         if let Err(error) = self.records.append_audit(batch).await {
             tracing::error!(%error, "audit entries could not be stored");
         }
-        let Some(file) = &self.audit_file else { return };
+        let (Some(file), Some(lines)) = (&self.audit_file, lines) else { return };
         let written = match file {
             AuditFile::Stdout => {
                 let mut out = tokio::io::stdout();

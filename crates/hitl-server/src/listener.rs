@@ -56,6 +56,8 @@ pub(crate) async fn serve(
             }
         };
         accept_errors.succeeded();
+        // A response goes out as soon as it is written (one in flight per connection).
+        let _ = stream.set_nodelay(true);
         let started = Arc::new(AtomicBool::new(false));
         let (app, seen) = (app.clone(), started.clone());
         let service = hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {

@@ -66,7 +66,13 @@ pub(crate) fn init(format: LogFormat, otlp: Option<&str>) -> anyhow::Result<Tele
         let exported = EnvFilter::new("info,hitl_interrupt::metered=debug");
         tracing_opentelemetry::layer().with_tracer(provider.tracer("hitl")).with_filter(exported)
     });
-    tracing_subscriber::registry().with(logs).with(spans).init();
+    // Without an exporter, no span layer at all: an absent (`None`) layer would still
+    // have the registry make every span.
+    let registry = tracing_subscriber::registry().with(logs);
+    match spans {
+        Some(spans) => registry.with(spans).init(),
+        None => registry.init(),
+    }
     let Some(provider) = provider else { return Ok(Telemetry(None)) };
     opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
     opentelemetry::global::set_tracer_provider(provider.clone());
