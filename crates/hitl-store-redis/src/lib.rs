@@ -26,7 +26,7 @@ use std::time::Duration;
 pub use channels::{Channels, Deliver};
 
 use async_trait::async_trait;
-use hitl_interrupt::{LimitReached, PausedLimits, SaveError, StoreError, Thread, ThreadStore};
+use hitl_interrupt::{LimitReached, PausedLimits, SaveError, StoreError, THREAD_FORMAT, Thread, ThreadStore};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 /// How long one Redis command may take before the store reports it unavailable.
@@ -322,12 +322,15 @@ impl ThreadStore for RedisStore {
         let data: Option<String> =
             redis::cmd("HGET").arg(thread_key(id)).arg("d").query_async(&mut connection).await.map_err(unavailable)?;
         let Some(json) = data else { return Ok(None) };
-        if let Some(newer) = StoreError::newer_format(id, json.as_bytes()) {
-            return Err(newer);
+        // One parse: a newer record is refused whether or not it parses as this build's.
+        match serde_json::from_str::<Thread>(&json) {
+            Ok(thread) if thread.format > THREAD_FORMAT => {
+                Err(StoreError::NewerFormat { id: id.to_owned(), format: thread.format })
+            }
+            Ok(thread) => Ok(Some(thread)),
+            Err(e) => Err(StoreError::newer_format(id, json.as_bytes())
+                .unwrap_or_else(|| StoreError::Corrupt { id: id.to_owned(), reason: e.to_string() })),
         }
-        serde_json::from_str(&json)
-            .map(Some)
-            .map_err(|e| StoreError::Corrupt { id: id.to_owned(), reason: e.to_string() })
     }
 
     async fn save(&self, thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
