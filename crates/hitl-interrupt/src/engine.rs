@@ -314,7 +314,9 @@ impl Engine {
             None => {
                 let id = uuid::Uuid::now_v7().to_string();
                 let span = span(&id);
-                let started = self.start(agent, call, id, args_digest, arguments, deadline);
+                // Each branch boxed: the future of a call stays small (it is moved into a box
+                // per request), and each request allocates only the branch it takes.
+                let started = Box::pin(self.start(agent, call, id, args_digest, arguments, deadline));
                 tracing::Instrument::instrument(started, span).await
             }
             Some(request_state) => {
@@ -325,7 +327,7 @@ impl Engine {
                     if call.era == Era::Legacy {
                         self.legacy_resend(agent, &call, &args_digest, &request_state).await
                     } else {
-                        self.answer_round(agent, call, args_digest, &request_state, deadline).await
+                        Box::pin(self.answer_round(agent, call, args_digest, &request_state, deadline)).await
                     }
                 };
                 tracing::Instrument::instrument(answered, span).await
@@ -356,7 +358,7 @@ impl Engine {
         let Some(outcome) = outcome else {
             return Ok(Err(self.timed_out(false)));
         };
-        self.first_outcome(agent, call, id, args_digest, outcome, deadline).await
+        Box::pin(self.first_outcome(agent, call, id, args_digest, outcome, deadline)).await
     }
 
     /// A new call's first run ended with `outcome`: its result, or its first round
@@ -392,7 +394,7 @@ impl Engine {
             expires_at_ms: self.expiry(self.lifetimes.paused),
         };
         if let Some(responses) = &call.input_responses {
-            thread = match self.answer_unstored(agent, &call, thread, responses, deadline).await {
+            thread = match Box::pin(self.answer_unstored(agent, &call, thread, responses, deadline)).await {
                 Unstored::Paused(thread) => *thread,
                 Unstored::Ended(reply) => return Ok(reply),
             };
@@ -574,7 +576,7 @@ impl Engine {
                         Err(SaveError::Store(e)) => return Err(e.into()),
                     }
                     let answered = Answered { round, values, responses: &responses, token };
-                    return self.resume_claimed(agent, &call, *thread, answered, deadline).await;
+                    return Box::pin(self.resume_claimed(agent, &call, *thread, answered, deadline)).await;
                 }
             }
         }

@@ -63,7 +63,8 @@ impl Shared {
             else {
                 unreachable!("matched above")
             };
-            return self.task_request(method, params, &caller).await;
+            // The task paths are boxed: the future of every request stays small.
+            return Box::pin(self.task_request(method, params, &caller)).await;
         }
         let access = self.options.access.as_ref();
         let groups = caller.groups.clone();
@@ -115,7 +116,7 @@ impl Shared {
                     call(params.arguments, params.input_responses, params.request_state, params.context, false);
                 call.task = task;
                 if task && !answers {
-                    return self.call_as_task(agent, call).await;
+                    return Box::pin(self.call_as_task(agent, call)).await;
                 }
                 match self.run(agent, call).await? {
                     CallToolResponse::Complete(r) => to_json(&r),
@@ -123,7 +124,7 @@ impl Shared {
                     CallToolResponse::InputRequired(r) if task => {
                         let id =
                             r.request_state.as_deref().and_then(hitl_interrupt::state::split).map_or("", |(id, _)| id);
-                        self.created(id, task_principal.as_deref()).await
+                        Box::pin(self.created(id, task_principal.as_deref())).await
                     }
                     CallToolResponse::InputRequired(r) => to_json(&r),
                 }
