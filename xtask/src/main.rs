@@ -13,7 +13,9 @@
 //! - `cargo xtask bench`: release builds of `hitl` and `hitl-bench`; rounds per second
 //!   and latency of `hitl serve` (memory store, then Redis when available) as ratios to
 //!   a bare hyper JSON echo server measured in the same run, p99 at half of peak load,
-//!   and the same with 100,000 paused calls held.
+//!   the same with 100,000 paused calls held, and heap allocations per round counted by
+//!   `hitl-counted`. `--peers`: hitl beside the same tool on the Python SDK, the
+//!   TypeScript SDK v2 and rmcp (`bench/peers/`, installed under `target/peers/`).
 //! - `cargo xtask ci`: `cargo fmt --check`, clippy with `-D warnings` on all targets,
 //!   then `test` (unless `--no-test`), `conformance`, and `cargo deny check bans licenses
 //!   sources` when cargo-deny is installed.
