@@ -40,7 +40,7 @@ fn bench_gateway(python: &Path, release: &Path) -> anyhow::Result<(serde_json::V
 /// driven by `hitl-bench allocs`: heap allocations per round, heap held per paused call.
 fn allocations(release: &Path) -> anyhow::Result<serde_json::Value> {
     let counts = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.to_string();
-    let mut command = hitl_program_for_load(release, "hitl-counted");
+    let mut command = hitl_for_load(release, "hitl-counted");
     command.env("HITL_COUNTS_LISTEN", &counts);
     let served = serve(command)?;
     let output = Command::new(release.join("hitl-bench"))
@@ -85,16 +85,11 @@ fn echo_baseline(release: &Path) -> anyhow::Result<serde_json::Value> {
     load(&echo.url, "echo", &[])
 }
 
-/// The release `hitl serve` on a free port, quiet, for a load generator: one caller
-/// that holds far more than a caller's default share of paused calls (the limits are
-/// still checked on every pause).
-fn hitl_for_load(release: &Path) -> Command {
-    hitl_program_for_load(release, "hitl")
-}
-
-/// [`hitl_for_load`] for `program` (`hitl`, or `hitl-counted`: the same with a
-/// counting allocator).
-fn hitl_program_for_load(release: &Path, program: &str) -> Command {
+/// The release `program` (`hitl`, or `hitl-counted`: the same on a counting allocator)
+/// serving on a free port, quiet, for a load generator: one caller that holds far more
+/// than a caller's default share of paused calls (the limits are still checked on every
+/// pause).
+fn hitl_for_load(release: &Path, program: &str) -> Command {
     let mut command = Command::new(release.join(program));
     command.args(["serve", "--listen", "127.0.0.1:0"]).env("RUST_LOG", "error");
     command.args(["--max-paused-per-caller", "100000000", "--max-paused-calls", "100000000"]);
@@ -154,16 +149,14 @@ fn measure_peer(name: &str, served: &Served, paused: u64, holds: &Holds) -> anyh
         bail!("{name}: {} rounds failed during the run", round["errors"]);
     }
     let rss_after_run = rss_kib(served.child.id());
-    let redis_before = match holds {
-        Holds::Redis(port) => redis_used_memory(*port)?,
-        Holds::Process => 0,
+    let held_elsewhere = || match holds {
+        Holds::Redis(port) => redis_used_memory(*port),
+        Holds::Process => Ok(0),
     };
+    let redis_before = held_elsewhere()?;
     load(&served.url, "fill", &["--count", &paused.to_string()])?;
     let rss_after_fill = rss_kib(served.child.id());
-    let redis_gain = match holds {
-        Holds::Redis(port) => redis_used_memory(*port)?.saturating_sub(redis_before),
-        Holds::Process => 0,
-    };
+    let redis_gain = held_elsewhere()?.saturating_sub(redis_before);
     let per_paused_bytes = (rss_after_fill.saturating_sub(rss_after_run) * 1024 + redis_gain) / paused.max(1);
     println!(
         "  {name:<44} {:>7.0} rounds/s   p50 {:>6} µs   p99 {:>6} µs   RSS {:>7} KiB   {:>6} B per paused call ({paused} paused)",
@@ -224,7 +217,7 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     );
     report.insert("echo".into(), baseline);
 
-    let hitl = serve(hitl_for_load(&release))?;
+    let hitl = serve(hitl_for_load(&release, "hitl"))?;
     report.insert("hitl, memory store".into(), measure_peer("hitl, memory store", &hitl, 100_000, &Holds::Process)?);
     drop(hitl);
     let redis = if on_path("redis-server") {
@@ -235,7 +228,7 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     let name = "hitl, Redis store";
     let row = match redis {
         Ok(redis) => {
-            let mut command = hitl_for_load(&release);
+            let mut command = hitl_for_load(&release, "hitl");
             command.args(["--store", &redis.url()]).env("HITL_SECRET", BENCH_SECRET);
             let hitl = serve(command)?;
             measure_peer(name, &hitl, 100_000, &Holds::Redis(redis.port))?
@@ -333,7 +326,7 @@ pub(crate) fn bench() -> anyhow::Result<()> {
         Err(_) => eprintln!("  (no Redis: the Redis rows are skipped)"),
     }
     for (name, url) in stores {
-        let mut command = hitl_for_load(&release);
+        let mut command = hitl_for_load(&release, "hitl");
         if let Some(url) = &url {
             command.args(["--store", url]).env("HITL_SECRET", BENCH_SECRET);
         }

@@ -67,7 +67,7 @@ pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
             })
         }
         cli::Command::Check(args) => {
-            runtime.block_on(async { telemetry::init(telemetry::LogFormat::Text, None) })?;
+            telemetry::init(telemetry::LogFormat::Text, None)?;
             // A verdict, not a crash: the reason on stderr, exit status 1.
             if let Err(e) = cli::check(args) {
                 eprintln!("error: {e:#}");
@@ -76,7 +76,7 @@ pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
             Ok(())
         }
         cli::Command::Threads(args) => {
-            runtime.block_on(async { telemetry::init(telemetry::LogFormat::Text, None) })?;
+            telemetry::init(telemetry::LogFormat::Text, None)?;
             if let Err(e) = runtime.block_on(threads::run(args, &mut std::io::stdout())) {
                 eprintln!("error: {e:#}");
                 std::process::exit(1);
