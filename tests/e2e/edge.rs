@@ -520,3 +520,81 @@ async fn a_record_of_a_newer_format_is_left_untouched() {
     assert!(listing.status.success(), "{stderr}");
     assert!(stderr.contains("cannot read") && stderr.contains(id), "{stderr}");
 }
+
+/// The first round of `choose_region` on `server`: its question key, `requestState`
+/// and the thread's Redis key.
+async fn paused_on_redis(server: &Server) -> (String, String, String) {
+    let first = server.call_tool(1, json!({"name": "choose_region", "arguments": {}})).await;
+    let key = first.body["result"]["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let state = first.body["result"]["requestState"].as_str().unwrap().to_owned();
+    let redis_key = format!("hitl:{{{}}}:thread", state.split_once('.').unwrap().0);
+    (key, state, redis_key)
+}
+
+fn answer_region(key: &str, state: &str, arguments: Value) -> Value {
+    json!({"name": "choose_region", "arguments": arguments, "requestState": state,
+        "inputResponses": { key: {"action": "accept", "content": {"response": "eu"}}}})
+}
+
+#[tokio::test]
+async fn a_claim_made_as_the_round_loads_is_given_back_when_the_answer_is_refused() {
+    let Some(url) = redis_url("claims on load") else { return };
+    let server = Server::start_on(&url, &[]).await;
+    let (key, state, redis_key) = paused_on_redis(&server).await;
+    let field = |name: &'static str| {
+        let (url, redis_key) = (url.clone(), redis_key.clone());
+        async move { redis_command(&url, &["HGET", &redis_key, name]).await }
+    };
+    // The round is claimable in one step: its number and its token's proof beside it.
+    assert_eq!(field("r").await.as_deref(), Some("1"));
+    assert_eq!(field("t").await.map(|t| t.len()), Some(40), "SHA-1 of the token, in hex");
+    assert_eq!(field("c").await, None, "unclaimed");
+    let record: Value = serde_json::from_str(&field("d").await.unwrap()).unwrap();
+    assert_eq!(record["format"], 4, "a replica that looks for the claim inside refuses it");
+
+    // A forged token claims nothing.
+    let (thread, _) = state.split_once('.').unwrap();
+    let forged = server.call_tool(2, answer_region(&key, &format!("{thread}.Zm9yZ2Vk"), json!({}))).await;
+    assert_eq!(forged.body["error"]["code"], -32602, "{:?}", forged.body);
+    assert_eq!((field("v").await.as_deref(), field("c").await), (Some("1"), None), "untouched");
+
+    // The round's token with an answer that does not fit: claimed as it loads, then
+    // refused and given back.
+    let mut unfit = answer_region(&key, &state, json!({}));
+    unfit["inputResponses"][&key]["content"]["response"] = json!(42);
+    let refused = server.call_tool(3, unfit).await;
+    assert!(refused.body["error"]["code"].is_i64(), "{:?}", refused.body);
+    assert_eq!(field("c").await, None, "the claim is given back");
+    assert_eq!(field("v").await.as_deref(), Some("3"), "claimed, then given back");
+
+    // So the true answer resumes at once, not after the claim's lease.
+    let started = Instant::now();
+    let done = server.call_tool(4, answer_region(&key, &state, json!({}))).await;
+    assert_eq!(done.body["result"]["structuredContent"]["region"], "eu", "{:?}", done.body);
+    assert!(started.elapsed() < Duration::from_secs(10), "no wait for a lapsed lease");
+    assert_eq!(field("r").await, None, "finished: nothing left to claim");
+    let resend = server.call_tool(5, answer_region(&key, &state, json!({}))).await;
+    assert_eq!(resend.body["result"], done.body["result"], "a resend gets the same result");
+}
+
+#[tokio::test]
+async fn a_paused_call_saved_by_the_build_before_claims_on_load_is_answered() {
+    let Some(url) = redis_url("records of the build before") else { return };
+    let server = Server::start_on(&url, &[]).await;
+    let (key, state, redis_key) = paused_on_redis(&server).await;
+    // Rewritten as the build before wrote it: format 1, no proof, nothing beside the record.
+    let mut record: Value =
+        serde_json::from_str(&redis_command(&url, &["HGET", &redis_key, "d"]).await.unwrap()).unwrap();
+    record["format"] = json!(1);
+    record["round"].as_object_mut().unwrap().remove("proof");
+    redis_command(&url, &["HSET", &redis_key, "d", &record.to_string()]).await;
+    redis_command(&url, &["HDEL", &redis_key, "r", "t"]).await;
+
+    let done = server.call_tool(10, answer_region(&key, &state, json!({}))).await;
+    assert_eq!(done.body["result"]["structuredContent"]["region"], "eu", "{:?}", done.body);
+    let resend = server.call_tool(11, answer_region(&key, &state, json!({}))).await;
+    assert_eq!(resend.body["result"], done.body["result"], "a resend gets the same result");
+    let finished: Value =
+        serde_json::from_str(&redis_command(&url, &["HGET", &redis_key, "d"]).await.unwrap()).unwrap();
+    assert!(finished["checkpoint"].is_null() && finished["last"]["round"] == 1, "{finished}");
+}

@@ -81,9 +81,11 @@ async fn each_round_outcome_moves_its_counter() {
     assert_eq!(answered(&after) - answered(&before), 1.0, "the people's time of the one answered round");
     let runs = |text: &str| sample(text, "hitl_agent_run_seconds_count{tool=\"greeter\"}");
     assert_eq!(runs(&after) - runs(&before), 2.0, "the first run and the resumed one");
-    let loads = |text: &str| sample(text, "hitl_store_operation_seconds_count{operation=\"load\"}");
+    // An answer loads its thread claiming its round (`load_claiming`), then again with
+    // a plain `load` when it claimed a round it does not resume.
+    let loads = |text: &str| sample(text, "hitl_store_operation_seconds_count{operation=\"load_claiming\"}");
     assert!(loads(&after) - loads(&before) >= 4.0, "each answer loads its thread");
-    assert_eq!(sample(&after, "hitl_store_errors_total{operation=\"load\"}"), 0.0);
+    assert_eq!(sample(&after, "hitl_store_errors_total{operation=\"load_claiming\"}"), 0.0);
     // Scrapes and results are 200; the three JSON-RPC errors are 400 on this wire.
     let status = |text: &str, code: &str| sample(text, &format!("hitl_http_responses_total{{status=\"{code}\"}}"));
     assert_eq!(status(&after, "200") - status(&before, "200"), 5.0, "{after}");

@@ -3,7 +3,7 @@
 //!
 //! Each check panics with a message naming the rule it broke.
 
-use crate::{LimitReached, PausedLimits, SaveError, THREAD_FORMAT, Thread, ThreadStore};
+use crate::{Claim, ClaimAttempt, LimitReached, PausedLimits, Round, SaveError, THREAD_FORMAT, Thread, ThreadStore};
 
 fn thread(id: &str, version: u64, expires_at_ms: u64) -> Thread {
     Thread {
@@ -59,6 +59,74 @@ pub async fn run(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
 
     paused_counts(store, prefix, now_ms).await;
     notes(store, prefix, now_ms).await;
+    claims(store, prefix, now_ms).await;
+}
+
+/// A paused thread whose round 1 a load may claim with `token`.
+fn claimable(id: &str, token: &str, expires_at_ms: u64) -> Thread {
+    let checkpoint = hitl_graph::Checkpoint {
+        format: hitl_graph::CHECKPOINT_FORMAT,
+        state: serde_json::json!({}),
+        next: vec!["ask".into()],
+        superstep: 0,
+        writes: Default::default(),
+        resume: Default::default(),
+        interrupts: Vec::new(),
+        passed_breakpoints: Default::default(),
+    };
+    let round =
+        Round { n: 1, nonce: "n".into(), questions: Vec::new(), asked_at_ms: 0, proof: crate::state::proof(token) };
+    Thread { checkpoint: Some(checkpoint), round: Some(round), ..thread(id, 1, expires_at_ms) }
+}
+
+/// Claims made as a thread loads ([`ThreadStore::load_claiming`]): only with the open
+/// round's token, never over a live claim, over a lapsed one; given back with
+/// [`ThreadStore::release_claim`] once. A store that does not claim as it loads must
+/// leave the thread untouched. Returns whether the store claimed.
+pub async fn claims(store: &dyn ThreadStore, prefix: &str, now_ms: u64) -> bool {
+    let later = now_ms + 3_600_000;
+    let until_ms = now_ms + 30_000;
+    let attempt = |token| ClaimAttempt { token, now_ms, until_ms };
+    let id = format!("{prefix}-claim");
+    let missing = store.load_claiming(&id, attempt("t0ken")).await.unwrap();
+    assert!(missing.thread.is_none() && !missing.claimed, "a missing thread loads as None, unclaimed");
+
+    let paused = claimable(&id, "t0ken", later);
+    store.save(paused.clone(), None).await.unwrap();
+    let wrong = store.load_claiming(&id, attempt("forged")).await.unwrap();
+    assert!(!wrong.claimed, "a token that is not the round's claims nothing");
+    assert_eq!(store.load(&id).await.unwrap().as_ref(), Some(&paused), "a refused claim leaves the thread");
+
+    let loaded = store.load_claiming(&id, attempt("t0ken")).await.unwrap();
+    assert_eq!(loaded.thread.as_ref(), Some(&paused), "load_claiming returns the thread as it was");
+    if !loaded.claimed {
+        assert_eq!(store.load(&id).await.unwrap().as_ref(), Some(&paused), "a store that did not claim left it");
+        assert!(!store.release_claim(&id, 2).await.unwrap(), "no claim to give back");
+        return false;
+    }
+    let claimed = store.load(&id).await.unwrap().expect("still there");
+    assert_eq!(claimed.version, 2, "a claim bumps the version");
+    assert_eq!(claimed.claim, Some(Claim { round: 1, until_ms }), "the claim is the round's, to until_ms");
+    let again = store.load_claiming(&id, attempt("t0ken")).await.unwrap();
+    assert!(!again.claimed, "a live claim is not claimed again");
+    assert_eq!(again.thread.as_ref(), Some(&claimed), "and the thread is returned with it");
+
+    assert!(store.release_claim(&id, 2).await.unwrap(), "the claim is given back");
+    assert!(!store.release_claim(&id, 2).await.unwrap(), "once");
+    let released = store.load(&id).await.unwrap().expect("still there");
+    assert_eq!((released.version, released.claim), (3, None), "given back: no claim, the version bumped");
+
+    let mut lapsed = claimable(&id, "t0ken", later);
+    (lapsed.version, lapsed.claim) = (4, Some(Claim { round: 1, until_ms: now_ms }));
+    store.save(lapsed, Some(3)).await.expect("saved with a lapsed claim");
+    assert!(store.load_claiming(&id, attempt("t0ken")).await.unwrap().claimed, "a lapsed claim is taken over");
+    let mut finished = store.load(&id).await.unwrap().expect("still there");
+    assert_eq!((finished.version, finished.claim.as_ref().map(|c| c.until_ms)), (5, Some(until_ms)));
+    (finished.checkpoint, finished.round, finished.claim, finished.version) = (None, None, None, 6);
+    store.save(finished.clone(), Some(5)).await.expect("the claimer saves on the claimed version");
+    assert_eq!(store.load(&id).await.unwrap().as_ref(), Some(&finished), "a finished thread loads unchanged");
+    assert!(!store.load_claiming(&id, attempt("t0ken")).await.unwrap().claimed, "no open round, no claim");
+    true
 }
 
 /// Notes: put, taken once, replaced, and gone past their time.

@@ -51,7 +51,7 @@ pub fn short_digest(value: &Value) -> String {
     digest_hex(value)[..16].to_owned()
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {

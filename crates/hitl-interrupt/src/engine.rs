@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::round::{self, Ending, Next, Ran};
 use crate::state::{self, Secret};
-use crate::store::{Clock, LimitReached, PausedLimits, SaveError, StoreError, ThreadStore};
+use crate::store::{ClaimAttempt, Clock, LimitReached, Loaded, PausedLimits, SaveError, StoreError, ThreadStore};
 use crate::{Claim, Last, Round, THREAD_FORMAT, Thread, digest};
 use crate::{meter, questions};
 
@@ -527,13 +527,32 @@ impl Engine {
             capabilities: &call.capabilities,
         };
         let mut backoff = Duration::from_millis(2);
+        // Claim in the step that loads, until a claim so made goes unused.
+        let mut claiming = true;
         loop {
-            let loaded = self.store.load(thread_id).await?;
             let now = self.clock.now_ms();
+            let (loaded, claimed) = if claiming {
+                let until_ms = now.saturating_add(self.lifetimes.lease.as_millis() as u64);
+                let attempt = ClaimAttempt { token, now_ms: now, until_ms };
+                let Loaded { thread, claimed } = self.store.load_claiming(thread_id, attempt).await?;
+                (thread, claimed)
+            } else {
+                (self.store.load(thread_id).await?, false)
+            };
+            let loaded_version = loaded.as_ref().map_or(0, |t| t.version);
             // Who a refusal is about, for the observer.
             let whose = self.observer.as_ref().and(loaded.as_ref()).map(|t| (t.tool.clone(), t.principal.clone()));
             let gone = loaded.is_none();
-            match round::decide(loaded, &request, now, self.lifetimes.lease, &self.secret) {
+            let next = round::decide(loaded, &request, now, self.lifetimes.lease, &self.secret);
+            if claimed && !matches!(next, Next::Claim { .. }) {
+                // The store claimed a round these answers do not resume (refused, or
+                // ending the call): give it back, and decide again on the thread as it
+                // is then, claiming the usual way.
+                self.store.release_claim(thread_id, loaded_version + 1).await?;
+                claiming = false;
+                continue;
+            }
+            match next {
                 Next::Invalid => {
                     let outcome = if gone { meter::Outcome::Expired } else { meter::Outcome::InvalidState };
                     meter::round(&binding, outcome);
@@ -566,7 +585,9 @@ impl Engine {
                     backoff = (backoff * 2).min(Duration::from_millis(100));
                 }
                 Next::Claim { thread, round, values } => {
-                    match self.store.save((*thread).clone(), Some(thread.version - 1)).await {
+                    let saved =
+                        if claimed { Ok(()) } else { self.store.save((*thread).clone(), Some(loaded_version)).await };
+                    match saved {
                         Ok(()) => {
                             meter::round(&binding, meter::Outcome::Resumed);
                             meter::answered(&binding, round.asked_at_ms, now);
@@ -836,7 +857,9 @@ impl Engine {
             }
             Ok(Outcome::Paused { interrupts, checkpoint }) => {
                 let built = questions::build(&interrupts).and_then(|questions| {
-                    let mut round = Round { n, nonce: state::nonce(), questions, asked_at_ms: self.clock.now_ms() };
+                    let nonce = state::nonce();
+                    let proof = state::proof(&self.secret.token(thread_id, n, &nonce));
+                    let mut round = Round { n, nonce, questions, asked_at_ms: self.clock.now_ms(), proof };
                     self.place_pages(thread_id, &mut round)?;
                     Ok(round)
                 });

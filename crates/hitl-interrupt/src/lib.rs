@@ -71,14 +71,14 @@ pub use pages::{Event, Observer, PageAnswer, PageInput, PageView};
 pub use records::{AUDIT_KEPT, AUDIT_KEPT_IN_MEMORY, Records, Store};
 pub use state::Secret;
 pub use store::{
-    Clock, LimitReached, ManualClock, MemoryStore, PausedLimits, SaveError, Sleep, StoreError, SystemClock,
-    ThreadStore, create_paused_in_steps, save_finished_in_steps,
+    ClaimAttempt, Clock, LimitReached, Loaded, ManualClock, MemoryStore, PausedLimits, SaveError, Sleep, StoreError,
+    SystemClock, ThreadStore, create_paused_in_steps, save_finished_in_steps,
 };
 pub use task_runs::TaskStart;
 pub use tasks::{TaskStatus, TaskView, unknown_task};
 pub use thread::{
-    Claim, Last, LastOutcome, Page, PageKind, Question, QuestionKind, Round, THREAD_FORMAT, TaskState, Thread,
-    format_of,
+    CLAIM_BESIDE_FORMAT, Claim, Last, LastOutcome, Page, PageKind, Question, QuestionKind, Round, THREAD_FORMAT,
+    TaskState, Thread, format_of,
 };
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
-use crate::store::{LimitReached, PausedLimits, SaveError, StoreError, ThreadStore};
+use crate::store::{ClaimAttempt, LimitReached, Loaded, PausedLimits, SaveError, StoreError, ThreadStore};
 use crate::thread::Thread;
 
 /// `inner`, measured.
@@ -76,6 +76,14 @@ impl ThreadStore for MeteredStore {
 
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
         timed(op("load", id), self.inner.load(id)).await
+    }
+
+    async fn load_claiming(&self, id: &str, attempt: ClaimAttempt<'_>) -> Result<Loaded, StoreError> {
+        timed(op("load_claiming", id), self.inner.load_claiming(id, attempt)).await
+    }
+
+    async fn release_claim(&self, id: &str, claimed_version: u64) -> Result<bool, StoreError> {
+        timed(op("release_claim", id), self.inner.release_claim(id, claimed_version)).await
     }
 
     async fn save(&self, thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {

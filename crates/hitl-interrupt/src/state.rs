@@ -196,6 +196,14 @@ fn message(thread: &str, round: u32, nonce: &str) -> String {
     format!("hitl/request-state/v1\n{thread}\n{round}\n{nonce}")
 }
 
+/// The proof of a token (the part of a `requestState` after the dot): SHA-1 of it, in
+/// hex. A record may keep it where it keeps no token: a 256-bit MAC can't be found
+/// from its hash. SHA-1 because it is what Redis scripts can compute
+/// (`redis.sha1hex`), so a script can check a presented token without the secret.
+pub fn proof(token: &str) -> String {
+    crate::digest::hex(ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, token.as_bytes()).as_ref())
+}
+
 /// A fresh nonce for a round: 16 random bytes, base64url.
 pub fn nonce() -> String {
     let mut bytes = [0u8; 16];

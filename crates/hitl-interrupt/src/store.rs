@@ -162,6 +162,31 @@ pub enum SaveError {
     Store(#[from] StoreError),
 }
 
+/// A request's attempt to claim a thread's open round in the step that loads it
+/// ([`ThreadStore::load_claiming`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimAttempt<'a> {
+    /// The token of the request's `requestState` (the part after the dot): only a
+    /// token whose [`crate::state::proof`] is the open round's claims it.
+    pub token: &'a str,
+    /// Now (ms since the epoch): a claim that lasts until then or before has lapsed.
+    pub now_ms: u64,
+    /// Until when the claim holds (now plus the lease).
+    pub until_ms: u64,
+}
+
+/// A thread loaded by [`ThreadStore::load_claiming`]: as it was before any claim made
+/// in that step, and whether one was.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The thread as it was, unless it is missing or expired.
+    pub thread: Option<Thread>,
+    /// The store claimed its open round: it now holds the thread with
+    /// `Claim { round, until_ms }` and its version one past the one loaded, as
+    /// [`crate::round::decide`] would make it.
+    pub claimed: bool,
+}
+
 /// Where threads live between rounds. Implementations must honour
 /// [`Thread::expires_at_ms`] (an expired thread loads as `None`) and make
 /// [`ThreadStore::save`] a compare-and-set on [`Thread::version`].
@@ -174,6 +199,24 @@ pub trait ThreadStore: Send + Sync + 'static {
 
     /// The thread, unless it is missing or expired.
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError>;
+
+    /// Loads thread `id` and, in the same step, claims its open round when
+    /// [`Thread::claimable`] names it, `attempt.token` proves it and no live claim holds
+    /// it: one step where a load and a compare-and-set save would take two. A claim the
+    /// request then does not use (its answers are refused) is given back with
+    /// [`ThreadStore::release_claim`]. The default only loads.
+    async fn load_claiming(&self, id: &str, attempt: ClaimAttempt<'_>) -> Result<Loaded, StoreError> {
+        let _ = attempt;
+        Ok(Loaded { thread: self.load(id).await?, claimed: false })
+    }
+
+    /// Gives back the claim [`ThreadStore::load_claiming`] made, if the thread is still
+    /// at `claimed_version` (the version the claim gave it): the claim is removed and
+    /// the version bumped past it. `Ok(false)` when the thread changed since.
+    async fn release_claim(&self, id: &str, claimed_version: u64) -> Result<bool, StoreError> {
+        let _ = (id, claimed_version);
+        Ok(false)
+    }
 
     /// Writes `thread` if the stored version is `expected` (`None`: no live record).
     /// Taken by value so a store that keeps threads in memory keeps it without a copy.
@@ -576,5 +619,18 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
         counted.sort_unstable();
         let page = counted.iter().skip(offset).take(limit).map(|(_, id)| (*id).to_owned()).collect();
         Ok((page, ledger.counted.len() as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{ManualClock, MemoryStore};
+
+    #[test]
+    fn the_memory_store_keeps_threads_as_every_store_must() {
+        let store = MemoryStore::with_clock(ManualClock::new(1_000_000));
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(crate::conformance::run(&store, "t", 1_000_000));
+        assert!(!rt.block_on(crate::conformance::claims(&store, "u", 1_000_000)), "it claims on save, not on load");
     }
 }

@@ -274,7 +274,8 @@ impl Engine {
                 match round::fits(&next, self.limits.max_record_bytes) {
                     Ok(()) => next,
                     Err(too_large) => {
-                        (next.checkpoint, next.round, next.format) = (None, None, THREAD_FORMAT);
+                        (next.checkpoint, next.round) = (None, None);
+                        next.format = crate::thread::format_of(&next);
                         failed(next, too_large)
                     }
                 }

@@ -7,8 +7,14 @@ use serde::{Deserialize, Serialize};
 /// The newest format version of [`Thread`] records this crate reads and writes. A
 /// record is written as format 1 unless it needs 2 (a round with a question answered
 /// on a page), so replicas of the build before pages keep serving the others during a
-/// rolling upgrade, and refuse the ones they would get wrong.
-pub const THREAD_FORMAT: u32 = 3;
+/// rolling upgrade, and refuse the ones they would get wrong. Format 4 is a store's:
+/// a record whose claim and version the store keeps beside it rather than in it (the
+/// Redis store, which claims a round in the step that loads it), so that a replica that
+/// would look for the claim inside refuses the record instead of resuming it twice.
+pub const THREAD_FORMAT: u32 = 4;
+
+/// The format of records whose claim and version a store keeps beside the record.
+pub const CLAIM_BESIDE_FORMAT: u32 = 4;
 
 /// The format a record needs: 3 for a task (the Tasks extension), 2 when its open round
 /// has a page question, else 1.
@@ -113,6 +119,15 @@ impl Thread {
         self.round.is_none() && self.last.is_none() && self.claim.as_ref().is_some_and(|c| c.until_ms > now_ms)
     }
 
+    /// The open round a store may claim in the step that loads it
+    /// ([`crate::ThreadStore::load_claiming`]), and its proof: a paused call's (not a
+    /// task's) round with a proof, whose run has begun no effect.
+    pub fn claimable(&self) -> Option<(u32, &str)> {
+        let round = self.round.as_ref().filter(|r| !r.proof.is_empty())?;
+        let plain = self.checkpoint.is_some() && self.task.is_none() && self.begun != Some(round.n);
+        plain.then_some((round.n, round.proof.as_str()))
+    }
+
     /// The record without its checkpoint and last round: what observers are shown,
     /// copied without the agent's state.
     pub fn summary(&self) -> Thread {
@@ -157,6 +172,11 @@ pub struct Round {
     /// kept): the time people take to answer is measured from it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub asked_at_ms: u64,
+    /// [`crate::state::proof`] of this round's token (empty in records of builds before
+    /// it was kept): lets a store check a presented `requestState` without the secret,
+    /// so that it can claim the round in the step that loads it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub proof: String,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -9,6 +9,12 @@
 //! the record's expiry is set on the key itself (`PEXPIREAT`), so Redis drops abandoned
 //! calls without a sweeper.
 //!
+//! A paused call's round is claimed in the step that loads it
+//! ([`ThreadStore::load_claiming`]): its claim lives beside the record (`c`, with the
+//! open round `r` and the proof of its token `t`), so a script sets it without rewriting
+//! the JSON. Such records are written as [`CLAIM_BESIDE_FORMAT`], which replicas of
+//! builds that look for the claim inside refuse rather than resume twice.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), hitl_interrupt::StoreError> {
 //! use hitl_interrupt::ThreadStore;
@@ -26,17 +32,72 @@ use std::time::Duration;
 pub use channels::{Channels, Deliver};
 
 use async_trait::async_trait;
-use hitl_interrupt::{LimitReached, PausedLimits, SaveError, StoreError, THREAD_FORMAT, Thread, ThreadStore};
+use hitl_interrupt::{
+    CLAIM_BESIDE_FORMAT, Claim, ClaimAttempt, LimitReached, Loaded, PausedLimits, SaveError, StoreError, THREAD_FORMAT,
+    Thread, ThreadStore,
+};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 /// How long one Redis command may take before the store reports it unavailable.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
-const SAVE: &str = r"
+/// A Lua function that writes a thread's fields: version, record, claim (`''`: none),
+/// claimable round and its proof (`''`: none), and its expiry.
+macro_rules! put_function {
+    () => {
+        r"
+local function put(key, v, d, c, r, t, expiry)
+  local set, gone = {'v', v, 'd', d}, {}
+  if c == '' then gone[#gone + 1] = 'c' else set[#set + 1] = 'c'; set[#set + 1] = c end
+  if r == '' then
+    gone[#gone + 1] = 'r'; gone[#gone + 1] = 't'
+  else
+    set[#set + 1] = 'r'; set[#set + 1] = r; set[#set + 1] = 't'; set[#set + 1] = t
+  end
+  redis.call('HSET', key, unpack(set))
+  if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
+  redis.call('PEXPIREAT', key, expiry)
+end
+"
+    };
+}
+
+/// A thread saved compare-and-set on its version (KEYS: the thread; ARGV: expected,
+/// version, record, expiry, claim, round, proof): 1, or 0 on a conflict.
+const SAVE: &str = concat!(
+    put_function!(),
+    r"
 local current = redis.call('HGET', KEYS[1], 'v')
 if (current or '') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'v', ARGV[2], 'd', ARGV[3])
-redis.call('PEXPIREAT', KEYS[1], ARGV[4])
+put(KEYS[1], ARGV[2], ARGV[3], ARGV[5], ARGV[6], ARGV[7], ARGV[4])
+return 1
+"
+);
+
+/// A thread loaded, its open round claimed when the token proves it and no live claim
+/// holds it (KEYS: the thread; ARGV: token, now, until): nil when missing, else the
+/// version, record and claim as they were, and 1 when claimed.
+const LOAD_CLAIMING: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'v', 'd', 'c', 'r', 't')
+if not f[2] then return false end
+local claimed = 0
+local version = tonumber(f[1])
+if version and f[4] and f[5] == redis.sha1hex(ARGV[1]) then
+  local until_ms = f[3] and tonumber(string.match(f[3], ':(%d+)$'))
+  if not until_ms or until_ms <= tonumber(ARGV[2]) then
+    redis.call('HSET', KEYS[1], 'v', tostring(version + 1), 'c', f[4] .. ':' .. ARGV[3])
+    claimed = 1
+  end
+end
+return {f[1] or '', f[2], f[3] or '', claimed}
+";
+
+/// A claim made by `LOAD_CLAIMING` given back, if the version is still the claimed
+/// one (KEYS: the thread; ARGV: claimed version, next version): 1, or 0.
+const RELEASE: &str = r"
+if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'v', ARGV[2])
+redis.call('HDEL', KEYS[1], 'c')
 return 1
 ";
 
@@ -75,33 +136,35 @@ const COUNT: &str = concat!(
 
 /// A new paused thread, counted, in one step (KEYS: the thread, the owner's set, the set
 /// of all, the tool's set, the set of tools; ARGV: version, record, expiry, now, id,
-/// per-owner limit, total limit, tool): 1, 0 when the thread exists, or -1/-2 for the
-/// limit.
+/// per-owner limit, total limit, tool, claim, round, proof): 1, 0 when the thread
+/// exists, or -1/-2 for the limit.
 const CREATE: &str = concat!(
     count_function!(),
+    put_function!(),
     r"
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local counted = count(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[5], ARGV[3], ARGV[6], ARGV[7], ARGV[8])
 if counted ~= 1 then return counted end
-redis.call('HSET', KEYS[1], 'v', ARGV[1], 'd', ARGV[2])
-redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+put(KEYS[1], ARGV[1], ARGV[2], ARGV[9], ARGV[10], ARGV[11], ARGV[3])
 return 1
 "
 );
 
 /// A finished thread saved (compare-and-set) and no longer counted, in one step (KEYS:
 /// the thread, the owner's set, the set of all, the tool's set; ARGV: expected, version,
-/// record, expiry, id): 1, or 0 on a conflict.
-const FINISH: &str = r"
+/// record, expiry, id, claim, round, proof): 1, or 0 on a conflict.
+const FINISH: &str = concat!(
+    put_function!(),
+    r"
 local current = redis.call('HGET', KEYS[1], 'v')
 if (current or '') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'v', ARGV[2], 'd', ARGV[3])
-redis.call('PEXPIREAT', KEYS[1], ARGV[4])
+put(KEYS[1], ARGV[2], ARGV[3], ARGV[6], ARGV[7], ARGV[8], ARGV[4])
 redis.call('ZREM', KEYS[2], ARGV[5])
 redis.call('ZREM', KEYS[3], ARGV[5])
 redis.call('ZREM', KEYS[4], ARGV[5])
 return 1
-";
+"
+);
 
 /// Threads in Redis, or in a Redis Cluster.
 #[derive(Clone)]
@@ -109,6 +172,8 @@ pub struct RedisStore {
     client: Client,
     connection: Arc<Mutex<Option<Connection>>>,
     save: redis::Script,
+    load_claiming: redis::Script,
+    release: redis::Script,
     count: redis::Script,
     create: redis::Script,
     finish: redis::Script,
@@ -163,8 +228,52 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
-fn encode(thread: &Thread) -> Result<String, StoreError> {
-    serde_json::to_string(thread).map_err(|e| StoreError::Corrupt { id: thread.id.clone(), reason: e.to_string() })
+/// A thread as its hash fields: the record, and beside it the claim and the claimable
+/// round with its proof (empty when none).
+struct Encoded {
+    json: String,
+    claim: String,
+    round: String,
+    proof: String,
+}
+
+/// `thread`'s fields. A record with a claim, or one that a load may claim, keeps its
+/// claim beside it ([`CLAIM_BESIDE_FORMAT`]); the thread keeps everything but its claim.
+fn encode(thread: &mut Thread) -> Result<Encoded, StoreError> {
+    let (round, proof) = thread.claimable().map(|(n, proof)| (n.to_string(), proof.to_owned())).unwrap_or_default();
+    let beside = !round.is_empty() || thread.claim.is_some() || thread.format >= CLAIM_BESIDE_FORMAT;
+    let claim = if beside {
+        thread.format = CLAIM_BESIDE_FORMAT;
+        thread.claim.take().map(|c| format!("{}:{}", c.round, c.until_ms)).unwrap_or_default()
+    } else {
+        String::new()
+    };
+    let json = serde_json::to_string(thread)
+        .map_err(|e| StoreError::Corrupt { id: thread.id.clone(), reason: e.to_string() })?;
+    Ok(Encoded { json, claim, round, proof })
+}
+
+/// The thread in fields `v`, `d` and `c`. One parse: a newer record is refused whether
+/// or not it parses as this build's.
+fn decode(id: &str, version: &str, json: &str, claim: &str) -> Result<Thread, StoreError> {
+    let corrupt = |reason: String| StoreError::Corrupt { id: id.to_owned(), reason };
+    match serde_json::from_str::<Thread>(json) {
+        Ok(thread) if thread.format > THREAD_FORMAT => {
+            Err(StoreError::NewerFormat { id: id.to_owned(), format: thread.format })
+        }
+        Ok(mut thread) if thread.format == CLAIM_BESIDE_FORMAT => {
+            thread.version = version.parse().map_err(|_| corrupt(format!("bad version {version:?}")))?;
+            if !claim.is_empty() {
+                let (round, until) = claim.split_once(':').unwrap_or_default();
+                let parsed = round.parse().ok().zip(until.parse().ok());
+                let (round, until_ms) = parsed.ok_or_else(|| corrupt(format!("bad claim {claim:?}")))?;
+                thread.claim = Some(Claim { round, until_ms });
+            }
+            Ok(thread)
+        }
+        Ok(thread) => Ok(thread),
+        Err(e) => Err(StoreError::newer_format(id, json.as_bytes()).unwrap_or_else(|| corrupt(e.to_string()))),
+    }
 }
 
 fn now_ms() -> u64 {
@@ -270,6 +379,8 @@ impl RedisStore {
             client,
             connection: Arc::new(Mutex::new(None)),
             save: redis::Script::new(SAVE),
+            load_claiming: redis::Script::new(LOAD_CLAIMING),
+            release: redis::Script::new(RELEASE),
             count: redis::Script::new(COUNT),
             create: redis::Script::new(CREATE),
             finish: redis::Script::new(FINISH),
@@ -319,30 +430,58 @@ impl ThreadStore for RedisStore {
 
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
         let mut connection = self.connection().await?;
-        let data: Option<String> =
-            redis::cmd("HGET").arg(thread_key(id)).arg("d").query_async(&mut connection).await.map_err(unavailable)?;
-        let Some(json) = data else { return Ok(None) };
-        // One parse: a newer record is refused whether or not it parses as this build's.
-        match serde_json::from_str::<Thread>(&json) {
-            Ok(thread) if thread.format > THREAD_FORMAT => {
-                Err(StoreError::NewerFormat { id: id.to_owned(), format: thread.format })
-            }
-            Ok(thread) => Ok(Some(thread)),
-            Err(e) => Err(StoreError::newer_format(id, json.as_bytes())
-                .unwrap_or_else(|| StoreError::Corrupt { id: id.to_owned(), reason: e.to_string() })),
-        }
+        let (version, json, claim): (Option<String>, Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(thread_key(id))
+            .arg(&["v", "d", "c"])
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        let Some(json) = json else { return Ok(None) };
+        decode(id, version.as_deref().unwrap_or(""), &json, claim.as_deref().unwrap_or("")).map(Some)
     }
 
-    async fn save(&self, thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
-        let json = encode(&thread)?;
+    /// One script: the load, and the claim when the token's proof is the open round's.
+    async fn load_claiming(&self, id: &str, attempt: ClaimAttempt<'_>) -> Result<Loaded, StoreError> {
+        let mut connection = self.connection().await?;
+        let loaded: Option<(String, String, String, i64)> = self
+            .load_claiming
+            .key(thread_key(id))
+            .arg(attempt.token)
+            .arg(attempt.now_ms)
+            .arg(attempt.until_ms)
+            .invoke_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        let Some((version, json, claim, claimed)) = loaded else { return Ok(Loaded { thread: None, claimed: false }) };
+        Ok(Loaded { thread: Some(decode(id, &version, &json, &claim)?), claimed: claimed == 1 })
+    }
+
+    async fn release_claim(&self, id: &str, claimed_version: u64) -> Result<bool, StoreError> {
+        let mut connection = self.connection().await?;
+        let released: i64 = self
+            .release
+            .key(thread_key(id))
+            .arg(claimed_version)
+            .arg(claimed_version + 1)
+            .invoke_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        Ok(released == 1)
+    }
+
+    async fn save(&self, mut thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
+        let fields = encode(&mut thread)?;
         let mut connection = self.connection().await?;
         let saved: i64 = self
             .save
             .key(thread_key(&thread.id))
             .arg(expected.map(|v| v.to_string()).unwrap_or_default())
             .arg(thread.version)
-            .arg(json)
+            .arg(fields.json)
             .arg(thread.expires_at_ms)
+            .arg(fields.claim)
+            .arg(fields.round)
+            .arg(fields.proof)
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
@@ -420,7 +559,8 @@ impl ThreadStore for RedisStore {
         if matches!(self.client, Client::Cluster(_)) {
             return hitl_interrupt::create_paused_in_steps(self, thread, owner, limits).await;
         }
-        let json = encode(&thread)?;
+        let mut thread = thread;
+        let fields = encode(&mut thread)?;
         let mut connection = self.connection().await?;
         let created: i64 = self
             .create
@@ -430,13 +570,16 @@ impl ThreadStore for RedisStore {
             .key(tool_key(&thread.tool))
             .key(TOOLS_KEY)
             .arg(thread.version)
-            .arg(json)
+            .arg(fields.json)
             .arg(thread.expires_at_ms)
             .arg(now_ms())
             .arg(&thread.id)
             .arg(limits.per_owner)
             .arg(limits.total)
             .arg(&thread.tool)
+            .arg(fields.claim)
+            .arg(fields.round)
+            .arg(fields.proof)
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
@@ -453,7 +596,8 @@ impl ThreadStore for RedisStore {
         let Some(owner) = owner.filter(|_| matches!(self.client, Client::Single(_))) else {
             return hitl_interrupt::save_finished_in_steps(self, thread, expected, owner).await;
         };
-        let json = encode(&thread)?;
+        let mut thread = thread;
+        let fields = encode(&mut thread)?;
         let mut connection = self.connection().await?;
         let saved: i64 = self
             .finish
@@ -463,9 +607,12 @@ impl ThreadStore for RedisStore {
             .key(tool_key(&thread.tool))
             .arg(expected)
             .arg(thread.version)
-            .arg(json)
+            .arg(fields.json)
             .arg(thread.expires_at_ms)
             .arg(&thread.id)
+            .arg(fields.claim)
+            .arg(fields.round)
+            .arg(fields.proof)
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;

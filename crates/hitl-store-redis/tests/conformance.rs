@@ -23,6 +23,8 @@ async fn redis_store_conforms() {
     let prefix = uuid::Uuid::now_v7().to_string();
     hitl_interrupt::conformance::run(&store, &prefix, now).await;
     hitl_interrupt::conformance::records(&store, &prefix, now).await;
+    let claimed = hitl_interrupt::conformance::claims(&store, &format!("{prefix}-again"), now).await;
+    assert!(claimed, "the Redis store claims a round in the step that loads it");
 }
 
 #[tokio::test]

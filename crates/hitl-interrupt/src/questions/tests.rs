@@ -178,7 +178,7 @@ fn needs_follow_the_requests() {
 }
 
 fn round(questions: Vec<Question>) -> Round {
-    Round { n: 1, nonce: "n".into(), questions, asked_at_ms: 0 }
+    Round { n: 1, nonce: "n".into(), questions, asked_at_ms: 0, proof: String::new() }
 }
 
 fn responses(v: Value) -> InputResponses {

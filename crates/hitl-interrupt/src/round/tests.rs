@@ -22,7 +22,13 @@ fn secret() -> Secret {
 fn round(n: u32, question: &str) -> Round {
     let interrupt =
         Interrupt { id: format!("{n}:ask:0"), step: "ask".into(), value: json!(question), response_schema: None };
-    Round { n, nonce: format!("nonce-{n}"), questions: questions::build(&[interrupt]).unwrap(), asked_at_ms: 0 }
+    Round {
+        n,
+        nonce: format!("nonce-{n}"),
+        questions: questions::build(&[interrupt]).unwrap(),
+        asked_at_ms: 0,
+        proof: String::new(),
+    }
 }
 
 /// A thread paused at round 1, version 3.
