@@ -1,8 +1,8 @@
 //! `requestState`: `<thread id>.<token>`, where the token is an HMAC-SHA256 under the
 //! server secret of the thread id, the round number and a per-round random nonce.
-//! The thread record keeps the nonce, never the token, so reading a record does not
-//! reveal a usable state; verification recomputes the token and compares in constant
-//! time.
+//! The thread record keeps the nonce and the token's SHA-1 ([`proof`]), never the
+//! token, so reading a record does not reveal a usable state; verification recomputes
+//! the token and compares in constant time.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
