@@ -511,6 +511,7 @@ async fn a_record_of_a_newer_format_is_left_untouched() {
     assert_eq!(reply.body["error"]["code"], -32603, "{:?}", reply.body);
     assert_eq!(reply.body["error"]["message"], "this paused call was saved by a newer hitl");
     assert_eq!(redis_command(&url, &["HGET", &redis_key, "d"]).await.as_deref(), Some(newer.as_str()), "untouched");
+    assert_eq!(redis_command(&url, &["HGET", &redis_key, "v"]).await.as_deref(), Some("1"), "not claimed");
     // Operators' listing still lists the others, and names this one as unreadable.
     let listing = std::process::Command::new(Server::program())
         .args(["threads", "list", "--json", "--limit", "1000000", "--store", &url])

@@ -121,10 +121,13 @@ impl Thread {
 
     /// The open round a store may claim in the step that loads it
     /// ([`crate::ThreadStore::load_claiming`]), and its proof: a paused call's (not a
-    /// task's) round with a proof, whose run has begun no effect.
+    /// task's) round with a proof, whose run has begun no effect, in a record this build
+    /// reads (a newer one is left untouched).
     pub fn claimable(&self) -> Option<(u32, &str)> {
         let round = self.round.as_ref().filter(|r| !r.proof.is_empty())?;
-        let plain = self.checkpoint.is_some() && self.task.is_none() && self.begun != Some(round.n);
+        let readable = self.format <= THREAD_FORMAT
+            && self.checkpoint.as_ref().is_some_and(|c| c.format <= hitl_graph::CHECKPOINT_FORMAT);
+        let plain = readable && self.task.is_none() && self.begun != Some(round.n);
         plain.then_some((round.n, round.proof.as_str()))
     }
 

@@ -75,14 +75,18 @@ return 1
 );
 
 /// A thread loaded, its open round claimed when the token proves it and no live claim
-/// holds it (KEYS: the thread; ARGV: token, now, until): nil when missing, else the
-/// version, record and claim as they were, and 1 when claimed.
+/// holds it (KEYS: the thread; ARGV: token, now, until, the record's start): nil when
+/// missing, else the version, record and claim as they were, and 1 when claimed. Only
+/// a record of the format this build writes beside its claim (its JSON starts with
+/// that format, the first field) that [`Thread::claimable`] marked (`r`, `t`) is
+/// claimed: any other is loaded, and left to the engine.
 const LOAD_CLAIMING: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'v', 'd', 'c', 'r', 't')
 if not f[2] then return false end
 local claimed = 0
 local version = tonumber(f[1])
-if version and f[4] and f[5] == redis.sha1hex(ARGV[1]) then
+local ours = string.sub(f[2], 1, string.len(ARGV[4])) == ARGV[4]
+if version and ours and f[4] and f[5] == redis.sha1hex(ARGV[1]) then
   local until_ms = f[3] and tonumber(string.match(f[3], ':(%d+)$'))
   if not until_ms or until_ms <= tonumber(ARGV[2]) then
     redis.call('HSET', KEYS[1], 'v', tostring(version + 1), 'c', f[4] .. ':' .. ARGV[3])
@@ -251,6 +255,12 @@ fn encode(thread: &mut Thread) -> Result<Encoded, StoreError> {
     let json = serde_json::to_string(thread)
         .map_err(|e| StoreError::Corrupt { id: thread.id.clone(), reason: e.to_string() })?;
     Ok(Encoded { json, claim, round, proof })
+}
+
+/// How the JSON of a record written beside its claim starts (`format` is the first
+/// field serialized).
+fn claimable_record_start() -> String {
+    format!("{{\"format\":{CLAIM_BESIDE_FORMAT},")
 }
 
 /// The thread in fields `v`, `d` and `c`. One parse: a newer record is refused whether
@@ -449,6 +459,7 @@ impl ThreadStore for RedisStore {
             .arg(attempt.token)
             .arg(attempt.now_ms)
             .arg(attempt.until_ms)
+            .arg(claimable_record_start())
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
@@ -674,5 +685,22 @@ impl ThreadStore for RedisStore {
             .await
             .map_err(unavailable)?;
         Ok((ids, total))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_kept_beside_its_claim_starts_as_the_claiming_script_expects() {
+        let json = r#"{"format":1,"id":"t","version":7,"tool":"x","args_digest":"d","claim":{"round":1,"until_ms":9},"expires_at_ms":1}"#;
+        let mut thread: Thread = serde_json::from_str(json).unwrap();
+        let fields = encode(&mut thread).unwrap();
+        assert!(fields.json.starts_with(&claimable_record_start()), "{}", fields.json);
+        assert_eq!((fields.claim.as_str(), fields.round.as_str()), ("1:9", ""), "the claim beside, no open round");
+        let loaded = decode("t", "8", &fields.json, &fields.claim).unwrap();
+        assert_eq!((loaded.version, loaded.claim), (8, Some(Claim { round: 1, until_ms: 9 })), "`v` and `c` are read");
+        assert!(matches!(decode("t", "8", &fields.json, "1:x"), Err(StoreError::Corrupt { .. })), "a bad claim");
     }
 }
