@@ -62,9 +62,9 @@ pub async fn run(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
     claims(store, prefix, now_ms).await;
 }
 
-/// A paused thread whose round 1 a load may claim with `token`.
-fn claimable(id: &str, token: &str, expires_at_ms: u64) -> Thread {
-    let checkpoint = hitl_graph::Checkpoint {
+/// The checkpoint of a graph paused before its first step, `ask`.
+pub(crate) fn paused_checkpoint() -> hitl_graph::Checkpoint {
+    hitl_graph::Checkpoint {
         format: hitl_graph::CHECKPOINT_FORMAT,
         state: serde_json::json!({}),
         next: vec!["ask".into()],
@@ -73,10 +73,14 @@ fn claimable(id: &str, token: &str, expires_at_ms: u64) -> Thread {
         resume: Default::default(),
         interrupts: Vec::new(),
         passed_breakpoints: Default::default(),
-    };
+    }
+}
+
+/// A paused thread whose round 1 a load may claim with `token`.
+fn claimable(id: &str, token: &str, expires_at_ms: u64) -> Thread {
     let round =
         Round { n: 1, nonce: "n".into(), questions: Vec::new(), asked_at_ms: 0, proof: crate::state::proof(token) };
-    Thread { checkpoint: Some(checkpoint), round: Some(round), ..thread(id, 1, expires_at_ms) }
+    Thread { checkpoint: Some(paused_checkpoint()), round: Some(round), ..thread(id, 1, expires_at_ms) }
 }
 
 /// Claims made as a thread loads ([`ThreadStore::load_claiming`]): only with the open
