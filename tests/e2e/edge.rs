@@ -549,6 +549,7 @@ async fn a_claim_made_as_the_round_loads_is_given_back_when_the_answer_is_refuse
     // The round is claimable in one step: its number and its token's proof beside it.
     assert_eq!(field("r").await.as_deref(), Some("1"));
     assert_eq!(field("t").await.map(|t| t.len()), Some(40), "SHA-1 of the token, in hex");
+    assert_eq!(field("b").await.map(|b| b.len()), Some(64), "what binds the call to it, SHA-256 in hex");
     assert_eq!(field("c").await, None, "unclaimed");
     let record: Value = serde_json::from_str(&field("d").await.unwrap()).unwrap();
     assert_eq!(record["format"], 4, "a replica that looks for the claim inside refuses it");

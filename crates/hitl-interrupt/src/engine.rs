@@ -529,11 +529,12 @@ impl Engine {
         let mut backoff = Duration::from_millis(2);
         // Claim in the step that loads, until a claim so made goes unused.
         let mut claiming = true;
+        let bound = crate::binding_digest(&binding, &args_digest, call.principal.as_deref());
         loop {
             let now = self.clock.now_ms();
             let (loaded, claimed) = if claiming {
                 let until_ms = now.saturating_add(self.lifetimes.lease.as_millis() as u64);
-                let attempt = ClaimAttempt { token, now_ms: now, until_ms };
+                let attempt = ClaimAttempt { token, binding: &bound, now_ms: now, until_ms };
                 let Loaded { thread, claimed } = self.store.load_claiming(thread_id, attempt).await?;
                 (thread, claimed)
             } else {

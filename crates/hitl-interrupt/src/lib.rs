@@ -78,7 +78,7 @@ pub use task_runs::TaskStart;
 pub use tasks::{TaskStatus, TaskView, unknown_task};
 pub use thread::{
     CLAIM_BESIDE_FORMAT, Claim, Last, LastOutcome, Page, PageKind, Question, QuestionKind, Round, THREAD_FORMAT,
-    TaskState, Thread, format_of,
+    TaskState, Thread, binding_digest, format_of,
 };
 
 #[cfg(test)]

@@ -169,6 +169,9 @@ pub struct ClaimAttempt<'a> {
     /// The token of the request's `requestState` (the part after the dot): only a
     /// token whose [`crate::state::proof`] is the open round's claims it.
     pub token: &'a str,
+    /// [`crate::binding_digest`] of the request's call: only the thread's own call claims
+    /// it ([`Thread::binding_digest`]).
+    pub binding: &'a str,
     /// Now (ms since the epoch): a claim that lasts until then or before has lapsed.
     pub now_ms: u64,
     /// Until when the claim holds (now plus the lease).
@@ -201,8 +204,8 @@ pub trait ThreadStore: Send + Sync + 'static {
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError>;
 
     /// Loads thread `id` and, in the same step, claims its open round when
-    /// [`Thread::claimable`] names it, `attempt.token` proves it and no live claim holds
-    /// it: one step where a load and a compare-and-set save would take two. A claim the
+    /// [`Thread::claimable`] names it, `attempt.token` proves it, `attempt.binding` is
+    /// the thread's and no live claim holds it: one step where a load and a compare-and-set save would take two. A claim the
     /// request then does not use (its answers are refused) is given back with
     /// [`ThreadStore::release_claim`]. The default only loads.
     async fn load_claiming(&self, id: &str, attempt: ClaimAttempt<'_>) -> Result<Loaded, StoreError> {
@@ -545,7 +548,8 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
         let claim = thread.as_ref().and_then(|t| {
             let (round, proof) = t.claimable()?;
             let lapsed = t.claim.as_ref().is_none_or(|c| c.until_ms <= attempt.now_ms);
-            (lapsed && proof == crate::state::proof(attempt.token)).then_some((t.version, round))
+            let ours = proof == crate::state::proof(attempt.token) && t.binding_digest() == attempt.binding;
+            (lapsed && ours).then_some((t.version, round))
         });
         let Some((version, round)) = claim else { return Ok(Loaded { thread, claimed: false }) };
         let now = self.clock.now_ms();

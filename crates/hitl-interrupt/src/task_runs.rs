@@ -84,7 +84,7 @@ impl Engine {
         }
         let now = self.now_ms();
         let owner = call.owner();
-        let thread = Thread {
+        let mut thread = Thread {
             format: THREAD_FORMAT,
             id: id.clone(),
             version: 1,
@@ -100,6 +100,7 @@ impl Engine {
             task: Some(TaskState::new(now, call.capabilities.clone())),
             expires_at_ms: now.saturating_add(self.lifetimes.paused.as_millis() as u64),
         };
+        thread.format = crate::thread::format_of(&thread);
         // The task is stored before its id is answered, and counts as a paused call.
         let created = self.store.create_paused(thread.clone(), &owner, self.limits.paused).await;
         if !matches!(created, Ok(Ok(()))) {

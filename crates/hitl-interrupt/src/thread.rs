@@ -13,8 +13,20 @@ use serde::{Deserialize, Serialize};
 /// would look for the claim inside refuses the record instead of resuming it twice.
 pub const THREAD_FORMAT: u32 = 4;
 
-/// The format of records whose claim and version a store keeps beside the record.
+/// The format of records whose claim and version a store keeps beside the record. A
+/// store that claims as it loads claims only records of this format; so a later build
+/// that changes the record or its checkpoint in a way this one must not resume writes
+/// a later format.
 pub const CLAIM_BESIDE_FORMAT: u32 = 4;
+
+/// What binds a call to its thread (the tool, its arguments' digest, the caller), as
+/// one SHA-256 in hex: a store that claims as it loads compares it with the request's
+/// without reading the record, so a request for another call claims nothing.
+pub fn binding_digest(tool: &str, args_digest: &str, principal: Option<&str>) -> String {
+    let principal = principal.map_or_else(|| "-".to_owned(), |p| format!("+{p}"));
+    let bound = format!("hitl/binding/v1\n{tool}\n{args_digest}\n{principal}");
+    crate::digest::hex(ring::digest::digest(&ring::digest::SHA256, bound.as_bytes()).as_ref())
+}
 
 /// The format a record needs: 3 for a task (the Tasks extension), 2 when its open round
 /// has a page question, else 1.
@@ -117,6 +129,11 @@ impl Thread {
     /// round asked yet and no end, while the run's claim holds.
     pub(crate) fn working(&self, now_ms: u64) -> bool {
         self.round.is_none() && self.last.is_none() && self.claim.as_ref().is_some_and(|c| c.until_ms > now_ms)
+    }
+
+    /// [`binding_digest`] of this thread's call.
+    pub fn binding_digest(&self) -> String {
+        binding_digest(&self.tool, &self.args_digest, self.principal.as_deref())
     }
 
     /// The open round a store may claim in the step that loads it

@@ -11,8 +11,8 @@
 //!
 //! A paused call's round is claimed in the step that loads it
 //! ([`ThreadStore::load_claiming`]): its claim lives beside the record (`c`, with the
-//! open round `r` and the proof of its token `t`), so a script sets it without rewriting
-//! the JSON. Such records are written as [`CLAIM_BESIDE_FORMAT`], which replicas of
+//! open round `r`, the proof of its token `t` and the digest of what binds the call to
+//! it `b`), so a script sets it without rewriting the JSON. Such records are written as [`CLAIM_BESIDE_FORMAT`], which replicas of
 //! builds that look for the claim inside refuse rather than resume twice.
 //!
 //! ```no_run
@@ -42,17 +42,19 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A Lua function that writes a thread's fields: version, record, claim (`''`: none),
-/// claimable round and its proof (`''`: none), and its expiry.
+/// claimable round, its proof and the call's binding digest (`''`: none), and its
+/// expiry.
 macro_rules! put_function {
     () => {
         r"
-local function put(key, v, d, c, r, t, expiry)
+local function put(key, v, d, c, r, t, b, expiry)
   local set, gone = {'v', v, 'd', d}, {}
   if c == '' then gone[#gone + 1] = 'c' else set[#set + 1] = 'c'; set[#set + 1] = c end
   if r == '' then
-    gone[#gone + 1] = 'r'; gone[#gone + 1] = 't'
+    gone[#gone + 1] = 'r'; gone[#gone + 1] = 't'; gone[#gone + 1] = 'b'
   else
     set[#set + 1] = 'r'; set[#set + 1] = r; set[#set + 1] = 't'; set[#set + 1] = t
+    set[#set + 1] = 'b'; set[#set + 1] = b
   end
   redis.call('HSET', key, unpack(set))
   if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
@@ -63,30 +65,32 @@ end
 }
 
 /// A thread saved compare-and-set on its version (KEYS: the thread; ARGV: expected,
-/// version, record, expiry, claim, round, proof): 1, or 0 on a conflict.
+/// version, record, expiry, claim, round, proof, binding): 1, or 0 on a conflict.
 const SAVE: &str = concat!(
     put_function!(),
     r"
 local current = redis.call('HGET', KEYS[1], 'v')
 if (current or '') ~= ARGV[1] then return 0 end
-put(KEYS[1], ARGV[2], ARGV[3], ARGV[5], ARGV[6], ARGV[7], ARGV[4])
+put(KEYS[1], ARGV[2], ARGV[3], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[4])
 return 1
 "
 );
 
-/// A thread loaded, its open round claimed when the token proves it and no live claim
-/// holds it (KEYS: the thread; ARGV: token, now, until, the record's start): nil when
-/// missing, else the version, record and claim as they were, and 1 when claimed. Only
-/// a record of the format this build writes beside its claim (its JSON starts with
-/// that format, the first field) that [`Thread::claimable`] marked (`r`, `t`) is
-/// claimed: any other is loaded, and left to the engine.
+/// A thread loaded, its open round claimed when the token proves it, the request is
+/// for the thread's call and no live claim holds it (KEYS: the thread; ARGV: token,
+/// now, until, the record's start, the request's binding digest): nil when missing,
+/// else the version, record and claim as they were, and 1 when claimed. Only a record
+/// of the format this build writes beside its claim (its JSON starts with that format,
+/// the first field) that [`Thread::claimable`] marked (`r`, `t`, `b`) is claimed: any
+/// other is loaded, and left to the engine.
 const LOAD_CLAIMING: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'v', 'd', 'c', 'r', 't')
+local f = redis.call('HMGET', KEYS[1], 'v', 'd', 'c', 'r', 't', 'b')
 if not f[2] then return false end
 local claimed = 0
 local version = tonumber(f[1])
 local ours = string.sub(f[2], 1, string.len(ARGV[4])) == ARGV[4]
-if version and ours and f[4] and f[5] == redis.sha1hex(ARGV[1]) then
+local proven = f[5] == redis.sha1hex(ARGV[1]) and f[6] == ARGV[5]
+if version and ours and f[4] and proven then
   local until_ms = f[3] and tonumber(string.match(f[3], ':(%d+)$'))
   if not until_ms or until_ms <= tonumber(ARGV[2]) then
     redis.call('HSET', KEYS[1], 'v', tostring(version + 1), 'c', f[4] .. ':' .. ARGV[3])
@@ -140,8 +144,8 @@ const COUNT: &str = concat!(
 
 /// A new paused thread, counted, in one step (KEYS: the thread, the owner's set, the set
 /// of all, the tool's set, the set of tools; ARGV: version, record, expiry, now, id,
-/// per-owner limit, total limit, tool, claim, round, proof): 1, 0 when the thread
-/// exists, or -1/-2 for the limit.
+/// per-owner limit, total limit, tool, claim, round, proof, binding): 1, 0 when the
+/// thread exists, or -1/-2 for the limit.
 const CREATE: &str = concat!(
     count_function!(),
     put_function!(),
@@ -149,20 +153,20 @@ const CREATE: &str = concat!(
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local counted = count(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[5], ARGV[3], ARGV[6], ARGV[7], ARGV[8])
 if counted ~= 1 then return counted end
-put(KEYS[1], ARGV[1], ARGV[2], ARGV[9], ARGV[10], ARGV[11], ARGV[3])
+put(KEYS[1], ARGV[1], ARGV[2], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[3])
 return 1
 "
 );
 
 /// A finished thread saved (compare-and-set) and no longer counted, in one step (KEYS:
 /// the thread, the owner's set, the set of all, the tool's set; ARGV: expected, version,
-/// record, expiry, id, claim, round, proof): 1, or 0 on a conflict.
+/// record, expiry, id, claim, round, proof, binding): 1, or 0 on a conflict.
 const FINISH: &str = concat!(
     put_function!(),
     r"
 local current = redis.call('HGET', KEYS[1], 'v')
 if (current or '') ~= ARGV[1] then return 0 end
-put(KEYS[1], ARGV[2], ARGV[3], ARGV[6], ARGV[7], ARGV[8], ARGV[4])
+put(KEYS[1], ARGV[2], ARGV[3], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[4])
 redis.call('ZREM', KEYS[2], ARGV[5])
 redis.call('ZREM', KEYS[3], ARGV[5])
 redis.call('ZREM', KEYS[4], ARGV[5])
@@ -239,12 +243,14 @@ struct Encoded {
     claim: String,
     round: String,
     proof: String,
+    binding: String,
 }
 
 /// `thread`'s fields. A record with a claim, or one that a load may claim, keeps its
 /// claim beside it ([`CLAIM_BESIDE_FORMAT`]); the thread keeps everything but its claim.
 fn encode(thread: &mut Thread) -> Result<Encoded, StoreError> {
-    let (round, proof) = thread.claimable().map(|(n, proof)| (n.to_string(), proof.to_owned())).unwrap_or_default();
+    let claimable = thread.claimable().map(|(n, proof)| (n.to_string(), proof.to_owned(), thread.binding_digest()));
+    let (round, proof, binding) = claimable.unwrap_or_default();
     let beside = !round.is_empty() || thread.claim.is_some() || thread.format >= CLAIM_BESIDE_FORMAT;
     let claim = if beside {
         thread.format = CLAIM_BESIDE_FORMAT;
@@ -254,7 +260,7 @@ fn encode(thread: &mut Thread) -> Result<Encoded, StoreError> {
     };
     let json = serde_json::to_string(thread)
         .map_err(|e| StoreError::Corrupt { id: thread.id.clone(), reason: e.to_string() })?;
-    Ok(Encoded { json, claim, round, proof })
+    Ok(Encoded { json, claim, round, proof, binding })
 }
 
 /// How the JSON of a record written beside its claim starts (`format` is the first
@@ -272,7 +278,9 @@ fn decode(id: &str, version: &str, json: &str, claim: &str) -> Result<Thread, St
             Err(StoreError::NewerFormat { id: id.to_owned(), format: thread.format })
         }
         Ok(mut thread) if thread.format == CLAIM_BESIDE_FORMAT => {
+            // The fields beside the record are what counts.
             thread.version = version.parse().map_err(|_| corrupt(format!("bad version {version:?}")))?;
+            thread.claim = None;
             if !claim.is_empty() {
                 let (round, until) = claim.split_once(':').unwrap_or_default();
                 let parsed = round.parse().ok().zip(until.parse().ok());
@@ -460,6 +468,7 @@ impl ThreadStore for RedisStore {
             .arg(attempt.now_ms)
             .arg(attempt.until_ms)
             .arg(claimable_record_start())
+            .arg(attempt.binding)
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
@@ -493,6 +502,7 @@ impl ThreadStore for RedisStore {
             .arg(fields.claim)
             .arg(fields.round)
             .arg(fields.proof)
+            .arg(fields.binding)
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
@@ -591,6 +601,7 @@ impl ThreadStore for RedisStore {
             .arg(fields.claim)
             .arg(fields.round)
             .arg(fields.proof)
+            .arg(fields.binding)
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
@@ -624,6 +635,7 @@ impl ThreadStore for RedisStore {
             .arg(fields.claim)
             .arg(fields.round)
             .arg(fields.proof)
+            .arg(fields.binding)
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
