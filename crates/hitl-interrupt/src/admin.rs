@@ -38,7 +38,7 @@ impl PausedCall {
     /// `thread` as shown at `now_ms`, when it is paused (or a task that runs on).
     fn of(thread: &Thread, now_ms: u64) -> Option<Self> {
         let task = thread.task.as_ref();
-        let running = thread.claim.as_ref().is_some_and(|c| c.until_ms > now_ms);
+        let running = thread.live_claim(now_ms).is_some();
         if task.is_some_and(|t| t.cancelled || t.error.is_some()) || (thread.round.is_none() && !thread.working(now_ms))
         {
             return None;

@@ -123,15 +123,3 @@ impl<C: Clock> Records for MemoryStore<C> {
 
 /// The memory store's records, for its constructor.
 pub(crate) type KeptRecords = Mutex<Kept>;
-
-#[cfg(test)]
-mod tests {
-    use crate::{ManualClock, MemoryStore};
-
-    #[test]
-    fn the_memory_store_keeps_records_as_every_store_must() {
-        let store = MemoryStore::with_clock(ManualClock::new(1_000_000));
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        rt.block_on(crate::conformance::records(&store, "t", 1_000_000));
-    }
-}

@@ -102,7 +102,7 @@ pub fn decide(thread: Option<Thread>, request: &Answering<'_>, now_ms: u64, leas
         }
         Verdict::Resume(values) => {
             // Resume once: a live claim on this round means another request runs it.
-            if thread.claim.as_ref().is_some_and(|c| c.round == round.n && c.until_ms > now_ms) {
+            if thread.live_claim(now_ms).is_some_and(|c| c.round == round.n) {
                 return Next::Wait;
             }
             // Its run began an effect and then stopped (the server died): never again.

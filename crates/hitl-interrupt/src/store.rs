@@ -205,9 +205,10 @@ pub trait ThreadStore: Send + Sync + 'static {
 
     /// Loads thread `id` and, in the same step, claims its open round when
     /// [`Thread::claimable`] names it, `attempt.token` proves it, `attempt.binding` is
-    /// the thread's and no live claim holds it: one step where a load and a compare-and-set save would take two. A claim the
-    /// request then does not use (its answers are refused) is given back with
-    /// [`ThreadStore::release_claim`]. The default only loads.
+    /// the thread's and no live claim holds it: one step where a load and a
+    /// compare-and-set save would take two. A claim the request then does not use (its
+    /// answers are refused) is given back with [`ThreadStore::release_claim`]. The
+    /// default only loads.
     async fn load_claiming(&self, id: &str, attempt: ClaimAttempt<'_>) -> Result<Loaded, StoreError> {
         let _ = attempt;
         Ok(Loaded { thread: self.load(id).await?, claimed: false })
@@ -547,9 +548,8 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
         let thread = self.load(id).await?;
         let claim = thread.as_ref().and_then(|t| {
             let (round, proof) = t.claimable()?;
-            let lapsed = t.claim.as_ref().is_none_or(|c| c.until_ms <= attempt.now_ms);
             let ours = proof == crate::state::proof(attempt.token) && t.binding_digest() == attempt.binding;
-            (lapsed && ours).then_some((t.version, round))
+            (ours && t.live_claim(attempt.now_ms).is_none()).then_some((t.version, round))
         });
         let Some((version, round)) = claim else { return Ok(Loaded { thread, claimed: false }) };
         let now = self.clock.now_ms();
@@ -670,10 +670,11 @@ mod tests {
     use crate::{ManualClock, MemoryStore};
 
     #[test]
-    fn the_memory_store_keeps_threads_as_every_store_must() {
+    fn the_memory_store_keeps_threads_and_records_as_every_store_must() {
         let store = MemoryStore::with_clock(ManualClock::new(1_000_000));
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         rt.block_on(crate::conformance::run(&store, "t", 1_000_000));
         assert!(rt.block_on(crate::conformance::claims(&store, "u", 1_000_000)), "it claims as it loads");
+        rt.block_on(crate::conformance::records(&store, "t", 1_000_000));
     }
 }

@@ -92,8 +92,7 @@ impl Engine {
         let task = thread.task.as_ref().expect("own_task returns tasks");
         let now = self.now_ms();
         let over = task.cancelled || task.error.is_some();
-        let claimed =
-            |round: &crate::Round| thread.claim.as_ref().is_some_and(|c| c.round == round.n && c.until_ms > now);
+        let claimed = |round: &crate::Round| thread.live_claim(now).is_some_and(|c| c.round == round.n);
         // Every answer is in, and no request runs the round: it is about to run (its page
         // is not done yet, or the run before failed and is tried again).
         let ready = !over
@@ -182,7 +181,7 @@ impl Engine {
         };
         let round = thread.round.as_ref().expect("an open round");
         let task = thread.task.as_ref().expect("a task");
-        let running = thread.claim.as_ref().is_some_and(|c| c.round == round.n && c.until_ms > self.now_ms());
+        let running = thread.live_claim(self.now_ms()).is_some_and(|c| c.round == round.n);
         if running || round.questions.iter().any(|q| !task.partial.contains_key(&q.key)) {
             return Ok(Ok(()));
         }
@@ -221,7 +220,7 @@ impl Engine {
             let Some(thread) = self.own_task(id, principal).await? else { return Ok(Err(unknown_task(id))) };
             let now = self.now_ms();
             let task = thread.task.as_ref().expect("own_task returns tasks");
-            let answering = thread.round.is_some() && thread.claim.as_ref().is_some_and(|c| c.until_ms > now);
+            let answering = thread.round.is_some() && thread.live_claim(now).is_some();
             let over = thread.round.is_none() && !thread.working(now);
             if task.cancelled || task.error.is_some() || answering || over {
                 return Ok(Ok(()));

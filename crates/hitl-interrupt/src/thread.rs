@@ -128,7 +128,13 @@ impl Thread {
     /// A task's first run going on in a process ([`crate::Engine::call_as_task`]): no
     /// round asked yet and no end, while the run's claim holds.
     pub(crate) fn working(&self, now_ms: u64) -> bool {
-        self.round.is_none() && self.last.is_none() && self.claim.as_ref().is_some_and(|c| c.until_ms > now_ms)
+        self.round.is_none() && self.last.is_none() && self.live_claim(now_ms).is_some()
+    }
+
+    /// The claim, while it holds at `now_ms` (a request is running the call); a claim
+    /// that lasts until then or before has lapsed.
+    pub fn live_claim(&self, now_ms: u64) -> Option<&Claim> {
+        self.claim.as_ref().filter(|c| c.until_ms > now_ms)
     }
 
     /// [`binding_digest`] of this thread's call.

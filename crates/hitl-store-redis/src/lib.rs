@@ -12,8 +12,9 @@
 //! A paused call's round is claimed in the step that loads it
 //! ([`ThreadStore::load_claiming`]): its claim lives beside the record (`c`, with the
 //! open round `r`, the proof of its token `t` and the digest of what binds the call to
-//! it `b`), so a script sets it without rewriting the JSON. Such records are written as [`CLAIM_BESIDE_FORMAT`], which replicas of
-//! builds that look for the claim inside refuse rather than resume twice.
+//! it `b`), so a script sets it without rewriting the JSON. Such records are written as
+//! [`CLAIM_BESIDE_FORMAT`], which replicas of builds that look for the claim inside
+//! refuse rather than resume twice.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), hitl_interrupt::StoreError> {
