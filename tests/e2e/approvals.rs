@@ -225,6 +225,9 @@ secret_env = "HITL_WEBHOOK_SECRET"
 
 [audit]
 file = "audit.jsonl"
+
+[admin]
+principals = ["user:ops"]
 "#
     )
 }
@@ -376,7 +379,10 @@ async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once
     assert_eq!(executions(&server, &p.alice).await, 0, "nothing ran before the decision");
 
     // /metrics: the approval waits; none decided yet; the upstream not called.
-    let scrape = || async { server.raw(http::Method::GET, "/metrics", &[], Bytes::new()).await.2 };
+    // With sign-in on, /metrics is for admins.
+    let ops = format!("Bearer {}", token("hs-1", json!({"sub": "ops"})));
+    let scrape =
+        || async { server.raw(http::Method::GET, "/metrics", &[("authorization", &ops)], Bytes::new()).await.2 };
     let sample = |text: &str, series: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))

@@ -10,12 +10,12 @@ use crate::harness::{Reply, Server, modern_meta};
 
 /// A folder with a tokens file (alice plain, bob hashed) and a config, removed when
 /// dropped.
-struct Setup {
-    folder: std::path::PathBuf,
+pub(crate) struct Setup {
+    pub(crate) folder: std::path::PathBuf,
 }
 
 impl Setup {
-    fn new(config: &str) -> Self {
+    pub(crate) fn new(config: &str) -> Self {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let folder = std::env::temp_dir().join(format!("hitl-e2e-auth-{}-{n}", std::process::id()));
@@ -28,7 +28,7 @@ impl Setup {
         Self { folder }
     }
 
-    async fn serve(&self) -> Server {
+    pub(crate) async fn serve(&self) -> Server {
         Server::start(&["--config", self.folder.join("hitl.toml").to_str().unwrap()]).await
     }
 }

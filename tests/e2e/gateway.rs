@@ -22,7 +22,7 @@ impl ConfigFile {
     }
 
     /// The hitl program serving this configuration.
-    async fn serve(&self) -> Server {
+    pub(crate) async fn serve(&self) -> Server {
         Server::start(&["--config", self.0.to_str().unwrap(), "--max-paused-per-caller", "1000000"]).await
     }
 }
@@ -82,7 +82,7 @@ async fn drop_approved_once(server: &Server, prefix: &str, partition: &str) {
     assert_eq!(text(&count), "1");
 }
 
-fn text(reply: &Reply) -> String {
+pub(crate) fn text(reply: &Reply) -> String {
     reply.body["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
 }
 
@@ -90,7 +90,7 @@ async fn executions(server: &Server) -> u64 {
     executions_of(server, "drop_partition").await
 }
 
-async fn executions_of(server: &Server, tool: &str) -> u64 {
+pub(crate) async fn executions_of(server: &Server, tool: &str) -> u64 {
     let reply = server.call_tool(90, json!({"name": "db.executions", "arguments": {"tool": tool}})).await;
     text(&reply).parse().unwrap_or_else(|_| panic!("a count: {}", reply.body))
 }

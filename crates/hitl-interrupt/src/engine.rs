@@ -910,6 +910,11 @@ impl Engine {
 /// The call's arguments as one JSON value, checked against the agent's input schema,
 /// and their digest (what a thread is bound to).
 pub(crate) fn checked_arguments(agent: &Agent, call: &Call) -> Result<(Value, String), ErrorObject> {
+    if let Some(reserved) = reserved_argument(agent, &call.arguments) {
+        let message = format!("{reserved}: argument names beginning with {RESERVED_PREFIX} are reserved");
+        return Err(ErrorObject::invalid_params(format!("Invalid arguments for tool {}: {message}", agent.name))
+            .with_data(serde_json::json!({ "errors": [{ "path": reserved, "message": message }] })));
+    }
     let arguments = Value::Object(call.arguments.clone());
     if let Err(violations) = hitl_schema::validate_value(&agent.input_schema, &arguments) {
         let details: Vec<String> = violations
@@ -925,6 +930,20 @@ pub(crate) fn checked_arguments(agent: &Agent, call: &Call) -> Result<(Value, St
     }
     let digest = digest::digest_hex(&arguments);
     Ok((arguments, digest))
+}
+
+/// The prefix of the state keys agents and the gateway keep beside a call's arguments
+/// (a review's decision, a relayed round): a caller may not send them.
+const RESERVED_PREFIX: &str = "hitl:";
+
+/// The first argument that names a reserved state key the agent's input schema does not
+/// itself declare: sent by a caller, it would stand in for a reviewer's decision.
+fn reserved_argument<'a>(agent: &Agent, arguments: &'a serde_json::Map<String, Value>) -> Option<&'a str> {
+    let declared = agent.input_schema.get("properties").and_then(Value::as_object);
+    arguments
+        .keys()
+        .find(|name| name.starts_with(RESERVED_PREFIX) && !declared.is_some_and(|p| p.contains_key(name.as_str())))
+        .map(String::as_str)
 }
 
 /// An agent's output as the call's result: an MCP result it returns as is

@@ -132,6 +132,25 @@ impl Scrape {
     }
 }
 
+/// Lets only `[admin] principals` (a `user:` entry, or a `group:` the caller is in)
+/// through to `/metrics` on the main listener; the caller was named by the bearer
+/// layer in front of it. Others get 403.
+#[derive(Clone)]
+pub(crate) struct AdminsOnly(pub(crate) Arc<[String]>);
+
+impl hitl_tower::Admission for AdminsOnly {
+    fn admit(&self, request: &mut http::Request<bytes::Bytes>) -> Result<(), Box<http::Response<hitl_tower::McpBody>>> {
+        let principal = request.extensions().get::<hitl_tower::Principal>().map(|p| p.0.as_str());
+        let groups = request.extensions().get::<hitl_tower::Groups>().map(|g| g.0.as_slice()).unwrap_or_default();
+        let admin = self.0.iter().any(|a| Some(a.as_str()) == principal || groups.contains(a));
+        if admin {
+            return Ok(());
+        }
+        let why = "/metrics on this listener is for [admin] principals (or serve it apart with --metrics-listen)";
+        Err(Box::new(hitl_tower::forbidden(why)))
+    }
+}
+
 /// Counts a response by its status.
 pub(crate) fn responded(status: http::StatusCode) {
     // The statuses hitl answers with, without a string made per response.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use hitl_interrupt::{Agent, Engine, Lifetimes, Limits, MemoryStore, Records, Secret, SystemClock, ThreadStore};
 use hitl_tower::{
     AllowedHosts, BodyLimits, Endpoint, HealthFn, HttpApp, MaxConcurrentRequestsLayer, McpBody, McpService,
-    PrincipalFromHeaderLayer, ServerOptions, Tools, ValidateOriginLayer,
+    PrincipalFromHeaderLayer, ServerOptions, Tools,
 };
 use tokio::net::TcpListener;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt as _};
@@ -247,6 +247,7 @@ impl ServerBuilder {
             }
         };
         let secret = self.secret.unwrap_or_else(Secret::generate);
+        let admins = self.pages.as_ref().map(|config| config.admins.clone()).unwrap_or_default();
         let pages = self.pages.map(|config| {
             let base = config.base_url.clone();
             (hitl_pages::Pages::new(config, records.clone(), &secret), base)
@@ -263,7 +264,10 @@ impl ServerBuilder {
         }
         let pages = pages.map(|(pages, _)| (pages, engine.clone()));
         let tools = Tools::new(self.tools);
-        let service = McpService::with_tools(tools.clone(), self.prompts, engine, self.options);
+        let mut options = self.options;
+        // Who asks is known, so what is listed may depend on it.
+        options.private_lists |= self.auth.is_some() || self.principal_header.is_some();
+        let service = McpService::with_tools(tools.clone(), self.prompts, engine, options);
         let mut mcp = Endpoint::new(service.clone());
         for wrap in self.layers.into_iter().rev() {
             mcp = wrap(mcp);
@@ -281,6 +285,7 @@ impl ServerBuilder {
             pages,
             metrics: self.metrics,
             records,
+            admins,
         }
     }
 }
@@ -318,6 +323,9 @@ pub struct Server {
     metrics: bool,
     /// Where approvals are listed (for the pending-approvals gauge).
     records: Arc<dyn Records>,
+    /// `[admin] principals`: who may read `/metrics` on the main listener when
+    /// authentication is on.
+    admins: Vec<String>,
 }
 
 impl std::fmt::Debug for Server {
@@ -373,16 +381,20 @@ impl Server {
         let allowed = self.allowed_hosts.unwrap_or_else(|| {
             if local.ip().is_loopback() { AllowedHosts::loopback(local.port()) } else { AllowedHosts::any() }
         });
+        // One count of requests in flight for every route: the pages, the API and its
+        // event streams, and /metrics take places from the same pool as /mcp.
+        let limit = MaxConcurrentRequestsLayer::new(self.http.max_concurrent_requests.max(1));
+        let limited = |service: Endpoint| -> Endpoint { Endpoint::new(limit.layer(service)) };
         let mcp: Endpoint = ServiceBuilder::new()
-            .layer(MaxConcurrentRequestsLayer::new(self.http.max_concurrent_requests.max(1)))
-            .layer(ValidateOriginLayer::new(allowed))
+            .layer(limit.clone())
             .option_layer(self.principal_header.map(PrincipalFromHeaderLayer::new))
             .option_layer(self.auth.as_ref().map(|(layer, _)| layer.clone()))
             .service(self.mcp)
             .boxed_clone();
         let store = self.store;
-        let mut app = HttpApp::new(mcp, store.clone(), self.http.body);
-        if let Some((_, resource)) = self.auth {
+        // The host check covers every route but the probes.
+        let mut app = HttpApp::new(mcp, store.clone(), self.http.body).with_allowed_hosts(allowed);
+        if let Some((_, resource)) = self.auth.clone() {
             // Where RFC 9728 puts it for this host, and for the `/mcp` resource.
             let route = hitl_auth::metadata_route(resource);
             app = app
@@ -393,10 +405,17 @@ impl Server {
             app = app.with_health(health);
         }
         if self.metrics {
-            app = app.mount("/metrics", crate::metrics::Scrape::new(store, self.records).endpoint());
+            let mut scrape = crate::metrics::Scrape::new(store, self.records).endpoint();
+            if let Some((layer, _)) = &self.auth {
+                // With authentication on, the main listener's /metrics is for admins only
+                // (a separate --metrics-listen stays open, for private networks).
+                let admins = crate::metrics::AdminsOnly(self.admins.into());
+                scrape = Endpoint::new(layer.layer(hitl_tower::Admit::new(scrape, admins)));
+            }
+            app = app.mount("/metrics", limited(scrape));
         }
         if let Some((pages, engine)) = self.pages {
-            let service = pages.service(engine);
+            let service = limited(pages.service(engine));
             for prefix in hitl_pages::Pages::PREFIXES {
                 app = app.mount(prefix, service.clone());
             }

@@ -1,6 +1,10 @@
 //! The HTTP application: `POST /mcp` (the endpoint, behind a body that must arrive in
-//! time and within a size), `GET /healthz` (the store's readiness), and 404 elsewhere.
-//! It takes any `http_body::Body`, so any server (hyper, or a test) can mount it.
+//! time and within a size), `GET /healthz` (the store's readiness), `GET /livez` (the
+//! process answers), mounted services and routes, and 404 elsewhere. With
+//! [`HttpApp::with_allowed_hosts`], every path but the two probes is refused when it
+//! names a host the server does not serve (DNS-rebinding protection for the pages and
+//! the API too, not only `/mcp`). It takes any `http_body::Body`, so any server (hyper,
+//! or a test) can mount it.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -45,6 +49,7 @@ pub struct HttpApp {
     health: Option<HealthFn>,
     routes: Vec<(String, RouteFn)>,
     mounts: Vec<(String, Endpoint)>,
+    hosts: Option<crate::AllowedHosts>,
 }
 
 /// A document served at a path of its own (say, the OAuth protected resource metadata),
@@ -64,7 +69,7 @@ impl std::fmt::Debug for HttpApp {
 impl HttpApp {
     /// Serves `mcp` at `/mcp` and the readiness of `store` at `/healthz`.
     pub fn new(mcp: Endpoint, store: Arc<dyn ThreadStore>, limits: BodyLimits) -> Self {
-        Self { mcp, store, limits, health: None, routes: Vec::new(), mounts: Vec::new() }
+        Self { mcp, store, limits, health: None, routes: Vec::new(), mounts: Vec::new(), hosts: None }
     }
 
     /// Serves every path under `prefix` (`/approvals` serves `/approvals` and
@@ -83,6 +88,15 @@ impl HttpApp {
         self
     }
 
+    /// Refuses (403) every request whose `Host` or `Origin` names a host `hosts` does
+    /// not allow, on every path but `/healthz` and `/livez` (which probes reach by a
+    /// pod's address).
+    #[must_use]
+    pub fn with_allowed_hosts(mut self, hosts: crate::AllowedHosts) -> Self {
+        self.hosts = Some(hosts);
+        self
+    }
+
     /// Adds `health`'s fields to `/healthz`.
     #[must_use]
     pub fn with_health(mut self, health: HealthFn) -> Self {
@@ -98,6 +112,11 @@ impl HttpApp {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let path = request.uri().path();
+        let probe = matches!(path, "/healthz" | "/livez");
+        if !probe && let Some(why) = self.hosts.as_ref().and_then(|hosts| hosts.refuse_origin(&request, path != "/mcp"))
+        {
+            return Box::pin(std::future::ready(crate::origin::forbidden(&why)));
+        }
         if let Some(route) = self.routes.iter().find(|(p, _)| p == path).map(|(_, r)| r.clone()) {
             let (parts, _) = request.into_parts();
             return Box::pin(std::future::ready(route(&parts)));
@@ -131,6 +150,9 @@ impl HttpApp {
                     plain(status, "application/json", serde_json::Value::Object(body).to_string())
                 })
             }
+            // Alive: no store or upstream is asked (a liveness probe restarts only a
+            // process that no longer answers at all).
+            "/livez" => Box::pin(std::future::ready(plain(StatusCode::OK, "application/json", r#"{"status":"ok"}"#))),
             "/mcp" => collected(self.mcp.clone(), self.limits, request),
             _ => Box::pin(std::future::ready(plain(
                 StatusCode::NOT_FOUND,

@@ -231,10 +231,19 @@ impl Shared {
             tools,
             next_cursor: None,
             ttl_ms: modern.then_some(self.options.list_ttl_ms),
-            cache_scope: modern.then_some(CacheScope::Public),
+            cache_scope: modern.then(|| self.list_scope()),
             meta: None,
         };
         to_json(&result)
+    }
+
+    /// The cache scope of the tool and prompt lists: private when they depend on who asks.
+    fn list_scope(&self) -> CacheScope {
+        if self.options.private_lists || self.options.access.is_some() {
+            CacheScope::Private
+        } else {
+            CacheScope::Public
+        }
     }
 
     fn empty_list(&self, key: &str, era: Era) -> Value {
@@ -283,7 +292,7 @@ impl Shared {
             prompts,
             next_cursor: None,
             ttl_ms: modern.then_some(self.options.list_ttl_ms),
-            cache_scope: modern.then_some(CacheScope::Public),
+            cache_scope: modern.then(|| self.list_scope()),
             meta: None,
         };
         to_json(&result)

@@ -54,7 +54,7 @@ mod validate;
 pub use admit::{Admission, Admit};
 pub use app::{BodyLimits, Endpoint, HealthFn, HttpApp, RouteFn};
 pub use limit::{MaxConcurrentRequests, MaxConcurrentRequestsLayer};
-pub use origin::{AllowedHosts, ValidateOrigin, ValidateOriginLayer};
+pub use origin::{AllowedHosts, ValidateOrigin, ValidateOriginLayer, forbidden};
 pub use principal::{PrincipalFromHeader, PrincipalFromHeaderLayer};
 pub use push::PushBus;
 pub use tools::{Listing, Listings, Tools};
@@ -122,6 +122,10 @@ pub struct ServerOptions {
     /// (and sampling, roots) requests on the call's SSE stream, answered by POST (off:
     /// the seed's error result for clients that can't answer a round).
     pub legacy_elicitation: bool,
+    /// Whether the tool and prompt lists depend on who asks (authentication or
+    /// per-caller [`Access`]): they are then marked `cacheScope: "private"`, so a shared
+    /// cache never hands one caller's list to another. An [`Access`] implies it.
+    pub private_lists: bool,
 }
 
 impl Default for ServerOptions {
@@ -132,6 +136,7 @@ impl Default for ServerOptions {
             list_ttl_ms: 60_000,
             access: None,
             legacy_elicitation: false,
+            private_lists: false,
         }
     }
 }

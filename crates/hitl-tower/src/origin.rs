@@ -78,6 +78,13 @@ impl AllowedHosts {
 
     /// Why `request` is refused, if it is.
     fn refuse<B>(&self, request: &http::Request<B>) -> Option<String> {
+        self.refuse_origin(request, false)
+    }
+
+    /// Why `request` is refused, if it is; `null_origin`: an `Origin: null` passes (a
+    /// browser sends it with the pages' forms, whose `Referrer-Policy` is
+    /// `no-referrer`; the forms carry CSRF tokens and the cookies are `SameSite`).
+    pub(crate) fn refuse_origin<B>(&self, request: &http::Request<B>, null_origin: bool) -> Option<String> {
         // Any host: nothing to check.
         self.hosts.as_ref()?;
         // HTTP/2's `:authority` (and an absolute-form HTTP/1 target) is in the URI; HTTP/1
@@ -103,6 +110,9 @@ impl AllowedHosts {
             let origin = String::from_utf8_lossy(origin.as_bytes());
             let origin = origin.trim();
             let authority = origin.split_once("://").map_or(origin, |(_, rest)| rest).trim_end_matches('/');
+            if origin == "null" && null_origin {
+                return None;
+            }
             if origin == "null" || !self.allows_host(authority) {
                 return Some(format!("the Origin {origin:?} is not allowed"));
             }
@@ -155,12 +165,16 @@ where
 
     fn call(&mut self, request: http::Request<Bytes>) -> Self::Future {
         if let Some(why) = self.allowed.refuse(&request) {
-            let error = ErrorObject::invalid_request(format!("Forbidden: {why}"));
-            return futures_util::future::Either::Left(std::future::ready(Ok(refusal(StatusCode::FORBIDDEN, error))));
+            return futures_util::future::Either::Left(std::future::ready(Ok(forbidden(&why))));
         }
         // Call the service that was polled ready, leaving a fresh clone in its place.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         futures_util::future::Either::Right(inner.call(request))
     }
+}
+
+/// A 403 answer: a JSON-RPC error without an id whose message is `Forbidden: <why>`.
+pub fn forbidden(why: &str) -> http::Response<McpBody> {
+    refusal(StatusCode::FORBIDDEN, ErrorObject::invalid_request(format!("Forbidden: {why}")))
 }
