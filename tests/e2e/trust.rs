@@ -153,3 +153,215 @@ async fn metrics_on_the_main_listener_need_an_admin_when_auth_is_on() {
     assert!(body.contains("# TYPE"), "{body}");
     drop(apart);
 }
+
+/// The server program on `config`, with its log (`WARN` and up) collected as it runs.
+fn serve_logged(config: &std::path::Path) -> (Server, std::sync::Arc<std::sync::Mutex<String>>) {
+    let mut command = std::process::Command::new(Server::program());
+    command.args(["serve", "--listen", "127.0.0.1:0", "--config"]).arg(config).stderr(std::process::Stdio::piped());
+    let mut server = Server::spawn_command(command);
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let stderr = server.take_stderr().expect("piped");
+    let written = log.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            written.lock().unwrap().push_str(&(line + "\n"));
+        }
+    });
+    (server, log)
+}
+
+/// `hitl check` with `args`: whether it passed, and what it said.
+fn check(args: &[&str]) -> (bool, String) {
+    let output = std::process::Command::new(Server::program())
+        .arg("check")
+        .args(args)
+        .env_remove("HITL_SECRET")
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), text)
+}
+
+/// The most dangerous mistake with a gate: a review policy whose glob has a typo or
+/// lacks the upstream's prefix guards nothing, and the tool runs under `allow`. It is
+/// now named everywhere an operator looks, with the name it meant.
+#[tokio::test]
+async fn a_policy_that_guards_nothing_is_named_with_the_tool_it_meant() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let setup = Setup::new(&format!(
+        "[auth]\ntokens_file = \"tokens.txt\"\n\n[admin]\nprincipals = [\"user:alice\"]\n\n\
+         [[upstream]]\nname = \"db\"\nurl = \"{}\"\n\n\
+         [[policy]]\ntools = [\"db.dropp_partition\"]\naction = \"review\"\n\n\
+         [[policy]]\ntools = [\"release\"]\naction = \"review\"\n\n\
+         [[policy]]\ntools = [\"db.echo\", \"greeter\"]\naction = \"allow\"\n",
+        upstream.url
+    ));
+    let config = setup.folder.join("hitl.toml");
+    let (server, log) = serve_logged(&config);
+    server.wait_healthy().await;
+    let health = server.request(http::Method::GET, "/healthz", &[], Bytes::new()).await.unwrap();
+    assert_eq!(health.body["unmatched_policies"], 2, "{}", health.body);
+
+    let path = config.display().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let said = log.lock().unwrap().clone();
+        let typo = format!(
+            "policy at {path}:11 (tools = [\"db.dropp_partition\"]): \"db.dropp_partition\" matches no listed tool and no agent; did you mean \"db.drop_partition\"?"
+        );
+        let unprefixed = format!(
+            "policy at {path}:15 (tools = [\"release\"]): \"release\" matches no listed tool and no agent; did you mean \"db.release\"?"
+        );
+        if said.contains(&typo) && said.contains(&unprefixed) {
+            assert!(said.contains("WARN"), "{said}");
+            assert!(!said.contains("\"db.echo\" matches"), "a glob that matches is not named: {said}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not logged: {said}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    let bearer = |token: &str| format!("Bearer {token}");
+    let (alice, bob) = (bearer("tok-alice"), bearer("tok-bob"));
+    let listed = server
+        .request(http::Method::GET, "/api/policies/unmatched", &[("authorization", alice.as_str())], Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert_eq!(listed.body["unmatched_policies"], 2);
+    let hints: Vec<&str> =
+        listed.body["unmatched"].as_array().unwrap().iter().filter_map(|u| u["hint"].as_str()).collect();
+    assert_eq!(hints, ["db.drop_partition", "db.release"], "{}", listed.body);
+    let (status, _, body) = server
+        .raw(http::Method::GET, "/api/policies/unmatched", &[("authorization", bob.as_str())], Bytes::new())
+        .await;
+    assert_eq!(status, 403, "only admins see the list: {body}");
+    let (status, _, _) = server.raw(http::Method::GET, "/api/policies/unmatched", &[], Bytes::new()).await;
+    assert_eq!(status, 401);
+
+    // Offline, `hitl check` cannot know; with --connect it lists the upstream and says.
+    let (ok, said) = check(&["--config", &path]);
+    assert!(ok, "{said}");
+    let (ok, said) = check(&["--connect", "--config", &path]);
+    assert!(!ok, "{said}");
+    assert!(said.contains("upstream db:") && said.contains("tools listed"), "{said}");
+    assert!(said.contains("2 policy glob(s) guard nothing"), "{said}");
+    assert!(
+        said.contains("did you mean \"db.drop_partition\"?") && said.contains("did you mean \"db.release\"?"),
+        "{said}"
+    );
+}
+
+/// `[gateway] unmatched = "error"`: the server does not start while a policy guards
+/// nothing, and does once every glob matches.
+#[tokio::test]
+async fn unmatched_error_refuses_to_start_a_gate_that_guards_nothing() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let file = |glob: &str| {
+        ConfigFile::write(&format!(
+            "[gateway]\nunmatched = \"error\"\n\n[[upstream]]\nname = \"db\"\nurl = \"{}\"\n\n\
+             [[policy]]\ntools = [\"{glob}\"]\naction = \"review\"\n",
+            upstream.url
+        ))
+    };
+    let bad = file("drop_partition");
+    let output = std::process::Command::new(Server::program())
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&bad.0)
+        .env("HITL_SECRET", crate::harness::TEST_SECRET)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{said}");
+    assert!(said.contains("[gateway] unmatched = \"error\": 1 policy glob(s) guard nothing"), "{said}");
+    assert!(said.contains("did you mean \"db.drop_partition\"?"), "{said}");
+    assert!(!String::from_utf8_lossy(&output.stdout).contains("hitl listening"), "it never served");
+
+    let good = file("db.drop_*");
+    let server = good.serve().await;
+    let health = server.request(http::Method::GET, "/healthz", &[], Bytes::new()).await.unwrap();
+    assert_eq!(health.body["unmatched_policies"], 0, "{}", health.body);
+    let paused = server
+        .call_tool(1, json!({"name": "db.drop_partition", "arguments": {"partition": "p1", "database": "orders"}}))
+        .await;
+    assert_eq!(paused.body["result"]["resultType"], "input_required", "the policy guards: {}", paused.body);
+}
+
+/// A policy for an upstream that has not answered yet is pending, not unmatched: a
+/// slow upstream does not make a correct file look wrong.
+#[tokio::test]
+async fn a_policy_for_an_upstream_not_yet_listed_is_pending() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let file = ConfigFile::write(&format!(
+        "[[upstream]]\nname = \"fs\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n\n\
+         [[policy]]\ntools = [\"fs.write_file\"]\naction = \"review\"\n\n\
+         [[policy]]\ntools = [\"gretter\"]\naction = \"deny\"\n"
+    ));
+    let (server, log) = serve_logged(&file.0);
+    server.wait_healthy().await;
+    let health = server.request(http::Method::GET, "/healthz", &[], Bytes::new()).await.unwrap();
+    assert_eq!(health.body["unmatched_policies"], 1, "only the typo of an agent's name: {}", health.body);
+    assert_eq!(health.body["upstreams"]["fs"]["status"], "unreachable", "{}", health.body);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let said = log.lock().unwrap().clone();
+        if said.contains("\"gretter\" matches no listed tool and no agent; did you mean \"greeter\"?") {
+            assert!(!said.contains("\"fs.write_file\" matches"), "pending is not unmatched: {said}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not logged: {said}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (ok, said) = check(&["--connect", "--config", file.0.to_str().unwrap()]);
+    assert!(!ok, "an upstream that cannot be listed leaves its policies unchecked: {said}");
+    assert!(said.contains("\"fs.write_file\" names an upstream that could not be listed"), "{said}");
+}
+
+/// The most memory the process has held (`VmHWM`), in bytes.
+fn peak_memory(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+/// An upstream that answers 100 MiB: read up to `max_response_bytes` and no further, so
+/// the answer is an error result naming the upstream and hitl's memory stays bounded;
+/// over HTTP (JSON and SSE responses) and over stdio.
+#[tokio::test]
+async fn an_upstreams_answer_is_read_up_to_max_response_bytes() {
+    let Some(json_upstream) = PythonUpstream::start(&["--json"]) else { return };
+    let Some(sse_upstream) = PythonUpstream::start(&[]) else { return };
+    let python = std::env::var("HITL_PYTHON").unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/upstream_server.py");
+    let file = ConfigFile::write(&format!(
+        "[[upstream]]\nname = \"json\"\nurl = \"{}\"\nmax_response_bytes = 1048576\n\n\
+         [[upstream]]\nname = \"sse\"\nurl = \"{}\"\nmax_response_bytes = 1048576\n\n\
+         [[upstream]]\nname = \"local\"\ncommand = [{python:?}, {:?}, \"--stdio\"]\nmax_response_bytes = 1048576\n",
+        json_upstream.url,
+        sse_upstream.url,
+        script.to_string_lossy()
+    ));
+    let server = file.serve().await;
+    for upstream in ["json", "sse", "local"] {
+        let small =
+            server.call_tool(1, json!({"name": format!("{upstream}.big"), "arguments": {"megabytes": 0}})).await;
+        assert_eq!(small.body["result"]["isError"], false, "{upstream}: {}", small.body);
+        let large =
+            server.call_tool(2, json!({"name": format!("{upstream}.big"), "arguments": {"megabytes": 100}})).await;
+        let result = &large.body["result"];
+        assert_eq!(result["isError"], true, "{upstream}: {}", large.body.to_string().len());
+        assert_eq!(
+            result["content"][0]["text"],
+            format!("upstream {upstream} answered with a message larger than 1048576 bytes (max_response_bytes)")
+        );
+        // The upstream still serves the next call.
+        let echoed =
+            server.call_tool(3, json!({"name": format!("{upstream}.echo"), "arguments": {"text": "after"}})).await;
+        assert_eq!(text(&echoed), "after", "{upstream}: {}", echoed.body);
+    }
+    let peak = peak_memory(server.pid());
+    assert!(peak < 80 * 1024 * 1024, "three 100 MiB answers left hitl's peak memory at {peak} bytes");
+}

@@ -43,6 +43,7 @@ impl PythonUpstream {
             headers: Default::default(),
             protocol: protocol.map(str::to_owned),
             timeout: Duration::from_secs(30),
+            max_response_bytes: hitl_upstream::MAX_RESPONSE_BYTES,
         })
         .unwrap()
     }
@@ -132,6 +133,7 @@ async fn failures_name_the_upstream() {
         headers: Default::default(),
         protocol: None,
         timeout: Duration::from_secs(5),
+        max_response_bytes: hitl_upstream::MAX_RESPONSE_BYTES,
     })
     .unwrap();
     let error = gone.list_tools().await.unwrap_err();
@@ -153,6 +155,7 @@ fn stdio(protocol: Option<&str>) -> Option<Upstream> {
         env: Default::default(),
         protocol: protocol.map(str::to_owned),
         timeout: Duration::from_secs(30),
+        max_response_bytes: hitl_upstream::MAX_RESPONSE_BYTES,
     }))
 }
 

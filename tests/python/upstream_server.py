@@ -149,6 +149,12 @@ def crash() -> str:
 
 
 @server.tool()
+def big(megabytes: int) -> str:
+    """Answers with a text of `megabytes` MiB (for response size limits)."""
+    return "x" * (megabytes * 1024 * 1024)
+
+
+@server.tool()
 def fail(reason: str) -> str:
     """Always fails, with the reason as the tool error."""
     raise ToolError(reason)

@@ -53,7 +53,10 @@ use hitl_graph::Agent;
 use hitl_upstream::Upstream;
 pub use hold::Bus;
 use hold::Holds;
-pub use policy::{Action, Decided, Decision, GatewaySection, Policies, Policy, glob_match};
+pub use policy::{
+    Action, Decided, Decision, GatewaySection, Judgement, Policies, Policy, UnmatchedGlob, UnmatchedMode,
+    UpstreamTools, glob_match,
+};
 use serde_json::{Map, Value};
 pub use tools::fill;
 pub use upstream::UpstreamSpec;
@@ -77,13 +80,21 @@ pub struct Gateway {
     holds: Arc<Holds>,
     hold_timeout: Duration,
     catalog: Catalog,
+    /// The names of hitl's own agents, which policies may name too.
+    agents: Vec<String>,
+    /// `[gateway] unmatched`.
+    mode: UnmatchedMode,
+    /// The policies judged at the last listing.
+    judgement: Mutex<Judgement>,
+    /// Whether `start` has listed every upstream once.
+    started: std::sync::atomic::AtomicBool,
 }
 
 /// What the gateway knows of one upstream.
 #[derive(Debug, Clone)]
 enum State {
-    /// Listed at `at`, with this many tools.
-    Up { tools: usize, at: Instant },
+    /// Listed at `at`, with these tools (their own names).
+    Up { tools: Vec<String>, at: Instant },
     /// The last listing failed.
     Down { error: String },
 }
@@ -118,7 +129,51 @@ impl Gateway {
             holds: Arc::new(Holds::new()),
             hold_timeout: HOLD_TIMEOUT,
             catalog: Catalog::default(),
+            agents: Vec::new(),
+            mode: UnmatchedMode::Warn,
+            judgement: Mutex::new(Judgement::default()),
+            started: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Policies may name these agents of hitl's own (a glob that matches one of them is
+    /// not unmatched), and `mode` says what a glob that matches nothing does.
+    #[must_use]
+    pub fn with_agents(mut self, agents: Vec<String>, mode: UnmatchedMode) -> Self {
+        self.agents = agents;
+        self.mode = mode;
+        self
+    }
+
+    /// The policies' globs that match nothing listed (or are pending an upstream's first
+    /// listing), as judged at the last listing.
+    pub fn unmatched(&self) -> Judgement {
+        self.judgement.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Judges the policies on what is listed now; globs newly unmatched are logged
+    /// (`WARN`, or `ERROR` when `[gateway] unmatched = "error"`).
+    fn judge(&self) -> Judgement {
+        let listed: Vec<UpstreamTools> = {
+            let states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+            self.upstreams
+                .iter()
+                .map(|(spec, _)| UpstreamTools {
+                    prefix: spec.listed_name(""),
+                    tools: match states.get(&spec.name) {
+                        Some(State::Up { tools, .. }) => Some(tools.clone()),
+                        _ => None,
+                    },
+                })
+                .collect()
+        };
+        let judgement = self.policies.judge(&self.agents, &listed);
+        let mut last = self.judgement.lock().unwrap_or_else(|p| p.into_inner());
+        for found in judgement.unmatched.iter().filter(|u| !last.unmatched.contains(u)) {
+            found.log(self.mode);
+        }
+        *last = judgement.clone();
+        judgement
     }
 
     /// How long a call that asks mid-call is held for an upstream without a
@@ -149,11 +204,38 @@ impl Gateway {
     /// Lists every upstream's tools and publishes them. Two tools with one listed name
     /// are an error naming both sources; an upstream that cannot be reached is logged,
     /// reported by [`Gateway::health`] and tried again by [`Gateway::keep_fresh`].
+    /// With `[gateway] unmatched = "error"`, an upstream that does not answer is asked
+    /// again until its `timeout` has passed, and the start fails while a policy glob
+    /// matches nothing (or waits on an upstream that never listed).
     pub async fn start(&self, publish: &Publish) -> Result<(), String> {
+        let started = Instant::now();
         for index in 0..self.upstreams.len() {
-            if let Err(Refused(error)) = self.refresh(index, publish).await {
-                return Err(error);
+            loop {
+                if let Err(Refused(error)) = self.refresh(index, publish).await {
+                    return Err(error);
+                }
+                let (spec, _) = &self.upstreams[index];
+                let waiting = self.mode == UnmatchedMode::Error && self.was_down(&spec.name);
+                if !waiting || started.elapsed() >= spec.timeout() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
             }
+        }
+        self.started.store(true, std::sync::atomic::Ordering::Relaxed);
+        let judgement = self.judge();
+        if self.mode == UnmatchedMode::Error && !(judgement.unmatched.is_empty() && judgement.pending.is_empty()) {
+            let mut problems: Vec<String> = judgement.unmatched.iter().map(ToString::to_string).collect();
+            problems.extend(
+                judgement.pending.iter().map(|p| {
+                    format!("{}: {:?} names an upstream that did not list its tools in time", p.policy, p.glob)
+                }),
+            );
+            return Err(format!(
+                "[gateway] unmatched = \"error\": {} policy glob(s) guard nothing:\n  {}",
+                problems.len(),
+                problems.join("\n  ")
+            ));
         }
         Ok(())
     }
@@ -204,14 +286,20 @@ impl Gateway {
             .map(|(spec, _)| {
                 let held = self.holds.count(&spec.name);
                 let state = match states.get(&spec.name) {
-                    Some(State::Up { tools, .. }) => serde_json::json!({"status": "ok", "tools": tools, "held": held}),
+                    Some(State::Up { tools, .. }) => {
+                        serde_json::json!({"status": "ok", "tools": tools.len(), "held": held})
+                    }
                     Some(State::Down { error }) => serde_json::json!({"status": "unreachable", "error": error}),
                     None => serde_json::json!({"status": "starting"}),
                 };
                 (spec.name.clone(), state)
             })
             .collect();
-        serde_json::Map::from_iter([("upstreams".to_owned(), Value::Object(upstreams))])
+        let unmatched = self.judgement.lock().unwrap_or_else(|p| p.into_inner()).unmatched_policies();
+        serde_json::Map::from_iter([
+            ("upstreams".to_owned(), Value::Object(upstreams)),
+            ("unmatched_policies".to_owned(), unmatched.into()),
+        ])
     }
 
     fn was_down(&self, name: &str) -> bool {
@@ -228,9 +316,10 @@ impl Gateway {
                     tracing::info!(upstream = %spec.name, "upstream answers again; its tools are listed");
                 }
                 let hold_timeout = spec.hold_timeout.map_or(self.hold_timeout, Duration::from_secs);
-                let (mut agents, mut catalog) = (Vec::new(), Vec::new());
+                let (mut agents, mut catalog, mut names) = (Vec::new(), Vec::new(), Vec::new());
                 for tool in listed {
                     let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
+                    names.push(name.to_owned());
                     let listed_name = spec.listed_name(name);
                     let mut listing = tool.clone();
                     for served in ["name", "description", "inputSchema"] {
@@ -240,10 +329,9 @@ impl Gateway {
                     catalog.push(Arc::new(Listed { gated: gated.clone(), upstream: upstream.clone() }));
                     agents.push((gated.agent(upstream.clone(), self.holds.clone(), hold_timeout), listing));
                 }
-                let count = agents.len();
                 publish(&format!("upstream {:?}", spec.name), agents).map_err(Refused)?;
                 self.catalog.replace(&spec.name, catalog);
-                State::Up { tools: count, at: Instant::now() }
+                State::Up { tools: names, at: Instant::now() }
             }
             Err(error) => {
                 // Logged when it goes down, not at every retry.
@@ -255,7 +343,13 @@ impl Gateway {
                 State::Down { error: error.to_string() }
             }
         };
+        let listed = matches!(state, State::Up { .. });
         self.states.lock().unwrap_or_else(|p| p.into_inner()).insert(spec.name.clone(), state);
+        // Judged at each relisting once the first listing of every upstream is done
+        // (`start` judges that one).
+        if listed && self.started.load(std::sync::atomic::Ordering::Relaxed) {
+            self.judge();
+        }
         Ok(())
     }
 }

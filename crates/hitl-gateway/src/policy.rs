@@ -64,6 +64,22 @@ pub struct GatewaySection {
     /// client's answer (absent: 600).
     #[serde(default)]
     pub hold_timeout: Option<u64>,
+    /// What a policy that matches no served tool does to the server (absent: `warn`).
+    #[serde(default)]
+    pub unmatched: Option<UnmatchedMode>,
+}
+
+/// `[gateway] unmatched`: a policy glob that matches nothing guards nothing (a typo, a
+/// missing prefix), and the tool it meant runs under the default action.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnmatchedMode {
+    /// Log it at `WARN` and serve.
+    #[default]
+    Warn,
+    /// Refuse to start while one matches nothing (after every upstream's first
+    /// listing); a later listing that leaves one is logged at `ERROR`.
+    Error,
 }
 
 /// The policies in order, and the default.
@@ -71,6 +87,73 @@ pub struct GatewaySection {
 pub struct Policies {
     policies: Vec<Policy>,
     default_action: Option<Action>,
+    /// Where each policy is written (`hitl.toml:12`), for the messages that name it.
+    locations: Vec<String>,
+}
+
+/// What an upstream has listed, for [`Policies::judge`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTools {
+    /// The prefix of its listed names (`fs.`).
+    pub prefix: String,
+    /// Its tools' own names (`write_file`), or `None` before its first listing.
+    pub tools: Option<Vec<String>>,
+}
+
+/// A policy glob that matches no served tool.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UnmatchedGlob {
+    /// The policy, as messages name it: where it is written, and its globs.
+    pub policy: String,
+    /// The glob that matches nothing.
+    pub glob: String,
+    /// A listed name it may have meant (`fs.write_file`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+impl UnmatchedGlob {
+    /// Logs it: at `WARN`, or at `ERROR` when `[gateway] unmatched = "error"`.
+    pub fn log(&self, mode: UnmatchedMode) {
+        match mode {
+            UnmatchedMode::Warn => {
+                tracing::warn!("{self} (it guards nothing: the tool it meant runs under the default action)")
+            }
+            UnmatchedMode::Error => {
+                tracing::error!("{self} (it guards nothing: the tool it meant runs under the default action)")
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for UnmatchedGlob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {:?} matches no listed tool and no agent", self.policy, self.glob)?;
+        if let Some(hint) = &self.hint {
+            write!(f, "; did you mean {hint:?}?")?;
+        }
+        Ok(())
+    }
+}
+
+/// Which policy globs match nothing, judged on what has been listed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Judgement {
+    /// Globs that match no listed tool and no agent, and could match nothing an
+    /// upstream not yet listed may list.
+    pub unmatched: Vec<UnmatchedGlob>,
+    /// Globs that match nothing yet, but name the prefix of an upstream that has not
+    /// listed its tools yet.
+    pub pending: Vec<UnmatchedGlob>,
+}
+
+impl Judgement {
+    /// How many policies have a glob that matches nothing.
+    pub fn unmatched_policies(&self) -> usize {
+        let mut policies: Vec<&str> = self.unmatched.iter().map(|u| u.policy.as_str()).collect();
+        policies.dedup();
+        policies.len()
+    }
 }
 
 /// What the policies say about one tool.
@@ -110,7 +193,51 @@ impl Policies {
                 }
             }
         }
-        Ok(Self { policies, default_action: gateway.default_action })
+        Ok(Self { policies, default_action: gateway.default_action, locations: Vec::new() })
+    }
+
+    /// Names each policy, in file order, by where it is written (`hitl.toml:12`).
+    #[must_use]
+    pub fn with_locations(mut self, locations: Vec<String>) -> Self {
+        self.locations = locations;
+        self
+    }
+
+    /// How messages name policy `index`: where it is written (else its position), and
+    /// its globs.
+    fn name(&self, index: usize) -> String {
+        let globs = self.policies[index].label();
+        match self.locations.get(index) {
+            Some(at) => format!("policy at {at} ({globs})"),
+            None => format!("policy[{index}] ({globs})"),
+        }
+    }
+
+    /// Which globs match no tool of `upstreams` (as listed so far) and no agent named in
+    /// `agents`. A glob is only `pending` while an upstream that has not listed yet
+    /// could list a tool it matches; one without a `.` that is a listed tool's own
+    /// name, or a listed name but for a character or two, gets the name as a hint.
+    pub fn judge(&self, agents: &[String], upstreams: &[UpstreamTools]) -> Judgement {
+        let listed: Vec<String> = upstreams
+            .iter()
+            .flat_map(|u| u.tools.iter().flatten().map(move |tool| format!("{}{tool}", u.prefix)))
+            .collect();
+        let mut judgement = Judgement::default();
+        for (index, policy) in self.policies.iter().enumerate() {
+            for glob in &policy.tools {
+                if agents.iter().chain(&listed).any(|name| glob_match(glob, name)) {
+                    continue;
+                }
+                let found = UnmatchedGlob { policy: self.name(index), glob: glob.clone(), hint: None };
+                if upstreams.iter().any(|u| u.tools.is_none() && may_name(glob, &u.prefix)) {
+                    judgement.pending.push(found);
+                } else {
+                    let hint = hint(glob, upstreams, agents.iter().chain(&listed));
+                    judgement.unmatched.push(UnmatchedGlob { hint, ..found });
+                }
+            }
+        }
+        judgement
     }
 
     /// Whether any policy limits its callers (then callers must be known: auth).
@@ -148,6 +275,50 @@ impl Policies {
             None => Decided { action: self.default_action.unwrap_or(Action::Allow), policy: None },
         }
     }
+}
+
+/// Could `glob` match a name that begins with `prefix`? Compared up to the glob's
+/// first wildcard.
+fn may_name(glob: &str, prefix: &str) -> bool {
+    let literal = glob.split(['*', '?']).next().unwrap_or_default();
+    let wild = literal.len() < glob.len();
+    if wild { literal.starts_with(prefix) || prefix.starts_with(literal) } else { literal.starts_with(prefix) }
+}
+
+/// The name a glob that matches nothing may have meant: a listed tool whose own name
+/// it is (it lacks the prefix), else a served name one or two edits away (a typo).
+fn hint<'a>(glob: &str, upstreams: &[UpstreamTools], served: impl Iterator<Item = &'a String>) -> Option<String> {
+    if glob.contains(['*', '?']) {
+        return None;
+    }
+    if !glob.contains('.') {
+        for upstream in upstreams {
+            if upstream.tools.iter().flatten().any(|tool| tool == glob) {
+                return Some(format!("{}{glob}", upstream.prefix));
+            }
+        }
+    }
+    served
+        .map(|name| (edits(glob, name), name))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, n)| n.clone())
+}
+
+/// The edit distance of `a` and `b` (Levenshtein, on characters).
+fn edits(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substituted = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substituted.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
 }
 
 /// Does `name` match `glob` (`*` any run of characters, `?` exactly one)?
@@ -234,7 +405,7 @@ mod tests {
     fn the_first_matching_policy_wins_and_the_default_covers_the_rest() {
         let policies = Policies::new(
             vec![policy(&["db.drop_*"], Action::Deny), policy(&["db.*"], Action::Review)],
-            GatewaySection { default_action: None, hold_timeout: None },
+            GatewaySection::default(),
         )
         .unwrap();
         assert_eq!(policies.decide("db.drop_table").action, Action::Deny);
@@ -291,5 +462,75 @@ mod callers {
         assert!(error.starts_with("policy[0].approvers: only a policy with action"), "{error}");
         let none = Policy { approvers: Some(vec![]), ..ops };
         assert!(Policies::new(vec![none], GatewaySection::default()).is_err());
+    }
+}
+
+#[cfg(test)]
+mod unmatched {
+    use super::*;
+
+    fn policies(globs: &[&[&str]]) -> Policies {
+        let list = globs
+            .iter()
+            .map(|tools| Policy {
+                tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+                action: Action::Review,
+                decisions: None,
+                description: None,
+                callers: None,
+                approvers: None,
+            })
+            .collect();
+        Policies::new(list, GatewaySection::default()).unwrap()
+    }
+
+    fn fs(tools: Option<&[&str]>) -> UpstreamTools {
+        UpstreamTools { prefix: "fs.".into(), tools: tools.map(|t| t.iter().map(|s| (*s).to_owned()).collect()) }
+    }
+
+    #[test]
+    fn typos_and_missing_prefixes_are_named_with_a_hint() {
+        let policies = policies(&[&["fs.writefile"], &["write_file"], &["fs.write_*", "greeter"], &["nothing_*"]])
+            .with_locations(vec!["hitl.toml:3".into(), "hitl.toml:7".into()]);
+        let agents = vec!["greeter".to_owned()];
+        let judged = policies.judge(&agents, &[fs(Some(&["write_file", "read_file"]))]);
+        let shown: Vec<String> = judged.unmatched.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                r#"policy at hitl.toml:3 (tools = ["fs.writefile"]): "fs.writefile" matches no listed tool and no agent; did you mean "fs.write_file"?"#,
+                r#"policy at hitl.toml:7 (tools = ["write_file"]): "write_file" matches no listed tool and no agent; did you mean "fs.write_file"?"#,
+                r#"policy[3] (tools = ["nothing_*"]): "nothing_*" matches no listed tool and no agent"#,
+            ]
+        );
+        assert_eq!(judged.unmatched_policies(), 3);
+        assert!(judged.pending.is_empty());
+    }
+
+    #[test]
+    fn an_upstream_not_listed_yet_leaves_its_globs_pending() {
+        let policies = policies(&[&["fs.write_file"], &["*.delete"], &["write_file"], &["db.drop"]]);
+        let judged = policies.judge(&[], &[fs(None)]);
+        let pending: Vec<&str> = judged.pending.iter().map(|p| p.glob.as_str()).collect();
+        assert_eq!(pending, ["fs.write_file", "*.delete"]);
+        // No upstream lists unprefixed or other-prefixed names: judged at once.
+        let unmatched: Vec<&str> = judged.unmatched.iter().map(|p| p.glob.as_str()).collect();
+        assert_eq!(unmatched, ["write_file", "db.drop"]);
+        let listed = policies.judge(&[], &[fs(Some(&["write_file"]))]);
+        assert_eq!(
+            listed.unmatched.iter().map(|p| p.glob.as_str()).collect::<Vec<_>>(),
+            ["*.delete", "write_file", "db.drop"]
+        );
+        assert_eq!(listed.unmatched[1].hint.as_deref(), Some("fs.write_file"));
+    }
+
+    #[test]
+    fn an_empty_prefix_may_name_anything() {
+        let policies = policies(&[&["write_file"]]);
+        let bare = UpstreamTools { prefix: String::new(), tools: None };
+        assert_eq!(policies.judge(&[], &[bare]).pending.len(), 1);
+        assert_eq!(edits("fs.writefile", "fs.write_file"), 1);
+        assert_eq!(edits("", "abc"), 3);
+        assert_eq!(edits("kitten", "sitting"), 3);
     }
 }

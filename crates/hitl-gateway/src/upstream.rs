@@ -48,6 +48,10 @@ pub struct UpstreamSpec {
     /// held open for the client's answer (default: `[gateway] hold_timeout`).
     #[serde(default)]
     pub hold_timeout: Option<u64>,
+    /// The largest message read from it, in bytes (default 16 MiB): a larger answer
+    /// fails the call with an error result naming the upstream, read no further.
+    #[serde(default)]
+    pub max_response_bytes: Option<usize>,
 }
 
 impl UpstreamSpec {
@@ -83,7 +87,8 @@ impl UpstreamSpec {
         format!("upstream {:?}: {key}", self.name)
     }
 
-    fn timeout(&self) -> Duration {
+    /// Seconds one upstream request may take (default 60).
+    pub(crate) fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout.unwrap_or(60).max(1))
     }
 
@@ -108,7 +113,12 @@ impl UpstreamSpec {
             env: variables,
             protocol: self.protocol.clone(),
             timeout: self.timeout(),
+            max_response_bytes: self.max_response_bytes(),
         })
+    }
+
+    fn max_response_bytes(&self) -> usize {
+        self.max_response_bytes.unwrap_or(hitl_upstream::MAX_RESPONSE_BYTES).max(1)
     }
 
     fn http_config(&self, url: &str, env: impl Fn(&str) -> Option<String>) -> Result<HttpConfig, String> {
@@ -140,6 +150,7 @@ impl UpstreamSpec {
             headers,
             protocol: self.protocol.clone(),
             timeout: self.timeout(),
+            max_response_bytes: self.max_response_bytes(),
         })
     }
 }
@@ -161,6 +172,7 @@ mod tests {
             timeout: None,
             ca_file: None,
             hold_timeout: None,
+            max_response_bytes: None,
         };
         toml_like(&mut spec);
         spec

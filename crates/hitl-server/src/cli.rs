@@ -40,6 +40,11 @@ pub(crate) struct CheckArgs {
     /// The configuration file to check.
     #[arg(long, env = "HITL_CONFIG", value_name = "FILE")]
     config: PathBuf,
+    /// Also list every upstream's tools and apply the policies to them: exit status 1
+    /// naming each policy glob that matches no listed tool and no agent (or whose
+    /// upstream cannot be listed). Without it, nothing is connected to.
+    #[arg(long)]
+    connect: bool,
 }
 
 #[derive(Parser)]
@@ -182,8 +187,12 @@ impl ServeArgs {
     pub(crate) fn with_file(mut self, matches: &ArgMatches) -> anyhow::Result<Self> {
         let Some(path) = &self.config else { return Ok(self) };
         let loaded = config::load(path)?;
-        self.gateway =
-            config::GatewayFile { upstream: loaded.upstream, policy: loaded.policy, gateway: loaded.gateway };
+        self.gateway = config::GatewayFile {
+            upstream: loaded.upstream,
+            policy: loaded.policy,
+            gateway: loaded.gateway,
+            policy_at: loaded.policy_at,
+        };
         if !explicit(matches, "tokens_file") && loaded.auth.tokens_file.is_some() {
             self.tokens_file = loaded.auth.tokens_file.clone();
         }
@@ -243,7 +252,7 @@ impl ServeArgs {
         store: Arc<dyn Store>,
         agents: Vec<Agent>,
         local: SocketAddr,
-    ) -> anyhow::Result<(ServerBuilder, Option<Arc<hitl_gateway::Gateway>>)> {
+    ) -> anyhow::Result<(ServerBuilder, Served)> {
         if let Some(url) = &self.public_url {
             let uri: http::Uri = url.parse().with_context(|| format!("--public-url {url:?}"))?;
             if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
@@ -291,7 +300,7 @@ impl ServeArgs {
         }
         served.extend(agents);
         // Declared agents call the gateway's tools as it lists them.
-        let gateway = self.gateway.gateway()?.map(Arc::new);
+        let gateway = self.gateway.gateway()?;
         let catalog = gateway.as_ref().map(|g| g.catalog()).unwrap_or_default();
         let env = |name: &str| std::env::var(name).ok();
         let declared = hitl_declared::build(&self.declared, &catalog, env).map_err(|problem| {
@@ -314,6 +323,11 @@ impl ServeArgs {
             .map(|a| hitl_gateway::gate(a, &policies))
             .collect::<Result<_, _>>()
             .map_err(anyhow::Error::msg)?;
+        // A policy glob that matches none of these and no upstream tool guards nothing.
+        let agent_names: Vec<String> = served.iter().map(|a| a.name.clone()).collect();
+        let mode = self.gateway.gateway.unmatched.unwrap_or_default();
+        let gateway = gateway.map(|g| Arc::new(g.with_agents(agent_names.clone(), mode)));
+        let judged = gateway.is_none().then(|| policies.judge(&agent_names, &[]));
         builder = builder.agents(served);
         if self.no_threads {
             builder = builder.without_threads();
@@ -344,10 +358,38 @@ impl ServeArgs {
             })));
         }
         builder = builder.pages(self.pages_config(&policies, local)?);
-        if let Some(gateway) = gateway.clone() {
-            builder = builder.health(Arc::new(move || gateway.health()));
+        let unmatched: Arc<dyn Fn() -> hitl_gateway::Judgement + Send + Sync> = match (&gateway, judged.clone()) {
+            (Some(gateway), _) => {
+                let gateway = gateway.clone();
+                Arc::new(move || gateway.unmatched())
+            }
+            (None, judged) => {
+                let judged = judged.unwrap_or_default();
+                Arc::new(move || judged.clone())
+            }
+        };
+        match gateway.clone() {
+            Some(gateway) => builder = builder.health(Arc::new(move || gateway.health())),
+            None => {
+                let count = judged.as_ref().map_or(0, hitl_gateway::Judgement::unmatched_policies);
+                builder = builder.health(Arc::new(move || {
+                    serde_json::Map::from_iter([("unmatched_policies".to_owned(), count.into())])
+                }));
+            }
         }
-        Ok((builder, gateway))
+        let listing = unmatched.clone();
+        builder = builder.admin_document(
+            UNMATCHED_PATH,
+            Arc::new(move || {
+                let judged = listing();
+                serde_json::json!({
+                    "unmatched_policies": judged.unmatched_policies(),
+                    "unmatched": judged.unmatched,
+                    "pending": judged.pending,
+                })
+            }),
+        );
+        Ok((builder, Served { gateway, judged, mode }))
     }
 }
 
@@ -449,7 +491,16 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
     // Bound first: the pages' links name the address when no public URL is given.
     let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let local = listener.local_addr()?;
-    let (builder, gateway) = args.prepare(store.clone(), agents, local)?;
+    let (builder, Served { gateway, judged, mode }) = args.prepare(store.clone(), agents, local)?;
+    if let Some(judged) = judged {
+        // No upstream: the policies are judged on hitl's own agents alone, now.
+        for found in &judged.unmatched {
+            found.log(mode);
+        }
+        if mode == hitl_gateway::UnmatchedMode::Error && !judged.unmatched.is_empty() {
+            bail!("[gateway] unmatched = \"error\": {} policy glob(s) guard nothing", judged.unmatched.len());
+        }
+    }
     let server = match args.metrics_listen {
         None => builder.metrics().build(),
         Some(addr) => {
@@ -500,14 +551,55 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
     Ok(())
 }
 
-/// `hitl check --config F`: what `hitl serve --config F` would check before it binds.
-pub(crate) fn check(args: CheckArgs) -> anyhow::Result<()> {
+/// Where `[admin]` principals read the policy globs that match nothing.
+pub(crate) const UNMATCHED_PATH: &str = "/api/policies/unmatched";
+
+/// What [`ServeArgs::prepare`] made besides the builder: the gateway, or (without
+/// upstreams) the policies judged on hitl's own agents, and `[gateway] unmatched`.
+pub(crate) struct Served {
+    gateway: Option<Arc<hitl_gateway::Gateway>>,
+    judged: Option<hitl_gateway::Judgement>,
+    mode: hitl_gateway::UnmatchedMode,
+}
+
+/// `hitl check --config F`: what `hitl serve --config F` would check before it binds;
+/// with `--connect`, every upstream listed and the policies applied to its tools.
+pub(crate) fn check(args: CheckArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let argv = [OsString::from("hitl"), "serve".into(), "--config".into(), args.config.clone().into()];
     let matches = Cli::command().try_get_matches_from(argv)?;
     let serve_matches = matches.subcommand_matches("serve").expect("the serve subcommand");
     let serve = ServeArgs::from_arg_matches(serve_matches)?.with_file(serve_matches)?;
     let store = crate::store_from_url(&serve.store, serve.redis_ca_file.as_deref())?;
-    serve.prepare(store, Vec::new(), serve.listen)?;
+    let (_, Served { gateway, judged, .. }) = serve.prepare(store, Vec::new(), serve.listen)?;
+    if args.connect {
+        let judged = match gateway {
+            Some(gateway) => runtime.block_on(async {
+                let publish: hitl_gateway::Publish = Arc::new(|_, _| Ok(()));
+                gateway.start(&publish).await.map_err(anyhow::Error::msg)?;
+                let health = gateway.health();
+                for (name, state) in health["upstreams"].as_object().into_iter().flatten() {
+                    match state["tools"].as_u64() {
+                        Some(tools) => println!("upstream {name}: {tools} tools listed"),
+                        None => println!("upstream {name}: not listed: {}", state["error"].as_str().unwrap_or("")),
+                    }
+                }
+                anyhow::Ok(gateway.unmatched())
+            })?,
+            None => judged.unwrap_or_default(),
+        };
+        let mut problems: Vec<String> = judged.unmatched.iter().map(ToString::to_string).collect();
+        problems.extend(judged.pending.iter().map(|p| {
+            format!("{}: {:?} names an upstream that could not be listed; it was not checked", p.policy, p.glob)
+        }));
+        if !problems.is_empty() {
+            bail!(
+                "{}: {} policy glob(s) guard nothing:\n  {}",
+                args.config.display(),
+                problems.len(),
+                problems.join("\n  ")
+            );
+        }
+    }
     println!("{}: ok", args.config.display());
     Ok(())
 }

@@ -41,6 +41,9 @@ pub(crate) struct ConfigFile {
     /// `[admin]`: who administers threads.
     #[serde(default)]
     pub(crate) admin: AdminSection,
+    /// Where each `[[policy]]` is written (`hitl.toml:12`), in file order.
+    #[serde(skip)]
+    pub(crate) policy_at: Vec<String>,
 }
 
 /// `[admin]`.
@@ -152,6 +155,8 @@ pub(crate) struct GatewayFile {
     pub(crate) upstream: Vec<hitl_gateway::UpstreamSpec>,
     pub(crate) policy: Vec<hitl_gateway::Policy>,
     pub(crate) gateway: hitl_gateway::GatewaySection,
+    /// Where each policy is written.
+    pub(crate) policy_at: Vec<String>,
 }
 
 impl GatewayFile {
@@ -172,7 +177,8 @@ impl GatewayFile {
 impl GatewayFile {
     /// The `[[policy]]`s over `[gateway] default_action`, checked.
     pub(crate) fn policies(&self) -> anyhow::Result<hitl_gateway::Policies> {
-        hitl_gateway::Policies::new(self.policy.clone(), self.gateway).map_err(anyhow::Error::msg)
+        let policies = hitl_gateway::Policies::new(self.policy.clone(), self.gateway).map_err(anyhow::Error::msg)?;
+        Ok(policies.with_locations(self.policy_at.clone()))
     }
 }
 
@@ -212,6 +218,13 @@ pub(crate) struct ServerSection {
 pub(crate) fn load(path: &Path) -> anyhow::Result<ConfigFile> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut config = parse(&text).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
+    config.policy_at = (0..config.policy.len())
+        .map(|i| {
+            let at = [hitl_declared::Segment::Key("policy".into()), hitl_declared::Segment::Index(i)];
+            let offset = span_of(&text, &at).map_or(0, |s| s.start).min(text.len());
+            format!("{}:{}", path.display(), text[..offset].matches('\n').count() + 1)
+        })
+        .collect();
     let folder = path.parent().unwrap_or(Path::new("."));
     let server_files = [
         &mut config.server.redis_ca_file,

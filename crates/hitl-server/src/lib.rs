@@ -36,7 +36,7 @@ mod telemetry;
 mod threads;
 
 pub use hitl_tower::{BodyLimits, Endpoint};
-pub use server::{HttpLimits, Server, ServerBuilder};
+pub use server::{DocumentFn, HttpLimits, Server, ServerBuilder};
 
 use std::sync::Arc;
 
@@ -69,7 +69,7 @@ pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
         cli::Command::Check(args) => {
             telemetry::init(telemetry::LogFormat::Text, None)?;
             // A verdict, not a crash: the reason on stderr, exit status 1.
-            if let Err(e) = cli::check(args) {
+            if let Err(e) = cli::check(args, &runtime) {
                 eprintln!("error: {e:#}");
                 std::process::exit(1);
             }

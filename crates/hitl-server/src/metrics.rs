@@ -151,6 +151,37 @@ impl hitl_tower::Admission for AdminsOnly {
     }
 }
 
+/// Refuses everyone: with authentication off, no one is known to be an admin.
+#[derive(Clone, Copy)]
+pub(crate) struct NoAdmins;
+
+impl hitl_tower::Admission for NoAdmins {
+    fn admit(&self, _: &mut http::Request<bytes::Bytes>) -> Result<(), Box<http::Response<hitl_tower::McpBody>>> {
+        let why =
+            "this is for [admin] principals, who sign in with bearer tokens: set [auth] tokens_file or [auth.jwt]";
+        Err(Box::new(hitl_tower::forbidden(why)))
+    }
+}
+
+/// `document` as JSON to `GET`; other methods get 405.
+pub(crate) fn document(document: crate::DocumentFn) -> hitl_tower::Endpoint {
+    hitl_tower::Endpoint::new(tower::service_fn(move |request: http::Request<bytes::Bytes>| {
+        let response = if request.method() == http::Method::GET {
+            let mut response = http::Response::new(hitl_tower::body(document().to_string()));
+            response
+                .headers_mut()
+                .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+            response
+        } else {
+            let mut response = http::Response::new(hitl_tower::body("only GET is served here\n"));
+            *response.status_mut() = http::StatusCode::METHOD_NOT_ALLOWED;
+            response.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static("GET"));
+            response
+        };
+        std::future::ready(Ok::<_, std::convert::Infallible>(response))
+    }))
+}
+
 /// Counts a response by its status.
 pub(crate) fn responded(status: http::StatusCode) {
     // The statuses hitl answers with, without a string made per response.

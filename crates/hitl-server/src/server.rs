@@ -41,6 +41,9 @@ impl Default for HttpLimits {
 
 type Wrap = Box<dyn FnOnce(Endpoint) -> Endpoint + Send>;
 
+/// A JSON document made at each request, for [`ServerBuilder::admin_document`].
+pub type DocumentFn = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
+
 /// Builds a [`Server`]; see [`Server::builder`].
 pub struct ServerBuilder {
     tools: Vec<Agent>,
@@ -60,6 +63,7 @@ pub struct ServerBuilder {
     layers: Vec<Wrap>,
     health: Option<HealthFn>,
     metrics: bool,
+    documents: Vec<(String, DocumentFn)>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -94,6 +98,15 @@ impl ServerBuilder {
     #[must_use]
     pub fn metrics(mut self) -> Self {
         self.metrics = true;
+        self
+    }
+
+    /// Serves `document` at `GET path` to `[admin] principals` only (the pages'
+    /// `admins`, signed in with a bearer token; 401 without one, 403 for others and
+    /// whenever authentication is off).
+    #[must_use]
+    pub fn admin_document(mut self, path: impl Into<String>, document: DocumentFn) -> Self {
+        self.documents.push((path.into(), document));
         self
     }
 
@@ -286,6 +299,7 @@ impl ServerBuilder {
             metrics: self.metrics,
             records,
             admins,
+            documents: self.documents,
         }
     }
 }
@@ -326,6 +340,7 @@ pub struct Server {
     /// `[admin] principals`: who may read `/metrics` on the main listener when
     /// authentication is on.
     admins: Vec<String>,
+    documents: Vec<(String, DocumentFn)>,
 }
 
 impl std::fmt::Debug for Server {
@@ -355,6 +370,7 @@ impl Server {
             layers: Vec::new(),
             health: None,
             metrics: false,
+            documents: Vec::new(),
         }
     }
 
@@ -404,15 +420,26 @@ impl Server {
         if let Some(health) = self.health {
             app = app.with_health(health);
         }
+        let admins = crate::metrics::AdminsOnly(self.admins.into());
+        // Admins only: named by a bearer token, and one of `[admin] principals`.
+        let for_admins = |service: Endpoint| -> Endpoint {
+            match &self.auth {
+                Some((layer, _)) => Endpoint::new(layer.layer(hitl_tower::Admit::new(service, admins.clone()))),
+                None => Endpoint::new(hitl_tower::Admit::new(service, crate::metrics::NoAdmins)),
+            }
+        };
         if self.metrics {
             let mut scrape = crate::metrics::Scrape::new(store, self.records).endpoint();
-            if let Some((layer, _)) = &self.auth {
+            if self.auth.is_some() {
                 // With authentication on, the main listener's /metrics is for admins only
                 // (a separate --metrics-listen stays open, for private networks).
-                let admins = crate::metrics::AdminsOnly(self.admins.into());
-                scrape = Endpoint::new(layer.layer(hitl_tower::Admit::new(scrape, admins)));
+                scrape = for_admins(scrape);
             }
             app = app.mount("/metrics", limited(scrape));
+        }
+        // Before the pages, which serve the rest of /api.
+        for (path, document) in self.documents {
+            app = app.mount(path, limited(for_admins(crate::metrics::document(document))));
         }
         if let Some((pages, engine)) = self.pages {
             let service = limited(pages.service(engine));

@@ -35,6 +35,9 @@ pub struct HttpConfig {
     pub protocol: Option<String>,
     /// How long one request may take, response included.
     pub timeout: Duration,
+    /// The largest message read from it (one JSON body, or one SSE event); a larger one
+    /// fails the request with [`UpstreamError::TooLarge`], read no further.
+    pub max_response_bytes: usize,
 }
 
 impl Upstream {
@@ -135,7 +138,7 @@ impl Transport for HttpTransport {
                 if status.is_success() {
                     return Ok(Exchanged { response: None, session });
                 }
-                let bytes = response.into_body().collect().await.map_err(|e| self.unreachable(e))?.to_bytes();
+                let bytes = self.whole(response.into_body()).await?;
                 return Err(self.status(status, &bytes));
             };
             let sse = is_sse(response.headers());
@@ -169,7 +172,7 @@ impl Transport for HttpTransport {
             return Ok(Listened::Unsupported);
         }
         if !status.is_success() {
-            let bytes = response.into_body().collect().await.map_err(|e| self.unreachable(e))?.to_bytes();
+            let bytes = self.whole(response.into_body()).await?;
             if let Some(Err(_)) =
                 unaddressed_error(&bytes, status).or_else(|| subscribe.id.and_then(|id| response_to(&bytes, id)))
             {
@@ -182,7 +185,9 @@ impl Transport for HttpTransport {
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| self.unreachable(e))?;
             let Some(data) = frame.data_ref() else { continue };
-            for event in events.feed(data) {
+            let completed = events.feed(data);
+            self.bounded(&events)?;
+            for event in completed {
                 match jsonrpc::parse(event.as_bytes()) {
                     Ok(jsonrpc::Message::Error { .. }) => return Ok(Listened::Unsupported),
                     // A request outside any call's stream (a 2025-era server that
@@ -214,7 +219,7 @@ impl HttpTransport {
         asks: Option<&Asks>,
     ) -> Result<Result<Value, ErrorObject>, UpstreamError> {
         if !sse {
-            let bytes = body.collect().await.map_err(|e| self.unreachable(e))?.to_bytes();
+            let bytes = self.whole(body).await?;
             return match response_to(&bytes, id).or_else(|| unaddressed_error(&bytes, status)) {
                 Some(answer) => Ok(answer),
                 None => Err(self.status(status, &bytes)),
@@ -224,7 +229,9 @@ impl HttpTransport {
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| self.unreachable(e))?;
             let Some(data) = frame.data_ref() else { continue };
-            for event in events.feed(data) {
+            let completed = events.feed(data);
+            self.bounded(&events)?;
+            for event in completed {
                 if let Some(answer) = response_to(event.as_bytes(), id) {
                     return Ok(answer);
                 }
@@ -295,6 +302,29 @@ impl HttpTransport {
             }
             Err(_) => tracing::warn!(upstream = %self.config.name, "answering the upstream's request timed out"),
         }
+    }
+
+    /// A whole body, read up to `max_response_bytes` (a larger `Content-Length` is
+    /// refused before a byte is read).
+    async fn whole(&self, body: hyper::body::Incoming) -> Result<Bytes, UpstreamError> {
+        let limit = self.config.max_response_bytes;
+        if hyper::body::Body::size_hint(&body).lower() > limit as u64 {
+            return Err(self.too_large());
+        }
+        match http_body_util::Limited::new(body, limit).collect().await {
+            Ok(collected) => Ok(collected.to_bytes()),
+            Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(self.too_large()),
+            Err(e) => Err(self.unreachable(&*e)),
+        }
+    }
+
+    /// Fails when an event still unfinished holds more than `max_response_bytes`.
+    fn bounded(&self, events: &EventReader) -> Result<(), UpstreamError> {
+        if events.buffered() > self.config.max_response_bytes { Err(self.too_large()) } else { Ok(()) }
+    }
+
+    fn too_large(&self) -> UpstreamError {
+        UpstreamError::TooLarge { upstream: self.config.name.clone(), limit: self.config.max_response_bytes }
     }
 
     fn timeout(&self) -> UpstreamError {

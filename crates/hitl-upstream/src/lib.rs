@@ -19,6 +19,7 @@
 //!     headers: Default::default(),
 //!     protocol: None,
 //!     timeout: std::time::Duration::from_secs(30),
+//!     max_response_bytes: hitl_upstream::MAX_RESPONSE_BYTES,
 //! })?;
 //! for tool in db.list_tools().await? {
 //!     println!("{}", tool["name"]);
@@ -107,4 +108,16 @@ pub enum UpstreamError {
         /// What was wrong.
         detail: String,
     },
+    /// A message of the upstream's was larger than its `max_response_bytes`: the
+    /// request was served, and its answer dropped unread.
+    #[error("upstream {upstream} answered with a message larger than {limit} bytes (max_response_bytes)")]
+    TooLarge {
+        /// The upstream.
+        upstream: String,
+        /// The limit it passed.
+        limit: usize,
+    },
 }
+
+/// The largest message read from an upstream by default: 16 MiB.
+pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;

@@ -7,20 +7,32 @@
 #[derive(Debug, Default)]
 pub(crate) struct EventReader {
     pending: Vec<u8>,
+    /// How much of `pending` holds no line end (a long line is searched once).
+    scanned: usize,
     data: Vec<String>,
+    /// The bytes of `data`.
+    data_bytes: usize,
 }
 
 impl EventReader {
+    /// How many bytes of an unfinished event are held: what a limit on one message
+    /// bounds.
+    pub(crate) fn buffered(&self) -> usize {
+        self.pending.len() + self.data_bytes
+    }
+
     /// Takes the next bytes; returns the data of every event they completed.
     pub(crate) fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
         self.pending.extend_from_slice(bytes);
         let mut events = Vec::new();
-        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+        while let Some(end) = self.pending[self.scanned..].iter().position(|b| *b == b'\n').map(|i| i + self.scanned) {
+            self.scanned = 0;
             let line: Vec<u8> = self.pending.drain(..=end).collect();
             let line = String::from_utf8_lossy(&line[..line.len() - 1]);
             let line = line.strip_suffix('\r').unwrap_or(&line);
             if line.is_empty() {
                 if !self.data.is_empty() {
+                    self.data_bytes = 0;
                     events.push(std::mem::take(&mut self.data).join("\n"));
                 }
                 continue;
@@ -29,15 +41,20 @@ impl EventReader {
                 // `data:value`, `data: value` (one leading space dropped) or a bare `data`.
                 if value.is_empty() || value.starts_with(':') {
                     let value = value.strip_prefix(':').unwrap_or_default();
-                    self.data.push(value.strip_prefix(' ').unwrap_or(value).to_owned());
+                    let value = value.strip_prefix(' ').unwrap_or(value);
+                    self.data_bytes += value.len() + 1;
+                    self.data.push(value.to_owned());
                 }
             }
         }
+        self.scanned = self.pending.len();
         events
     }
 
     /// The data of an event the stream ended in without its blank line.
     pub(crate) fn finish(&mut self) -> Option<String> {
+        self.scanned = 0;
+        self.data_bytes = 0;
         let tail = String::from_utf8_lossy(&std::mem::take(&mut self.pending)).into_owned();
         if let Some(value) = tail.strip_prefix("data:") {
             self.data.push(value.strip_prefix(' ').unwrap_or(value).trim_end_matches('\r').to_owned());
@@ -49,6 +66,17 @@ impl EventReader {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
+
+    #[test]
+    fn an_unfinished_event_counts_what_it_holds() {
+        let mut reader = super::EventReader::default();
+        assert!(reader.feed(b"data: 0123").is_empty());
+        assert_eq!(reader.buffered(), 10);
+        assert!(reader.feed(b"456789\ndata: more\n").is_empty());
+        assert_eq!(reader.buffered(), 16, "the event's data so far: {reader:?}");
+        assert_eq!(reader.feed(b"\n"), ["0123456789\nmore"]);
+        assert_eq!(reader.buffered(), 0);
+    }
 
     use super::EventReader;
 

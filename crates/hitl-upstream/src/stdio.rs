@@ -34,6 +34,9 @@ pub struct StdioConfig {
     pub protocol: Option<String>,
     /// How long one request may take.
     pub timeout: Duration,
+    /// The longest line read from it (one message); a longer one is dropped unread
+    /// and fails the requests waiting for an answer with [`UpstreamError::TooLarge`].
+    pub max_response_bytes: usize,
 }
 
 impl Upstream {
@@ -52,7 +55,9 @@ impl Upstream {
     }
 }
 
-type Pending = Arc<SyncMutex<HashMap<i64, oneshot::Sender<Result<Value, ErrorObject>>>>>;
+/// What a request waiting on the process gets: its response, or why none can be read.
+type Answer = Result<Result<Value, ErrorObject>, UpstreamError>;
+type Pending = Arc<SyncMutex<HashMap<i64, oneshot::Sender<Answer>>>>;
 
 #[derive(Debug)]
 struct StdioTransport {
@@ -175,12 +180,12 @@ impl Transport for StdioTransport {
         if asking.is_some() {
             // The caller times the call, between the process's questions.
             return match receive.await {
-                Ok(response) => Ok(Exchanged { response: Some(response), session: None }),
+                Ok(response) => Ok(Exchanged { response: Some(response?), session: None }),
                 Err(_) => Err(self.unreachable("it exited before it answered")),
             };
         }
         match tokio::time::timeout(self.config.timeout, receive).await {
-            Ok(Ok(response)) => Ok(Exchanged { response: Some(response), session: None }),
+            Ok(Ok(response)) => Ok(Exchanged { response: Some(response?), session: None }),
             Ok(Err(_)) => Err(self.unreachable("it exited before it answered")),
             Err(_) => {
                 pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
@@ -220,12 +225,18 @@ impl StdioTransport {
             askers: askers.clone(),
             changed: self.changed.clone(),
             exited: exited.clone(),
+            max_line: self.config.max_response_bytes,
         };
         tokio::spawn(reader.run(stdout, alive.clone()));
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(upstream = %name, "{line}");
+            // Its log, a line at a time; an endless line is not kept whole.
+            let (mut errors, mut line) = (BufReader::new(stderr), Vec::new());
+            loop {
+                match read_line(&mut errors, &mut line, 64 * 1024).await {
+                    Ok(Line::Whole) => tracing::info!(upstream = %name, "{}", String::from_utf8_lossy(&line)),
+                    Ok(Line::TooLong) => tracing::info!(upstream = %name, "(a line longer than 64 KiB, dropped)"),
+                    Ok(Line::End) | Err(_) => break,
+                }
             }
         });
         Ok(Process { stdin, pending, askers, alive, exited, started: Instant::now(), _child: child })
@@ -251,20 +262,42 @@ struct Reader {
     askers: Arc<Askers>,
     changed: Changed,
     exited: Arc<tokio::sync::Notify>,
+    /// `max_response_bytes`: the longest line kept.
+    max_line: usize,
 }
 
 impl Reader {
     /// Routes responses to their requests and requests from the process to the call
     /// in flight that takes them; at the end, fails every pending request.
     async fn run(self, stdout: tokio::process::ChildStdout, alive: Arc<AtomicBool>) {
-        let mut lines = BufReader::new(stdout).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            match jsonrpc::parse(line.as_bytes()) {
-                Ok(Message::Response { id: RequestId::Number(id), result }) => deliver(&self.pending, id, Ok(result)),
-                Ok(Message::Error { id: Some(RequestId::Number(id)), error }) => deliver(&self.pending, id, Err(error)),
-                Ok(Message::Request(request)) => self.answer(request),
-                Ok(message) => notified(&message, &self.askers, &self.changed),
-                Err(_) => tracing::debug!(upstream = %self.name, %line, "not a JSON-RPC message on stdout"),
+        let mut output = BufReader::new(stdout);
+        let mut line = Vec::new();
+        loop {
+            match read_line(&mut output, &mut line, self.max_line).await {
+                Ok(Line::End) | Err(_) => break,
+                Ok(Line::TooLong) => {
+                    // Which request it answered is unknown: every waiting one fails.
+                    tracing::warn!(upstream = %self.name, limit = self.max_line, "a message longer than max_response_bytes; dropped");
+                    let waiting: Vec<_> = self.pending.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
+                    for (_, waiting) in waiting {
+                        let too_large = UpstreamError::TooLarge { upstream: self.name.clone(), limit: self.max_line };
+                        let _ = waiting.send(Err(too_large));
+                    }
+                }
+                Ok(Line::Whole) => match jsonrpc::parse(&line) {
+                    Ok(Message::Response { id: RequestId::Number(id), result }) => {
+                        deliver(&self.pending, id, Ok(result))
+                    }
+                    Ok(Message::Error { id: Some(RequestId::Number(id)), error }) => {
+                        deliver(&self.pending, id, Err(error))
+                    }
+                    Ok(Message::Request(request)) => self.answer(request),
+                    Ok(message) => notified(&message, &self.askers, &self.changed),
+                    Err(_) => {
+                        let line = String::from_utf8_lossy(&line[..line.len().min(200)]);
+                        tracing::debug!(upstream = %self.name, %line, "not a JSON-RPC message on stdout");
+                    }
+                },
             }
         }
         alive.store(false, Ordering::SeqCst);
@@ -291,6 +324,91 @@ impl Reader {
 
 fn deliver(pending: &Pending, id: i64, response: Result<Value, ErrorObject>) {
     if let Some(waiting) = pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&id) {
-        let _ = waiting.send(response);
+        let _ = waiting.send(Ok(response));
+    }
+}
+
+/// What [`read_line`] read.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    /// A line (without its end) is in the buffer.
+    Whole,
+    /// A line longer than the limit was read through and dropped.
+    TooLong,
+    /// The output ended.
+    End,
+}
+
+/// Reads the next line of `input` into `line` (cleared first), holding at most `max`
+/// bytes of it: a longer line is read to its end and dropped, so memory stays bounded
+/// whatever the process writes.
+async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
+    input: &mut R,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Line> {
+    line.clear();
+    let mut too_long = false;
+    loop {
+        let available = input.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(match (too_long, line.is_empty()) {
+                (true, _) => Line::TooLong,
+                (false, true) => Line::End,
+                (false, false) => Line::Whole,
+            });
+        }
+        let (taken, ended) = match available.iter().position(|b| *b == b'\n') {
+            Some(end) => (end + 1, true),
+            None => (available.len(), false),
+        };
+        let content = &available[..if ended { taken - 1 } else { taken }];
+        if !too_long && line.len() + content.len() <= max {
+            line.extend_from_slice(content);
+        } else {
+            too_long = true;
+            line.clear();
+        }
+        input.consume(taken);
+        if ended {
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            return Ok(if too_long { Line::TooLong } else { Line::Whole });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn lines(input: &[u8], max: usize) -> Vec<(Line, String)> {
+        // A one-byte buffer: every line arrives in pieces.
+        let mut reader = BufReader::with_capacity(1, input);
+        let (mut line, mut read) = (Vec::new(), Vec::new());
+        loop {
+            let what = read_line(&mut reader, &mut line, max).await.unwrap();
+            if what == Line::End {
+                return read;
+            }
+            read.push((what, String::from_utf8(line.clone()).unwrap()));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_line_longer_than_the_limit_is_dropped_and_reading_goes_on() {
+        let read = lines(b"{\"a\":1}\r\n0123456789abcdef\nok\nlast", 8).await;
+        assert_eq!(
+            read,
+            [
+                (Line::Whole, "{\"a\":1}".to_owned()),
+                (Line::TooLong, String::new()),
+                (Line::Whole, "ok".to_owned()),
+                (Line::Whole, "last".to_owned()),
+            ]
+        );
+        assert_eq!(lines(b"0123456789", 4).await, [(Line::TooLong, String::new())]);
+        assert_eq!(lines(b"", 4).await, []);
     }
 }
