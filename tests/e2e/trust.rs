@@ -365,3 +365,70 @@ async fn an_upstreams_answer_is_read_up_to_max_response_bytes() {
     let peak = peak_memory(server.pid());
     assert!(peak < 80 * 1024 * 1024, "three 100 MiB answers left hitl's peak memory at {peak} bytes");
 }
+
+/// `GET /api/approvals/events` with `token`, held open: its status, and the response
+/// (whose body keeps the stream, and its connection, open until dropped).
+async fn follow(server: &Server, token: &str) -> (u16, hyper::Response<hyper::body::Incoming>) {
+    use hyper_util::rt::TokioIo;
+    let stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::get("/api/approvals/events")
+        .header("host", server.addr.to_string())
+        .header("authorization", format!("Bearer {token}"))
+        .body(http_body_util::Full::new(Bytes::new()))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    (response.status().as_u16(), response)
+}
+
+/// Event streams each hold a connection: a token of no role gets none, an approver at
+/// most `max_event_streams_per_principal`, everyone together `max_event_streams` (by
+/// default a quarter of `--max-connections`); past either 429, and `/mcp` and
+/// `/healthz` keep answering.
+#[tokio::test]
+async fn event_streams_cannot_take_every_connection() {
+    let setup = Setup::new(
+        "[server]\nmax_connections = 12\n\n[auth]\ntokens_file = \"tokens.txt\"\n\n[admin]\nprincipals = [\"user:bob\"]\n\n\
+         [[policy]]\ntools = [\"greeter\"]\naction = \"review\"\napprovers = [\"user:alice\"]\n\n\
+         [approvals]\nmax_event_streams_per_principal = 2\n",
+    );
+    std::fs::write(setup.folder.join("tokens.txt"), "alice tok-alice\nbob tok-bob\nmallory tok-mallory\n").unwrap();
+    let server = setup.serve().await;
+    let (status, _) = follow(&server, "tok-mallory").await;
+    assert_eq!(status, 403, "a token of no role follows nothing");
+
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let (status, response) = follow(&server, "tok-alice").await;
+        assert_eq!(status, 200);
+        held.push(response);
+    }
+    let (status, refused) = follow(&server, "tok-alice").await;
+    assert_eq!(status, 429, "past the per-principal limit");
+    assert!(refused.headers().contains_key("retry-after"));
+    // 12 connections: 3 streams in all. Bob (an admin) takes the last one.
+    let (status, response) = follow(&server, "tok-bob").await;
+    assert_eq!(status, 200);
+    held.push(response);
+    let (status, _) = follow(&server, "tok-bob").await;
+    assert_eq!(status, 429, "past the server's limit");
+
+    let health = server.request(http::Method::GET, "/healthz", &[], Bytes::new()).await.unwrap();
+    assert_eq!(health.status, 200);
+    let tools = request(&server, Some("tok-mallory"), 1, "tools/list", json!({})).await;
+    assert_eq!(tools.status, 200, "/mcp still answers: {}", tools.body);
+
+    // A stream that ends gives its place back.
+    drop(held.remove(0));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (status, response) = follow(&server, "tok-alice").await;
+        if status == 200 {
+            held.push(response);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the place never came back");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -167,7 +167,22 @@ fn decision(body: &[u8]) -> Result<Map<String, Value>, String> {
 /// `GET /api/approvals/events`: the pending approvals `who` may see, then every
 /// pending and decided one as it happens, as SSE (`event: approval.pending` or
 /// `approval.decided`, `data:` the entry), with a comment every 15 s to keep it open.
+///
+/// Only approvers and admins may open one (a stream holds a connection for as long as
+/// it runs), within `max_event_streams_per_principal` each and `max_event_streams` in
+/// all; past either, 429.
 async fn events(shared: &Shared, who: Session) -> http::Response<McpBody> {
+    if !(who.is(&shared.config.auditors) || who.is(&shared.config.admins)) {
+        return error(StatusCode::FORBIDDEN, "only approvers and admins may follow the approvals");
+    }
+    let place = match shared.streams.open(&who.principal) {
+        Ok(place) => place,
+        Err(why) => {
+            let mut response = error(StatusCode::TOO_MANY_REQUESTS, &why);
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("30"));
+            return response;
+        }
+    };
     let receiver = shared.events.subscribe();
     let pending: Vec<Value> = shared
         .records
@@ -181,14 +196,15 @@ async fn events(shared: &Shared, who: Session) -> http::Response<McpBody> {
     let first: Vec<Bytes> = std::iter::once(Bytes::from_static(b": hitl approvals\n\n"))
         .chain(pending.iter().map(|e| frame("approval.pending", e)))
         .collect();
-    let live = futures_util::stream::unfold((receiver, who), move |(mut receiver, who)| async move {
+    // The stream keeps its place until it is dropped.
+    let live = futures_util::stream::unfold((receiver, who, place), move |(mut receiver, who, place)| async move {
         loop {
             let next = tokio::time::timeout(std::time::Duration::from_secs(15), receiver.recv()).await;
             match next {
-                Err(_) => return Some((Bytes::from_static(b": keep-alive\n\n"), (receiver, who))),
+                Err(_) => return Some((Bytes::from_static(b": keep-alive\n\n"), (receiver, who, place))),
                 Ok(Ok(event)) if may_see(&who, &event["approval"]) => {
                     let name = event["event"].as_str().unwrap_or("approval.decided").to_owned();
-                    return Some((frame(&name, &event["approval"]), (receiver, who)));
+                    return Some((frame(&name, &event["approval"]), (receiver, who, place)));
                 }
                 Ok(Ok(_)) | Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
                 Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return None,

@@ -35,6 +35,7 @@ mod html;
 mod ledger;
 pub mod notify;
 pub mod session;
+mod streams;
 mod threads;
 
 use std::collections::HashMap;
@@ -71,6 +72,12 @@ pub struct PagesConfig {
     /// Who may administer threads (`GET`/`DELETE /api/threads`): `user:`/`group:`
     /// entries; none by default.
     pub admins: Vec<String>,
+    /// Event streams (`GET /api/approvals/events`) one principal may hold open
+    /// (default 4).
+    pub max_event_streams_per_principal: usize,
+    /// Event streams open in all (default 256; the server sets a quarter of its
+    /// connection limit).
+    pub max_event_streams: usize,
 }
 
 impl PagesConfig {
@@ -85,6 +92,8 @@ impl PagesConfig {
             audit_file: None,
             auditors: Vec::new(),
             admins: Vec::new(),
+            max_event_streams_per_principal: 4,
+            max_event_streams: 256,
         }
     }
 }
@@ -108,6 +117,7 @@ struct Shared {
     keys: Keys,
     events: broadcast::Sender<Value>,
     notes: mpsc::Sender<ledger::Note>,
+    streams: streams::EventStreams,
 }
 
 impl Pages {
@@ -130,7 +140,8 @@ impl Pages {
             notifier: notify::Notifier::new(config.notify.clone(), keys.clone()),
             events: events.clone(),
         };
-        let shared = Arc::new(Shared { config, records, keys, events, notes: notes.clone() });
+        let streams = streams::EventStreams::new(config.max_event_streams_per_principal, config.max_event_streams);
+        let shared = Arc::new(Shared { config, records, keys, events, notes: notes.clone(), streams });
         Self { shared, worker: Mutex::new(Some((worker, received))), notes }
     }
 

@@ -433,6 +433,10 @@ impl ServeArgs {
         config.audit_file = self.pages.audit.file.as_deref().map(hitl_pages::AuditFile::parse);
         config.auditors = policies.approvers();
         config.admins = self.pages.admin.principals.iter().map(|p| p.0.clone()).collect();
+        let approvals = &self.pages.approvals;
+        config.max_event_streams_per_principal = approvals.max_event_streams_per_principal.unwrap_or(4);
+        // Each stream holds a connection: three quarters stay for everything else.
+        config.max_event_streams = approvals.max_event_streams.unwrap_or((self.max_connections / 4).max(1));
         Ok(config)
     }
 

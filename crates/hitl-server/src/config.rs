@@ -99,6 +99,11 @@ pub(crate) struct AuditSection {
 pub(crate) struct ApprovalsSection {
     /// Refuse an approval by the person who made the call (default: true).
     pub(crate) two_person_rule: Option<bool>,
+    /// Event streams (`GET /api/approvals/events`) one principal may hold open
+    /// (default 4).
+    pub(crate) max_event_streams_per_principal: Option<usize>,
+    /// Event streams open in all (default: a quarter of `max_connections`).
+    pub(crate) max_event_streams: Option<usize>,
 }
 
 /// The pages' part of the file.
