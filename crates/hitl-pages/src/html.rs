@@ -106,12 +106,6 @@ pub(crate) enum Can {
     Not(String),
 }
 
-/// `value` as indented JSON, every hidden character of its strings a visible escape
-/// (still JSON of the same value, so an edit starting from it changes nothing else).
-fn pretty(value: &Value) -> String {
-    display::json_pretty(value)
-}
-
 /// An approval: the call as it will run (every argument whole, hidden characters
 /// escaped: the entry's `display`), what runs it, the policy and its text, and the
 /// forms of the decisions offered.
@@ -166,10 +160,11 @@ pub(crate) fn approval(entry: &Value, can: &Can, error: Option<&str>, session: O
                     "Some values hold characters that do not show (bidi controls, zero-width or control characters, unusual spaces): each is written as a \\u escape, as it will run."
                 }
             }
-            pre #arguments { (pretty(&args)) }
+            // Still JSON of the same value, escapes and all.
+            pre #arguments { (display::json_pretty(&args)) }
             @if let Some(decision) = entry.get("decision").filter(|d| !d.is_null()) {
                 h2 { "Decision" }
-                pre { (pretty(decision)) }
+                pre { (display::json_pretty(decision)) }
             }
         }
         @match can {
@@ -184,7 +179,8 @@ pub(crate) fn approval(entry: &Value, can: &Can, error: Option<&str>, session: O
                 @if offers("edit") {
                     (decision(csrf, "edit", html! {
                         label for="args" { "Run with these arguments (JSON)" }
-                        textarea id="args" name="args" spellcheck="false" { (pretty(&args)) }
+                        // Starting from the escaped JSON, an edit changes nothing else.
+                        textarea id="args" name="args" spellcheck="false" { (display::json_pretty(&args)) }
                     }, html! { button.primary type="submit" id="edit" { "Approve with edits" } }))
                 }
                 @if offers("reject") {

@@ -75,7 +75,7 @@ pub fn escape_lines(text: &str) -> Cow<'_, str> {
 /// `value` as compact JSON with the hidden characters of its strings escaped: still
 /// JSON, of the same value, and for plain text the same bytes as `value.to_string()`.
 pub fn json(value: &Value) -> String {
-    escape(&value.to_string()).into_owned()
+    owned(value.to_string(), escape)
 }
 
 /// [`json`], indented.
@@ -83,14 +83,22 @@ pub fn json_pretty(value: &Value) -> String {
     let text = serde_json::to_string_pretty(value).unwrap_or_default();
     // serde_json escapes control characters inside strings, so a line feed left in the
     // text is its own indentation.
-    escape_lines(&text).into_owned()
+    owned(text, escape_lines)
 }
 
 /// A value as one line: a string as its escaped text, anything else as [`json`].
 pub fn value(value: &Value) -> String {
     match value {
-        Value::String(text) => escape(text).into_owned(),
+        Value::String(text) => owned(text.clone(), escape),
         other => json(other),
+    }
+}
+
+/// `text` through `escape`, without copying it again when nothing needed escaping.
+fn owned(text: String, escape: fn(&str) -> Cow<'_, str>) -> String {
+    match escape(&text) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(shown) => shown,
     }
 }
 
