@@ -16,7 +16,7 @@ use crate::harness::{Server, cannot_run};
 use crate::upstream::PythonUpstream;
 
 /// chromedriver on a free port, stopped on drop.
-struct Driver {
+pub(crate) struct Driver {
     child: Child,
     url: String,
 }
@@ -29,7 +29,7 @@ impl Drop for Driver {
 }
 
 /// chromedriver (`HITL_CHROMEDRIVER`, else on PATH), or `None` after `cannot_run`.
-async fn driver() -> Option<Driver> {
+pub(crate) async fn driver() -> Option<Driver> {
     let program = std::env::var("HITL_CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
     let port = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -57,7 +57,7 @@ async fn driver() -> Option<Driver> {
 }
 
 /// A headless Chromium session, phone-sized when `phone`.
-async fn browser(driver: &Driver, phone: bool) -> Browser {
+pub(crate) async fn browser(driver: &Driver, phone: bool) -> Browser {
     let mut options = json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                                        "--window-size=1280,900"]});
     if phone {
@@ -77,7 +77,7 @@ async fn browser(driver: &Driver, phone: bool) -> Browser {
 }
 
 /// Saves a screenshot of the page as `target/browser-screenshots/<name>.png`.
-async fn screenshot(browser: &Browser, name: &str) {
+pub(crate) async fn screenshot(browser: &Browser, name: &str) {
     let png = browser.screenshot().await.expect("a screenshot");
     let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/browser-screenshots");
     std::fs::create_dir_all(&folder).unwrap();
@@ -94,7 +94,7 @@ fn url_client() -> Value {
 }
 
 /// Signs in on the login page the browser is at (it was sent there), with `token`.
-async fn sign_in(browser: &Browser, token: &str) {
+pub(crate) async fn sign_in(browser: &Browser, token: &str) {
     let field = browser.wait().for_element(Locator::Css("#token")).await.expect("the sign-in form");
     screenshot(browser, "login").await;
     field.send_keys(token).await.unwrap();

@@ -325,7 +325,7 @@ async fn an_upstream_that_asks_is_relayed_to_the_client() {
     assert_eq!(result["resultType"], "input_required", "{}", asked.body);
     let (key, request) = result["inputRequests"].as_object().unwrap().iter().next().unwrap();
     assert_eq!(request["method"], "elicitation/create");
-    assert_eq!(request["params"]["message"], "Really truncate orders?", "{request}");
+    assert_eq!(request["params"]["message"], "db: Really truncate orders?", "the upstream's own: {request}");
     let answer = json!({ key.as_str(): {"action": "accept", "content": {"confirm": true}} });
     let params = json!({"name": "db.truncate", "arguments": arguments, "inputResponses": answer,
                         "requestState": result["requestState"]});
@@ -372,7 +372,7 @@ async fn a_2025_upstream_that_asks_mid_call_is_held_until_the_client_answers() {
     let server = file.serve().await;
     let (request, answering) = held_truncate(&server, "orders").await;
     assert_eq!(request["method"], "elicitation/create");
-    assert_eq!(request["params"]["message"], "Really truncate orders?", "{request}");
+    assert_eq!(request["params"]["message"], "db: Really truncate orders?", "the upstream's own: {request}");
     assert_eq!(healthz(&server).await["upstreams"]["db"]["held"], 1, "the upstream call is held open");
     let done = server.call_tool(2, answering(confirm())).await;
     assert_eq!(text(&done), "truncated orders", "{}", done.body);
@@ -560,7 +560,7 @@ async fn a_typescript_sdk_v1_upstream_is_gated_too() {
     let result = &asked.body["result"];
     assert_eq!(result["resultType"], "input_required", "{}", asked.body);
     let (key, request) = result["inputRequests"].as_object().unwrap().iter().next().unwrap();
-    assert_eq!(request["params"]["message"], "Really truncate orders?", "{request}");
+    assert_eq!(request["params"]["message"], "ts: Really truncate orders?", "the upstream's own: {request}");
     let params = json!({"name": "ts.truncate", "arguments": arguments, "requestState": result["requestState"],
                         "inputResponses": { key.as_str(): confirm() }});
     let done = server.call_tool(7, params).await;

@@ -27,7 +27,7 @@ pub fn gate(agent: Agent, policies: &Policies) -> Result<Agent, String> {
     let mut spec = Map::new();
     spec.insert("name".into(), json!(agent.name));
     spec.insert("inputSchema".into(), agent.input_schema.clone());
-    let gated = Arc::new(Gated::new(agent.name.clone(), spec, decided));
+    let gated = Arc::new(Gated::new(agent.name.clone(), spec, None, decided));
     let guard = move |state: Value, ctx: StepContext| {
         let gated = gated.clone();
         async move { guard(&gated, &state, &ctx) }

@@ -11,7 +11,7 @@ use hitl_upstream::Upstream;
 use serde_json::{Map, Value, json};
 
 use crate::policy::{Action, glob_match};
-use crate::tools::{Carried, Gated, fill};
+use crate::tools::{Carried, Gated, fill_shown};
 
 /// Every upstream's listed tools, swapped whole per upstream at each listing. Cheap to
 /// clone; every clone sees the same listing.
@@ -97,9 +97,10 @@ impl Listed {
         &self.gated.decisions
     }
 
-    /// Who decides its review on hitl's approval page, and the policy that says so.
+    /// Who decides its review on hitl's approval page, the policy that says so, and
+    /// what the page shows of the tool.
     pub fn approval(&self) -> Option<ApprovalBy> {
-        self.gated.approvers.clone().map(|approvers| ApprovalBy { approvers, policy: self.gated.policy.clone() })
+        self.gated.approval()
     }
 
     /// Does its policy give a review text?
@@ -108,9 +109,9 @@ impl Listed {
     }
 
     /// The review text its policy gives for a call with `args` (`None`: the policy has
-    /// none).
+    /// none), its values shown as [`crate::fill_shown`] does.
     pub fn describe(&self, args: &Map<String, Value>) -> Option<String> {
-        self.gated.description.as_deref().map(|template| fill(template, args))
+        self.gated.description.as_deref().map(|template| fill_shown(template, args))
     }
 
     /// The error result of a denied call, naming the policy.

@@ -58,7 +58,7 @@ pub use policy::{
     UpstreamTools, glob_match,
 };
 use serde_json::{Map, Value};
-pub use tools::fill;
+pub use tools::{fill, fill_shown};
 pub use upstream::UpstreamSpec;
 
 /// Where the gateway puts each upstream's tools, each with the rest of its upstream
@@ -325,7 +325,8 @@ impl Gateway {
                     for served in ["name", "description", "inputSchema"] {
                         listing.remove(served);
                     }
-                    let gated = tools::Gated::new(listed_name.clone(), tool, self.policies.decide(&listed_name));
+                    let decided = self.policies.decide(&listed_name);
+                    let gated = tools::Gated::new(listed_name.clone(), tool, Some(&spec.name), decided);
                     catalog.push(Arc::new(Listed { gated: gated.clone(), upstream: upstream.clone() }));
                     agents.push((gated.agent(upstream.clone(), self.holds.clone(), hold_timeout), listing));
                 }

@@ -10,6 +10,7 @@ use hitl_graph::payload::{
     ToolResult,
 };
 use hitl_graph::{Agent, END, START, StateGraph, StepContext, StepError};
+use hitl_protocol::display;
 use hitl_upstream::{Upstream, UpstreamError};
 use serde_json::{Map, Value, json};
 
@@ -37,6 +38,8 @@ pub(crate) struct Gated {
     pub(crate) tool: String,
     /// The upstream's tool object.
     pub(crate) spec: Map<String, Value>,
+    /// The upstream that serves it (none: one of hitl's own agents).
+    pub(crate) upstream: Option<String>,
     /// What the policies say.
     pub(crate) action: Action,
     /// The review's decisions and text.
@@ -51,12 +54,13 @@ pub(crate) struct Gated {
 }
 
 impl Gated {
-    pub(crate) fn new(listed: String, spec: Map<String, Value>, decided: Decided<'_>) -> Self {
+    pub(crate) fn new(listed: String, spec: Map<String, Value>, upstream: Option<&str>, decided: Decided<'_>) -> Self {
         let tool = spec.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
         Self {
             listed,
             tool,
             spec,
+            upstream: upstream.map(str::to_owned),
             action: decided.action,
             decisions: decided.policy.map_or_else(
                 || hitl_schema::Decision::ALL.map(hitl_schema::Decision::as_str).to_vec(),
@@ -106,6 +110,45 @@ impl Gated {
         Agent::new(gated.listed.clone(), description, input_schema, graph)
     }
 
+    /// The review question's text: the policy's description filled with the arguments,
+    /// else the seed's. Argument values show as they are, hidden characters escaped
+    /// ([`hitl_protocol::display`]), so what the person reads is what runs.
+    fn review_text(&self, args: &Map<String, Value>) -> String {
+        match &self.description {
+            Some(template) => fill_shown(template, args),
+            None => format!(
+                "Tool execution requires approval\n\nTool: {}\nArgs: {}",
+                display::escape(&self.listed),
+                display::json(&Value::Object(args.clone()))
+            ),
+        }
+    }
+
+    /// Who decides on hitl's approval page (none: the client's user), with what the page
+    /// shows of the tool: the upstream that runs it, its description and annotations.
+    pub(crate) fn approval(&self) -> Option<ApprovalBy> {
+        let approvers = self.approvers.clone()?;
+        Some(ApprovalBy {
+            approvers,
+            policy: self.policy.clone(),
+            upstream: self.upstream.clone(),
+            tool_description: self.spec.get("description").and_then(Value::as_str).map(str::to_owned),
+            annotations: self.spec.get("annotations").and_then(Value::as_object).cloned(),
+        })
+    }
+
+    /// What the upstream asks the client, marked as the upstream's: an elicitation's
+    /// message begins with `<upstream>: `, so it cannot pass for hitl's own question.
+    fn marked(&self, method: String, mut params: Value) -> RelayedRequest {
+        if method == "elicitation/create"
+            && let (Some(upstream), Some(message)) = (&self.upstream, params.get_mut("message"))
+        {
+            let text = message.as_str().unwrap_or_default();
+            *message = Value::String(format!("{upstream}: {text}"));
+        }
+        RelayedRequest::method(method, params)
+    }
+
     /// The error result of a denied call, naming the policy.
     pub(crate) fn denied(&self) -> ToolResult {
         ToolResult::error(format!("{} is denied by the policy {}", self.listed, self.policy))
@@ -132,18 +175,10 @@ impl Gated {
     /// arguments, the allowed decisions, edits checked against the tool's schema).
     pub(crate) fn review(&self, state: &Value, ctx: &StepContext) -> Result<Value, StepError> {
         let args = arguments(state);
-        let text = match &self.description {
-            Some(template) => fill(template, &args),
-            None => format!(
-                "Tool execution requires approval\n\nTool: {}\nArgs: {}",
-                self.listed,
-                Value::Object(args.clone())
-            ),
-        };
         let approval = ToolApproval {
-            action_request: ActionRequest::new(&self.listed, args, Some(text)),
+            action_request: ActionRequest::new(&self.listed, args.clone(), Some(self.review_text(&args))),
             review_config: Some(ReviewConfig::new(&self.listed, self.decisions.iter().copied())),
-            approval: self.approvers.clone().map(|approvers| ApprovalBy { approvers, policy: self.policy.clone() }),
+            approval: self.approval(),
         };
         let schema =
             payload::decision_schema(&self.listed, Some(&closed(self.spec.get("inputSchema"))), &self.decisions);
@@ -219,7 +254,7 @@ fn hold_step(gated: Arc<Gated>, holds: Arc<Holds>) -> impl Fn(Value, StepContext
         Box::pin(async move {
             let held = state.get(HELD).cloned().unwrap_or_default();
             let method = held["method"].as_str().unwrap_or("elicitation/create").to_owned();
-            let request = RelayedRequest::method(method, held["params"].clone());
+            let request = gated.marked(method, held["params"].clone());
             let reply: RelayReply =
                 serde_json::from_value(ctx.interrupt(Relay::input([(HELD_KEY, request)]).to_value())?)
                     .map_err(|e| StepError::msg(format!("the relayed answer is not valid: {e}")))?;
@@ -262,7 +297,7 @@ fn relay_step(gated: Arc<Gated>, through: Through) -> impl Fn(Value, StepContext
             let requests = asked.get("inputRequests").and_then(Value::as_object).cloned().unwrap_or_default();
             let relay = Relay::input(requests.into_iter().map(|(key, request)| {
                 let method = request.get("method").and_then(Value::as_str).unwrap_or("elicitation/create").to_owned();
-                (key, RelayedRequest::method(method, request.get("params").cloned().unwrap_or(json!({}))))
+                (key, gated.marked(method, request.get("params").cloned().unwrap_or(json!({}))))
             }));
             let reply: RelayReply = serde_json::from_value(ctx.interrupt(relay.to_value())?)
                 .map_err(|e| StepError::msg(format!("the relayed answers are not valid: {e}")))?;
@@ -333,6 +368,21 @@ fn closed(schema: Option<&Value>) -> Value {
 /// `template` with each `{name}` replaced by argument `name` (strings as they are,
 /// other values as JSON); unknown names stay as written.
 pub fn fill(template: &str, args: &Map<String, Value>) -> String {
+    fill_with(template, args, |value| match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    })
+}
+
+/// [`fill`] for a text a person reads before the call runs: each value on one line,
+/// with newlines, control and other hidden characters escaped
+/// ([`hitl_protocol::display::value`]), so an argument can neither hide what it is nor
+/// push the rest of the text out of view.
+pub fn fill_shown(template: &str, args: &Map<String, Value>) -> String {
+    fill_with(template, args, display::value)
+}
+
+fn fill_with(template: &str, args: &Map<String, Value>, show: impl Fn(&Value) -> String) -> String {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     while let Some(open) = rest.find('{') {
@@ -340,10 +390,7 @@ pub fn fill(template: &str, args: &Map<String, Value>) -> String {
         let after = &rest[open + 1..];
         match after.find('}') {
             Some(close) if args.contains_key(&after[..close]) => {
-                match &args[&after[..close]] {
-                    Value::String(s) => out.push_str(s),
-                    other => out.push_str(&other.to_string()),
-                }
+                out.push_str(&show(&args[&after[..close]]));
                 rest = &after[close + 1..];
             }
             _ => {
@@ -366,6 +413,61 @@ mod tests {
             serde_json::from_value(json!({"partition": "p7", "database": "orders", "n": 3})).unwrap();
         assert_eq!(fill("Drop {partition} on {database}?", &args), "Drop p7 on orders?");
         assert_eq!(fill("{n} rows, {missing} and {", &args), "3 rows, {missing} and {");
+    }
+
+    fn gated(description: Option<&str>, approvers: Option<Vec<String>>) -> Gated {
+        let spec = json!({"name": "drop_table", "description": "Drops a table.",
+                          "annotations": {"destructiveHint": true}, "inputSchema": {"type": "object"}});
+        let policy = crate::Policy {
+            tools: vec!["db.*".into()],
+            action: Action::Review,
+            decisions: None,
+            description: description.map(str::to_owned),
+            callers: None,
+            approvers,
+        };
+        let decided = Decided { action: Action::Review, policy: Some(&policy) };
+        Gated::new("db.drop_table".into(), spec.as_object().cloned().unwrap(), Some("db"), decided)
+    }
+
+    #[test]
+    fn review_texts_show_hidden_characters_and_keep_plain_text_as_it_was() {
+        let plain: Map<String, Value> = serde_json::from_value(json!({"table": "orders", "n": 3})).unwrap();
+        assert_eq!(
+            gated(None, None).review_text(&plain),
+            "Tool execution requires approval\n\nTool: db.drop_table\nArgs: {\"table\":\"orders\",\"n\":3}"
+        );
+        let bidi: Map<String, Value> =
+            serde_json::from_value(json!({"table": "\u{202e}DORP\u{202c}_orders_test"})).unwrap();
+        let text = gated(None, None).review_text(&bidi);
+        assert!(text.ends_with(r#"Args: {"table":"\u202eDORP\u202c_orders_test"}"#), "{text}");
+        let described = gated(Some("Drop {table}?\nIt cannot be undone."), None);
+        assert_eq!(described.review_text(&plain), "Drop orders?\nIt cannot be undone.");
+        let pushed: Map<String, Value> =
+            serde_json::from_value(json!({"table": "scratch\n\n\n\u{2028}Approved by security"})).unwrap();
+        assert_eq!(
+            described.review_text(&pushed),
+            "Drop scratch\\n\\n\\n\\u2028Approved by security?\nIt cannot be undone.",
+            "the policy's own line break stays; the argument's are escaped"
+        );
+        assert_eq!(
+            fill("{table}", &pushed),
+            "scratch\n\n\n\u{2028}Approved by security",
+            "fill keeps values as they are"
+        );
+    }
+
+    #[test]
+    fn approvals_name_the_upstream_and_the_tool_and_its_questions_are_marked() {
+        assert_eq!(gated(None, None).approval(), None, "no approvers: the client's user decides");
+        let approval = gated(None, Some(vec!["group:dba".into()])).approval().unwrap();
+        assert_eq!(approval.upstream.as_deref(), Some("db"));
+        assert_eq!(approval.tool_description.as_deref(), Some("Drops a table."));
+        assert_eq!(approval.annotations.unwrap()["destructiveHint"], true);
+        let asked = gated(None, None).marked("elicitation/create".into(), json!({"message": "Approve the call?"}));
+        assert_eq!(asked.params.unwrap()["message"], "db: Approve the call?");
+        let sampled = gated(None, None).marked("sampling/createMessage".into(), json!({"messages": []}));
+        assert_eq!(sampled.params.unwrap(), json!({"messages": []}), "only elicitations carry a message");
     }
 
     #[test]

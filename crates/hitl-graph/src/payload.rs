@@ -344,8 +344,9 @@ pub struct ToolApproval {
     pub approval: Option<ApprovalBy>,
 }
 
-/// The people who decide a [`ToolApproval`] on hitl's approval page, and the policy
-/// that says so.
+/// The people who decide a [`ToolApproval`] on hitl's approval page, the policy that
+/// says so, and what the page shows of the tool besides the call, so the approver knows
+/// what will run it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalBy {
     /// `user:<id>` and `group:<name>` entries.
@@ -353,6 +354,15 @@ pub struct ApprovalBy {
     /// The policy, as shown to the approver.
     #[serde(default)]
     pub policy: String,
+    /// The upstream server that runs the call (none: hitl itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+    /// The tool's own description, as its server lists it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_description: Option<String>,
+    /// The tool's annotations, as its server lists them (`destructiveHint`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Map<String, Value>>,
 }
 
 /// `Some` when `value` is an interrupt of `type` `kind`: it read as `T`, or why not.

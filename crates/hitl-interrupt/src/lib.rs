@@ -77,7 +77,7 @@ pub use store::{
 pub use task_runs::TaskStart;
 pub use tasks::{TaskStatus, TaskView, unknown_task};
 pub use thread::{
-    CLAIM_BESIDE_FORMAT, Claim, Last, LastOutcome, Page, PageKind, Question, QuestionKind, Round, THREAD_FORMAT,
+    About, CLAIM_BESIDE_FORMAT, Claim, Last, LastOutcome, Page, PageKind, Question, QuestionKind, Round, THREAD_FORMAT,
     TaskState, Thread, binding_digest, format_of,
 };
 

@@ -29,7 +29,7 @@ use hitl_schema::{CannotAsk, FormOptions};
 use serde_json::{Map, Value, json};
 
 use crate::digest::{digest_hex, short_digest};
-use crate::{Page, PageKind, Question, QuestionKind, Round, review};
+use crate::{About, Page, PageKind, Question, QuestionKind, Round, review};
 
 /// The text every "cannot be asked" error result starts with.
 pub const CANNOT_ASK: &str = "This tool needs input that can't be asked over MCP";
@@ -143,7 +143,17 @@ fn review_questions(
                 None => (form_request(message, form), None),
                 Some(by) => {
                     let waiting = format!("Waiting for approval by {} to run {}", by.approvers.join(", "), call.tool);
-                    let kind = PageKind::Approval { approvers: by.approvers, policy: by.policy, form };
+                    let kind = PageKind::Approval {
+                        approvers: by.approvers,
+                        policy: by.policy,
+                        form,
+                        about: Some(Box::new(About {
+                            description: call.description.clone(),
+                            upstream: by.upstream,
+                            tool_description: by.tool_description,
+                            annotations: by.annotations,
+                        })),
+                    };
                     (url_request(waiting), Some(unanswered(kind)))
                 }
             };

@@ -261,6 +261,10 @@ pub enum PageKind {
         policy: String,
         /// The review form the approver fills in (the seed's decision, message, args).
         form: hitl_protocol::RequestedSchema,
+        /// What the page shows of the call besides its arguments (absent in records of
+        /// builds before it was kept).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        about: Option<Box<About>>,
     },
     /// A sensitive value.
     Secret {
@@ -269,6 +273,24 @@ pub enum PageKind {
     },
     /// A third party's sign-in, completed by its redirect to the callback.
     SignIn,
+}
+
+/// What an approval page shows of a call besides its arguments, so the approver knows
+/// what will run it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct About {
+    /// The review text the agent gave (a policy's `description`, filled in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The upstream server that runs the call (none: hitl itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+    /// The tool's own description, as its server lists it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_description: Option<String>,
+    /// The tool's annotations, as its server lists them (`destructiveHint`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// How a question's answer is turned into what the agent resumes with.

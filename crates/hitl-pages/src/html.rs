@@ -1,6 +1,7 @@
 //! The pages, server-rendered with maud: no script, one stylesheet, every control with
 //! a label, readable on a phone.
 
+use hitl_protocol::display;
 use maud::{DOCTYPE, Markup, html};
 use serde_json::Value;
 
@@ -20,8 +21,10 @@ h1 { font-size: 1.4rem; margin: 0 0 .75rem; }
 h2 { font-size: 1.1rem; margin: 1.25rem 0 .5rem; }
 dl { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; margin: 0; }
 dt { color: var(--muted); }
-dd { margin: 0; overflow-wrap: anywhere; }
-pre { background: #f6f8fa; border: 1px solid var(--line); border-radius: 6px; padding: .75rem; overflow-x: auto; white-space: pre-wrap; }
+dd { margin: 0; min-width: 0; overflow-wrap: anywhere; }
+pre { background: #f6f8fa; border: 1px solid var(--line); border-radius: 6px; padding: .75rem; overflow-x: auto; white-space: pre-wrap; overflow-wrap: anywhere; }
+.text { white-space: pre-wrap; overflow-wrap: anywhere; }
+.warning { border-left: 4px solid #bf8700; padding: .5rem .75rem; background: #fff8c5; }
 label { display: block; font-weight: 600; margin: .75rem 0 .25rem; }
 input[type=password], input[type=text], textarea { width: 100%; font: inherit; padding: .5rem; border: 1px solid #8c959f; border-radius: 6px; }
 textarea { min-height: 8rem; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
@@ -103,31 +106,65 @@ pub(crate) enum Can {
     Not(String),
 }
 
-fn pretty(value: &Value) -> String {
-    serde_json::to_string_pretty(value).unwrap_or_default()
-}
-
-/// An approval: the call, the policy, and the forms of the decisions offered.
+/// An approval: the call as it will run (every argument whole, hidden characters
+/// escaped: the entry's `display`), what runs it, the policy and its text, and the
+/// forms of the decisions offered.
 pub(crate) fn approval(entry: &Value, can: &Can, error: Option<&str>, session: Option<&Session>, csrf: &str) -> Markup {
     let status = entry["status"].as_str().unwrap_or("pending");
-    let tool = entry["tool"].as_str().unwrap_or_default();
+    let shown = &entry["display"];
+    let tool = shown["tool"].as_str().or(entry["tool"].as_str()).unwrap_or_default();
     let args = entry.get("arguments").cloned().unwrap_or(Value::Null);
+    let raw = args.to_string();
+    let hidden = display::escape(&raw) != raw.as_str();
+    let annotations: Vec<(&String, &str)> = shown["annotations"]
+        .as_object()
+        .map(|a| a.iter().map(|(k, v)| (k, v.as_str().unwrap_or_default())).collect())
+        .unwrap_or_default();
+    let line = |text: &str| display::escape(text).into_owned();
     let body = html! {
         div.card {
             h1 { "Run " code { (tool) } "?" }
             p { span class={"status " (status)} { (status) } }
             @if let Some(error) = error { p.error role="alert" { (error) } }
             dl {
-                dt { "Asked by" } dd { (entry["caller"].as_str().unwrap_or("an anonymous caller")) }
+                dt { "Asked by" } dd { (line(entry["caller"].as_str().unwrap_or("an anonymous caller"))) }
                 dt { "Approvers" } dd { (entry["approvers"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")).unwrap_or_default()) }
-                dt { "Policy" } dd { code { (entry["policy"].as_str().unwrap_or_default()) } }
-                @if let Some(by) = entry["decided_by"].as_str() { dt { "Decided by" } dd { (by) } }
+                dt { "Policy" } dd { code { (line(entry["policy"].as_str().unwrap_or_default())) } }
+                @if let Some(upstream) = shown["upstream"].as_str() {
+                    dt { "Runs on" } dd #upstream { "the upstream server " code { (upstream) } }
+                }
+                @if let Some(about) = shown["tool_description"].as_str() {
+                    dt { "The tool says" } dd #tool-description .text { (about) }
+                }
+                @if !annotations.is_empty() {
+                    dt { "Annotations" }
+                    dd #annotations {
+                        @for (i, (name, value)) in annotations.iter().enumerate() {
+                            @if i > 0 { ", " }
+                            code { (name) ": " (value) }
+                        }
+                    }
+                }
+                @if let Some(expires) = shown["expires_at"].as_str() {
+                    dt { "Expires" } dd #expires { time datetime=(expires) { (expires) } }
+                }
+                @if let Some(by) = entry["decided_by"].as_str() { dt { "Decided by" } dd { (line(by)) } }
+            }
+            @if let Some(description) = shown["description"].as_str() {
+                h2 { "Review text" }
+                pre #description { (description) }
             }
             h2 { "Arguments" }
-            pre { (pretty(&args)) }
+            @if hidden {
+                p.warning role="alert" {
+                    "Some values hold characters that do not show (bidi controls, zero-width or control characters, unusual spaces): each is written as a \\u escape, as it will run."
+                }
+            }
+            // Still JSON of the same value, escapes and all.
+            pre #arguments { (display::json_pretty(&args)) }
             @if let Some(decision) = entry.get("decision").filter(|d| !d.is_null()) {
                 h2 { "Decision" }
-                pre { (pretty(decision)) }
+                pre { (display::json_pretty(decision)) }
             }
         }
         @match can {
@@ -142,7 +179,8 @@ pub(crate) fn approval(entry: &Value, can: &Can, error: Option<&str>, session: O
                 @if offers("edit") {
                     (decision(csrf, "edit", html! {
                         label for="args" { "Run with these arguments (JSON)" }
-                        textarea id="args" name="args" spellcheck="false" { (pretty(&args)) }
+                        // Starting from the escaped JSON, an edit changes nothing else.
+                        textarea id="args" name="args" spellcheck="false" { (display::json_pretty(&args)) }
                     }, html! { button.primary type="submit" id="edit" { "Approve with edits" } }))
                 }
                 @if offers("reject") {
@@ -208,7 +246,7 @@ pub(crate) fn list(entries: &[Value], session: Option<&Session>, csrf: &str) -> 
                     tbody {
                         @for entry in entries {
                             tr {
-                                td { a href={"/approvals/" (entry["id"].as_str().unwrap_or_default())} { (entry["tool"].as_str().unwrap_or_default()) } }
+                                td { a href={"/approvals/" (entry["id"].as_str().unwrap_or_default())} { (display::escape(entry["tool"].as_str().unwrap_or_default())) } }
                                 td { (entry["caller"].as_str().unwrap_or("")) }
                                 td { span class={"status " (entry["status"].as_str().unwrap_or_default())} { (entry["status"].as_str().unwrap_or_default()) } }
                             }

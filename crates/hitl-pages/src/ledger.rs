@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hitl_interrupt::{Event, Observer, PageKind, PageView, Records, Thread};
+use hitl_protocol::display;
 use serde_json::{Map, Value, json};
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{broadcast, mpsc};
@@ -244,6 +245,50 @@ pub(crate) fn pending_entry(view: &PageView, base_url: &str) -> Value {
         "decided_at_ms": null,
         "decision": null,
     })
+}
+
+/// Approval `view` as its page and `GET /api/approvals/<id>` show it, read from the
+/// thread: its listing entry with every argument whole, what runs the call (the upstream,
+/// the tool's description and annotations), the review text, and
+/// [`with_display`]'s `display`.
+pub(crate) fn detail(view: &PageView, base_url: &str) -> Value {
+    let mut entry = match view.page.answer {
+        Some(_) => decided_entry(view, base_url).0,
+        None => pending_entry(view, base_url),
+    };
+    if let PageKind::Approval { about: Some(about), .. } = &view.page.kind {
+        entry["description"] = json!(about.description);
+        entry["upstream"] = json!(about.upstream);
+        entry["tool_description"] = json!(about.tool_description);
+        entry["annotations"] = json!(about.annotations);
+    }
+    with_display(entry)
+}
+
+/// `entry` with `display`: its text as a person must read it to know what runs, every
+/// hidden character a visible escape ([`hitl_protocol::display`]): the tool, each
+/// argument (a string as its text, another value as JSON), the review text and the
+/// tool's description (their own line breaks kept), the upstream, the annotations,
+/// and the expiry as an RFC 3339 time.
+pub(crate) fn with_display(mut entry: Value) -> Value {
+    let text = |key: &str| entry[key].as_str().map(|s| display::escape(s).into_owned());
+    let lines = |key: &str| entry[key].as_str().map(|s| display::escape_lines(s).into_owned());
+    let values = |key: &str| {
+        entry[key].as_object().map(|map| {
+            map.iter().map(|(k, v)| (display::escape(k).into_owned(), Value::String(display::value(v)))).collect()
+        })
+    };
+    let shown = json!({
+        "tool": text("tool"),
+        "arguments": values("arguments").map(Value::Object),
+        "description": lines("description"),
+        "upstream": text("upstream"),
+        "tool_description": lines("tool_description"),
+        "annotations": values("annotations").map(Value::Object),
+        "expires_at": entry["expires_at_ms"].as_u64().map(rfc3339),
+    });
+    entry["display"] = shown;
+    entry
 }
 
 /// The listing entry of an approval just decided, and its audit entry (the decision,
@@ -508,5 +553,30 @@ mod tests {
             diff(before.as_object().unwrap(), after.as_object().unwrap()),
             json!({"version": {"from": "1.2", "to": "1.3"}, "api_key": "[redacted]"})
         );
+    }
+
+    #[test]
+    fn an_approval_is_displayed_with_every_hidden_character_escaped_and_every_value_whole() {
+        let long = "z".repeat(20_000);
+        let entry = json!({
+            "tool": "db.drop\u{200b}_table",
+            "arguments": {"table": "\u{202e}DORP\u{202c}_orders_test", "rows": [1, "a\u{a0}b"], "note": long},
+            "description": "Drop it?\nSure\u{2066}",
+            "upstream": "db",
+            "tool_description": "Drops.\nFor good.",
+            "annotations": {"destructiveHint": true, "title": "Drop\u{feff}"},
+            "expires_at_ms": 1_796_121_553_123u64,
+        });
+        let shown = &with_display(entry)["display"];
+        assert_eq!(shown["tool"], r"db.drop\u200b_table");
+        assert_eq!(shown["arguments"]["table"], r"\u202eDORP\u202c_orders_test");
+        assert_eq!(shown["arguments"]["rows"], r#"[1,"a\u00a0b"]"#);
+        assert_eq!(shown["arguments"]["note"], long.as_str(), "whole");
+        assert_eq!(shown["description"], "Drop it?\nSure\\u2066", "its own lines kept");
+        assert_eq!(shown["tool_description"], "Drops.\nFor good.");
+        assert_eq!(shown["annotations"], json!({"destructiveHint": "true", "title": r"Drop\ufeff"}));
+        assert_eq!((&shown["upstream"], &shown["expires_at"]), (&json!("db"), &json!("2026-12-01T10:39:13.123Z")));
+        let bare = with_display(json!({"tool": "t", "arguments": null}));
+        assert_eq!(bare["display"]["description"], Value::Null, "nothing made up for what the entry lacks");
     }
 }

@@ -237,17 +237,15 @@ impl Shared {
         response
     }
 
-    /// Approval `id` as listed; one asked a moment ago and not listed yet (the ledger
-    /// lists in the background) as its paused call shows it.
+    /// Approval `id` as its paused call shows it (every argument whole, whatever the
+    /// listing keeps); once the call has moved on, as listed. Either way with its
+    /// `display`.
     pub(crate) async fn approval(&self, engine: &Engine, id: &str) -> Result<Option<Value>, String> {
-        if let Some(entry) = self.records.approval(id).await.map_err(|e| e.to_string())? {
-            return Ok(Some(entry));
-        }
         let view = engine.page(id).await.map_err(|e| e.to_string())?;
-        Ok(view.filter(|v| matches!(v.page.kind, PageKind::Approval { .. })).map(|view| match view.page.answer {
-            Some(_) => ledger::decided_entry(&view, &self.config.base_url).0,
-            None => ledger::pending_entry(&view, &self.config.base_url),
-        }))
+        if let Some(view) = view.filter(|v| matches!(v.page.kind, PageKind::Approval { .. })) {
+            return Ok(Some(ledger::detail(&view, &self.config.base_url)));
+        }
+        Ok(self.records.approval(id).await.map_err(|e| e.to_string())?.map(ledger::with_display))
     }
 
     fn html(&self, status: StatusCode, markup: maud::Markup) -> http::Response<McpBody> {
@@ -413,7 +411,6 @@ impl Shared {
                 if !session.is(view.approvers()) && view.principal.as_deref() != Some(session.principal.as_str()) {
                     return hidden();
                 }
-                let entry = ledger::pending_entry(&view, &self.config.base_url);
                 let can = match (self.may_decide(&view, session), &view.page.answer) {
                     (_, Some(_)) => {
                         html::Can::Not("Decided; the caller's MCP client picks it up on its next retry.".into())
@@ -423,12 +420,7 @@ impl Shared {
                         html::Can::Decide(view.review.as_ref().map(|r| r.offered.clone()).unwrap_or_default())
                     }
                 };
-                let entry = if view.page.answer.is_some() {
-                    ledger::decided_entry(&view, &self.config.base_url).0
-                } else {
-                    entry
-                };
-                (entry, can)
+                (ledger::detail(&view, &self.config.base_url), can)
             }
             Ok(_) => match self.records.approval(id).await {
                 Ok(Some(entry)) if !api::may_see(session, &entry) && entry["caller"] != session.principal.as_str() => {
@@ -436,7 +428,8 @@ impl Shared {
                 }
                 Ok(Some(entry)) => {
                     let status = entry["status"].as_str().unwrap_or("decided").to_owned();
-                    (entry, html::Can::Not(format!("This approval is {status}: nothing is left to decide.")))
+                    let can = html::Can::Not(format!("This approval is {status}: nothing is left to decide."));
+                    (ledger::with_display(entry), can)
                 }
                 _ => {
                     let text = "No approval is waiting here: the link is wrong, or the call ended or expired.";

@@ -31,6 +31,7 @@
 //! ```
 
 mod capabilities;
+pub mod display;
 pub mod headers;
 pub mod jsonrpc;
 mod meta;

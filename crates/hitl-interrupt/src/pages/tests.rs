@@ -29,11 +29,18 @@ fn gated() -> Agent {
     let graph = StateGraph::new()
         .add_step("review", |state, ctx| async move {
             let approval = ToolApproval {
-                action_request: ActionRequest::new("deploy", state.as_object().cloned().unwrap(), None),
+                action_request: ActionRequest::new(
+                    "deploy",
+                    state.as_object().cloned().unwrap(),
+                    Some("Deploy it?".into()),
+                ),
                 review_config: Some(ReviewConfig::new("deploy", ["approve", "edit", "reject", "respond"])),
                 approval: Some(ApprovalBy {
                     approvers: vec!["group:sre".into()],
                     policy: "tools = [\"deploy\"]".into(),
+                    upstream: Some("ci".into()),
+                    tool_description: Some("Deploys a version.".into()),
+                    annotations: serde_json::from_value(json!({"destructiveHint": true})).ok(),
                 }),
             };
             Ok(json!({ "decision": ctx.interrupt(approval.to_value())? }))
@@ -104,6 +111,11 @@ fn an_approval_is_asked_by_url_and_the_retry_takes_the_approvers_decision() {
     assert_eq!((view.tool.as_str(), view.principal.as_deref()), ("deploy", Some("user:ada")));
     assert_eq!(view.approvers(), ["group:sre"]);
     assert_eq!(view.review.as_ref().unwrap().args, *args.as_object().unwrap());
+    let PageKind::Approval { about: Some(about), .. } = &view.page.kind else { panic!("{view:?}") };
+    let About { description, upstream, tool_description, annotations } = about.as_ref();
+    assert_eq!((description.as_deref(), upstream.as_deref()), (Some("Deploy it?"), Some("ci")), "what runs it");
+    assert_eq!(tool_description.as_deref(), Some("Deploys a version."));
+    assert_eq!(annotations.as_ref().and_then(|a| a.get("destructiveHint")), Some(&json!(true)));
     let bad = run(engine.answer_page(&id, decision(json!({"decision": "edit", "args": "[1]"})), None)).unwrap();
     assert!(matches!(bad, PageAnswer::Refused(_)), "{bad:?}");
     let edit = json!({"decision": "edit", "args": "{\"version\": \"1.3\"}"});
