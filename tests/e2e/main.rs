@@ -21,4 +21,5 @@ mod rules;
 mod skeleton;
 mod tasks;
 mod telemetry;
+mod trust_pages;
 mod upstream;

@@ -80,6 +80,10 @@ pub(crate) struct NotifySpec {
     /// `json` (default) or `slack`.
     #[serde(default)]
     pub(crate) format: hitl_pages::notify::Format,
+    /// Signed single-use sign-in links in the body (default: false, plain links): only
+    /// for a destination private to one approver.
+    #[serde(default)]
+    pub(crate) single_use_links: bool,
 }
 
 /// `[audit]`.
@@ -96,6 +100,8 @@ pub(crate) struct AuditSection {
 pub(crate) struct ApprovalsSection {
     /// Refuse an approval by the person who made the call (default: true).
     pub(crate) two_person_rule: Option<bool>,
+    /// How long a page session lasts, in seconds (default: 28800, 8 hours).
+    pub(crate) session_ttl: Option<u64>,
 }
 
 /// The pages' part of the file.
@@ -127,7 +133,12 @@ impl PagesFile {
                         _ => anyhow::bail!("notify[{i}].secret_env: the environment variable {name} is not set"),
                     },
                 };
-                Ok(hitl_pages::notify::Target { url, secret, format: spec.format })
+                Ok(hitl_pages::notify::Target {
+                    url,
+                    secret,
+                    format: spec.format,
+                    single_use_links: spec.single_use_links,
+                })
             })
             .collect()
     }
