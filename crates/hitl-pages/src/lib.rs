@@ -4,7 +4,8 @@
 //! (`hitl_interrupt::Engine::answer_page`) and the client's retry resumes the agent.
 //!
 //! - **Pages** (server-rendered, no script): `/login` (a token, as for the API, becomes
-//!   a signed `HttpOnly`, `SameSite=Strict` session cookie), `/approvals` and
+//!   a signed `HttpOnly`, `SameSite=Strict` session cookie that lasts while its token
+//!   does, until `/logout` on any replica; failed sign-ins are throttled), `/approvals` and
 //!   `/approvals/<id>` (approve, edit, reject, respond), `/secrets/<id>`,
 //!   `/oauth/callback`. Every form carries a CSRF token; every page is sent with a
 //!   strict `Content-Security-Policy` and `X-Frame-Options: DENY`.
