@@ -873,11 +873,14 @@ async fn replicas_on_redis_share_the_listing_and_stream_each_others_decisions() 
     let (started, ready) = tokio::sync::oneshot::channel();
     let client = *b;
     let streamed: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let progress = streamed.clone();
+    // This test's approval: other tests on the shared store decide theirs meanwhile.
+    let mine: Arc<Mutex<Option<String>>> = Arc::default();
+    let (progress, watched) = (streamed.clone(), mine.clone());
     let watcher = tokio::spawn(async move {
         let until = move |seen: &[Value]| {
             *progress.lock().unwrap() = seen.to_vec();
-            seen.iter().any(|e| e["event"] == "approval.decided")
+            let id = watched.lock().unwrap().clone();
+            seen.iter().any(|e| e["event"] == "approval.decided" && id.as_deref() == e["approval"]["id"].as_str())
         };
         events_until(&client, "tok-bob", until, started).await
     });
@@ -886,6 +889,7 @@ async fn replicas_on_redis_share_the_listing_and_stream_each_others_decisions() 
     let first = request_as_client(&a, "tok-alice", 1, json!({"name": "greeter", "arguments": {}})).await;
     let (key, question) = first.body["result"]["inputRequests"].as_object().unwrap().iter().next().unwrap();
     let id = question["params"]["url"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
+    *mine.lock().unwrap() = Some(id.clone());
     let listed = api(&b, "tok-bob", http::Method::GET, &format!("/api/approvals/{id}"), None).await;
     assert_eq!(listed.body["status"], "pending", "{}", listed.body);
     let (streamed_ref, id_ref) = (&streamed, &id);

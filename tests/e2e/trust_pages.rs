@@ -9,18 +9,20 @@
 use bytes::Bytes;
 use serde_json::json;
 
-use crate::approvals::{
-    AGENT_GATE, Folder, Hook, Receiver, api, csrf_of, eventually, request_as_client, signature_of, tokens_folder,
-};
+use crate::approvals::{Folder, Hook, Receiver, api, csrf_of, eventually, request_as_client, signature_of};
 use crate::harness::{Client, Server, TEST_SECRET};
 
-/// Tokens `tok-alice` and `tok-bob`; `greeter` reviewed by `approvers`; `extra` after.
+/// Tokens `tok-cara` and `tok-dan` (people of these tests alone: other tests watching
+/// a shared store's approvals as bob see none of theirs); `greeter` reviewed by
+/// `approvers`; `extra` after.
 fn gate(approvers: &str, extra: &str) -> Folder {
     let config = format!(
         "[auth]\ntokens_file = \"tokens.txt\"\n\n[[policy]]\ntools = [\"greeter\"]\naction = \"review\"\n\
          approvers = [{approvers}]\n\n{extra}"
     );
-    tokens_folder(&config)
+    let folder = Folder::new(&config);
+    std::fs::write(folder.0.join("tokens.txt"), "cara tok-cara\ndan tok-dan\n").unwrap();
+    folder
 }
 
 /// A signed `[[notify]]` to `url`, with `more` lines.
@@ -111,9 +113,9 @@ async fn wait_signed_out(server: &Client, visitor: &Visitor, why: &str) {
     assert_signed_out(server, visitor, why).await;
 }
 
-/// Alice calls `greeter`: its approval id and page path.
-async fn alice_calls(server: &Server) -> (String, String) {
-    let asked = request_as_client(server, "tok-alice", 1, json!({"name": "greeter", "arguments": {}})).await;
+/// Cara calls `greeter`: its approval id and page path.
+async fn cara_calls(server: &Server) -> (String, String) {
+    let asked = request_as_client(server, "tok-cara", 1, json!({"name": "greeter", "arguments": {}})).await;
     let question = asked.body["result"]["inputRequests"].as_object().unwrap().values().next().unwrap().clone();
     let url = question["params"]["url"].as_str().unwrap_or_else(|| panic!("a URL question: {}", asked.body));
     let path = url.strip_prefix(&format!("http://{}", server.addr)).unwrap().to_owned();
@@ -128,9 +130,9 @@ async fn pending(hook: &Receiver, id: &str) -> Hook {
 #[tokio::test]
 async fn a_webhook_body_carries_plain_links_that_need_a_sign_in_by_default() {
     let hook = Receiver::start(0).await;
-    let folder = gate("\"user:bob\"", &notify(&hook.url, ""));
+    let folder = gate("\"user:dan\"", &notify(&hook.url, ""));
     let server = folder.serve(&[]).await;
-    let (id, path) = alice_calls(&server).await;
+    let (id, path) = cara_calls(&server).await;
     let got = pending(&hook, &id).await;
     let raw = String::from_utf8_lossy(&got.raw);
     assert!(!raw.contains("ticket="), "no single-use link in the body: {raw}");
@@ -146,90 +148,90 @@ async fn a_webhook_body_carries_plain_links_that_need_a_sign_in_by_default() {
 #[tokio::test]
 async fn a_single_use_link_never_signs_in_the_caller_even_as_a_named_approver() {
     let hook = Receiver::start(0).await;
-    let folder = gate("\"user:alice\", \"user:bob\"", &notify(&hook.url, "single_use_links = true"));
+    let folder = gate("\"user:cara\", \"user:dan\"", &notify(&hook.url, "single_use_links = true"));
     let server = folder.serve(&[]).await;
-    let (id, path) = alice_calls(&server).await;
+    let (id, path) = cara_calls(&server).await;
     let got = pending(&hook, &id).await;
     let link_of = |who: &str| {
         let link = got.body["links"][who].as_str().unwrap_or_else(|| panic!("a link for {who}: {}", got.body));
         assert!(link.contains("?ticket="), "{link}");
         link.strip_prefix(&format!("http://{}", server.addr)).unwrap().to_owned()
     };
-    let (alices, bobs) = (link_of("user:alice"), link_of("user:bob"));
+    let (caras, dans) = (link_of("user:cara"), link_of("user:dan"));
     for attempt in ["first", "second"] {
-        let (status, headers, html) = server.raw(http::Method::GET, &alices, &[], Bytes::new()).await;
+        let (status, headers, html) = server.raw(http::Method::GET, &caras, &[], Bytes::new()).await;
         assert_eq!(status, 403, "the caller's link, {attempt} use: {html}");
         assert!(set_cookie(&headers, "hitl_session").is_none(), "no session for the caller");
         assert!(html.contains("You made this call"), "{html}");
     }
     // The other approver's link still signs them in, to that approval.
-    let (status, headers, _) = server.raw(http::Method::GET, &bobs, &[], Bytes::new()).await;
+    let (status, headers, _) = server.raw(http::Method::GET, &dans, &[], Bytes::new()).await;
     assert_eq!((status, headers["location"].to_str().unwrap()), (303, path.as_str()));
-    let session = set_cookie(&headers, "hitl_session").expect("bob's session");
+    let session = set_cookie(&headers, "hitl_session").expect("dan's session");
     let (status, _, html) = get(&server, &path, session.split(';').next().unwrap(), None).await;
     assert_eq!(status, 200, "{html}");
-    assert!(html.contains("Signed in as user:bob") && html.contains("id=\"approve\""), "{html}");
+    assert!(html.contains("Signed in as user:dan") && html.contains("id=\"approve\""), "{html}");
 }
 
 #[tokio::test]
 async fn a_session_ends_when_its_token_leaves_the_tokens_file() {
-    let folder = gate("\"user:bob\"", "");
+    let folder = gate("\"user:dan\"", "");
     let server = folder.serve(&[]).await;
-    let (bob, alice) = (sign_in(&server, "tok-bob", None).await, sign_in(&server, "tok-alice", None).await);
-    assert_eq!(listing(&server, &bob).await, 200);
-    assert_eq!(listing(&server, &alice).await, 200);
-    std::fs::write(folder.0.join("tokens.txt"), "alice tok-alice\n").unwrap();
-    wait_signed_out(&server, &bob, "bob's token left the file").await;
-    assert_eq!(listing(&server, &alice).await, 200, "alice's token is still there");
-    let api = api(&server, "tok-bob", http::Method::GET, "/api/approvals", None).await;
+    let (dan, cara) = (sign_in(&server, "tok-dan", None).await, sign_in(&server, "tok-cara", None).await);
+    assert_eq!(listing(&server, &dan).await, 200);
+    assert_eq!(listing(&server, &cara).await, 200);
+    std::fs::write(folder.0.join("tokens.txt"), "cara tok-cara\n").unwrap();
+    wait_signed_out(&server, &dan, "dan's token left the file").await;
+    assert_eq!(listing(&server, &cara).await, 200, "cara's token is still there");
+    let api = api(&server, "tok-dan", http::Method::GET, "/api/approvals", None).await;
     assert_eq!(api.status, 401, "{}", api.body);
     // And it no longer signs in.
     let (csrf_cookie, csrf) = login_form(&server).await;
-    let (status, _, _) = post(&server, "/login", &csrf_cookie, format!("csrf={csrf}&token=tok-bob")).await;
+    let (status, _, _) = post(&server, "/login", &csrf_cookie, format!("csrf={csrf}&token=tok-dan")).await;
     assert_eq!(status, 401, "a removed token does not sign in");
 }
 
 #[tokio::test]
 async fn a_cookie_copied_before_logout_is_refused_after_it() {
-    let folder = gate("\"user:bob\"", "");
+    let folder = gate("\"user:dan\"", "");
     let server = folder.serve(&[]).await;
-    let bob = sign_in(&server, "tok-bob", None).await;
-    let copied = bob.clone();
-    let (status, headers, html) = get(&server, "/approvals", &bob.cookies(), None).await;
+    let dan = sign_in(&server, "tok-dan", None).await;
+    let copied = dan.clone();
+    let (status, headers, html) = get(&server, "/approvals", &dan.cookies(), None).await;
     assert_eq!(status, 200, "{html}");
     assert!(set_cookie(&headers, "hitl_csrf").is_none());
     let csrf = html.split("name=\"csrf\" value=\"").nth(1).and_then(|r| r.split('"').next()).unwrap().to_owned();
-    let (status, headers, _) = post(&server, "/logout", &bob.cookies(), format!("csrf={csrf}")).await;
+    let (status, headers, _) = post(&server, "/logout", &dan.cookies(), format!("csrf={csrf}")).await;
     assert_eq!((status, headers["location"].to_str().unwrap()), (303, "/login"));
     assert!(set_cookie(&headers, "hitl_session").unwrap().contains("Max-Age=0"));
     assert_signed_out(&server, &copied, "the cookie was copied before /logout").await;
-    assert_eq!(listing(&server, &sign_in(&server, "tok-bob", None).await).await, 200, "a new sign-in works");
+    assert_eq!(listing(&server, &sign_in(&server, "tok-dan", None).await).await, 200, "a new sign-in works");
 }
 
 #[tokio::test]
 async fn a_session_signed_out_on_one_replica_is_refused_on_another() {
     let Some(url) = crate::harness::redis_url("page sessions on replicas") else { return };
-    let folder = gate("\"user:bob\"", "");
+    let folder = gate("\"user:dan\"", "");
     let (a, b) = (folder.serve(&["--store", &url]).await, folder.serve(&["--store", &url]).await);
-    let bob = sign_in(&a, "tok-bob", None).await;
-    assert_eq!(listing(&b, &bob).await, 200, "the session works on both");
-    let (_, _, html) = get(&a, "/approvals", &bob.cookies(), None).await;
+    let dan = sign_in(&a, "tok-dan", None).await;
+    assert_eq!(listing(&b, &dan).await, 200, "the session works on both");
+    let (_, _, html) = get(&a, "/approvals", &dan.cookies(), None).await;
     let csrf = html.split("name=\"csrf\" value=\"").nth(1).and_then(|r| r.split('"').next()).unwrap().to_owned();
-    let (status, _, _) = post(&a, "/logout", &bob.cookies(), format!("csrf={csrf}")).await;
+    let (status, _, _) = post(&a, "/logout", &dan.cookies(), format!("csrf={csrf}")).await;
     assert_eq!(status, 303);
-    assert_signed_out(&b, &bob, "signed out on the other replica").await;
-    assert_signed_out(&a, &bob, "signed out here").await;
+    assert_signed_out(&b, &dan, "signed out on the other replica").await;
+    assert_signed_out(&a, &dan, "signed out here").await;
 }
 
 #[tokio::test]
 async fn a_csrf_token_from_another_session_is_refused() {
-    let folder = gate("\"user:bob\"", "");
+    let folder = gate("\"user:dan\"", "");
     let server = folder.serve(&[]).await;
-    let (_, path) = alice_calls(&server).await;
+    let (_, path) = cara_calls(&server).await;
     // Two sessions of one browser (the same CSRF cookie): only the session differs.
     let form = login_form(&server).await;
     let (one, two) =
-        (sign_in(&server, "tok-bob", Some(form.clone())).await, sign_in(&server, "tok-bob", Some(form)).await);
+        (sign_in(&server, "tok-dan", Some(form.clone())).await, sign_in(&server, "tok-dan", Some(form)).await);
     let token_of =
         |html: &str| html.split("name=\"csrf\" value=\"").nth(1).and_then(|r| r.split('"').next()).unwrap().to_owned();
     let (status, _, html) = get(&server, &path, &one.cookies(), None).await;
@@ -248,7 +250,7 @@ async fn a_csrf_token_from_another_session_is_refused() {
 
 #[tokio::test]
 async fn the_eleventh_failed_sign_in_in_a_minute_gets_429_and_failures_are_logged_without_the_token() {
-    let folder = gate("\"user:bob\"", "");
+    let folder = gate("\"user:dan\"", "");
     let log = folder.0.join("server.log");
     let mut command = std::process::Command::new(Server::program());
     command.arg("serve").args(["--listen", "127.0.0.1:0", "--config", &folder.config()]);
@@ -268,11 +270,11 @@ async fn the_eleventh_failed_sign_in_in_a_minute_gets_429_and_failures_are_logge
     assert_eq!(status, 429, "{html}");
     let wait: u64 = headers["retry-after"].to_str().unwrap().parse().expect("Retry-After in seconds");
     assert!((1..=60).contains(&wait), "{wait}");
-    let (status, headers, _) = post(&server, "/login", &csrf_cookie, format!("csrf={csrf}&token=tok-bob")).await;
+    let (status, headers, _) = post(&server, "/login", &csrf_cookie, format!("csrf={csrf}&token=tok-dan")).await;
     assert_eq!(status, 429, "even a good token waits");
     assert!(set_cookie(&headers, "hitl_session").is_none());
     // The API's bearer tokens are not the sign-in form: not held back.
-    assert_eq!(api(&server, "tok-bob", http::Method::GET, "/api/approvals", None).await.status, 200);
+    assert_eq!(api(&server, "tok-dan", http::Method::GET, "/api/approvals", None).await.status, 200);
 
     let read = || std::fs::read_to_string(&log).unwrap_or_default();
     let probe = || async { (read().matches("a sign-in to the pages failed").count() >= 10).then_some(()) };
@@ -285,16 +287,16 @@ async fn the_eleventh_failed_sign_in_in_a_minute_gets_429_and_failures_are_logge
 
 #[tokio::test]
 async fn session_ttl_sets_how_long_a_session_lasts() {
-    let folder = gate("\"user:bob\"", "[approvals]\nsession_ttl = 4\n");
+    let folder = gate("\"user:dan\"", "[approvals]\nsession_ttl = 4\n");
     let server = folder.serve(&[]).await;
     let (csrf_cookie, csrf) = login_form(&server).await;
-    let (status, headers, _) = post(&server, "/login", &csrf_cookie, format!("csrf={csrf}&token=tok-bob")).await;
+    let (status, headers, _) = post(&server, "/login", &csrf_cookie, format!("csrf={csrf}&token=tok-dan")).await;
     assert_eq!(status, 303);
     let set = set_cookie(&headers, "hitl_session").unwrap();
     let max_age: u64 = set.split("Max-Age=").nth(1).and_then(|r| r.split(';').next()).unwrap().parse().unwrap();
     assert!((1..=4).contains(&max_age), "{set}");
-    let bob = Visitor { csrf_cookie, session: set.split(';').next().unwrap().to_owned() };
-    wait_signed_out(&server, &bob, "past session_ttl").await;
+    let dan = Visitor { csrf_cookie, session: set.split(';').next().unwrap().to_owned() };
+    wait_signed_out(&server, &dan, "past session_ttl").await;
 }
 
 /// JWT sign-in, `greeter` reviewed by `approvers`.
@@ -327,9 +329,9 @@ async fn a_jwt_session_ends_at_its_exp_and_when_its_subject_is_no_longer_an_appr
 #[tokio::test]
 async fn webhook_deliveries_are_signed_over_their_timestamp_and_name_their_delivery() {
     let hook = Receiver::start(1).await;
-    let folder = tokens_folder(&format!("{AGENT_GATE}\n{}", notify(&hook.url, "")));
+    let folder = gate("\"user:dan\"", &notify(&hook.url, ""));
     let server = folder.serve(&[]).await;
-    let (id, _) = alice_calls(&server).await;
+    let (id, _) = cara_calls(&server).await;
     let ours = |h: &Hook, event: &str| h.body["event"] == event && h.body["approval"]["id"] == id.as_str();
     hook.wait_for("a retried delivery", |h| ours(h, "approval.pending") && h.headers["x-hitl-delivery-attempt"] == "2")
         .await;
@@ -354,7 +356,7 @@ async fn webhook_deliveries_are_signed_over_their_timestamp_and_name_their_deliv
 
     let decided = api(
         &server,
-        "tok-bob",
+        "tok-dan",
         http::Method::POST,
         &format!("/api/approvals/{id}/decision"),
         Some(json!({"decision": "approve"})),
