@@ -297,6 +297,16 @@ async fn session_ttl_sets_how_long_a_session_lasts() {
     assert!((1..=4).contains(&max_age), "{set}");
     let dan = Visitor { csrf_cookie, session: set.split(';').next().unwrap().to_owned() };
     wait_signed_out(&server, &dan, "past session_ttl").await;
+
+    // A lifetime of nothing is a mistake `hitl check` names.
+    let zero = gate("\"user:dan\"", "[approvals]\nsession_ttl = 0\n");
+    let out = std::process::Command::new(Server::program())
+        .args(["check", "--config", &zero.config()])
+        .env("HITL_SECRET", TEST_SECRET)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("[approvals] session_ttl"), "{err}");
 }
 
 /// JWT sign-in, `greeter` reviewed by `approvers`.
