@@ -114,7 +114,7 @@ async fn trail(server: &Server, token: &str, since: u64) -> Vec<Value> {
 
 /// What `probe` finds, asked every 20 ms for at most 20 s; past that, the test fails
 /// with `why`.
-async fn eventually<T, F>(why: impl Fn() -> String, probe: impl Fn() -> F) -> T
+pub(crate) async fn eventually<T, F>(why: impl Fn() -> String, probe: impl Fn() -> F) -> T
 where
     F: std::future::Future<Output = Option<T>>,
 {
@@ -132,8 +132,16 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
+/// `sha256=<hex>` of `<X-Hitl-Timestamp>.<body>` of `hook` under the test webhook
+/// secret, computed by `openssl`.
+pub(crate) fn expected_signature(hook: &Hook) -> String {
+    let timestamp = hook.headers["x-hitl-timestamp"].to_str().expect("a timestamp");
+    let body = [format!("{timestamp}.").as_bytes(), &hook.raw].concat();
+    signature_of(&body)
+}
+
 /// `sha256=<hex>` of `body` under the test webhook secret, computed by `openssl`.
-fn expected_signature(body: &[u8]) -> String {
+pub(crate) fn signature_of(body: &[u8]) -> String {
     use std::io::Write as _;
     let mut child = std::process::Command::new("openssl")
         .args(["dgst", "-sha256", "-hmac", HOOK_SECRET, "-r"])
@@ -424,7 +432,7 @@ async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once
     assert_eq!(pending.body["link"], url.as_str());
     let decided = hook.wait_for("decided", |h| ours(h, "approval.decided")).await;
     for h in [&pending, &decided] {
-        assert_eq!(h.headers["x-hitl-signature"].to_str().unwrap(), expected_signature(&h.raw), "signed");
+        assert_eq!(h.headers["x-hitl-signature"].to_str().unwrap(), expected_signature(h), "signed");
     }
     let is_retry = |h: &Hook| ours(h, "approval.pending") && h.headers["x-hitl-delivery-attempt"] == "2";
     hook.wait_for("retried", is_retry).await;
@@ -724,13 +732,13 @@ async fn approvers_need_sign_in_and_bad_notify_settings_are_refused() {
 }
 
 /// A folder with a tokens file (alice, bob) and `config`.
-fn tokens_folder(config: &str) -> Folder {
+pub(crate) fn tokens_folder(config: &str) -> Folder {
     let folder = Folder::new(config);
     std::fs::write(folder.0.join("tokens.txt"), "alice tok-alice\nbob tok-bob\n").unwrap();
     folder
 }
 
-const AGENT_GATE: &str = "[auth]\ntokens_file = \"tokens.txt\"\n\n[[policy]]\ntools = [\"greeter\"]\naction = \"review\"\n\
+pub(crate) const AGENT_GATE: &str = "[auth]\ntokens_file = \"tokens.txt\"\n\n[[policy]]\ntools = [\"greeter\"]\naction = \"review\"\n\
                           approvers = [\"user:bob\"]\n\n[audit]\nfile = \"audit.jsonl\"\n";
 
 #[tokio::test]
@@ -762,7 +770,7 @@ async fn an_agent_starts_only_once_its_approver_said_yes() {
 }
 
 /// A `tools/call` of `params` by the holder of `token`, from a client with URL mode.
-async fn request_as_client(server: &Client, token: &str, id: u64, params: Value) -> Reply {
+pub(crate) async fn request_as_client(server: &Client, token: &str, id: u64, params: Value) -> Reply {
     let bearer = format!("Bearer {token}");
     let name = params["name"].as_str().unwrap_or_default().to_owned();
     let mut full = json!({ "_meta": crate::harness::modern_meta(url_client()) });
@@ -816,7 +824,7 @@ async fn an_approval_no_one_decides_expires_and_a_stray_sign_in_callback_is_refu
 #[tokio::test]
 async fn a_notifications_single_use_link_signs_its_approver_in_to_that_approval_once() {
     let hook = Receiver::start(0).await;
-    let folder = tokens_folder(&format!("{AGENT_GATE}\n[[notify]]\nurl = \"{}\"\n", hook.url));
+    let folder = tokens_folder(&format!("{AGENT_GATE}\n[[notify]]\nurl = \"{}\"\nsingle_use_links = true\n", hook.url));
     let server = folder.serve(&[]).await;
     let asked = request_as_client(&server, "tok-alice", 1, json!({"name": "greeter", "arguments": {}})).await;
     let (key, question) = asked.body["result"]["inputRequests"].as_object().unwrap().iter().next().unwrap();
@@ -871,11 +879,14 @@ async fn replicas_on_redis_share_the_listing_and_stream_each_others_decisions() 
     let (started, ready) = tokio::sync::oneshot::channel();
     let client = *b;
     let streamed: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let progress = streamed.clone();
+    // This test's approval: other tests on the shared store decide theirs meanwhile.
+    let mine: Arc<Mutex<Option<String>>> = Arc::default();
+    let (progress, watched) = (streamed.clone(), mine.clone());
     let watcher = tokio::spawn(async move {
         let until = move |seen: &[Value]| {
             *progress.lock().unwrap() = seen.to_vec();
-            seen.iter().any(|e| e["event"] == "approval.decided")
+            let id = watched.lock().unwrap().clone();
+            seen.iter().any(|e| e["event"] == "approval.decided" && id.as_deref() == e["approval"]["id"].as_str())
         };
         events_until(&client, "tok-bob", until, started).await
     });
@@ -884,6 +895,7 @@ async fn replicas_on_redis_share_the_listing_and_stream_each_others_decisions() 
     let first = request_as_client(&a, "tok-alice", 1, json!({"name": "greeter", "arguments": {}})).await;
     let (key, question) = first.body["result"]["inputRequests"].as_object().unwrap().iter().next().unwrap();
     let id = question["params"]["url"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
+    *mine.lock().unwrap() = Some(id.clone());
     let listed = api(&b, "tok-bob", http::Method::GET, &format!("/api/approvals/{id}"), None).await;
     assert_eq!(listed.body["status"], "pending", "{}", listed.body);
     let (streamed_ref, id_ref) = (&streamed, &id);

@@ -23,4 +23,5 @@ mod tasks;
 mod telemetry;
 mod trust;
 mod trust_display;
+mod trust_pages;
 mod upstream;

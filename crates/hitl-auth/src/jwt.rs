@@ -177,7 +177,8 @@ impl Verify for Jwt {
             .and_then(Value::as_array)
             .map(|groups| groups.iter().filter_map(Value::as_str).map(|g| format!("group:{g}")).collect())
             .unwrap_or_default();
-        Ok(Identity { principal: format!("user:{user}"), groups })
+        let expires = claims.get("exp").and_then(Value::as_f64).map_or(0, |exp| exp as u64);
+        Ok(Identity { principal: format!("user:{user}"), groups, credential: crate::Credential::Until(expires) })
     }
 }
 

@@ -35,6 +35,18 @@ pub struct Identity {
     pub principal: String,
     /// `group:<name>` memberships.
     pub groups: Vec<String>,
+    /// What the token rests on, so a page session opened with it can end when it does.
+    pub credential: Credential,
+}
+
+/// What a valid token rests on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// A line of a tokens file, by the SHA-256 of its token: good while a line holds it
+    /// ([`Verify::lists`]).
+    Listed([u8; 32]),
+    /// A token that carries its own end (a JWT's `exp`, seconds since the epoch).
+    Until(u64),
 }
 
 /// Checks bearer tokens.
@@ -42,6 +54,14 @@ pub trait Verify: Send + Sync + std::fmt::Debug {
     /// Who `token` names, or why it is not valid (said to the client in
     /// `error_description`: never a secret).
     fn verify(&self, token: &str) -> Result<Identity, String>;
+
+    /// Does a line of this verifier still give `principal` a token whose SHA-256
+    /// `matches`? Asked of sessions opened with a [`Credential::Listed`] token, so they
+    /// end when its line goes. Verifiers without lines hold none.
+    fn lists(&self, principal: &str, matches: &dyn Fn(&[u8; 32]) -> bool) -> bool {
+        let _ = (principal, matches);
+        false
+    }
 }
 
 /// Where the protected resource lives, for `resource_metadata` links and the metadata

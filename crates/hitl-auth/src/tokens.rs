@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 
 use crate::watched::{self, Watched};
-use crate::{Identity, Verify};
+use crate::{Credential, Identity, Verify};
 
 /// The tokens of one file.
 #[derive(Debug)]
@@ -66,9 +66,20 @@ impl Verify for TokenFile {
             }
         }
         match found {
-            Some(user) => Ok(Identity { principal: format!("user:{user}"), groups: Vec::new() }),
+            Some(user) => Ok(Identity {
+                principal: format!("user:{user}"),
+                groups: Vec::new(),
+                credential: Credential::Listed(digest),
+            }),
             None => Err("the token is not known".into()),
         }
+    }
+
+    fn lists(&self, principal: &str, matches: &dyn Fn(&[u8; 32]) -> bool) -> bool {
+        let Some(user) = principal.strip_prefix("user:") else { return false };
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner()).clone();
+        // Every line is asked, so the time taken says nothing of which one matched.
+        entries.iter().fold(false, |found, entry| (entry.user == user && matches(&entry.digest)) | found)
     }
 }
 
@@ -134,6 +145,33 @@ mod tests {
         assert_eq!(file.verify("secret").unwrap().principal, "user:bob");
         assert!(file.verify("sha256:2bb8").is_err());
         assert!(file.verify("").is_err());
+    }
+
+    #[test]
+    fn a_listed_token_is_held_while_its_line_names_its_user() {
+        let file = TokenFile {
+            file: Watched::new(Path::new("tokens.txt")),
+            entries: RwLock::new(Arc::new(
+                parse(
+                    "alice tok-a
+",
+                )
+                .unwrap(),
+            )),
+        };
+        let Credential::Listed(digest) = file.verify("tok-a").unwrap().credential else { panic!("a listed token") };
+        let held = |d: &[u8; 32]| *d == digest;
+        assert!(file.lists("user:alice", &held));
+        assert!(!file.lists("user:bob", &held), "another user's line");
+        *file.entries.write().unwrap() = Arc::new(
+            parse(
+                "bob tok-a
+alice tok-b
+",
+            )
+            .unwrap(),
+        );
+        assert!(!file.lists("user:alice", &held), "the line is gone");
     }
 
     #[test]

@@ -271,10 +271,13 @@ pub async fn records(store: &dyn crate::Records, prefix: &str, now_ms: u64) {
     assert!(mine.iter().all(|e| !e["seq"].is_null()), "the store numbers entries");
 
     let once = format!("{prefix}-ticket");
+    assert!(!store.used(&once).await.unwrap(), "not marked yet");
     assert!(store.use_once(&once, later).await.unwrap(), "the first use");
+    assert!(store.used(&once).await.unwrap() && store.used(&once).await.unwrap(), "marked, and reading keeps it");
     assert!(!store.use_once(&once, later).await.unwrap(), "never a second");
     let lapsed = format!("{prefix}-lapsed");
     assert!(store.use_once(&lapsed, now_ms.saturating_sub(1)).await.unwrap());
+    assert!(!store.used(&lapsed).await.unwrap(), "a mark past its time is not read");
     assert!(store.use_once(&lapsed, later).await.unwrap(), "a mark past its time is gone");
 }
 

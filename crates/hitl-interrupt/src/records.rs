@@ -42,6 +42,10 @@ pub trait Records: Send + Sync + 'static {
     /// Marks `key` used until `until_ms`: `true` the first time, `false` while it is
     /// marked (single-use links).
     async fn use_once(&self, key: &str, until_ms: u64) -> Result<bool, StoreError>;
+
+    /// Is `key` marked by [`Records::use_once`] and not past its time? Reads only (a
+    /// page session's revocation, checked on every request).
+    async fn used(&self, key: &str) -> Result<bool, StoreError>;
 }
 
 /// A store of threads and records: what a server with pages runs on.
@@ -108,6 +112,11 @@ impl<C: Clock> Records for MemoryStore<C> {
         let mut kept = self.kept();
         kept.used.retain(|_, until| *until > now);
         Ok(kept.used.insert(key.to_owned(), until_ms).is_none())
+    }
+
+    async fn used(&self, key: &str) -> Result<bool, StoreError> {
+        let now = self.now();
+        Ok(self.kept().used.get(key).is_some_and(|until| *until > now))
     }
 
     async fn audit_since(&self, since_ms: u64, limit: usize) -> Result<Vec<Value>, StoreError> {

@@ -122,8 +122,16 @@ fn bearer(shared: &Shared, headers: &http::HeaderMap) -> Result<Session, String>
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .ok_or("this API needs Authorization: Bearer <token>")?;
-    let (principal, groups) = shared.identify(token.trim())?;
-    Ok(Session { principal, groups, expires: u64::MAX, scope: None })
+    let identity = shared.identify(token.trim())?;
+    Ok(Session {
+        id: String::new(),
+        principal: identity.principal,
+        groups: identity.groups,
+        expires: u64::MAX,
+        scope: None,
+        credential: None,
+        approver: false,
+    })
 }
 
 /// A decision's JSON, as the seed's review answer: the form's content

@@ -4,7 +4,8 @@
 //! (`hitl_interrupt::Engine::answer_page`) and the client's retry resumes the agent.
 //!
 //! - **Pages** (server-rendered, no script): `/login` (a token, as for the API, becomes
-//!   a signed `HttpOnly`, `SameSite=Strict` session cookie), `/approvals` and
+//!   a signed `HttpOnly`, `SameSite=Strict` session cookie that lasts while its token
+//!   does, until `/logout` on any replica; failed sign-ins are throttled), `/approvals` and
 //!   `/approvals/<id>` (approve, edit, reject, respond), `/secrets/<id>`,
 //!   `/oauth/callback`. Every form carries a CSRF token; every page is sent with a
 //!   strict `Content-Security-Policy` and `X-Frame-Options: DENY`.
@@ -37,13 +38,15 @@ pub mod notify;
 pub mod session;
 mod streams;
 mod threads;
+mod throttle;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
-use hitl_auth::Verify;
+use hitl_auth::{Credential, Identity, Verify};
 use hitl_interrupt::{Engine, Observer, PageAnswer, PageInput, PageKind, PageView, Records, Secret};
 use hitl_tower::{Endpoint, McpBody};
 use http::{HeaderValue, Method, StatusCode, header};
@@ -78,6 +81,9 @@ pub struct PagesConfig {
     /// Event streams open in all (default 256; the server sets a quarter of its
     /// connection limit).
     pub max_event_streams: usize,
+    /// How long a page session lasts, in seconds (`[approvals] session_ttl`; 8 hours by
+    /// default).
+    pub session_ttl: u64,
 }
 
 impl PagesConfig {
@@ -94,6 +100,7 @@ impl PagesConfig {
             admins: Vec::new(),
             max_event_streams_per_principal: 4,
             max_event_streams: 256,
+            session_ttl: session::SESSION_SECONDS,
         }
     }
 }
@@ -118,6 +125,7 @@ struct Shared {
     events: broadcast::Sender<Value>,
     notes: mpsc::Sender<ledger::Note>,
     streams: streams::EventStreams,
+    throttle: throttle::Throttle,
 }
 
 impl Pages {
@@ -128,7 +136,8 @@ impl Pages {
     /// The pages under `config`, keeping their listing and trail in `records`, signing
     /// sessions with a key derived from `secret`.
     pub fn new(config: PagesConfig, records: Arc<dyn Records>, secret: &Secret) -> Self {
-        let keys = Keys::new(secret.derive("pages/session"), config.base_url.starts_with("https://"));
+        let keys = Keys::new(secret.derive("pages/session"), config.base_url.starts_with("https://"))
+            .with_session_ttl(config.session_ttl);
         let (events, _) = broadcast::channel(256);
         let (notes, received) = mpsc::channel(ledger::QUEUE);
         let worker = ledger::Worker {
@@ -141,7 +150,8 @@ impl Pages {
             events: events.clone(),
         };
         let streams = streams::EventStreams::new(config.max_event_streams_per_principal, config.max_event_streams);
-        let shared = Arc::new(Shared { config, records, keys, events, notes: notes.clone(), streams });
+        let throttle = throttle::Throttle::default();
+        let shared = Arc::new(Shared { config, records, keys, events, notes: notes.clone(), streams, throttle });
         Self { shared, worker: Mutex::new(Some((worker, received))), notes }
     }
 
@@ -211,11 +221,25 @@ pub(crate) fn form(bytes: &[u8]) -> HashMap<String, String> {
 /// Why a decision was not taken, as a status and a sentence.
 pub(crate) struct Refusal(pub(crate) StatusCode, pub(crate) String);
 
-/// A request's answer in the making: its CSRF token, and the cookie to set for it.
+/// A request's answer in the making: its session (when still good), the session its
+/// cookie names (good or not: what signing out ends), its CSRF token, and the cookie to
+/// set for it.
 struct Visit {
     session: Option<Session>,
+    signed: Option<Session>,
     csrf: String,
     set_csrf: Option<String>,
+}
+
+/// The store key marking session `id` signed out.
+fn signed_out_key(id: &str) -> String {
+    format!("session-ended:{id}")
+}
+
+/// Does the request want JSON rather than a page (a script's or a tool's request)?
+fn wants_json(parts: &http::request::Parts) -> bool {
+    let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    accept.contains("application/json") && !accept.contains("text/html")
 }
 
 impl Shared {
@@ -225,16 +249,71 @@ impl Shared {
         let mut response = if path.starts_with("/api/") || path == "/api" {
             api::handle(self, engine, &parts, &body).await
         } else {
-            let (csrf, set_csrf) = self.keys.csrf(&parts.headers);
-            let visit = Visit { session: self.keys.session(&parts.headers), csrf, set_csrf };
+            // The stylesheet needs no session: no store read for it.
+            let signed = if path.starts_with("/pages/") { None } else { self.keys.session(&parts.headers) };
+            let session = match &signed {
+                Some(session) if self.still_good(session).await => Some(session.clone()),
+                _ => None,
+            };
+            // A cookie that names no good session (ended, lapsed, forged) is dropped.
+            let ended = session.is_none()
+                && !path.starts_with("/pages/")
+                && session::cookie(&parts.headers, session::SESSION_COOKIE).is_some_and(|c| !c.is_empty());
+            let (csrf, set_csrf) = self.keys.csrf(&parts.headers, session.as_ref().map(|s| s.id.as_str()));
+            let visit = Visit { session, signed, csrf, set_csrf };
             let mut response = self.page(engine, &parts, &body, &visit).await;
             if let Some(cookie) = visit.set_csrf.as_deref().and_then(|c| HeaderValue::from_str(c).ok()) {
                 response.headers_mut().append(header::SET_COOKIE, cookie);
+            }
+            // Unless this answer opened another session.
+            let opened = response
+                .headers()
+                .get_all(header::SET_COOKIE)
+                .iter()
+                .any(|c| c.as_bytes().starts_with(format!("{}=", session::SESSION_COOKIE).as_bytes()));
+            if ended
+                && !opened
+                && let Ok(value) = HeaderValue::from_str(&self.keys.sign_out())
+            {
+                response.headers_mut().append(header::SET_COOKIE, value);
             }
             response
         };
         harden(&mut response);
         response
+    }
+
+    /// Is `session` (signed by these keys, not past its time) still good: its listed
+    /// token still in a tokens file, its approver still named by a policy, not signed
+    /// out on any replica? A store that can't say is a no.
+    async fn still_good(&self, session: &Session) -> bool {
+        if session.credential.is_some() {
+            let matches = |digest: &[u8; 32]| self.keys.binds(session, digest);
+            if !self.config.verifiers.iter().any(|v| v.lists(&session.principal, &matches)) {
+                tracing::info!(principal = %session.principal, "a page session ended: its token is no longer listed");
+                return false;
+            }
+        }
+        if session.approver && !session.is(&self.config.auditors) {
+            tracing::info!(principal = %session.principal, "a page session ended: no policy names it an approver");
+            return false;
+        }
+        match self.records.used(&signed_out_key(&session.id)).await {
+            Ok(ended) => !ended,
+            Err(error) => {
+                tracing::error!(%error, "a page session could not be checked; treated as signed out");
+                false
+            }
+        }
+    }
+
+    /// Where a request without a good session goes: to the sign-in form, which comes
+    /// back to `path`; a request for JSON gets 401.
+    fn sign_in_first(&self, parts: &http::request::Parts, path: &str) -> http::Response<McpBody> {
+        if wants_json(parts) {
+            return api::error(StatusCode::UNAUTHORIZED, "sign in first: no session, or it ended");
+        }
+        see_other(&format!("/login?next={}", encode(path)))
     }
 
     /// Approval `id` as its paused call shows it (every argument whole, whatever the
@@ -266,9 +345,21 @@ impl Shared {
         let path = parts.uri.path();
         let query = form(parts.uri.query().unwrap_or_default().as_bytes());
         let posted = (parts.method == Method::POST).then(|| form(body));
+        let signing_in = parts.method == Method::POST && path == "/login";
+        let address = parts
+            .extensions
+            .get::<hitl_tower::PeerAddr>()
+            .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |peer| peer.0.ip());
+        if signing_in && let Some(wait) = self.throttle.wait(address, Instant::now()) {
+            return self.throttled(wait, visit);
+        }
+        let session_id = visit.session.as_ref().map(|s| s.id.as_str());
         if let Some(fields) = &posted
-            && !self.keys.csrf_ok(&parts.headers, fields.get("csrf").map_or("", String::as_str))
+            && !self.keys.csrf_ok(&parts.headers, session_id, fields.get("csrf").map_or("", String::as_str))
         {
+            if signing_in {
+                self.sign_in_failed(address, "the form's CSRF token is not this visitor's");
+            }
             let text = "This form expired or did not come from hitl. Go back, reload the page and try again.";
             return self.message(StatusCode::FORBIDDEN, "Form refused", text, visit);
         }
@@ -283,16 +374,10 @@ impl Shared {
                 let next = safe_next(query.get("next").map(String::as_str));
                 self.html(StatusCode::OK, html::login(next, &visit.csrf, None))
             }
-            (&Method::POST, ["login"], Some(fields)) => self.login(&fields, visit),
-            (&Method::POST, ["logout"], Some(_)) => {
-                let mut response = see_other("/login");
-                if let Ok(value) = HeaderValue::from_str(&self.keys.sign_out()) {
-                    response.headers_mut().append(header::SET_COOKIE, value);
-                }
-                response
-            }
+            (&Method::POST, ["login"], Some(fields)) => self.login(&fields, address, visit),
+            (&Method::POST, ["logout"], Some(_)) => self.logout(visit).await,
             (&Method::GET, ["approvals"], _) => match visit.session.as_ref().filter(|s| s.scope.is_none()) {
-                None => see_other(&format!("/login?next={}", encode(path))),
+                None => self.sign_in_first(parts, path),
                 Some(session) => {
                     let listed = self.records.approvals().await.unwrap_or_default();
                     let mine: Vec<Value> = listed.into_iter().filter(|e| api::may_see(session, e)).collect();
@@ -300,13 +385,13 @@ impl Shared {
                 }
             },
             (&Method::GET, ["approvals", id], _) if query.contains_key("ticket") => {
-                self.ticket(id, &query["ticket"], path, visit).await
+                self.ticket(engine, id, &query["ticket"], path, visit).await
             }
             (method, ["approvals", id], fields) if *method == Method::GET || fields.is_some() => {
-                self.approval_page(engine, id, fields, path, visit).await
+                self.approval_page(engine, parts, id, fields, visit).await
             }
             (method, ["secrets", id], fields) if *method == Method::GET || fields.is_some() => {
-                self.secret_page(engine, id, fields, path, visit).await
+                self.secret_page(engine, parts, id, fields, visit).await
             }
             (&Method::GET, ["oauth", "callback"], _) => self.callback(engine, query, visit).await,
             _ => self.message(StatusCode::NOT_FOUND, "Not found", "There is no page here.", visit),
@@ -314,12 +399,39 @@ impl Shared {
     }
 
     /// A single-use link from a notification: signs its user in, once, to that approval
-    /// alone, and shows it.
-    async fn ticket(&self, id: &str, value: &str, path: &str, visit: &Visit) -> http::Response<McpBody> {
+    /// alone, and shows it. Never the caller's: a link is not a password, and the person
+    /// who made the call does not approve it through one.
+    async fn ticket(
+        &self,
+        engine: &Engine,
+        id: &str,
+        value: &str,
+        path: &str,
+        visit: &Visit,
+    ) -> http::Response<McpBody> {
         let Some(ticket) = self.keys.check_ticket(value).filter(|t| t.approval == id) else {
             let text = "This link is not valid or has lapsed. Sign in to see the approval.";
             return self.message(StatusCode::FORBIDDEN, "Link not valid", text, visit);
         };
+        match self.approval(engine, id).await {
+            Ok(Some(entry)) if entry["caller"].as_str() == Some(ticket.principal.as_str()) => {
+                let _ = self.notes.try_send(ledger::Note::Audit(json!({
+                    "event": "refused", "principal": ticket.principal, "approver": ticket.principal,
+                    "approval": id, "reason": "a single-use link never signs in the caller",
+                })));
+                tracing::warn!(principal = %ticket.principal, approval = %id, "the caller's single-use link was refused");
+                let text = "You made this call, so a link can't sign you in to it. Sign in with your token.";
+                return self.message(StatusCode::FORBIDDEN, "Link not valid", text, visit);
+            }
+            Ok(Some(_)) => {}
+            // Nothing listed to check the caller against: an ordinary sign-in.
+            Ok(None) => return see_other(&format!("/login?next={}", encode(path))),
+            Err(e) => {
+                tracing::error!(error = %e, "a single-use link's approval could not be read");
+                let text = "The store is unavailable; try again shortly.";
+                return self.message(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", text, visit);
+            }
+        }
         let until = ticket.expires.saturating_mul(1000);
         match self.records.use_once(&format!("ticket:{}", ticket.nonce), until).await {
             Ok(true) => {}
@@ -334,31 +446,78 @@ impl Shared {
         let _ = self.notes.try_send(ledger::Note::Audit(json!({
             "event": "signed_in", "approver": ticket.principal, "approval": id, "via": "single-use link",
         })));
+        let mut session = self.keys.open(&ticket.principal, &[], Some(&Credential::Until(ticket.expires)), Some(id));
+        session.approver = session.is(&self.config.auditors);
         let mut response = see_other(path);
-        if let Ok(value) = HeaderValue::from_str(&self.keys.sign_in_to(&ticket.principal, &[], Some(id))) {
+        if let Ok(value) = HeaderValue::from_str(&self.keys.cookie_of(&session)) {
             response.headers_mut().append(header::SET_COOKIE, value);
         }
         response
     }
 
-    fn login(&self, fields: &HashMap<String, String>, visit: &Visit) -> http::Response<McpBody> {
+    fn login(
+        &self,
+        fields: &HashMap<String, String>,
+        address: std::net::IpAddr,
+        visit: &Visit,
+    ) -> http::Response<McpBody> {
         let next = safe_next(fields.get("next").map(String::as_str));
         let token = fields.get("token").map_or("", |t| t.trim());
         match self.identify(token) {
-            Ok((principal, groups)) => {
+            Ok(identity) => {
+                let mut session =
+                    self.keys.open(&identity.principal, &identity.groups, Some(&identity.credential), None);
+                session.approver = session.is(&self.config.auditors);
                 let mut response = see_other(next);
-                if let Ok(value) = HeaderValue::from_str(&self.keys.sign_in(&principal, &groups)) {
+                if let Ok(value) = HeaderValue::from_str(&self.keys.cookie_of(&session)) {
                     response.headers_mut().append(header::SET_COOKIE, value);
                 }
-                tracing::info!(%principal, "signed in to the pages");
+                tracing::info!(principal = %identity.principal, "signed in to the pages");
                 response
             }
-            Err(why) => self.html(StatusCode::UNAUTHORIZED, html::login(next, &visit.csrf, Some(&why))),
+            Err(why) => {
+                self.sign_in_failed(address, &why);
+                self.html(StatusCode::UNAUTHORIZED, html::login(next, &visit.csrf, Some(&why)))
+            }
         }
     }
 
+    /// Counts and logs a failed sign-in from `address` (never its token).
+    fn sign_in_failed(&self, address: std::net::IpAddr, why: &str) {
+        self.throttle.failed(address, Instant::now());
+        tracing::warn!(%address, reason = %why, "a sign-in to the pages failed");
+    }
+
+    /// The sign-in form, refused for `wait` after too many failures from one address.
+    fn throttled(&self, wait: std::time::Duration, visit: &Visit) -> http::Response<McpBody> {
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        let seconds = seconds.max(1);
+        let why = format!("Too many failed sign-ins from your address. Try again in {seconds} s.");
+        let mut response = self.html(StatusCode::TOO_MANY_REQUESTS, html::login("/approvals", &visit.csrf, Some(&why)));
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        response
+    }
+
+    /// Ends the session the request's cookie names, on every replica (its id is marked
+    /// in the store until it would have ended), and drops the cookie.
+    async fn logout(&self, visit: &Visit) -> http::Response<McpBody> {
+        let mut response = see_other("/login");
+        if let Some(session) = &visit.signed
+            && let Err(error) =
+                self.records.use_once(&signed_out_key(&session.id), session.expires.saturating_mul(1000)).await
+        {
+            tracing::error!(%error, "a page session could not be ended in the store");
+            let text = "The store is unavailable, so the session could not be ended everywhere; try again shortly.";
+            response = self.message(StatusCode::SERVICE_UNAVAILABLE, "Not signed out", text, visit);
+        }
+        if let Ok(value) = HeaderValue::from_str(&self.keys.sign_out()) {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+        response
+    }
+
     /// Who `token` names, by the first verifier that accepts it.
-    fn identify(&self, token: &str) -> Result<(String, Vec<String>), String> {
+    fn identify(&self, token: &str) -> Result<Identity, String> {
         if token.is_empty() {
             return Err("Enter a token.".into());
         }
@@ -368,7 +527,7 @@ impl Shared {
         let mut why = String::from("That token is not valid.");
         for verifier in &self.config.verifiers {
             match verifier.verify(token) {
-                Ok(identity) => return Ok((identity.principal, identity.groups)),
+                Ok(identity) => return Ok(identity),
                 Err(e) => why = format!("That token is not valid: {e}."),
             }
         }
@@ -378,13 +537,14 @@ impl Shared {
     async fn approval_page(
         &self,
         engine: &Engine,
+        parts: &http::request::Parts,
         id: &str,
         posted: Option<HashMap<String, String>>,
-        path: &str,
         visit: &Visit,
     ) -> http::Response<McpBody> {
+        let path = parts.uri.path();
         let Some(session) = visit.session.as_ref().filter(|s| s.reaches(id)) else {
-            return see_other(&format!("/login?next={}", encode(path)));
+            return self.sign_in_first(parts, path);
         };
         let mut error = None;
         if let Some(fields) = posted {
@@ -520,11 +680,12 @@ impl Shared {
     async fn secret_page(
         &self,
         engine: &Engine,
+        parts: &http::request::Parts,
         id: &str,
         posted: Option<HashMap<String, String>>,
-        path: &str,
         visit: &Visit,
     ) -> http::Response<McpBody> {
+        let path = parts.uri.path();
         let view = match engine.page(id).await {
             Ok(Some(view)) if matches!(view.page.kind, PageKind::Secret { .. }) => view,
             Ok(_) => {
@@ -537,7 +698,7 @@ impl Shared {
         // and this server can sign people in; else the unguessable link is the key.
         if let Some(caller) = view.principal.as_deref().filter(|_| !self.config.verifiers.is_empty()) {
             match visit.session.as_ref().filter(|s| s.scope.is_none()) {
-                None => return see_other(&format!("/login?next={}", encode(path))),
+                None => return self.sign_in_first(parts, path),
                 Some(session) if session.principal != caller => {
                     let text = format!("This page is for {caller}, who made the call.");
                     return self.message(StatusCode::FORBIDDEN, "Not yours", &text, visit);

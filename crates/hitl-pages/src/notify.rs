@@ -1,6 +1,12 @@
-//! `[[notify]]`: a JSON POST to each webhook on pending and decided approvals, signed
-//! with `X-Hitl-Signature: sha256=<hex HMAC-SHA256 of the body>`, retried with backoff
-//! and never in the way of the round (each delivery is its own task).
+//! `[[notify]]`: a JSON POST to each webhook on pending and decided approvals, retried
+//! with backoff and never in the way of the round (each delivery is its own task).
+//! Each attempt carries `X-Hitl-Timestamp` (its time, unix seconds), `X-Hitl-Delivery`
+//! (the same for every attempt of one event) and, with a secret,
+//! `X-Hitl-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">`, so a receiver
+//! can refuse a replayed delivery.
+//!
+//! Bodies carry plain links to the approval (sign-in required); single-use sign-in links
+//! only for targets with `single_use_links` (a destination private to one approver).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +21,10 @@ use serde_json::{Value, json};
 
 /// The signature header.
 pub const SIGNATURE_HEADER: &str = "x-hitl-signature";
+/// The header with the attempt's time (unix seconds), which the signature covers.
+pub const TIMESTAMP_HEADER: &str = "x-hitl-timestamp";
+/// The header naming the delivery: the same for every attempt of one event.
+pub const DELIVERY_HEADER: &str = "x-hitl-delivery";
 
 /// How many times a delivery is tried, and the first pause between tries (doubled
 /// after each).
@@ -41,6 +51,9 @@ pub struct Target {
     pub secret: Option<Vec<u8>>,
     /// The body's shape.
     pub format: Format,
+    /// Put a signed single-use sign-in link for each `user:` approver in the body: only
+    /// for a destination private to one approver (whoever reads it can use the links).
+    pub single_use_links: bool,
 }
 
 /// Delivers notifications to every target.
@@ -61,29 +74,34 @@ impl Notifier {
     /// Sends `event` about `approval` to every target, each in its own task.
     pub(crate) fn send(&self, event: &str, approval: &Value) {
         let Some(client) = &self.client else { return };
-        // A pending approval's JSON body carries, for each approver named as a user, a
-        // signed single-use link that signs them in to it.
+        for target in self.targets.iter() {
+            let body = match target.format {
+                Format::Json if target.single_use_links && event == "approval.pending" => {
+                    let links = self.links(approval);
+                    json!({ "event": event, "approval": approval, "link": approval["link"], "links": links })
+                }
+                Format::Json => json!({ "event": event, "approval": approval, "link": approval["link"] }),
+                Format::Slack => json!({ "text": slack_text(event, approval) }),
+            };
+            let body = Bytes::from(body.to_string());
+            let delivery = crate::session::random();
+            let (client, target) = (client.clone(), target.clone());
+            tokio::spawn(async move { deliver(client, target, delivery, body).await });
+        }
+    }
+
+    /// For each approver named as a user, a signed single-use link that signs them in
+    /// to `approval` (the caller's is made too, and refused when used).
+    fn links(&self, approval: &Value) -> serde_json::Map<String, Value> {
         let mut links = serde_json::Map::new();
-        if event == "approval.pending"
-            && let (Some(id), Some(link)) = (approval["id"].as_str(), approval["link"].as_str())
-        {
+        if let (Some(id), Some(link)) = (approval["id"].as_str(), approval["link"].as_str()) {
             for user in approval["approvers"].as_array().into_iter().flatten().filter_map(Value::as_str) {
                 if user.starts_with("user:") {
                     links.insert(user.to_owned(), format!("{link}?ticket={}", self.keys.ticket(id, user)).into());
                 }
             }
         }
-        for target in self.targets.iter() {
-            let body = match target.format {
-                Format::Json => {
-                    json!({ "event": event, "approval": approval, "link": approval["link"], "links": links })
-                }
-                Format::Slack => json!({ "text": slack_text(event, approval) }),
-            };
-            let body = Bytes::from(body.to_string());
-            let (client, target) = (client.clone(), target.clone());
-            tokio::spawn(async move { deliver(client, target, body).await });
-        }
+        links
     }
 }
 
@@ -118,9 +136,12 @@ fn slack_text(event: &str, approval: &Value) -> String {
     }
 }
 
-/// `sha256=<hex>` of `body` under `key`.
-pub fn signature(key: &[u8], body: &[u8]) -> String {
-    let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), body);
+/// `sha256=<hex>` of `<timestamp>.<body>` under `key`.
+pub fn signature(key: &[u8], timestamp: u64, body: &[u8]) -> String {
+    let mut context = hmac::Context::with_key(&hmac::Key::new(hmac::HMAC_SHA256, key));
+    context.update(format!("{timestamp}.").as_bytes());
+    context.update(body);
+    let tag = context.sign();
     let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256={hex}")
 }
@@ -128,16 +149,20 @@ pub fn signature(key: &[u8], body: &[u8]) -> String {
 async fn deliver(
     client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
     target: Target,
+    delivery: String,
     body: Bytes,
 ) {
     let mut pause = FIRST_PAUSE;
     for attempt in 1..=ATTEMPTS {
+        let timestamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let mut request = http::Request::post(target.url.clone())
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(http::header::USER_AGENT, "hitl")
-            .header("x-hitl-delivery-attempt", attempt.to_string());
+            .header("x-hitl-delivery-attempt", attempt.to_string())
+            .header(TIMESTAMP_HEADER, timestamp.to_string())
+            .header(DELIVERY_HEADER, delivery.as_str());
         if let Some(key) = &target.secret {
-            request = request.header(SIGNATURE_HEADER, signature(key, &body));
+            request = request.header(SIGNATURE_HEADER, signature(key, timestamp, &body));
         }
         let request = request.body(Full::new(body.clone())).expect("a valid request");
         let outcome = tokio::time::timeout(Duration::from_secs(10), client.request(request)).await;
@@ -159,9 +184,10 @@ async fn deliver(
 #[cfg(test)]
 mod tests {
     #[test]
-    fn signatures_are_the_hex_hmac_of_the_body() {
-        // RFC 4231 test case 2.
-        let s = super::signature(b"Jefe", b"what do ya want for nothing?");
-        assert_eq!(s, "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    fn signatures_are_the_hex_hmac_of_the_timestamp_a_dot_and_the_body() {
+        // `printf '1796000000.{}' | openssl dgst -sha256 -hmac Jefe`
+        let s = super::signature(b"Jefe", 1_796_000_000, b"{}");
+        assert_eq!(s, "sha256=d6aa55d7abf4e274a6a29bb2e30a22a26566c8515a422e1b9869e58b9d8785f7");
+        assert_ne!(s, super::signature(b"Jefe", 1_796_000_001, b"{}"), "another time, another signature");
     }
 }

@@ -429,6 +429,12 @@ impl ServeArgs {
         let mut config = hitl_pages::PagesConfig::new(&base);
         config.verifiers = self.verifiers()?;
         config.two_person = self.pages.approvals.two_person_rule.unwrap_or(true);
+        if let Some(ttl) = self.pages.approvals.session_ttl {
+            if ttl == 0 {
+                bail!("[approvals] session_ttl: give a number of seconds above 0");
+            }
+            config.session_ttl = ttl;
+        }
         config.notify = self.pages.targets()?;
         config.audit_file = self.pages.audit.file.as_deref().map(hitl_pages::AuditFile::parse);
         config.auditors = policies.approvers();

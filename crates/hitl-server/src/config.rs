@@ -83,6 +83,10 @@ pub(crate) struct NotifySpec {
     /// `json` (default) or `slack`.
     #[serde(default)]
     pub(crate) format: hitl_pages::notify::Format,
+    /// Signed single-use sign-in links in the body (default: false, plain links): only
+    /// for a destination private to one approver.
+    #[serde(default)]
+    pub(crate) single_use_links: bool,
 }
 
 /// `[audit]`.
@@ -104,6 +108,8 @@ pub(crate) struct ApprovalsSection {
     pub(crate) max_event_streams_per_principal: Option<usize>,
     /// Event streams open in all (default: a quarter of `max_connections`).
     pub(crate) max_event_streams: Option<usize>,
+    /// How long a page session lasts, in seconds (default: 28800, 8 hours).
+    pub(crate) session_ttl: Option<u64>,
 }
 
 /// The pages' part of the file.
@@ -135,7 +141,12 @@ impl PagesFile {
                         _ => anyhow::bail!("notify[{i}].secret_env: the environment variable {name} is not set"),
                     },
                 };
-                Ok(hitl_pages::notify::Target { url, secret, format: spec.format })
+                Ok(hitl_pages::notify::Target {
+                    url,
+                    secret,
+                    format: spec.format,
+                    single_use_links: spec.single_use_links,
+                })
             })
             .collect()
     }

@@ -129,6 +129,17 @@ impl Records for RedisStore {
         Ok(set.is_some())
     }
 
+    async fn used(&self, key: &str) -> Result<bool, StoreError> {
+        let mut connection = self.connection().await?;
+        // The key's own expiry (PXAT) drops a mark past its time.
+        let found: bool = redis::cmd("EXISTS")
+            .arg(format!("hitl:used:{key}"))
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        Ok(found)
+    }
+
     async fn audit_since(&self, since_ms: u64, limit: usize) -> Result<Vec<Value>, StoreError> {
         let mut connection = self.connection().await?;
         // Entries are numbered by Redis's clock and filtered by their own `at_ms`: read
