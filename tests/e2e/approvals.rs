@@ -691,7 +691,11 @@ async fn pages_need_a_sign_in_and_refuse_forged_forms() {
     assert!(html.contains("db.drop_partition") && html.contains("id=\"approve\""), "{html}");
     let forged = post(cookies.clone(), "decision=approve".into(), path.clone()).await;
     assert_eq!(forged.0, 403, "no CSRF token, no decision");
-    let approved = post(cookies.clone(), format!("csrf={csrf}&decision=approve"), path.clone()).await;
+    // A form's token belongs to its session: the sign-in form's is not bob's.
+    let elsewhere = post(cookies.clone(), format!("csrf={csrf}&decision=approve"), path.clone()).await;
+    assert_eq!(elsewhere.0, 403, "a token from before the sign-in");
+    let bobs = html.split("name=\"csrf\" value=\"").nth(1).and_then(|r| r.split('"').next()).unwrap().to_owned();
+    let approved = post(cookies.clone(), format!("csrf={bobs}&decision=approve"), path.clone()).await;
     assert_eq!(approved.0, 303, "{}", approved.2);
     let (_, _, html) = server.raw(http::Method::GET, &path, &[("cookie", cookies.as_str())], Bytes::new()).await;
     assert!(html.contains("approved") && !html.contains("id=\"approve\""), "{html}");
