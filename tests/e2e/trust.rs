@@ -432,3 +432,226 @@ async fn event_streams_cannot_take_every_connection() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// A server in front of the Python upstream with `policies`, tokens for alice (the
+/// caller), bob, carol and dave, `[admin]` dave, and `extra` sections.
+async fn approvals_server(upstream: &PythonUpstream, policies: &str, extra: &str) -> (Server, Setup) {
+    let setup = Setup::new(&format!(
+        "[auth]\ntokens_file = \"tokens.txt\"\n\n[admin]\nprincipals = [\"user:dave\"]\n\n\
+         [[upstream]]\nname = \"db\"\nurl = \"{}\"\n\n{policies}\n{extra}",
+        upstream.url
+    ));
+    std::fs::write(setup.folder.join("tokens.txt"), "alice tok-alice\nbob tok-bob\ncarol tok-carol\ndave tok-dave\n")
+        .unwrap();
+    (setup.serve().await, setup)
+}
+
+/// `path` of the approvals API as `token`.
+async fn api_get(server: &Server, token: &str, path: &str) -> crate::harness::Reply {
+    let bearer = format!("Bearer {token}");
+    server.request(http::Method::GET, path, &[("authorization", bearer.as_str())], Bytes::new()).await.unwrap()
+}
+
+/// Polls `read` until it gives `Some`, for up to 10 s.
+async fn eventually<T, F: std::future::Future<Output = Option<T>>>(what: &str, mut read: impl FnMut() -> F) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(found) = read().await {
+            return found;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// alice calls `tool` with `arguments` from a client that opens URLs: the paused
+/// call's key and requestState.
+async fn paused(server: &Server, tool: &str, arguments: &Value) -> (String, String) {
+    let params = json!({"name": tool, "arguments": arguments});
+    let reply =
+        crate::auth::request_as(server, Some("tok-alice"), crate::approvals::url_client(), 1, "tools/call", params)
+            .await;
+    let result = &reply.body["result"];
+    assert_eq!(result["resultType"], "input_required", "{}", reply.body);
+    let key = result["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    (key, result["requestState"].as_str().unwrap().to_owned())
+}
+
+/// The attack: a caller pauses a reviewed call with ~255 KB of arguments and declines
+/// it, again and again. Ended approvals are now listed at most
+/// `max_ended_per_caller` per caller, each argument value capped at
+/// `max_argument_bytes` (its size and SHA-256 in place of the rest) in the listing and
+/// the audit file, while the approver's own view of a pending one shows it whole.
+#[tokio::test]
+async fn a_caller_who_withdraws_big_calls_again_and_again_grows_nothing() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let (server, setup) = approvals_server(
+        &upstream,
+        "[[policy]]\ntools = [\"db.drop_*\"]\naction = \"review\"\napprovers = [\"user:bob\"]\n",
+        "[server]\nmax_record_bytes = 4194304\n\n[approvals]\nmax_ended_per_caller = 3\nmax_argument_bytes = 1024\n\n\
+         [audit]\nfile = \"audit.jsonl\"\n",
+    )
+    .await;
+    let big = "p".repeat(255 * 1024);
+    let arguments = json!({"partition": big, "database": "orders", "api_token": "s3cret"});
+    for _ in 0..8 {
+        let (key, state) = paused(&server, "db.drop_partition", &arguments).await;
+        let params = json!({"name": "db.drop_partition", "arguments": arguments, "requestState": state,
+                            "inputResponses": { key: {"action": "decline"} }});
+        let declined = crate::auth::request_as(
+            &server,
+            Some("tok-alice"),
+            crate::approvals::url_client(),
+            2,
+            "tools/call",
+            params,
+        )
+        .await;
+        assert!(declined.body["result"].is_object(), "{}", declined.body);
+    }
+    let (_, _) = paused(&server, "db.drop_partition", &arguments).await;
+
+    let listed = eventually("the listing never came down to 3 ended and 1 pending", || async {
+        let reply = api_get(&server, "tok-bob", "/api/approvals").await;
+        let all = reply.body["approvals"].as_array().cloned().unwrap_or_default();
+        let ended = all.iter().filter(|e| e["status"] != "pending").count();
+        (ended == 3 && all.len() == 4).then_some(all)
+    })
+    .await;
+    for entry in &listed {
+        let shown = entry["arguments"]["partition"].as_str().unwrap();
+        assert!(shown.len() <= 1024, "capped: {} bytes", shown.len());
+        assert!(shown.starts_with("ppp") && shown.contains(&format!("… [{} bytes, sha256:", big.len())), "{shown:.80}");
+        assert_eq!(entry["arguments"]["api_token"], "[redacted]", "sensitive names are redacted in listings");
+    }
+    assert!(listed.iter().map(|e| e.to_string().len()).sum::<usize>() < 20 * 1024, "the listing stays small");
+    // The approver's own view reads the paused call: every value whole, the token too.
+    let pending = listed.iter().find(|e| e["status"] == "pending").unwrap();
+    let one = api_get(&server, "tok-bob", &format!("/api/approvals/{}", pending["id"].as_str().unwrap())).await;
+    assert_eq!(one.body["arguments"]["partition"].as_str().map(str::len), Some(big.len()), "whole");
+    assert_eq!(one.body["arguments"]["api_token"], "s3cret", "the approver sees what runs");
+    // The audit file holds no value whole.
+    let audit = setup.folder.join("audit.jsonl");
+    let lines = eventually("the audit file is written", || async {
+        std::fs::read_to_string(&audit).ok().filter(|t| t.lines().count() >= 17)
+    })
+    .await;
+    assert!(!lines.contains(&big[..2048]) && !lines.contains("s3cret"), "no whole value, no token in the file");
+    assert!(lines.lines().all(|l| l.len() < 8 * 1024), "each line small");
+}
+
+/// `GET /api/approvals` and `GET /api/audit` come in pages (`limit` ≤ 500, `cursor`);
+/// walking the pages reads every entry once.
+#[tokio::test]
+async fn listings_and_the_audit_trail_come_in_pages() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let (server, _setup) = approvals_server(
+        &upstream,
+        "[[policy]]\ntools = [\"db.drop_*\"]\naction = \"review\"\napprovers = [\"user:bob\"]\n",
+        "",
+    )
+    .await;
+    for n in 0..5 {
+        paused(&server, "db.drop_partition", &json!({"partition": format!("p{n}"), "database": "orders"})).await;
+    }
+    let all = eventually("five listed", || async {
+        let reply = api_get(&server, "tok-bob", "/api/approvals").await;
+        let all = reply.body["approvals"].as_array().cloned().unwrap_or_default();
+        (all.len() == 5).then_some(all)
+    })
+    .await;
+    let mut walked = Vec::new();
+    let mut path = "/api/approvals?limit=2".to_owned();
+    loop {
+        let page = api_get(&server, "tok-bob", &path).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        let entries = page.body["approvals"].as_array().unwrap();
+        assert!(entries.len() <= 2);
+        walked.extend(entries.iter().map(|e| e["id"].clone()));
+        match page.body["next_cursor"].as_str() {
+            Some(cursor) => path = format!("/api/approvals?limit=2&cursor={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(walked, all.iter().map(|e| e["id"].clone()).collect::<Vec<_>>(), "each once, in order");
+    for bad in
+        ["/api/approvals?limit=501", "/api/approvals?limit=0", "/api/approvals?cursor=nope", "/api/audit?limit=9999"]
+    {
+        assert_eq!(api_get(&server, "tok-bob", bad).await.status, 400, "{bad}");
+    }
+
+    let everything = api_get(&server, "tok-dave", "/api/audit").await.body["events"].as_array().unwrap().clone();
+    assert!(everything.len() >= 5, "{everything:?}");
+    let mut walked = Vec::new();
+    let mut path = "/api/audit?limit=2".to_owned();
+    loop {
+        let page = api_get(&server, "tok-dave", &path).await;
+        walked.extend(page.body["events"].as_array().unwrap().iter().map(|e| e["seq"].clone()));
+        match page.body["next_cursor"].as_str() {
+            Some(cursor) => path = format!("/api/audit?limit=2&cursor={cursor}"),
+            None => break,
+        }
+    }
+    let expected: Vec<Value> = everything.iter().map(|e| e["seq"].clone()).collect();
+    assert_eq!(walked[..expected.len()], expected[..], "every entry once, in order");
+}
+
+/// An approver reads the listing and the audit trail of the calls they may decide, and
+/// nothing of the others' (whose arguments they may not see); an admin reads all.
+#[tokio::test]
+async fn an_approver_reads_only_the_calls_they_may_decide() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let (server, _setup) = approvals_server(
+        &upstream,
+        "[[policy]]\ntools = [\"db.drop_*\"]\naction = \"review\"\napprovers = [\"user:bob\"]\n\n\
+         [[policy]]\ntools = [\"db.release\"]\naction = \"review\"\napprovers = [\"user:carol\"]\n",
+        "",
+    )
+    .await;
+    paused(&server, "db.drop_partition", &json!({"partition": "secret-partition", "database": "orders"})).await;
+    paused(&server, "db.release", &json!({"service": "billing", "version": "9.9.9"})).await;
+    let audit_of = |token: &'static str| {
+        let server = &server;
+        async move { api_get(server, token, "/api/audit").await.body.to_string() }
+    };
+    let everything = eventually("both calls audited", || async {
+        let all = audit_of("tok-dave").await;
+        (all.contains("secret-partition") && all.contains("9.9.9")).then_some(all)
+    })
+    .await;
+    assert!(everything.contains("db.release") && everything.contains("db.drop_partition"));
+    let bob = audit_of("tok-bob").await;
+    assert!(bob.contains("secret-partition") && !bob.contains("9.9.9") && !bob.contains("db.release"), "{bob}");
+    let carol = audit_of("tok-carol").await;
+    assert!(carol.contains("9.9.9") && !carol.contains("secret-partition"), "{carol}");
+    assert_eq!(api_get(&server, "tok-alice", "/api/audit").await.status, 403, "a caller is no approver");
+
+    let listed = |token: &'static str| {
+        let server = &server;
+        async move { api_get(server, token, "/api/approvals").await.body["approvals"].as_array().unwrap().len() }
+    };
+    eventually("both listed", || async { (listed("tok-dave").await == 2).then_some(()) }).await;
+    assert_eq!((listed("tok-bob").await, listed("tok-carol").await), (1, 1));
+}
+
+/// `[audit] max_bytes`: past it the file is renamed `<file>.1` and begun anew.
+#[tokio::test]
+async fn the_audit_file_rotates_at_max_bytes() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let (server, setup) = approvals_server(
+        &upstream,
+        "[[policy]]\ntools = [\"db.drop_*\"]\naction = \"review\"\napprovers = [\"user:bob\"]\n",
+        "[audit]\nfile = \"audit.jsonl\"\nmax_bytes = 2048\n",
+    )
+    .await;
+    let (file, rotated) = (setup.folder.join("audit.jsonl"), setup.folder.join("audit.jsonl.1"));
+    for n in 0..12 {
+        paused(&server, "db.drop_partition", &json!({"partition": format!("p{n}"), "database": "orders"})).await;
+    }
+    eventually("rotated", || async { rotated.exists().then_some(()) }).await;
+    let kept = std::fs::read_to_string(&rotated).unwrap();
+    assert!(kept.lines().all(|l| serde_json::from_str::<Value>(l).is_ok()), "whole lines in <file>.1");
+    assert!(kept.len() <= 2048 + 1024, "{} bytes", kept.len());
+    let current = eventually("the file begun anew", || async { std::fs::read_to_string(&file).ok() }).await;
+    assert!(current.len() <= 2048 + 1024, "{} bytes", current.len());
+}

@@ -262,6 +262,11 @@ pub async fn records(store: &dyn crate::Records, prefix: &str, now_ms: u64) {
         .collect();
     let ids: Vec<&str> = mine.iter().filter_map(|e| e["id"].as_str()).collect();
     assert_eq!(ids, [a.as_str(), b.as_str()], "live entries, oldest first, a replaced one in its place");
+    store.remove_approvals(&[b.clone(), format!("{prefix}-never")]).await.unwrap();
+    assert_eq!(store.approval(&b).await.unwrap(), None, "a removed entry is gone");
+    let left = store.approvals().await.unwrap();
+    assert!(left.iter().any(|e| e["id"] == a.as_str()) && !left.iter().any(|e| e["id"] == b.as_str()));
+    store.remove_approvals(&[]).await.unwrap();
 
     let entries = (0..3).map(|n| json!({"at_ms": now_ms + n, "event": "asked", "thread": prefix, "n": n})).collect();
     store.append_audit(entries).await.unwrap();

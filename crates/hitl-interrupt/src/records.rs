@@ -31,6 +31,10 @@ pub trait Records: Send + Sync + 'static {
     /// Every live entry, oldest first.
     async fn approvals(&self) -> Result<Vec<Value>, StoreError>;
 
+    /// Takes the entries `ids` out of the listing (ended approvals past a caller's
+    /// share); ids not listed are skipped.
+    async fn remove_approvals(&self, ids: &[String]) -> Result<(), StoreError>;
+
     /// Adds `entries` (objects with their `at_ms`) to the audit trail, in order, in one
     /// step where the store can; each gets a `seq` when read back.
     async fn append_audit(&self, entries: Vec<Value>) -> Result<(), StoreError>;
@@ -91,6 +95,14 @@ impl<C: Clock> Records for MemoryStore<C> {
         let mut live: Vec<_> = kept.approvals.values().filter(|(until, _, _)| *until > now).collect();
         live.sort_by_key(|(_, order, _)| *order);
         Ok(live.into_iter().map(|(_, _, e)| e.clone()).collect())
+    }
+
+    async fn remove_approvals(&self, ids: &[String]) -> Result<(), StoreError> {
+        let mut kept = self.kept();
+        for id in ids {
+            kept.approvals.remove(id);
+        }
+        Ok(())
     }
 
     async fn append_audit(&self, entries: Vec<Value>) -> Result<(), StoreError> {

@@ -16,8 +16,8 @@ use serde_json::{Map, Value, json};
 use crate::session::Session;
 use crate::{Refusal, Shared, form, respond};
 
-/// The most audit entries one `GET /api/audit` returns.
-const AUDIT_PAGE: usize = 1_000;
+/// The most entries one page of `GET /api/approvals` or `GET /api/audit` holds.
+const PAGE: usize = 500;
 
 pub(crate) fn reply(status: StatusCode, body: &Value) -> http::Response<McpBody> {
     respond(status, "application/json", body.to_string())
@@ -27,7 +27,8 @@ pub(crate) fn error(status: StatusCode, why: &str) -> http::Response<McpBody> {
     reply(status, &json!({ "error": why }))
 }
 
-/// May `who` see `entry`: are they among its approvers?
+/// May `who` see `entry`: are they among its approvers? (Admins see every entry:
+/// [`Shared::sees`].)
 pub(crate) fn may_see(who: &Session, entry: &Value) -> bool {
     let approvers: Vec<String> = entry["approvers"]
         .as_array()
@@ -58,18 +59,31 @@ pub(crate) async fn handle(
             if !matches!(status, "all" | "pending" | "decided") {
                 return error(StatusCode::BAD_REQUEST, "status must be pending, decided or all");
             }
+            let (limit, after) = match page(&query) {
+                Ok(page) => page,
+                Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+            };
             match shared.records.approvals().await {
                 Ok(listed) => {
-                    let shown: Vec<Value> = listed
+                    // Oldest first, as listed; a page starts after the cursor's entry.
+                    let mut shown = listed
                         .into_iter()
-                        .filter(|e| may_see(&who, e))
+                        .filter(|e| shared.sees(&who, e))
                         .filter(|e| match status {
                             "pending" => e["status"] == "pending",
                             "decided" => e["status"] != "pending",
                             _ => true,
                         })
-                        .collect();
-                    reply(StatusCode::OK, &json!({ "approvals": shown }))
+                        .filter(|e| after.as_ref().is_none_or(|(ms, id)| position(e) > (*ms, id.as_str())));
+                    let approvals: Vec<Value> = shown.by_ref().take(limit).collect();
+                    let mut body = json!({ "approvals": approvals });
+                    if shown.next().is_some()
+                        && let Some(last) = approvals.last()
+                    {
+                        let (ms, id) = position(last);
+                        body["next_cursor"] = cursor(ms, id).into();
+                    }
+                    reply(StatusCode::OK, &body)
                 }
                 Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &format!("the store is unavailable: {e}")),
             }
@@ -79,7 +93,7 @@ pub(crate) async fn handle(
         }
         (&Method::GET, ["approvals", "events"]) => events(shared, who).await,
         (&Method::GET, ["approvals", id]) => match shared.approval(engine, id).await {
-            Ok(Some(entry)) if may_see(&who, &entry) => reply(StatusCode::OK, &entry),
+            Ok(Some(entry)) if shared.sees(&who, &entry) => reply(StatusCode::OK, &entry),
             Ok(_) => error(StatusCode::NOT_FOUND, "no approval you may see has this id"),
             Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &format!("the store is unavailable: {e}")),
         },
@@ -94,17 +108,41 @@ pub(crate) async fn handle(
             }
         }
         (&Method::GET, ["audit"]) => {
-            if !who.is(&shared.config.auditors) {
-                return error(StatusCode::FORBIDDEN, "only approvers may read the audit trail");
+            let admin = who.is(&shared.config.admins);
+            if !admin && !who.is(&shared.config.auditors) {
+                return error(StatusCode::FORBIDDEN, "only approvers and admins may read the audit trail");
             }
-            let since = match query.get("since").map(|s| s.parse::<u64>()) {
-                None => 0,
-                Some(Ok(since)) => since,
-                Some(Err(_)) => return error(StatusCode::BAD_REQUEST, "since must be a time in ms since the epoch"),
+            let (limit, after) = match page(&query) {
+                Ok(page) => page,
+                Err(why) => return error(StatusCode::BAD_REQUEST, &why),
             };
-            let limit = query.get("limit").and_then(|l| l.parse().ok()).unwrap_or(AUDIT_PAGE).min(AUDIT_PAGE);
-            match shared.records.audit_since(since, limit).await {
-                Ok(events) => reply(StatusCode::OK, &json!({ "events": events })),
+            // A cursor names the last entry's time and how many of that time were read.
+            let (since, skip) = match (&after, query.get("since").map(|s| s.parse::<u64>())) {
+                (Some((ms, n)), _) => (*ms, n.parse::<usize>().unwrap_or(0)),
+                (None, None) => (0, 0),
+                (None, Some(Ok(since))) => (since, 0),
+                (None, Some(Err(_))) => {
+                    return error(StatusCode::BAD_REQUEST, "since must be a time in ms since the epoch");
+                }
+            };
+            match shared.records.audit_since(since, skip + limit + 1).await {
+                Ok(read) => {
+                    let more = read.len() > skip + limit;
+                    let read: Vec<Value> = read.into_iter().skip(skip).take(limit).collect();
+                    let next = more.then(|| {
+                        let last = read.last().and_then(|e| e["at_ms"].as_u64()).unwrap_or(since);
+                        let same = read.iter().filter(|e| e["at_ms"].as_u64() == Some(last)).count();
+                        // Entries of that time before this page were skipped too.
+                        let same = if last == since { same + skip } else { same };
+                        cursor(last, &same.to_string())
+                    });
+                    let events = if admin { read } else { decidable(&who, read) };
+                    let mut body = json!({ "events": events });
+                    if let Some(next) = next {
+                        body["next_cursor"] = next.into();
+                    }
+                    reply(StatusCode::OK, &body)
+                }
                 Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &format!("the store is unavailable: {e}")),
             }
         }
@@ -113,6 +151,47 @@ pub(crate) async fn handle(
         }
         _ => error(StatusCode::NOT_FOUND, "no such API route"),
     }
+}
+
+/// `limit` (1 to 500, default 500) and `cursor` (from a page's `next_cursor`) of a
+/// listing request.
+fn page(query: &std::collections::HashMap<String, String>) -> Result<(usize, Option<(u64, String)>), String> {
+    let limit = match query.get("limit").map(|l| l.parse::<usize>()) {
+        None => PAGE,
+        Some(Ok(limit)) if (1..=PAGE).contains(&limit) => limit,
+        Some(_) => return Err(format!("limit must be a number from 1 to {PAGE}")),
+    };
+    let after = match query.get("cursor") {
+        None => None,
+        Some(cursor) => Some(read_cursor(cursor).ok_or("cursor is not one this server handed out")?),
+    };
+    Ok((limit, after))
+}
+
+/// Where a listed approval stands in the listing's order: when it was asked, its id.
+fn position(entry: &Value) -> (u64, &str) {
+    (entry["requested_at_ms"].as_u64().unwrap_or(0), entry["id"].as_str().unwrap_or_default())
+}
+
+/// An opaque cursor of `(ms, rest)`.
+fn cursor(ms: u64, rest: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{ms}.{rest}"))
+}
+
+fn read_cursor(cursor: &str) -> Option<(u64, String)> {
+    use base64::Engine as _;
+    let text = String::from_utf8(base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(cursor).ok()?).ok()?;
+    let (ms, rest) = text.split_once('.')?;
+    Some((ms.parse().ok()?, rest.to_owned()))
+}
+
+/// The audit entries of calls `who` may decide: those naming them among the approvers,
+/// and the other entries of those calls' threads.
+fn decidable(who: &Session, entries: Vec<Value>) -> Vec<Value> {
+    let threads: std::collections::HashSet<String> =
+        entries.iter().filter(|e| may_see(who, e)).filter_map(|e| e["thread"].as_str().map(str::to_owned)).collect();
+    entries.into_iter().filter(|e| e["thread"].as_str().is_some_and(|t| threads.contains(t))).collect()
 }
 
 /// The caller of an API request, from `Authorization: Bearer`.
@@ -198,19 +277,20 @@ async fn events(shared: &Shared, who: Session) -> http::Response<McpBody> {
         .await
         .unwrap_or_default()
         .into_iter()
-        .filter(|e| e["status"] == "pending" && may_see(&who, e))
+        .filter(|e| e["status"] == "pending" && shared.sees(&who, e))
         .collect();
     let frame = |event: &str, entry: &Value| Bytes::from(format!("event: {event}\ndata: {entry}\n\n"));
     let first: Vec<Bytes> = std::iter::once(Bytes::from_static(b": hitl approvals\n\n"))
         .chain(pending.iter().map(|e| frame("approval.pending", e)))
         .collect();
     // The stream keeps its place until it is dropped.
+    let admin = who.is(&shared.config.admins);
     let live = futures_util::stream::unfold((receiver, who, place), move |(mut receiver, who, place)| async move {
         loop {
             let next = tokio::time::timeout(std::time::Duration::from_secs(15), receiver.recv()).await;
             match next {
                 Err(_) => return Some((Bytes::from_static(b": keep-alive\n\n"), (receiver, who, place))),
-                Ok(Ok(event)) if may_see(&who, &event["approval"]) => {
+                Ok(Ok(event)) if admin || may_see(&who, &event["approval"]) => {
                     let name = event["event"].as_str().unwrap_or("approval.decided").to_owned();
                     return Some((frame(&name, &event["approval"]), (receiver, who, place)));
                 }

@@ -14,8 +14,32 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::notify::Notifier;
 
-/// How long a decided (or expired) approval stays listed.
-const KEPT_AFTER: Duration = Duration::from_secs(24 * 3600);
+/// How much of ended approvals the listing keeps, and how much of each argument value
+/// listings, notifications and the audit trail show: a caller who pauses big calls and
+/// withdraws them again and again must not grow the server without bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// How long an ended approval (decided, withdrawn, expired) stays listed.
+    pub keep_ended: Duration,
+    /// The most ended approvals listed per caller (the oldest dropped first).
+    pub max_ended_per_caller: usize,
+    /// The most bytes of one argument value shown outside the approval's own view; the
+    /// rest is replaced by its size and SHA-256.
+    pub max_argument_bytes: usize,
+    /// The size past which `[audit] file` is renamed to `<file>.1` and begun anew.
+    pub audit_max_bytes: u64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            keep_ended: Duration::from_secs(3600),
+            max_ended_per_caller: 200,
+            max_argument_bytes: 16 * 1024,
+            audit_max_bytes: 100 * 1024 * 1024,
+        }
+    }
+}
 /// How often the listing is read: approvals past their time are marked expired, and
 /// changes made by other replicas reach this one's events stream.
 const SWEEP: Duration = Duration::from_secs(1);
@@ -176,6 +200,7 @@ pub(crate) struct Worker {
     pub(crate) audit_file: Option<AuditFile>,
     pub(crate) notifier: Notifier,
     pub(crate) events: broadcast::Sender<Value>,
+    pub(crate) retention: Retention,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -206,6 +231,41 @@ pub fn redact(value: &Value) -> Value {
         ),
         Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
         other => other.clone(),
+    }
+}
+
+/// `value` in at most `max` bytes: whole when its JSON text fits, else a string of its
+/// start (its text, or its JSON) and `… [<n> bytes, sha256:<hex>]` for the whole (so
+/// the value can still be matched against what ran). A value made so is left as it is.
+pub fn capped(value: &Value, max: usize) -> Value {
+    let json;
+    let text = match value {
+        Value::String(s) if s.len() <= max => return value.clone(),
+        Value::String(s) => s.as_str(),
+        _ => {
+            json = value.to_string();
+            if json.len() <= max {
+                return value.clone();
+            }
+            &json
+        }
+    };
+    let digest = ring::digest::digest(&ring::digest::SHA256, value.to_string().as_bytes());
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let marker = format!("… [{} bytes, sha256:{hex}]", text.len());
+    let mut cut = max.saturating_sub(marker.len()).min(text.len());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Value::String(format!("{}{marker}", &text[..cut]))
+}
+
+/// Arguments as listings, notifications and the audit trail show them: sensitive ones
+/// redacted, each value [`capped`].
+pub fn shown_arguments(arguments: &Value, max: usize) -> Value {
+    match redact(arguments) {
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, capped(&v, max))).collect()),
+        other => capped(&other, max),
     }
 }
 
@@ -302,7 +362,7 @@ pub(crate) fn decided_entry(view: &PageView, base_url: &str) -> (Value, Value) {
     let mut audit = json!({
         "event": status,
         "thread": view.thread_id, "tool": entry["tool"], "principal": view.principal,
-        "approver": view.page.answered_by, "approval": view.id,
+        "approver": view.page.answered_by, "approval": view.id, "approvers": view.approvers(),
         "args_digest": view.args_digest, "arguments": redact(&Value::Object(before.clone())),
     });
     if status == "edited"
@@ -366,6 +426,7 @@ impl Worker {
                     entry["arguments"] =
                         redact(&Value::Object(first.review.as_ref().map(|r| r.args.clone()).unwrap_or_default()));
                     entry["approvals"] = approvals.iter().map(|a| Value::String(a.id.clone())).collect();
+                    entry["approvers"] = json!(first.approvers());
                 }
                 self.audit(entry);
                 for view in approvals {
@@ -383,6 +444,7 @@ impl Worker {
                     entry["decided_at_ms"] = now_ms().into();
                     let mut audit = call.entry("withdrawn");
                     audit["approval"] = view.id.clone().into();
+                    audit["approvers"] = json!(view.approvers());
                     self.audit(audit);
                     self.publish("approval.decided", entry, now_ms()).await;
                 }
@@ -432,13 +494,27 @@ impl Worker {
         }
     }
 
-    /// Lists `entry` (kept a day past `from_ms`), notifies and streams it.
-    async fn publish(&mut self, event: &str, entry: Value, from_ms: u64) {
+    /// Lists `entry` (kept `keep_ended` past `from_ms`), notifies and streams it, its
+    /// arguments as listings show them ([`shown_arguments`]).
+    async fn publish(&mut self, event: &str, mut entry: Value, from_ms: u64) {
+        let max = self.retention.max_argument_bytes;
+        if !entry["arguments"].is_null() {
+            entry["arguments"] = shown_arguments(&entry["arguments"], max);
+        }
+        if let Some(decision) = entry.get_mut("decision").and_then(Value::as_object_mut) {
+            if let Some(arguments) = decision.get_mut("arguments") {
+                *arguments = shown_arguments(arguments, max);
+                // The edit's own text says the same, unredacted.
+                decision.remove("args");
+            } else if let Some(args) = decision.get_mut("args") {
+                *args = capped(args, max);
+            }
+        }
         let id = entry["id"].as_str().unwrap_or_default().to_owned();
         if let Some(seen) = &mut self.seen {
             seen.insert(id.clone(), entry["status"].as_str().unwrap_or_default().to_owned());
         }
-        let until = from_ms.max(now_ms()).saturating_add(KEPT_AFTER.as_millis() as u64);
+        let until = from_ms.max(now_ms()).saturating_add(self.retention.keep_ended.as_millis() as u64);
         if let Err(error) = self.records.put_approval(&id, entry.clone(), until).await {
             tracing::error!(%error, approval = %id, "the approval could not be listed");
         }
@@ -456,11 +532,17 @@ impl Worker {
         let mut seen = self.seen.take().unwrap_or_default();
         seen.retain(|id, _| listed.iter().any(|e| e["id"] == id.as_str()));
         let mut expired = Vec::new();
+        // Each ended approval's caller, end and id.
+        let mut listed_ended = Vec::new();
         for entry in listed {
             let id = entry["id"].as_str().unwrap_or_default().to_owned();
             let status = entry["status"].as_str().unwrap_or_default().to_owned();
+            if status != "pending" {
+                let caller = entry["caller"].as_str().unwrap_or_default().to_owned();
+                listed_ended.push((caller, entry["decided_at_ms"].as_u64().unwrap_or(0), id.clone()));
+            }
             let lapsed = status == "pending" && entry["expires_at_ms"].as_u64().is_some_and(|at| at <= now);
-            let until = now.saturating_add(KEPT_AFTER.as_millis() as u64);
+            let until = now.saturating_add(self.retention.keep_ended.as_millis() as u64);
             if lapsed && self.records.use_once(&format!("expired:{id}"), until).await.unwrap_or(false) {
                 expired.push(entry);
                 continue;
@@ -472,19 +554,52 @@ impl Worker {
             seen.insert(id, status);
         }
         self.seen = Some(seen);
+        self.drop_past_share(&listed_ended).await;
         for mut entry in expired {
             entry["status"] = "expired".into();
             entry["decided_at_ms"] = now.into();
             self.audit(json!({
                 "event": "expired", "thread": entry["thread"], "tool": entry["tool"], "principal": entry["caller"],
-                "approval": entry["id"],
+                "approval": entry["id"], "approvers": entry["approvers"],
             }));
             self.publish("approval.decided", entry, now).await;
         }
     }
 
-    /// Adds `entry`, with its time, to the entries to write.
+    /// Takes out of the listing each caller's ended approvals past
+    /// `max_ended_per_caller`, the oldest first.
+    async fn drop_past_share(&mut self, ended: &[(String, u64, String)]) {
+        let mut by_caller: std::collections::HashMap<&str, Vec<(u64, &str)>> = std::collections::HashMap::new();
+        for (caller, at, id) in ended {
+            by_caller.entry(caller).or_default().push((*at, id));
+        }
+        let mut dropped = Vec::new();
+        for (_, mut mine) in by_caller {
+            if mine.len() > self.retention.max_ended_per_caller {
+                mine.sort_unstable_by(|a, b| b.cmp(a));
+                dropped.extend(mine.drain(self.retention.max_ended_per_caller..).map(|(_, id)| id.to_owned()));
+            }
+        }
+        if dropped.is_empty() {
+            return;
+        }
+        if let Err(error) = self.records.remove_approvals(&dropped).await {
+            tracing::error!(%error, "ended approvals past a caller's share could not be dropped");
+        }
+    }
+
+    /// Adds `entry`, with its time, to the entries to write; its arguments and an
+    /// edit's diff as listings show them.
     fn audit(&mut self, mut entry: Value) {
+        let max = self.retention.max_argument_bytes;
+        if let Some(arguments) = entry.get_mut("arguments").filter(|a| !a.is_null()) {
+            *arguments = shown_arguments(arguments, max);
+        }
+        if let Some(Value::Object(diff)) = entry.get_mut("diff") {
+            for change in diff.values_mut() {
+                *change = capped(change, max);
+            }
+        }
         let at = now_ms();
         entry["at_ms"] = at.into();
         entry["at"] = rfc3339(at).into();
@@ -518,14 +633,34 @@ impl Worker {
                     Err(e) => Err(e),
                 }
             }
-            AuditFile::Path(path) => match tokio::fs::OpenOptions::new().create(true).append(true).open(path).await {
-                Ok(mut f) => f.write_all(lines.as_bytes()).await,
-                Err(e) => Err(e),
-            },
+            AuditFile::Path(path) => {
+                rotate(path, lines.len() as u64, self.retention.audit_max_bytes).await;
+                match tokio::fs::OpenOptions::new().create(true).append(true).open(path).await {
+                    Ok(mut f) => f.write_all(lines.as_bytes()).await,
+                    Err(e) => Err(e),
+                }
+            }
         };
         if let Err(error) = written {
             tracing::error!(%error, "audit lines could not be written");
         }
+    }
+}
+
+/// Renames the audit file to `<file>.1` (replacing an older one) when `adding` bytes
+/// would take it past `max_bytes`; the next write begins it anew.
+async fn rotate(path: &std::path::Path, adding: u64, max_bytes: u64) {
+    let Ok(meta) = tokio::fs::metadata(path).await else { return };
+    if meta.len() == 0 || meta.len().saturating_add(adding) <= max_bytes {
+        return;
+    }
+    let mut rotated = path.as_os_str().to_owned();
+    rotated.push(".1");
+    match tokio::fs::rename(path, &rotated).await {
+        Ok(()) => {
+            tracing::info!(file = %path.display(), "the audit file reached [audit] max_bytes; the older lines are in <file>.1")
+        }
+        Err(error) => tracing::error!(%error, file = %path.display(), "the audit file could not be rotated"),
     }
 }
 
@@ -553,6 +688,26 @@ mod tests {
             diff(before.as_object().unwrap(), after.as_object().unwrap()),
             json!({"version": {"from": "1.2", "to": "1.3"}, "api_key": "[redacted]"})
         );
+    }
+
+    #[test]
+    fn values_past_the_limit_keep_their_start_size_and_digest_and_capping_twice_changes_nothing() {
+        let long = "é".repeat(1_000);
+        let shown = capped(&json!(long), 300);
+        let text = shown.as_str().unwrap();
+        assert!(text.len() <= 300 && text.starts_with("éé"), "{text}");
+        let digest = ring::digest::digest(&ring::digest::SHA256, json!(long).to_string().as_bytes());
+        let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        assert!(text.ends_with(&format!("… [2000 bytes, sha256:{hex}]")), "{text}");
+        assert_eq!(capped(&shown, 300), shown, "a capped value stays as it is");
+        let object = json!({"rows": (0..200).collect::<Vec<_>>()});
+        let shown = capped(&object, 256);
+        assert!(shown.as_str().unwrap().starts_with("{\"rows\":[0,1,"), "{shown}");
+        assert_eq!(capped(&json!({"a": 1}), 256), json!({"a": 1}), "a small value is whole");
+        let args = json!({"token": "t", "note": "x".repeat(500), "n": 3});
+        let listed = shown_arguments(&args, 256);
+        assert_eq!((&listed["token"], &listed["n"]), (&json!("[redacted]"), &json!(3)));
+        assert!(listed["note"].as_str().unwrap().len() <= 256);
     }
 
     #[test]

@@ -53,7 +53,7 @@ use http::{HeaderValue, Method, StatusCode, header};
 use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc};
 
-pub use ledger::{AuditFile, diff, redact, rfc3339};
+pub use ledger::{AuditFile, Retention, capped, diff, redact, rfc3339, shown_arguments};
 use session::{Keys, Session};
 
 /// How the pages are set up.
@@ -81,6 +81,9 @@ pub struct PagesConfig {
     /// Event streams open in all (default 256; the server sets a quarter of its
     /// connection limit).
     pub max_event_streams: usize,
+    /// How long and how many ended approvals stay listed, how much of an argument
+    /// value is shown outside its approval's own view, when the audit file rotates.
+    pub retention: Retention,
     /// How long a page session lasts, in seconds (`[approvals] session_ttl`; 8 hours by
     /// default).
     pub session_ttl: u64,
@@ -100,6 +103,7 @@ impl PagesConfig {
             admins: Vec::new(),
             max_event_streams_per_principal: 4,
             max_event_streams: 256,
+            retention: Retention::default(),
             session_ttl: session::SESSION_SECONDS,
         }
     }
@@ -148,6 +152,7 @@ impl Pages {
             audit_file: config.audit_file.clone(),
             notifier: notify::Notifier::new(config.notify.clone(), keys.clone()),
             events: events.clone(),
+            retention: config.retention,
         };
         let streams = streams::EventStreams::new(config.max_event_streams_per_principal, config.max_event_streams);
         let throttle = throttle::Throttle::default();
@@ -325,6 +330,11 @@ impl Shared {
             return Ok(Some(ledger::detail(&view, &self.config.base_url)));
         }
         Ok(self.records.approval(id).await.map_err(|e| e.to_string())?.map(ledger::with_display))
+    }
+
+    /// May `who` see listed approval `entry` in the API: an approver of it, or an admin.
+    pub(crate) fn sees(&self, who: &Session, entry: &Value) -> bool {
+        api::may_see(who, entry) || who.is(&self.config.admins)
     }
 
     fn html(&self, status: StatusCode, markup: maud::Markup) -> http::Response<McpBody> {

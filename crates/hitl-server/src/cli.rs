@@ -443,6 +443,16 @@ impl ServeArgs {
         config.max_event_streams_per_principal = approvals.max_event_streams_per_principal.unwrap_or(4);
         // Each stream holds a connection: three quarters stay for everything else.
         config.max_event_streams = approvals.max_event_streams.unwrap_or((self.max_connections / 4).max(1));
+        let defaults = hitl_pages::Retention::default();
+        config.retention = hitl_pages::Retention {
+            keep_ended: approvals.keep_ended.map_or(defaults.keep_ended, Duration::from_secs),
+            max_ended_per_caller: approvals.max_ended_per_caller.unwrap_or(defaults.max_ended_per_caller),
+            max_argument_bytes: approvals.max_argument_bytes.unwrap_or(defaults.max_argument_bytes),
+            audit_max_bytes: self.pages.audit.max_bytes.unwrap_or(defaults.audit_max_bytes),
+        };
+        if config.retention.max_argument_bytes < 256 {
+            bail!("[approvals] max_argument_bytes: give at least 256 (room for a value's start, size and SHA-256)");
+        }
         Ok(config)
     }
 

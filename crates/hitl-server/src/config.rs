@@ -95,6 +95,9 @@ pub(crate) struct NotifySpec {
 pub(crate) struct AuditSection {
     /// A JSON-lines file appended to, or `-` for stdout.
     pub(crate) file: Option<String>,
+    /// The size past which the file is renamed `<file>.1` and begun anew (default
+    /// 100 MiB).
+    pub(crate) max_bytes: Option<u64>,
 }
 
 /// `[approvals]`.
@@ -108,6 +111,13 @@ pub(crate) struct ApprovalsSection {
     pub(crate) max_event_streams_per_principal: Option<usize>,
     /// Event streams open in all (default: a quarter of `max_connections`).
     pub(crate) max_event_streams: Option<usize>,
+    /// Seconds an ended approval stays listed (default 3600).
+    pub(crate) keep_ended: Option<u64>,
+    /// Ended approvals listed per caller, the oldest dropped first (default 200).
+    pub(crate) max_ended_per_caller: Option<usize>,
+    /// Bytes of one argument value shown in listings, notifications and the audit
+    /// trail (default 16384).
+    pub(crate) max_argument_bytes: Option<usize>,
     /// How long a page session lasts, in seconds (default: 28800, 8 hours).
     pub(crate) session_ttl: Option<u64>,
 }

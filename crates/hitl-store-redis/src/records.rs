@@ -90,6 +90,25 @@ impl Records for RedisStore {
         entries.into_iter().flatten().map(|e| serde_json::from_str(&e).map_err(corrupt)).collect()
     }
 
+    async fn remove_approvals(&self, ids: &[String]) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut connection = self.connection().await?;
+        let () = redis::pipe()
+            .atomic()
+            .hdel(ENTRIES, ids)
+            .ignore()
+            .zrem(TIMES, ids)
+            .ignore()
+            .zrem(ORDER, ids)
+            .ignore()
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
     async fn append_audit(&self, entries: Vec<Value>) -> Result<(), StoreError> {
         if entries.is_empty() {
             return Ok(());
