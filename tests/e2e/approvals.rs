@@ -95,19 +95,16 @@ impl Receiver {
 }
 
 /// The shared audit trail since `since` (ms), read a page at a time (`GET /api/audit`
-/// returns at most 1,000), as `token` sees it.
+/// returns at most 500, and a `next_cursor` while more remain), as `token` sees it.
 async fn trail(server: &Server, token: &str, since: u64) -> Vec<Value> {
-    let (mut all, mut from) = (Vec::new(), since);
+    let (mut all, mut path) = (Vec::new(), format!("/api/audit?since={since}"));
     loop {
-        let page = api(server, token, http::Method::GET, &format!("/api/audit?since={from}&limit=1000"), None).await;
+        let page = api(server, token, http::Method::GET, &path, None).await;
         assert_eq!(page.status, 200, "{}", page.body);
-        let events = page.body["events"].as_array().cloned().unwrap_or_default();
-        let last = events.last().and_then(|e| e["at_ms"].as_u64());
-        let full = events.len() == 1000;
-        all.extend(events);
-        match last {
-            Some(at) if full && at > from => from = at,
-            _ => return all,
+        all.extend(page.body["events"].as_array().cloned().unwrap_or_default());
+        match page.body["next_cursor"].as_str() {
+            Some(cursor) => path = format!("/api/audit?cursor={cursor}"),
+            None => return all,
         }
     }
 }
@@ -504,15 +501,7 @@ async fn events_until(
     mut until: impl FnMut(&[Value]) -> bool,
     started: tokio::sync::oneshot::Sender<()>,
 ) -> Vec<Value> {
-    let stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
-    tokio::spawn(connection);
-    let request = http::Request::get("/api/approvals/events")
-        .header("host", server.addr.to_string())
-        .header("authorization", format!("Bearer {token}"))
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-    let response = sender.send_request(request).await.unwrap();
+    let response = server.approval_events(token).await;
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     let mut body = response.into_body();
     let _ = started.send(());

@@ -211,6 +211,20 @@ impl Client {
         (parts.status.as_u16(), parts.headers, String::from_utf8_lossy(&bytes).into_owned())
     }
 
+    /// `GET /api/approvals/events` as `token`, held open: the response, whose body
+    /// keeps the stream (and its connection) open until it is dropped.
+    pub(crate) async fn approval_events(&self, token: &str) -> hyper::Response<hyper::body::Incoming> {
+        let stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+        tokio::spawn(connection);
+        let request = http::Request::get("/api/approvals/events")
+            .header("host", self.addr.to_string())
+            .header("authorization", format!("Bearer {token}"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        sender.send_request(request).await.unwrap()
+    }
+
     /// POSTs raw bytes to `/mcp`.
     pub(crate) async fn post_raw(&self, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Reply {
         let mut all = vec![("content-type", "application/json"), ("accept", "application/json, text/event-stream")];

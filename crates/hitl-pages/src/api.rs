@@ -153,12 +153,12 @@ pub(crate) async fn handle(
     }
 }
 
-/// `limit` (1 to 500, default 500) and `cursor` (from a page's `next_cursor`) of a
-/// listing request.
+/// `limit` (default and at most 500: a larger one is taken as 500) and `cursor` (from a
+/// page's `next_cursor`) of a listing request.
 fn page(query: &std::collections::HashMap<String, String>) -> Result<(usize, Option<(u64, String)>), String> {
     let limit = match query.get("limit").map(|l| l.parse::<usize>()) {
         None => PAGE,
-        Some(Ok(limit)) if (1..=PAGE).contains(&limit) => limit,
+        Some(Ok(limit)) if limit >= 1 => limit.min(PAGE),
         Some(_) => return Err(format!("limit must be a number from 1 to {PAGE}")),
     };
     let after = match query.get("cursor") {
