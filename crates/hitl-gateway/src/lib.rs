@@ -224,13 +224,8 @@ impl Gateway {
         }
         self.started.store(true, std::sync::atomic::Ordering::Relaxed);
         let judgement = self.judge();
-        if self.mode == UnmatchedMode::Error && !(judgement.unmatched.is_empty() && judgement.pending.is_empty()) {
-            let mut problems: Vec<String> = judgement.unmatched.iter().map(ToString::to_string).collect();
-            problems.extend(
-                judgement.pending.iter().map(|p| {
-                    format!("{}: {:?} names an upstream that did not list its tools in time", p.policy, p.glob)
-                }),
-            );
+        let problems = judgement.problems();
+        if self.mode == UnmatchedMode::Error && !problems.is_empty() {
             return Err(format!(
                 "[gateway] unmatched = \"error\": {} policy glob(s) guard nothing:\n  {}",
                 problems.len(),

@@ -148,6 +148,16 @@ pub struct Judgement {
 }
 
 impl Judgement {
+    /// Each glob that matches nothing, and each that waits on an upstream that could
+    /// not be listed, as a line that names its policy.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems: Vec<String> = self.unmatched.iter().map(ToString::to_string).collect();
+        problems.extend(self.pending.iter().map(|p| {
+            format!("{}: {:?} names an upstream that could not be listed; it was not checked", p.policy, p.glob)
+        }));
+        problems
+    }
+
     /// How many policies have a glob that matches nothing.
     pub fn unmatched_policies(&self) -> usize {
         let mut policies: Vec<&str> = self.unmatched.iter().map(|u| u.policy.as_str()).collect();

@@ -517,8 +517,13 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
         for found in &judged.unmatched {
             found.log(mode);
         }
-        if mode == hitl_gateway::UnmatchedMode::Error && !judged.unmatched.is_empty() {
-            bail!("[gateway] unmatched = \"error\": {} policy glob(s) guard nothing", judged.unmatched.len());
+        let problems = judged.problems();
+        if mode == hitl_gateway::UnmatchedMode::Error && !problems.is_empty() {
+            bail!(
+                "[gateway] unmatched = \"error\": {} policy glob(s) guard nothing:\n  {}",
+                problems.len(),
+                problems.join("\n  ")
+            );
         }
     }
     let server = match args.metrics_listen {
@@ -607,10 +612,7 @@ pub(crate) fn check(args: CheckArgs, runtime: &tokio::runtime::Runtime) -> anyho
             })?,
             None => judged.unwrap_or_default(),
         };
-        let mut problems: Vec<String> = judged.unmatched.iter().map(ToString::to_string).collect();
-        problems.extend(judged.pending.iter().map(|p| {
-            format!("{}: {:?} names an upstream that could not be listed; it was not checked", p.policy, p.glob)
-        }));
+        let problems = judged.problems();
         if !problems.is_empty() {
             bail!(
                 "{}: {} policy glob(s) guard nothing:\n  {}",
