@@ -11,6 +11,7 @@ use hitl_protocol::{ErrorObject, RequestId, headers, meta_keys as meta, version}
 use serde_json::{Map, Value, json};
 use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
+use crate::sessions::{Lease, Slot, Table};
 use crate::{Era, UpstreamError};
 
 /// One message to send, encoded.
@@ -242,6 +243,9 @@ pub(crate) trait Transport: Send + Sync + std::fmt::Debug {
     async fn listen(&self, _era: &Era, _subscribe: Outgoing<'_>) -> Result<Listened, UpstreamError> {
         Ok(Listened::Unsupported)
     }
+
+    /// Ends the session of `era`, where the transport can (HTTP DELETE).
+    async fn close(&self, _era: &Era) {}
 }
 
 /// Told when the upstream says its tools changed (`notifications/tools/list_changed`).
@@ -279,9 +283,14 @@ pub struct Upstream {
     name: String,
     protocol: Option<String>,
     timeout: Duration,
-    transport: Box<dyn Transport>,
+    transport: Arc<dyn Transport>,
     changed: Changed,
+    /// The session tools are listed in (and calls made for no one in particular).
     era: Mutex<Option<(Era, u64)>>,
+    /// Each caller's session, for a 2025-era HTTP upstream that gives sessions.
+    sessions: Arc<std::sync::Mutex<Table>>,
+    /// Whether the task that closes idle sessions runs.
+    sweeping: std::sync::atomic::AtomicBool,
     next_id: AtomicI64,
 }
 
@@ -311,9 +320,115 @@ impl Upstream {
         protocol: Option<String>,
         timeout: Duration,
         changed: Changed,
-        transport: Box<dyn Transport>,
+        transport: Arc<dyn Transport>,
     ) -> Self {
-        Self { name, protocol, timeout, transport, changed, era: Mutex::new(None), next_id: AtomicI64::new(1) }
+        let sessions = Table::new(crate::SESSION_IDLE, crate::MAX_SESSIONS);
+        Self {
+            name,
+            protocol,
+            timeout,
+            transport,
+            changed,
+            era: Mutex::new(None),
+            sessions: Arc::new(std::sync::Mutex::new(sessions)),
+            sweeping: std::sync::atomic::AtomicBool::new(false),
+            next_id: AtomicI64::new(1),
+        }
+    }
+
+    /// Closes a caller's session after `idle` without calls, and keeps at most `cap`
+    /// of them (defaults [`crate::SESSION_IDLE`], [`crate::MAX_SESSIONS`]).
+    pub fn with_sessions(mut self, idle: Duration, cap: usize) -> Self {
+        self.sessions = Arc::new(std::sync::Mutex::new(Table::new(idle, cap)));
+        self
+    }
+
+    /// How many callers' sessions are open (or being opened).
+    pub fn sessions(&self) -> usize {
+        self.table().len()
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The session of caller `key`, held until the lease is dropped; starts the task
+    /// that closes idle sessions, and closes those the cap pushes out.
+    fn lease(&self, key: &str) -> Lease {
+        let (slot, closed) = self.table().take(key, std::time::Instant::now());
+        self.close_all(closed);
+        if !self.sweeping.swap(true, Ordering::Relaxed) {
+            self.sweep();
+        }
+        Lease::new(self.sessions.clone(), key, slot)
+    }
+
+    /// Closes `eras`' sessions in the background.
+    fn close_all(&self, eras: Vec<Era>) {
+        if eras.is_empty() {
+            return;
+        }
+        let (transport, name) = (self.transport.clone(), self.name.clone());
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        runtime.spawn(async move {
+            for era in eras {
+                tracing::debug!(upstream = %name, "a caller's session is closed");
+                transport.close(&era).await;
+            }
+        });
+    }
+
+    /// Runs the task that closes callers' sessions once idle, for as long as this
+    /// upstream lives.
+    fn sweep(&self) {
+        let (table, transport, name) = (Arc::downgrade(&self.sessions), self.transport.clone(), self.name.clone());
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.sweeping.store(false, Ordering::Relaxed);
+            return;
+        };
+        runtime.spawn(async move {
+            loop {
+                let Some(sessions) = table.upgrade() else { return };
+                let now = std::time::Instant::now();
+                let (closed, next, idle) = {
+                    let mut table = sessions.lock().unwrap_or_else(|p| p.into_inner());
+                    let (closed, next) = table.expire(now);
+                    (closed, next, table.idle())
+                };
+                drop(sessions);
+                for era in closed {
+                    tracing::debug!(upstream = %name, "an idle caller's session is closed");
+                    transport.close(&era).await;
+                }
+                let next = next.unwrap_or(now + idle).max(now + Duration::from_millis(10));
+                tokio::time::sleep_until(next.into()).await;
+            }
+        });
+    }
+
+    /// The era of caller `key`'s session (`slot`), opened with `listing`'s revision if
+    /// need be.
+    async fn keyed_era(&self, slot: &Slot, listing: &Era) -> Result<Era, UpstreamError> {
+        let mut era = slot.lock().await;
+        let generation = self.transport.connect().await?;
+        if let Some((known, at)) = &*era
+            && *at == generation
+        {
+            return Ok(known.clone());
+        }
+        let Era::Legacy { version, .. } = listing else { return Ok(listing.clone()) };
+        let opened = self.initialize(version).await?;
+        tracing::debug!(upstream = %self.name, "a caller's session is opened");
+        *era = Some((opened.clone(), generation));
+        Ok(opened)
+    }
+
+    /// Forgets caller session `era` (the upstream no longer knows it).
+    async fn forget_keyed(slot: &Slot, era: &Era) {
+        let mut slot = slot.lock().await;
+        if slot.as_ref().is_some_and(|(known, _)| known == era) {
+            *slot = None;
+        }
     }
 
     /// Resolves once the upstream says its tools changed (`notifications/tools/list_changed`,
@@ -399,16 +514,35 @@ impl Upstream {
     /// upstream no longer knows (HTTP 404) is opened again once; the request had not
     /// been served, so it is sent again.
     pub async fn request(&self, method: &str, params: Map<String, Value>) -> Result<Value, UpstreamError> {
-        self.request_asking(method, params, None).await
+        self.request_asking(None, method, params, None).await
     }
 
+    /// Sends `method` in the session of caller `key` (`None`: the listing session). A
+    /// 2025-era upstream that gives sessions gets one per key, opened on first use and
+    /// closed once idle; with any other upstream, every key shares what there is.
     async fn request_asking(
         &self,
+        key: Option<&str>,
         method: &str,
         params: Map<String, Value>,
         asks: Option<Asks>,
     ) -> Result<Value, UpstreamError> {
         let era = self.era().await?;
+        if let Some(key) = key
+            && matches!(era, Era::Legacy { session: Some(_), .. })
+        {
+            let lease = self.lease(key);
+            let era = self.keyed_era(&lease.slot, &era).await?;
+            return match self.send(&era, method, params.clone(), asks.clone()).await {
+                Err(UpstreamError::Status { status: 404, .. }) => {
+                    Self::forget_keyed(&lease.slot, &era).await;
+                    let listing = self.era().await?;
+                    let era = self.keyed_era(&lease.slot, &listing).await?;
+                    self.send(&era, method, params, asks).await
+                }
+                other => other,
+            };
+        }
         match self.send(&era, method, params.clone(), asks.clone()).await {
             Err(UpstreamError::Status { status: 404, .. }) if matches!(era, Era::Legacy { session: Some(_), .. }) => {
                 self.forget(&era).await;
@@ -461,10 +595,23 @@ impl Upstream {
         arguments: Map<String, Value>,
         extra: Map<String, Value>,
     ) -> Result<Value, UpstreamError> {
+        self.call_tool_for(None, name, arguments, extra).await
+    }
+
+    /// [`Upstream::call_tool_with`] in the session of caller `key` (see
+    /// [`Upstream::start_call_for`]).
+    pub async fn call_tool_for(
+        &self,
+        key: Option<&str>,
+        name: &str,
+        arguments: Map<String, Value>,
+        extra: Map<String, Value>,
+    ) -> Result<Value, UpstreamError> {
         let mut params =
             Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
         params.extend(extra);
-        timed(self.name.clone(), self.call_span(name), self.request("tools/call", params)).await
+        let call = self.request_asking(key, "tools/call", params, None);
+        timed(self.name.clone(), self.call_span(name), call).await
     }
 
     /// [`Upstream::call_tool_with`], started in a task, with the requests the upstream
@@ -478,13 +625,30 @@ impl Upstream {
         extra: Map<String, Value>,
         progress: bool,
     ) -> Call {
+        self.start_call_for(None, name, arguments, extra, progress)
+    }
+
+    /// [`Upstream::start_call`] in the session of caller `key`: calls for one key share
+    /// a session of a 2025-era upstream that gives sessions, calls for different keys
+    /// never do (`None`: the session tools are listed in). The key must come from who
+    /// the caller is, never from what it sends alone. A stdio upstream is one process
+    /// with one session, which every key shares.
+    pub fn start_call_for(
+        self: &Arc<Self>,
+        key: Option<&str>,
+        name: &str,
+        arguments: Map<String, Value>,
+        extra: Map<String, Value>,
+        progress: bool,
+    ) -> Call {
+        let key = key.map(str::to_owned);
         let (sender, inbox) = mpsc::unbounded_channel();
         let asks = Asks { sender, progress };
         let mut params =
             Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
         params.extend(extra);
         let upstream = self.clone();
-        let call = async move { upstream.request_asking("tools/call", params, Some(asks)).await };
+        let call = async move { upstream.request_asking(key.as_deref(), "tools/call", params, Some(asks)).await };
         // The call's span is made here, in the caller's (its trace reaches the upstream).
         let task = tokio::spawn(timed(self.name.clone(), self.call_span(name), call));
         Call { upstream: self.name.clone(), timeout: self.timeout, inbox, task, done: false }

@@ -46,7 +46,7 @@ impl Upstream {
         let (name, protocol, timeout) = (config.name.clone(), config.protocol.clone(), config.timeout);
         let changed = Changed::default();
         let transport = HttpTransport { config, client, changed: changed.clone(), askers: Arc::default() };
-        Ok(Self::with_transport(name, protocol, timeout, changed, Box::new(transport)))
+        Ok(Self::with_transport(name, protocol, timeout, changed, Arc::new(transport)))
     }
 }
 
@@ -198,6 +198,24 @@ impl Transport for HttpTransport {
             }
         }
         Ok(Listened::Ended)
+    }
+
+    /// The Streamable HTTP way to end a session: DELETE with its `Mcp-Session-Id`
+    /// (405: the upstream does not let clients end sessions; it expires them itself).
+    async fn close(&self, era: &Era) {
+        let Era::Legacy { session: Some(_), .. } = era else { return };
+        let Ok(request) = self.request(Method::DELETE, "application/json", era, "", None).body(Full::new(Bytes::new()))
+        else {
+            return;
+        };
+        match tokio::time::timeout(self.config.timeout, self.client.request(request)).await {
+            Ok(Ok(response)) if response.status().is_success() || response.status() == StatusCode::NOT_FOUND => {}
+            Ok(Ok(response)) => {
+                tracing::debug!(upstream = %self.config.name, status = %response.status(), "the upstream did not end a session")
+            }
+            Ok(Err(e)) => tracing::debug!(upstream = %self.config.name, error = %e, "could not end a session"),
+            Err(_) => tracing::debug!(upstream = %self.config.name, "ending a session timed out"),
+        }
     }
 }
 

@@ -48,7 +48,7 @@ impl Upstream {
             generation: AtomicU64::new(0),
             restart: SyncMutex::new(Restart::default()),
         };
-        Self::with_transport(name, protocol, timeout, changed, Box::new(transport))
+        Self::with_transport(name, protocol, timeout, changed, Arc::new(transport))
     }
 }
 
