@@ -200,6 +200,7 @@ impl Engine {
             progress: None,
             cancel: None,
             task: true,
+            session: None,
         };
         let deadline = Deadline::after(self.limits.request_timeout);
         match self.answer_round(agent, call, thread.args_digest.clone(), &request_state, deadline).await? {
