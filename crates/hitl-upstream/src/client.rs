@@ -11,7 +11,7 @@ use hitl_protocol::{ErrorObject, RequestId, headers, meta_keys as meta, version}
 use serde_json::{Map, Value, json};
 use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
-use crate::sessions::{Lease, Slot, Table};
+use crate::sessions::{Lease, Opened, Slot, Table};
 use crate::{Era, UpstreamError};
 
 /// One message to send, encoded.
@@ -36,9 +36,10 @@ pub(crate) struct Asks {
 }
 
 /// The calls in flight that take what the upstream sends outside their own response
-/// (a stdio process's requests, a 2025-era session's GET stream), by request id.
+/// (a stdio process's requests, a 2025-era session's GET stream), by request id, each
+/// with the session it runs in.
 #[derive(Debug, Default)]
-pub(crate) struct Askers(std::sync::Mutex<std::collections::BTreeMap<i64, Asks>>);
+pub(crate) struct Askers(std::sync::Mutex<std::collections::BTreeMap<i64, (Option<String>, Asks)>>);
 
 /// A call registered in [`Askers`] until it is dropped.
 pub(crate) struct Asking {
@@ -53,30 +54,36 @@ impl Drop for Asking {
 }
 
 impl Askers {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<i64, Asks>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<i64, (Option<String>, Asks)>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers call `id` while the returned guard lives.
-    pub(crate) fn register(self: &Arc<Self>, id: i64, asks: Asks) -> Asking {
-        self.lock().insert(id, asks);
+    /// Registers call `id`, made in `session` (its `Mcp-Session-Id`), while the
+    /// returned guard lives.
+    pub(crate) fn register(self: &Arc<Self>, id: i64, session: Option<String>, asks: Asks) -> Asking {
+        self.lock().insert(id, (session, asks));
         Asking { id, askers: self.clone() }
     }
 
-    /// The call a request from the upstream belongs to, when nothing else ties it to
-    /// one: the call in flight when there is exactly one; with several, none (it is
-    /// refused rather than shown to the wrong person).
-    pub(crate) fn sole(&self, upstream: &str, method: &str) -> Option<Asks> {
+    /// The call a request from the upstream on `session`'s stream belongs to, when
+    /// nothing else ties it to one: the call in flight in that session when there is
+    /// exactly one; with several, none (it is refused rather than shown to the wrong
+    /// person). A call in another caller's session is never one.
+    pub(crate) fn sole(&self, upstream: &str, method: &str, session: Option<&str>) -> Option<Asks> {
         let askers = self.lock();
-        if askers.len() > 1 {
+        let mut calls = askers.values().filter(|(s, _)| s.as_deref() == session);
+        let first = calls.next().map(|(_, asks)| asks.clone());
+        let more = calls.count();
+        if more > 0 {
             tracing::warn!(
                 upstream,
                 method,
-                calls = askers.len(),
+                calls = more + 1,
                 "refused: it asked during several calls at once and the call it belongs to is unknown"
             );
+            return None;
         }
-        (askers.len() == 1).then(|| askers.values().next().cloned()).flatten()
+        first
     }
 
     /// Hands a `notifications/progress` to the call whose request id is its token;
@@ -84,7 +91,7 @@ impl Askers {
     pub(crate) fn progress(&self, message: &Message) -> bool {
         let Message::Notification(notification) = message else { return false };
         let token = notification.params.as_ref().and_then(|p| p.get("progressToken")).and_then(Value::as_i64);
-        let asks = token.and_then(|t| self.lock().get(&t).cloned());
+        let asks = token.and_then(|t| self.lock().get(&t).map(|(_, asks)| asks.clone()));
         asks.is_some_and(|asks| asks.progress(message))
     }
 }
@@ -309,6 +316,25 @@ async fn timed<T>(
     outcome
 }
 
+/// Reads the stream of a caller's session `era` (its GET stream) for as long as the
+/// session lives (the task is aborted when it is dropped).
+async fn listen_in(transport: Arc<dyn Transport>, era: Era, upstream: String) {
+    const FIRST: Duration = Duration::from_secs(1);
+    let mut pause = FIRST;
+    loop {
+        let subscribe = Outgoing { method: "", id: None, body: Vec::new(), name: None, asks: None };
+        match transport.listen(&era, subscribe).await {
+            Ok(Listened::Unsupported) | Err(UpstreamError::Status { status: 404, .. }) => return,
+            Ok(Listened::Ended) => pause = FIRST,
+            Err(error) => {
+                tracing::debug!(%upstream, %error, "a caller's session stream failed");
+                pause = (pause * 2).min(Duration::from_secs(60));
+            }
+        }
+        tokio::time::sleep(pause).await;
+    }
+}
+
 /// This client, as upstreams see it.
 fn client_info() -> Value {
     json!({"name": "hitl", "version": env!("CARGO_PKG_VERSION")})
@@ -407,26 +433,30 @@ impl Upstream {
     }
 
     /// The era of caller `key`'s session (`slot`), opened with `listing`'s revision if
-    /// need be.
+    /// need be; an opened session's own stream is read (the upstream's requests and
+    /// list changes that belong to it come there) until the session is dropped.
     async fn keyed_era(&self, slot: &Slot, listing: &Era) -> Result<Era, UpstreamError> {
-        let mut era = slot.lock().await;
+        let mut opened = slot.lock().await;
         let generation = self.transport.connect().await?;
-        if let Some((known, at)) = &*era
-            && *at == generation
+        if let Some(known) = &*opened
+            && known.generation == generation
         {
-            return Ok(known.clone());
+            return Ok(known.era.clone());
         }
         let Era::Legacy { version, .. } = listing else { return Ok(listing.clone()) };
-        let opened = self.initialize(version).await?;
+        let era = self.initialize(version).await?;
         tracing::debug!(upstream = %self.name, "a caller's session is opened");
-        *era = Some((opened.clone(), generation));
-        Ok(opened)
+        let listener = tokio::runtime::Handle::try_current().ok().map(|runtime| {
+            runtime.spawn(listen_in(self.transport.clone(), era.clone(), self.name.clone())).abort_handle()
+        });
+        *opened = Some(Opened { era: era.clone(), generation, listener });
+        Ok(era)
     }
 
     /// Forgets caller session `era` (the upstream no longer knows it).
     async fn forget_keyed(slot: &Slot, era: &Era) {
         let mut slot = slot.lock().await;
-        if slot.as_ref().is_some_and(|(known, _)| known == era) {
+        if slot.as_ref().is_some_and(|known| known.era == *era) {
             *slot = None;
         }
     }
@@ -793,5 +823,30 @@ pub(crate) fn response_to(bytes: &[u8], id: i64) -> Option<Result<Value, ErrorOb
         Message::Response { id: got, result } if got == id => Some(Ok(result)),
         Message::Error { id: Some(got), error } if got == id => Some(Err(error)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asks() -> (Asks, mpsc::UnboundedReceiver<Incoming>) {
+        let (sender, inbox) = mpsc::unbounded_channel();
+        (Asks { sender, progress: false }, inbox)
+    }
+
+    #[test]
+    fn a_request_on_a_sessions_stream_goes_only_to_a_call_in_that_session() {
+        let askers = Arc::new(Askers::default());
+        let (alice, _alice_inbox) = asks();
+        let _alice = askers.register(1, Some("s-alice".into()), alice);
+        assert!(askers.sole("db", "roots/list", Some("s-alice")).is_some(), "alice's one call");
+        assert!(askers.sole("db", "roots/list", Some("s-bob")).is_none(), "never to another caller's call");
+        assert!(askers.sole("db", "roots/list", None).is_none(), "nor from the listing session's stream");
+        let (again, _again_inbox) = asks();
+        let second = askers.register(2, Some("s-alice".into()), again);
+        assert!(askers.sole("db", "roots/list", Some("s-alice")).is_none(), "two calls: whose is unknown");
+        drop(second);
+        assert!(askers.sole("db", "roots/list", Some("s-alice")).is_some(), "one again once the other ends");
     }
 }

@@ -118,7 +118,7 @@ impl Transport for HttpTransport {
             .post(era, message.method, message.name.as_deref(), message.body)
             .map_err(|e| self.protocol(e.to_string()))?;
         let _asking = match (message.id, &message.asks) {
-            (Some(id), Some(asks)) => Some(self.askers.register(id, asks.clone())),
+            (Some(id), Some(asks)) => Some(self.askers.register(id, session_of(era), asks.clone())),
             _ => None,
         };
         let exchange = async {
@@ -188,7 +188,8 @@ impl Transport for HttpTransport {
                     // A request outside any call's stream (a 2025-era server that
                     // does not relate it to the call): answered by the call in flight.
                     Ok(jsonrpc::Message::Request(request)) => {
-                        let asks = self.askers.sole(&self.config.name, &request.method);
+                        let session = session_of(era);
+                        let asks = self.askers.sole(&self.config.name, &request.method, session.as_deref());
                         let reply = reply_to(asks.as_ref(), request).await;
                         self.answer(era, reply).await;
                     }
@@ -338,6 +339,14 @@ impl HttpTransport {
 
     fn protocol(&self, detail: impl Into<String>) -> UpstreamError {
         UpstreamError::Protocol { upstream: self.config.name.clone(), detail: detail.into() }
+    }
+}
+
+/// The `Mcp-Session-Id` of `era`.
+fn session_of(era: &Era) -> Option<String> {
+    match era {
+        Era::Legacy { session, .. } => session.clone(),
+        Era::Modern => None,
     }
 }
 

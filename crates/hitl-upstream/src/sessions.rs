@@ -13,9 +13,26 @@ use tokio::sync::Mutex;
 
 use crate::Era;
 
-/// A caller's session: the era negotiated in it (with its `Mcp-Session-Id`) and the
-/// transport generation it was opened in; `None` until opened.
-pub(crate) type Slot = Arc<Mutex<Option<(Era, u64)>>>;
+/// A caller's session; `None` until opened.
+pub(crate) type Slot = Arc<Mutex<Option<Opened>>>;
+
+/// An open session: the era negotiated in it (with its `Mcp-Session-Id`), the
+/// transport generation it was opened in, and the task that reads its own stream
+/// (stopped when the session is dropped).
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub(crate) era: Era,
+    pub(crate) generation: u64,
+    pub(crate) listener: Option<tokio::task::AbortHandle>,
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        if let Some(listener) = &self.listener {
+            listener.abort();
+        }
+    }
+}
 
 /// How long a caller's session lives without calls, by default.
 pub const SESSION_IDLE: Duration = Duration::from_secs(300);
@@ -113,7 +130,7 @@ impl Table {
 
 /// The session a slot opened, when it did. A slot no request uses is not locked.
 fn opened(slot: &Slot) -> Option<Era> {
-    slot.try_lock().ok().and_then(|mut s| s.take()).map(|(era, _)| era)
+    slot.try_lock().ok().and_then(|mut s| s.take()).map(|opened| opened.era.clone())
 }
 
 /// A request's hold on its caller's session: released when dropped.
@@ -146,7 +163,7 @@ mod tests {
     /// Takes `key`'s session, opens it as `id` and releases it.
     fn open(table: &mut Table, key: &str, id: &str, now: Instant) -> Vec<Era> {
         let (slot, closed) = table.take(key, now);
-        *slot.try_lock().unwrap() = Some((legacy(id), 0));
+        *slot.try_lock().unwrap() = Some(Opened { era: legacy(id), generation: 0, listener: None });
         table.release(key, now);
         closed
     }
@@ -160,8 +177,8 @@ mod tests {
         let (alice, _) = table.take("alice", now);
         let (bob, _) = table.take("bob", now);
         assert!(!Arc::ptr_eq(&alice, &bob), "two keys, two sessions");
-        assert_eq!(alice.try_lock().unwrap().as_ref().map(|(e, _)| e.clone()), Some(legacy("s-alice")));
-        assert_eq!(bob.try_lock().unwrap().as_ref().map(|(e, _)| e.clone()), Some(legacy("s-bob")));
+        assert_eq!(alice.try_lock().unwrap().as_ref().map(|o| o.era.clone()), Some(legacy("s-alice")));
+        assert_eq!(bob.try_lock().unwrap().as_ref().map(|o| o.era.clone()), Some(legacy("s-bob")));
         let (again, _) = table.take("alice", now);
         assert!(Arc::ptr_eq(&alice, &again), "the same key keeps its session");
         assert_eq!(table.len(), 2);
@@ -176,7 +193,7 @@ mod tests {
         open(&mut table, "bob", "s-bob", start + Duration::from_secs(100));
         // Carol's request is still running.
         let (carol, _) = table.take("carol", start);
-        *carol.try_lock().unwrap() = Some((legacy("s-carol"), 0));
+        *carol.try_lock().unwrap() = Some(Opened { era: legacy("s-carol"), generation: 0, listener: None });
 
         let (closed, next) = table.expire(start + Duration::from_secs(299));
         assert!(closed.is_empty(), "nothing idle long enough");
