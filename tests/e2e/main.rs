@@ -22,4 +22,5 @@ mod skeleton;
 mod tasks;
 mod telemetry;
 mod trust;
+mod trust_sessions;
 mod upstream;
