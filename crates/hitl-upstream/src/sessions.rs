@@ -103,7 +103,7 @@ impl Table {
     }
 
     /// Removes the sessions idle for `idle` or longer and returns them, with when the
-    /// next one may be due.
+    /// next one not in use is due.
     pub(crate) fn expire(&mut self, now: Instant) -> (Vec<Era>, Option<Instant>) {
         let idle = self.idle;
         let due: Vec<String> = self
@@ -118,7 +118,9 @@ impl Table {
                 closed.extend(opened(&entry.slot));
             }
         }
-        let next = self.entries.values().map(|e| e.last_used + idle).min();
+        // A session in use is due `idle` after its release, which comes later than any
+        // wake-up planned now.
+        let next = self.entries.values().filter(|e| e.in_use == 0).map(|e| e.last_used + idle).min();
         (closed, next)
     }
 
@@ -201,7 +203,7 @@ mod tests {
 
         let (closed, next) = table.expire(start + idle);
         assert_eq!(closed, vec![legacy("s-alice")], "alice idle 300 s; carol is in use");
-        assert_eq!(next, Some(start + idle), "carol's is due again at once when released");
+        assert_eq!(next, Some(start + Duration::from_secs(400)), "bob's; carol's is due only once released");
         assert_eq!(table.len(), 2);
 
         table.release("carol", start + idle);
