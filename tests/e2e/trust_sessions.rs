@@ -2,7 +2,9 @@
 //! that keeps state per session (the Python SDK's `MCPServer`, spoken to in 2025-11-25,
 //! `tests/python/upstream_server.py`: `session_id`, `remember`, `recall`, `ended`).
 //! Two callers (two tokens, two 2025-era client sessions) never share an upstream
-//! session, a caller keeps its own across calls and a review, and an idle one is ended.
+//! session, a caller keeps its own across calls and a review (resumed on another
+//! replica too: in that replica's session for the same caller), and an idle one is
+//! ended.
 
 use std::time::{Duration, Instant};
 
@@ -200,4 +202,33 @@ async fn an_idle_upstream_session_is_ended_and_a_new_one_opened_on_the_next_call
     assert!(!next.is_empty() && next != first, "a new session after the idle one was ended: {next:?}");
     let ended = watcher.text(&server, "db.ended", json!({})).await;
     assert!(!ended.split(',').any(|s| s == next), "the new session is open: {ended:?}");
+}
+
+#[tokio::test]
+async fn a_reviewed_call_resumed_on_another_replica_runs_in_its_callers_session_there() {
+    let Some(url) = crate::harness::redis_url("trust_sessions") else { return };
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let file = ConfigFile::write(&config(&upstream, ""));
+    // The suite's Redis outlives a run: one caller's default share of paused calls is
+    // too small for all of them.
+    let args = ["--config", file.0.to_str().unwrap(), "--max-paused-per-caller", "1000000"];
+    let one = Server::start_on(&url, &args).await;
+    let two = Server::start_on(&url, &args).await;
+    let alice = Modern { token: None, capabilities: r#"{"elicitation": {}}"# };
+    let bob = Modern { token: None, capabilities: "{}" };
+
+    // alice's session on replica two holds her note; bob's there holds his.
+    assert_eq!(alice.text(&two, "db.remember", json!({"note": "alice on two"})).await, "remembered");
+    assert_eq!(bob.text(&two, "db.remember", json!({"note": "bob on two"})).await, "remembered");
+    // Paused for review on replica one, approved through replica two: it runs there, in
+    // a session for alice's key (hers, not bob's, not one of its own).
+    let paused = alice.call(&one, "db.recall", json!({})).await;
+    let result = &paused.body["result"];
+    assert_eq!(result["resultType"], "input_required", "{result}");
+    let key = result["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let answer = json!({ key.as_str(): {"action": "accept", "content": {"decision": "approve"}} });
+    let params = json!({"name": "db.recall", "arguments": {}, "inputResponses": answer,
+                        "requestState": result["requestState"]});
+    let done = request_as(&two, None, json!({"elicitation": {}}), 2, "tools/call", params).await;
+    assert_eq!(text(&done), "alice on two", "{}", done.body);
 }
