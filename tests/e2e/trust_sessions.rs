@@ -232,3 +232,42 @@ async fn a_reviewed_call_resumed_on_another_replica_runs_in_its_callers_session_
     let done = request_as(&two, None, json!({"elicitation": {}}), 2, "tools/call", params).await;
     assert_eq!(text(&done), "alice on two", "{}", done.body);
 }
+
+/// The text of an upstream's tool result, from `hitl-upstream` directly.
+fn upstream_text(result: &Value) -> String {
+    result["content"][0]["text"].as_str().unwrap_or_else(|| panic!("a text result: {result}")).to_owned()
+}
+
+#[tokio::test]
+async fn a_flood_of_callers_keeps_at_most_the_cap_of_upstream_sessions() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let client =
+        std::sync::Arc::new(upstream.client("db", Some("2025-11-25")).with_sessions(Duration::from_secs(300), 2));
+    let call = |key: String, tool: &'static str| {
+        let client = client.clone();
+        async move {
+            let call = client.call_tool_for(Some(&key), tool, serde_json::Map::new(), serde_json::Map::new());
+            upstream_text(&call.await.unwrap())
+        }
+    };
+    let mut seen = Vec::new();
+    for n in 0..5 {
+        seen.push(call(format!("caller-{n}"), "session_id").await);
+        assert!(client.sessions() <= 2, "{} sessions after {} callers", client.sessions(), n + 1);
+    }
+    seen.dedup();
+    assert_eq!(seen.len(), 5, "each caller its own session: {seen:?}");
+    // The three least recently used were ended upstream, the two latest were not.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ended = upstream_text(&client.call_tool("ended", serde_json::Map::new()).await.unwrap());
+        let ended: Vec<&str> = ended.split(',').collect();
+        if seen[..3].iter().all(|s| ended.contains(&s.as_str())) {
+            assert!(!ended.contains(&seen[3].as_str()) && !ended.contains(&seen[4].as_str()), "{ended:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the sessions past the cap were never ended: {ended:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(call("caller-4".into(), "session_id").await, seen[4], "a kept session is kept");
+}
