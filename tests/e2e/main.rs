@@ -24,4 +24,5 @@ mod telemetry;
 mod trust;
 mod trust_display;
 mod trust_pages;
+mod trust_sessions;
 mod upstream;

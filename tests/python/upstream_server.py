@@ -148,6 +148,53 @@ def crash() -> str:
     os._exit(3)
 
 
+# Per-session state, for the tests of one upstream session per caller: a note kept by
+# the session it was written in, and the sessions clients ended (HTTP DELETE).
+notes: dict[str, str] = {}
+ended_sessions: list[str] = []
+
+
+def session_of(ctx: Context) -> str:
+    return (ctx.headers or {}).get("mcp-session-id", "")
+
+
+@server.tool()
+def session_id(ctx: Context) -> str:
+    """The Mcp-Session-Id this call came in ("" without one)."""
+    return session_of(ctx)
+
+
+@server.tool()
+def remember(note: str, ctx: Context) -> str:
+    """Keeps a note in this session."""
+    notes[session_of(ctx)] = note
+    return "remembered"
+
+
+@server.tool()
+def recall(ctx: Context) -> str:
+    """The note kept in this session ("" when none)."""
+    return notes.get(session_of(ctx), "")
+
+
+@server.tool()
+def ended() -> str:
+    """The sessions clients ended with an HTTP DELETE, comma-separated."""
+    return ",".join(ended_sessions)
+
+
+def recording_deletes(app):
+    """`app`, noting each session a client ends (DELETE with its Mcp-Session-Id)."""
+
+    async def wrapped(scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "DELETE":
+            headers = dict(scope.get("headers") or [])
+            ended_sessions.append(headers.get(b"mcp-session-id", b"").decode())
+        await app(scope, receive, send)
+
+    return wrapped
+
+
 @server.tool()
 def big(megabytes: int) -> str:
     """Answers with a text of `megabytes` MiB (for response size limits)."""
@@ -214,7 +261,7 @@ async def main() -> None:
     sock.bind(("127.0.0.1", port))
     sock.listen(128)
     port = sock.getsockname()[1]
-    app = server.streamable_http_app(json_response="--json" in sys.argv)
+    app = recording_deletes(server.streamable_http_app(json_response="--json" in sys.argv))
     scheme, tls = "http", {}
     if "--tls" in sys.argv:
         cert, key = certificates(sys.argv[sys.argv.index("--tls") + 1])

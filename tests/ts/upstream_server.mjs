@@ -39,16 +39,23 @@ function newServer() {
       executions.truncate = (executions.truncate ?? 0) + 1;
       return text(`truncated ${table}`);
     });
-  // Adds a tool at run time: the SDK tells the session's GET stream the list changed.
+  // Adds a tool at run time, in every session (each its own McpServer): the SDK tells
+  // each session's GET stream the list changed.
   server.registerTool("grow", { description: "Adds a tool called name.", inputSchema: { name: z.string() } },
     async ({ name }) => {
-      server.registerTool(name, { description: "Added at run time." }, async () => text(`I am ${name}`));
+      for (const each of servers) {
+        each.registerTool(name, { description: "Added at run time." }, async () => text(`I am ${name}`));
+      }
       return text(`added ${name}`);
     });
   server.registerTool("executions", { description: "How many times a tool ran.", inputSchema: { tool: z.string() } },
     async ({ tool }) => text(executions[tool] ?? 0));
+  servers.push(server);
   return server;
 }
+
+// Every session's server, so a tool added at run time is added to all.
+const servers = [];
 
 const sessions = {};
 const listener = http.createServer(async (request, response) => {

@@ -336,7 +336,7 @@ async fn run(node: &Node, catalog: &Catalog, state: &Value, ctx: &StepContext) -
             // Recorded first: a resend after this server died mid-call learns the
             // outcome is unknown, and the upstream is never called twice.
             ctx.begin_effect().await?;
-            let result = listed.call(args).await;
+            let result = listed.call_for(args, ctx).await;
             let failed = result.0.get("isError") == Some(&Value::Bool(true));
             Ok(json!({ RESULT: result.to_value(), STOPPED: failed }))
         }

@@ -141,8 +141,19 @@ impl Listed {
     /// mid-call is answered that no one can (this call is an agent's, with no client
     /// to relay to), and one that answers `input_required` ends the call with an error
     /// result that says so.
+    /// The call is made in the upstream's listing session: prefer [`Listed::call_for`].
     pub async fn call(&self, args: Map<String, Value>) -> ToolResult {
-        match self.upstream.call_tool(&self.gated.tool, args).await {
+        self.call_in(None, args).await
+    }
+
+    /// [`Listed::call`] for the caller of `ctx`, in its own upstream session (a 2025-era
+    /// upstream's state of one caller is never another's).
+    pub async fn call_for(&self, args: Map<String, Value>, ctx: &StepContext) -> ToolResult {
+        self.call_in(crate::tools::caller(ctx), args).await
+    }
+
+    async fn call_in(&self, caller: Option<&str>, args: Map<String, Value>) -> ToolResult {
+        match self.upstream.call_tool_for(caller, &self.gated.tool, args, Map::new()).await {
             Ok(Value::Object(result)) if result.get("resultType").and_then(Value::as_str) == Some("input_required") => {
                 ToolResult::error(format!(
                     "{} asked for input, which an agent's call to it cannot relay",

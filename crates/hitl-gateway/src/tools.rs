@@ -309,7 +309,7 @@ fn relay_step(gated: Arc<Gated>, through: Through) -> impl Fn(Value, StepContext
             if let Some(state) = request_state {
                 extra.insert("requestState".into(), Value::String(state));
             }
-            let call = through.upstream.start_call(&gated.tool, sent, extra, ctx.wants_progress());
+            let call = through.upstream.start_call_for(caller(&ctx), &gated.tool, sent, extra, ctx.wants_progress());
             Ok(through.holds.follow(call, through.link(&gated, &ctx)).await)
         })
     }
@@ -326,6 +326,14 @@ fn on_behalf(ctx: &StepContext) -> Map<String, Value> {
     Map::from_iter([("_meta".to_owned(), meta)])
 }
 
+/// Who the call is made for, so each caller has an upstream session of its own: the
+/// engine's key of the caller (its principal or address, with its 2025-era session with
+/// hitl or its declared capabilities), never a value the client sent alone. A resumed
+/// call, on any replica, is made for the same caller, so in a session for the same key.
+pub(crate) fn caller(ctx: &StepContext) -> Option<&str> {
+    ctx.metadata().get("caller").and_then(Value::as_str)
+}
+
 /// The step that carries out the decision (none: approved) and forwards the call.
 fn call_step(gated: Arc<Gated>, through: Through) -> impl Fn(Value, StepContext) -> StepFuture + Send + Sync {
     move |state, ctx| {
@@ -338,7 +346,13 @@ fn call_step(gated: Arc<Gated>, through: Through) -> impl Fn(Value, StepContext)
             // Recorded first: a resend after this server died mid-call learns the
             // outcome is unknown, and the upstream is never called twice.
             ctx.begin_effect().await?;
-            let call = through.upstream.start_call(&gated.tool, args.clone(), on_behalf(&ctx), ctx.wants_progress());
+            let call = through.upstream.start_call_for(
+                caller(&ctx),
+                &gated.tool,
+                args.clone(),
+                on_behalf(&ctx),
+                ctx.wants_progress(),
+            );
             let mut next = through.holds.follow(call, through.link(&gated, &ctx)).await;
             next[SENT] = Value::Object(args);
             Ok(next)

@@ -52,6 +52,10 @@ pub struct UpstreamSpec {
     /// fails the call with an error result naming the upstream, read no further.
     #[serde(default)]
     pub max_response_bytes: Option<usize>,
+    /// Seconds a caller's session with a 2025-era upstream lives without calls before
+    /// it is closed (default 300).
+    #[serde(default)]
+    pub session_idle: Option<u64>,
 }
 
 impl UpstreamSpec {
@@ -76,11 +80,16 @@ impl UpstreamSpec {
             let known = hitl_protocol::version::SUPPORTED.join(", ");
             return Err(format!("{}: {protocol:?} is not one of {known}", self.at("protocol")));
         }
-        match (&self.url, &self.command) {
+        if self.session_idle == Some(0) {
+            return Err(format!("{}: give at least 1 second", self.at("session_idle")));
+        }
+        let upstream = match (&self.url, &self.command) {
             (Some(url), None) => Upstream::http(self.http_config(url, env)?).map_err(|e| e.to_string()),
             (None, Some(command)) => self.stdio_config(command, env).map(Upstream::stdio),
             _ => Err(format!("{}: give exactly one of url and command", self.at("url"))),
-        }
+        }?;
+        let idle = self.session_idle.map_or(hitl_upstream::SESSION_IDLE, Duration::from_secs);
+        Ok(upstream.with_sessions(idle, hitl_upstream::MAX_SESSIONS))
     }
 
     fn at(&self, key: &str) -> String {
@@ -173,6 +182,7 @@ mod tests {
             ca_file: None,
             hold_timeout: None,
             max_response_bytes: None,
+            session_idle: None,
         };
         toml_like(&mut spec);
         spec
@@ -208,6 +218,7 @@ mod tests {
             (spec(|s| s.url = Some("ftp://x/mcp".into())), "is not an http:// or https:// URL"),
             (spec(|s| s.ca_file = Some("/nonexistent/ca.pem".into())), "ca_file: /nonexistent/ca.pem"),
             (spec(|s| s.protocol = Some("2024-11-05".into())), "protocol: \"2024-11-05\" is not one of"),
+            (spec(|s| s.session_idle = Some(0)), "session_idle: give at least 1 second"),
         ];
         for (spec, expected) in cases {
             let error = spec.upstream(env).unwrap_err();

@@ -115,6 +115,9 @@ pub struct Call {
     /// The client follows the call as a task (the Tasks extension) if it pauses: its
     /// rounds are then answered with [`Engine::update_task`], in parts.
     pub task: bool,
+    /// A 2025-era client's session with hitl (its `Mcp-Session-Id`, which hitl issued
+    /// and checked): state an agent keeps per caller is kept per session.
+    pub session: Option<String>,
 }
 
 impl std::fmt::Debug for Call {
@@ -129,18 +132,20 @@ impl std::fmt::Debug for Call {
             .field("peer", &self.peer)
             .field("era", &self.era)
             .field("prompt", &self.prompt)
+            .field("session", &self.session.as_ref().map(|_| ".."))
             .finish_non_exhaustive()
     }
 }
 
 impl Call {
     /// The graph run options of this call: its runtime context, the client's
-    /// capabilities as metadata (so an agent can ask only for what the client takes),
-    /// progress and cancellation (effects are marked only on a stored thread).
+    /// capabilities as metadata (so an agent can ask only for what the client takes)
+    /// with the caller's key ([`Call::caller_key`]), progress and cancellation (effects
+    /// are marked only on a stored thread).
     pub(crate) fn run(&self) -> hitl_graph::Run {
         hitl_graph::Run {
             context: self.context.clone().unwrap_or(Value::Null),
-            metadata: serde_json::json!({ "clientCapabilities": self.capabilities }),
+            metadata: serde_json::json!({ "clientCapabilities": self.capabilities, "caller": self.caller_key() }),
             progress: self.progress.clone(),
             cancel: self.cancel.clone(),
             effects: None,
@@ -150,6 +155,19 @@ impl Call {
     /// The name a thread is bound to.
     pub(crate) fn binding(&self, agent: &Agent) -> String {
         if self.prompt { format!("prompt:{}", agent.name) } else { agent.name.clone() }
+    }
+
+    /// Who the call is made for, as an opaque key (a digest) for what an agent keeps
+    /// per caller (the gateway: an upstream session): the owner (principal, else
+    /// address) with its 2025-era session with hitl, or else with the capabilities it
+    /// declared. It comes from the server's view of the caller, so no caller can name
+    /// another's key; a different session or capabilities give a different key.
+    pub fn caller_key(&self) -> String {
+        let who = match &self.session {
+            Some(session) => serde_json::json!({"owner": self.owner(), "session": session}),
+            None => serde_json::json!({"owner": self.owner(), "capabilities": self.capabilities}),
+        };
+        crate::digest_hex(&who)
     }
 
     /// Whose paused calls this call's thread counts among.

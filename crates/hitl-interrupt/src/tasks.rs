@@ -194,12 +194,15 @@ impl Engine {
             context: None,
             capabilities,
             principal: principal.map(str::to_owned),
-            peer: None,
+            // The address the call counts against, so the run has the caller key of the
+            // call's first request (an agent's per-caller state, an upstream session).
+            peer: thread.owner.as_deref().and_then(|owner| owner.strip_prefix("peer:")).map(str::to_owned),
             era: hitl_protocol::version::Era::Modern,
             prompt: false,
             progress: None,
             cancel: None,
             task: true,
+            session: None,
         };
         let deadline = Deadline::after(self.limits.request_timeout);
         match self.answer_round(agent, call, thread.args_digest.clone(), &request_state, deadline).await? {

@@ -838,3 +838,29 @@ fn operators_list_show_and_cancel_paused_calls() {
     ));
     assert_eq!(resend.unwrap_err().message, INVALID_STATE);
 }
+
+#[test]
+fn the_caller_key_comes_from_who_calls_and_their_session() {
+    let as_who = |principal: Option<&str>, peer: &str, session: Option<&str>, capabilities: Value| Call {
+        principal: principal.map(str::to_owned),
+        peer: Some(peer.to_owned()),
+        session: session.map(str::to_owned),
+        capabilities: serde_json::from_value(capabilities).unwrap(),
+        ..Call::default()
+    };
+    let key = |call: Call| call.caller_key();
+    let alice = key(as_who(Some("user:alice"), "10.0.0.1", None, json!({"elicitation": {}})));
+    assert_eq!(alice.len(), 64, "a digest: {alice}");
+    assert_eq!(alice, key(as_who(Some("user:alice"), "10.0.0.9", None, json!({"elicitation": {}}))), "any address");
+    assert_ne!(alice, key(as_who(Some("user:bob"), "10.0.0.1", None, json!({"elicitation": {}}))));
+    assert_ne!(alice, key(as_who(Some("user:alice"), "10.0.0.1", None, json!({}))), "other capabilities");
+    // A 2025-era session with hitl is its own key, and only its owner's.
+    let session = key(as_who(Some("user:alice"), "10.0.0.1", Some("s1"), json!({})));
+    assert_ne!(session, alice);
+    assert_ne!(session, key(as_who(Some("user:alice"), "10.0.0.1", Some("s2"), json!({}))));
+    assert_ne!(session, key(as_who(Some("user:bob"), "10.0.0.1", Some("s1"), json!({}))), "another's session id");
+    // Without a principal, the address is the caller.
+    assert_ne!(key(as_who(None, "10.0.0.1", None, json!({}))), key(as_who(None, "10.0.0.2", None, json!({}))));
+    let metadata = as_who(Some("user:alice"), "10.0.0.1", None, json!({"elicitation": {}})).run().metadata;
+    assert_eq!(metadata["caller"], alice, "steps see it as the run's metadata");
+}

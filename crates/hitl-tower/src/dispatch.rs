@@ -87,6 +87,7 @@ impl Shared {
             progress,
             cancel,
             task: task && !prompt,
+            session: caller.session,
         };
         match (request, era) {
             (ClientRequest::Discover(_), Era::Modern) => self.discover(),

@@ -24,8 +24,11 @@ impl Shared {
             }
             Err(refused) => return *refused,
         };
-        let Valid { id, request, caller, stream, session, takes_sse } = valid;
+        let Valid { id, request, mut caller, stream, session, takes_sse } = valid;
         let era = caller.era;
+        // Only a session id this server signed names a session: a client cannot make
+        // up one, and a session is kept per caller (its principal) besides.
+        caller.session = session.clone().filter(|id| session::read(self.engine.secret(), id).is_some());
         if self.options.legacy_elicitation
             && era == Era::Legacy
             && takes_sse
@@ -53,14 +56,11 @@ impl Shared {
             && era == Era::Legacy
         {
             // Legacy clients expect a session: hitl keeps no per-session state, so the id
-            // names the client's session (with push elicitation, it carries, signed,
-            // what the client can answer) and every request is served without it.
-            let session = if self.options.legacy_elicitation {
-                let version = hitl_protocol::version::negotiate_legacy(&version);
-                session::issue(self.engine.secret(), version, &capabilities)
-            } else {
-                uuid::Uuid::new_v4().simple().to_string()
-            };
+            // names the client's session, signed (with what the client can answer, for
+            // push elicitation; the gateway keeps an upstream session per client
+            // session), and every request is served with or without it.
+            let version = hitl_protocol::version::negotiate_legacy(&version);
+            let session = session::issue(self.engine.secret(), version, &capabilities);
             if let Ok(value) = HeaderValue::from_str(&session) {
                 response.headers_mut().insert("mcp-session-id", value);
             }

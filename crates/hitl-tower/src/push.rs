@@ -235,6 +235,7 @@ impl Shared {
                 progress: progress.clone(),
                 cancel: Some(cancel.clone()),
                 task: false,
+                session: Some(session.id.clone()),
             };
             let answered = match self.run(agent, call).await {
                 // A noted round that is gone (finished, expired): the call starts anew.

@@ -47,6 +47,8 @@ pub(crate) struct Caller {
     pub(crate) groups: Vec<String>,
     /// The client's IP address, when the server gave it.
     pub(crate) peer: Option<String>,
+    /// A 2025-era client's session with hitl, once checked as one hitl issued.
+    pub(crate) session: Option<String>,
 }
 
 /// A request that passed every rule.
@@ -179,6 +181,7 @@ fn modern(
         principal: who.principal,
         groups: who.groups,
         peer: who.peer,
+        session: None,
     };
     let stream = stream_token(&typed, http_headers, &meta);
     Ok(Valid { id, request: typed, caller, stream, session: None, takes_sse: accepts_sse(http_headers) })
@@ -201,6 +204,7 @@ fn legacy(http_headers: &HeaderMap, message: Message, who: Who) -> Result<Incomi
         principal: who.principal,
         groups: who.groups,
         peer: who.peer,
+        session: None,
     };
     let stream = stream_token(&typed, http_headers, typed.meta());
     let session = http_headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);

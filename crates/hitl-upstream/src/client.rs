@@ -11,6 +11,7 @@ use hitl_protocol::{ErrorObject, RequestId, headers, meta_keys as meta, version}
 use serde_json::{Map, Value, json};
 use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
+use crate::sessions::{Lease, Opened, Slot, Table};
 use crate::{Era, UpstreamError};
 
 /// One message to send, encoded.
@@ -35,9 +36,10 @@ pub(crate) struct Asks {
 }
 
 /// The calls in flight that take what the upstream sends outside their own response
-/// (a stdio process's requests, a 2025-era session's GET stream), by request id.
+/// (a stdio process's requests, a 2025-era session's GET stream), by request id, each
+/// with the session it runs in.
 #[derive(Debug, Default)]
-pub(crate) struct Askers(std::sync::Mutex<std::collections::BTreeMap<i64, Asks>>);
+pub(crate) struct Askers(std::sync::Mutex<std::collections::BTreeMap<i64, (Option<String>, Asks)>>);
 
 /// A call registered in [`Askers`] until it is dropped.
 pub(crate) struct Asking {
@@ -52,30 +54,36 @@ impl Drop for Asking {
 }
 
 impl Askers {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<i64, Asks>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<i64, (Option<String>, Asks)>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers call `id` while the returned guard lives.
-    pub(crate) fn register(self: &Arc<Self>, id: i64, asks: Asks) -> Asking {
-        self.lock().insert(id, asks);
+    /// Registers call `id`, made in `session` (its `Mcp-Session-Id`), while the
+    /// returned guard lives.
+    pub(crate) fn register(self: &Arc<Self>, id: i64, session: Option<String>, asks: Asks) -> Asking {
+        self.lock().insert(id, (session, asks));
         Asking { id, askers: self.clone() }
     }
 
-    /// The call a request from the upstream belongs to, when nothing else ties it to
-    /// one: the call in flight when there is exactly one; with several, none (it is
-    /// refused rather than shown to the wrong person).
-    pub(crate) fn sole(&self, upstream: &str, method: &str) -> Option<Asks> {
+    /// The call a request from the upstream on `session`'s stream belongs to, when
+    /// nothing else ties it to one: the call in flight in that session when there is
+    /// exactly one; with several, none (it is refused rather than shown to the wrong
+    /// person). A call in another caller's session is never one.
+    pub(crate) fn sole(&self, upstream: &str, method: &str, session: Option<&str>) -> Option<Asks> {
         let askers = self.lock();
-        if askers.len() > 1 {
+        let mut calls = askers.values().filter(|(s, _)| s.as_deref() == session);
+        let first = calls.next().map(|(_, asks)| asks.clone());
+        let more = calls.count();
+        if more > 0 {
             tracing::warn!(
                 upstream,
                 method,
-                calls = askers.len(),
+                calls = more + 1,
                 "refused: it asked during several calls at once and the call it belongs to is unknown"
             );
+            return None;
         }
-        (askers.len() == 1).then(|| askers.values().next().cloned()).flatten()
+        first
     }
 
     /// Hands a `notifications/progress` to the call whose request id is its token;
@@ -83,7 +91,7 @@ impl Askers {
     pub(crate) fn progress(&self, message: &Message) -> bool {
         let Message::Notification(notification) = message else { return false };
         let token = notification.params.as_ref().and_then(|p| p.get("progressToken")).and_then(Value::as_i64);
-        let asks = token.and_then(|t| self.lock().get(&t).cloned());
+        let asks = token.and_then(|t| self.lock().get(&t).map(|(_, asks)| asks.clone()));
         asks.is_some_and(|asks| asks.progress(message))
     }
 }
@@ -242,6 +250,9 @@ pub(crate) trait Transport: Send + Sync + std::fmt::Debug {
     async fn listen(&self, _era: &Era, _subscribe: Outgoing<'_>) -> Result<Listened, UpstreamError> {
         Ok(Listened::Unsupported)
     }
+
+    /// Ends the session of `era`, where the transport can (HTTP DELETE).
+    async fn close(&self, _era: &Era) {}
 }
 
 /// Told when the upstream says its tools changed (`notifications/tools/list_changed`).
@@ -279,9 +290,14 @@ pub struct Upstream {
     name: String,
     protocol: Option<String>,
     timeout: Duration,
-    transport: Box<dyn Transport>,
+    transport: Arc<dyn Transport>,
     changed: Changed,
+    /// The session tools are listed in (and calls made for no one in particular).
     era: Mutex<Option<(Era, u64)>>,
+    /// Each caller's session, for a 2025-era HTTP upstream that gives sessions.
+    sessions: Arc<std::sync::Mutex<Table>>,
+    /// Whether the task that closes idle sessions runs.
+    sweeping: std::sync::atomic::AtomicBool,
     next_id: AtomicI64,
 }
 
@@ -300,6 +316,25 @@ async fn timed<T>(
     outcome
 }
 
+/// Reads the stream of a caller's session `era` (its GET stream) for as long as the
+/// session lives (the task is aborted when it is dropped).
+async fn listen_in(transport: Arc<dyn Transport>, era: Era, upstream: String) {
+    const FIRST: Duration = Duration::from_secs(1);
+    let mut pause = FIRST;
+    loop {
+        let subscribe = Outgoing { method: "", id: None, body: Vec::new(), name: None, asks: None };
+        match transport.listen(&era, subscribe).await {
+            Ok(Listened::Unsupported) | Err(UpstreamError::Status { status: 404, .. }) => return,
+            Ok(Listened::Ended) => pause = FIRST,
+            Err(error) => {
+                tracing::debug!(%upstream, %error, "a caller's session stream failed");
+                pause = (pause * 2).min(Duration::from_secs(60));
+            }
+        }
+        tokio::time::sleep(pause).await;
+    }
+}
+
 /// This client, as upstreams see it.
 fn client_info() -> Value {
     json!({"name": "hitl", "version": env!("CARGO_PKG_VERSION")})
@@ -311,9 +346,119 @@ impl Upstream {
         protocol: Option<String>,
         timeout: Duration,
         changed: Changed,
-        transport: Box<dyn Transport>,
+        transport: Arc<dyn Transport>,
     ) -> Self {
-        Self { name, protocol, timeout, transport, changed, era: Mutex::new(None), next_id: AtomicI64::new(1) }
+        let sessions = Table::new(crate::SESSION_IDLE, crate::MAX_SESSIONS);
+        Self {
+            name,
+            protocol,
+            timeout,
+            transport,
+            changed,
+            era: Mutex::new(None),
+            sessions: Arc::new(std::sync::Mutex::new(sessions)),
+            sweeping: std::sync::atomic::AtomicBool::new(false),
+            next_id: AtomicI64::new(1),
+        }
+    }
+
+    /// Closes a caller's session after `idle` without calls, and keeps at most `cap`
+    /// of them (defaults [`crate::SESSION_IDLE`], [`crate::MAX_SESSIONS`]).
+    pub fn with_sessions(mut self, idle: Duration, cap: usize) -> Self {
+        self.sessions = Arc::new(std::sync::Mutex::new(Table::new(idle, cap)));
+        self
+    }
+
+    /// How many callers' sessions are open (or being opened).
+    pub fn sessions(&self) -> usize {
+        self.table().len()
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The session of caller `key`, held until the lease is dropped; starts the task
+    /// that closes idle sessions, and closes those the cap pushes out.
+    fn lease(&self, key: &str) -> Lease {
+        let (slot, closed) = self.table().take(key, std::time::Instant::now());
+        self.close_all(closed);
+        if !self.sweeping.swap(true, Ordering::Relaxed) {
+            self.sweep();
+        }
+        Lease::new(self.sessions.clone(), key, slot)
+    }
+
+    /// Closes `eras`' sessions in the background.
+    fn close_all(&self, eras: Vec<Era>) {
+        if eras.is_empty() {
+            return;
+        }
+        let (transport, name) = (self.transport.clone(), self.name.clone());
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        runtime.spawn(async move {
+            for era in eras {
+                tracing::debug!(upstream = %name, "a caller's session is closed");
+                transport.close(&era).await;
+            }
+        });
+    }
+
+    /// Runs the task that closes callers' sessions once idle, for as long as this
+    /// upstream lives.
+    fn sweep(&self) {
+        let (table, transport, name) = (Arc::downgrade(&self.sessions), self.transport.clone(), self.name.clone());
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.sweeping.store(false, Ordering::Relaxed);
+            return;
+        };
+        runtime.spawn(async move {
+            loop {
+                let Some(sessions) = table.upgrade() else { return };
+                let now = std::time::Instant::now();
+                let (closed, next, idle) = {
+                    let mut table = sessions.lock().unwrap_or_else(|p| p.into_inner());
+                    let (closed, next) = table.expire(now);
+                    (closed, next, table.idle())
+                };
+                drop(sessions);
+                for era in closed {
+                    tracing::debug!(upstream = %name, "an idle caller's session is closed");
+                    transport.close(&era).await;
+                }
+                let next = next.unwrap_or(now + idle).max(now + Duration::from_millis(10));
+                tokio::time::sleep_until(next.into()).await;
+            }
+        });
+    }
+
+    /// The era of caller `key`'s session (`slot`), opened with `listing`'s revision if
+    /// need be; an opened session's own stream is read (the upstream's requests and
+    /// list changes that belong to it come there) until the session is dropped.
+    async fn keyed_era(&self, slot: &Slot, listing: &Era) -> Result<Era, UpstreamError> {
+        let mut opened = slot.lock().await;
+        let generation = self.transport.connect().await?;
+        if let Some(known) = &*opened
+            && known.generation == generation
+        {
+            return Ok(known.era.clone());
+        }
+        let Era::Legacy { version, .. } = listing else { return Ok(listing.clone()) };
+        let era = self.initialize(version).await?;
+        tracing::debug!(upstream = %self.name, "a caller's session is opened");
+        let listener = tokio::runtime::Handle::try_current().ok().map(|runtime| {
+            runtime.spawn(listen_in(self.transport.clone(), era.clone(), self.name.clone())).abort_handle()
+        });
+        *opened = Some(Opened { era: era.clone(), generation, listener });
+        Ok(era)
+    }
+
+    /// Forgets caller session `era` (the upstream no longer knows it).
+    async fn forget_keyed(slot: &Slot, era: &Era) {
+        let mut slot = slot.lock().await;
+        if slot.as_ref().is_some_and(|known| known.era == *era) {
+            *slot = None;
+        }
     }
 
     /// Resolves once the upstream says its tools changed (`notifications/tools/list_changed`,
@@ -399,16 +544,35 @@ impl Upstream {
     /// upstream no longer knows (HTTP 404) is opened again once; the request had not
     /// been served, so it is sent again.
     pub async fn request(&self, method: &str, params: Map<String, Value>) -> Result<Value, UpstreamError> {
-        self.request_asking(method, params, None).await
+        self.request_asking(None, method, params, None).await
     }
 
+    /// Sends `method` in the session of caller `key` (`None`: the listing session). A
+    /// 2025-era upstream that gives sessions gets one per key, opened on first use and
+    /// closed once idle; with any other upstream, every key shares what there is.
     async fn request_asking(
         &self,
+        key: Option<&str>,
         method: &str,
         params: Map<String, Value>,
         asks: Option<Asks>,
     ) -> Result<Value, UpstreamError> {
         let era = self.era().await?;
+        if let Some(key) = key
+            && matches!(era, Era::Legacy { session: Some(_), .. })
+        {
+            let lease = self.lease(key);
+            let era = self.keyed_era(&lease.slot, &era).await?;
+            return match self.send(&era, method, params.clone(), asks.clone()).await {
+                Err(UpstreamError::Status { status: 404, .. }) => {
+                    Self::forget_keyed(&lease.slot, &era).await;
+                    let listing = self.era().await?;
+                    let era = self.keyed_era(&lease.slot, &listing).await?;
+                    self.send(&era, method, params, asks).await
+                }
+                other => other,
+            };
+        }
         match self.send(&era, method, params.clone(), asks.clone()).await {
             Err(UpstreamError::Status { status: 404, .. }) if matches!(era, Era::Legacy { session: Some(_), .. }) => {
                 self.forget(&era).await;
@@ -461,10 +625,23 @@ impl Upstream {
         arguments: Map<String, Value>,
         extra: Map<String, Value>,
     ) -> Result<Value, UpstreamError> {
+        self.call_tool_for(None, name, arguments, extra).await
+    }
+
+    /// [`Upstream::call_tool_with`] in the session of caller `key` (see
+    /// [`Upstream::start_call_for`]).
+    pub async fn call_tool_for(
+        &self,
+        key: Option<&str>,
+        name: &str,
+        arguments: Map<String, Value>,
+        extra: Map<String, Value>,
+    ) -> Result<Value, UpstreamError> {
         let mut params =
             Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
         params.extend(extra);
-        timed(self.name.clone(), self.call_span(name), self.request("tools/call", params)).await
+        let call = self.request_asking(key, "tools/call", params, None);
+        timed(self.name.clone(), self.call_span(name), call).await
     }
 
     /// [`Upstream::call_tool_with`], started in a task, with the requests the upstream
@@ -478,13 +655,30 @@ impl Upstream {
         extra: Map<String, Value>,
         progress: bool,
     ) -> Call {
+        self.start_call_for(None, name, arguments, extra, progress)
+    }
+
+    /// [`Upstream::start_call`] in the session of caller `key`: calls for one key share
+    /// a session of a 2025-era upstream that gives sessions, calls for different keys
+    /// never do (`None`: the session tools are listed in). The key must come from who
+    /// the caller is, never from what it sends alone. A stdio upstream is one process
+    /// with one session, which every key shares.
+    pub fn start_call_for(
+        self: &Arc<Self>,
+        key: Option<&str>,
+        name: &str,
+        arguments: Map<String, Value>,
+        extra: Map<String, Value>,
+        progress: bool,
+    ) -> Call {
+        let key = key.map(str::to_owned);
         let (sender, inbox) = mpsc::unbounded_channel();
         let asks = Asks { sender, progress };
         let mut params =
             Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
         params.extend(extra);
         let upstream = self.clone();
-        let call = async move { upstream.request_asking("tools/call", params, Some(asks)).await };
+        let call = async move { upstream.request_asking(key.as_deref(), "tools/call", params, Some(asks)).await };
         // The call's span is made here, in the caller's (its trace reaches the upstream).
         let task = tokio::spawn(timed(self.name.clone(), self.call_span(name), call));
         Call { upstream: self.name.clone(), timeout: self.timeout, inbox, task, done: false }
@@ -629,5 +823,30 @@ pub(crate) fn response_to(bytes: &[u8], id: i64) -> Option<Result<Value, ErrorOb
         Message::Response { id: got, result } if got == id => Some(Ok(result)),
         Message::Error { id: Some(got), error } if got == id => Some(Err(error)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asks() -> (Asks, mpsc::UnboundedReceiver<Incoming>) {
+        let (sender, inbox) = mpsc::unbounded_channel();
+        (Asks { sender, progress: false }, inbox)
+    }
+
+    #[test]
+    fn a_request_on_a_sessions_stream_goes_only_to_a_call_in_that_session() {
+        let askers = Arc::new(Askers::default());
+        let (alice, _alice_inbox) = asks();
+        let _alice = askers.register(1, Some("s-alice".into()), alice);
+        assert!(askers.sole("db", "roots/list", Some("s-alice")).is_some(), "alice's one call");
+        assert!(askers.sole("db", "roots/list", Some("s-bob")).is_none(), "never to another caller's call");
+        assert!(askers.sole("db", "roots/list", None).is_none(), "nor from the listing session's stream");
+        let (again, _again_inbox) = asks();
+        let second = askers.register(2, Some("s-alice".into()), again);
+        assert!(askers.sole("db", "roots/list", Some("s-alice")).is_none(), "two calls: whose is unknown");
+        drop(second);
+        assert!(askers.sole("db", "roots/list", Some("s-alice")).is_some(), "one again once the other ends");
     }
 }

@@ -49,7 +49,7 @@ impl Upstream {
         let (name, protocol, timeout) = (config.name.clone(), config.protocol.clone(), config.timeout);
         let changed = Changed::default();
         let transport = HttpTransport { config, client, changed: changed.clone(), askers: Arc::default() };
-        Ok(Self::with_transport(name, protocol, timeout, changed, Box::new(transport)))
+        Ok(Self::with_transport(name, protocol, timeout, changed, Arc::new(transport)))
     }
 }
 
@@ -121,7 +121,7 @@ impl Transport for HttpTransport {
             .post(era, message.method, message.name.as_deref(), message.body)
             .map_err(|e| self.protocol(e.to_string()))?;
         let _asking = match (message.id, &message.asks) {
-            (Some(id), Some(asks)) => Some(self.askers.register(id, asks.clone())),
+            (Some(id), Some(asks)) => Some(self.askers.register(id, session_of(era), asks.clone())),
             _ => None,
         };
         let exchange = async {
@@ -193,7 +193,8 @@ impl Transport for HttpTransport {
                     // A request outside any call's stream (a 2025-era server that
                     // does not relate it to the call): answered by the call in flight.
                     Ok(jsonrpc::Message::Request(request)) => {
-                        let asks = self.askers.sole(&self.config.name, &request.method);
+                        let session = session_of(era);
+                        let asks = self.askers.sole(&self.config.name, &request.method, session.as_deref());
                         let reply = reply_to(asks.as_ref(), request).await;
                         self.answer(era, reply).await;
                     }
@@ -203,6 +204,24 @@ impl Transport for HttpTransport {
             }
         }
         Ok(Listened::Ended)
+    }
+
+    /// The Streamable HTTP way to end a session: DELETE with its `Mcp-Session-Id`
+    /// (405: the upstream does not let clients end sessions; it expires them itself).
+    async fn close(&self, era: &Era) {
+        let Era::Legacy { session: Some(_), .. } = era else { return };
+        let Ok(request) = self.request(Method::DELETE, "application/json", era, "", None).body(Full::new(Bytes::new()))
+        else {
+            return;
+        };
+        match tokio::time::timeout(self.config.timeout, self.client.request(request)).await {
+            Ok(Ok(response)) if response.status().is_success() || response.status() == StatusCode::NOT_FOUND => {}
+            Ok(Ok(response)) => {
+                tracing::debug!(upstream = %self.config.name, status = %response.status(), "the upstream did not end a session")
+            }
+            Ok(Err(e)) => tracing::debug!(upstream = %self.config.name, error = %e, "could not end a session"),
+            Err(_) => tracing::debug!(upstream = %self.config.name, "ending a session timed out"),
+        }
     }
 }
 
@@ -350,6 +369,14 @@ impl HttpTransport {
 
     fn protocol(&self, detail: impl Into<String>) -> UpstreamError {
         UpstreamError::Protocol { upstream: self.config.name.clone(), detail: detail.into() }
+    }
+}
+
+/// The `Mcp-Session-Id` of `era`.
+fn session_of(era: &Era) -> Option<String> {
+    match era {
+        Era::Legacy { session, .. } => session.clone(),
+        Era::Modern => None,
     }
 }
 

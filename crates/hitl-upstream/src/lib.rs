@@ -30,11 +30,13 @@
 
 mod client;
 mod http;
+mod sessions;
 mod sse;
 mod stdio;
 
 pub use client::{Asked, Call, Event, Upstream};
 pub use http::{HttpConfig, RequestHeaders, add_request_headers, https_connector};
+pub use sessions::{MAX_SESSIONS, SESSION_IDLE};
 pub use stdio::StdioConfig;
 
 use hitl_protocol::ErrorObject;

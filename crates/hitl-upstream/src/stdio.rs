@@ -51,7 +51,7 @@ impl Upstream {
             generation: AtomicU64::new(0),
             restart: SyncMutex::new(Restart::default()),
         };
-        Self::with_transport(name, protocol, timeout, changed, Box::new(transport))
+        Self::with_transport(name, protocol, timeout, changed, Arc::new(transport))
     }
 }
 
@@ -163,7 +163,7 @@ impl Transport for StdioTransport {
             (id, receive)
         });
         let asking = match (message.id, message.asks) {
-            (Some(id), Some(asks)) => Some(askers.register(id, asks)),
+            (Some(id), Some(asks)) => Some(askers.register(id, None, asks)),
             _ => None,
         };
         let mut line = message.body;
@@ -310,7 +310,7 @@ impl Reader {
     /// Over stdio nothing ties a request to a call: it goes to the call in flight that
     /// takes requests when there is exactly one, and is refused when there are several.
     fn answer(&self, request: jsonrpc::Request) {
-        let asks = self.askers.sole(&self.name, &request.method);
+        let asks = self.askers.sole(&self.name, &request.method, None);
         let stdin = self.stdin.clone();
         tokio::spawn(async move {
             let mut reply = reply_to(asks.as_ref(), request).await;
