@@ -425,16 +425,26 @@ async fn event_streams_cannot_take_every_connection() {
 }
 
 /// A server in front of the Python upstream with `policies`, tokens for alice (the
-/// caller), bob, carol and dave, `[admin]` dave, and `extra` sections.
-async fn approvals_server(upstream: &PythonUpstream, policies: &str, extra: &str) -> (Server, Setup) {
-    let setup = Setup::new(&format!(
+/// caller), bob, carol and dave, `[admin]` dave, and `extra` sections. The people's ids
+/// are this server's own (`user:alice-<n>`, and so on, for `user:alice` in the text), so
+/// a store other tests share shows them only their own calls; returns alice's.
+async fn approvals_server(upstream: &PythonUpstream, policies: &str, extra: &str) -> (Server, Setup, String) {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let tag = format!("{}-{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let own = |text: &str| {
+        ["alice", "bob", "carol", "dave"]
+            .iter()
+            .fold(text.to_owned(), |text, who| text.replace(&format!("user:{who}\""), &format!("user:{who}-{tag}\"")))
+    };
+    let setup = Setup::new(&own(&format!(
         "[auth]\ntokens_file = \"tokens.txt\"\n\n[admin]\nprincipals = [\"user:dave\"]\n\n\
          [[upstream]]\nname = \"db\"\nurl = \"{}\"\n\n{policies}\n{extra}",
         upstream.url
-    ));
-    std::fs::write(setup.folder.join("tokens.txt"), "alice tok-alice\nbob tok-bob\ncarol tok-carol\ndave tok-dave\n")
-        .unwrap();
-    (setup.serve().await, setup)
+    )));
+    let tokens: String =
+        ["alice", "bob", "carol", "dave"].iter().map(|who| format!("{who}-{tag} tok-{who}\n")).collect();
+    std::fs::write(setup.folder.join("tokens.txt"), tokens).unwrap();
+    (setup.serve().await, setup, format!("user:alice-{tag}"))
 }
 
 /// `path` of the approvals API as `token`.
@@ -476,7 +486,7 @@ async fn paused(server: &Server, tool: &str, arguments: &Value) -> (String, Stri
 #[tokio::test]
 async fn a_caller_who_withdraws_big_calls_again_and_again_grows_nothing() {
     let Some(upstream) = PythonUpstream::start(&[]) else { return };
-    let (server, setup) = approvals_server(
+    let (server, setup, _) = approvals_server(
         &upstream,
         "[[policy]]\ntools = [\"db.drop_*\"]\naction = \"review\"\napprovers = [\"user:bob\"]\n",
         "[server]\nmax_record_bytes = 4194304\n\n[approvals]\nmax_ended_per_caller = 3\nmax_argument_bytes = 1024\n\n\
@@ -536,7 +546,8 @@ async fn a_caller_who_withdraws_big_calls_again_and_again_grows_nothing() {
 #[tokio::test]
 async fn listings_and_the_audit_trail_come_in_pages() {
     let Some(upstream) = PythonUpstream::start(&[]) else { return };
-    let (server, _setup) = approvals_server(
+    let start = crate::approvals::now_ms();
+    let (server, _setup, _) = approvals_server(
         &upstream,
         "[[policy]]\ntools = [\"db.drop_*\"]\naction = \"review\"\napprovers = [\"user:bob\"]\n",
         "",
@@ -573,12 +584,17 @@ async fn listings_and_the_audit_trail_come_in_pages() {
     let most = api_get(&server, "tok-bob", "/api/approvals?limit=9999").await;
     assert_eq!(most.body["approvals"].as_array().map(Vec::len), Some(5), "a larger limit is taken as 500");
 
-    let everything = api_get(&server, "tok-dave", "/api/audit").await.body["events"].as_array().unwrap().clone();
-    assert!(everything.len() >= 5, "{everything:?}");
+    // Bob's part of the trail (the store may be shared with other tests' servers).
+    let everything = eventually("the five audited", || async {
+        let read = api_get(&server, "tok-bob", &format!("/api/audit?since={start}")).await;
+        let events = read.body["events"].as_array().cloned().unwrap_or_default();
+        (events.len() >= 5).then_some(events)
+    })
+    .await;
     let mut walked = Vec::new();
-    let mut path = "/api/audit?limit=2".to_owned();
+    let mut path = format!("/api/audit?limit=2&since={start}");
     loop {
-        let page = api_get(&server, "tok-dave", &path).await;
+        let page = api_get(&server, "tok-bob", &path).await;
         walked.extend(page.body["events"].as_array().unwrap().iter().map(|e| e["seq"].clone()));
         match page.body["next_cursor"].as_str() {
             Some(cursor) => path = format!("/api/audit?limit=2&cursor={cursor}"),
@@ -594,7 +610,8 @@ async fn listings_and_the_audit_trail_come_in_pages() {
 #[tokio::test]
 async fn an_approver_reads_only_the_calls_they_may_decide() {
     let Some(upstream) = PythonUpstream::start(&[]) else { return };
-    let (server, _setup) = approvals_server(
+    let start = crate::approvals::now_ms();
+    let (server, _setup, alice) = approvals_server(
         &upstream,
         "[[policy]]\ntools = [\"db.drop_*\"]\naction = \"review\"\napprovers = [\"user:bob\"]\n\n\
          [[policy]]\ntools = [\"db.release\"]\naction = \"review\"\napprovers = [\"user:carol\"]\n",
@@ -605,7 +622,7 @@ async fn an_approver_reads_only_the_calls_they_may_decide() {
     paused(&server, "db.release", &json!({"service": "billing", "version": "9.9.9"})).await;
     let audit_of = |token: &'static str| {
         let server = &server;
-        async move { api_get(server, token, "/api/audit").await.body.to_string() }
+        async move { api_get(server, token, &format!("/api/audit?since={start}")).await.body.to_string() }
     };
     let everything = eventually("both calls audited", || async {
         let all = audit_of("tok-dave").await;
@@ -619,9 +636,13 @@ async fn an_approver_reads_only_the_calls_they_may_decide() {
     assert!(carol.contains("9.9.9") && !carol.contains("secret-partition"), "{carol}");
     assert_eq!(api_get(&server, "tok-alice", "/api/audit").await.status, 403, "a caller is no approver");
 
+    // Only this server's calls (an admin of a shared store sees every server's).
     let listed = |token: &'static str| {
-        let server = &server;
-        async move { api_get(server, token, "/api/approvals").await.body["approvals"].as_array().unwrap().len() }
+        let (server, alice) = (&server, &alice);
+        async move {
+            let listed = api_get(server, token, "/api/approvals").await.body["approvals"].clone();
+            listed.as_array().unwrap().iter().filter(|e| e["caller"] == alice.as_str()).count()
+        }
     };
     eventually("both listed", || async { (listed("tok-dave").await == 2).then_some(()) }).await;
     assert_eq!((listed("tok-bob").await, listed("tok-carol").await), (1, 1));
@@ -631,7 +652,7 @@ async fn an_approver_reads_only_the_calls_they_may_decide() {
 #[tokio::test]
 async fn the_audit_file_rotates_at_max_bytes() {
     let Some(upstream) = PythonUpstream::start(&[]) else { return };
-    let (server, setup) = approvals_server(
+    let (server, setup, _) = approvals_server(
         &upstream,
         "[[policy]]\ntools = [\"db.drop_*\"]\naction = \"review\"\napprovers = [\"user:bob\"]\n",
         "[audit]\nfile = \"audit.jsonl\"\nmax_bytes = 2048\n",

@@ -136,7 +136,15 @@ pub(crate) async fn handle(
                         let same = if last == since { same + skip } else { same };
                         cursor(last, &same.to_string())
                     });
-                    let events = if admin { read } else { decidable(&who, read) };
+                    let events = if admin {
+                        read
+                    } else {
+                        // The threads of the approvals listed for them, besides those the
+                        // page's own entries name them for.
+                        let listed = shared.records.approvals().await.unwrap_or_default();
+                        let threads = listed.iter().filter(|e| may_see(&who, e)).filter_map(|e| e["thread"].as_str());
+                        decidable(&who, read, threads.map(str::to_owned).collect())
+                    };
                     let mut body = json!({ "events": events });
                     if let Some(next) = next {
                         body["next_cursor"] = next.into();
@@ -187,10 +195,9 @@ fn read_cursor(cursor: &str) -> Option<(u64, String)> {
 }
 
 /// The audit entries of calls `who` may decide: those naming them among the approvers,
-/// and the other entries of those calls' threads.
-fn decidable(who: &Session, entries: Vec<Value>) -> Vec<Value> {
-    let threads: std::collections::HashSet<String> =
-        entries.iter().filter(|e| may_see(who, e)).filter_map(|e| e["thread"].as_str().map(str::to_owned)).collect();
+/// and the other entries of those calls' threads (and of `threads`).
+fn decidable(who: &Session, entries: Vec<Value>, mut threads: std::collections::HashSet<String>) -> Vec<Value> {
+    threads.extend(entries.iter().filter(|e| may_see(who, e)).filter_map(|e| e["thread"].as_str().map(str::to_owned)));
     entries.into_iter().filter(|e| e["thread"].as_str().is_some_and(|t| threads.contains(t))).collect()
 }
 
