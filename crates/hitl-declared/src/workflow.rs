@@ -250,7 +250,8 @@ pub(crate) fn build(spec: &AgentSpec, catalog: &Catalog) -> Agent {
         .output_key(OUTPUT);
     let graph = graph.compile().unwrap_or_else(|e| panic!("the workflow {} compiles: {e}", spec.name));
     let input = spec.input_schema.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-    Agent::new(spec.name.clone(), spec.description.clone(), input, graph)
+    // Its calls go to upstreams in the caller's own session.
+    Agent::new(spec.name.clone(), spec.description.clone(), input, graph).per_caller()
 }
 
 /// The call's arguments and the answers so far.

@@ -107,7 +107,8 @@ impl Gated {
         };
         let graph = graph.output_key(RESULT);
         let graph = graph.compile().unwrap_or_else(|e| panic!("the gateway graph of {} compiles: {e}", gated.listed));
-        Agent::new(gated.listed.clone(), description, input_schema, graph)
+        // Each caller has an upstream session of its own.
+        Agent::new(gated.listed.clone(), description, input_schema, graph).per_caller()
     }
 
     /// The review question's text: the policy's description filled with the arguments,

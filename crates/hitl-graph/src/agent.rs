@@ -31,6 +31,10 @@ pub struct Agent {
     pub graph: Graph,
     /// Whether a call may run on as a task for a client that follows tasks.
     pub tasks: TaskSupport,
+    /// Whether its steps keep something per caller (the gateway: an upstream session
+    /// each): its runs then carry the caller's key in their metadata (`caller`), made
+    /// only for such agents.
+    pub per_caller: bool,
 }
 
 /// Whether calls of an agent run as tasks (the MCP Tasks extension) for clients that
@@ -52,7 +56,21 @@ pub enum TaskSupport {
 impl Agent {
     /// An agent named `name` running `graph`.
     pub fn new(name: impl Into<String>, description: impl Into<String>, input_schema: Value, graph: Graph) -> Self {
-        Self { name: name.into(), description: description.into(), input_schema, graph, tasks: TaskSupport::default() }
+        Self {
+            name: name.into(),
+            description: description.into(),
+            input_schema,
+            graph,
+            tasks: TaskSupport::default(),
+            per_caller: false,
+        }
+    }
+
+    /// The agent with the caller's key in its runs' metadata (`caller`).
+    #[must_use]
+    pub fn per_caller(mut self) -> Self {
+        self.per_caller = true;
+        self
     }
 
     /// The agent with calls run as tasks as `tasks` says.

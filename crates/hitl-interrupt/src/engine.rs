@@ -142,10 +142,14 @@ impl Call {
     /// capabilities as metadata (so an agent can ask only for what the client takes)
     /// with the caller's key ([`Call::caller_key`]), progress and cancellation (effects
     /// are marked only on a stored thread).
-    pub(crate) fn run(&self) -> hitl_graph::Run {
+    pub(crate) fn run(&self, agent: &Agent) -> hitl_graph::Run {
+        let mut metadata = serde_json::json!({ "clientCapabilities": self.capabilities });
+        if agent.per_caller {
+            metadata["caller"] = self.caller_key().into();
+        }
         hitl_graph::Run {
             context: self.context.clone().unwrap_or(Value::Null),
-            metadata: serde_json::json!({ "clientCapabilities": self.capabilities, "caller": self.caller_key() }),
+            metadata,
             progress: self.progress.clone(),
             cancel: self.cancel.clone(),
             effects: None,
@@ -370,7 +374,7 @@ impl Engine {
     ) -> Result<Reply, EngineError> {
         let started = std::time::Instant::now();
         let span = tracing::info_span!("agent_run", tool = %agent.name, thread_id = %id);
-        let run = tracing::Instrument::instrument(agent.graph.invoke_run(arguments, call.run()), span);
+        let run = tracing::Instrument::instrument(agent.graph.invoke_run(arguments, call.run(agent)), span);
         let outcome = deadline.run(run).await;
         meter::ran(&agent.name, started);
         let Some(outcome) = outcome else {
@@ -483,7 +487,7 @@ impl Engine {
                     _ => return Unstored::Paused(Box::new(thread)),
                 };
             let checkpoint = claimed.checkpoint.clone().expect("a paused thread has its checkpoint");
-            let outcome = deadline.run(agent.graph.resume_run(checkpoint, values, call.run())).await;
+            let outcome = deadline.run(agent.graph.resume_run(checkpoint, values, call.run(agent))).await;
             claimed.claim = None;
             let ran = self.ran(outcome, round.n + 1, call, false, &claimed.id);
             match round::end_run(claimed, ran, &self.end_of(&round, responses, call), &self.secret) {
@@ -646,7 +650,7 @@ impl Engine {
             observer: self.observer.clone(),
             begun_in: std::sync::Mutex::new(None),
         });
-        let mut run = call.run();
+        let mut run = call.run(agent);
         run.effects = Some(Arc::new(Marks(held.clone())));
         let run = deadline.run(tracing::Instrument::instrument(agent.graph.resume_run(checkpoint, values, run), span));
         let started = std::time::Instant::now();

@@ -63,7 +63,7 @@ impl Engine {
         // there is no stream for progress once it has.
         (call.task, call.cancel, call.progress) = (true, None, None);
         let (graph, tool) = (agent.graph.clone(), agent.name.clone());
-        let run = call.run();
+        let run = call.run(agent);
         let mut handle = tokio::spawn(async move {
             let started = std::time::Instant::now();
             let outcome = graph.invoke_run(arguments, run).await;

@@ -861,6 +861,9 @@ fn the_caller_key_comes_from_who_calls_and_their_session() {
     assert_ne!(session, key(as_who(Some("user:bob"), "10.0.0.1", Some("s1"), json!({}))), "another's session id");
     // Without a principal, the address is the caller.
     assert_ne!(key(as_who(None, "10.0.0.1", None, json!({}))), key(as_who(None, "10.0.0.2", None, json!({}))));
-    let metadata = as_who(Some("user:alice"), "10.0.0.1", None, json!({"elicitation": {}})).run().metadata;
-    assert_eq!(metadata["caller"], alice, "steps see it as the run's metadata");
+    let call = as_who(Some("user:alice"), "10.0.0.1", None, json!({"elicitation": {}}));
+    let per_caller = text_agent("kept", &["q"]).per_caller();
+    assert_eq!(call.run(&per_caller).metadata["caller"], alice, "steps see it as the run's metadata");
+    let plain = call.run(&text_agent("plain", &["q"])).metadata;
+    assert!(plain.get("caller").is_none(), "made only for agents that keep something per caller: {plain}");
 }
