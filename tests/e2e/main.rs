@@ -7,6 +7,7 @@ mod browser;
 mod config;
 mod declared;
 mod edge;
+mod field;
 mod fixtures;
 mod gateway;
 mod harness;

@@ -3,7 +3,8 @@
 //! - `cargo xtask test`: every test of the workspace, then the end-to-end suite again
 //!   with the server on Redis. When `REDIS_URL` is unset and `redis-server` is on PATH,
 //!   starts one on a free loopback port for the run; provides the official MCP Python
-//!   SDK in a virtualenv under `target/`. Ends with the list of suites that could not
+//!   SDK in a virtualenv under `target/`, and the reference MCP servers from npm
+//!   (`@modelcontextprotocol/server-everything`, pinned) under `target/mcp-servers`. Ends with the list of suites that could not
 //!   run, and why.
 //! - `cargo xtask conformance`: the official MCP conformance suite (pinned, with Node 22,
 //!   both from the npm registry, installed under `target/conformance`) against
@@ -176,6 +177,13 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
             None
         }
     };
+    let servers = match reference_servers() {
+        Ok(servers) => Some(servers),
+        Err(why) => {
+            skipped.push(format!("reference MCP servers (npm): {why}"));
+            None
+        }
+    };
     if !on_path("chromedriver") && std::env::var_os("HITL_CHROMEDRIVER").is_none() {
         skipped.push(
             "browser suite (tests/e2e/browser.rs): chromedriver is not on PATH (apt install chromium chromium-driver)"
@@ -193,6 +201,9 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     if let Some(node) = &node {
         command.env("HITL_NODE", node);
     }
+    if let Some(servers) = &servers {
+        command.env("HITL_SERVER_EVERYTHING", servers);
+    }
     let mut result = run(command);
     if result.is_ok()
         && let Some(url) = &redis_url
@@ -205,6 +216,9 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
         }
         if let Some(node) = &node {
             again.env("HITL_NODE", node);
+        }
+        if let Some(servers) = &servers {
+            again.env("HITL_SERVER_EVERYTHING", servers);
         }
         result = run(again);
     } else if redis_url.is_none() {
@@ -271,6 +285,28 @@ fn ts_sdk() -> Result<PathBuf, String> {
         return Err("npm install of the TypeScript SDK failed (is npm installed, with access to the registry?)".into());
     }
     Ok(node)
+}
+
+/// The reference MCP servers people put behind a gateway, pinned, from npm.
+const REFERENCE_SERVERS: &[&str] = &["@modelcontextprotocol/server-everything@2026.8.31"];
+
+/// `target/mcp-servers` with the reference servers; returns server-everything's entry
+/// script (run with the Node of [`ts_sdk`]: `node index.js streamableHttp`, `PORT`).
+fn reference_servers() -> Result<PathBuf, String> {
+    let dir = workspace_root().join("target/mcp-servers");
+    let everything = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let pinned = dir.join("node_modules/@modelcontextprotocol/server-everything/package.json");
+    let installed = std::fs::read_to_string(&pinned).is_ok_and(|p| p.contains("\"version\": \"2026.8.31\""));
+    if installed && everything.is_file() {
+        return Ok(everything);
+    }
+    eprintln!("installing {} into {}", REFERENCE_SERVERS.join(" "), dir.display());
+    if npm_install(&dir, REFERENCE_SERVERS).is_err() || !everything.is_file() {
+        return Err(
+            "npm install of the reference servers failed (is npm installed, with access to the registry?)".into()
+        );
+    }
+    Ok(everything)
 }
 
 /// `npm install packages` in `dir` (made a private package first), under `target/`.

@@ -324,7 +324,7 @@ async fn listen_in(transport: Arc<dyn Transport>, era: Era, upstream: String) {
     loop {
         let subscribe = Outgoing { method: "", id: None, body: Vec::new(), name: None, asks: None };
         match transport.listen(&era, subscribe).await {
-            Ok(Listened::Unsupported) | Err(UpstreamError::Status { status: 404, .. }) => return,
+            Ok(Listened::Unsupported) | Err(UpstreamError::SessionGone { .. }) => return,
             Ok(Listened::Ended) => pause = FIRST,
             Err(error) => {
                 tracing::debug!(%upstream, %error, "a caller's session stream failed");
@@ -484,7 +484,7 @@ impl Upstream {
                     let (body, name) = body(&era, Some(id), method, Some(params));
                     let subscribe = Outgoing { method, id: Some(id), body, name, asks: None };
                     let outcome = self.transport.listen(&era, subscribe).await;
-                    if let Err(UpstreamError::Status { status: 404, .. }) = &outcome {
+                    if let Err(UpstreamError::SessionGone { .. }) = &outcome {
                         self.forget(&era).await;
                     }
                     outcome
@@ -541,8 +541,8 @@ impl Upstream {
     }
 
     /// Sends `method` with `params` and returns its result. A legacy session the
-    /// upstream no longer knows (HTTP 404) is opened again once; the request had not
-    /// been served, so it is sent again.
+    /// upstream no longer knows (HTTP 404, or 400 naming the session) is opened again
+    /// once; the request had not been served, so it is sent again.
     pub async fn request(&self, method: &str, params: Map<String, Value>) -> Result<Value, UpstreamError> {
         self.request_asking(None, method, params, None).await
     }
@@ -564,7 +564,7 @@ impl Upstream {
             let lease = self.lease(key);
             let era = self.keyed_era(&lease.slot, &era).await?;
             return match self.send(&era, method, params.clone(), asks.clone()).await {
-                Err(UpstreamError::Status { status: 404, .. }) => {
+                Err(UpstreamError::SessionGone { .. }) => {
                     Self::forget_keyed(&lease.slot, &era).await;
                     let listing = self.era().await?;
                     let era = self.keyed_era(&lease.slot, &listing).await?;
@@ -574,7 +574,7 @@ impl Upstream {
             };
         }
         match self.send(&era, method, params.clone(), asks.clone()).await {
-            Err(UpstreamError::Status { status: 404, .. }) if matches!(era, Era::Legacy { session: Some(_), .. }) => {
+            Err(UpstreamError::SessionGone { .. }) if matches!(era, Era::Legacy { session: Some(_), .. }) => {
                 self.forget(&era).await;
                 let era = self.era().await?;
                 self.send(&era, method, params, asks).await

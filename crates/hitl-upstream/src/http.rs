@@ -134,6 +134,16 @@ impl Transport for HttpTransport {
                     },
                 );
             let status = response.status();
+            if refuses_session(era, status) {
+                let bytes = self.whole(response.into_body()).await?;
+                if status == StatusCode::NOT_FOUND || names_session(&bytes) {
+                    return Err(self.session_gone(status, &bytes));
+                }
+                return match message.id {
+                    None => Err(self.status(status, &bytes)),
+                    Some(id) => Ok(Exchanged { response: Some(self.answer_in(&bytes, status, id)?), session }),
+                };
+            }
             let Some(id) = message.id else {
                 if status.is_success() {
                     return Ok(Exchanged { response: None, session });
@@ -173,6 +183,9 @@ impl Transport for HttpTransport {
         }
         if !status.is_success() {
             let bytes = self.whole(response.into_body()).await?;
+            if refuses_session(era, status) && (status == StatusCode::NOT_FOUND || names_session(&bytes)) {
+                return Err(self.session_gone(status, &bytes));
+            }
             if let Some(Err(_)) =
                 unaddressed_error(&bytes, status).or_else(|| subscribe.id.and_then(|id| response_to(&bytes, id)))
             {
@@ -239,10 +252,7 @@ impl HttpTransport {
     ) -> Result<Result<Value, ErrorObject>, UpstreamError> {
         if !sse {
             let bytes = self.whole(body).await?;
-            return match response_to(&bytes, id).or_else(|| unaddressed_error(&bytes, status)) {
-                Some(answer) => Ok(answer),
-                None => Err(self.status(status, &bytes)),
-            };
+            return self.answer_in(&bytes, status, id);
         }
         let mut events = EventReader::default();
         while let Some(frame) = body.frame().await {
@@ -342,6 +352,25 @@ impl HttpTransport {
         if events.buffered() > self.config.max_response_bytes { Err(self.too_large()) } else { Ok(()) }
     }
 
+    /// The answer to request `id` in a whole JSON body: its response, or an error
+    /// without an id, or the status.
+    fn answer_in(
+        &self,
+        bytes: &[u8],
+        status: StatusCode,
+        id: i64,
+    ) -> Result<Result<Value, ErrorObject>, UpstreamError> {
+        match response_to(bytes, id).or_else(|| unaddressed_error(bytes, status)) {
+            Some(answer) => Ok(answer),
+            None => Err(self.status(status, bytes)),
+        }
+    }
+
+    fn session_gone(&self, status: StatusCode, body: &[u8]) -> UpstreamError {
+        let detail = String::from_utf8_lossy(&body[..body.len().min(200)]).trim().to_owned();
+        UpstreamError::SessionGone { upstream: self.config.name.clone(), status: status.as_u16(), detail }
+    }
+
     fn too_large(&self) -> UpstreamError {
         UpstreamError::TooLarge { upstream: self.config.name.clone(), limit: self.config.max_response_bytes }
     }
@@ -378,6 +407,19 @@ fn session_of(era: &Era) -> Option<String> {
         Era::Legacy { session, .. } => session.clone(),
         Era::Modern => None,
     }
+}
+
+/// May a response with `status` be a refusal of the session sent in `era`: 404, or 400
+/// (the TypeScript SDK's servers answer a session they do not know with 400 `No valid
+/// session ID provided`)?
+fn refuses_session(era: &Era, status: StatusCode) -> bool {
+    matches!(era, Era::Legacy { session: Some(_), .. })
+        && matches!(status, StatusCode::NOT_FOUND | StatusCode::BAD_REQUEST)
+}
+
+/// Does an error body name the session (`session` in any case)?
+fn names_session(body: &[u8]) -> bool {
+    body.windows(7).any(|w| w.eq_ignore_ascii_case(b"session"))
 }
 
 /// Whether a response is an SSE stream.
@@ -422,5 +464,24 @@ fn era_headers(era: &Era, method: &str, name: Option<&str>) -> Vec<(HeaderName, 
             }
             out
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_the_session_only_when_one_was_sent() {
+        let with = Era::Legacy { version: "2025-11-25".into(), session: Some("s".into()) };
+        let without = Era::Legacy { version: "2025-11-25".into(), session: None };
+        assert!(refuses_session(&with, StatusCode::BAD_REQUEST) && refuses_session(&with, StatusCode::NOT_FOUND));
+        assert!(!refuses_session(&with, StatusCode::INTERNAL_SERVER_ERROR));
+        assert!(
+            !refuses_session(&without, StatusCode::NOT_FOUND) && !refuses_session(&Era::Modern, StatusCode::NOT_FOUND)
+        );
+        let everything = br#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}"#;
+        assert!(names_session(everything) && names_session(b"SESSION not found"));
+        assert!(!names_session(br#"{"error":{"message":"Bad Request: invalid params"}}"#));
     }
 }

@@ -110,6 +110,18 @@ pub enum UpstreamError {
         /// What was wrong.
         detail: String,
     },
+    /// The upstream refused the request for its session (HTTP 404, or 400 naming the
+    /// session, while one was sent): it restarted or forgot the session. The request
+    /// was not served, so it may be sent again in a new session.
+    #[error("upstream {upstream} no longer knows the session (HTTP {status}): {detail}")]
+    SessionGone {
+        /// The upstream.
+        upstream: String,
+        /// The status code.
+        status: u16,
+        /// The start of the body.
+        detail: String,
+    },
     /// A message of the upstream's was larger than its `max_response_bytes`: the
     /// request was served, and its answer dropped unread.
     #[error("upstream {upstream} answered with a message larger than {limit} bytes (max_response_bytes)")]
