@@ -668,6 +668,10 @@ impl ThreadStore for RedisStore {
         let mut connection = self.connection().await?;
         let mut tools: Vec<String> =
             redis::cmd("SMEMBERS").arg(TOOLS_KEY).query_async(&mut connection).await.map_err(unavailable)?;
+        if tools.is_empty() {
+            // Nothing paused yet: an empty pipeline is an error to Redis.
+            return Ok(Vec::new());
+        }
         tools.sort_unstable();
         let after_now = still_counted();
         let mut counts = redis::pipe();

@@ -27,6 +27,25 @@ async fn redis_store_conforms() {
     assert!(claimed, "the Redis store claims a round in the step that loads it");
 }
 
+/// On a Redis where nothing was ever paused, the count per tool is empty, not an error
+/// (`/metrics` reads it at every scrape).
+#[tokio::test]
+async fn an_empty_redis_counts_no_paused_calls() {
+    let Ok(url) = std::env::var("REDIS_URL") else {
+        cannot_run("REDIS_URL is not set");
+        return;
+    };
+    // A database of its own, emptied first (the suite's other tests share database 0).
+    let base = url.rsplit_once('/').map_or(url.as_str(), |(base, _)| base);
+    let empty = format!("{base}/13");
+    let client = redis::Client::open(empty.as_str()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.expect("Redis answers");
+    let () = redis::cmd("FLUSHDB").query_async(&mut connection).await.unwrap();
+    let store = RedisStore::connect(&empty).await.expect("Redis answers");
+    use hitl_interrupt::ThreadStore as _;
+    assert_eq!(store.paused_by_tool().await.expect("no error on an empty store"), Vec::<(String, u64)>::new());
+}
+
 #[tokio::test]
 async fn unreachable_redis_is_a_clear_error() {
     let err = RedisStore::connect("redis://127.0.0.1:1/0").await.unwrap_err();
