@@ -108,3 +108,23 @@ async fn serve_reads_the_file_and_flags_override_it() {
     }
     let _ = std::fs::remove_file(file);
 }
+
+/// A stdio upstream whose program is missing is named by `hitl check` (a `PATH` lookup,
+/// or the file for a path), without starting anything.
+#[test]
+fn a_missing_stdio_program_is_named_by_check() {
+    let cases = [
+        ("stdio-missing", "hitl-no-such-program", "command: \"hitl-no-such-program\": it is not found on PATH"),
+        ("stdio-no-file", "/nonexistent/bin/server", "command: \"/nonexistent/bin/server\": there is no such file"),
+    ];
+    for (name, program, expected) in cases {
+        let path = write(name, &format!("[[upstream]]\nname = \"fs\"\ncommand = [\"{program}\", \"--stdio\"]\n"));
+        let (ok, said) = check(&path);
+        assert!(!ok && said.contains(&format!("upstream \"fs\": {expected}")), "{name}: {said}");
+        let _ = std::fs::remove_file(path);
+    }
+    let present = write("stdio-present", "[[upstream]]\nname = \"fs\"\ncommand = [\"sh\", \"-c\", \"exit 0\"]\n");
+    let (ok, said) = check(&present);
+    assert!(ok, "a program on PATH checks: {said}");
+    let _ = std::fs::remove_file(present);
+}

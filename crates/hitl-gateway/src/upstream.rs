@@ -102,8 +102,12 @@ impl UpstreamSpec {
     }
 
     fn stdio_config(&self, command: &[String], env: impl Fn(&str) -> Option<String>) -> Result<StdioConfig, String> {
-        if command.first().is_none_or(String::is_empty) {
+        let Some(program) = command.first().filter(|p| !p.is_empty()) else {
             return Err(format!("{}: name the program to start", self.at("command")));
+        };
+        if !runnable(program, self.cwd.as_deref(), env("PATH").as_deref()) {
+            let where_ = if program.contains('/') { "there is no such file" } else { "it is not found on PATH" };
+            return Err(format!("{}: {program:?}: {where_}", self.at("command")));
         }
         let mut variables = BTreeMap::new();
         for (name, value) in self.env.iter().flatten() {
@@ -164,6 +168,20 @@ impl UpstreamSpec {
     }
 }
 
+/// Can `program` be started: a path (relative to `cwd` when given) to a file, or a
+/// name found in a folder of `path` (the `PATH` hitl starts it with)?
+fn runnable(program: &str, cwd: Option<&std::path::Path>, path: Option<&str>) -> bool {
+    if program.contains('/') {
+        let file = std::path::Path::new(program);
+        let file = match cwd {
+            Some(cwd) if file.is_relative() => cwd.join(file),
+            _ => file.to_path_buf(),
+        };
+        return file.is_file();
+    }
+    path.is_some_and(|path| std::env::split_paths(path).any(|folder| folder.join(program).is_file()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,7 +208,11 @@ mod tests {
 
     #[test]
     fn headers_come_from_the_environment_only() {
-        let env = |name: &str| (name == "DB_TOKEN").then(|| "Bearer s3cret".to_owned());
+        let env = |name: &str| match name {
+            "DB_TOKEN" => Some("Bearer s3cret".to_owned()),
+            "PATH" => std::env::var("PATH").ok(),
+            _ => None,
+        };
         let ok = spec(|s| s.headers = BTreeMap::from([("Authorization".into(), "env:DB_TOKEN".into())]));
         let url = ok.url.clone().unwrap();
         assert_eq!(ok.http_config(&url, env).unwrap().headers["authorization"], "Bearer s3cret");
@@ -199,10 +221,10 @@ mod tests {
         let unset = spec(|s| s.headers = BTreeMap::from([("X-Key".into(), "env:NOPE".into())]));
         assert!(unset.upstream(env).unwrap_err().contains("NOPE is not set"));
         let stdio = spec(|s| {
-            (s.url, s.command) = (None, Some(vec!["server".into()]));
+            (s.url, s.command) = (None, Some(vec!["sh".into()]));
             s.env = Some(BTreeMap::from([("TOKEN".into(), "env:DB_TOKEN".into()), ("LEVEL".into(), "debug".into())]));
         });
-        let config = stdio.stdio_config(&["server".into()], env).unwrap();
+        let config = stdio.stdio_config(&["sh".into()], env).unwrap();
         assert_eq!(config.env["TOKEN"], "Bearer s3cret");
         assert_eq!(config.env["LEVEL"], "debug", "other values are taken as written");
     }
@@ -215,6 +237,14 @@ mod tests {
             (spec(|s| s.url = None), "url: give exactly one of url and command"),
             (spec(|s| s.command = Some(vec!["python3".into()])), "url: give exactly one"),
             (spec(|s| (s.url, s.command) = (None, Some(vec![]))), "command: name the program to start"),
+            (
+                spec(|s| (s.url, s.command) = (None, Some(vec!["hitl-no-such-program".into()]))),
+                r#"command: "hitl-no-such-program": it is not found on PATH"#,
+            ),
+            (
+                spec(|s| (s.url, s.command) = (None, Some(vec!["/nonexistent/server".into()]))),
+                r#"command: "/nonexistent/server": there is no such file"#,
+            ),
             (spec(|s| s.url = Some("ftp://x/mcp".into())), "is not an http:// or https:// URL"),
             (spec(|s| s.ca_file = Some("/nonexistent/ca.pem".into())), "ca_file: /nonexistent/ca.pem"),
             (spec(|s| s.protocol = Some("2024-11-05".into())), "protocol: \"2024-11-05\" is not one of"),

@@ -111,7 +111,8 @@ impl Transport for StdioTransport {
             }
             Err(e) => {
                 self.back_off();
-                Err(self.unreachable(format!("it could not be started: {e}")))
+                let program = self.config.command.first().map_or("", String::as_str);
+                Err(self.unreachable(format!("it could not be started: {program}: {e}")))
             }
         }
     }
