@@ -67,21 +67,42 @@ impl UpstreamSpec {
         }
     }
 
-    /// Checks the spec and builds the upstream (nothing is sent or started yet);
-    /// `env` resolves `env:` values. Errors name the key.
-    pub fn upstream(&self, env: impl Fn(&str) -> Option<String>) -> Result<Upstream, String> {
+    /// What is wrong with the spec's shape, whatever the environment: the key, and
+    /// why (a name that is not letters, digits, `_` and `-`; an unknown protocol; not
+    /// exactly one of `url` and `command`; an empty command). For the file's check,
+    /// which names the line.
+    pub fn shape_problem(&self) -> Option<(&'static str, String)> {
         let valid_name = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
         if self.name.is_empty() || !self.name.chars().all(valid_name) {
-            return Err(format!("upstream name {:?}: use letters, digits, '_' and '-'", self.name));
+            return Some(("name", format!("{:?}: use letters, digits, '_' and '-'", self.name)));
         }
         if let Some(protocol) = &self.protocol
             && !hitl_protocol::version::SUPPORTED.contains(&protocol.as_str())
         {
             let known = hitl_protocol::version::SUPPORTED.join(", ");
-            return Err(format!("{}: {protocol:?} is not one of {known}", self.at("protocol")));
+            return Some(("protocol", format!("{protocol:?} is not one of {known}")));
         }
         if self.session_idle == Some(0) {
-            return Err(format!("{}: give at least 1 second", self.at("session_idle")));
+            return Some(("session_idle", "give at least 1 second".into()));
+        }
+        match (&self.url, &self.command) {
+            (Some(_), None) => None,
+            (None, Some(command)) if command.first().is_none_or(String::is_empty) => {
+                Some(("command", "name the program to start".into()))
+            }
+            (None, Some(_)) => None,
+            _ => Some(("url", "give exactly one of url and command".into())),
+        }
+    }
+
+    /// Checks the spec and builds the upstream (nothing is sent or started yet);
+    /// `env` resolves `env:` values. Errors name the key.
+    pub fn upstream(&self, env: impl Fn(&str) -> Option<String>) -> Result<Upstream, String> {
+        if let Some((key, why)) = self.shape_problem() {
+            return Err(match key {
+                "name" => format!("upstream name {why}"),
+                key => format!("{}: {why}", self.at(key)),
+            });
         }
         let upstream = match (&self.url, &self.command) {
             (Some(url), None) => Upstream::http(self.http_config(url, env)?).map_err(|e| e.to_string()),

@@ -280,6 +280,9 @@ pub(crate) fn parse(text: &str) -> Result<ConfigFile, String> {
         let inner = e.into_inner();
         located(text, inner.span(), &key, inner.message())
     })?;
+    if let Some(error) = gateway_problem(text, &config) {
+        return Err(error);
+    }
     let prefixes = hitl_gateway::Gateway::prefixes(&config.upstream);
     let problems = hitl_declared::check(&config.agent, &prefixes);
     if let Some(first) = problems.first() {
@@ -294,6 +297,29 @@ pub(crate) fn parse(text: &str) -> Result<ConfigFile, String> {
         return Err(error);
     }
     Ok(config)
+}
+
+/// The first problem of the `[[upstream]]`s and `[[policy]]`s that needs nothing but
+/// the file to see (a bad name, not exactly one of `url` and `command`, a name used
+/// twice, a caller or approver that is not `user:`/`group:`), at its line and column.
+fn gateway_problem(text: &str, config: &ConfigFile) -> Option<String> {
+    use hitl_declared::Segment::{Index, Key};
+    let at = |table: &str, i: usize, key: &str| span_of(text, &[Key(table.into()), Index(i), Key(key.into())]);
+    for (i, spec) in config.upstream.iter().enumerate() {
+        if let Some((key, why)) = spec.shape_problem() {
+            return Some(located(text, at("upstream", i, key), &format!("upstream[{i}].{key}"), &why));
+        }
+        if config.upstream[..i].iter().any(|earlier| earlier.name == spec.name) {
+            let why = format!("upstream {:?} is configured twice", spec.name);
+            return Some(located(text, at("upstream", i, "name"), &format!("upstream[{i}].name"), &why));
+        }
+    }
+    // `policy[i].field: why`, as the policies' own check says it.
+    let error = hitl_gateway::Policies::new(config.policy.clone(), config.gateway).err()?;
+    let (place, why) = error.split_once(": ")?;
+    let (index, field) = place.strip_prefix("policy[")?.split_once("].")?;
+    let span = at("policy", index.parse().ok()?, field);
+    Some(located(text, span, place, why))
 }
 
 /// Where the value at `path` is written in `text` (keys and indexes from the top): the
@@ -334,6 +360,22 @@ mod tests {
     #[test]
     fn errors_name_the_line_column_and_key() {
         let cases = [
+            (
+                "[[upstream]]\nname = \"db\"\n\n[[upstream]]\nname = \"fs\"\nurl = \"http://x/mcp\"\ncommand = [\"x\"]\n",
+                "1:1: upstream[0].url: give exactly one of url and command",
+            ),
+            (
+                "[[upstream]]\nname = \"a.b\"\nurl = \"http://x/mcp\"\n",
+                "2:8: upstream[0].name: \"a.b\": use letters, digits, '_' and '-'",
+            ),
+            (
+                "[[upstream]]\nname = \"db\"\nurl = \"http://x/mcp\"\n[[upstream]]\nname = \"db\"\nurl = \"http://y/mcp\"\n",
+                "5:8: upstream[1].name: upstream \"db\" is configured twice",
+            ),
+            (
+                "[[policy]]\ntools = [\"x\"]\naction = \"review\"\napprovers = [\"sre\"]\n",
+                "4:13: policy[0].approvers: \"sre\" is not user:<id> or group:<name>",
+            ),
             ("[server]\nlisten = \"127.0.0.1:8123\"\nlisen = 1\n", "3:1: server.lisen: unknown field `lisen`"),
             ("[server]\nmax_connections = \"many\"\n", "2:19: server.max_connections: invalid type: string \"many\""),
             ("[server]\nlisten = \"nowhere\"\n", "2:10: server.listen: invalid socket address syntax"),
