@@ -77,7 +77,12 @@ impl Gated {
     /// held in `holds` for at most `hold_timeout`.
     pub(crate) fn agent(self, upstream: Arc<Upstream>, holds: Arc<Holds>, hold_timeout: Duration) -> Agent {
         let description = self.spec.get("description").and_then(Value::as_str).unwrap_or_default().to_owned();
-        let input_schema = self.spec.get("inputSchema").cloned().unwrap_or_else(|| json!({"type": "object"}));
+        let mut input_schema = self.spec.get("inputSchema").cloned().unwrap_or_else(|| json!({"type": "object"}));
+        // `hitl:` names are the gateway's own state (a review's decision): an upstream
+        // that declares one does not make it the caller's to send.
+        if let Some(properties) = input_schema.get_mut("properties").and_then(Value::as_object_mut) {
+            properties.retain(|name, _| !name.starts_with("hitl:"));
+        }
         let gated = Arc::new(self);
         let through = Through { upstream, holds, hold_timeout };
         let graph = match gated.action {

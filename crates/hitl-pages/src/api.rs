@@ -64,8 +64,10 @@ pub(crate) async fn handle(
                 Err(why) => return error(StatusCode::BAD_REQUEST, &why),
             };
             match shared.records.approvals().await {
-                Ok(listed) => {
-                    // Oldest first, as listed; a page starts after the cursor's entry.
+                Ok(mut listed) => {
+                    // Oldest first by when they were asked (then id), the order the cursor
+                    // counts in; a page starts after the cursor's entry.
+                    listed.sort_by(|a, b| position(a).cmp(&position(b)));
                     let mut shown = listed
                         .into_iter()
                         .filter(|e| shared.sees(&who, e))
@@ -93,7 +95,13 @@ pub(crate) async fn handle(
         }
         (&Method::GET, ["approvals", "events"]) => events(shared, who).await,
         (&Method::GET, ["approvals", id]) => match shared.approval(engine, id).await {
-            Ok(Some(entry)) if shared.sees(&who, &entry) => reply(StatusCode::OK, &entry),
+            Ok(Some(entry)) if may_see(&who, &entry) => reply(StatusCode::OK, &entry),
+            // An admin who is no approver of it sees it as listings show it.
+            Ok(Some(mut entry)) if shared.sees(&who, &entry) => {
+                let max = shared.config.retention.max_argument_bytes;
+                entry["arguments"] = crate::shown_arguments(&entry["arguments"], max);
+                reply(StatusCode::OK, &crate::ledger::with_display(entry))
+            }
             Ok(_) => error(StatusCode::NOT_FOUND, "no approval you may see has this id"),
             Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &format!("the store is unavailable: {e}")),
         },
@@ -118,14 +126,15 @@ pub(crate) async fn handle(
             };
             // A cursor names the last entry's time and how many of that time were read.
             let (since, skip) = match (&after, query.get("since").map(|s| s.parse::<u64>())) {
-                (Some((ms, n)), _) => (*ms, n.parse::<usize>().unwrap_or(0)),
+                // At most a trail's worth skipped (a cursor is the client's to send).
+                (Some((ms, n)), _) => (*ms, n.parse::<usize>().unwrap_or(0).min(hitl_interrupt::AUDIT_KEPT)),
                 (None, None) => (0, 0),
                 (None, Some(Ok(since))) => (since, 0),
                 (None, Some(Err(_))) => {
                     return error(StatusCode::BAD_REQUEST, "since must be a time in ms since the epoch");
                 }
             };
-            match shared.records.audit_since(since, skip + limit + 1).await {
+            match shared.records.audit_since(since, skip.saturating_add(limit + 1)).await {
                 Ok(read) => {
                     let more = read.len() > skip + limit;
                     let read: Vec<Value> = read.into_iter().skip(skip).take(limit).collect();
@@ -198,7 +207,16 @@ fn read_cursor(cursor: &str) -> Option<(u64, String)> {
 /// and the other entries of those calls' threads (and of `threads`).
 fn decidable(who: &Session, entries: Vec<Value>, mut threads: std::collections::HashSet<String>) -> Vec<Value> {
     threads.extend(entries.iter().filter(|e| may_see(who, e)).filter_map(|e| e["thread"].as_str().map(str::to_owned)));
-    entries.into_iter().filter(|e| e["thread"].as_str().is_some_and(|t| threads.contains(t))).collect()
+    // An entry about one approval (it names its approvers) only to them: a thread may
+    // hold approvals for different people.
+    let about_approval = |e: &Value| e.get("approvers").is_some_and(|a| !a.is_null());
+    entries
+        .into_iter()
+        .filter(|e| match about_approval(e) {
+            true => may_see(who, e),
+            false => e["thread"].as_str().is_some_and(|t| threads.contains(t)),
+        })
+        .collect()
 }
 
 /// The caller of an API request, from `Authorization: Bearer`.
@@ -316,6 +334,29 @@ async fn events(shared: &Shared, who: Session) -> http::Response<McpBody> {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn an_approver_reads_a_threads_entries_but_not_another_approvers_approval_in_it() {
+        let who = crate::session::Session {
+            id: "s".into(),
+            principal: "user:dev".into(),
+            groups: vec!["group:dev".into()],
+            expires: u64::MAX,
+            scope: None,
+            credential: None,
+            approver: true,
+        };
+        let entries = vec![
+            json!({"event": "asked", "thread": "t", "approvers": ["group:dev"], "arguments": {"path": "a"}}),
+            json!({"event": "asked", "thread": "t", "approvers": ["group:dba"], "arguments": {"table": "orders"}}),
+            json!({"event": "executed", "thread": "t"}),
+            json!({"event": "executed", "thread": "u"}),
+            json!({"event": "finished", "thread": "v"}),
+        ];
+        let seen = super::decidable(&who, entries, std::iter::once("v".to_owned()).collect());
+        let shown: Vec<String> = seen.iter().map(|e| format!("{}:{}", e["event"], e["thread"])).collect();
+        assert_eq!(shown, [r#""asked":"t""#, r#""executed":"t""#, r#""finished":"v""#], "{seen:?}");
+    }
 
     #[test]
     fn decisions_come_as_form_content_elicitation_answers_or_middleware_decisions() {

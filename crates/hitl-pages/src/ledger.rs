@@ -261,12 +261,15 @@ pub fn capped(value: &Value, max: usize) -> Value {
 }
 
 /// Arguments as listings, notifications and the audit trail show them: sensitive ones
-/// redacted, each value [`capped`].
+/// redacted, each value [`capped`], and all of them together at most four values'
+/// worth (many values just under the cap are one string of their start, size and
+/// SHA-256).
 pub fn shown_arguments(arguments: &Value, max: usize) -> Value {
-    match redact(arguments) {
+    let shown = match redact(arguments) {
         Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, capped(&v, max))).collect()),
-        other => capped(&other, max),
-    }
+        other => other,
+    };
+    capped(&shown, max.saturating_mul(4))
 }
 
 /// What an edit changed: `{name: {from, to}}` for every argument that differs.
@@ -708,6 +711,10 @@ mod tests {
         let listed = shown_arguments(&args, 256);
         assert_eq!((&listed["token"], &listed["n"]), (&json!("[redacted]"), &json!(3)));
         assert!(listed["note"].as_str().unwrap().len() <= 256);
+        // Many values just under the cap are capped together.
+        let many: serde_json::Map<String, Value> = (0..20).map(|i| (format!("v{i}"), json!("y".repeat(250)))).collect();
+        let together = shown_arguments(&Value::Object(many), 256);
+        assert!(together.as_str().is_some_and(|t| t.len() <= 1024 && t.contains(" bytes, sha256:")), "{together}");
     }
 
     #[test]

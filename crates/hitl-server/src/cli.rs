@@ -441,8 +441,10 @@ impl ServeArgs {
         config.admins = self.pages.admin.principals.iter().map(|p| p.0.clone()).collect();
         let approvals = &self.pages.approvals;
         config.max_event_streams_per_principal = approvals.max_event_streams_per_principal.unwrap_or(4);
-        // Each stream holds a connection: three quarters stay for everything else.
-        config.max_event_streams = approvals.max_event_streams.unwrap_or((self.max_connections / 4).max(1));
+        // Each stream holds a connection and a request's place: three quarters of the
+        // smaller pool stay for everything else.
+        let pool = self.max_connections.min(self.max_concurrent_requests);
+        config.max_event_streams = approvals.max_event_streams.unwrap_or((pool / 4).max(1));
         let defaults = hitl_pages::Retention::default();
         config.retention = hitl_pages::Retention {
             keep_ended: approvals.keep_ended.map_or(defaults.keep_ended, Duration::from_secs),
