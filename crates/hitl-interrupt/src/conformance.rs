@@ -270,10 +270,28 @@ pub async fn records(store: &dyn crate::Records, prefix: &str, now_ms: u64) {
 
     let entries = (0..3).map(|n| json!({"at_ms": now_ms + n, "event": "asked", "thread": prefix, "n": n})).collect();
     store.append_audit(entries).await.unwrap();
-    let read = store.audit_since(now_ms + 1, 1_000).await.unwrap();
+    let read = store.audit_since(now_ms + 1, None, 1_000).await.unwrap();
     let mine: Vec<&Value> = read.iter().filter(|e| e["thread"] == prefix).collect();
     assert_eq!(mine.iter().map(|e| e["n"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2], "entries since, in order");
     assert!(mine.iter().all(|e| !e["seq"].is_null()), "the store numbers entries");
+    // Read on from an entry's seq, in the store's order, whatever the entries' times.
+    let seq = |e: &Value| e["seq"].as_str().map_or_else(|| e["seq"].to_string(), str::to_owned);
+    let out_of_order = [now_ms + 5, now_ms + 3, now_ms + 6]
+        .iter()
+        .map(|at| json!({"at_ms": at, "event": "asked", "thread": format!("{prefix}-order"), "at": at}))
+        .collect();
+    store.append_audit(out_of_order).await.unwrap();
+    let all = store.audit_since(now_ms, None, 1_000_000).await.unwrap();
+    let mine: Vec<&Value> = all.iter().filter(|e| e["thread"] == format!("{prefix}-order").as_str()).collect();
+    assert_eq!(mine.len(), 3);
+    let next = store.audit_since(now_ms, Some(&seq(mine[0])), 1_000_000).await.unwrap();
+    let after: Vec<u64> = next
+        .iter()
+        .filter(|e| e["thread"] == format!("{prefix}-order").as_str())
+        .map(|e| e["at"].as_u64().unwrap())
+        .collect();
+    assert_eq!(after, [now_ms + 3, now_ms + 6], "after the first, the rest in the store's order");
+    assert!(store.audit_since(now_ms, Some("not-a-seq"), 10).await.unwrap().is_empty(), "a seq it never gave");
 
     let once = format!("{prefix}-ticket");
     assert!(!store.used(&once).await.unwrap(), "not marked yet");

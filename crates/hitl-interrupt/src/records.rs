@@ -39,9 +39,10 @@ pub trait Records: Send + Sync + 'static {
     /// step where the store can; each gets a `seq` when read back.
     async fn append_audit(&self, entries: Vec<Value>) -> Result<(), StoreError>;
 
-    /// Audit entries whose `at_ms` is at or after `since_ms`, oldest first, at most
-    /// `limit`.
-    async fn audit_since(&self, since_ms: u64, limit: usize) -> Result<Vec<Value>, StoreError>;
+    /// Audit entries whose `at_ms` is at or after `since_ms`, in the order the store
+    /// keeps them (oldest first), after the entry whose `seq` is `after` (none: from the
+    /// first), at most `limit`. A `seq` this store did not give reads nothing.
+    async fn audit_since(&self, since_ms: u64, after: Option<&str>, limit: usize) -> Result<Vec<Value>, StoreError>;
 
     /// Marks `key` used until `until_ms`: `true` the first time, `false` while it is
     /// marked (single-use links).
@@ -63,7 +64,8 @@ pub(crate) struct Kept {
     approvals: HashMap<String, (u64, u64, Value)>,
     used: HashMap<String, u64>,
     next: u64,
-    audit: VecDeque<(u64, String)>,
+    /// Each entry's `seq`, `at_ms` and JSON.
+    audit: VecDeque<(u64, u64, String)>,
 }
 
 impl<C: Clock> MemoryStore<C> {
@@ -111,7 +113,8 @@ impl<C: Clock> Records for MemoryStore<C> {
             kept.next += 1;
             entry["seq"] = kept.next.into();
             let at = entry.get("at_ms").and_then(Value::as_u64).unwrap_or(0);
-            kept.audit.push_back((at, entry.to_string()));
+            let seq = kept.next;
+            kept.audit.push_back((seq, at, entry.to_string()));
         }
         while kept.audit.len() > AUDIT_KEPT_IN_MEMORY {
             kept.audit.pop_front();
@@ -131,11 +134,16 @@ impl<C: Clock> Records for MemoryStore<C> {
         Ok(self.kept().used.get(key).is_some_and(|until| *until > now))
     }
 
-    async fn audit_since(&self, since_ms: u64, limit: usize) -> Result<Vec<Value>, StoreError> {
+    async fn audit_since(&self, since_ms: u64, after: Option<&str>, limit: usize) -> Result<Vec<Value>, StoreError> {
+        let after = match after.map(str::parse::<u64>) {
+            None => 0,
+            Some(Ok(seq)) => seq,
+            Some(Err(_)) => return Ok(Vec::new()),
+        };
         let kept = self.kept();
-        let since = kept.audit.iter().filter(|(at, _)| *at >= since_ms).take(limit);
+        let since = kept.audit.iter().filter(|(seq, at, _)| *seq > after && *at >= since_ms).take(limit);
         since
-            .map(|(_, e)| {
+            .map(|(_, _, e)| {
                 serde_json::from_str(e).map_err(|e| StoreError::Corrupt { id: "audit".into(), reason: e.to_string() })
             })
             .collect()

@@ -124,27 +124,21 @@ pub(crate) async fn handle(
                 Ok(page) => page,
                 Err(why) => return error(StatusCode::BAD_REQUEST, &why),
             };
-            // A cursor names the last entry's time and how many of that time were read.
-            let (since, skip) = match (&after, query.get("since").map(|s| s.parse::<u64>())) {
-                // At most a trail's worth skipped (a cursor is the client's to send).
-                (Some((ms, n)), _) => (*ms, n.parse::<usize>().unwrap_or(0).min(hitl_interrupt::AUDIT_KEPT)),
-                (None, None) => (0, 0),
-                (None, Some(Ok(since))) => (since, 0),
+            // A cursor names `since` and the last entry read, by the store's own `seq`.
+            let (since, after) = match (&after, query.get("since").map(|s| s.parse::<u64>())) {
+                (Some((since, seq)), _) => (*since, Some(seq.as_str())),
+                (None, None) => (0, None),
+                (None, Some(Ok(since))) => (since, None),
                 (None, Some(Err(_))) => {
                     return error(StatusCode::BAD_REQUEST, "since must be a time in ms since the epoch");
                 }
             };
-            match shared.records.audit_since(since, skip.saturating_add(limit + 1)).await {
-                Ok(read) => {
-                    let more = read.len() > skip + limit;
-                    let read: Vec<Value> = read.into_iter().skip(skip).take(limit).collect();
-                    let next = more.then(|| {
-                        let last = read.last().and_then(|e| e["at_ms"].as_u64()).unwrap_or(since);
-                        let same = read.iter().filter(|e| e["at_ms"].as_u64() == Some(last)).count();
-                        // Entries of that time before this page were skipped too.
-                        let same = if last == since { same + skip } else { same };
-                        cursor(last, &same.to_string())
-                    });
+            match shared.records.audit_since(since, after, limit + 1).await {
+                Ok(mut read) => {
+                    let more = read.len() > limit;
+                    read.truncate(limit);
+                    let seq = |e: &Value| e["seq"].as_str().map_or_else(|| e["seq"].to_string(), str::to_owned);
+                    let next = if more { read.last().map(|last| cursor(since, &seq(last))) } else { None };
                     let events = if admin {
                         read
                     } else {

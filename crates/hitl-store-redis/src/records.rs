@@ -159,11 +159,20 @@ impl Records for RedisStore {
         Ok(found)
     }
 
-    async fn audit_since(&self, since_ms: u64, limit: usize) -> Result<Vec<Value>, StoreError> {
+    async fn audit_since(&self, since_ms: u64, after: Option<&str>, limit: usize) -> Result<Vec<Value>, StoreError> {
+        // A stream id, `<ms>-<n>`, or nothing this store gave.
+        if after.is_some_and(|id| {
+            id.split_once('-').is_none_or(|(ms, n)| ms.parse::<u64>().is_err() || n.parse::<u64>().is_err())
+        }) {
+            return Ok(Vec::new());
+        }
         let mut connection = self.connection().await?;
         // Entries are numbered by Redis's clock and filtered by their own `at_ms`: read
         // from a minute before, for clocks that differ, a page at a time.
-        let mut start = since_ms.saturating_sub(SKEW_MS).to_string();
+        let mut start = match after {
+            Some(id) => format!("({id}"),
+            None => since_ms.saturating_sub(SKEW_MS).to_string(),
+        };
         let mut found = Vec::new();
         loop {
             let read: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
