@@ -24,7 +24,7 @@ impl Throttle {
     /// How long `address` must wait before it may try again at `now`, if it must.
     pub(crate) fn wait(&self, address: IpAddr, now: Instant) -> Option<Duration> {
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let times = failures.get_mut(&address)?;
+        let times = failures.get_mut(&client(address))?;
         forget(times, now);
         if times.len() < FAILURES {
             return None;
@@ -36,11 +36,16 @@ impl Throttle {
     /// Counts a failed sign-in from `address` at `now`.
     pub(crate) fn failed(&self, address: IpAddr, now: Instant) {
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        if failures.len() >= KEPT {
+        let address = client(address);
+        if failures.len() >= KEPT && !failures.contains_key(&address) {
             failures.retain(|_, times| {
                 forget(times, now);
                 !times.is_empty()
             });
+            if failures.len() >= KEPT {
+                // Full of addresses failing now: the table stays bounded.
+                return;
+            }
         }
         let times = failures.entry(address).or_default();
         forget(times, now);
@@ -49,6 +54,18 @@ impl Throttle {
         while times.len() > FAILURES {
             times.pop_front();
         }
+    }
+}
+
+/// The client an address stands for: an IPv6 address by its /64 (one host is given a
+/// whole /64 to pick addresses from), an IPv4 address as it is.
+fn client(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
+            IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1)))
+        }
+        IpAddr::V6(v6) => IpAddr::V4(v6.to_ipv4_mapped().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED)),
+        v4 => v4,
     }
 }
 
@@ -78,5 +95,19 @@ mod tests {
         assert_eq!(throttle.wait(here, start + WINDOW), None, "the first failure has aged out");
         throttle.failed(here, start + WINDOW);
         assert_eq!(throttle.wait(here, start + WINDOW), Some(Duration::from_secs(1)), "ten in the window again");
+    }
+
+    #[test]
+    fn an_ipv6_host_is_one_client_whatever_address_of_its_64_it_picks() {
+        let throttle = Throttle::default();
+        let start = Instant::now();
+        for n in 0..FAILURES as u16 {
+            let address: IpAddr = format!("2001:db8:1:2::{n:x}").parse().unwrap();
+            throttle.failed(address, start);
+        }
+        let another: IpAddr = "2001:db8:1:2:ffff::1".parse().unwrap();
+        assert!(throttle.wait(another, start).is_some(), "the same /64");
+        let elsewhere: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(throttle.wait(elsewhere, start), None, "another /64");
     }
 }
