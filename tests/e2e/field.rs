@@ -73,3 +73,18 @@ async fn an_http_upstream_that_restarts_is_reconnected() {
     let health = server.request(http::Method::GET, "/healthz", &[], bytes::Bytes::new()).await.unwrap();
     assert_eq!(health.body["upstreams"]["ev"]["status"], "ok", "{}", health.body);
 }
+
+/// A result a 2026-07-28 upstream answers, relayed to a 2025-era client: hitl answers
+/// as itself (the upstream's `serverInfo` taken out) and leaves no empty `_meta`.
+#[tokio::test]
+async fn a_relayed_result_carries_no_empty_meta_to_a_2025_era_client() {
+    let Some(upstream) = crate::upstream::PythonUpstream::start(&[]) else { return };
+    let file = ConfigFile::write(&format!("[[upstream]]\nname = \"db\"\nurl = \"{}\"\n", upstream.url));
+    let server = file.serve().await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "db.echo", "arguments": {"text": "old"}}});
+    let reply = server.post_raw(&[], call.to_string()).await;
+    let result = &reply.body["result"];
+    assert_eq!(result["content"][0]["text"], "old", "{}", reply.body);
+    assert!(result.get("_meta").is_none_or(|meta| meta.as_object().is_some_and(|m| !m.is_empty())), "{result}");
+}

@@ -278,9 +278,12 @@ pub(crate) fn outcome(upstream: &Upstream, answered: Result<Value, UpstreamError
             json!({ ASKED: result, RESULT: null, HELD: null })
         }
         Ok(Value::Object(mut result)) => {
-            // The gateway answers as itself.
+            // The gateway answers as itself; a `_meta` left empty is not sent on.
             if let Some(Value::Object(meta)) = result.get_mut("_meta") {
                 meta.remove(hitl_protocol::meta_keys::SERVER_INFO);
+                if meta.is_empty() {
+                    result.remove("_meta");
+                }
             }
             json!({ RESULT: ToolResult(result).to_value(), ASKED: null, HELD: null })
         }
