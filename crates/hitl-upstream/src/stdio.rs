@@ -2,7 +2,7 @@
 //! them on stdout, one per line. Started on first use, started again (after a pause
 //! that doubles up to 30 s) when it exits; its stderr goes to the log.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -235,7 +235,9 @@ impl StdioTransport {
             loop {
                 match read_line(&mut errors, &mut line, 64 * 1024).await {
                     Ok(Line::Whole) => tracing::info!(upstream = %name, "{}", String::from_utf8_lossy(&line)),
-                    Ok(Line::TooLong) => tracing::info!(upstream = %name, "(a line longer than 64 KiB, dropped)"),
+                    Ok(Line::TooLong { .. }) => {
+                        tracing::info!(upstream = %name, "(a line longer than 64 KiB, dropped)")
+                    }
                     Ok(Line::End) | Err(_) => break,
                 }
             }
@@ -276,11 +278,18 @@ impl Reader {
         loop {
             match read_line(&mut output, &mut line, self.max_line).await {
                 Ok(Line::End) | Err(_) => break,
-                Ok(Line::TooLong) => {
-                    // Which request it answered is unknown: every waiting one fails.
-                    tracing::warn!(upstream = %self.name, limit = self.max_line, "a message longer than max_response_bytes; dropped");
-                    let waiting: Vec<_> = self.pending.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
-                    for (_, waiting) in waiting {
+                Ok(Line::TooLong { id }) => {
+                    tracing::warn!(upstream = %self.name, limit = self.max_line, ?id, "a message longer than max_response_bytes; dropped");
+                    // The request it answered fails; when its id can't be read at either
+                    // end of the line, every waiting one does.
+                    let waiting: Vec<_> = {
+                        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+                        match id {
+                            Some(id) => pending.remove(&id).into_iter().collect(),
+                            None => pending.drain().map(|(_, waiting)| waiting).collect(),
+                        }
+                    };
+                    for waiting in waiting {
                         let too_large = UpstreamError::TooLarge { upstream: self.name.clone(), limit: self.max_line };
                         let _ = waiting.send(Err(too_large));
                     }
@@ -334,8 +343,13 @@ fn deliver(pending: &Pending, id: i64, response: Result<Value, ErrorObject>) {
 enum Line {
     /// A line (without its end) is in the buffer.
     Whole,
-    /// A line longer than the limit was read through and dropped.
-    TooLong,
+    /// A line longer than the limit was read through and dropped; the id of the
+    /// response it was, when one end of it says (`{"jsonrpc":"2.0","id":7,…` or
+    /// `…,"id":7}`).
+    TooLong {
+        /// The response's id.
+        id: Option<i64>,
+    },
     /// The output ended.
     End,
 }
@@ -350,11 +364,13 @@ async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
 ) -> std::io::Result<Line> {
     line.clear();
     let mut too_long = false;
+    // A dropped line's last bytes (its first stay in `line`), for its id.
+    let mut tail: VecDeque<u8> = VecDeque::new();
     loop {
         let available = input.fill_buf().await?;
         if available.is_empty() {
             return Ok(match (too_long, line.is_empty()) {
-                (true, _) => Line::TooLong,
+                (true, _) => Line::TooLong { id: dropped_id(line, tail.make_contiguous()) },
                 (false, true) => Line::End,
                 (false, false) => Line::Whole,
             });
@@ -367,17 +383,49 @@ async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
         if !too_long && line.len() + content.len() <= max {
             line.extend_from_slice(content);
         } else {
-            too_long = true;
-            line.clear();
+            if !too_long {
+                too_long = true;
+                tail.extend(line.iter().skip(line.len().saturating_sub(EDGE)));
+                line.truncate(EDGE);
+            }
+            tail.extend(&content[content.len().saturating_sub(EDGE)..]);
+            let over = tail.len().saturating_sub(EDGE);
+            tail.drain(..over);
         }
         input.consume(taken);
         if ended {
+            if too_long {
+                return Ok(Line::TooLong { id: dropped_id(line, tail.make_contiguous()) });
+            }
             if line.last() == Some(&b'\r') {
                 line.pop();
             }
-            return Ok(if too_long { Line::TooLong } else { Line::Whole });
+            return Ok(Line::Whole);
         }
     }
+}
+
+/// How many bytes at each end of a dropped line are kept to find its id.
+const EDGE: usize = 256;
+
+/// The id of the response a dropped line was: `"id":<n>` right after `"jsonrpc":"2.0",`
+/// at its start (as the Python SDK writes), or as the last member at its end (as the
+/// TypeScript SDK writes); `None` when neither end says.
+fn dropped_id(head: &[u8], tail: &[u8]) -> Option<i64> {
+    let number = |text: &str| text.trim().parse::<i64>().ok();
+    let head = String::from_utf8_lossy(head);
+    let compact: String = head.chars().filter(|c| !c.is_whitespace()).collect();
+    if let Some(rest) = compact.strip_prefix(r#"{"jsonrpc":"2.0","id":"#) {
+        let end = rest.find(|c: char| !c.is_ascii_digit() && c != '-').unwrap_or(rest.len());
+        if let Some(id) = number(&rest[..end]) {
+            return Some(id);
+        }
+    }
+    let tail = String::from_utf8_lossy(tail);
+    let compact: String = tail.chars().filter(|c| !c.is_whitespace()).collect();
+    let body = compact.strip_suffix('}')?;
+    let at = body.rfind(r#","id":"#)?;
+    number(&body[at + 6..])
 }
 
 #[cfg(test)]
@@ -404,12 +452,19 @@ mod tests {
             read,
             [
                 (Line::Whole, "{\"a\":1}".to_owned()),
-                (Line::TooLong, String::new()),
+                (Line::TooLong { id: None }, "01234567".to_owned()),
                 (Line::Whole, "ok".to_owned()),
                 (Line::Whole, "last".to_owned()),
             ]
         );
-        assert_eq!(lines(b"0123456789", 4).await, [(Line::TooLong, String::new())]);
+        assert_eq!(lines(b"0123456789", 4).await, [(Line::TooLong { id: None }, "0123".to_owned())]);
+        let python = format!("{{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":\"{}\"}}\n", "x".repeat(2000));
+        assert_eq!(lines(python.as_bytes(), 64).await[0].0, Line::TooLong { id: Some(7) }, "the id at the start");
+        let ts =
+            format!("{{\"result\":{{\"id\":1,\"text\":\"{}\"}},\"jsonrpc\":\"2.0\",\"id\":12}}\n", "x".repeat(2000));
+        assert_eq!(lines(ts.as_bytes(), 64).await[0].0, Line::TooLong { id: Some(12) }, "the id at the end");
+        let neither = format!("{{\"result\":\"{}\"}}\n", "x".repeat(2000));
+        assert_eq!(lines(neither.as_bytes(), 64).await[0].0, Line::TooLong { id: None });
         assert_eq!(lines(b"", 4).await, []);
     }
 }
