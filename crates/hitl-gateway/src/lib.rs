@@ -208,8 +208,9 @@ impl Gateway {
     /// again until its `timeout` has passed, and the start fails while a policy glob
     /// matches nothing (or waits on an upstream that never listed).
     pub async fn start(&self, publish: &Publish) -> Result<(), String> {
-        let started = Instant::now();
         for index in 0..self.upstreams.len() {
+            // Each upstream gets its own `timeout` to answer.
+            let started = Instant::now();
             loop {
                 if let Err(Refused(error)) = self.refresh(index, publish).await {
                     return Err(error);
