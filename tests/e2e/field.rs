@@ -88,3 +88,63 @@ async fn a_relayed_result_carries_no_empty_meta_to_a_2025_era_client() {
     assert_eq!(result["content"][0]["text"], "old", "{}", reply.body);
     assert!(result.get("_meta").is_none_or(|meta| meta.as_object().is_some_and(|m| !m.is_empty())), "{result}");
 }
+
+/// `/healthz`'s state of one upstream, polled until it is `status` (10 s at most); the
+/// HTTP status stays 200 throughout (one bad upstream takes no replica out of a load
+/// balancer).
+async fn upstream_becomes(server: &crate::harness::Server, name: &str, status: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let health = server.request(http::Method::GET, "/healthz", &[], bytes::Bytes::new()).await.unwrap();
+        assert_eq!(health.status, 200, "{}", health.body);
+        if health.body["upstreams"][name]["status"] == status {
+            return health.body["upstreams"][name].clone();
+        }
+        assert!(Instant::now() < deadline, "{name} never became {status}: {}", health.body);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An HTTP upstream killed between calls is reported unreachable by the next probe
+/// (`health_interval`), and ok again once it answers.
+#[tokio::test]
+async fn healthz_tells_of_an_http_upstream_that_went_away() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let Some(upstream) = Everything::start(port).await else { return };
+    let file = ConfigFile::write(&format!(
+        "[[upstream]]\nname = \"ev\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nhealth_interval = 1\n"
+    ));
+    let server = file.serve().await;
+    upstream_becomes(&server, "ev", "ok").await;
+    drop(upstream);
+    let down = upstream_becomes(&server, "ev", "unreachable").await;
+    assert!(down["error"].as_str().is_some_and(|e| e.contains("upstream ev")), "{down}");
+    let _upstream = Everything::start(port).await.expect("started again");
+    upstream_becomes(&server, "ev", "ok").await;
+}
+
+/// A stdio upstream is unreachable from the moment its process exits (`kill -9`) until
+/// one started again answers.
+#[tokio::test]
+async fn healthz_tells_of_a_stdio_upstream_whose_process_died() {
+    let Ok(python) = std::env::var("HITL_PYTHON") else {
+        cannot_run("field", "HITL_PYTHON is not set");
+        return;
+    };
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/upstream_server.py");
+    let tag = format!("hitl-field-{}-{}", std::process::id(), Instant::now().elapsed().as_nanos());
+    let file = ConfigFile::write(&format!(
+        "[[upstream]]\nname = \"local\"\ncommand = [{python:?}, {:?}, \"--stdio\", {tag:?}]\nhealth_interval = 1\n",
+        script.to_string_lossy()
+    ));
+    let server = file.serve().await;
+    upstream_becomes(&server, "local", "ok").await;
+    let killed = Command::new("pkill").args(["-9", "-f", &tag]).status().unwrap();
+    assert!(killed.success(), "the upstream's process was found and killed");
+    let down = upstream_becomes(&server, "local", "unreachable").await;
+    assert!(down["error"].as_str().is_some_and(|e| e.contains("exited")), "{down}");
+    // The next probe (or call) starts it again.
+    upstream_becomes(&server, "local", "ok").await;
+    let echoed = server.call_tool(1, json!({"name": "local.echo", "arguments": {"text": "back"}})).await;
+    assert_eq!(text(&echoed), "back", "{}", echoed.body);
+}

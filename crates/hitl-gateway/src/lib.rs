@@ -245,6 +245,17 @@ impl Gateway {
         for index in 0..self.upstreams.len() {
             let upstream = self.upstreams[index].1.clone();
             watchers.spawn(async move { upstream.listen().await });
+            // A light probe every `health_interval`, so /healthz tells of an upstream
+            // that went away between calls.
+            let (upstream, every) = (self.upstreams[index].1.clone(), self.upstreams[index].0.health_interval());
+            watchers.spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    if let Err(error) = upstream.probe().await {
+                        tracing::debug!(upstream = %upstream.name(), %error, "its probe failed");
+                    }
+                }
+            });
             let (gateway, publish) = (self.clone(), publish.clone());
             watchers.spawn(async move {
                 loop {
@@ -279,9 +290,14 @@ impl Gateway {
         let upstreams: serde_json::Map<String, Value> = self
             .upstreams
             .iter()
-            .map(|(spec, _)| {
+            .map(|(spec, upstream)| {
                 let held = self.holds.count(&spec.name);
                 let state = match states.get(&spec.name) {
+                    // Listed, but the last request or probe found no one (or its process
+                    // exited): its tools stay listed, its calls fail naming it.
+                    Some(State::Up { tools, .. }) if let Some(error) = upstream.unreachable() => {
+                        serde_json::json!({"status": "unreachable", "error": error, "tools": tools.len(), "held": held})
+                    }
                     Some(State::Up { tools, .. }) => {
                         serde_json::json!({"status": "ok", "tools": tools.len(), "held": held})
                     }

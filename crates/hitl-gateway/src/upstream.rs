@@ -48,6 +48,10 @@ pub struct UpstreamSpec {
     /// held open for the client's answer (default: `[gateway] hold_timeout`).
     #[serde(default)]
     pub hold_timeout: Option<u64>,
+    /// Seconds between light probes of whether it answers (`ping`, or
+    /// `server/discover`), for `/healthz` (default 10).
+    #[serde(default)]
+    pub health_interval: Option<u64>,
     /// The largest message read from it, in bytes (default 16 MiB): a larger answer
     /// fails the call with an error result naming the upstream, read no further.
     #[serde(default)]
@@ -85,6 +89,9 @@ impl UpstreamSpec {
         if self.session_idle == Some(0) {
             return Some(("session_idle", "give at least 1 second".into()));
         }
+        if self.health_interval == Some(0) {
+            return Some(("health_interval", "give at least 1 second".into()));
+        }
         match (&self.url, &self.command) {
             (Some(_), None) => None,
             (None, Some(command)) if command.first().is_none_or(String::is_empty) => {
@@ -115,6 +122,11 @@ impl UpstreamSpec {
 
     fn at(&self, key: &str) -> String {
         format!("upstream {:?}: {key}", self.name)
+    }
+
+    /// How often it is probed for `/healthz` (default 10 s).
+    pub(crate) fn health_interval(&self) -> Duration {
+        Duration::from_secs(self.health_interval.unwrap_or(10).max(1))
     }
 
     /// Seconds one upstream request may take (default 60).
@@ -220,6 +232,7 @@ mod tests {
             timeout: None,
             ca_file: None,
             hold_timeout: None,
+            health_interval: None,
             max_response_bytes: None,
             session_idle: None,
         };

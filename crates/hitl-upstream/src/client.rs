@@ -253,6 +253,12 @@ pub(crate) trait Transport: Send + Sync + std::fmt::Debug {
 
     /// Ends the session of `era`, where the transport can (HTTP DELETE).
     async fn close(&self, _era: &Era) {}
+
+    /// Why the upstream is known to be down now without asking it (a stdio process
+    /// that exited), if it is.
+    fn down(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Told when the upstream says its tools changed (`notifications/tools/list_changed`).
@@ -299,6 +305,8 @@ pub struct Upstream {
     /// Whether the task that closes idle sessions runs.
     sweeping: std::sync::atomic::AtomicBool,
     next_id: AtomicI64,
+    /// Why the last request could not reach it (none: it answered, or none was sent).
+    reach: std::sync::Mutex<Option<String>>,
 }
 
 /// `call`, a `tools/call` to `upstream`, in `span` and timed (`hitl_upstream_call_seconds`,
@@ -359,7 +367,35 @@ impl Upstream {
             sessions: Arc::new(std::sync::Mutex::new(sessions)),
             sweeping: std::sync::atomic::AtomicBool::new(false),
             next_id: AtomicI64::new(1),
+            reach: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Why the upstream is unreachable now, if it is: its stdio process exited, or the
+    /// last request sent to it found no one (a refusal or an error answer is an answer).
+    pub fn unreachable(&self) -> Option<String> {
+        self.transport.down().or_else(|| self.reach.lock().unwrap_or_else(|p| p.into_inner()).clone())
+    }
+
+    /// A light request that tells whether it answers: `ping` in a 2025-era session,
+    /// `server/discover` for 2026-07-28; its outcome is what [`Upstream::unreachable`]
+    /// says next.
+    pub async fn probe(&self) -> Result<(), UpstreamError> {
+        let method = match self.era().await? {
+            Era::Modern => "server/discover",
+            Era::Legacy { .. } => "ping",
+        };
+        self.request(method, Map::new()).await.map(|_| ())
+    }
+
+    /// Notes whether `outcome` reached the upstream.
+    fn noted<T>(&self, outcome: Result<T, UpstreamError>) -> Result<T, UpstreamError> {
+        let unreached = match &outcome {
+            Err(e @ (UpstreamError::Unreachable { .. } | UpstreamError::Timeout { .. })) => Some(e.to_string()),
+            _ => None,
+        };
+        *self.reach.lock().unwrap_or_else(|p| p.into_inner()) = unreached;
+        outcome
     }
 
     /// Closes a caller's session after `idle` without calls, and keeps at most `cap`
@@ -528,7 +564,7 @@ impl Upstream {
     /// The era negotiated with the upstream, negotiating it first if need be.
     pub async fn era(&self) -> Result<Era, UpstreamError> {
         let mut era = self.era.lock().await;
-        let generation = self.transport.connect().await?;
+        let generation = self.noted(self.transport.connect().await)?;
         if let Some((known, at)) = &*era
             && *at == generation
         {
@@ -768,7 +804,7 @@ impl Upstream {
             }
         }
         let (body, name) = body(era, id, method, params);
-        let exchanged = self.transport.exchange(era, Outgoing { method, id, body, name, asks }).await?;
+        let exchanged = self.noted(self.transport.exchange(era, Outgoing { method, id, body, name, asks }).await)?;
         let result = match exchanged.response {
             None => None,
             Some(Ok(result)) => Some(result),

@@ -50,6 +50,7 @@ impl Upstream {
             process: Mutex::new(None),
             generation: AtomicU64::new(0),
             restart: SyncMutex::new(Restart::default()),
+            last: SyncMutex::new(None),
         };
         Self::with_transport(name, protocol, timeout, changed, Arc::new(transport))
     }
@@ -66,6 +67,8 @@ struct StdioTransport {
     process: Mutex<Option<Process>>,
     generation: AtomicU64,
     restart: SyncMutex<Restart>,
+    /// The alive flag of the process started last (none before the first start).
+    last: SyncMutex<Option<Arc<AtomicBool>>>,
 }
 
 /// When the process may be started again.
@@ -119,6 +122,12 @@ impl Transport for StdioTransport {
 
     fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
+    }
+
+    /// A process that exited is down until one started again answers.
+    fn down(&self) -> Option<String> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.as_ref().filter(|alive| !alive.load(Ordering::SeqCst)).map(|_| "its process exited".to_owned())
     }
 
     /// A 2025-era process writes its notifications on its output anyway; a 2026-07-28
@@ -216,6 +225,7 @@ impl StdioTransport {
         let pending: Pending = Arc::default();
         let askers: Arc<Askers> = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(alive.clone());
         let name = self.config.name.clone();
         tracing::info!(upstream = %name, pid = child.id(), "started");
         let exited = Arc::new(tokio::sync::Notify::new());
