@@ -184,9 +184,17 @@ async fn edit_reject_and_respond_do_what_the_reviewer_said() {
     assert_eq!(rejected.body["result"]["isError"], true);
     assert_eq!(text(&rejected), "not during business hours");
 
+    // drop_partition declares an outputSchema ({"result": string}): a respond is its
+    // structured content when it fits, else an error result with the reviewer's text.
+    let (key, _, state) = ask_drop(&server).await;
+    let fits = r#"{"result": "already dropped"}"#;
+    let responded = decide(&server, &key, &state, json!({"decision": "respond", "message": fits})).await;
+    assert_ne!(responded.body["result"]["isError"], true, "{}", responded.body);
+    assert_eq!(responded.body["result"]["structuredContent"], json!({"result": "already dropped"}));
+    assert_eq!(text(&responded), fits);
     let (key, _, state) = ask_drop(&server).await;
     let responded = decide(&server, &key, &state, json!({"decision": "respond", "message": "already dropped"})).await;
-    assert_ne!(responded.body["result"]["isError"], true);
+    assert_eq!(responded.body["result"]["isError"], true, "{}", responded.body);
     assert_eq!(text(&responded), "already dropped");
     assert_eq!(executions(&server).await, 1, "reject and respond never run the tool");
 }

@@ -173,8 +173,24 @@ impl Gated {
             Decision::Reject { message } => Carried::Answer(ToolResult::error(
                 message.unwrap_or_else(|| format!("The reviewer rejected the call to {}", self.listed)),
             )),
-            Decision::Respond { message } => Carried::Answer(ToolResult::text(message, false)),
+            Decision::Respond { message } => Carried::Answer(self.responded(message)),
         })
+    }
+
+    /// The result of a reviewer's `respond`: their text. On a tool that declares an
+    /// `outputSchema`, clients expect structured content: a text that is JSON valid
+    /// against the schema is also the `structuredContent`; any other text is an error
+    /// result (SDK clients refuse a success without it).
+    fn responded(&self, message: String) -> ToolResult {
+        let Some(schema) = self.spec.get("outputSchema") else { return ToolResult::text(message, false) };
+        match serde_json::from_str::<Value>(&message) {
+            Ok(value) if value.is_object() && hitl_schema::validate_value(schema, &value).is_ok() => {
+                let mut result = ToolResult::text(message, false);
+                result.0.insert("structuredContent".into(), value);
+                result
+            }
+            _ => ToolResult::text(message, true),
+        }
     }
 
     /// Asks for a decision on the call (the seed's per-call review: the tool, its
