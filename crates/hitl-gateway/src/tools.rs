@@ -197,8 +197,9 @@ impl Gated {
     /// arguments, the allowed decisions, edits checked against the tool's schema).
     pub(crate) fn review(&self, state: &Value, ctx: &StepContext) -> Result<Value, StepError> {
         let args = arguments(state);
+        let text = self.review_text(&args);
         let approval = ToolApproval {
-            action_request: ActionRequest::new(&self.listed, args.clone(), Some(self.review_text(&args))),
+            action_request: ActionRequest::new(&self.listed, args, Some(text)),
             review_config: Some(ReviewConfig::new(&self.listed, self.decisions.iter().copied())),
             approval: self.approval(),
         };

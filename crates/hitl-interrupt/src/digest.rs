@@ -51,7 +51,8 @@ pub fn short_digest(value: &Value) -> String {
     digest_hex(value)[..16].to_owned()
 }
 
-pub(crate) fn hex(bytes: &[u8]) -> String {
+/// `bytes` as lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {

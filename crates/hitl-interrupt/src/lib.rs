@@ -57,7 +57,7 @@ mod task_runs;
 mod tasks;
 mod thread;
 
-pub use digest::{canonical, digest_hex, short_digest};
+pub use digest::{canonical, digest_hex, hex, short_digest};
 /// An agent: defined in `hitl-graph`, so that a crate of agents needs nothing else.
 pub use hitl_graph::Agent;
 

@@ -251,8 +251,7 @@ pub fn capped(value: &Value, max: usize) -> Value {
         }
     };
     let digest = ring::digest::digest(&ring::digest::SHA256, value.to_string().as_bytes());
-    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
-    let marker = format!("… [{} bytes, sha256:{hex}]", text.len());
+    let marker = format!("… [{} bytes, sha256:{}]", text.len(), hitl_interrupt::hex(digest.as_ref()));
     let mut cut = max.saturating_sub(marker.len()).min(text.len());
     while !text.is_char_boundary(cut) {
         cut -= 1;
@@ -355,7 +354,8 @@ pub(crate) fn with_display(mut entry: Value) -> Value {
 }
 
 /// The listing entry of an approval just decided, and its audit entry (the decision,
-/// with an edit's argument diff).
+/// with an edit's argument diff; its arguments redacted and capped when
+/// [`Worker::audit`] takes it).
 pub(crate) fn decided_entry(view: &PageView, base_url: &str) -> (Value, Value) {
     let mut entry = pending_entry(view, base_url);
     let answer = view.page.answer.clone().unwrap_or_default();
@@ -366,7 +366,7 @@ pub(crate) fn decided_entry(view: &PageView, base_url: &str) -> (Value, Value) {
         "event": status,
         "thread": view.thread_id, "tool": entry["tool"], "principal": view.principal,
         "approver": view.page.answered_by, "approval": view.id, "approvers": view.approvers(),
-        "args_digest": view.args_digest, "arguments": redact(&Value::Object(before.clone())),
+        "args_digest": view.args_digest, "arguments": Value::Object(before.clone()),
     });
     if status == "edited"
         && let Some(Value::Object(after)) =
@@ -426,8 +426,9 @@ impl Worker {
                 entry["round"] = round.into();
                 entry["keys"] = json!(keys);
                 if let Some(first) = approvals.first() {
+                    // Redacted and capped by `audit`, as every entry's arguments are.
                     entry["arguments"] =
-                        redact(&Value::Object(first.review.as_ref().map(|r| r.args.clone()).unwrap_or_default()));
+                        Value::Object(first.review.as_ref().map(|r| r.args.clone()).unwrap_or_default());
                     entry["approvals"] = approvals.iter().map(|a| Value::String(a.id.clone())).collect();
                     entry["approvers"] = json!(first.approvers());
                 }

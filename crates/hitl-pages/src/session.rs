@@ -240,8 +240,7 @@ impl Keys {
 
 /// What a listed token's MAC covers: the principal and the token's digest.
 fn bound_text(principal: &str, digest: &[u8; 32]) -> String {
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{principal}\n{hex}")
+    format!("{principal}\n{}", hitl_interrupt::hex(digest))
 }
 
 /// What a CSRF token covers: the cookie's seed and the session's id.

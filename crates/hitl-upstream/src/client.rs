@@ -324,23 +324,44 @@ async fn timed<T>(
     outcome
 }
 
-/// Reads the stream of a caller's session `era` (its GET stream) for as long as the
-/// session lives (the task is aborted when it is dropped).
-async fn listen_in(transport: Arc<dyn Transport>, era: Era, upstream: String) {
+/// Keeps a notification stream open: `open` reads it until it ends, and is called again
+/// at once when it ended, after a pause doubling from 1 s to 60 s when it failed, and
+/// never again once it says the upstream offers none. `what` names the stream in logs.
+async fn keep_open<F, Fut>(upstream: &str, what: &str, mut open: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Listened, UpstreamError>>,
+{
     const FIRST: Duration = Duration::from_secs(1);
     let mut pause = FIRST;
     loop {
-        let subscribe = Outgoing { method: "", id: None, body: Vec::new(), name: None, asks: None };
-        match transport.listen(&era, subscribe).await {
-            Ok(Listened::Unsupported) | Err(UpstreamError::SessionGone { .. }) => return,
+        match open().await {
+            Ok(Listened::Unsupported) => {
+                tracing::debug!(upstream, "{what}: none is offered");
+                return;
+            }
             Ok(Listened::Ended) => pause = FIRST,
             Err(error) => {
-                tracing::debug!(%upstream, %error, "a caller's session stream failed");
+                tracing::debug!(upstream, %error, "{what} failed");
                 pause = (pause * 2).min(Duration::from_secs(60));
             }
         }
         tokio::time::sleep(pause).await;
     }
+}
+
+/// Reads the stream of a caller's session `era` (its GET stream) for as long as the
+/// session lives (the task is aborted when it is dropped, and it ends when the upstream
+/// no longer knows the session).
+async fn listen_in(transport: Arc<dyn Transport>, era: Era, upstream: String) {
+    keep_open(&upstream, "a caller's session stream", || async {
+        let subscribe = Outgoing { method: "", id: None, body: Vec::new(), name: None, asks: None };
+        match transport.listen(&era, subscribe).await {
+            Err(UpstreamError::SessionGone { .. }) => Ok(Listened::Unsupported),
+            other => other,
+        }
+    })
+    .await;
 }
 
 /// This client, as upstreams see it.
@@ -508,38 +529,21 @@ impl Upstream {
     /// stream, a stdio process's output. Opens it again when it ends; returns when the
     /// upstream offers none. Run it in a task of its own.
     pub async fn listen(&self) {
-        const FIRST: Duration = Duration::from_secs(1);
-        let mut pause = FIRST;
-        loop {
-            let outcome = match self.era().await {
-                Ok(era) => {
-                    let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                    let method = "subscriptions/listen";
-                    let params = json!({"notifications": {"toolsListChanged": true}});
-                    let Value::Object(params) = params else { unreachable!("an object literal") };
-                    let (body, name) = body(&era, Some(id), method, Some(params));
-                    let subscribe = Outgoing { method, id: Some(id), body, name, asks: None };
-                    let outcome = self.transport.listen(&era, subscribe).await;
-                    if let Err(UpstreamError::SessionGone { .. }) = &outcome {
-                        self.forget(&era).await;
-                    }
-                    outcome
-                }
-                Err(e) => Err(e),
-            };
-            match outcome {
-                Ok(Listened::Unsupported) => {
-                    tracing::debug!(upstream = %self.name, "it offers no notification stream");
-                    return;
-                }
-                Ok(Listened::Ended) => pause = FIRST,
-                Err(error) => {
-                    tracing::debug!(upstream = %self.name, %error, "its notification stream failed");
-                    pause = (pause * 2).min(Duration::from_secs(60));
-                }
+        keep_open(&self.name, "its notification stream", || async {
+            let era = self.era().await?;
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let method = "subscriptions/listen";
+            let params = json!({"notifications": {"toolsListChanged": true}});
+            let Value::Object(params) = params else { unreachable!("an object literal") };
+            let (body, name) = body(&era, Some(id), method, Some(params));
+            let subscribe = Outgoing { method, id: Some(id), body, name, asks: None };
+            let outcome = self.transport.listen(&era, subscribe).await;
+            if let Err(UpstreamError::SessionGone { .. }) = &outcome {
+                self.forget(&era).await;
             }
-            tokio::time::sleep(pause).await;
-        }
+            outcome
+        })
+        .await;
     }
 
     /// Forgets the era `era` (a session the upstream no longer knows), so the next
