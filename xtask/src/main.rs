@@ -202,7 +202,7 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
         command.env("HITL_NODE", node);
     }
     if let Some(servers) = &servers {
-        command.env("HITL_SERVER_EVERYTHING", servers);
+        reference_server_env(&mut command, servers);
     }
     let mut result = run(command);
     if result.is_ok()
@@ -218,7 +218,7 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
             again.env("HITL_NODE", node);
         }
         if let Some(servers) = &servers {
-            again.env("HITL_SERVER_EVERYTHING", servers);
+            reference_server_env(&mut again, servers);
         }
         result = run(again);
     } else if redis_url.is_none() {
@@ -240,8 +240,10 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     result
 }
 
-/// The pinned official MCP Python SDK, for the suite that drives hitl with it.
-const PYTHON_SDK: &str = "mcp==2.3.0";
+/// The pinned official MCP Python SDK, for the suite that drives hitl with it; fastmcp,
+/// a second Python client; and `mcp-server-git`, a reference server people put behind
+/// a gateway (run as `python -m mcp_server_git`).
+const PYTHON_SDK: &[&str] = &["mcp==2.3.0", "fastmcp==4.2.3", "mcp-server-git==2026.10.19"];
 
 /// A virtualenv under `target/` with the Python SDK; returns its interpreter.
 fn python_sdk() -> Result<PathBuf, String> {
@@ -249,7 +251,10 @@ fn python_sdk() -> Result<PathBuf, String> {
     let python = venv.join("bin/python");
     let has_sdk = |python: &Path| {
         Command::new(python)
-            .args(["-c", "import mcp, importlib.metadata as m; assert m.version('mcp') == '2.3.0'"])
+            .arg("-c")
+            .arg(format!(
+                "import importlib.metadata as m\nfor p in {PYTHON_SDK:?}:\n    n, v = p.split('==')\n    assert m.version(n) == v, p"
+            ))
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
@@ -261,10 +266,10 @@ fn python_sdk() -> Result<PathBuf, String> {
     if !status.is_ok_and(|s| s.success()) {
         return Err("python3 -m venv failed (is python3 with venv installed?)".into());
     }
-    eprintln!("installing {PYTHON_SDK} into {}", venv.display());
-    let status = Command::new(&python).args(["-m", "pip", "install", "-q", PYTHON_SDK]).status();
+    eprintln!("installing {} into {}", PYTHON_SDK.join(" "), venv.display());
+    let status = Command::new(&python).args(["-m", "pip", "install", "-q"]).args(PYTHON_SDK).status();
     if !status.is_ok_and(|s| s.success()) || !has_sdk(&python) {
-        return Err(format!("pip install {PYTHON_SDK} failed (no access to PyPI?)"));
+        return Err(format!("pip install {} failed (no access to PyPI?)", PYTHON_SDK.join(" ")));
     }
     Ok(python)
 }
@@ -288,15 +293,22 @@ fn ts_sdk() -> Result<PathBuf, String> {
 }
 
 /// The reference MCP servers people put behind a gateway, pinned, from npm.
-const REFERENCE_SERVERS: &[&str] = &["@modelcontextprotocol/server-everything@2026.8.31"];
+const REFERENCE_SERVERS: &[&str] = &[
+    "@modelcontextprotocol/server-everything@2026.8.31",
+    "@modelcontextprotocol/server-filesystem@2026.8.31",
+    "@modelcontextprotocol/server-memory@2026.8.31",
+];
 
 /// `target/mcp-servers` with the reference servers; returns server-everything's entry
 /// script (run with the Node of [`ts_sdk`]: `node index.js streamableHttp`, `PORT`).
 fn reference_servers() -> Result<PathBuf, String> {
     let dir = workspace_root().join("target/mcp-servers");
     let everything = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    let pinned = dir.join("node_modules/@modelcontextprotocol/server-everything/package.json");
-    let installed = std::fs::read_to_string(&pinned).is_ok_and(|p| p.contains("\"version\": \"2026.8.31\""));
+    let installed = REFERENCE_SERVERS.iter().all(|spec| {
+        let (name, version) = spec.rsplit_once('@').unwrap_or((spec, ""));
+        std::fs::read_to_string(dir.join("node_modules").join(name).join("package.json"))
+            .is_ok_and(|p| p.contains(&format!("\"version\": \"{version}\"")))
+    });
     if installed && everything.is_file() {
         return Ok(everything);
     }
@@ -307,6 +319,17 @@ fn reference_servers() -> Result<PathBuf, String> {
         );
     }
     Ok(everything)
+}
+
+/// Points the tests at the reference servers' entry scripts: `HITL_SERVER_EVERYTHING`,
+/// `HITL_SERVER_FILESYSTEM` and `HITL_SERVER_MEMORY` (each run with `HITL_NODE`).
+fn reference_server_env(command: &mut Command, everything: &Path) {
+    command.env("HITL_SERVER_EVERYTHING", everything);
+    // …/@modelcontextprotocol/server-everything/dist/index.js → …/@modelcontextprotocol
+    if let Some(scope) = everything.ancestors().nth(3) {
+        command.env("HITL_SERVER_FILESYSTEM", scope.join("server-filesystem/dist/index.js"));
+        command.env("HITL_SERVER_MEMORY", scope.join("server-memory/dist/index.js"));
+    }
 }
 
 /// `npm install packages` in `dir` (made a private package first), under `target/`.
