@@ -256,16 +256,16 @@ impl Gated {
     }
 }
 
-struct People {
+pub(crate) struct People {
     /// The caller, herself in group:sre (so the two-person rule is what stops her).
-    alice: String,
+    pub(crate) alice: String,
     /// An approver.
-    bob: String,
+    pub(crate) bob: String,
     /// Neither.
-    carol: String,
+    pub(crate) carol: String,
 }
 
-fn people() -> People {
+pub(crate) fn people() -> People {
     People {
         alice: token("rsa-1", json!({"sub": "alice", "groups": ["sre"]})),
         bob: token("ec-1", json!({"sub": "bob", "groups": ["sre"]})),
@@ -282,7 +282,7 @@ pub(crate) async fn api(server: &Server, token: &str, method: http::Method, path
 }
 
 /// `who` decides approval `id` over the API.
-async fn decide(server: &Server, who: &str, id: &str, decision: Value) -> Reply {
+pub(crate) async fn decide(server: &Server, who: &str, id: &str, decision: Value) -> Reply {
     api(server, who, http::Method::POST, &format!("/api/approvals/{id}/decision"), Some(decision)).await
 }
 
@@ -291,7 +291,7 @@ fn text(reply: &Reply) -> String {
 }
 
 /// The paused drop's question key, URL and requestState.
-async fn ask(server: &Server, caller: &str, args: &Value) -> (String, String, String, Value) {
+pub(crate) async fn ask(server: &Server, caller: &str, args: &Value) -> (String, String, String, Value) {
     let asked = request_as(
         server,
         Some(caller),
@@ -309,13 +309,13 @@ async fn ask(server: &Server, caller: &str, args: &Value) -> (String, String, St
     (key.clone(), url, result["requestState"].as_str().unwrap().to_owned(), question.clone())
 }
 
-async fn retry(server: &Server, caller: &str, args: &Value, key: &str, state: &str, answer: Value) -> Reply {
+pub(crate) async fn retry(server: &Server, caller: &str, args: &Value, key: &str, state: &str, answer: Value) -> Reply {
     let params = json!({"name": "db.drop_partition", "arguments": args, "requestState": state,
                         "inputResponses": { key: answer }});
     request_as(server, Some(caller), url_client(), 2, "tools/call", params).await
 }
 
-async fn executions(server: &Server, caller: &str) -> u64 {
+pub(crate) async fn executions(server: &Server, caller: &str) -> u64 {
     let reply = request_as(
         server,
         Some(caller),

@@ -92,7 +92,7 @@ async fn a_relayed_result_carries_no_empty_meta_to_a_2025_era_client() {
 /// `/healthz`'s state of one upstream, polled until it is `status` (10 s at most); the
 /// HTTP status stays 200 throughout (one bad upstream takes no replica out of a load
 /// balancer).
-async fn upstream_becomes(server: &crate::harness::Server, name: &str, status: &str) -> serde_json::Value {
+pub(crate) async fn upstream_becomes(server: &crate::harness::Server, name: &str, status: &str) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let health = server.request(http::Method::GET, "/healthz", &[], bytes::Bytes::new()).await.unwrap();

@@ -308,7 +308,12 @@ pub(crate) fn outcome(upstream: &Upstream, answered: Result<Value, UpstreamError
             let error = ToolResult::error(format!("upstream {} answered with {other}", upstream.name()));
             json!({ RESULT: error.to_value(), HELD: null })
         }
-        // An upstream failure: the error result names the upstream.
+        // An upstream failure: the error result names the upstream (and says when the
+        // call surely did not run, so the caller knows it may make it again).
+        Err(error @ UpstreamError::NotSent { .. }) => {
+            let text = format!("{error}; the call was not sent, so it did not run");
+            json!({ RESULT: ToolResult::error(text).to_value(), HELD: null })
+        }
         Err(error) => json!({ RESULT: ToolResult::error(error.to_string()).to_value(), HELD: null }),
     }
 }

@@ -219,6 +219,9 @@ pub struct Engine {
     observer: Option<Arc<dyn crate::Observer>>,
     /// The tasks this process runs on without a request, so `tasks/cancel` can stop them.
     pub(crate) running: crate::task_runs::Running,
+    /// How retries of calls waiting for an approver are held, and those held now.
+    pub(crate) hold: crate::HoldPolicy,
+    pub(crate) waiting: Arc<crate::waiting::Waiting>,
 }
 
 /// When the request's agent work must end.
@@ -263,6 +266,8 @@ impl Engine {
             pages: None,
             observer: None,
             running: Default::default(),
+            hold: crate::HoldPolicy::default(),
+            waiting: Arc::default(),
         }
     }
 
@@ -552,7 +557,15 @@ impl Engine {
         // Claim in the step that loads, until a claim so made goes unused.
         let mut claiming = true;
         let bound = crate::binding_digest(&binding, &args_digest, call.principal.as_deref());
+        // Set while this retry waits for an approver's decision (`waiting`).
+        let mut holding: Option<crate::waiting::Holding> = None;
         loop {
+            // Listening for the decision before the thread is read, so none is missed.
+            let notify = holding.as_ref().map(|h| h.held.notify.clone());
+            let mut woken = notify.as_deref().map(|n| Box::pin(n.notified()));
+            if let Some(woken) = woken.as_mut() {
+                woken.as_mut().enable();
+            }
             let now = self.clock.now_ms();
             let (loaded, claimed) = if claiming {
                 let until_ms = now.saturating_add(self.lifetimes.lease.as_millis() as u64);
@@ -566,6 +579,11 @@ impl Engine {
             // Who a refusal is about, for the observer.
             let whose = self.observer.as_ref().and(loaded.as_ref()).map(|t| (t.tool.clone(), t.principal.clone()));
             let gone = loaded.is_none();
+            let awaited = if self.hold.hold.is_zero() || call.task {
+                None
+            } else {
+                loaded.as_ref().and_then(crate::waiting::awaited_approvers)
+            };
             let next = round::decide(loaded, &request, now, self.lifetimes.lease, &self.secret);
             if claimed && !matches!(next, Next::Claim { .. }) {
                 // The store claimed a round these answers do not resume (refused, or
@@ -586,7 +604,27 @@ impl Engine {
                     meter::round(&binding, meter::Outcome::Replayed);
                     return Ok(reply);
                 }
-                Next::Reask(reply) => return Ok(reply),
+                Next::Reask(reply) => {
+                    // Nothing but an approver can move the call on: wait for them a while.
+                    if let (Ok(_), Some(approvers)) = (&reply, &awaited) {
+                        match (holding.as_mut(), woken.as_mut()) {
+                            (Some(held), Some(woken)) => {
+                                let progress = call.progress.as_ref();
+                                match self.wait_held(held, woken.as_mut(), approvers, progress).await {
+                                    crate::waiting::Woken::Look => continue,
+                                    crate::waiting::Woken::Over => {}
+                                }
+                            }
+                            _ => {
+                                holding = self.begin_hold(&call.owner(), thread_id, deadline.0);
+                                if holding.is_some() {
+                                    continue;
+                                }
+                            }
+                        }
+                    }
+                    return Ok(reply);
+                }
                 Next::Reject(e) => {
                     meter::round(&binding, refusal(&e));
                     if let Some((tool, principal)) = &whose {

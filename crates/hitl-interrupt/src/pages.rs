@@ -214,6 +214,7 @@ impl Engine {
             let view = PageView::of(&thread, id, at.index).expect("the page is still there");
             match self.store().save(thread, Some(expected)).await {
                 Ok(()) => {
+                    self.decided(&view.thread_id);
                     self.observe(Event::PageAnswered { page: &view });
                     return Ok(PageAnswer::Taken(Box::new(view)));
                 }

@@ -1,7 +1,9 @@
 //! The replicas' buses on the store's Redis: the gateway's [`Bus`] (each replica
 //! listens on `hitl:replica:<id>`, so an answer to a call another replica holds
 //! reaches it) and push elicitation's [`PushBus`] (`hitl:push:<id>`: a client's
-//! response reaches the replica whose stream asked).
+//! response reaches the replica whose stream asked), and `hitl:decided`, on which a
+//! replica that stores an approver's decision names its thread, so every replica
+//! wakes the retries it holds for it.
 
 use std::sync::Arc;
 
@@ -47,4 +49,29 @@ impl PushBus for RedisPushBus {
     async fn listen(&self, me: &str, deliver: Arc<dyn Fn(Vec<u8>) + Send + Sync>) -> Result<(), String> {
         self.0.subscribe(&push_channel(me), deliver).await.map_err(|e| e.to_string())
     }
+}
+
+/// The channel decisions are announced on.
+const DECIDED: &str = "hitl:decided";
+
+/// Announces the decisions `engine` stores on `channels`, and wakes its held retries
+/// when another replica announces one (listening again after a lost connection).
+pub(crate) async fn share_decisions(engine: &hitl_interrupt::Engine, channels: Channels) -> Result<(), String> {
+    let publisher = channels.clone();
+    engine.relay_decisions(Arc::new(move |thread_id: &str| {
+        let (channels, thread_id) = (publisher.clone(), thread_id.to_owned());
+        tokio::spawn(async move {
+            if let Err(error) = channels.publish(DECIDED, thread_id.as_bytes()).await {
+                // The others still look again at each progress tick.
+                tracing::debug!(%error, "cannot announce a decision to the other replicas");
+            }
+        });
+    }));
+    let waker = engine.clone();
+    let deliver = Arc::new(move |message: Vec<u8>| {
+        if let Ok(thread_id) = std::str::from_utf8(&message) {
+            waker.wake(thread_id);
+        }
+    });
+    channels.subscribe(DECIDED, deliver).await.map_err(|e| e.to_string())
 }

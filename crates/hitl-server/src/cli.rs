@@ -289,7 +289,8 @@ impl ServeArgs {
                 },
                 max_connections: self.max_connections,
                 max_concurrent_requests: self.max_concurrent_requests,
-            });
+            })
+            .hold(self.hold_policy());
         let mut served = Vec::new();
         if self.conformance_fixtures {
             served.extend(hitl_agents::conformance::tools());
@@ -458,6 +459,17 @@ impl ServeArgs {
         Ok(config)
     }
 
+    /// How retries waiting for an approver are held, as `[approvals]` says.
+    fn hold_policy(&self) -> hitl_interrupt::HoldPolicy {
+        let approvals = &self.pages.approvals;
+        let defaults = hitl_interrupt::HoldPolicy::default();
+        hitl_interrupt::HoldPolicy {
+            hold: approvals.hold.map_or(defaults.hold, Duration::from_secs),
+            max_per_caller: approvals.max_held_per_caller.unwrap_or(defaults.max_per_caller),
+            ..defaults
+        }
+    }
+
     /// Bearer authentication as `--tokens-file` and `[auth]` say (none without them).
     fn authentication(&self, builder: ServerBuilder) -> anyhow::Result<ServerBuilder> {
         if !self.authenticates() {
@@ -546,6 +558,14 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
         let channels = hitl_store_redis::Channels::new(&args.store, ca).map_err(anyhow::Error::msg)?;
         if let Err(error) = server.listen_for_answers(Arc::new(crate::bus::RedisPushBus(channels))).await {
             tracing::warn!(%error, "cannot listen for answers other replicas forward yet; trying again");
+        }
+    }
+    if args.store != "memory" {
+        // A decision stored on one replica wakes the retries every replica holds for it.
+        let ca = args.redis_ca_file.as_deref().map(std::fs::read).transpose().context("reading the Redis CA")?;
+        let channels = hitl_store_redis::Channels::new(&args.store, ca).map_err(anyhow::Error::msg)?;
+        if let Err(error) = crate::bus::share_decisions(server.engine(), channels).await {
+            tracing::warn!(%error, "cannot hear decisions stored by other replicas yet; trying again");
         }
     }
     if let Some(gateway) = gateway {

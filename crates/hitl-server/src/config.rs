@@ -120,6 +120,11 @@ pub(crate) struct ApprovalsSection {
     pub(crate) max_argument_bytes: Option<usize>,
     /// How long a page session lasts, in seconds (default: 28800, 8 hours).
     pub(crate) session_ttl: Option<u64>,
+    /// Seconds a retry of a call waiting for an approver is held for the decision
+    /// before it is asked the question again (default 25; 0: never held).
+    pub(crate) hold: Option<u64>,
+    /// Retries one caller may have held at once (default 8).
+    pub(crate) max_held_per_caller: Option<usize>,
 }
 
 /// The pages' part of the file.

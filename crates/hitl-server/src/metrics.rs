@@ -77,6 +77,10 @@ fn describe() {
         "hitl_approvals_decided_total",
         "Approvals decided, by status: approved, edited, rejected, responded."
     );
+    metrics::describe_gauge!(
+        "hitl_held_retries",
+        "Retries of calls waiting for an approver that this process holds now ([approvals] hold)."
+    );
     metrics::describe_gauge!("hitl_paused_calls", "Paused calls now, by tool (read from the store at each scrape).");
 }
 

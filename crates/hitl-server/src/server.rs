@@ -54,6 +54,7 @@ pub struct ServerBuilder {
     secret: Option<Secret>,
     lifetimes: Lifetimes,
     limits: Limits,
+    hold: hitl_interrupt::HoldPolicy,
     http: HttpLimits,
     allowed_hosts: Option<AllowedHosts>,
     principal_header: Option<http::HeaderName>,
@@ -170,6 +171,14 @@ impl ServerBuilder {
         self
     }
 
+    /// How a retry of a call waiting for an approver is held (`[approvals] hold` and
+    /// `max_held_per_caller`; 25 s and 8 by default).
+    #[must_use]
+    pub fn hold(mut self, policy: hitl_interrupt::HoldPolicy) -> Self {
+        self.hold = policy;
+        self
+    }
+
     /// The limits of the HTTP edge.
     #[must_use]
     pub fn http_limits(mut self, http: HttpLimits) -> Self {
@@ -267,8 +276,9 @@ impl ServerBuilder {
         });
         // Store operations are timed and counted (for /metrics, when served).
         let store: Arc<dyn ThreadStore> = Arc::new(hitl_interrupt::MeteredStore::new(store));
-        let mut engine =
-            Engine::new(store.clone(), Arc::new(SystemClock), secret, self.lifetimes).with_limits(self.limits);
+        let mut engine = Engine::new(store.clone(), Arc::new(SystemClock), secret, self.lifetimes)
+            .with_limits(self.limits)
+            .with_hold(self.hold);
         if !self.threads {
             engine = engine.without_threads();
         }
@@ -276,6 +286,7 @@ impl ServerBuilder {
             engine = engine.with_pages(base).with_observer(pages.observer());
         }
         let pages = pages.map(|(pages, _)| (pages, engine.clone()));
+        let engine_handle = engine.clone();
         let tools = Tools::new(self.tools);
         let mut options = self.options;
         // Who asks is known, so what is listed may depend on it.
@@ -288,6 +299,7 @@ impl ServerBuilder {
         Server {
             mcp,
             service,
+            engine: engine_handle,
             store,
             tools,
             http: self.http,
@@ -326,6 +338,8 @@ pub struct Server {
     mcp: Endpoint,
     /// The endpoint inside the user's layers.
     service: McpService,
+    /// The engine behind it (shared with the pages).
+    engine: Engine,
     store: Arc<dyn ThreadStore>,
     tools: Tools,
     http: HttpLimits,
@@ -361,6 +375,7 @@ impl Server {
             secret: None,
             lifetimes: Lifetimes::default(),
             limits: Limits::default(),
+            hold: hitl_interrupt::HoldPolicy::default(),
             http: HttpLimits::default(),
             allowed_hosts: None,
             principal_header: None,
@@ -378,6 +393,13 @@ impl Server {
     /// its upstreams' tools here).
     pub fn tools(&self) -> Tools {
         self.tools.clone()
+    }
+
+    /// The engine that runs the agents: to [wake](Engine::wake) retries held here when
+    /// another replica stores a decision, and [relay](Engine::relay_decisions) this
+    /// one's.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// With push elicitation on several replicas: answers reach the replica whose stream

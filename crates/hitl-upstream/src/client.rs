@@ -101,6 +101,8 @@ impl Askers {
 enum Incoming {
     Asked(Asked),
     Progress(Map<String, Value>),
+    /// The upstream is down and the call not yet sent: its time limit starts again.
+    Waiting,
 }
 
 impl Asks {
@@ -192,22 +194,31 @@ impl Call {
                 detail: "the call is already over".into(),
             }));
         }
-        let next = async {
-            tokio::select! {
-                biased;
-                Some(incoming) = self.inbox.recv() => match incoming {
-                    Incoming::Asked(asked) => Event::Asked(asked),
-                    Incoming::Progress(params) => Event::Progress(params),
-                },
-                joined = &mut self.task => Event::Done(joined.unwrap_or_else(|e| {
-                    Err(UpstreamError::Unreachable { upstream: self.upstream.clone(), detail: e.to_string() })
-                })),
+        let event = loop {
+            let next = async {
+                tokio::select! {
+                    biased;
+                    Some(incoming) = self.inbox.recv() => match incoming {
+                        Incoming::Asked(asked) => Some(Event::Asked(asked)),
+                        Incoming::Progress(params) => Some(Event::Progress(params)),
+                        Incoming::Waiting => None,
+                    },
+                    joined = &mut self.task => Some(Event::Done(joined.unwrap_or_else(|e| {
+                        Err(UpstreamError::Unreachable { upstream: self.upstream.clone(), detail: e.to_string() })
+                    }))),
+                }
+            };
+            match tokio::time::timeout(self.timeout, next).await {
+                Ok(Some(event)) => break event,
+                // Waiting for the upstream to come back has its own bound.
+                Ok(None) => {}
+                Err(_) => {
+                    self.task.abort();
+                    let secs = self.timeout.as_secs();
+                    break Event::Done(Err(UpstreamError::Timeout { upstream: self.upstream.clone(), secs }));
+                }
             }
         };
-        let event = tokio::time::timeout(self.timeout, next).await.unwrap_or_else(|_| {
-            self.task.abort();
-            Event::Done(Err(UpstreamError::Timeout { upstream: self.upstream.clone(), secs: self.timeout.as_secs() }))
-        });
         self.done = matches!(event, Event::Done(_));
         event
     }
@@ -412,7 +423,9 @@ impl Upstream {
     /// Notes whether `outcome` reached the upstream.
     fn noted<T>(&self, outcome: Result<T, UpstreamError>) -> Result<T, UpstreamError> {
         let unreached = match &outcome {
-            Err(e @ (UpstreamError::Unreachable { .. } | UpstreamError::Timeout { .. })) => Some(e.to_string()),
+            Err(
+                e @ (UpstreamError::Unreachable { .. } | UpstreamError::NotSent { .. } | UpstreamError::Timeout { .. }),
+            ) => Some(e.to_string()),
             _ => None,
         };
         *self.reach.lock().unwrap_or_else(|p| p.into_inner()) = unreached;
@@ -587,6 +600,38 @@ impl Upstream {
         self.request_asking(None, method, params, None).await
     }
 
+    /// [`Self::request_asking`], sent again while it fails before it was sent (a stdio
+    /// process that exited and is not started again yet, a refused connection) until
+    /// the upstream has been down for its `timeout`: a call whose effect has not begun
+    /// waits for the upstream to come back, then runs once. `waiting` is told of each
+    /// pause.
+    async fn request_when_up(
+        &self,
+        key: Option<&str>,
+        method: &str,
+        params: Map<String, Value>,
+        asks: Option<Asks>,
+    ) -> Result<Value, UpstreamError> {
+        let until = tokio::time::Instant::now() + self.timeout;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self.request_asking(key, method, params.clone(), asks.clone()).await {
+                Err(e @ UpstreamError::NotSent { .. }) => {
+                    if tokio::time::Instant::now() + pause >= until {
+                        return Err(e);
+                    }
+                    tracing::debug!(upstream = %self.name, error = %e, "waiting for the upstream to come back");
+                    if let Some(asks) = &asks {
+                        let _ = asks.sender.send(Incoming::Waiting);
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Sends `method` in the session of caller `key` (`None`: the listing session). A
     /// 2025-era upstream that gives sessions gets one per key, opened on first use and
     /// closed once idle; with any other upstream, every key shares what there is.
@@ -597,12 +642,13 @@ impl Upstream {
         params: Map<String, Value>,
         asks: Option<Asks>,
     ) -> Result<Value, UpstreamError> {
-        let era = self.era().await?;
+        // Until the session is open, `method` has not been sent.
+        let era = self.era().await.map_err(unsent)?;
         if let Some(key) = key
             && matches!(era, Era::Legacy { session: Some(_), .. })
         {
             let lease = self.lease(key);
-            let era = self.keyed_era(&lease.slot, &era).await?;
+            let era = self.keyed_era(&lease.slot, &era).await.map_err(unsent)?;
             return match self.send(&era, method, params.clone(), asks.clone()).await {
                 Err(UpstreamError::SessionGone { .. }) => {
                     Self::forget_keyed(&lease.slot, &era).await;
@@ -680,7 +726,7 @@ impl Upstream {
         let mut params =
             Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
         params.extend(extra);
-        let call = self.request_asking(key, "tools/call", params, None);
+        let call = self.request_when_up(key, "tools/call", params, None);
         timed(self.name.clone(), self.call_span(name), call).await
     }
 
@@ -718,7 +764,7 @@ impl Upstream {
             Map::from_iter([("name".to_owned(), json!(name)), ("arguments".to_owned(), Value::Object(arguments))]);
         params.extend(extra);
         let upstream = self.clone();
-        let call = async move { upstream.request_asking(key.as_deref(), "tools/call", params, Some(asks)).await };
+        let call = async move { upstream.request_when_up(key.as_deref(), "tools/call", params, Some(asks)).await };
         // The call's span is made here, in the caller's (its trace reaches the upstream).
         let task = tokio::spawn(timed(self.name.clone(), self.call_span(name), call));
         Call { upstream: self.name.clone(), timeout: self.timeout, inbox, task, done: false }
@@ -734,7 +780,9 @@ impl Upstream {
         // something this is not), and then the handshake decides.
         match self.discover().await {
             Ok(era) => Ok(era),
-            Err(e @ (UpstreamError::Unreachable { .. } | UpstreamError::Timeout { .. })) => Err(e),
+            Err(
+                e @ (UpstreamError::Unreachable { .. } | UpstreamError::NotSent { .. } | UpstreamError::Timeout { .. }),
+            ) => Err(e),
             Err(_) => self.initialize(version::LEGACY[0]).await,
         }
     }
@@ -823,6 +871,14 @@ impl Upstream {
 
     fn protocol(&self, detail: impl Into<String>) -> UpstreamError {
         UpstreamError::Protocol { upstream: self.name.clone(), detail: detail.into() }
+    }
+}
+
+/// A failure to open the session a request goes in: the request itself was not sent.
+fn unsent(error: UpstreamError) -> UpstreamError {
+    match error {
+        UpstreamError::Unreachable { upstream, detail } => UpstreamError::NotSent { upstream, detail },
+        other => other,
     }
 }
 

@@ -125,7 +125,10 @@ impl Transport for HttpTransport {
             _ => None,
         };
         let exchange = async {
-            let response = self.client.request(request).await.map_err(|e| self.unreachable(e))?;
+            let response = self.client.request(request).await.map_err(|e| {
+                // No connection was made: the request never left.
+                if e.is_connect() { self.not_sent(e) } else { self.unreachable(e) }
+            })?;
             let session =
                 response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned).or_else(
                     || match era {
@@ -394,6 +397,14 @@ impl HttpTransport {
             cause = inner.source();
         }
         UpstreamError::Unreachable { upstream: self.config.name.clone(), detail }
+    }
+
+    /// [`Self::unreachable`], for an error that happened before the request was sent.
+    fn not_sent(&self, error: impl std::error::Error) -> UpstreamError {
+        match self.unreachable(error) {
+            UpstreamError::Unreachable { upstream, detail } => UpstreamError::NotSent { upstream, detail },
+            other => other,
+        }
     }
 
     fn protocol(&self, detail: impl Into<String>) -> UpstreamError {

@@ -68,6 +68,16 @@ pub enum UpstreamError {
         /// What failed.
         detail: String,
     },
+    /// No connection, and the request was not sent (the process is down and not yet
+    /// started again, or could not be written to; the HTTP connection was refused):
+    /// it was not served, so it may be sent once the upstream is back.
+    #[error("upstream {upstream} is unreachable: {detail}")]
+    NotSent {
+        /// The upstream.
+        upstream: String,
+        /// What failed.
+        detail: String,
+    },
     /// The response did not come in time: the request may or may not have been served.
     #[error("upstream {upstream} did not answer within {secs} s")]
     Timeout {

@@ -105,7 +105,7 @@ impl Transport for StdioTransport {
             && Instant::now() < at
         {
             let secs = at.saturating_duration_since(Instant::now()).as_secs() + 1;
-            return Err(self.unreachable(format!("it exited; starting it again in {secs} s")));
+            return Err(self.not_sent(format!("it exited; starting it again in {secs} s")));
         }
         match self.start() {
             Ok(started) => {
@@ -115,7 +115,7 @@ impl Transport for StdioTransport {
             Err(e) => {
                 self.back_off();
                 let program = self.config.command.first().map_or("", String::as_str);
-                Err(self.unreachable(format!("it could not be started: {program}: {e}")))
+                Err(self.not_sent(format!("it could not be started: {program}: {e}")))
             }
         }
     }
@@ -163,7 +163,7 @@ impl Transport for StdioTransport {
         let (stdin, pending, askers) = {
             let process = self.process.lock().await;
             let Some(process) = process.as_ref().filter(|p| p.alive.load(Ordering::SeqCst)) else {
-                return Err(self.unreachable("it is not running"));
+                return Err(self.not_sent("it is not running"));
             };
             (process.stdin.clone(), process.pending.clone(), process.askers.clone())
         };
@@ -184,7 +184,11 @@ impl Transport for StdioTransport {
             stdin.flush().await
         };
         if let Err(e) = written.await {
-            return Err(self.unreachable(format!("writing to it failed: {e}")));
+            // No whole line reached it: nothing was served.
+            if let Some(id) = message.id {
+                pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+            }
+            return Err(self.not_sent(format!("writing to it failed: {e}")));
         }
         let Some((id, receive)) = answer else { return Ok(Exchanged { response: None, session: None }) };
         if asking.is_some() {
@@ -264,6 +268,10 @@ impl StdioTransport {
 
     fn unreachable(&self, detail: impl Into<String>) -> UpstreamError {
         UpstreamError::Unreachable { upstream: self.config.name.clone(), detail: detail.into() }
+    }
+
+    fn not_sent(&self, detail: impl Into<String>) -> UpstreamError {
+        UpstreamError::NotSent { upstream: self.config.name.clone(), detail: detail.into() }
     }
 }
 

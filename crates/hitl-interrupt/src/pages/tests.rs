@@ -13,7 +13,11 @@ use crate::*;
 fn engine() -> Engine {
     let clock = Arc::new(ManualClock::new(1_000_000));
     let store = Arc::new(MemoryStore::with_clock(clock.clone()));
-    Engine::new(store, clock, Secret::generate(), Lifetimes::default()).with_pages("https://hitl.example.com/")
+    // A retry waiting for the approver is held only briefly here (the hold has its own tests).
+    let hold = HoldPolicy { hold: std::time::Duration::from_millis(20), ..HoldPolicy::default() };
+    Engine::new(store, clock, Secret::generate(), Lifetimes::default())
+        .with_pages("https://hitl.example.com/")
+        .with_hold(hold)
 }
 
 fn caps() -> ClientCapabilities {
@@ -21,7 +25,7 @@ fn caps() -> ClientCapabilities {
 }
 
 fn run<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+    tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
 }
 
 /// `deploy` reviewed by group:sre on the page; the result says what it ran with.
@@ -227,4 +231,55 @@ fn a_sign_in_url_carries_the_page_id_as_state_and_the_callback_completes_it() {
     let done = run(engine.call(&agent, call(json!({}), Some(look(&key)), Some(&rs), "user:ada")));
     let Ok(Ok(CallToolResponse::Complete(result))) = done else { panic!("{done:?}") };
     assert_eq!(result.content[0].as_text(), Some(r#"{"code":"c0de"}"#));
+}
+
+/// A retry held while the approver decides: woken by the decision, it resumes the call
+/// at once; every `progress_every` it says whom it waits for; one caller's held retries
+/// are bounded.
+#[test]
+fn a_retry_is_held_until_the_approver_decides() {
+    use std::time::Duration;
+    let hold =
+        HoldPolicy { hold: Duration::from_secs(600), max_per_caller: 1, progress_every: Duration::from_millis(20) };
+    let engine = engine().with_hold(hold);
+    let agent = gated();
+    let args = json!({"version": "1.2"});
+    run(async {
+        let first = round(engine.call(&agent, call(args.clone(), None, None, "user:ada")).await.unwrap());
+        let (key, url, _) = url_of(&first);
+        let id = url.rsplit('/').next().unwrap().to_owned();
+        let state = first.request_state.clone().unwrap();
+        let heard = Arc::new(Mutex::new(Vec::<hitl_graph::Progress>::new()));
+        let mut retry = call(args.clone(), Some(look(&key)), Some(&state), "user:ada");
+        let sink = heard.clone();
+        retry.progress = Some(Arc::new(move |p| sink.lock().unwrap().push(p)));
+        let held = tokio::spawn({
+            let (engine, agent) = (engine.clone(), agent.clone());
+            async move { engine.call(&agent, retry).await }
+        });
+        // Progress while held: increasing, naming the approvers.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while heard.lock().unwrap().len() < 2 {
+            assert!(tokio::time::Instant::now() < deadline, "no progress while held");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The same caller's second retry finds no place: the question again, at once.
+        let other = call(args.clone(), Some(look(&key)), Some(&state), "user:ada");
+        let again = tokio::time::timeout(Duration::from_secs(30), engine.call(&agent, other)).await.expect("not held");
+        assert_eq!(url_of(&round(again.unwrap())).1, url);
+        assert!(!held.is_finished(), "the first retry is still held");
+
+        let approve = decision(json!({"decision": "approve"}));
+        let taken = engine.answer_page(&id, approve, Some("user:bob".into())).await.unwrap();
+        assert!(matches!(taken, PageAnswer::Taken(_)), "{taken:?}");
+        let done = tokio::time::timeout(Duration::from_secs(30), held).await.expect("woken by the decision");
+        let Ok(CallToolResponse::Complete(result)) = done.unwrap().unwrap() else { panic!("the call completes") };
+        assert!(result.is_error != Some(true), "{result:?}");
+        // The hold's reports come first (the run's own progress follows the decision).
+        let heard = heard.lock().unwrap();
+        let waits: Vec<_> = heard.iter().take_while(|p| p.message.is_some()).collect();
+        assert!(waits.len() >= 2, "{heard:?}");
+        assert!(waits.windows(2).all(|w| w[0].progress < w[1].progress), "increasing: {heard:?}");
+        assert!(waits.iter().all(|p| p.message.as_deref() == Some("waiting for approval by group:sre")), "{heard:?}");
+    });
 }
