@@ -351,7 +351,14 @@ impl Gateway {
                 }
                 let hold_timeout = spec.hold_timeout.map_or(self.hold_timeout, Duration::from_secs);
                 let (mut agents, mut catalog, mut names) = (Vec::new(), Vec::new(), Vec::new());
-                let listed_tools = listed.clone();
+                // Listed before the tools are published, so a listing is whole once it
+                // shows.
+                let served = Served {
+                    tools: listed.clone(),
+                    resources: self.optional_list(upstream, "resources/list", "resources").await,
+                    templates: self.optional_list(upstream, "resources/templates/list", "resourceTemplates").await,
+                    prompts: self.optional_list(upstream, "prompts/list", "prompts").await,
+                };
                 for tool in listed {
                     let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
                     names.push(name.to_owned());
@@ -367,12 +374,6 @@ impl Gateway {
                 }
                 publish(&format!("upstream {:?}", spec.name), agents).map_err(Refused)?;
                 self.catalog.replace(&spec.name, catalog);
-                let served = Served {
-                    tools: listed_tools,
-                    resources: self.optional_list(upstream, "resources/list", "resources").await,
-                    templates: self.optional_list(upstream, "resources/templates/list", "resourceTemplates").await,
-                    prompts: self.optional_list(upstream, "prompts/list", "prompts").await,
-                };
                 self.keep_served(&spec.name, served);
                 State::Up { tools: names, at: Instant::now() }
             }
