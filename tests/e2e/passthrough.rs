@@ -256,3 +256,13 @@ async fn list_changes_reach_both_eras_notification_streams() {
         tools.body
     );
 }
+
+/// The official Python SDK lists and reads resources and gets a prompt through hitl
+/// (`tests/python/sdk_passthrough.py`), on both eras.
+#[tokio::test]
+async fn the_python_sdk_reads_a_resource_and_gets_a_prompt() {
+    let Some((_upstream, _file, server)) = everything("", &[]).await else { return };
+    let Some((passed, log)) = crate::python_sdk::run_script("sdk_passthrough.py", &server).await else { return };
+    assert!(passed, "the Python SDK passthrough script failed:\n{log}");
+    assert!(log.contains("OK"), "{log}");
+}
