@@ -14,6 +14,7 @@ mod gateway;
 mod harness;
 mod held;
 mod metrics;
+mod passthrough;
 mod push;
 mod python_sdk;
 mod redis_faults;

@@ -46,6 +46,8 @@ pub(crate) struct Holds {
     held: Mutex<HashMap<String, Held>>,
     forwarded: Mutex<HashMap<String, oneshot::Sender<Value>>>,
     bus: OnceLock<Arc<dyn Bus>>,
+    /// The resource URIs upstream results returned, for `resources/read`.
+    pub(crate) seen: Arc<crate::passthrough::Seen>,
 }
 
 /// A parked call.
@@ -77,6 +79,7 @@ impl Holds {
             held: Mutex::default(),
             forwarded: Mutex::default(),
             bus: OnceLock::new(),
+            seen: Arc::default(),
         }
     }
 
@@ -110,7 +113,10 @@ impl Holds {
     pub(crate) async fn follow(self: &Arc<Self>, mut call: Call, link: Link) -> Value {
         loop {
             match call.next().await {
-                Event::Done(answered) => return outcome(&link.upstream, answered),
+                Event::Done(answered) => {
+                    self.seen.note(link.upstream.name(), &answered);
+                    return outcome(&link.upstream, answered);
+                }
                 Event::Progress(params) => {
                     let progress = params.get("progress").and_then(Value::as_f64);
                     if let (Some(report), Some(progress)) = (&link.report, progress) {

@@ -19,6 +19,8 @@
 //! let policies = Policies::new(
 //!     vec![Policy {
 //!         tools: vec!["db.drop_*".into()],
+//!         resources: vec![],
+//!         prompts: vec![],
 //!         action: Action::Review,
 //!         decisions: None,
 //!         description: None,
@@ -39,6 +41,7 @@
 mod agents;
 mod catalog;
 mod hold;
+mod passthrough;
 mod policy;
 mod tools;
 mod upstream;
@@ -53,8 +56,10 @@ use hitl_graph::Agent;
 use hitl_upstream::Upstream;
 pub use hold::Bus;
 use hold::Holds;
+pub use passthrough::{Changed, ListChanged, Who};
+use passthrough::{Collisions, Served};
 pub use policy::{
-    Action, Decided, Decision, GatewaySection, Judgement, Policies, Policy, UnmatchedGlob, UnmatchedMode,
+    Action, Decided, Decision, GatewaySection, Judgement, Kind, Policies, Policy, UnmatchedGlob, UnmatchedMode,
     UpstreamTools, glob_match,
 };
 use serde_json::{Map, Value};
@@ -88,6 +93,12 @@ pub struct Gateway {
     judgement: Mutex<Judgement>,
     /// Whether `start` has listed every upstream once.
     started: std::sync::atomic::AtomicBool,
+    /// What each upstream listed at its last listing (by name).
+    served: Mutex<BTreeMap<String, Served>>,
+    /// Resource URIs several upstreams list, logged once each.
+    collisions: Collisions,
+    /// Told when a listing changes one of hitl's lists.
+    changed: Option<Changed>,
 }
 
 /// What the gateway knows of one upstream.
@@ -133,7 +144,18 @@ impl Gateway {
             mode: UnmatchedMode::Warn,
             judgement: Mutex::new(Judgement::default()),
             started: std::sync::atomic::AtomicBool::new(false),
+            served: Mutex::new(BTreeMap::new()),
+            collisions: Collisions::default(),
+            changed: None,
         })
+    }
+
+    /// Tells `changed` when a listing changes the tools, resources or prompts hitl
+    /// lists (after the first listing of each upstream), so hitl can tell its clients.
+    #[must_use]
+    pub fn with_changes(mut self, changed: Changed) -> Self {
+        self.changed = Some(changed);
+        self
     }
 
     /// Policies may name these agents of hitl's own (a glob that matches one of them is
@@ -329,6 +351,14 @@ impl Gateway {
                 }
                 let hold_timeout = spec.hold_timeout.map_or(self.hold_timeout, Duration::from_secs);
                 let (mut agents, mut catalog, mut names) = (Vec::new(), Vec::new(), Vec::new());
+                // Listed before the tools are published, so a listing is whole once it
+                // shows.
+                let served = Served {
+                    tools: listed.clone(),
+                    resources: self.optional_list(upstream, "resources/list", "resources").await,
+                    templates: self.optional_list(upstream, "resources/templates/list", "resourceTemplates").await,
+                    prompts: self.optional_list(upstream, "prompts/list", "prompts").await,
+                };
                 for tool in listed {
                     let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
                     names.push(name.to_owned());
@@ -344,6 +374,7 @@ impl Gateway {
                 }
                 publish(&format!("upstream {:?}", spec.name), agents).map_err(Refused)?;
                 self.catalog.replace(&spec.name, catalog);
+                self.keep_served(&spec.name, served);
                 State::Up { tools: names, at: Instant::now() }
             }
             Err(error) => {
@@ -369,3 +400,191 @@ impl Gateway {
 
 /// A tool list the registry refused (a name another source serves).
 struct Refused(String);
+
+impl Gateway {
+    /// A listing the upstream may not offer (`resources/list`, `prompts/list`, …):
+    /// empty when it does not (or it failed, which is logged).
+    async fn optional_list(&self, upstream: &Upstream, method: &str, key: &str) -> Vec<Map<String, Value>> {
+        match upstream.list_all(method, key).await {
+            Ok(items) => items,
+            Err(hitl_upstream::UpstreamError::Refused { error, .. })
+                if error.code == hitl_protocol::ErrorCode::METHOD_NOT_FOUND =>
+            {
+                Vec::new()
+            }
+            Err(error) => {
+                tracing::debug!(upstream = %upstream.name(), %error, "{method} failed; listed as empty");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Keeps what upstream `name` listed and tells which of hitl's lists changed.
+    fn keep_served(&self, name: &str, served: Served) {
+        let before = self.served.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), served.clone());
+        let (Some(before), Some(changed)) = (before, &self.changed) else { return };
+        if before.tools != served.tools {
+            changed(ListChanged::Tools);
+        }
+        if before.resources != served.resources || before.templates != served.templates {
+            changed(ListChanged::Resources);
+        }
+        if before.prompts != served.prompts {
+            changed(ListChanged::Prompts);
+        }
+    }
+
+    /// Each upstream's listing, in the order of the file, with its spec.
+    fn each_served(&self) -> Vec<(&UpstreamSpec, &Arc<Upstream>, Served)> {
+        let served = self.served.lock().unwrap_or_else(|p| p.into_inner());
+        self.upstreams
+            .iter()
+            .filter_map(|(spec, upstream)| served.get(&spec.name).map(|s| (spec, upstream, s.clone())))
+            .collect()
+    }
+
+    /// Whether any upstream lists resources or templates.
+    pub fn serves_resources(&self) -> bool {
+        self.served
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .any(|s| !s.resources.is_empty() || !s.templates.is_empty())
+    }
+
+    /// The resources the upstreams list that `who` may read, URIs as the upstreams gave
+    /// them; a URI two upstreams list is listed once, as the first in the file lists it.
+    pub fn resources(&self, who: Who<'_>) -> Vec<Map<String, Value>> {
+        let mut listed: Vec<Map<String, Value>> = Vec::new();
+        let mut first: BTreeMap<String, String> = BTreeMap::new();
+        for (spec, _, served) in self.each_served() {
+            for resource in served.resources {
+                let Some(uri) = resource.get("uri").and_then(Value::as_str).map(str::to_owned) else { continue };
+                if let Some(by) = first.get(&uri) {
+                    self.collisions.log(&uri, by, &spec.name);
+                    continue;
+                }
+                first.insert(uri.clone(), spec.name.clone());
+                if self.policies.may_use(Kind::Resource, &spec.listed_name(&uri), who.principal, who.groups) {
+                    listed.push(resource);
+                }
+            }
+        }
+        listed
+    }
+
+    /// The resource templates the upstreams list that `who` may use (each named
+    /// `<prefix><uriTemplate>` for the policies).
+    pub fn resource_templates(&self, who: Who<'_>) -> Vec<Map<String, Value>> {
+        let mut listed = Vec::new();
+        for (spec, _, served) in self.each_served() {
+            for template in served.templates {
+                let Some(uri) = template.get("uriTemplate").and_then(Value::as_str) else { continue };
+                if self.policies.may_use(Kind::Resource, &spec.listed_name(uri), who.principal, who.groups) {
+                    listed.push(template);
+                }
+            }
+        }
+        listed
+    }
+
+    /// The prompts the upstreams list that `who` may get, named as tools are
+    /// (`<prefix><name>`).
+    pub fn prompts(&self, who: Who<'_>) -> Vec<Map<String, Value>> {
+        let mut listed = Vec::new();
+        for (spec, _, served) in self.each_served() {
+            for mut prompt in served.prompts {
+                let Some(name) = prompt.get("name").and_then(Value::as_str).map(|n| spec.listed_name(n)) else {
+                    continue;
+                };
+                if self.policies.may_use(Kind::Prompt, &name, who.principal, who.groups) {
+                    prompt.insert("name".into(), Value::String(name));
+                    listed.push(prompt);
+                }
+            }
+        }
+        listed
+    }
+
+    /// Whether `name` is an upstream prompt's listed name.
+    pub fn has_prompt(&self, name: &str) -> bool {
+        self.each_served().iter().any(|(spec, _, served)| {
+            served
+                .prompts
+                .iter()
+                .any(|p| p.get("name").and_then(Value::as_str).is_some_and(|n| spec.listed_name(n) == name))
+        })
+    }
+
+    /// Reads `uri` from the upstream that serves it: the first in the file that lists
+    /// it, or else returned it in a result, or else lists a template it fits. A URI
+    /// no upstream serves, or that `who` is not among the callers of, is `Resource not
+    /// found` (so names do not leak); a denied one names its policy, as a denied tool's
+    /// call does.
+    pub async fn read_resource(&self, uri: &str, who: Who<'_>) -> Result<Value, hitl_protocol::ErrorObject> {
+        let served = self.each_served();
+        let returned = self.holds.seen.upstream_of(uri);
+        let by = served
+            .iter()
+            .find(|(_, _, s)| s.resources.iter().any(|r| r.get("uri").and_then(Value::as_str) == Some(uri)))
+            .or_else(|| served.iter().find(|(spec, _, _)| returned.as_deref() == Some(spec.name.as_str())))
+            .or_else(|| {
+                served.iter().find(|(_, _, s)| {
+                    s.templates.iter().any(|t| {
+                        t.get("uriTemplate").and_then(Value::as_str).is_some_and(|t| passthrough::fits(t, uri))
+                    })
+                })
+            });
+        let Some((spec, upstream, _)) = by else { return Err(passthrough::not_found(uri)) };
+        let name = spec.listed_name(uri);
+        let decided = self.policies.decide_for(Kind::Resource, &name);
+        if decided.action == Action::Deny {
+            let policy = decided.policy.map_or_else(|| "[gateway] default_action".to_owned(), Policy::label);
+            return Err(hitl_protocol::ErrorObject::invalid_params(format!(
+                "Resource {uri} is denied by the policy {policy}"
+            )));
+        }
+        if !self.policies.may_use(Kind::Resource, &name, who.principal, who.groups) {
+            return Err(passthrough::not_found(uri));
+        }
+        let params = Map::from_iter([("uri".to_owned(), Value::String(uri.to_owned()))]);
+        match upstream.request_for(who.caller, "resources/read", params).await {
+            Ok(result) => Ok(passthrough::as_ours(result)),
+            Err(error) => Err(passthrough::relayed_error(error)),
+        }
+    }
+
+    /// Gets prompt `name` (its listed name) from its upstream, with `params` (its
+    /// `arguments`, and a 2026-07-28 retry's `inputResponses` and `requestState`) sent
+    /// on. `None` when no upstream lists it (or `who` may not see it); a denied prompt
+    /// names its policy.
+    pub async fn get_prompt(
+        &self,
+        name: &str,
+        mut params: Map<String, Value>,
+        who: Who<'_>,
+    ) -> Option<Result<Value, hitl_protocol::ErrorObject>> {
+        let served = self.each_served();
+        let (upstream, own) = served.iter().find_map(|(spec, upstream, s)| {
+            s.prompts.iter().find_map(|p| {
+                let own = p.get("name").and_then(Value::as_str)?;
+                (spec.listed_name(own) == name).then(|| (Arc::clone(upstream), own.to_owned()))
+            })
+        })?;
+        let decided = self.policies.decide_for(Kind::Prompt, name);
+        if decided.action == Action::Deny {
+            let policy = decided.policy.map_or_else(|| "[gateway] default_action".to_owned(), Policy::label);
+            return Some(Err(hitl_protocol::ErrorObject::invalid_params(format!(
+                "Prompt {name} is denied by the policy {policy}"
+            ))));
+        }
+        if !self.policies.may_use(Kind::Prompt, name, who.principal, who.groups) {
+            return None;
+        }
+        params.insert("name".into(), Value::String(own));
+        Some(match upstream.request_for(who.caller, "prompts/get", params).await {
+            Ok(result) => Ok(passthrough::as_ours(result)),
+            Err(error) => Err(passthrough::relayed_error(error)),
+        })
+    }
+}

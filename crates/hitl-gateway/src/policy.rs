@@ -1,6 +1,10 @@
-//! `[[policy]]`: which tools may run, which need a person's review, which never run.
-//! The first policy whose globs match a tool's listed name decides; a tool no policy
-//! matches gets `[gateway] default_action` (itself `allow` by default).
+//! `[[policy]]`: which tools may run, which need a person's review, which never run,
+//! and which upstream resources and prompts are passed through. The first policy whose
+//! globs match a tool's listed name decides; a tool no policy matches gets `[gateway]
+//! default_action` (itself `allow` by default). Resources (`<prefix><uri>`) and prompts
+//! (their listed names) are matched the same way against `resources` and `prompts`,
+//! with `allow` or `deny` only; one no policy matches follows the default action, a
+//! default of `review` denying it (a read cannot be reviewed).
 
 pub use hitl_schema::Decision;
 use serde::Deserialize;
@@ -22,7 +26,15 @@ pub enum Action {
 #[serde(deny_unknown_fields)]
 pub struct Policy {
     /// Globs over listed tool names (`*` any run of characters, `?` one).
+    #[serde(default)]
     pub tools: Vec<String>,
+    /// Globs over upstream resources, each named `<prefix><uri>` (`fs.*`: every
+    /// resource and template of upstream `fs`).
+    #[serde(default)]
+    pub resources: Vec<String>,
+    /// Globs over listed prompt names (`ev.*`).
+    #[serde(default)]
+    pub prompts: Vec<String>,
     /// What happens to matching calls.
     pub action: Action,
     /// The review's allowed decisions (absent: all four).
@@ -49,9 +61,36 @@ impl Policy {
 
     /// How the policy is named in errors: its globs.
     pub fn label(&self) -> String {
-        format!("tools = {:?}", self.tools)
+        let named = [("tools", &self.tools), ("resources", &self.resources), ("prompts", &self.prompts)];
+        let shown: Vec<String> = named
+            .iter()
+            .filter(|(_, globs)| !globs.is_empty())
+            .map(|(key, globs)| format!("{key} = {globs:?}"))
+            .collect();
+        if shown.is_empty() { "tools = []".to_owned() } else { shown.join(", ") }
+    }
+
+    fn globs(&self, kind: Kind) -> &[String] {
+        match kind {
+            Kind::Tool => &self.tools,
+            Kind::Resource => &self.resources,
+            Kind::Prompt => &self.prompts,
+        }
     }
 }
+
+/// What a policy's globs name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Listed tool names (`tools`).
+    Tool,
+    /// Upstream resources as `<prefix><uri>` (`resources`).
+    Resource,
+    /// Listed prompt names (`prompts`).
+    Prompt,
+}
+
+impl Policy {}
 
 /// `[gateway]`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -180,8 +219,23 @@ impl Policies {
     /// nothing or offers no decision is refused here, with its position.
     pub fn new(policies: Vec<Policy>, gateway: GatewaySection) -> Result<Self, String> {
         for (i, policy) in policies.iter().enumerate() {
-            if policy.tools.is_empty() || policy.tools.iter().any(String::is_empty) {
-                return Err(format!("policy[{i}].tools: list at least one non-empty tool name or glob"));
+            let all = [&policy.tools, &policy.resources, &policy.prompts];
+            if all.iter().all(|globs| globs.is_empty()) {
+                return Err(format!(
+                    "policy[{i}].tools: list at least one non-empty tool name or glob (or name resources or prompts)"
+                ));
+            }
+            for (key, globs) in
+                [("tools", &policy.tools), ("resources", &policy.resources), ("prompts", &policy.prompts)]
+            {
+                if globs.iter().any(String::is_empty) {
+                    return Err(format!("policy[{i}].{key}: a name or glob is empty"));
+                }
+            }
+            if policy.action == Action::Review && (!policy.resources.is_empty() || !policy.prompts.is_empty()) {
+                return Err(format!(
+                    "policy[{i}].action: a policy that names resources or prompts may only allow or deny (reading a resource or getting a prompt cannot be reviewed)"
+                ));
             }
             if policy.decisions.as_ref().is_some_and(Vec::is_empty) {
                 return Err(format!("policy[{i}].decisions: a review needs at least one decision"));
@@ -280,10 +334,34 @@ impl Policies {
 
     /// The first policy that matches `tool`, or the default.
     pub fn decide(&self, tool: &str) -> Decided<'_> {
-        match self.policies.iter().find(|p| p.tools.iter().any(|glob| glob_match(glob, tool))) {
+        self.decide_for(Kind::Tool, tool)
+    }
+
+    /// The first policy whose `kind` globs match `name`, or the default. A resource or
+    /// prompt is never reviewed: a default of `review` denies it.
+    pub fn decide_for(&self, kind: Kind, name: &str) -> Decided<'_> {
+        match self.policies.iter().find(|p| p.globs(kind).iter().any(|glob| glob_match(glob, name))) {
             Some(policy) => Decided { action: policy.action, policy: Some(policy) },
-            None => Decided { action: self.default_action.unwrap_or(Action::Allow), policy: None },
+            None => {
+                let action = match (kind, self.default_action.unwrap_or(Action::Allow)) {
+                    (Kind::Resource | Kind::Prompt, Action::Review) => Action::Deny,
+                    (_, action) => action,
+                };
+                Decided { action, policy: None }
+            }
         }
+    }
+
+    /// Whether the caller named `principal`, in `groups`, may use resource or prompt
+    /// `name` (of `kind`): allowed by its policy (or the default), and among the
+    /// policy's `callers` when it names them.
+    pub fn may_use(&self, kind: Kind, name: &str, principal: Option<&str>, groups: &[String]) -> bool {
+        let decided = self.decide_for(kind, name);
+        if decided.action != Action::Allow {
+            return false;
+        }
+        let Some(callers) = decided.policy.and_then(|p| p.callers.as_ref()) else { return true };
+        callers.iter().any(|c| Some(c.as_str()) == principal || groups.contains(c))
     }
 }
 
@@ -403,6 +481,8 @@ mod tests {
     fn policy(tools: &[&str], action: Action) -> Policy {
         Policy {
             tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+            resources: vec![],
+            prompts: vec![],
             action,
             decisions: None,
             description: None,
@@ -441,6 +521,69 @@ mod tests {
 }
 
 #[cfg(test)]
+mod passed_through {
+    use super::*;
+
+    fn policy(resources: &[&str], prompts: &[&str], action: Action, callers: Option<&[&str]>) -> Policy {
+        Policy {
+            tools: vec![],
+            resources: resources.iter().map(|g| (*g).to_owned()).collect(),
+            prompts: prompts.iter().map(|g| (*g).to_owned()).collect(),
+            action,
+            decisions: None,
+            description: None,
+            callers: callers.map(|c| c.iter().map(|c| (*c).to_owned()).collect()),
+            approvers: None,
+        }
+    }
+
+    #[test]
+    fn resources_and_prompts_are_allowed_or_denied_by_their_own_globs() {
+        let policies = Policies::new(
+            vec![
+                policy(&["fs.file:///secret/*"], &[], Action::Deny, None),
+                policy(&["fs.*"], &["ev.admin-*"], Action::Allow, Some(&["group:ops"])),
+                policy(&[], &["ev.*"], Action::Deny, None),
+            ],
+            GatewaySection::default(),
+        )
+        .unwrap();
+        let ops = ["group:ops".to_owned()];
+        assert!(!policies.may_use(Kind::Resource, "fs.file:///secret/key", Some("user:a"), &ops));
+        assert!(policies.may_use(Kind::Resource, "fs.file:///notes", Some("user:a"), &ops));
+        assert!(!policies.may_use(Kind::Resource, "fs.file:///notes", Some("user:b"), &[]), "not a caller");
+        assert!(policies.may_use(Kind::Resource, "ev.demo://x", None, &[]), "unmatched: the default, allow");
+        assert!(policies.may_use(Kind::Prompt, "ev.admin-report", None, &ops));
+        assert!(!policies.may_use(Kind::Prompt, "ev.simple-prompt", None, &ops));
+        assert_eq!(policies.decide("fs.read_file").policy, None, "resource globs judge no tool");
+        let review =
+            Policies::new(vec![], GatewaySection { default_action: Some(Action::Review), ..Default::default() })
+                .unwrap();
+        assert_eq!(review.decide_for(Kind::Prompt, "ev.x").action, Action::Deny, "a default review denies");
+        assert_eq!(review.decide_for(Kind::Tool, "ev.x").action, Action::Review);
+    }
+
+    #[test]
+    fn a_review_of_resources_or_prompts_and_a_policy_naming_nothing_are_refused() {
+        let error =
+            Policies::new(vec![policy(&["fs.*"], &[], Action::Review, None)], GatewaySection::default()).unwrap_err();
+        assert!(error.starts_with("policy[0].action: a policy that names resources or prompts"), "{error}");
+        let error =
+            Policies::new(vec![policy(&[], &["ev.*"], Action::Review, None)], GatewaySection::default()).unwrap_err();
+        assert!(error.starts_with("policy[0].action"), "{error}");
+        let error = Policies::new(vec![policy(&[], &[], Action::Allow, None)], GatewaySection::default()).unwrap_err();
+        assert!(error.starts_with("policy[0].tools: list at least one"), "{error}");
+        let error =
+            Policies::new(vec![policy(&[""], &[], Action::Allow, None)], GatewaySection::default()).unwrap_err();
+        assert_eq!(error, "policy[0].resources: a name or glob is empty");
+        assert_eq!(
+            policy(&["fs.*"], &["ev.*"], Action::Deny, None).label(),
+            r#"resources = ["fs.*"], prompts = ["ev.*"]"#
+        );
+    }
+}
+
+#[cfg(test)]
 mod callers {
     use super::*;
 
@@ -448,6 +591,8 @@ mod callers {
     fn callers_limit_who_may_call_and_are_checked() {
         let ops = Policy {
             tools: vec!["db.*".into()],
+            resources: vec![],
+            prompts: vec![],
             action: Action::Review,
             decisions: None,
             description: None,
@@ -484,6 +629,8 @@ mod unmatched {
             .iter()
             .map(|tools| Policy {
                 tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+                resources: vec![],
+                prompts: vec![],
                 action: Action::Review,
                 decisions: None,
                 description: None,

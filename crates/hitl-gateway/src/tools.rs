@@ -465,6 +465,8 @@ mod tests {
                           "annotations": {"destructiveHint": true}, "inputSchema": {"type": "object"}});
         let policy = crate::Policy {
             tools: vec!["db.*".into()],
+            resources: vec![],
+            prompts: vec![],
             action: Action::Review,
             decisions: None,
             description: description.map(str::to_owned),

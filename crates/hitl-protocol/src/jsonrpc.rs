@@ -50,6 +50,9 @@ impl ErrorCode {
     pub const UNSUPPORTED_PROTOCOL_VERSION: Self = Self(-32022);
     /// 2025-11-25 only: the request needs URL-mode elicitation first.
     pub const URL_ELICITATION_REQUIRED: Self = Self(-32042);
+    /// 2025-11-25 and earlier: a resource not found (2026-07-28 uses `-32602`; hitl
+    /// only reads it from upstreams, never sends it).
+    pub const RESOURCE_NOT_FOUND_LEGACY: Self = Self(-32002);
 }
 
 impl fmt::Display for ErrorCode {

@@ -49,7 +49,8 @@ pub use mrtr::{
     SamplingMessage, UrlElicitation, UrlElicitationRequiredData,
 };
 pub use request::{
-    ClientNotification, ClientRequest, CompleteParams, ReadResourceParams, SetLevelParams, TaskParams, server_request,
+    ClientNotification, ClientRequest, CompleteParams, ListenParams, ReadResourceParams, SetLevelParams,
+    SubscriptionFilter, TaskParams, server_request,
 };
 pub use types::{
     CacheScope, CallToolParams, CallToolResponse, CallToolResult, ContentBlock, DiscoverResult, EmptyParams,

@@ -39,6 +39,37 @@ pub enum ClientRequest {
     UpdateTask(TaskParams),
     /// `tasks/cancel` (the Tasks extension).
     CancelTask(TaskParams),
+    /// `subscriptions/listen` (2026-07-28): a stream of the notifications asked for.
+    Listen(ListenParams),
+}
+
+/// Params of `subscriptions/listen`: which notifications the stream carries.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ListenParams {
+    /// The filter; every kind is opt-in.
+    pub notifications: SubscriptionFilter,
+    /// Request metadata.
+    #[serde(rename = "_meta", default, skip_serializing_if = "Meta::is_empty")]
+    pub meta: Meta,
+}
+
+/// The notifications a `subscriptions/listen` stream carries (and, in its
+/// acknowledgement, those the server honours).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionFilter {
+    /// `notifications/tools/list_changed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools_list_changed: Option<bool>,
+    /// `notifications/prompts/list_changed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts_list_changed: Option<bool>,
+    /// `notifications/resources/list_changed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources_list_changed: Option<bool>,
+    /// `notifications/resources/updated` for these URIs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_subscriptions: Option<Vec<String>>,
 }
 
 /// Params of `tasks/get`, `tasks/update` and `tasks/cancel` (the Tasks extension,
@@ -104,6 +135,7 @@ impl ClientRequest {
         "resources/list",
         "resources/templates/list",
         "resources/read",
+        "subscriptions/listen",
     ];
 
     /// Types a request: `-32601` for a method hitl does not serve, `-32602` with
@@ -131,6 +163,7 @@ impl ClientRequest {
             "tasks/get" => Self::GetTask(jsonrpc::params(params)?),
             "tasks/update" => Self::UpdateTask(jsonrpc::params(params)?),
             "tasks/cancel" => Self::CancelTask(jsonrpc::params(params)?),
+            "subscriptions/listen" => Self::Listen(jsonrpc::params(params)?),
             other => return Err(ErrorObject::method_not_found(other)),
         })
     }
@@ -153,6 +186,7 @@ impl ClientRequest {
             Self::GetTask(_) => "tasks/get",
             Self::UpdateTask(_) => "tasks/update",
             Self::CancelTask(_) => "tasks/cancel",
+            Self::Listen(_) => "subscriptions/listen",
         }
     }
 
@@ -164,6 +198,7 @@ impl ClientRequest {
                 &p.meta
             }
             Self::ReadResource(p) => &p.meta,
+            Self::Listen(p) => &p.meta,
             Self::CallTool(p) => &p.meta,
             Self::GetPrompt(p) => &p.meta,
             Self::Initialize(p) => &p.meta,

@@ -327,7 +327,22 @@ impl ServeArgs {
         // A policy glob that matches none of these and no upstream tool guards nothing.
         let agent_names: Vec<String> = served.iter().map(|a| a.name.clone()).collect();
         let mode = self.gateway.gateway.unmatched.unwrap_or_default();
-        let gateway = gateway.map(|g| Arc::new(g.with_agents(agent_names.clone(), mode)));
+        let notifier = hitl_tower::Notifier::default();
+        let gateway = gateway.map(|g| {
+            let told = notifier.clone();
+            let changes: hitl_gateway::Changed = Arc::new(move |changed| {
+                told.notify(match changed {
+                    hitl_gateway::ListChanged::Tools => hitl_tower::ListKind::Tools,
+                    hitl_gateway::ListChanged::Resources => hitl_tower::ListKind::Resources,
+                    hitl_gateway::ListChanged::Prompts => hitl_tower::ListKind::Prompts,
+                });
+            });
+            Arc::new(g.with_agents(agent_names.clone(), mode).with_changes(changes))
+        });
+        if let Some(gateway) = &gateway {
+            let relayed = hitl_tower::Relayed(Arc::new(crate::passthrough::Upstreams(gateway.clone())));
+            builder = builder.passthrough(relayed, notifier);
+        }
         let judged = gateway.is_none().then(|| policies.judge(&agent_names, &[]));
         builder = builder.agents(served);
         if self.no_threads {

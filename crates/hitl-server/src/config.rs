@@ -323,7 +323,9 @@ fn gateway_problem(text: &str, config: &ConfigFile) -> Option<String> {
     let error = hitl_gateway::Policies::new(config.policy.clone(), config.gateway).err()?;
     let (place, why) = error.split_once(": ")?;
     let (index, field) = place.strip_prefix("policy[")?.split_once("].")?;
-    let span = at("policy", index.parse().ok()?, field);
+    let index: usize = index.parse().ok()?;
+    // A key left out (a policy that names no tools) is found at its policy.
+    let span = at("policy", index, field).or_else(|| span_of(text, &[Key("policy".into()), Index(index)]));
     Some(located(text, span, place, why))
 }
 
@@ -405,6 +407,16 @@ mod tests {
                 "4:14: policy[0].decisions[0]: unknown variant",
             ),
             ("[[upstream]]\nname = \"db\"\nurll = \"x\"\n", "3:1: upstream[0].urll: unknown field `urll`"),
+            (
+                "[[policy]]\nresources = [\"fs.*\"]\naction = \"review\"\n",
+                "3:10: policy[0].action: a policy that names resources or prompts may only allow or deny",
+            ),
+            (
+                "[[policy]]\ntools = [\"db.*\"]\nprompts = [\"ev.*\"]\naction = \"review\"\n",
+                "4:10: policy[0].action: a policy that names resources or prompts",
+            ),
+            ("\n[[policy]]\naction = \"deny\"\n", "2:1: policy[0].tools: list at least one"),
+            ("[[policy]]\nprompts = [\"ev.*\"]\nactoin = \"deny\"\n", "3:1: policy[0].actoin: unknown field"),
             ("[gateway]\ndefault_action = 3\n", "2:18: gateway.default_action: wanted string or table"),
         ];
         for (text, expected) in gateway {

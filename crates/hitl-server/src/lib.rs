@@ -30,6 +30,7 @@ mod cli;
 mod config;
 mod listener;
 mod metrics;
+mod passthrough;
 mod secrets;
 mod server;
 mod telemetry;

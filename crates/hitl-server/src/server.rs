@@ -219,6 +219,16 @@ impl ServerBuilder {
         self
     }
 
+    /// Serves `passthrough`'s resources and prompts (a gateway's upstreams') besides the
+    /// agents, and tells clients' notification streams of list changes through
+    /// `notifier` (give the same one to what changes the lists).
+    #[must_use]
+    pub fn passthrough(mut self, passthrough: hitl_tower::Relayed, notifier: hitl_tower::Notifier) -> Self {
+        self.options.passthrough = Some(passthrough);
+        self.options.notifier = notifier;
+        self
+    }
+
     /// `serverInfo`, instructions and list caching.
     #[must_use]
     pub fn options(mut self, options: ServerOptions) -> Self {

@@ -1,6 +1,7 @@
 //! Dispatch of a valid request: `server/discover`, `tools/*`, `prompts/*` (agents as
-//! prompts), `completion/complete`, the empty `resources/*`, and the legacy
-//! `initialize`/`ping`/`logging/setLevel`; results stamped for their era.
+//! prompts, then a [`crate::Passthrough`]'s), `completion/complete`, `resources/*`
+//! (a passthrough's, else empty), and the legacy `initialize`/`ping`/`logging/setLevel`;
+//! results stamped for their era.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -66,6 +67,28 @@ impl Shared {
             // The task paths are boxed: the future of every request stays small.
             return Box::pin(self.task_request(method, params, &caller)).await;
         }
+        // Who asks, for resources and prompts served from elsewhere.
+        let passed = matches!(
+            request,
+            ClientRequest::ListResources(_)
+                | ClientRequest::ListResourceTemplates(_)
+                | ClientRequest::ReadResource(_)
+                | ClientRequest::ListPrompts(_)
+                | ClientRequest::GetPrompt(_)
+        );
+        let asker = self.options.passthrough.as_ref().filter(|_| passed).map(|_| crate::Asker {
+            principal: caller.principal.clone(),
+            groups: caller.groups.clone(),
+            caller: Call {
+                capabilities: caller.capabilities.clone(),
+                principal: caller.principal.clone(),
+                peer: caller.peer.clone(),
+                session: caller.session.clone(),
+                era,
+                ..Call::default()
+            }
+            .caller_key(),
+        });
         let access = self.options.access.as_ref();
         let groups = caller.groups.clone();
         let principal = caller.principal.clone();
@@ -92,15 +115,31 @@ impl Shared {
         match (request, era) {
             (ClientRequest::Discover(_), Era::Modern) => self.discover(),
             (ClientRequest::ListTools(_), _) => self.list_tools(era, &may),
-            (ClientRequest::ListPrompts(_), _) => self.list_prompts(era, &may),
+            (ClientRequest::ListPrompts(_), _) => self.list_prompts(era, &may, asker.as_ref()),
             (ClientRequest::Complete(_), _) => Ok(json!({"completion": {"values": [], "total": 0, "hasMore": false}})),
-            // hitl serves no resources: the lists are empty (and cacheable), reads fail.
-            (ClientRequest::ListResources(_), _) => Ok(self.empty_list("resources", era)),
-            (ClientRequest::ListResourceTemplates(_), _) => Ok(self.empty_list("resourceTemplates", era)),
-            (ClientRequest::ReadResource(params), _) => {
-                Err(ErrorObject::invalid_params(format!("Resource not found: {}", params.uri))
-                    .with_data(json!({ "uri": params.uri })))
+            // Without a passthrough hitl serves no resources: the lists are empty (and
+            // cacheable), reads fail.
+            (ClientRequest::ListResources(_), _) => {
+                let listed = self.passed(asker.as_ref(), |p, a| p.resources(a));
+                Ok(self.list("resources", listed, era))
             }
+            (ClientRequest::ListResourceTemplates(_), _) => {
+                let listed = self.passed(asker.as_ref(), |p, a| p.resource_templates(a));
+                Ok(self.list("resourceTemplates", listed, era))
+            }
+            (ClientRequest::ReadResource(params), _) => match (&self.options.passthrough, &asker) {
+                (Some(passthrough), Some(asker)) => {
+                    let mut result = passthrough.0.read_resource(&params.uri, asker).await?;
+                    if era == Era::Modern
+                        && let Value::Object(map) = &mut result
+                    {
+                        self.cacheable(map);
+                    }
+                    Ok(result)
+                }
+                _ => Err(ErrorObject::invalid_params(format!("Resource not found: {}", params.uri))
+                    .with_data(json!({ "uri": params.uri }))),
+            },
             (ClientRequest::CallTool(params), _) => {
                 let tools = self.tools.snapshot();
                 let Some(agent) = tools.get(&params.name).filter(|_| may(&params.name)) else {
@@ -132,6 +171,22 @@ impl Shared {
             }
             (ClientRequest::GetPrompt(params), _) => {
                 let Some(agent) = self.prompts.get(&params.name).filter(|_| may(&params.name)) else {
+                    if let (Some(passthrough), Some(asker)) = (&self.options.passthrough, &asker) {
+                        let name = params.name.clone();
+                        let mut sent = Map::new();
+                        if let Some(arguments) = params.arguments {
+                            sent.insert("arguments".into(), Value::Object(arguments));
+                        }
+                        if let Some(responses) = params.input_responses {
+                            sent.insert("inputResponses".into(), to_json(&responses)?);
+                        }
+                        if let Some(state) = params.request_state {
+                            sent.insert("requestState".into(), Value::String(state));
+                        }
+                        if let Some(answer) = passthrough.0.get_prompt(&name, sent, asker).await {
+                            return answer;
+                        }
+                    }
                     return Err(ErrorObject::invalid_params(format!("Unknown prompt: {}", params.name)));
                 };
                 let call = call(params.arguments, params.input_responses, params.request_state, None, true);
@@ -187,6 +242,14 @@ impl Shared {
         let mut caps = ServerCapabilities { tools: Some(Map::new()), ..ServerCapabilities::default() };
         if !self.prompts.is_empty() {
             caps.prompts = Some(Map::new());
+        }
+        if self.options.passthrough.is_some() {
+            // What is served from elsewhere may change: clients hear of it on their
+            // notification streams.
+            let changes = Map::from_iter([("listChanged".to_owned(), Value::Bool(true))]);
+            caps.tools = Some(changes.clone());
+            caps.prompts = Some(changes.clone());
+            caps.resources = Some(changes);
         }
         caps.other.insert("completions".into(), json!({}));
         caps.extensions = Some(Map::from_iter([(crate::tasks::TASKS.to_owned(), json!({}))]));
@@ -247,16 +310,45 @@ impl Shared {
         }
     }
 
-    fn empty_list(&self, key: &str, era: Era) -> Value {
-        let mut result = json!({ key: [] });
-        if era == Era::Modern {
-            result["ttlMs"] = json!(self.options.list_ttl_ms);
-            result["cacheScope"] = json!("public");
+    /// What the passthrough lists for `asker` (nothing without one).
+    fn passed(
+        &self,
+        asker: Option<&crate::Asker>,
+        list: impl Fn(&dyn crate::Passthrough, &crate::Asker) -> Vec<Map<String, Value>>,
+    ) -> Vec<Map<String, Value>> {
+        match (&self.options.passthrough, asker) {
+            (Some(passthrough), Some(asker)) => list(passthrough.0.as_ref(), asker),
+            _ => Vec::new(),
         }
-        result
     }
 
-    fn list_prompts(&self, era: Era, may: &dyn Fn(&str) -> bool) -> Result<Value, ErrorObject> {
+    /// A list result (`{key: items}`), cacheable on the modern wire: public when
+    /// empty and nothing is passed through (as it always was), else as tools are.
+    fn list(&self, key: &str, items: Vec<Map<String, Value>>, era: Era) -> Value {
+        let items: Vec<Value> = items.into_iter().map(Value::Object).collect();
+        let mut result = Map::from_iter([(key.to_owned(), Value::Array(items))]);
+        if era == Era::Modern {
+            self.cacheable(&mut result);
+        }
+        Value::Object(result)
+    }
+
+    /// Adds the caching hints of a modern list or read result: its own `ttlMs` (else
+    /// the lists'), and `cacheScope` private when the result says so or the lists
+    /// depend on who asks.
+    fn cacheable(&self, result: &mut Map<String, Value>) {
+        result.entry("ttlMs").or_insert_with(|| json!(self.options.list_ttl_ms));
+        let private = result.get("cacheScope").and_then(Value::as_str) == Some("private")
+            || (self.options.passthrough.is_some() && self.list_scope() == CacheScope::Private);
+        result.insert("cacheScope".into(), json!(if private { "private" } else { "public" }));
+    }
+
+    fn list_prompts(
+        &self,
+        era: Era,
+        may: &dyn Fn(&str) -> bool,
+        asker: Option<&crate::Asker>,
+    ) -> Result<Value, ErrorObject> {
         let prompts = self
             .prompts
             .values()
@@ -296,7 +388,13 @@ impl Shared {
             cache_scope: modern.then(|| self.list_scope()),
             meta: None,
         };
-        to_json(&result)
+        let mut result = to_json(&result)?;
+        // The passthrough's prompts follow hitl's own, as their upstreams list them.
+        let passed = self.passed(asker, |p, a| p.prompts(a));
+        if let Some(Value::Array(prompts)) = result.get_mut("prompts") {
+            prompts.extend(passed.into_iter().map(Value::Object));
+        }
+        Ok(result)
     }
 }
 

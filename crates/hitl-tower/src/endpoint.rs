@@ -4,14 +4,19 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hitl_protocol::version::Era;
-use hitl_protocol::{ClientRequest, Response};
-use http::{HeaderValue, StatusCode};
+use hitl_protocol::{ClientRequest, ErrorObject, Response};
+use http::{HeaderValue, Method, StatusCode};
 
 use crate::validate::{self, Incoming, Valid};
 use crate::{McpBody, Shared, error_response, json_response, push, session, sse};
 
 impl Shared {
     pub(crate) async fn handle(self: Arc<Self>, request: http::Request<Bytes>) -> http::Response<McpBody> {
+        if request.method() == Method::GET
+            && let Some(stream) = self.session_stream(&request)
+        {
+            return stream;
+        }
         let valid = match validate::validate(&self.tools.snapshot(), self.options.access.as_ref(), &request) {
             Ok(Incoming::Request(valid)) => *valid,
             Ok(Incoming::Answer(id, outcome, principal)) => {
@@ -26,6 +31,12 @@ impl Shared {
         };
         let Valid { id, request, mut caller, stream, session, takes_sse } = valid;
         let era = caller.era;
+        if let (ClientRequest::Listen(params), Era::Modern) = (&request, era) {
+            return match self.options.notifier.listen(id.clone(), &params.notifications, self.options.max_listeners) {
+                Some(stream) => stream,
+                None => busy(era, id),
+            };
+        }
         // Only a session id this server signed names a session: a client cannot make
         // up one, and a session is kept per caller (its principal) besides.
         caller.session = session.clone().filter(|id| session::read(self.engine.secret(), id).is_some());
@@ -67,4 +78,31 @@ impl Shared {
         }
         response
     }
+}
+
+impl Shared {
+    /// A 2025-era session's GET stream of list changes: for a GET that names a session
+    /// this server signed (without one, or from a 2026-07-28 client, GET stays 405).
+    fn session_stream(&self, request: &http::Request<Bytes>) -> Option<http::Response<McpBody>> {
+        let headers = request.headers();
+        let version = headers.get(hitl_protocol::headers::PROTOCOL_VERSION).and_then(|v| v.to_str().ok());
+        if version.is_some_and(|v| hitl_protocol::version::era_of(v) == Era::Modern) {
+            return None;
+        }
+        let id = headers.get("mcp-session-id")?.to_str().ok()?;
+        session::read(self.engine.secret(), id)?;
+        Some(
+            self.options.notifier.session_stream(self.options.max_listeners).unwrap_or_else(|| busy(Era::Legacy, None)),
+        )
+    }
+}
+
+/// The answer when as many notification streams are open as are allowed: 503, to be
+/// tried again.
+fn busy(era: Era, id: impl Into<Option<hitl_protocol::RequestId>>) -> http::Response<McpBody> {
+    let error = ErrorObject::internal("Too many notification streams are open; try again later");
+    let mut response = crate::error_response(era, id.into(), error);
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    response.headers_mut().insert(http::header::RETRY_AFTER, HeaderValue::from_static("5"));
+    response
 }

@@ -43,6 +43,7 @@ mod dispatch;
 mod endpoint;
 mod limit;
 mod origin;
+mod passthrough;
 mod principal;
 mod push;
 mod session;
@@ -55,6 +56,7 @@ pub use admit::{Admission, Admit};
 pub use app::{BodyLimits, Endpoint, HealthFn, HttpApp, RouteFn};
 pub use limit::{MaxConcurrentRequests, MaxConcurrentRequestsLayer};
 pub use origin::{AllowedHosts, ValidateOrigin, ValidateOriginLayer, forbidden};
+pub use passthrough::{Asker, ListKind, Notifier, PassFuture, Passed, Passthrough, Relayed};
 pub use principal::{PrincipalFromHeader, PrincipalFromHeaderLayer};
 pub use push::PushBus;
 pub use tools::{Listing, Listings, Tools};
@@ -126,6 +128,14 @@ pub struct ServerOptions {
     /// per-caller [`Access`]): they are then marked `cacheScope: "private"`, so a shared
     /// cache never hands one caller's list to another. An [`Access`] implies it.
     pub private_lists: bool,
+    /// Resources and prompts served from elsewhere (a gateway's upstreams).
+    pub passthrough: Option<Relayed>,
+    /// How many notification streams (`subscriptions/listen`, 2025-era GET) may be
+    /// open at once; past it a stream is refused with 503.
+    pub max_listeners: usize,
+    /// Where list changes are told to the open notification streams (give the same
+    /// one to whatever changes the lists).
+    pub notifier: Notifier,
 }
 
 impl Default for ServerOptions {
@@ -137,6 +147,9 @@ impl Default for ServerOptions {
             access: None,
             legacy_elicitation: false,
             private_lists: false,
+            passthrough: None,
+            max_listeners: 256,
+            notifier: Notifier::default(),
         }
     }
 }
@@ -186,6 +199,11 @@ impl McpService {
         let server_info = serde_json::to_value(&options.server_info).expect("serverInfo is strings");
         let pushes = Arc::new(push::Pushes::default());
         Self { shared: Arc::new(Shared { tools, prompts, engine, options, server_info, pushes }) }
+    }
+
+    /// Tells the clients' notification streams that a list changed.
+    pub fn notifier(&self) -> Notifier {
+        self.shared.options.notifier.clone()
     }
 }
 

@@ -23,6 +23,7 @@ const MODERN_METHODS: &[&str] = &[
     "resources/list",
     "resources/templates/list",
     "resources/read",
+    "subscriptions/listen",
     // The Tasks extension.
     "tasks/get",
     "tasks/update",

@@ -272,7 +272,8 @@ pub(crate) trait Transport: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Told when the upstream says its tools changed (`notifications/tools/list_changed`).
+/// Told when the upstream says its tools, prompts or resources changed
+/// (`notifications/*/list_changed`).
 pub(crate) type Changed = Arc<Notify>;
 
 /// How a notification stream ended.
@@ -284,17 +285,19 @@ pub(crate) enum Listened {
     Ended,
 }
 
-/// The method of the notification that says an upstream's tools changed.
-pub(crate) const TOOLS_CHANGED: &str = "notifications/tools/list_changed";
+/// The methods of the notifications that say one of an upstream's lists changed: each
+/// has the gateway list everything again.
+pub(crate) const LISTS_CHANGED: [&str; 3] =
+    ["notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"];
 
 /// A notification from the upstream, on any stream: a call's progress goes to that
-/// call (by its token), a tool list change to `changed`.
+/// call (by its token), a list change (tools, prompts, resources) to `changed`.
 pub(crate) fn notified(message: &Message, askers: &Askers, changed: &Notify) {
     if askers.progress(message) {
         return;
     }
     if let Message::Notification(notification) = message
-        && notification.method == TOOLS_CHANGED
+        && LISTS_CHANGED.contains(&notification.method.as_str())
     {
         changed.notify_one();
     }
@@ -531,8 +534,8 @@ impl Upstream {
         }
     }
 
-    /// Resolves once the upstream says its tools changed (`notifications/tools/list_changed`,
-    /// on any stream) since the last time this resolved.
+    /// Resolves once the upstream says its tools, prompts or resources changed
+    /// (`notifications/*/list_changed`, on any stream) since the last time this resolved.
     pub async fn tools_changed(&self) {
         self.changed.notified().await;
     }
@@ -546,7 +549,9 @@ impl Upstream {
             let era = self.era().await?;
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let method = "subscriptions/listen";
-            let params = json!({"notifications": {"toolsListChanged": true}});
+            let params = json!({"notifications": {
+                "toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true
+            }});
             let Value::Object(params) = params else { unreachable!("an object literal") };
             let (body, name) = body(&era, Some(id), method, Some(params));
             let subscribe = Outgoing { method, id: Some(id), body, name, asks: None };
@@ -600,11 +605,22 @@ impl Upstream {
         self.request_asking(None, method, params, None).await
     }
 
+    /// [`Upstream::request`] in the session of caller `key` (see
+    /// [`Upstream::start_call_for`]): a resource one caller's session made is read in it.
+    pub async fn request_for(
+        &self,
+        key: Option<&str>,
+        method: &str,
+        params: Map<String, Value>,
+    ) -> Result<Value, UpstreamError> {
+        self.request_asking(key, method, params, None).await
+    }
+
     /// [`Self::request_asking`], sent again while it fails before it was sent (a stdio
     /// process that exited and is not started again yet, a refused connection) until
     /// the upstream has been down for its `timeout`: a call whose effect has not begun
-    /// waits for the upstream to come back, then runs once. `waiting` is told of each
-    /// pause.
+    /// waits for the upstream to come back, then runs once (a call under way hears of
+    /// each pause, which starts its time limit again).
     async fn request_when_up(
         &self,
         key: Option<&str>,
@@ -671,24 +687,31 @@ impl Upstream {
 
     /// Every tool the upstream lists, across pages, each as the object it sent.
     pub async fn list_tools(&self) -> Result<Vec<Map<String, Value>>, UpstreamError> {
-        let mut tools = Vec::new();
+        self.list_all("tools/list", "tools").await
+    }
+
+    /// Every item of a paged listing (`resources/list` and `resources`,
+    /// `resources/templates/list` and `resourceTemplates`, `prompts/list` and
+    /// `prompts`), across pages, each as the object it sent.
+    pub async fn list_all(&self, method: &str, key: &str) -> Result<Vec<Map<String, Value>>, UpstreamError> {
+        let mut items = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..1000 {
             let mut params = Map::new();
             if let Some(cursor) = cursor.take() {
                 params.insert("cursor".into(), Value::String(cursor));
             }
-            let result = self.request("tools/list", params).await?;
-            let Some(page) = result.get("tools").and_then(Value::as_array) else {
-                return Err(self.protocol("its tools/list result has no tools array"));
+            let result = self.request(method, params).await?;
+            let Some(page) = result.get(key).and_then(Value::as_array) else {
+                return Err(self.protocol(format!("its {method} result has no {key} array")));
             };
-            tools.extend(page.iter().filter_map(|t| t.as_object().cloned()));
+            items.extend(page.iter().filter_map(|t| t.as_object().cloned()));
             match result.get("nextCursor").and_then(Value::as_str) {
                 Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
-                _ => return Ok(tools),
+                _ => return Ok(items),
             }
         }
-        Err(self.protocol("its tools/list pages never end"))
+        Err(self.protocol(format!("its {method} pages never end")))
     }
 
     /// The span of a `tools/call` of tool `tool`, a child of the current one.

@@ -41,6 +41,7 @@ fn check(kind: &str, json: &Value) -> Value {
                         serde_json::to_value(p)
                     }
                     ClientRequest::ReadResource(p) => serde_json::to_value(p),
+                    ClientRequest::Listen(p) => serde_json::to_value(p),
                     ClientRequest::GetTask(p) | ClientRequest::UpdateTask(p) | ClientRequest::CancelTask(p) => {
                         serde_json::to_value(p)
                     }

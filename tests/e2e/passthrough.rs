@@ -1,0 +1,268 @@
+//! Everything an upstream serves, not only tools (issue #29): server-everything's
+//! resources, resource templates and prompts through hitl, a resource link one of its
+//! tools returns, `[[policy]]` on resources and prompts, and list changes reaching
+//! hitl's own clients (a 2026-07-28 `subscriptions/listen` stream, a 2025-era session's
+//! GET stream).
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+
+use crate::field::Everything;
+use crate::gateway::{ConfigFile, text};
+use crate::harness::{Client, Server, cannot_run};
+use crate::upstream::PythonUpstream;
+
+/// server-everything on a free port, and hitl in front of it as `ev` with `extra`
+/// configuration (policies).
+async fn everything(extra: &str, args: &[&str]) -> Option<(Everything, ConfigFile, Server)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let upstream = Everything::start(port).await?;
+    let file =
+        ConfigFile::write(&format!("[[upstream]]\nname = \"ev\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n{extra}"));
+    let mut all = vec!["--config", file.0.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let server = Server::start(&all).await;
+    Some((upstream, file, server))
+}
+
+async fn modern(client: &Client, id: u64, method: &str, params: Value) -> Value {
+    let reply = client.modern(id, method, params, json!({})).await;
+    reply.body
+}
+
+fn uris(list: &Value, key: &str, field: &str) -> Vec<String> {
+    list["result"][key]
+        .as_array()
+        .unwrap_or(&Vec::new())
+        .iter()
+        .filter_map(|r| r[field].as_str())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn resources_templates_and_prompts_of_server_everything_pass_through() {
+    let Some((_upstream, _file, server)) = everything("", &[]).await else { return };
+
+    let listed = modern(&server, 1, "resources/list", json!({})).await;
+    let resources = uris(&listed, "resources", "uri");
+    let document = resources.iter().find(|u| u.starts_with("demo://resource/static/document/")).cloned();
+    let document =
+        document.unwrap_or_else(|| panic!("its static documents are listed, URIs as it gave them: {listed}"));
+    assert_eq!(listed["result"]["resultType"], "complete", "{listed}");
+    assert_eq!(listed["result"]["cacheScope"], "public", "no caller decides what is listed: {listed}");
+    assert!(listed["result"]["ttlMs"].is_u64(), "{listed}");
+
+    let templates = modern(&server, 2, "resources/templates/list", json!({})).await;
+    let shapes = uris(&templates, "resourceTemplates", "uriTemplate");
+    assert!(shapes.iter().any(|t| t == "demo://resource/dynamic/text/{resourceId}"), "{templates}");
+
+    let read = modern(&server, 3, "resources/read", json!({"uri": document})).await;
+    let contents = &read["result"]["contents"][0];
+    assert_eq!(contents["uri"], document.as_str(), "{read}");
+    assert!(contents["text"].as_str().is_some_and(|t| !t.is_empty()), "{read}");
+    assert_eq!(read["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "hitl", "hitl answers: {read}");
+
+    // A resource link one of its tools returns is read from it.
+    let links = server.call_tool(4, json!({"name": "ev.get-resource-links", "arguments": {"count": 2}})).await;
+    let link = links.body["result"]["content"]
+        .as_array()
+        .and_then(|c| {
+            c.iter().find(|b| b["type"] == "resource_link" && b["uri"].as_str().is_some_and(|u| u.contains("/text/")))
+        })
+        .and_then(|b| b["uri"].as_str())
+        .unwrap_or_else(|| panic!("a text resource link: {}", links.body))
+        .to_owned();
+    let read = modern(&server, 5, "resources/read", json!({"uri": link})).await;
+    let text_read = read["result"]["contents"][0]["text"].as_str().unwrap_or_default();
+    assert!(text_read.starts_with("Resource 2: This is a plaintext resource"), "{read}");
+
+    let unknown = modern(&server, 6, "resources/read", json!({"uri": "nowhere://x"})).await;
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    assert_eq!(unknown["error"]["message"], "Resource not found: nowhere://x");
+
+    // Prompts, named as tools are.
+    let prompts = modern(&server, 7, "prompts/list", json!({})).await;
+    let names = uris(&prompts, "prompts", "name");
+    assert!(names.iter().any(|n| n == "ev.simple-prompt") && names.iter().any(|n| n == "ev.args-prompt"), "{prompts}");
+    let got =
+        modern(&server, 8, "prompts/get", json!({"name": "ev.args-prompt", "arguments": {"city": "Lisbon"}})).await;
+    let message = got["result"]["messages"][0]["content"]["text"].as_str().unwrap_or_default();
+    assert!(message.contains("Lisbon"), "its arguments reach it: {got}");
+    let unknown = modern(&server, 9, "prompts/get", json!({"name": "simple-prompt"})).await;
+    assert_eq!(unknown["error"]["message"], "Unknown prompt: simple-prompt", "unprefixed: {unknown}");
+
+    // A 2025-era client is served the same, without the 2026-07-28 fields.
+    let legacy = json!({"jsonrpc": "2.0", "id": 10, "method": "resources/read", "params": {"uri": document}});
+    let reply = server.post_raw(&[], legacy.to_string()).await;
+    assert_eq!(reply.body["result"]["contents"][0]["uri"], document.as_str(), "{}", reply.body);
+    assert!(reply.body["result"].get("resultType").is_none(), "{}", reply.body);
+}
+
+#[tokio::test]
+async fn denied_resources_and_prompts_are_neither_listed_nor_served() {
+    let policies =
+        "\n[[policy]]\nresources = [\"ev.demo://resource/static/*\"]\nprompts = [\"ev.simple-*\"]\naction = \"deny\"\n";
+    let Some((_upstream, _file, server)) = everything(policies, &[]).await else { return };
+    let listed = modern(&server, 1, "resources/list", json!({})).await;
+    assert!(!uris(&listed, "resources", "uri").iter().any(|u| u.contains("/static/")), "{listed}");
+    let document = "demo://resource/static/document/features.md";
+    let read = modern(&server, 2, "resources/read", json!({"uri": document})).await;
+    assert_eq!(read["error"]["code"], -32602, "{read}");
+    assert!(read["error"]["message"].as_str().unwrap().contains("is denied by the policy resources = "), "{read}");
+    let templates = modern(&server, 3, "resources/templates/list", json!({})).await;
+    assert!(!uris(&templates, "resourceTemplates", "uriTemplate").is_empty(), "others stay: {templates}");
+
+    let prompts = modern(&server, 4, "prompts/list", json!({})).await;
+    let names = uris(&prompts, "prompts", "name");
+    assert!(!names.iter().any(|n| n == "ev.simple-prompt") && names.iter().any(|n| n == "ev.args-prompt"), "{prompts}");
+    let got = modern(&server, 5, "prompts/get", json!({"name": "ev.simple-prompt"})).await;
+    assert_eq!(got["error"]["code"], -32602, "{got}");
+    assert!(got["error"]["message"].as_str().unwrap().starts_with("Prompt ev.simple-prompt is denied"), "{got}");
+}
+
+#[tokio::test]
+async fn callers_limit_who_reads_and_gets() {
+    let policies =
+        "\n[[policy]]\nresources = [\"ev.*\"]\nprompts = [\"ev.*\"]\naction = \"allow\"\ncallers = [\"user:alice\"]\n";
+    let Some((_upstream, _file, server)) = everything(policies, &["--principal-header", "x-user"]).await else {
+        return;
+    };
+    let as_user = |user: &'static str, id: u64, method: &'static str, params: Value| {
+        let client: Client = *server;
+        async move {
+            let mut full = json!({ "_meta": crate::harness::modern_meta(json!({})) });
+            full.as_object_mut().unwrap().extend(params.as_object().cloned().unwrap());
+            let name = full.get("uri").or_else(|| full.get("name")).and_then(Value::as_str).map(str::to_owned);
+            let mut headers = vec![("mcp-protocol-version", "2026-07-28"), ("mcp-method", method), ("x-user", user)];
+            if let Some(name) = name.as_deref() {
+                headers.push(("mcp-name", name));
+            }
+            let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": full});
+            client.post_raw(&headers, body.to_string()).await.body
+        }
+    };
+    let alice = as_user("user:alice", 1, "resources/list", json!({})).await;
+    let document = uris(&alice, "resources", "uri").into_iter().next().unwrap_or_else(|| panic!("{alice}"));
+    assert_eq!(alice["result"]["cacheScope"], "private", "what is listed depends on the caller: {alice}");
+    let bob = as_user("user:bob", 2, "resources/list", json!({})).await;
+    assert_eq!(bob["result"]["resources"], json!([]), "{bob}");
+    let read = as_user("user:bob", 3, "resources/read", json!({"uri": document})).await;
+    assert_eq!(read["error"]["message"], format!("Resource not found: {document}"), "no name leaks: {read}");
+    let read = as_user("user:alice", 4, "resources/read", json!({"uri": document})).await;
+    assert_eq!(read["result"]["cacheScope"], "private", "{read}");
+    let prompts = as_user("user:bob", 5, "prompts/list", json!({})).await;
+    assert!(!uris(&prompts, "prompts", "name").iter().any(|n| n.starts_with("ev.")), "{prompts}");
+    let got = as_user("user:bob", 6, "prompts/get", json!({"name": "ev.simple-prompt"})).await;
+    assert_eq!(got["error"]["message"], "Unknown prompt: ev.simple-prompt", "{got}");
+    let got = as_user("user:alice", 7, "prompts/get", json!({"name": "ev.simple-prompt"})).await;
+    assert!(got["result"]["messages"].as_array().is_some_and(|m| !m.is_empty()), "{got}");
+}
+
+/// An open SSE response, read event by event.
+struct Stream {
+    body: hyper::body::Incoming,
+    buffer: String,
+}
+
+impl Stream {
+    async fn open(client: &Client, method: http::Method, headers: &[(&str, &str)], body: String) -> (u16, Self) {
+        let stream = tokio::net::TcpStream::connect(client.addr).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+        tokio::spawn(connection);
+        let mut request = http::Request::builder().method(method).uri("/mcp").header("host", client.addr.to_string());
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let response = sender.send_request(request.body(Full::new(Bytes::from(body))).unwrap()).await.unwrap();
+        let status = response.status().as_u16();
+        (status, Self { body: response.into_body(), buffer: String::new() })
+    }
+
+    /// The next JSON message on the stream (10 s at most).
+    async fn next(&mut self) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let event: String = self.buffer.drain(..end + 2).collect();
+                if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data: ")) {
+                    return serde_json::from_str(data).unwrap();
+                }
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let frame = tokio::time::timeout(left, self.body.frame()).await.expect("an event within 10 s");
+            let data = frame.expect("the stream stays open").unwrap().into_data().unwrap_or_default();
+            self.buffer.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+}
+
+#[tokio::test]
+async fn list_changes_reach_both_eras_notification_streams() {
+    if std::env::var("HITL_PYTHON").is_err() {
+        cannot_run("passthrough", "HITL_PYTHON is not set");
+        return;
+    }
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let file = ConfigFile::write(&format!("[[upstream]]\nname = \"db\"\nurl = \"{}\"\n", upstream.url));
+    let server = file.serve().await;
+
+    // A 2026-07-28 client listens for tool and prompt list changes.
+    let listen = json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen", "params": {
+        "_meta": crate::harness::modern_meta(json!({})),
+        "notifications": {"toolsListChanged": true, "promptsListChanged": true,
+                          "resourceSubscriptions": ["file:///x"]}}});
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "subscriptions/listen"),
+    ];
+    let (status, mut modern) = Stream::open(&server, http::Method::POST, &headers, listen.to_string()).await;
+    assert_eq!(status, 200);
+    let ack = modern.next().await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
+    assert_eq!(ack["params"]["notifications"], json!({"toolsListChanged": true, "promptsListChanged": true}), "{ack}");
+    assert_eq!(ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "listen-1");
+
+    // A 2025-era client opens its session's GET stream.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}}});
+    let opened = server.post_raw(&[], init.to_string()).await;
+    let session = opened.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let get = [("accept", "text/event-stream"), ("mcp-session-id", session.as_str())];
+    let (status, mut legacy) = Stream::open(&server, http::Method::GET, &get, String::new()).await;
+    assert_eq!(status, 200, "a session this server signed gets its stream");
+    let (status, _) = Stream::open(&server, http::Method::GET, &[("mcp-session-id", "made-up")], String::new()).await;
+    assert_eq!(status, 405, "any other GET is refused as before");
+
+    let grown = server.call_tool(1, json!({"name": "db.grow", "arguments": {"name": "sprout"}})).await;
+    assert_eq!(text(&grown), "added sprout", "{}", grown.body);
+    let changed = modern.next().await;
+    assert_eq!(changed["method"], "notifications/tools/list_changed", "{changed}");
+    assert_eq!(changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "listen-1", "{changed}");
+    let changed = legacy.next().await;
+    assert_eq!(changed, json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+    // Told after the new listing: the new tool is listed now.
+    let tools = server.modern(2, "tools/list", json!({}), json!({})).await;
+    assert!(
+        tools.body["result"]["tools"].as_array().unwrap().iter().any(|t| t["name"] == "db.sprout"),
+        "{}",
+        tools.body
+    );
+}
+
+/// The official Python SDK lists and reads resources and gets a prompt through hitl
+/// (`tests/python/sdk_passthrough.py`), on both eras.
+#[tokio::test]
+async fn the_python_sdk_reads_a_resource_and_gets_a_prompt() {
+    let Some((_upstream, _file, server)) = everything("", &[]).await else { return };
+    let Some((passed, log)) = crate::python_sdk::run_script("sdk_passthrough.py", &server).await else { return };
+    assert!(passed, "the Python SDK passthrough script failed:\n{log}");
+    assert!(log.contains("OK"), "{log}");
+}
