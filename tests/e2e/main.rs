@@ -21,6 +21,7 @@ mod redis_faults;
 mod redis_tls;
 mod replicas;
 mod review;
+mod reference;
 mod rules;
 mod skeleton;
 mod tasks;
