@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use crate::round::{self, Ending, Next, Ran};
 use crate::state::{self, Secret};
 use crate::store::{ClaimAttempt, Clock, LimitReached, Loaded, PausedLimits, SaveError, StoreError, ThreadStore};
+use crate::unsaved::{self, Kept};
 use crate::{Claim, Last, Round, THREAD_FORMAT, Thread, digest};
 use crate::{meter, questions};
 
@@ -219,6 +220,8 @@ pub struct Engine {
     observer: Option<Arc<dyn crate::Observer>>,
     /// The tasks this process runs on without a request, so `tasks/cancel` can stop them.
     pub(crate) running: crate::task_runs::Running,
+    /// Outcomes this process holds but could not save yet (the store was down).
+    pub(crate) unsaved: Arc<crate::unsaved::Unsaved>,
 }
 
 /// When the request's agent work must end.
@@ -263,6 +266,7 @@ impl Engine {
             pages: None,
             observer: None,
             running: Default::default(),
+            unsaved: Default::default(),
         }
     }
 
@@ -552,8 +556,24 @@ impl Engine {
         // Claim in the step that loads, until a claim so made goes unused.
         let mut claiming = true;
         let bound = crate::binding_digest(&binding, &args_digest, call.principal.as_deref());
+        // Since when this request waits for an outcome this process keeps unsaved.
+        let mut kept_since = None;
         loop {
             let now = self.clock.now_ms();
+            // The store has not got this round's outcome yet, this process has: wait for
+            // its save (as for a live claim), a lease's time at most.
+            if self.unsaved.holds(thread_id) {
+                let since = *kept_since.get_or_insert(now);
+                if deadline.passed() {
+                    return Ok(Err(self.timed_out(true)));
+                }
+                if now.saturating_sub(since) >= self.lifetimes.lease.as_millis() as u64 {
+                    return Ok(Err(ErrorObject::internal(crate::OUTCOME_KEPT)));
+                }
+                self.clock.sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(100));
+                continue;
+            }
             let (loaded, claimed) = if claiming {
                 let until_ms = now.saturating_add(self.lifetimes.lease.as_millis() as u64);
                 let attempt = ClaimAttempt { token, binding: &bound, now_ms: now, until_ms };
@@ -665,6 +685,9 @@ impl Engine {
         };
         thread.claim = None;
         let expected = thread.version;
+        // Until when the store keeps the call as it stands: an outcome kept unsaved is
+        // saved again until then.
+        let stored_until = thread.expires_at_ms;
         let ran = self.ran(outcome, round.n + 1, call, true, &thread.id);
         let end = round::EndOf { began_in: begun_in, ..self.end_of(&round, responses, call) };
         let (saved, reply) = match round::end_run(thread, ran, &end, &self.secret) {
@@ -683,7 +706,25 @@ impl Engine {
             Ending::Finished(thread, result) => {
                 let owner = thread.owner.clone();
                 let (id, tool, principal) = (thread.id.clone(), thread.tool.clone(), thread.principal.clone());
+                let copy = self.store.can_be_unreachable().then(|| (*thread).clone());
                 let saved = self.store.save_finished(*thread, expected, owner.as_deref()).await;
+                let saved = match (saved, copy) {
+                    (Err(SaveError::Store(e)), Some(thread)) => {
+                        let outcome =
+                            unsaved::Outcome { kind: Kept::Finished, thread, expected, until_ms: stored_until };
+                        let kept = self.keep_unsaved(outcome, e)?;
+                        // The call did end: the trail says so now, not once it is saved.
+                        let principal = principal.as_deref();
+                        self.observe(crate::Event::Finished {
+                            thread_id: &id,
+                            tool: &tool,
+                            principal,
+                            result: &result,
+                        });
+                        return Ok(Err(kept));
+                    }
+                    (saved, _) => saved,
+                };
                 if saved.is_ok() {
                     let principal = principal.as_deref();
                     self.observe(crate::Event::Finished { thread_id: &id, tool: &tool, principal, result: &result });
@@ -694,7 +735,15 @@ impl Engine {
                 let (id, owner, until) = (thread.id.clone(), thread.owner.clone(), thread.expires_at_ms);
                 let tool = thread.tool.clone();
                 let observed = self.observer.as_ref().map(|_| thread.summary());
-                let saved = self.store.save(*thread, Some(expected)).await;
+                let copy = self.store.can_be_unreachable().then(|| (*thread).clone());
+                let saved = match (self.store.save(*thread, Some(expected)).await, copy) {
+                    (Err(SaveError::Store(e)), Some(thread)) => {
+                        let outcome =
+                            unsaved::Outcome { kind: Kept::NextRound, thread, expected, until_ms: stored_until };
+                        return Ok(Err(self.keep_unsaved(outcome, e)?));
+                    }
+                    (saved, _) => saved,
+                };
                 if saved.is_ok() {
                     meter::round(&tool, meter::Outcome::Paused);
                 }

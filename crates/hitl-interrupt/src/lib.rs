@@ -56,6 +56,7 @@ mod store;
 mod task_runs;
 mod tasks;
 mod thread;
+mod unsaved;
 
 pub use digest::{canonical, digest_hex, hex, short_digest};
 /// An agent: defined in `hitl-graph`, so that a crate of agents needs nothing else.
@@ -80,6 +81,7 @@ pub use thread::{
     About, CLAIM_BESIDE_FORMAT, Claim, Last, LastOutcome, Page, PageKind, Question, QuestionKind, Round, THREAD_FORMAT,
     TaskState, Thread, binding_digest, format_of,
 };
+pub use unsaved::{MAX_UNSAVED, OUTCOME_KEPT};
 
 #[cfg(test)]
 mod tests;
