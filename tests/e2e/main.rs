@@ -12,6 +12,7 @@ mod fixtures;
 mod gateway;
 mod harness;
 mod metrics;
+mod outages;
 mod push;
 mod python_sdk;
 mod redis_faults;
