@@ -67,7 +67,9 @@ action = "deny"
     let seen: Value = serde_json::from_str(log.lines().next().unwrap_or_default()).unwrap_or_else(|_| panic!("{log}"));
 
     let tools: Vec<&str> = seen["tools"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-    for name in ["git.git_status", "git.git_commit", "git.git_log", "git.git_reset", "fs.write_file", "fs.read_text_file"] {
+    for name in
+        ["git.git_status", "git.git_commit", "git.git_log", "git.git_reset", "fs.write_file", "fs.read_text_file"]
+    {
         assert!(tools.contains(&name), "{name} listed: {tools:?}");
     }
     // The write and the commit were reviewed (one question each) and ran once.

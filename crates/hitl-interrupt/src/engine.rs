@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use crate::round::{self, Ending, Next, Ran};
 use crate::state::{self, Secret};
 use crate::store::{ClaimAttempt, Clock, LimitReached, Loaded, PausedLimits, SaveError, StoreError, ThreadStore};
+use crate::unsaved::{self, Kept};
 use crate::{Claim, Last, Round, THREAD_FORMAT, Thread, digest};
 use crate::{meter, questions};
 
@@ -222,6 +223,8 @@ pub struct Engine {
     /// How retries of calls waiting for an approver are held, and those held now.
     pub(crate) hold: crate::HoldPolicy,
     pub(crate) waiting: Arc<crate::waiting::Waiting>,
+    /// Outcomes this process holds but could not save yet (the store was down).
+    pub(crate) unsaved: Arc<crate::unsaved::Unsaved>,
 }
 
 /// When the request's agent work must end.
@@ -268,6 +271,7 @@ impl Engine {
             running: Default::default(),
             hold: crate::HoldPolicy::default(),
             waiting: Arc::default(),
+            unsaved: Default::default(),
         }
     }
 
@@ -559,6 +563,8 @@ impl Engine {
         let bound = crate::binding_digest(&binding, &args_digest, call.principal.as_deref());
         // Set while this retry waits for an approver's decision (`waiting`).
         let mut holding: Option<crate::waiting::Holding> = None;
+        // Since when this request waits for an outcome this process keeps unsaved.
+        let mut kept_since = None;
         loop {
             // Listening for the decision before the thread is read, so none is missed.
             let notify = holding.as_ref().map(|h| h.held.notify.clone());
@@ -567,6 +573,20 @@ impl Engine {
                 woken.as_mut().enable();
             }
             let now = self.clock.now_ms();
+            // The store has not got this round's outcome yet, this process has: wait for
+            // its save (as for a live claim), a lease's time at most.
+            if self.unsaved.holds(thread_id) {
+                let since = *kept_since.get_or_insert(now);
+                if deadline.passed() {
+                    return Ok(Err(self.timed_out(true)));
+                }
+                if now.saturating_sub(since) >= self.lifetimes.lease.as_millis() as u64 {
+                    return Ok(Err(ErrorObject::internal(crate::OUTCOME_KEPT)));
+                }
+                self.clock.sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(100));
+                continue;
+            }
             let (loaded, claimed) = if claiming {
                 let until_ms = now.saturating_add(self.lifetimes.lease.as_millis() as u64);
                 let attempt = ClaimAttempt { token, binding: &bound, now_ms: now, until_ms };
@@ -664,6 +684,23 @@ impl Engine {
         }
     }
 
+    /// Waits while this process keeps thread `id`'s outcome unsaved (a short store
+    /// outage), until the request's `deadline` or a lease's time: whether it is no
+    /// longer kept (saved, or given up to what the store holds), so the request that
+    /// ran the call can answer with its outcome rather than an error.
+    async fn await_kept(&self, id: &str, deadline: Deadline) -> bool {
+        let until = self.clock.now_ms().saturating_add(self.lifetimes.lease.as_millis() as u64);
+        let mut backoff = Duration::from_millis(10);
+        while self.unsaved.holds(id) {
+            if deadline.passed() || self.clock.now_ms() >= until {
+                return false;
+            }
+            self.clock.sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(100));
+        }
+        true
+    }
+
     /// Runs the agent for a claimed round and stores what [`round::end_run`] says it
     /// led to. While it runs, the claim's lease is renewed and effects the agent begins
     /// are marked on the thread (both saves go through one [`Held`] thread).
@@ -703,6 +740,9 @@ impl Engine {
         };
         thread.claim = None;
         let expected = thread.version;
+        // Until when the store keeps the call as it stands: an outcome kept unsaved is
+        // saved again until then.
+        let stored_until = thread.expires_at_ms;
         let ran = self.ran(outcome, round.n + 1, call, true, &thread.id);
         let end = round::EndOf { began_in: begun_in, ..self.end_of(&round, responses, call) };
         let (saved, reply) = match round::end_run(thread, ran, &end, &self.secret) {
@@ -721,7 +761,28 @@ impl Engine {
             Ending::Finished(thread, result) => {
                 let owner = thread.owner.clone();
                 let (id, tool, principal) = (thread.id.clone(), thread.tool.clone(), thread.principal.clone());
+                let copy = self.store.can_be_unreachable().then(|| (*thread).clone());
                 let saved = self.store.save_finished(*thread, expected, owner.as_deref()).await;
+                let saved = match (saved, copy) {
+                    (Err(SaveError::Store(e)), Some(thread)) => {
+                        let outcome =
+                            unsaved::Outcome { kind: Kept::Finished, thread, expected, until_ms: stored_until };
+                        let kept = self.keep_unsaved(outcome, e)?;
+                        // The call did end: the trail says so now, not once it is saved.
+                        let principal = principal.as_deref();
+                        self.observe(crate::Event::Finished {
+                            thread_id: &id,
+                            tool: &tool,
+                            principal,
+                            result: &result,
+                        });
+                        if self.await_kept(&id, deadline).await {
+                            return Ok(Ok(CallToolResponse::Complete(result)));
+                        }
+                        return Ok(Err(kept));
+                    }
+                    (saved, _) => saved,
+                };
                 if saved.is_ok() {
                     let principal = principal.as_deref();
                     self.observe(crate::Event::Finished { thread_id: &id, tool: &tool, principal, result: &result });
@@ -732,7 +793,19 @@ impl Engine {
                 let (id, owner, until) = (thread.id.clone(), thread.owner.clone(), thread.expires_at_ms);
                 let tool = thread.tool.clone();
                 let observed = self.observer.as_ref().map(|_| thread.summary());
-                let saved = self.store.save(*thread, Some(expected)).await;
+                let copy = self.store.can_be_unreachable().then(|| (*thread).clone());
+                let saved = match (self.store.save(*thread, Some(expected)).await, copy) {
+                    (Err(SaveError::Store(e)), Some(thread)) => {
+                        let outcome =
+                            unsaved::Outcome { kind: Kept::NextRound, thread, expected, until_ms: stored_until };
+                        let kept = self.keep_unsaved(outcome, e)?;
+                        if self.await_kept(&id, deadline).await {
+                            return Ok(reply);
+                        }
+                        return Ok(Err(kept));
+                    }
+                    (saved, _) => saved,
+                };
                 if saved.is_ok() {
                     meter::round(&tool, meter::Outcome::Paused);
                 }
