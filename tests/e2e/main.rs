@@ -16,6 +16,7 @@ mod push;
 mod python_sdk;
 mod redis_faults;
 mod redis_tls;
+mod relay;
 mod replicas;
 mod review;
 mod rules;

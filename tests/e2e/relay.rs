@@ -1,0 +1,127 @@
+//! What hitl relays between clients and upstreams (#29), with software no one here
+//! wrote: the real filesystem server (npm `@modelcontextprotocol/server-filesystem`),
+//! whose tools all declare an `outputSchema`, reviewed through hitl and called by the
+//! official Python SDK, fastmcp and the TypeScript SDK.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::gateway::ConfigFile;
+use crate::harness::{Server, cannot_run};
+
+/// A folder of its own under the system's temporary folder, removed when dropped.
+struct Folder(PathBuf);
+
+impl Folder {
+    fn new(what: &str) -> Self {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("hitl-e2e-{what}-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        // The filesystem server compares real paths.
+        Self(path.canonicalize().unwrap())
+    }
+}
+
+impl Drop for Folder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// hitl (with `--legacy-elicitation`, for the TypeScript SDK v1) in front of the
+/// filesystem server over stdio, allowed `folder` on its command line, its log written to
+/// `log`; `fs.write_file` and `fs.read_text_file` reviewed. `None` (after `cannot_run`)
+/// without Node or the server.
+async fn filesystem_gateway(folder: &Path, log: &Path) -> Option<(Server, ConfigFile)> {
+    let (Ok(node), Ok(script)) = (std::env::var("HITL_NODE"), std::env::var("HITL_SERVER_FILESYSTEM")) else {
+        cannot_run("relay", "HITL_NODE or HITL_SERVER_FILESYSTEM is not set (cargo xtask test installs them)");
+        return None;
+    };
+    // The server's stderr goes to `log` (hitl logs it at info, and tests run at warn).
+    let command = json!(["sh", "-c", "exec \"$0\" \"$1\" \"$2\" 2>>\"$3\"", node, script, folder, log]);
+    let file = ConfigFile::write(&format!(
+        "[[upstream]]\nname = \"fs\"\ncommand = {command}\n\n\
+         [[policy]]\ntools = [\"fs.write_file\", \"fs.read_text_file\"]\naction = \"review\"\n"
+    ));
+    let server = Server::start(&["--config", file.0.to_str().unwrap(), "--legacy-elicitation"]).await;
+    Some((server, file))
+}
+
+/// The lines `program` printed (JSON each), after asserting it succeeded.
+fn json_lines(output: std::process::Output) -> Vec<Value> {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
+}
+
+/// What each client saw, by case: the write approved, then a read answered with JSON
+/// that fits the output schema (structured content), with plain text and rejected (error
+/// results, which no client refuses), and approved (the file's content, structured).
+fn check_results(client: &str, lines: &[Value]) {
+    let cases: Vec<&str> = lines.iter().map(|l| l["case"].as_str().unwrap()).collect();
+    assert_eq!(cases, ["approve", "respond_json", "respond_text", "reject", "approve"], "{client}: {lines:#?}");
+    for line in lines {
+        assert!(line.get("exception").is_none(), "{client} raised: {line}");
+    }
+    let [write, json, text, reject, read] = lines else { unreachable!("five lines") };
+    assert_eq!(write["is_error"], false, "{client}: {write}");
+    assert!(write["structured"]["content"].as_str().is_some_and(|c| c.contains("Successfully wrote")), "{write}");
+    assert_eq!(json["is_error"], false, "{client}: {json}");
+    assert_eq!(json["structured"], json!({"content": "from the reviewer"}), "{client}: {json}");
+    assert_eq!((&text["is_error"], &text["text"]), (&json!(true), &json!("the file is not there")), "{client}");
+    assert_eq!((&reject["is_error"], &reject["text"]), (&json!(true), &json!("not this file")), "{client}");
+    assert_eq!(read["is_error"], false, "{client}: {read}");
+    assert_eq!(read["structured"], json!({"content": "written through hitl"}), "{client}: {read}");
+}
+
+/// The three SDK clients call reviewed filesystem tools through hitl: a reviewer's
+/// `respond` is structured content when its JSON fits the tool's `outputSchema` and an
+/// error result otherwise, a `reject` an error result, and none of it makes a client
+/// raise (they refuse a success without structured content on such a tool). hitl
+/// declares no `roots` to the server, which therefore takes its allowed folder from its
+/// command line instead of failing to ask for roots at its start.
+#[tokio::test]
+async fn sdk_clients_accept_what_reviewers_answer_for_tools_with_an_output_schema() {
+    let folder = Folder::new("relay-fs");
+    let log = folder.0.with_extension("log");
+    let Some((server, _file)) = filesystem_gateway(&folder.0, &log).await else { return };
+    let Ok(python) = std::env::var("HITL_PYTHON") else {
+        cannot_run("relay", "HITL_PYTHON is not set");
+        return;
+    };
+    let url = format!("http://{}/mcp", server.addr);
+
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/sdk_results.py");
+    let (at, dir) = (url.clone(), folder.0.clone());
+    let output = tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(at).arg(dir).output())
+        .await
+        .unwrap()
+        .expect("python runs");
+    let lines = json_lines(output);
+    let by = |client: &str| lines.iter().filter(|l| l["client"] == client).cloned().collect::<Vec<_>>();
+    check_results("mcp", &by("mcp"));
+    check_results("fastmcp", &by("fastmcp"));
+
+    let node = std::env::var("HITL_NODE").unwrap();
+    let modules = Path::new(&node).ancestors().nth(3).expect("node sits in node_modules").to_owned();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("ts/results_client.mjs");
+    let dir = folder.0.clone();
+    let output =
+        tokio::task::spawn_blocking(move || Command::new(node).arg(script).arg(modules).arg(url).arg(dir).output())
+            .await
+            .unwrap()
+            .expect("node runs");
+    check_results("ts", &json_lines(output));
+
+    // The server's own log: it was never asked for roots it could not get.
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert!(
+        said.contains("Client does not support MCP Roots, using allowed directories set from server args"),
+        "{said}"
+    );
+    assert!(!said.contains("Failed to request initial roots"), "{said}");
+}
