@@ -11,14 +11,14 @@ use crate::gateway::{ConfigFile, text};
 use crate::harness::cannot_run;
 
 /// server-everything over Streamable HTTP on `port`, stopped when dropped.
-struct Everything {
+pub(crate) struct Everything {
     child: Child,
 }
 
 impl Everything {
     /// Starts it on `port` and waits until it accepts connections; `None` (after
     /// `cannot_run`) when Node or the server is not installed.
-    async fn start(port: u16) -> Option<Self> {
+    pub(crate) async fn start(port: u16) -> Option<Self> {
         let (Ok(node), Ok(script)) = (std::env::var("HITL_NODE"), std::env::var("HITL_SERVER_EVERYTHING")) else {
             cannot_run("field", "HITL_NODE or HITL_SERVER_EVERYTHING is not set (cargo xtask test installs them)");
             return None;

@@ -125,3 +125,93 @@ async fn sdk_clients_accept_what_reviewers_answer_for_tools_with_an_output_schem
     );
     assert!(!said.contains("Failed to request initial roots"), "{said}");
 }
+
+/// A 2026-07-28 `tools/call` of `name` with progress token `watch`, over SSE: every
+/// message of the stream, the response last.
+async fn watched(server: &Server, name: &str, mut params: Value) -> Vec<Value> {
+    let mut meta = crate::harness::modern_meta(json!({"elicitation": {}}));
+    meta["progressToken"] = json!("watch");
+    params["name"] = json!(name);
+    params["_meta"] = meta;
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", name),
+    ];
+    let (status, _, text) =
+        server.raw(http::Method::POST, "/mcp", &headers, bytes::Bytes::from(body.to_string())).await;
+    assert_eq!(status, 200, "{text}");
+    text.lines().filter_map(|l| l.strip_prefix("data: ")).map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Calls reviewed tool `name` with `arguments`, approves it with the same progress
+/// token, and returns the approved call's stream after checking its progress: every
+/// notification under the client's token, the values strictly increasing.
+async fn approved_with_progress(server: &Server, name: &str, arguments: Value) -> Vec<Value> {
+    let asked = watched(server, name, json!({"arguments": arguments})).await;
+    let round = &asked.last().unwrap()["result"];
+    assert_eq!(round["resultType"], "input_required", "{asked:?}");
+    let key = round["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let answers = json!({ key: {"action": "accept", "content": {"decision": "approve"}} });
+    let params = json!({"arguments": arguments, "inputResponses": answers, "requestState": round["requestState"]});
+    let messages = watched(server, name, params).await;
+    let progress: Vec<&Value> =
+        messages.iter().filter(|m| m["method"] == "notifications/progress").map(|m| &m["params"]).collect();
+    assert!(progress.iter().all(|p| p["progressToken"] == "watch"), "{messages:?}");
+    let values: Vec<f64> = progress.iter().map(|p| p["progress"].as_f64().unwrap()).collect();
+    assert!(values.windows(2).all(|w| w[0] < w[1]), "values on one token strictly increase: {values:?}");
+    messages
+}
+
+/// The (progress, total, message) of the relayed notifications (those with a total:
+/// hitl's own count of supersteps has none).
+fn relayed(messages: &[Value]) -> Vec<(Value, Value, Value)> {
+    messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress" && m["params"].get("total").is_some())
+        .map(|m| (m["params"]["progress"].clone(), m["params"]["total"].clone(), m["params"]["message"].clone()))
+        .collect()
+}
+
+/// After an approval, each of the upstream's progress notifications reaches the client
+/// under its token, with its message, after hitl's own (`0`, then `1` once the review's
+/// step is done): server-everything's `trigger-long-running-operation` reports 1/3, 2/3,
+/// 3/3, which would not all be larger than hitl's `1`, so they are moved past it (2/4,
+/// 3/4, 4/4); the Python SDK's `count` reports 10/30, 20/30, 30/30 with messages, larger
+/// already, so they go as they are.
+#[tokio::test]
+async fn an_approved_calls_upstream_progress_reaches_the_client_strictly_increasing() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let Some(_everything) = crate::field::Everything::start(port).await else { return };
+    let Some(python) = crate::upstream::PythonUpstream::start(&[]) else { return };
+    let file = ConfigFile::write(&format!(
+        "[[upstream]]\nname = \"ev\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n\n\
+         [[upstream]]\nname = \"py\"\nurl = \"{}\"\n\n\
+         [[policy]]\ntools = [\"ev.trigger-long-running-operation\", \"py.count\"]\naction = \"review\"\n",
+        python.url
+    ));
+    let server = file.serve().await;
+
+    let messages =
+        approved_with_progress(&server, "ev.trigger-long-running-operation", json!({"duration": 0.3, "steps": 3}))
+            .await;
+    let own: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress" && m["params"].get("total").is_none())
+        .map(|m| &m["params"]["progress"])
+        .collect();
+    assert_eq!(own, [&json!(0), &json!(1)], "hitl's own, before the upstream's: {messages:?}");
+    let expected: Vec<(Value, Value, Value)> = (2..=4).map(|i| (json!(i), json!(4), Value::Null)).collect();
+    assert_eq!(relayed(&messages), expected, "{messages:?}");
+    let last = messages.last().unwrap();
+    assert!(last["result"]["content"][0]["text"].as_str().is_some_and(|t| t.contains("Steps: 3")), "{last}");
+
+    let messages = approved_with_progress(&server, "py.count", json!({"steps": 3})).await;
+    let expected: Vec<(Value, Value, Value)> =
+        (1..=3).map(|i| (json!(i * 10), json!(30), json!(format!("step {i} of 3")))).collect();
+    assert_eq!(relayed(&messages), expected, "{messages:?}");
+    assert_eq!(messages.last().unwrap()["result"]["content"][0]["text"], "counted to 3", "{messages:?}");
+}

@@ -118,6 +118,7 @@ impl Holds {
                             progress,
                             total: params.get("total").and_then(Value::as_f64),
                             message: params.get("message").and_then(Value::as_str).map(str::to_owned),
+                            from_step: true,
                         });
                     }
                 }
