@@ -215,3 +215,55 @@ async fn an_approved_calls_upstream_progress_reaches_the_client_strictly_increas
     assert_eq!(relayed(&messages), expected, "{messages:?}");
     assert_eq!(messages.last().unwrap()["result"]["content"][0]["text"], "counted to 3", "{messages:?}");
 }
+
+/// A 2025-11-25 client's session with `server`, declaring `capabilities`, and a
+/// `tools/call` of `greeter` (which pauses) in it: the call's result.
+async fn greeter_in_a_2025_session(server: &Server, capabilities: Value) -> Value {
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": capabilities,
+        "clientInfo": {"name": "raw", "version": "0"}}});
+    let reply = server.post_raw(&[], init.to_string()).await;
+    let session = reply.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let call =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "greeter", "arguments": {}}});
+    let headers = [("mcp-protocol-version", "2025-11-25"), ("mcp-session-id", session.as_str())];
+    let reply = server.post_raw(&headers, call.to_string()).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.body.get("error").is_none(), "an error result, never a JSON-RPC error: {}", reply.body);
+    reply.body["result"].clone()
+}
+
+/// The seed's error result of a 2025-era client (its first two blocks as the seed
+/// fixes them) says what to do: without `--legacy-elicitation`, a client that declared
+/// elicitation is told the server does not push questions to its protocol version (not
+/// that it lacks elicitation); with it, a client without elicitation gets the same
+/// documented error result, not `-32021`.
+#[tokio::test]
+async fn a_2025_era_client_is_told_why_a_paused_call_fails() {
+    let seed_blocks = |result: &Value| {
+        assert_eq!(result["isError"], true, "{result}");
+        assert_eq!(result["content"][0]["text"], CANNOT_ANSWER, "{result}");
+        let pending: Value = serde_json::from_str(result["content"][1]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(pending[0]["value"]["requests"][0]["message"], "What is your name?", "{result}");
+    };
+    let server = Server::start(&[]).await;
+    let declared = greeter_in_a_2025_session(&server, json!({"elicitation": {}})).await;
+    seed_blocks(&declared);
+    assert_eq!(
+        declared["content"][2]["text"],
+        "This server does not push questions to clients of protocol version 2025-11-25: \
+         call it with protocol version 2026-07-28 to answer them.",
+        "{declared}"
+    );
+    let undeclared = greeter_in_a_2025_session(&server, json!({})).await;
+    seed_blocks(&undeclared);
+    assert_eq!(undeclared["content"].as_array().unwrap().len(), 2, "it cannot elicit at all: {undeclared}");
+
+    let pushing = Server::start(&["--legacy-elicitation"]).await;
+    let undeclared = greeter_in_a_2025_session(&pushing, json!({})).await;
+    seed_blocks(&undeclared);
+    assert_eq!(undeclared["content"].as_array().unwrap().len(), 2, "{undeclared}");
+}
+
+/// The seed's first block of a 2025-era client's paused call.
+const CANNOT_ANSWER: &str = "This tool paused to ask for human input, and this client can't answer it.";
