@@ -267,3 +267,66 @@ async fn a_2025_era_client_is_told_why_a_paused_call_fails() {
 
 /// The seed's first block of a 2025-era client's paused call.
 const CANNOT_ANSWER: &str = "This tool paused to ask for human input, and this client can't answer it.";
+
+/// A 2025-11-25 upstream's `-32042` (URL elicitation required: the Python SDK's
+/// `UrlElicitationRequiredError`, raised by `connect_drive` until the account is
+/// authorized) reaches a 2025-11-25 client as that error, with its URL and elicitation
+/// id, and a 2026-07-28 client as an `input_required` round with that URL question
+/// (which that revision asks instead); once the user accepts, hitl makes the call again.
+/// A decline ends the call with an error result and no second call.
+#[tokio::test]
+async fn an_upstreams_url_elicitation_required_error_reaches_each_client_era_as_it_understands_it() {
+    let Some(upstream) = crate::upstream::PythonUpstream::start(&[]) else { return };
+    let file = ConfigFile::write(&format!(
+        "[[upstream]]\nname = \"db\"\nurl = \"{}\"\nprotocol = \"2025-11-25\"\n",
+        upstream.url
+    ));
+    let server = file.serve().await;
+    let connect = |account: &str| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                         "params": {"name": "db.connect_drive", "arguments": {"account": account}}})
+    };
+
+    let old = server.post_raw(&[("mcp-protocol-version", "2025-11-25")], connect("ada").to_string()).await;
+    let error = &old.body["error"];
+    assert_eq!(error["code"], -32042, "{}", old.body);
+    let page = &error["data"]["elicitations"][0];
+    assert_eq!(page["url"], "https://example.com/oauth/drive?account=ada", "{error}");
+    assert_eq!(page["elicitationId"], "drive-ada", "{error}");
+    assert_eq!(page["mode"], "url", "{error}");
+
+    let url_caps = json!({"elicitation": {"url": {}}});
+    let call = |id: u64, params: Value| server.modern(id, "tools/call", params, url_caps.clone());
+    let arguments = json!({"account": "grace"});
+    let asked = call(2, json!({"name": "db.connect_drive", "arguments": arguments})).await;
+    let round = &asked.body["result"];
+    assert_eq!(round["resultType"], "input_required", "{}", asked.body);
+    let question = &round["inputRequests"]["drive-grace"];
+    assert_eq!(question["method"], "elicitation/create", "{round}");
+    assert_eq!(question["params"]["mode"], "url", "{round}");
+    assert_eq!(question["params"]["url"], "https://example.com/oauth/drive?account=grace", "{round}");
+    assert_eq!(question["params"]["message"], "db: Authorize access to the drive of grace", "{round}");
+    assert!(question["params"].get("elicitationId").is_none(), "2026-07-28 has no elicitation ids: {round}");
+    let before = crate::gateway::executions_of(&server, "connect_drive").await;
+    let answered = call(
+        3,
+        json!({"name": "db.connect_drive", "arguments": arguments, "requestState": round["requestState"],
+               "inputResponses": {"drive-grace": {"action": "accept"}}}),
+    )
+    .await;
+    assert_eq!(answered.body["result"]["content"][0]["text"], "connected grace", "{}", answered.body);
+    assert_eq!(crate::gateway::executions_of(&server, "connect_drive").await, before + 1);
+
+    let arguments = json!({"account": "linus"});
+    let asked = call(4, json!({"name": "db.connect_drive", "arguments": arguments})).await;
+    let round = &asked.body["result"];
+    let declined = call(
+        5,
+        json!({"name": "db.connect_drive", "arguments": arguments, "requestState": round["requestState"],
+               "inputResponses": {"drive-linus": {"action": "decline"}}}),
+    )
+    .await;
+    assert_eq!(declined.body["result"]["isError"], true, "{}", declined.body);
+    assert_eq!(declined.body["result"]["content"][0]["text"], "The request for input was declined.");
+    assert_eq!(crate::gateway::executions_of(&server, "connect_drive").await, before + 1, "not called again");
+}

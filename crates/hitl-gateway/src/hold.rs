@@ -64,6 +64,8 @@ pub(crate) struct Link {
     pub(crate) hold_timeout: Duration,
     /// The client's capabilities (`clientCapabilities`).
     pub(crate) capabilities: Value,
+    /// The client speaks a 2025-era revision (it answers no round).
+    pub(crate) legacy_client: bool,
     /// The listed tool, for errors.
     pub(crate) tool: String,
     /// Where the upstream's progress goes (the client asked for it).
@@ -110,7 +112,7 @@ impl Holds {
     pub(crate) async fn follow(self: &Arc<Self>, mut call: Call, link: Link) -> Value {
         loop {
             match call.next().await {
-                Event::Done(answered) => return outcome(&link.upstream, answered),
+                Event::Done(answered) => return outcome(&link.upstream, answered, link.legacy_client),
                 Event::Progress(params) => {
                     let progress = params.get("progress").and_then(Value::as_f64);
                     if let (Some(report), Some(progress)) = (&link.report, progress) {

@@ -144,6 +144,11 @@ impl Call {
     /// are marked only on a stored thread).
     pub(crate) fn run(&self, agent: &Agent) -> hitl_graph::Run {
         let mut metadata = serde_json::json!({ "clientCapabilities": self.capabilities });
+        // A 2025-era client answers no round: an agent may then answer otherwise (the
+        // gateway relays an upstream's `-32042` to it as that error).
+        if self.era == Era::Legacy {
+            metadata["legacyClient"] = Value::Bool(true);
+        }
         if agent.per_caller {
             metadata["caller"] = self.caller_key().into();
         }
@@ -396,6 +401,7 @@ impl Engine {
     ) -> Result<Reply, EngineError> {
         let (checkpoint, round) = match self.settle(outcome, 1, &call, &id) {
             Settled::Done(answer) => return Ok(Ok(answer)),
+            Settled::Failed(error) => return Ok(Err(error)),
             Settled::Paused(cp, round) => (cp, round),
         };
         let owner = call.owner();
@@ -838,6 +844,8 @@ impl Engine {
             Some(outcome) => match self.settle(outcome, n, call, thread_id) {
                 Settled::Done(CallToolResponse::Complete(result)) => Ran::Done(result),
                 Settled::Done(CallToolResponse::InputRequired(_)) => unreachable!("settle finishes with a result"),
+                // A resumed round stores a result: the error becomes one.
+                Settled::Failed(error) => Ran::Done(CallToolResult::error([error.message])),
                 Settled::Paused(checkpoint, next) => Ran::Paused(Box::new(checkpoint), next),
             },
         }
@@ -869,7 +877,14 @@ impl Engine {
             call.era == Era::Modern && (call.capabilities.elicits_form() || call.capabilities.elicits_url());
         match outcome {
             Err(e) => done(CallToolResult::error([format!("The agent failed: {e}")])),
-            Ok(Outcome::Done(output)) => done(tool_result(&output)),
+            Ok(Outcome::Done(output)) => match hitl_graph::payload::ErrorReply::parse(&output) {
+                Some(hitl_graph::payload::ErrorReply(error)) => {
+                    Settled::Failed(serde_json::from_value(Value::Object(error)).unwrap_or_else(|e| {
+                        ErrorObject::internal(format!("the agent answered an error that is not valid: {e}"))
+                    }))
+                }
+                None => done(tool_result(&output)),
+            },
             Ok(Outcome::Breakpoint { .. }) if can_elicit => done(CallToolResult::error([BREAKPOINT.to_owned()])),
             Ok(Outcome::Breakpoint { state, .. }) => done(CallToolResult::json(&state)),
             Ok(Outcome::Paused { interrupts, .. }) if call.era == Era::Legacy => {
@@ -1075,5 +1090,7 @@ enum Unstored {
 
 pub(crate) enum Settled {
     Done(CallToolResponse),
+    /// The call is answered with a JSON-RPC error (an agent's [`hitl_graph::payload::ErrorReply`]).
+    Failed(ErrorObject),
     Paused(Checkpoint, Round),
 }
