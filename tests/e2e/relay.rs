@@ -330,3 +330,49 @@ async fn an_upstreams_url_elicitation_required_error_reaches_each_client_era_as_
     assert_eq!(declined.body["result"]["content"][0]["text"], "The request for input was declined.");
     assert_eq!(crate::gateway::executions_of(&server, "connect_drive").await, before + 1, "not called again");
 }
+
+/// hitl's own agents declare no `outputSchema` (their results' `structuredContent` is
+/// whatever object they output, which no schema constrains, so no SDK client refuses
+/// it); only a gateway's upstream tools list one, as their upstream declared it.
+#[tokio::test]
+async fn hitls_own_agents_declare_no_output_schema() {
+    let server = Server::start(&[]).await;
+    let listed = server.modern(1, "tools/list", json!({}), json!({})).await;
+    let tools = listed.body["result"]["tools"].as_array().expect("tools").clone();
+    assert!(tools.iter().any(|t| t["name"] == "greeter"), "{}", listed.body);
+    for tool in &tools {
+        assert!(tool.get("outputSchema").is_none(), "{tool}");
+    }
+}
+
+/// With `--legacy-elicitation`, a 2025-11-25 client's call (pushed to, over SSE in its
+/// session) gets the upstream's `-32042` too, at the end of its stream.
+#[tokio::test]
+async fn a_pushed_2025_client_gets_the_url_elicitation_required_error_too() {
+    let Some(upstream) = crate::upstream::PythonUpstream::start(&[]) else { return };
+    let file = ConfigFile::write(&format!(
+        "[[upstream]]\nname = \"db\"\nurl = \"{}\"\nprotocol = \"2025-11-25\"\n",
+        upstream.url
+    ));
+    let server = Server::start(&["--config", file.0.to_str().unwrap(), "--legacy-elicitation"]).await;
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {"form": {}, "url": {}}},
+        "clientInfo": {"name": "raw", "version": "0"}}});
+    let reply = server.post_raw(&[], init.to_string()).await;
+    let session = reply.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "db.connect_drive", "arguments": {"account": "ken"}}});
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2025-11-25"),
+        ("mcp-session-id", session.as_str()),
+    ];
+    let (status, _, text) =
+        server.raw(http::Method::POST, "/mcp", &headers, bytes::Bytes::from(call.to_string())).await;
+    assert_eq!(status, 200, "{text}");
+    let last = text.lines().filter_map(|l| l.strip_prefix("data: ")).next_back().expect("an SSE stream");
+    let last: Value = serde_json::from_str(last).unwrap();
+    assert_eq!(last["error"]["code"], -32042, "{text}");
+    assert_eq!(last["error"]["data"]["elicitations"][0]["elicitationId"], "drive-ken", "{text}");
+}

@@ -144,9 +144,10 @@ impl Call {
     /// are marked only on a stored thread).
     pub(crate) fn run(&self, agent: &Agent) -> hitl_graph::Run {
         let mut metadata = serde_json::json!({ "clientCapabilities": self.capabilities });
-        // A 2025-era client answers no round: an agent may then answer otherwise (the
-        // gateway relays an upstream's `-32042` to it as that error).
-        if self.era == Era::Legacy {
+        // A 2025-era client (the only kind with a session, pushed to or not) may be
+        // answered otherwise than a 2026-07-28 one (the gateway relays an upstream's
+        // `-32042` to it as that error).
+        if self.era == Era::Legacy || self.session.is_some() {
             metadata["legacyClient"] = Value::Bool(true);
         }
         if agent.per_caller {
