@@ -376,3 +376,25 @@ async fn a_pushed_2025_client_gets_the_url_elicitation_required_error_too() {
     assert_eq!(last["error"]["code"], -32042, "{text}");
     assert_eq!(last["error"]["data"]["elicitations"][0]["elicitationId"], "drive-ken", "{text}");
 }
+
+/// A 2025-era client pushed a review question (the Python SDK in 2025-11-25 mode): once
+/// approved, the upstream's `-32042` comes on a resumed round, which keeps a result, so
+/// the client gets an error result naming the pages (a JSON-RPC error cannot be a
+/// round's stored result).
+#[tokio::test]
+async fn a_url_elicitation_required_error_after_a_pushed_review_is_an_error_result_naming_the_page() {
+    let Some(upstream) = crate::upstream::PythonUpstream::start(&[]) else { return };
+    let file = ConfigFile::write(&format!(
+        "[[upstream]]\nname = \"db\"\nurl = \"{}\"\nprotocol = \"2025-11-25\"\n\n\
+         [[policy]]\ntools = [\"db.connect_drive\"]\naction = \"review\"\n",
+        upstream.url
+    ));
+    let server = Server::start(&["--config", file.0.to_str().unwrap(), "--legacy-elicitation"]).await;
+    let Some((passed, log)) = crate::python_sdk::run_script("sdk_url_required.py", &server).await else { return };
+    assert!(passed, "{log}");
+    let line: Value = serde_json::from_str(log.lines().next().unwrap()).unwrap_or_else(|e| panic!("{e}: {log}"));
+    assert_eq!(line["is_error"], true, "{line}");
+    assert_eq!(line["texts"][0], "URL elicitation required", "{line}");
+    let data: Value = serde_json::from_str(line["texts"][1].as_str().unwrap()).unwrap();
+    assert_eq!(data["elicitations"][0]["url"], "https://example.com/oauth/drive?account=joan", "{line}");
+}

@@ -845,8 +845,12 @@ impl Engine {
             Some(outcome) => match self.settle(outcome, n, call, thread_id) {
                 Settled::Done(CallToolResponse::Complete(result)) => Ran::Done(result),
                 Settled::Done(CallToolResponse::InputRequired(_)) => unreachable!("settle finishes with a result"),
-                // A resumed round stores a result: the error becomes one.
-                Settled::Failed(error) => Ran::Done(CallToolResult::error([error.message])),
+                // A resumed round stores a result: the error becomes one, its data (say,
+                // the pages of a `-32042`) as JSON text after its message.
+                Settled::Failed(error) => {
+                    let data = error.data.as_ref().map(Value::to_string);
+                    Ran::Done(CallToolResult::error([error.message].into_iter().chain(data)))
+                }
                 Settled::Paused(checkpoint, next) => Ran::Paused(Box::new(checkpoint), next),
             },
         }
