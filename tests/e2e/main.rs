@@ -21,6 +21,7 @@ mod python_sdk;
 mod redis_faults;
 mod redis_tls;
 mod reference;
+mod relay;
 mod replicas;
 mod review;
 mod rules;

@@ -145,6 +145,12 @@ impl Call {
     /// are marked only on a stored thread).
     pub(crate) fn run(&self, agent: &Agent) -> hitl_graph::Run {
         let mut metadata = serde_json::json!({ "clientCapabilities": self.capabilities });
+        // A 2025-era client (the only kind with a session, pushed to or not) may be
+        // answered otherwise than a 2026-07-28 one (the gateway relays an upstream's
+        // `-32042` to it as that error).
+        if self.era == Era::Legacy || self.session.is_some() {
+            metadata["legacyClient"] = Value::Bool(true);
+        }
         if agent.per_caller {
             metadata["caller"] = self.caller_key().into();
         }
@@ -405,6 +411,7 @@ impl Engine {
     ) -> Result<Reply, EngineError> {
         let (checkpoint, round) = match self.settle(outcome, 1, &call, &id) {
             Settled::Done(answer) => return Ok(Ok(answer)),
+            Settled::Failed(error) => return Ok(Err(error)),
             Settled::Paused(cp, round) => (cp, round),
         };
         let owner = call.owner();
@@ -949,6 +956,12 @@ impl Engine {
             Some(outcome) => match self.settle(outcome, n, call, thread_id) {
                 Settled::Done(CallToolResponse::Complete(result)) => Ran::Done(result),
                 Settled::Done(CallToolResponse::InputRequired(_)) => unreachable!("settle finishes with a result"),
+                // A resumed round stores a result: the error becomes one, its data (say,
+                // the pages of a `-32042`) as JSON text after its message.
+                Settled::Failed(error) => {
+                    let data = error.data.as_ref().map(Value::to_string);
+                    Ran::Done(CallToolResult::error([error.message].into_iter().chain(data)))
+                }
                 Settled::Paused(checkpoint, next) => Ran::Paused(Box::new(checkpoint), next),
             },
         }
@@ -980,7 +993,14 @@ impl Engine {
             call.era == Era::Modern && (call.capabilities.elicits_form() || call.capabilities.elicits_url());
         match outcome {
             Err(e) => done(CallToolResult::error([format!("The agent failed: {e}")])),
-            Ok(Outcome::Done(output)) => done(tool_result(&output)),
+            Ok(Outcome::Done(output)) => match hitl_graph::payload::ErrorReply::parse(&output) {
+                Some(hitl_graph::payload::ErrorReply(error)) => {
+                    Settled::Failed(serde_json::from_value(Value::Object(error)).unwrap_or_else(|e| {
+                        ErrorObject::internal(format!("the agent answered an error that is not valid: {e}"))
+                    }))
+                }
+                None => done(tool_result(&output)),
+            },
             Ok(Outcome::Breakpoint { .. }) if can_elicit => done(CallToolResult::error([BREAKPOINT.to_owned()])),
             Ok(Outcome::Breakpoint { state, .. }) => done(CallToolResult::json(&state)),
             Ok(Outcome::Paused { interrupts, .. }) if call.era == Era::Legacy => {
@@ -1186,5 +1206,7 @@ enum Unstored {
 
 pub(crate) enum Settled {
     Done(CallToolResponse),
+    /// The call is answered with a JSON-RPC error (an agent's [`hitl_graph::payload::ErrorReply`]).
+    Failed(ErrorObject),
     Paused(Checkpoint, Round),
 }
