@@ -143,6 +143,23 @@ pub(crate) struct ServeArgs {
     /// get the seed's error result when a call pauses.
     #[arg(long, env = "HITL_LEGACY_ELICITATION")]
     legacy_elicitation: bool,
+    /// Speak MCP over standard input and output (one JSON-RPC message per line) to the
+    /// one client that started hitl (a desktop host), instead of serving HTTP; the HTTP
+    /// routes (the pages) are served too only when `--listen` or `[server] listen` is
+    /// set. Push elicitation is on for this client unless `legacy_elicitation = false`.
+    /// hitl exits when its input ends. Logs go to standard error only.
+    #[arg(long)]
+    pub(crate) stdio: bool,
+    /// The caller of the `--stdio` client (`user:<id>`): policies' `callers`, quotas and
+    /// the two-person rule apply to it.
+    #[arg(long, env = "HITL_STDIO_PRINCIPAL", value_name = "PRINCIPAL", default_value = "user:local")]
+    stdio_principal: String,
+    /// Whether `--listen` or `[server] listen` was given (`--stdio` serves HTTP only then).
+    #[arg(skip)]
+    listen_set: bool,
+    /// Whether push elicitation was turned off explicitly (`legacy_elicitation = false`).
+    #[arg(skip)]
+    push_off: bool,
     /// The largest request body accepted, in bytes (a larger `Content-Length` gets 413
     /// before the body is read).
     #[arg(long, env = "HITL_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
@@ -185,8 +202,12 @@ impl ServeArgs {
     /// These arguments with the configuration file's values where neither a flag nor an
     /// environment variable gave one.
     pub(crate) fn with_file(mut self, matches: &ArgMatches) -> anyhow::Result<Self> {
+        self.listen_set = explicit(matches, "listen");
+        self.push_off = explicit(matches, "legacy_elicitation") && !self.legacy_elicitation;
         let Some(path) = &self.config else { return Ok(self) };
         let loaded = config::load(path)?;
+        self.listen_set |= loaded.server.listen.is_some();
+        self.push_off |= !explicit(matches, "legacy_elicitation") && loaded.server.legacy_elicitation == Some(false);
         self.gateway = config::GatewayFile {
             upstream: loaded.upstream,
             policy: loaded.policy,
@@ -221,7 +242,7 @@ impl ServeArgs {
         }
         take!(listen, store, max_body_bytes, header_read_timeout, body_read_timeout, max_connections);
         take!(max_concurrent_requests, request_timeout, max_paused_per_caller, max_paused_calls, max_record_bytes);
-        take!(conformance_fixtures, allowed_hosts, legacy_elicitation, log_format);
+        take!(conformance_fixtures, allowed_hosts, legacy_elicitation, log_format, stdio_principal);
         take_some!(redis_ca_file, default_ttl, principal_header, public_url, metrics_listen, otlp_endpoint);
         if !explicit(matches, "no_examples")
             && let Some(examples) = file.examples
@@ -363,7 +384,7 @@ impl ServeArgs {
         }
         builder = self.authentication(builder)?;
         if policies.limit_callers() {
-            if !self.authenticates() && self.principal_header.is_none() {
+            if !self.authenticates() && self.principal_header.is_none() && !self.stdio {
                 bail!(
                     "a [[policy]] names callers, but callers are not known: set [auth] tokens_file (--tokens-file) or --principal-header"
                 );
@@ -452,6 +473,15 @@ impl ServeArgs {
             config.session_ttl = ttl;
         }
         config.notify = self.pages.targets()?;
+        if self.stdio && self.pages.audit.file.as_deref() == Some("-") {
+            bail!("[audit] file = \"-\" writes to standard output, which --stdio keeps for MCP messages: name a file");
+        }
+        if self.stdio && !self.listen_set && self.public_url.is_none() && policies.have_approvers() {
+            tracing::warn!(
+                "a [[policy]] names approvers, but with --stdio hitl serves its pages only when [server] listen is set \
+                 (or public_url names a server that shares this store): approvals by other people cannot be made yet"
+            );
+        }
         config.audit_file = self.pages.audit.file.as_deref().map(hitl_pages::AuditFile::parse);
         config.auditors = policies.approvers();
         config.admins = self.pages.admin.principals.iter().map(|p| p.0.clone()).collect();
@@ -537,9 +567,17 @@ impl ServeArgs {
 /// Serves `agents` (besides the examples and fixtures the flags ask for) as `args` say.
 pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result<()> {
     let store = crate::store_from_url(&args.store, args.redis_ca_file.as_deref())?;
-    // Bound first: the pages' links name the address when no public URL is given.
-    let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
-    let local = listener.local_addr()?;
+    let principal = args.stdio.then(|| stdio_principal(&args.stdio_principal)).transpose()?;
+    // Bound first: the pages' links name the address when no public URL is given. Over
+    // stdio only when asked, so two hosts starting hitl do not fight over a port.
+    let listener = match args.stdio && !args.listen_set {
+        true => None,
+        false => Some(TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?),
+    };
+    let local = match &listener {
+        Some(listener) => listener.local_addr()?,
+        None => args.listen,
+    };
     let (builder, Served { gateway, judged, mode }) = args.prepare(store.clone(), agents, local)?;
     if let Some(judged) = judged {
         // No upstream: the policies are judged on hitl's own agents alone, now.
@@ -606,11 +644,36 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
         let shown = redact_url(&args.store);
         tracing::warn!(store = %shown, error = %e, "the thread store is not reachable yet; serving anyway, /healthz reports not ready");
     }
+    if let Some(principal) = principal {
+        // Standard output carries MCP messages only.
+        let options = hitl_tower::StdioOptions {
+            principal: hitl_tower::Principal(principal),
+            push: !args.push_off,
+            max_message_bytes: args.max_body_bytes,
+        };
+        match &listener {
+            Some(_) => tracing::info!(%local, "serving MCP on stdio, and HTTP"),
+            None => tracing::info!("serving MCP on stdio"),
+        }
+        let (input, output) = (tokio::io::BufReader::new(tokio::io::stdin()), tokio::io::stdout());
+        server.serve_stdio(options, input, output, listener, shutdown_signal()).await?;
+        tracing::info!("standard input closed; exiting");
+        return Ok(());
+    }
+    let listener = listener.context("no listener")?;
     // The first line on stdout is the bound address, for scripts and tests.
     println!("hitl listening on http://{local}/mcp");
     tracing::info!(%local, "listening");
     server.serve(listener, shutdown_signal()).await?;
     Ok(())
+}
+
+/// `--stdio-principal`, checked: `user:<id>`.
+fn stdio_principal(given: &str) -> anyhow::Result<String> {
+    match given.strip_prefix("user:") {
+        Some(id) if !id.is_empty() && !id.chars().any(|c| c.is_control() || c.is_whitespace()) => Ok(given.to_owned()),
+        _ => bail!("--stdio-principal {given:?}: give user:<id> (no spaces)"),
+    }
 }
 
 /// Where `[admin]` principals read the policy globs that match nothing.

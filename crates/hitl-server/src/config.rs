@@ -243,6 +243,7 @@ pub(crate) struct ServerSection {
     pub(crate) max_paused_per_caller: Option<u64>,
     pub(crate) max_paused_calls: Option<u64>,
     pub(crate) max_record_bytes: Option<usize>,
+    pub(crate) stdio_principal: Option<String>,
 }
 
 /// Reads and parses `path`. Paths in the file are relative to the file's folder.

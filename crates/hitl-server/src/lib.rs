@@ -60,12 +60,19 @@ pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
         cli::Command::Serve(args) => {
             let serve_matches = matches.subcommand_matches("serve").expect("the serve subcommand");
             let args = args.with_file(serve_matches)?;
-            runtime.block_on(async {
+            let stdio = args.stdio;
+            let served = runtime.block_on(async {
                 let telemetry = telemetry::init(args.log_format, args.otlp_endpoint.as_deref())?;
                 let served = cli::serve(args, agents).await;
                 telemetry.shutdown();
                 served
-            })
+            });
+            if stdio {
+                // The host closed its end: dropping every task now ends hitl's own stdio
+                // upstreams (killed on drop), and nothing waits on a blocked read.
+                runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+            }
+            served
         }
         cli::Command::Check(args) => {
             telemetry::init(telemetry::LogFormat::Text, None)?;

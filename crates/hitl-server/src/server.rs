@@ -426,6 +426,62 @@ impl Server {
         shutdown: impl std::future::Future<Output = ()> + Send,
     ) -> std::io::Result<()> {
         let local = listener.local_addr()?;
+        let http = self.http;
+        let app = self.app(local);
+        listener::serve(listener, app, http, shutdown).await;
+        Ok(())
+    }
+
+    /// Serves one MCP client over `input` and `output` (one JSON-RPC message per line;
+    /// see [`hitl_tower::serve_stdio`]) until `input` ends or `shutdown` resolves, and,
+    /// with a `listener`, the HTTP routes on it meanwhile (the pages, for approvals by
+    /// other people). The client is `options.principal`; the HTTP layers of
+    /// authentication do not apply to it.
+    pub async fn serve_stdio<R, W>(
+        self,
+        options: hitl_tower::StdioOptions,
+        input: R,
+        output: W,
+        listener: Option<TcpListener>,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) -> std::io::Result<()>
+    where
+        R: tokio::io::AsyncBufRead + Unpin,
+        W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        // Requests in flight are bounded as over HTTP (503's error, as a line).
+        let limit = MaxConcurrentRequestsLayer::new(self.http.max_concurrent_requests.max(1));
+        let mcp = Endpoint::new(limit.layer(self.mcp.clone()));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let http = match listener {
+            Some(listener) => {
+                let local = listener.local_addr()?;
+                let limits = self.http;
+                let app = self.app(local);
+                Some(tokio::spawn(async move {
+                    listener::serve(listener, app, limits, async {
+                        let _ = stopped.await;
+                    })
+                    .await;
+                }))
+            }
+            None => None,
+        };
+        let served = tokio::select! {
+            served = hitl_tower::serve_stdio(mcp, options, input, output) => served,
+            () = shutdown => Ok(()),
+        };
+        let _ = stop.send(());
+        if let Some(http) = http {
+            // Open HTTP connections are not waited for: the host is gone.
+            http.abort();
+        }
+        served
+    }
+
+    /// The HTTP application on a listener bound to `local`: `/mcp` behind the built-in
+    /// layers, the probes, `/metrics`, the admin documents and the pages.
+    fn app(self, local: std::net::SocketAddr) -> HttpApp {
         let allowed = self.allowed_hosts.unwrap_or_else(|| {
             if local.ip().is_loopback() { AllowedHosts::loopback(local.port()) } else { AllowedHosts::any() }
         });
@@ -479,7 +535,6 @@ impl Server {
                 app = app.mount(prefix, service.clone());
             }
         }
-        listener::serve(listener, app, self.http, shutdown).await;
-        Ok(())
+        app
     }
 }

@@ -17,12 +17,15 @@ impl Shared {
         {
             return stream;
         }
+        // Over stdio, push elicitation is as the connection says.
+        let push = self.options.legacy_elicitation
+            || request.extensions().get::<crate::stdio::FromStdio>().is_some_and(|stdio| stdio.push);
         let valid = match validate::validate(&self.tools.snapshot(), self.options.access.as_ref(), &request) {
             Ok(Incoming::Request(valid)) => *valid,
             Ok(Incoming::Answer(id, outcome, principal)) => {
                 // A 2025-era client answering a question pushed to it; any other answer
                 // is accepted and dropped.
-                if self.options.legacy_elicitation && !self.pushes.deliver(&id, outcome, principal.as_deref()) {
+                if push && !self.pushes.deliver(&id, outcome, principal.as_deref()) {
                     tracing::debug!(?id, "a client answered a request no call of this replica is waiting for");
                 }
                 return crate::empty(StatusCode::ACCEPTED);
@@ -40,7 +43,7 @@ impl Shared {
         // Only a session id this server signed names a session: a client cannot make
         // up one, and a session is kept per caller (its principal) besides.
         caller.session = session.clone().filter(|id| session::read(self.engine.secret(), id).is_some());
-        if self.options.legacy_elicitation
+        if push
             && era == Era::Legacy
             && takes_sse
             && matches!(request, ClientRequest::CallTool(_) | ClientRequest::GetPrompt(_))

@@ -48,6 +48,7 @@ mod principal;
 mod push;
 mod session;
 mod sse;
+mod stdio;
 mod tasks;
 mod tools;
 mod validate;
@@ -59,6 +60,7 @@ pub use origin::{AllowedHosts, ValidateOrigin, ValidateOriginLayer, forbidden};
 pub use passthrough::{Asker, ListKind, Notifier, PassFuture, Passed, Passthrough, Relayed};
 pub use principal::{PrincipalFromHeader, PrincipalFromHeaderLayer};
 pub use push::PushBus;
+pub use stdio::{StdioOptions, serve_stdio};
 pub use tools::{Listing, Listings, Tools};
 
 use std::convert::Infallible;

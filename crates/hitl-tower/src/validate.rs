@@ -122,8 +122,11 @@ pub(crate) fn validate(
         groups: request.extensions().get::<Groups>().map(|g| g.0.clone()).unwrap_or_default(),
         peer: request.extensions().get::<PeerAddr>().map(|p| p.0.ip().to_string()),
     };
+    // Over stdio there are no HTTP headers to hold the body's method, name and
+    // arguments: only the body says them.
+    let headerless = request.extensions().get::<crate::stdio::FromStdio>().is_some();
     match era {
-        Era::Modern => modern(tools, access, headers, version_header.unwrap_or_default(), message, who)
+        Era::Modern => modern(tools, access, headers, version_header.unwrap_or_default(), message, who, headerless)
             .map(|valid| Incoming::Request(Box::new(valid))),
         Era::Legacy => legacy(headers, message, who),
     }
@@ -136,6 +139,7 @@ fn modern(
     version_header: String,
     message: Message,
     who: Who,
+    headerless: bool,
 ) -> Result<Valid, Refused> {
     let request = match message {
         Message::Request(r) => r,
@@ -151,8 +155,10 @@ fn modern(
     };
     let id = request.id.clone();
     let fail = |error: ErrorObject| Box::new(error_response(Era::Modern, Some(id.clone()), error));
-    headers::check_method_and_name(header_bytes(http_headers), &request.method, request.params.as_ref())
-        .map_err(fail)?;
+    if !headerless {
+        headers::check_method_and_name(header_bytes(http_headers), &request.method, request.params.as_ref())
+            .map_err(fail)?;
+    }
     if !MODERN_METHODS.contains(&request.method.as_str()) {
         return Err(fail(ErrorObject::method_not_found(&request.method)));
     }
@@ -170,6 +176,7 @@ fn modern(
     }
     let typed = ClientRequest::parse(&request.method, params).map_err(fail)?;
     if let ClientRequest::CallTool(params) = &typed
+        && !headerless
         && let Some(agent) = tools.get(&params.name)
         && allowed(access, &params.name, who.principal.as_deref(), &who.groups)
     {
