@@ -26,6 +26,7 @@ mod replicas;
 mod review;
 mod rules;
 mod skeleton;
+mod stdio;
 mod tasks;
 mod telemetry;
 mod trust;

@@ -280,6 +280,8 @@ impl ServeArgs {
                 bail!("--public-url {url:?}: give an http:// or https:// URL");
             }
         }
+        // Checked even without --stdio: `hitl check` tells of a bad `[server] stdio_principal`.
+        stdio_principal(&self.stdio_principal)?;
         let shared_store = (self.store != "memory").then(|| redact_url(&self.store));
         let (env, previous_env) = secrets::Sources::env_values();
         let sources = secrets::Sources {
