@@ -266,3 +266,66 @@ async fn the_python_sdk_reads_a_resource_and_gets_a_prompt() {
     assert!(passed, "the Python SDK passthrough script failed:\n{log}");
     assert!(log.contains("OK"), "{log}");
 }
+
+/// `[gateway] unmatched` judges resource and prompt globs as it judges tool globs: one
+/// that matches no resource URI or template (by the upstream's prefix) or no prompt
+/// server-everything lists is logged with its line and the name it meant, counted in
+/// `/healthz`, named by `hitl check --connect`, and refused by `unmatched = "error"`.
+#[tokio::test]
+async fn resource_and_prompt_globs_that_match_nothing_are_named() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let Some(_upstream) = Everything::start(port).await else { return };
+    let config = |head: &str| {
+        format!(
+            "{head}[[upstream]]\nname = \"ev\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n\n\
+             [[policy]]\nresources = [\"demo://resource/static/document/architecture.md\"]\naction = \"deny\"\n\n\
+             [[policy]]\nprompts = [\"ev.simple_prompt\"]\naction = \"deny\"\n\n\
+             [[policy]]\nresources = [\"ev.demo://resource/dynamic/text/*\"]\nprompts = [\"ev.args-prompt\"]\naction = \"allow\"\n"
+        )
+    };
+    let file = ConfigFile::write(&config(""));
+    let (server, log) = crate::trust::serve_logged(&file.0);
+    server.wait_healthy().await;
+    let health = server.request(http::Method::GET, "/healthz", &[], Bytes::new()).await.unwrap();
+    assert_eq!(health.body["unmatched_policies"], 2, "the third policy matches: {}", health.body);
+
+    let path = file.0.display().to_string();
+    let resource = format!(
+        "policy at {path}:5 (resources = [\"demo://resource/static/document/architecture.md\"]): \
+         \"demo://resource/static/document/architecture.md\" matches no listed resource or resource template; \
+         did you mean \"ev.demo://resource/static/document/architecture.md\"?"
+    );
+    let prompt = format!(
+        "policy at {path}:9 (prompts = [\"ev.simple_prompt\"]): \"ev.simple_prompt\" matches no listed prompt; \
+         did you mean \"ev.simple-prompt\"?"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let said = log.lock().unwrap().clone();
+        if said.contains(&resource) && said.contains(&prompt) {
+            assert!(said.contains("WARN"), "{said}");
+            assert!(said.contains("the resource it meant is read under the default action"), "{said}");
+            assert!(!said.contains("\"ev.args-prompt\" matches"), "a glob that matches is not named: {said}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not logged: {said}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let (ok, said) = crate::trust::check(&["--connect", "--config", &path]);
+    assert!(!ok, "{said}");
+    assert!(said.contains("2 policy glob(s) guard nothing"), "{said}");
+    assert!(said.contains(&resource) && said.contains(&prompt), "{said}");
+
+    let strict = ConfigFile::write(&config("[gateway]\nunmatched = \"error\"\n\n"));
+    let output = std::process::Command::new(Server::program())
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&strict.0)
+        .env("HITL_SECRET", crate::harness::TEST_SECRET)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{said}");
+    assert!(said.contains("[gateway] unmatched = \"error\": 2 policy glob(s) guard nothing"), "{said}");
+    assert!(said.contains("did you mean \"ev.simple-prompt\"?"), "{said}");
+}

@@ -178,14 +178,29 @@ impl Gateway {
     fn judge(&self) -> Judgement {
         let listed: Vec<UpstreamTools> = {
             let states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+            let served = self.served.lock().unwrap_or_else(|p| p.into_inner());
+            let named = |items: &[Map<String, Value>], key: &str| -> Vec<String> {
+                items.iter().filter_map(|item| item.get(key).and_then(Value::as_str)).map(str::to_owned).collect()
+            };
             self.upstreams
                 .iter()
-                .map(|(spec, _)| UpstreamTools {
-                    prefix: spec.listed_name(""),
-                    tools: match states.get(&spec.name) {
+                .map(|(spec, _)| {
+                    let tools = match states.get(&spec.name) {
                         Some(State::Up { tools, .. }) => Some(tools.clone()),
                         _ => None,
-                    },
+                    };
+                    // What it served besides its tools, from the same listing.
+                    let served = served.get(&spec.name).filter(|_| tools.is_some());
+                    UpstreamTools {
+                        prefix: spec.listed_name(""),
+                        tools,
+                        resources: served.map(|s| {
+                            let mut uris = named(&s.resources, "uri");
+                            uris.extend(named(&s.templates, "uriTemplate"));
+                            uris
+                        }),
+                        prompts: served.map(|s| named(&s.prompts, "name")),
+                    }
                 })
                 .collect()
         };
