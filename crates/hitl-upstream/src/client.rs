@@ -272,9 +272,26 @@ pub(crate) trait Transport: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Told when the upstream says its tools, prompts or resources changed
-/// (`notifications/*/list_changed`).
-pub(crate) type Changed = Arc<Notify>;
+/// What the upstream tells outside any call's response: list changes
+/// (`notifications/*/list_changed`, told to `lists`) and resource updates
+/// (`notifications/resources/updated`, sent on `updates`).
+#[derive(Debug)]
+pub(crate) struct Heard {
+    pub(crate) lists: Notify,
+    pub(crate) updates: tokio::sync::broadcast::Sender<crate::Updated>,
+}
+
+/// How many resource updates a slow reader may fall behind before it misses some.
+const UPDATES_BACKLOG: usize = 256;
+
+impl Default for Heard {
+    fn default() -> Self {
+        Self { lists: Notify::new(), updates: tokio::sync::broadcast::channel(UPDATES_BACKLOG).0 }
+    }
+}
+
+/// Where a transport tells what it heard.
+pub(crate) type Changed = Arc<Heard>;
 
 /// How a notification stream ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -291,15 +308,20 @@ pub(crate) const LISTS_CHANGED: [&str; 3] =
     ["notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"];
 
 /// A notification from the upstream, on any stream: a call's progress goes to that
-/// call (by its token), a list change (tools, prompts, resources) to `changed`.
-pub(crate) fn notified(message: &Message, askers: &Askers, changed: &Notify) {
+/// call (by its token), a list change (tools, prompts, resources) to `heard.lists`, a
+/// resource update to `heard.updates` with the session whose stream carried it.
+pub(crate) fn notified(message: &Message, askers: &Askers, heard: &Heard, session: Option<&str>) {
     if askers.progress(message) {
         return;
     }
-    if let Message::Notification(notification) = message
-        && LISTS_CHANGED.contains(&notification.method.as_str())
+    let Message::Notification(notification) = message else { return };
+    if LISTS_CHANGED.contains(&notification.method.as_str()) {
+        heard.lists.notify_one();
+    } else if notification.method == "notifications/resources/updated"
+        && let Some(uri) = notification.params.as_ref().and_then(|p| p.get("uri")).and_then(Value::as_str)
     {
-        changed.notify_one();
+        // No one subscribed on this replica: nothing to relay.
+        let _ = heard.updates.send(crate::Updated { session: session.map(str::to_owned), uri: uri.to_owned() });
     }
 }
 
@@ -310,17 +332,21 @@ pub struct Upstream {
     name: String,
     protocol: Option<String>,
     timeout: Duration,
-    transport: Arc<dyn Transport>,
-    changed: Changed,
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) changed: Changed,
     /// The session tools are listed in (and calls made for no one in particular).
     era: Mutex<Option<(Era, u64)>>,
     /// Each caller's session, for a 2025-era HTTP upstream that gives sessions.
     sessions: Arc<std::sync::Mutex<Table>>,
     /// Whether the task that closes idle sessions runs.
     sweeping: std::sync::atomic::AtomicBool,
-    next_id: AtomicI64,
+    pub(crate) next_id: AtomicI64,
     /// Why the last request could not reach it (none: it answered, or none was sent).
     reach: std::sync::Mutex<Option<String>>,
+    /// The capabilities it declared when its era was negotiated.
+    pub(crate) capabilities: std::sync::Mutex<Value>,
+    /// Its resource subscriptions ([`crate::subscriptions`]).
+    pub(crate) subscribed: crate::subscriptions::Subscribed,
 }
 
 /// `call`, a `tools/call` to `upstream`, in `span` and timed (`hitl_upstream_call_seconds`,
@@ -403,6 +429,8 @@ impl Upstream {
             sweeping: std::sync::atomic::AtomicBool::new(false),
             next_id: AtomicI64::new(1),
             reach: std::sync::Mutex::new(None),
+            capabilities: std::sync::Mutex::new(Value::Null),
+            subscribed: crate::subscriptions::Subscribed::default(),
         }
     }
 
@@ -453,7 +481,7 @@ impl Upstream {
 
     /// The session of caller `key`, held until the lease is dropped; starts the task
     /// that closes idle sessions, and closes those the cap pushes out.
-    fn lease(&self, key: &str) -> Lease {
+    pub(crate) fn lease(&self, key: &str) -> Lease {
         let (slot, closed) = self.table().take(key, std::time::Instant::now());
         self.close_all(closed);
         if !self.sweeping.swap(true, Ordering::Relaxed) {
@@ -508,7 +536,7 @@ impl Upstream {
     /// The era of caller `key`'s session (`slot`), opened with `listing`'s revision if
     /// need be; an opened session's own stream is read (the upstream's requests and
     /// list changes that belong to it come there) until the session is dropped.
-    async fn keyed_era(&self, slot: &Slot, listing: &Era) -> Result<Era, UpstreamError> {
+    pub(crate) async fn keyed_era(&self, slot: &Slot, listing: &Era) -> Result<Era, UpstreamError> {
         let mut opened = slot.lock().await;
         let generation = self.transport.connect().await?;
         if let Some(known) = &*opened
@@ -537,7 +565,7 @@ impl Upstream {
     /// Resolves once the upstream says its tools, prompts or resources changed
     /// (`notifications/*/list_changed`, on any stream) since the last time this resolved.
     pub async fn tools_changed(&self) {
-        self.changed.notified().await;
+        self.changed.lists.notified().await;
     }
 
     /// Keeps the upstream's notification stream open, so [`Upstream::tools_changed`]
@@ -822,6 +850,7 @@ impl Upstream {
             .filter_map(Value::as_str)
             .collect();
         if versions.contains(&version::MODERN) {
+            self.keep_capabilities(&result);
             return Ok(era);
         }
         Err(self.protocol(format!("it supports {versions:?}, not {}", version::MODERN)))
@@ -848,10 +877,16 @@ impl Upstream {
         }
         let era = Era::Legacy { version: spoken.to_owned(), session };
         self.post(&era, "notifications/initialized", None, None).await?;
+        self.keep_capabilities(&result);
         Ok(era)
     }
 
-    async fn send(
+    fn keep_capabilities(&self, result: &Value) {
+        let capabilities = result.get("capabilities").cloned().unwrap_or(Value::Null);
+        *self.capabilities.lock().unwrap_or_else(|p| p.into_inner()) = capabilities;
+    }
+
+    pub(crate) async fn send(
         &self,
         era: &Era,
         method: &str,
@@ -906,7 +941,12 @@ fn unsent(error: UpstreamError) -> UpstreamError {
 }
 
 /// The JSON-RPC message, with the era's `_meta`, and its `Mcp-Name`.
-fn body(era: &Era, id: Option<i64>, method: &str, params: Option<Map<String, Value>>) -> (Vec<u8>, Option<String>) {
+pub(crate) fn body(
+    era: &Era,
+    id: Option<i64>,
+    method: &str,
+    params: Option<Map<String, Value>>,
+) -> (Vec<u8>, Option<String>) {
     let name = headers::name_param(method).and_then(|p| params.as_ref()?.get(p)?.as_str().map(str::to_owned));
     let message = match (params, id) {
         (Some(mut params), Some(id)) => {

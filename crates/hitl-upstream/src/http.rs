@@ -214,7 +214,7 @@ impl Transport for HttpTransport {
                         let reply = reply_to(asks.as_ref(), request).await;
                         self.answer(era, reply).await;
                     }
-                    Ok(message) => notified(&message, &self.askers, &self.changed),
+                    Ok(message) => notified(&message, &self.askers, &self.changed, session_of(era).as_deref()),
                     Err(_) => {}
                 }
             }
@@ -274,7 +274,7 @@ impl HttpTransport {
                     }
                     // The call's own progress comes back through `askers`, where it is
                     // registered under its id, its progress token.
-                    Ok(message) => notified(&message, &self.askers, &self.changed),
+                    Ok(message) => notified(&message, &self.askers, &self.changed, session_of(era).as_deref()),
                     Err(_) => {}
                 }
             }
