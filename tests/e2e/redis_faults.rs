@@ -13,14 +13,14 @@ use serde_json::json;
 use crate::harness::Server;
 
 /// A `redis-server` of this test's own, with an append-only file.
-struct Redis {
+pub(crate) struct Redis {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
 }
 
 impl Redis {
-    fn start() -> Option<Redis> {
+    pub(crate) fn start() -> Option<Redis> {
         let port = TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
         let dir = std::env::temp_dir().join(format!("hitl-e2e-redis-{port}"));
         std::fs::create_dir_all(&dir).ok()?;
@@ -32,12 +32,12 @@ impl Redis {
         Some(redis)
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
     /// Starts the process (again) on the same port and directory; waits for PONG.
-    fn run(&mut self) -> bool {
+    pub(crate) fn run(&mut self) -> bool {
         let Ok(child) = Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &self.port.to_string(), "--appendonly", "yes", "--save", ""])
             .arg("--dir")
@@ -63,7 +63,7 @@ impl Redis {
     }
 
     /// Stops the process by PID (SIGTERM: Redis flushes its append-only file).
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = Command::new("kill").arg(child.id().to_string()).status();
             let _ = child.wait();

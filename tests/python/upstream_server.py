@@ -20,7 +20,8 @@ from pydantic import BaseModel
 from mcp.server.mcpserver import Audio, Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
-from mcp_types import SamplingMessage, TextContent, ToolAnnotations
+from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp_types import ElicitRequestURLParams, SamplingMessage, TextContent, ToolAnnotations
 
 server = MCPServer("hitl-test-upstream", version="1.0.0")
 
@@ -81,6 +82,25 @@ def truncate(table: str, confirmation: Annotated[Confirmation, Resolve(ask_confi
         return f"kept {table}"
     executions["truncate"] = executions.get("truncate", 0) + 1
     return f"truncated {table}"
+
+
+authorized: set[str] = set()
+
+
+@server.tool()
+def connect_drive(account: str) -> str:
+    """Connects a drive account: its first call asks the user to authorize it on a page
+    (`-32042`, URL elicitation required, 2025-11-25); the next one connects it."""
+    if account not in authorized:
+        authorized.add(account)
+        page = ElicitRequestURLParams(
+            message=f"Authorize access to the drive of {account}",
+            url=f"https://example.com/oauth/drive?account={account}",
+            elicitation_id=f"drive-{account}",
+        )
+        raise UrlElicitationRequiredError([page])
+    executions["connect_drive"] = executions.get("connect_drive", 0) + 1
+    return f"connected {account}"
 
 
 @server.tool(name="executions")

@@ -66,6 +66,8 @@ pub(crate) struct Link {
     pub(crate) hold_timeout: Duration,
     /// The client's capabilities (`clientCapabilities`).
     pub(crate) capabilities: Value,
+    /// The client speaks a 2025-era revision (it answers no round).
+    pub(crate) legacy_client: bool,
     /// The listed tool, for errors.
     pub(crate) tool: String,
     /// Where the upstream's progress goes (the client asked for it).
@@ -115,7 +117,7 @@ impl Holds {
             match call.next().await {
                 Event::Done(answered) => {
                     self.seen.note(link.upstream.name(), &answered);
-                    return outcome(&link.upstream, answered);
+                    return outcome(&link.upstream, answered, link.legacy_client);
                 }
                 Event::Progress(params) => {
                     let progress = params.get("progress").and_then(Value::as_f64);
@@ -124,6 +126,7 @@ impl Holds {
                             progress,
                             total: params.get("total").and_then(Value::as_f64),
                             message: params.get("message").and_then(Value::as_str).map(str::to_owned),
+                            from_step: true,
                         });
                     }
                 }

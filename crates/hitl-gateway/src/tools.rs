@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hitl_graph::payload::{
-    self, ActionRequest, ApprovalBy, Decision, Relay, RelayReply, RelayedRequest, ReviewConfig, ToolApproval,
-    ToolResult,
+    self, ActionRequest, ApprovalBy, Decision, ErrorReply, Relay, RelayReply, RelayedRequest, ReviewConfig,
+    ToolApproval, ToolResult,
 };
 use hitl_graph::{Agent, END, START, StateGraph, StepContext, StepError};
-use hitl_protocol::display;
+use hitl_protocol::{ErrorCode, display};
 use hitl_upstream::{Upstream, UpstreamError};
 use serde_json::{Map, Value, json};
 
@@ -28,6 +28,9 @@ pub(crate) const HELD: &str = "hitl:held";
 const HELD_KEY: &str = "input";
 /// The arguments the upstream was called with (an edit's, when edited).
 const SENT: &str = "hitl:arguments";
+/// The pages an upstream's `-32042` (URL elicitation required) sends the user to, asked
+/// of a 2026-07-28 client as a round before the call is made again.
+const PAGES: &str = "hitl:pages";
 
 /// An upstream tool as listed, with what the policies decided for it.
 #[derive(Clone)]
@@ -224,6 +227,7 @@ impl Through {
             upstream: self.upstream.clone(),
             hold_timeout: self.hold_timeout,
             capabilities: ctx.metadata().get("clientCapabilities").cloned().unwrap_or_else(|| json!({})),
+            legacy_client: ctx.metadata().get("legacyClient").and_then(Value::as_bool).unwrap_or(false),
             tool: gated.listed.clone(),
             report: report(ctx),
         }
@@ -255,6 +259,8 @@ fn relaying(graph: StateGraph, gated: &Arc<Gated>, through: &Through) -> StateGr
             END
         } else if set(state, HELD) {
             "hold"
+        } else if set(state, PAGES) {
+            "pages"
         } else {
             "relay"
         };
@@ -264,9 +270,11 @@ fn relaying(graph: StateGraph, gated: &Arc<Gated>, through: &Through) -> StateGr
         .add_step("call", call_step(gated.clone(), through.clone()))
         .add_step("relay", relay_step(gated.clone(), through.clone()))
         .add_step("hold", hold_step(gated.clone(), through.holds.clone()))
+        .add_step("pages", pages_step(gated.clone(), through.clone()))
         .add_conditional_edges("call", done)
         .add_conditional_edges("relay", done)
         .add_conditional_edges("hold", done)
+        .add_conditional_edges("pages", done)
 }
 
 /// The step that asks the client what a held upstream call asked, and hands the
@@ -289,10 +297,28 @@ fn hold_step(gated: Arc<Gated>, holds: Arc<Holds>) -> impl Fn(Value, StepContext
 }
 
 /// What the upstream's answer leads to: its result, or its questions (relayed next).
-pub(crate) fn outcome(upstream: &Upstream, answered: Result<Value, UpstreamError>) -> Value {
+/// Its `-32042` (URL elicitation required, 2025-11-25) reaches a 2025-era client
+/// (`legacy_client`) as that error, with its URLs and elicitation ids, and a 2026-07-28
+/// client as a round of URL questions (which that revision asks instead).
+pub(crate) fn outcome(upstream: &Upstream, answered: Result<Value, UpstreamError>, legacy_client: bool) -> Value {
     match answered {
         Ok(Value::Object(result)) if result.get("resultType").and_then(Value::as_str) == Some("input_required") => {
-            json!({ ASKED: result, RESULT: null, HELD: null })
+            json!({ ASKED: result, RESULT: null, HELD: null, PAGES: null })
+        }
+        Err(UpstreamError::Refused { error, .. }) if error.code == ErrorCode::URL_ELICITATION_REQUIRED => {
+            let pages = error.data.as_ref().and_then(|d| d.get("elicitations")).and_then(Value::as_array);
+            match pages {
+                _ if legacy_client => {
+                    let error = serde_json::to_value(&error).ok().and_then(|e| e.as_object().cloned());
+                    let reply = ErrorReply(error.unwrap_or_default()).to_value();
+                    json!({ RESULT: reply, HELD: null, PAGES: null })
+                }
+                Some(pages) if !pages.is_empty() => json!({ PAGES: pages, RESULT: null, HELD: null, ASKED: null }),
+                _ => {
+                    let text = format!("upstream {} needs the user to open a page and named none", upstream.name());
+                    json!({ RESULT: ToolResult::error(text).to_value(), HELD: null, PAGES: null })
+                }
+            }
         }
         Ok(Value::Object(mut result)) => {
             // The gateway answers as itself; a `_meta` left empty is not sent on.
@@ -302,19 +328,60 @@ pub(crate) fn outcome(upstream: &Upstream, answered: Result<Value, UpstreamError
                     result.remove("_meta");
                 }
             }
-            json!({ RESULT: ToolResult(result).to_value(), ASKED: null, HELD: null })
+            json!({ RESULT: ToolResult(result).to_value(), ASKED: null, HELD: null, PAGES: null })
         }
         Ok(other) => {
             let error = ToolResult::error(format!("upstream {} answered with {other}", upstream.name()));
-            json!({ RESULT: error.to_value(), HELD: null })
+            json!({ RESULT: error.to_value(), HELD: null, PAGES: null })
         }
         // An upstream failure: the error result names the upstream (and says when the
         // call surely did not run, so the caller knows it may make it again).
         Err(error @ UpstreamError::NotSent { .. }) => {
             let text = format!("{error}; the call was not sent, so it did not run");
-            json!({ RESULT: ToolResult::error(text).to_value(), HELD: null })
+            json!({ RESULT: ToolResult::error(text).to_value(), HELD: null, PAGES: null })
         }
-        Err(error) => json!({ RESULT: ToolResult::error(error.to_string()).to_value(), HELD: null }),
+        Err(error) => json!({ RESULT: ToolResult::error(error.to_string()).to_value(), HELD: null, PAGES: null }),
+    }
+}
+
+/// The step that asks a 2026-07-28 client to open the pages an upstream's `-32042`
+/// named (URL questions, keyed by their elicitation ids) and, once the user accepted
+/// them all, makes the call again, as the error asks of its client.
+fn pages_step(gated: Arc<Gated>, through: Through) -> impl Fn(Value, StepContext) -> StepFuture + Send + Sync {
+    move |state, ctx| {
+        let (gated, through) = (gated.clone(), through.clone());
+        Box::pin(async move {
+            let pages = state.get(PAGES).and_then(Value::as_array).cloned().unwrap_or_default();
+            let questions: Vec<(String, RelayedRequest)> = pages
+                .iter()
+                .enumerate()
+                .map(|(n, page)| {
+                    let key = page
+                        .get("elicitationId")
+                        .and_then(Value::as_str)
+                        .map_or_else(|| format!("page-{n}"), str::to_owned);
+                    let message = page.get("message").and_then(Value::as_str).unwrap_or_default();
+                    let url = page.get("url").and_then(Value::as_str).unwrap_or_default();
+                    let params = json!({"mode": "url", "message": message, "url": url});
+                    (key, gated.marked("elicitation/create".into(), params))
+                })
+                .collect();
+            let keys: Vec<String> = questions.iter().map(|(key, _)| key.clone()).collect();
+            let reply: RelayReply = serde_json::from_value(ctx.interrupt(Relay::input(questions).to_value())?)
+                .map_err(|e| StepError::msg(format!("the relayed answers are not valid: {e}")))?;
+            if let Some(refused) = keys.iter().filter_map(|key| reply.action(key)).find(|action| *action != "accept") {
+                let text = format!(
+                    "The request for input was {}.",
+                    if refused == "decline" { "declined" } else { "cancelled" }
+                );
+                return Ok(json!({ RESULT: ToolResult::error(text).to_value(), PAGES: null }));
+            }
+            ctx.begin_effect().await?;
+            let sent = state.get(SENT).and_then(Value::as_object).cloned().unwrap_or_else(|| arguments(&state));
+            let call =
+                through.upstream.start_call_for(caller(&ctx), &gated.tool, sent, on_behalf(&ctx), ctx.wants_progress());
+            Ok(through.holds.follow(call, through.link(&gated, &ctx)).await)
+        })
     }
 }
 

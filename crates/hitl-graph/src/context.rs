@@ -71,12 +71,16 @@ pub struct Progress {
     pub total: Option<f64>,
     /// What is going on.
     pub message: Option<String>,
+    /// A step reported it ([`StepContext::report_progress`]), on a scale of its own (a
+    /// gateway's upstream's), which the caller shows past its own values; `false` for a
+    /// run's count of supersteps.
+    pub from_step: bool,
 }
 
 impl Progress {
     /// `progress` alone.
     pub fn at(progress: f64) -> Self {
-        Self { progress, total: None, message: None }
+        Self { progress, total: None, message: None, from_step: false }
     }
 }
 
@@ -159,7 +163,7 @@ impl StepContext {
     /// values it passes on increasing, as MCP requires.
     pub fn report_progress(&self, progress: Progress) {
         if let Some(report) = &self.run.progress {
-            report(progress);
+            report(Progress { from_step: true, ..progress });
         }
     }
 

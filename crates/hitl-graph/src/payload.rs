@@ -245,6 +245,28 @@ impl ToolResult {
     }
 }
 
+/// An agent output that is a JSON-RPC error to answer the call with instead of a tool
+/// result (a gateway relaying an upstream's error that a 2025-era client must see as
+/// one: `-32042`, URL elicitation required), written
+/// `{"type": "mcp_error", "error": {"code", "message", "data"}}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorReply(pub Map<String, Value>);
+
+impl ErrorReply {
+    /// The output value.
+    pub fn to_value(&self) -> Value {
+        json!({"type": "mcp_error", "error": self.0})
+    }
+
+    /// `Some` when `output` is an error reply.
+    pub fn parse(output: &Value) -> Option<Self> {
+        if output.get("type").and_then(Value::as_str) != Some("mcp_error") {
+            return None;
+        }
+        output.get("error").and_then(Value::as_object).map(|error| Self(error.clone()))
+    }
+}
+
 /// One tool call offered for review.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ActionRequest {

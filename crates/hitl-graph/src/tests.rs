@@ -333,7 +333,7 @@ fn runs_report_progress_see_metadata_and_can_be_cancelled() {
         .add_step("a", |_, ctx| async move { Ok(json!({ "caps": ctx.metadata()["caps"].clone() })) })
         .add_step("b", |_, ctx| async move {
             assert!(ctx.wants_progress());
-            ctx.report_progress(Progress { progress: 1.5, total: Some(2.0), message: Some("halfway".into()) });
+            ctx.report_progress(Progress { total: Some(2.0), message: Some("halfway".into()), ..Progress::at(1.5) });
             Ok(json!({ "b": true }))
         })
         .add_edge(START, "a")
@@ -344,7 +344,7 @@ fn runs_report_progress_see_metadata_and_can_be_cancelled() {
     let s = seen.clone();
     let run = Run {
         metadata: json!({"caps": {"sampling": {}}}),
-        progress: Some(Arc::new(move |p: Progress| s.lock().unwrap().push((p.progress, p.message)))),
+        progress: Some(Arc::new(move |p: Progress| s.lock().unwrap().push((p.progress, p.message, p.from_step)))),
         ..Run::default()
     };
     let done = block(graph.invoke_run(json!({}), run)).unwrap();
@@ -352,8 +352,8 @@ fn runs_report_progress_see_metadata_and_can_be_cancelled() {
     let halfway = Some("halfway".to_owned());
     assert_eq!(
         *seen.lock().unwrap(),
-        vec![(1.0, None), (1.5, halfway), (2.0, None)],
-        "supersteps, and a step's report"
+        vec![(1.0, None, false), (1.5, halfway, true), (2.0, None, false)],
+        "supersteps, and a step's report (marked as the step's)"
     );
     let cancel = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let run = Run { cancel: Some(cancel), ..Run::default() };

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use crate::round::{self, Ending, Next, Ran};
 use crate::state::{self, Secret};
 use crate::store::{ClaimAttempt, Clock, LimitReached, Loaded, PausedLimits, SaveError, StoreError, ThreadStore};
+use crate::unsaved::{self, Kept};
 use crate::{Claim, Last, Round, THREAD_FORMAT, Thread, digest};
 use crate::{meter, questions};
 
@@ -144,6 +145,12 @@ impl Call {
     /// are marked only on a stored thread).
     pub(crate) fn run(&self, agent: &Agent) -> hitl_graph::Run {
         let mut metadata = serde_json::json!({ "clientCapabilities": self.capabilities });
+        // A 2025-era client (the only kind with a session, pushed to or not) may be
+        // answered otherwise than a 2026-07-28 one (the gateway relays an upstream's
+        // `-32042` to it as that error).
+        if self.era == Era::Legacy || self.session.is_some() {
+            metadata["legacyClient"] = Value::Bool(true);
+        }
         if agent.per_caller {
             metadata["caller"] = self.caller_key().into();
         }
@@ -222,6 +229,8 @@ pub struct Engine {
     /// How retries of calls waiting for an approver are held, and those held now.
     pub(crate) hold: crate::HoldPolicy,
     pub(crate) waiting: Arc<crate::waiting::Waiting>,
+    /// Outcomes this process holds but could not save yet (the store was down).
+    pub(crate) unsaved: Arc<crate::unsaved::Unsaved>,
 }
 
 /// When the request's agent work must end.
@@ -268,6 +277,7 @@ impl Engine {
             running: Default::default(),
             hold: crate::HoldPolicy::default(),
             waiting: Arc::default(),
+            unsaved: Default::default(),
         }
     }
 
@@ -401,6 +411,7 @@ impl Engine {
     ) -> Result<Reply, EngineError> {
         let (checkpoint, round) = match self.settle(outcome, 1, &call, &id) {
             Settled::Done(answer) => return Ok(Ok(answer)),
+            Settled::Failed(error) => return Ok(Err(error)),
             Settled::Paused(cp, round) => (cp, round),
         };
         let owner = call.owner();
@@ -559,6 +570,8 @@ impl Engine {
         let bound = crate::binding_digest(&binding, &args_digest, call.principal.as_deref());
         // Set while this retry waits for an approver's decision (`waiting`).
         let mut holding: Option<crate::waiting::Holding> = None;
+        // Since when this request waits for an outcome this process keeps unsaved.
+        let mut kept_since = None;
         loop {
             // Listening for the decision before the thread is read, so none is missed.
             let notify = holding.as_ref().map(|h| h.held.notify.clone());
@@ -567,6 +580,20 @@ impl Engine {
                 woken.as_mut().enable();
             }
             let now = self.clock.now_ms();
+            // The store has not got this round's outcome yet, this process has: wait for
+            // its save (as for a live claim), a lease's time at most.
+            if self.unsaved.holds(thread_id) {
+                let since = *kept_since.get_or_insert(now);
+                if deadline.passed() {
+                    return Ok(Err(self.timed_out(true)));
+                }
+                if now.saturating_sub(since) >= self.lifetimes.lease.as_millis() as u64 {
+                    return Ok(Err(ErrorObject::internal(crate::OUTCOME_KEPT)));
+                }
+                self.clock.sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(100));
+                continue;
+            }
             let (loaded, claimed) = if claiming {
                 let until_ms = now.saturating_add(self.lifetimes.lease.as_millis() as u64);
                 let attempt = ClaimAttempt { token, binding: &bound, now_ms: now, until_ms };
@@ -664,6 +691,23 @@ impl Engine {
         }
     }
 
+    /// Waits while this process keeps thread `id`'s outcome unsaved (a short store
+    /// outage), until the request's `deadline` or a lease's time: whether it is no
+    /// longer kept (saved, or given up to what the store holds), so the request that
+    /// ran the call can answer with its outcome rather than an error.
+    async fn await_kept(&self, id: &str, deadline: Deadline) -> bool {
+        let until = self.clock.now_ms().saturating_add(self.lifetimes.lease.as_millis() as u64);
+        let mut backoff = Duration::from_millis(10);
+        while self.unsaved.holds(id) {
+            if deadline.passed() || self.clock.now_ms() >= until {
+                return false;
+            }
+            self.clock.sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(100));
+        }
+        true
+    }
+
     /// Runs the agent for a claimed round and stores what [`round::end_run`] says it
     /// led to. While it runs, the claim's lease is renewed and effects the agent begins
     /// are marked on the thread (both saves go through one [`Held`] thread).
@@ -703,6 +747,9 @@ impl Engine {
         };
         thread.claim = None;
         let expected = thread.version;
+        // Until when the store keeps the call as it stands: an outcome kept unsaved is
+        // saved again until then.
+        let stored_until = thread.expires_at_ms;
         let ran = self.ran(outcome, round.n + 1, call, true, &thread.id);
         let end = round::EndOf { began_in: begun_in, ..self.end_of(&round, responses, call) };
         let (saved, reply) = match round::end_run(thread, ran, &end, &self.secret) {
@@ -721,7 +768,28 @@ impl Engine {
             Ending::Finished(thread, result) => {
                 let owner = thread.owner.clone();
                 let (id, tool, principal) = (thread.id.clone(), thread.tool.clone(), thread.principal.clone());
+                let copy = self.store.can_be_unreachable().then(|| (*thread).clone());
                 let saved = self.store.save_finished(*thread, expected, owner.as_deref()).await;
+                let saved = match (saved, copy) {
+                    (Err(SaveError::Store(e)), Some(thread)) => {
+                        let outcome =
+                            unsaved::Outcome { kind: Kept::Finished, thread, expected, until_ms: stored_until };
+                        let kept = self.keep_unsaved(outcome, e)?;
+                        // The call did end: the trail says so now, not once it is saved.
+                        let principal = principal.as_deref();
+                        self.observe(crate::Event::Finished {
+                            thread_id: &id,
+                            tool: &tool,
+                            principal,
+                            result: &result,
+                        });
+                        if self.await_kept(&id, deadline).await {
+                            return Ok(Ok(CallToolResponse::Complete(result)));
+                        }
+                        return Ok(Err(kept));
+                    }
+                    (saved, _) => saved,
+                };
                 if saved.is_ok() {
                     let principal = principal.as_deref();
                     self.observe(crate::Event::Finished { thread_id: &id, tool: &tool, principal, result: &result });
@@ -732,7 +800,19 @@ impl Engine {
                 let (id, owner, until) = (thread.id.clone(), thread.owner.clone(), thread.expires_at_ms);
                 let tool = thread.tool.clone();
                 let observed = self.observer.as_ref().map(|_| thread.summary());
-                let saved = self.store.save(*thread, Some(expected)).await;
+                let copy = self.store.can_be_unreachable().then(|| (*thread).clone());
+                let saved = match (self.store.save(*thread, Some(expected)).await, copy) {
+                    (Err(SaveError::Store(e)), Some(thread)) => {
+                        let outcome =
+                            unsaved::Outcome { kind: Kept::NextRound, thread, expected, until_ms: stored_until };
+                        let kept = self.keep_unsaved(outcome, e)?;
+                        if self.await_kept(&id, deadline).await {
+                            return Ok(reply);
+                        }
+                        return Ok(Err(kept));
+                    }
+                    (saved, _) => saved,
+                };
                 if saved.is_ok() {
                     meter::round(&tool, meter::Outcome::Paused);
                 }
@@ -876,6 +956,12 @@ impl Engine {
             Some(outcome) => match self.settle(outcome, n, call, thread_id) {
                 Settled::Done(CallToolResponse::Complete(result)) => Ran::Done(result),
                 Settled::Done(CallToolResponse::InputRequired(_)) => unreachable!("settle finishes with a result"),
+                // A resumed round stores a result: the error becomes one, its data (say,
+                // the pages of a `-32042`) as JSON text after its message.
+                Settled::Failed(error) => {
+                    let data = error.data.as_ref().map(Value::to_string);
+                    Ran::Done(CallToolResult::error([error.message].into_iter().chain(data)))
+                }
                 Settled::Paused(checkpoint, next) => Ran::Paused(Box::new(checkpoint), next),
             },
         }
@@ -907,7 +993,14 @@ impl Engine {
             call.era == Era::Modern && (call.capabilities.elicits_form() || call.capabilities.elicits_url());
         match outcome {
             Err(e) => done(CallToolResult::error([format!("The agent failed: {e}")])),
-            Ok(Outcome::Done(output)) => done(tool_result(&output)),
+            Ok(Outcome::Done(output)) => match hitl_graph::payload::ErrorReply::parse(&output) {
+                Some(hitl_graph::payload::ErrorReply(error)) => {
+                    Settled::Failed(serde_json::from_value(Value::Object(error)).unwrap_or_else(|e| {
+                        ErrorObject::internal(format!("the agent answered an error that is not valid: {e}"))
+                    }))
+                }
+                None => done(tool_result(&output)),
+            },
             Ok(Outcome::Breakpoint { .. }) if can_elicit => done(CallToolResult::error([BREAKPOINT.to_owned()])),
             Ok(Outcome::Breakpoint { state, .. }) => done(CallToolResult::json(&state)),
             Ok(Outcome::Paused { interrupts, .. }) if call.era == Era::Legacy => {
@@ -1113,5 +1206,7 @@ enum Unstored {
 
 pub(crate) enum Settled {
     Done(CallToolResponse),
+    /// The call is answered with a JSON-RPC error (an agent's [`hitl_graph::payload::ErrorReply`]).
+    Failed(ErrorObject),
     Paused(Checkpoint, Round),
 }

@@ -56,6 +56,7 @@ mod store;
 mod task_runs;
 mod tasks;
 mod thread;
+mod unsaved;
 mod waiting;
 
 pub use digest::{canonical, digest_hex, hex, short_digest};
@@ -81,6 +82,7 @@ pub use thread::{
     About, CLAIM_BESIDE_FORMAT, Claim, Last, LastOutcome, Page, PageKind, Question, QuestionKind, Round, THREAD_FORMAT,
     TaskState, Thread, binding_digest, format_of,
 };
+pub use unsaved::{MAX_UNSAVED, OUTCOME_KEPT};
 pub use waiting::{HoldPolicy, Relay};
 
 #[cfg(test)]

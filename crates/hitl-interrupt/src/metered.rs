@@ -70,6 +70,10 @@ async fn timed<R: Failure>((operation, span): (&'static str, tracing::Span), wor
 
 #[async_trait]
 impl ThreadStore for MeteredStore {
+    fn can_be_unreachable(&self) -> bool {
+        self.inner.can_be_unreachable()
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         timed(op("ping", ""), self.inner.ping()).await
     }

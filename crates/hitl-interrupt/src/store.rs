@@ -200,6 +200,13 @@ pub trait ThreadStore: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Can a save fail because the store is out of reach? A store in the process
+    /// cannot: the engine then keeps no copy of an outcome to save again
+    /// (see [`crate::MAX_UNSAVED`]).
+    fn can_be_unreachable(&self) -> bool {
+        true
+    }
+
     /// The thread, unless it is missing or expired.
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError>;
 
@@ -510,6 +517,10 @@ impl<C: Clock> MemoryStore<C> {
 
 #[async_trait]
 impl<C: Clock> ThreadStore for MemoryStore<C> {
+    fn can_be_unreachable(&self) -> bool {
+        false
+    }
+
     async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
         let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());

@@ -193,6 +193,7 @@ impl Engine {
             outcome => match self.settle(outcome, 1, call, &thread.id) {
                 Settled::Done(CallToolResponse::Complete(result)) => Ended::Result(result),
                 Settled::Done(CallToolResponse::InputRequired(_)) => unreachable!("settle finishes with a result"),
+                Settled::Failed(error) => Ended::Failed(error),
                 Settled::Paused(checkpoint, round) => match round::missing_capability(&round, &call.capabilities) {
                     Some(missing) => Ended::Failed(missing),
                     None => Ended::Paused(checkpoint, round),

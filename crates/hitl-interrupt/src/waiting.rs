@@ -228,6 +228,7 @@ impl Engine {
                     progress: f64::from(holding.reports),
                     total: None,
                     message: Some(format!("waiting for approval by {}", approvers.join(", "))),
+                    from_step: false,
                 });
             }
         }

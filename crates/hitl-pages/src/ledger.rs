@@ -180,6 +180,7 @@ impl Observer for Ears {
         };
         if let Err(mpsc::error::TrySendError::Full(_)) = self.0.try_send(note) {
             static DROPPED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            metrics::counter!("hitl_audit_dropped_total", "reason" => "behind").increment(1);
             let dropped = DROPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             if dropped.is_power_of_two() {
                 tracing::error!(dropped, "the audit trail is behind: events were dropped");
@@ -188,10 +189,58 @@ impl Observer for Ears {
     }
 }
 
+/// The most audit entries kept for the store while it is out of reach; past it the
+/// oldest are dropped (the `[audit] file` has them all), counted in
+/// `hitl_audit_dropped_total{reason="store"}` and logged.
+pub(crate) const UNSTORED: usize = 65_536;
+
+/// The longest pause between two attempts to store the entries the store missed.
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
+/// Audit entries the store has not taken yet (it was out of reach), oldest first, and
+/// when to try again.
+#[derive(Default)]
+pub(crate) struct Unstored {
+    entries: std::collections::VecDeque<Value>,
+    /// No attempt before then (backing off while the store is out of reach).
+    next_try: Option<tokio::time::Instant>,
+    backoff: Duration,
+    /// Entries dropped since the store was last reached (logged once it is).
+    dropped: u64,
+}
+
+impl Unstored {
+    /// Queues `batch` behind the entries waiting already, dropping the oldest past
+    /// [`UNSTORED`].
+    fn push(&mut self, batch: Vec<Value>) {
+        self.entries.extend(batch);
+        let over = self.entries.len().saturating_sub(UNSTORED);
+        if over > 0 {
+            self.entries.drain(..over);
+            metrics::counter!("hitl_audit_dropped_total", "reason" => "store").increment(over as u64);
+            if self.dropped == 0 {
+                tracing::error!(
+                    kept = UNSTORED,
+                    "the store is still out of reach and too many audit entries wait for it: the oldest are dropped"
+                );
+            }
+            self.dropped += over as u64;
+        }
+    }
+
+    /// The store failed: wait longer before the next attempt.
+    fn failed(&mut self) {
+        self.backoff = (self.backoff * 2).clamp(Duration::from_millis(100), MAX_RETRY);
+        self.next_try = Some(tokio::time::Instant::now() + self.backoff);
+    }
+}
+
 /// The worker's state.
 pub(crate) struct Worker {
     /// Audit entries of the notes taken, written together.
     pub(crate) batch: Vec<Value>,
+    /// Entries the store missed, stored again when it is back.
+    pub(crate) unstored: Unstored,
     /// The status of each listed approval as this replica's events stream last told
     /// it (`None` until the listing was first read).
     pub(crate) seen: Option<std::collections::HashMap<String, String>>,
@@ -416,6 +465,9 @@ impl Worker {
                 _ = sweep.tick() => self.sweep().await,
             }
             self.flush().await;
+            if !self.unstored.entries.is_empty() {
+                self.store_audit().await;
+            }
         }
     }
 
@@ -625,9 +677,8 @@ impl Worker {
             }
             lines
         });
-        if let Err(error) = self.records.append_audit(batch).await {
-            tracing::error!(%error, "audit entries could not be stored");
-        }
+        self.unstored.push(batch);
+        self.store_audit().await;
         let (Some(file), Some(lines)) = (&self.audit_file, lines) else { return };
         let written = match file {
             AuditFile::Stdout => {
@@ -648,6 +699,36 @@ impl Worker {
         if let Err(error) = written {
             tracing::error!(%error, "audit lines could not be written");
         }
+    }
+}
+
+impl Worker {
+    /// Writes the waiting audit entries to the store, oldest first, unless it failed
+    /// moments ago: the worker calls this after each batch and every second, so
+    /// entries written while the store is out of reach reach it once it is back.
+    async fn store_audit(&mut self) {
+        let unstored = &mut self.unstored;
+        if unstored.next_try.is_some_and(|at| tokio::time::Instant::now() < at) {
+            return;
+        }
+        let retried = unstored.next_try.is_some();
+        while !unstored.entries.is_empty() {
+            let n = unstored.entries.len().min(1_024);
+            let chunk: Vec<Value> = unstored.entries.iter().take(n).cloned().collect();
+            if let Err(error) = self.records.append_audit(chunk).await {
+                if !retried {
+                    tracing::error!(%error, waiting = unstored.entries.len(),
+                        "audit entries could not be stored: kept, and stored when the store is back");
+                }
+                unstored.failed();
+                return;
+            }
+            unstored.entries.drain(..n);
+        }
+        if retried {
+            tracing::info!(dropped = unstored.dropped, "the audit entries the store missed are stored");
+        }
+        *unstored = Unstored::default();
     }
 }
 
@@ -676,6 +757,114 @@ pub fn rfc3339(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The memory store's records, out of reach while `down` is set.
+    struct Flaky {
+        inner: hitl_interrupt::MemoryStore,
+        down: std::sync::atomic::AtomicBool,
+    }
+
+    impl Flaky {
+        fn check(&self) -> Result<(), hitl_interrupt::StoreError> {
+            if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(hitl_interrupt::StoreError::Unavailable("broken pipe".into()));
+            }
+            Ok(())
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Records for Flaky {
+        async fn put_approval(&self, id: &str, entry: Value, until_ms: u64) -> Result<(), hitl_interrupt::StoreError> {
+            self.check()?;
+            self.inner.put_approval(id, entry, until_ms).await
+        }
+        async fn approval(&self, id: &str) -> Result<Option<Value>, hitl_interrupt::StoreError> {
+            self.check()?;
+            self.inner.approval(id).await
+        }
+        async fn approvals(&self) -> Result<Vec<Value>, hitl_interrupt::StoreError> {
+            self.check()?;
+            self.inner.approvals().await
+        }
+        async fn remove_approvals(&self, ids: &[String]) -> Result<(), hitl_interrupt::StoreError> {
+            self.check()?;
+            self.inner.remove_approvals(ids).await
+        }
+        async fn append_audit(&self, entries: Vec<Value>) -> Result<(), hitl_interrupt::StoreError> {
+            self.check()?;
+            self.inner.append_audit(entries).await
+        }
+        async fn audit_since(
+            &self,
+            since_ms: u64,
+            after: Option<&str>,
+            limit: usize,
+        ) -> Result<Vec<Value>, hitl_interrupt::StoreError> {
+            self.check()?;
+            self.inner.audit_since(since_ms, after, limit).await
+        }
+        async fn use_once(&self, key: &str, until_ms: u64) -> Result<bool, hitl_interrupt::StoreError> {
+            self.check()?;
+            self.inner.use_once(key, until_ms).await
+        }
+        async fn used(&self, key: &str) -> Result<bool, hitl_interrupt::StoreError> {
+            self.check()?;
+            self.inner.used(key).await
+        }
+    }
+
+    fn worker(records: Arc<Flaky>) -> Worker {
+        let keys = crate::session::Keys::new([7; 32], false);
+        Worker {
+            batch: Vec::new(),
+            unstored: Unstored::default(),
+            seen: None,
+            records,
+            base_url: "http://127.0.0.1".into(),
+            audit_file: None,
+            notifier: Notifier::new(Vec::new(), keys),
+            events: broadcast::channel(4).0,
+            retention: Retention::default(),
+        }
+    }
+
+    async fn stored(records: &Flaky) -> Vec<String> {
+        let all = records.inner.audit_since(0, None, 100).await.unwrap();
+        all.iter().map(|e| e["event"].as_str().unwrap_or_default().to_owned()).collect()
+    }
+
+    #[tokio::test]
+    async fn audit_entries_the_store_missed_are_stored_in_order_once_it_is_back() {
+        let records = Arc::new(Flaky { inner: Default::default(), down: true.into() });
+        let mut worker = worker(records.clone());
+        worker.audit(json!({"event": "executed", "thread": "t"}));
+        worker.flush().await;
+        worker.audit(json!({"event": "finished", "thread": "t"}));
+        worker.flush().await;
+        assert!(stored(&records).await.is_empty());
+        assert_eq!(worker.unstored.entries.len(), 2, "kept for the store");
+
+        records.down.store(false, std::sync::atomic::Ordering::SeqCst);
+        // The worker tries again every second (and after each batch), backing off while
+        // the store fails: the entries arrive once it is back.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !worker.unstored.entries.is_empty() {
+            assert!(tokio::time::Instant::now() < deadline, "the entries were never stored");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            worker.store_audit().await;
+        }
+        assert_eq!(stored(&records).await, ["executed", "finished"], "every entry, in order");
+        assert!(worker.unstored.next_try.is_none(), "no backoff once the store took them");
+    }
+
+    #[test]
+    fn past_the_bound_the_oldest_waiting_entries_are_dropped() {
+        let mut unstored = Unstored::default();
+        unstored.push((0..UNSTORED + 5).map(|n| json!({"n": n})).collect());
+        assert_eq!(unstored.entries.len(), UNSTORED);
+        assert_eq!((unstored.entries[0]["n"].as_u64(), unstored.dropped), (Some(5), 5), "the oldest five dropped");
+    }
 
     #[test]
     fn times_are_rfc3339_and_sensitive_arguments_are_redacted() {

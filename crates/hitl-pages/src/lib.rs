@@ -146,6 +146,7 @@ impl Pages {
         let (notes, received) = mpsc::channel(ledger::QUEUE);
         let worker = ledger::Worker {
             batch: Vec::new(),
+            unstored: ledger::Unstored::default(),
             seen: None,
             records: records.clone(),
             base_url: config.base_url.clone(),

@@ -82,6 +82,15 @@ fn describe() {
         "Retries of calls waiting for an approver that this process holds now ([approvals] hold)."
     );
     metrics::describe_gauge!("hitl_paused_calls", "Paused calls now, by tool (read from the store at each scrape).");
+    metrics::describe_gauge!(
+        "hitl_unsaved_outcomes",
+        "Outcomes of answered rounds this process holds but could not save yet (the store was out of reach)."
+    );
+    describe_counter!(
+        "hitl_audit_dropped_total",
+        "Audit entries dropped because a queue was full, by reason: behind (the ledger's events), store (entries \
+         waiting for an unreachable store)."
+    );
 }
 
 /// What a scrape reads: the recorder, and the store for the paused-calls gauge.

@@ -88,6 +88,9 @@ impl Shared {
         let task = era == Era::Modern && crate::tasks::declared(&caller.capabilities);
         // Who a task is made for (cloned only when the client follows tasks).
         let task_principal = if task { caller.principal.clone() } else { None };
+        let unpushed = matches!(request, ClientRequest::CallTool(_))
+            .then(|| self.unpushed(era, caller.session.as_deref()))
+            .flatten();
         let call = move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, prompt| Call {
             arguments: arguments.unwrap_or_default(),
             input_responses,
@@ -150,7 +153,10 @@ impl Shared {
                     return Box::pin(self.call_as_task(agent, call)).await;
                 }
                 match self.run(agent, call).await? {
-                    CallToolResponse::Complete(r) => to_json(&r),
+                    CallToolResponse::Complete(mut r) => {
+                        told_why(&mut r, unpushed.as_deref());
+                        to_json(&r)
+                    }
                     // A client that follows tasks gets the paused call as one.
                     CallToolResponse::InputRequired(r) if task => {
                         let id =
@@ -273,6 +279,24 @@ impl Shared {
                 passthrough.forget(&client).await;
             }
         });
+    }
+
+    /// For a 2025-era client that declared elicitation in its session while this server
+    /// does not push questions (`legacy_elicitation` off): why its paused calls fail and
+    /// what to do, since the client does elicit.
+    fn unpushed(&self, era: Era, session: Option<&str>) -> Option<String> {
+        if era != Era::Legacy || self.options.legacy_elicitation {
+            return None;
+        }
+        let session = crate::session::read(self.engine.secret(), session?)?;
+        let elicits = session.capabilities.elicits_form() || session.capabilities.elicits_url();
+        elicits.then(|| {
+            format!(
+                "This server does not push questions to clients of protocol version {}: call it with protocol version {} to answer them.",
+                session.version,
+                version::MODERN
+            )
+        })
     }
 
     fn capabilities(&self) -> ServerCapabilities {
@@ -492,4 +516,13 @@ pub(crate) fn asker(caller: &Caller) -> crate::Asker {
 /// The client a 2025-era session subscribes as (and its GET stream is told for).
 pub(crate) fn session_client(session: &str) -> String {
     format!("session:{session}")
+}
+
+/// Adds `why` after the blocks of the error result a 2025-era client gets when a tool
+/// pauses ([`hitl_interrupt::LEGACY_CANNOT_ANSWER`], whose text the seed fixes).
+fn told_why(result: &mut hitl_protocol::CallToolResult, why: Option<&str>) {
+    let paused = result.content.first().and_then(ContentBlock::as_text) == Some(hitl_interrupt::LEGACY_CANNOT_ANSWER);
+    if let (Some(why), true, Some(true)) = (why, paused, result.is_error) {
+        result.content.push(ContentBlock::text(why));
+    }
 }

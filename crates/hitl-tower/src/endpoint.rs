@@ -42,6 +42,12 @@ impl Shared {
             && takes_sse
             && matches!(request, ClientRequest::CallTool(_) | ClientRequest::GetPrompt(_))
             && let Some(session) = session.and_then(|id| session::read(self.engine.secret(), &id))
+            // A client that answers none of what a round asks gets the error result of
+            // any 2025-era client, not a stream of requests it cannot take.
+            && (session.capabilities.elicits_form()
+                || session.capabilities.elicits_url()
+                || session.capabilities.sampling.is_some()
+                || session.capabilities.roots.is_some())
         {
             let pushed = push::Pushed { id, request, caller, session, progress_token: stream };
             return self.push(pushed);

@@ -1,8 +1,9 @@
 //! Progress over Server-Sent Events: when a `tools/call` or `prompts/get` carries a
 //! `progressToken` and the client accepts `text/event-stream`, the response is a stream
 //! of `notifications/progress` (one per finished superstep, after a first `0`, and
-//! those steps report, such as a gateway's upstream's; only values that increase are
-//! sent) ending with the JSON-RPC response. One JSON message per `data:` line. Closing the stream
+//! those steps report, such as a gateway's upstream's, moved past hitl's own values
+//! when they would not be larger: the values strictly increase) ending with the
+//! JSON-RPC response. One JSON message per `data:` line. Closing the stream
 //! cancels the run: it stops before its next superstep and the round stays open.
 
 use std::sync::Arc;
@@ -57,18 +58,45 @@ where
     stream_response(rx, cancel)
 }
 
-/// The progress callback of a run whose stream is `tx`: `notifications/progress` for
-/// `token`, only values that increase, starting with `0` at once.
-pub(crate) fn progress_fn(token: Value, tx: mpsc::UnboundedSender<Bytes>) -> hitl_graph::ProgressFn {
-    let last = std::sync::Mutex::new(None::<f64>);
-    let progress: hitl_graph::ProgressFn = Arc::new(move |report: hitl_graph::Progress| {
-        let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
-        if last.is_some_and(|before| report.progress <= before) {
-            return;
+/// The values sent on one token so far: the last, and the offset of the values steps
+/// report (a gateway's upstream's, on a scale of their own).
+#[derive(Debug, Default)]
+pub(crate) struct Sent {
+    last: Option<f64>,
+    offset: f64,
+}
+
+impl Sent {
+    /// The value and total to send for `report`, or `None` when it is not sent. The
+    /// values on a token must strictly increase (MCP): the run's own count of supersteps
+    /// that would not is dropped; a value a step reports never is, but moves past the
+    /// last value sent, with its total, when it would not be larger (the offset then
+    /// holds for the step's next values).
+    pub(crate) fn next(&mut self, report: &hitl_graph::Progress) -> Option<(f64, Option<f64>)> {
+        let (mut value, mut total) = (report.progress, report.total);
+        if report.from_step {
+            if self.last.is_some_and(|last| value + self.offset <= last) {
+                self.offset = self.last.unwrap_or_default() + 1.0 - value;
+            }
+            value += self.offset;
+            total = total.map(|t| t + self.offset);
         }
-        *last = Some(report.progress);
-        let mut params = json!({"progressToken": token, "progress": number(report.progress)});
-        if let Some(total) = report.total {
+        if !value.is_finite() || self.last.is_some_and(|last| value <= last) {
+            return None;
+        }
+        self.last = Some(value);
+        Some((value, total))
+    }
+}
+
+/// The progress callback of a run whose stream is `tx`: `notifications/progress` for
+/// `token`, strictly increasing ([`Sent::next`]), starting with `0` at once.
+pub(crate) fn progress_fn(token: Value, tx: mpsc::UnboundedSender<Bytes>) -> hitl_graph::ProgressFn {
+    let sent = std::sync::Mutex::new(Sent::default());
+    let progress: hitl_graph::ProgressFn = Arc::new(move |report: hitl_graph::Progress| {
+        let Some((value, total)) = sent.lock().unwrap_or_else(|p| p.into_inner()).next(&report) else { return };
+        let mut params = json!({"progressToken": token, "progress": number(value)});
+        if let Some(total) = total {
             params["total"] = number(total);
         }
         if let Some(message) = report.message {

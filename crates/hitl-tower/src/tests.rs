@@ -347,3 +347,34 @@ async fn the_http_app_routes_and_limits_bodies_without_sockets() {
         .unwrap();
     assert_eq!(app.clone().oneshot(served).await.unwrap().status(), StatusCode::OK);
 }
+
+#[test]
+fn progress_on_a_token_strictly_increases_and_relayed_values_move_past_hitls_own() {
+    let own = hitl_graph::Progress::at;
+    let step = |value: f64, total: f64| hitl_graph::Progress {
+        total: Some(total),
+        message: Some(format!("{value}/{total}")),
+        from_step: true,
+        ..hitl_graph::Progress::at(value)
+    };
+    let mut sent = crate::sse::Sent::default();
+    let shown: Vec<Option<(f64, Option<f64>)>> =
+        [own(0.0), own(1.0), step(1.0, 3.0), step(2.0, 3.0), step(3.0, 3.0), own(2.0)]
+            .iter()
+            .map(|report| sent.next(report))
+            .collect();
+    let expected = vec![
+        Some((0.0, None)),
+        Some((1.0, None)),
+        Some((2.0, Some(4.0))),
+        Some((3.0, Some(4.0))),
+        Some((4.0, Some(4.0))),
+        None,
+    ];
+    assert_eq!(shown, expected, "the upstream's 1/3 after hitl's 1 is sent as 2/4, its next ones likewise");
+    let mut fresh = crate::sse::Sent::default();
+    assert_eq!(fresh.next(&step(5.0, 10.0)), Some((5.0, Some(10.0))), "a value already larger is sent as it is");
+    assert_eq!(fresh.next(&step(5.0, 10.0)), Some((6.0, Some(11.0))), "a repeated one is moved past");
+    assert_eq!(fresh.next(&own(3.0)), None, "hitl's own value that would not increase is dropped");
+    assert_eq!(fresh.next(&step(f64::NAN, 1.0)), None, "a value that is no number is never sent");
+}

@@ -404,6 +404,34 @@ async fn listen_in(transport: Arc<dyn Transport>, era: Era, upstream: String) {
     .await;
 }
 
+/// What hitl declares in the session every caller shares (tools are listed in it; a
+/// stdio process or a 2025-era HTTP upstream without sessions serves every call in
+/// it): the requests it relays to whichever client a call is made for, refusing them
+/// (`-32601`) for a client that lacks them. Not `roots`: a client's roots belong to its
+/// own session, and servers ask for them when the session starts, when no call, so no
+/// client, is there to answer.
+fn shared_capabilities() -> Value {
+    json!({"elicitation": {"form": {}, "url": {}}, "sampling": {}})
+}
+
+/// What hitl declares in a caller's own session: what that client declared of what
+/// hitl relays (`elicitation`, `sampling`, `roots`), read from the call's `_meta`
+/// (`io.modelcontextprotocol/clientCapabilities`); nothing when the call names none.
+fn relayed(params: &Map<String, Value>) -> Value {
+    let declared = params
+        .get("_meta")
+        .and_then(|m| m.get(meta::CLIENT_CAPABILITIES))
+        .and_then(Value::as_object)
+        .map(|caps| {
+            caps.iter()
+                .filter(|(name, _)| matches!(name.as_str(), "elicitation" | "sampling" | "roots"))
+                .map(|(name, value)| (name.clone(), value.clone()))
+                .collect::<Map<String, Value>>()
+        })
+        .unwrap_or_default();
+    Value::Object(declared)
+}
+
 /// This client, as upstreams see it.
 fn client_info() -> Value {
     json!({"name": "hitl", "version": env!("CARGO_PKG_VERSION")})
@@ -536,7 +564,7 @@ impl Upstream {
     /// The era of caller `key`'s session (`slot`), opened with `listing`'s revision if
     /// need be; an opened session's own stream is read (the upstream's requests and
     /// list changes that belong to it come there) until the session is dropped.
-    pub(crate) async fn keyed_era(&self, slot: &Slot, listing: &Era) -> Result<Era, UpstreamError> {
+    pub(crate) async fn keyed_era(&self, slot: &Slot, listing: &Era, declared: &Value) -> Result<Era, UpstreamError> {
         let mut opened = slot.lock().await;
         let generation = self.transport.connect().await?;
         if let Some(known) = &*opened
@@ -545,7 +573,7 @@ impl Upstream {
             return Ok(known.era.clone());
         }
         let Era::Legacy { version, .. } = listing else { return Ok(listing.clone()) };
-        let era = self.initialize(version).await?;
+        let era = self.initialize(version, declared.clone()).await?;
         tracing::debug!(upstream = %self.name, "a caller's session is opened");
         let listener = tokio::runtime::Handle::try_current().ok().map(|runtime| {
             runtime.spawn(listen_in(self.transport.clone(), era.clone(), self.name.clone())).abort_handle()
@@ -692,12 +720,13 @@ impl Upstream {
             && matches!(era, Era::Legacy { session: Some(_), .. })
         {
             let lease = self.lease(key);
-            let era = self.keyed_era(&lease.slot, &era).await.map_err(unsent)?;
+            let declared = relayed(&params);
+            let era = self.keyed_era(&lease.slot, &era, &declared).await.map_err(unsent)?;
             return match self.send(&era, method, params.clone(), asks.clone()).await {
                 Err(UpstreamError::SessionGone { .. }) => {
                     Self::forget_keyed(&lease.slot, &era).await;
                     let listing = self.era().await?;
-                    let era = self.keyed_era(&lease.slot, &listing).await?;
+                    let era = self.keyed_era(&lease.slot, &listing, &declared).await?;
                     self.send(&era, method, params, asks).await
                 }
                 other => other,
@@ -824,7 +853,7 @@ impl Upstream {
     async fn negotiate(&self) -> Result<Era, UpstreamError> {
         match self.protocol.as_deref() {
             Some(version::MODERN) => return self.discover().await,
-            Some(legacy) => return self.initialize(legacy).await,
+            Some(legacy) => return self.initialize(legacy, shared_capabilities()).await,
             None => {}
         }
         // A modern request first; a server of an older revision refuses it (or answers
@@ -834,7 +863,7 @@ impl Upstream {
             Err(
                 e @ (UpstreamError::Unreachable { .. } | UpstreamError::NotSent { .. } | UpstreamError::Timeout { .. }),
             ) => Err(e),
-            Err(_) => self.initialize(version::LEGACY[0]).await,
+            Err(_) => self.initialize(version::LEGACY[0], shared_capabilities()).await,
         }
     }
 
@@ -856,14 +885,13 @@ impl Upstream {
         Err(self.protocol(format!("it supports {versions:?}, not {}", version::MODERN)))
     }
 
-    /// The legacy handshake: `initialize` with `requested`, the session id it gives,
-    /// then `notifications/initialized`.
-    async fn initialize(&self, requested: &str) -> Result<Era, UpstreamError> {
-        // What the clients the gateway serves may answer; a request a client cannot
-        // answer is refused for that call.
+    /// The legacy handshake: `initialize` with `requested` and `capabilities` (what
+    /// hitl relays in this session), the session id it gives, then
+    /// `notifications/initialized`.
+    async fn initialize(&self, requested: &str, capabilities: Value) -> Result<Era, UpstreamError> {
         let params = json!({
             "protocolVersion": requested,
-            "capabilities": {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}},
+            "capabilities": capabilities,
             "clientInfo": client_info(),
         });
         let Value::Object(params) = params else { unreachable!("an object literal") };
@@ -992,6 +1020,16 @@ mod tests {
     fn asks() -> (Asks, mpsc::UnboundedReceiver<Incoming>) {
         let (sender, inbox) = mpsc::unbounded_channel();
         (Asks { sender, progress: false }, inbox)
+    }
+
+    #[test]
+    fn sessions_declare_only_what_hitl_relays() {
+        assert!(shared_capabilities().get("roots").is_none(), "no client answers roots at a session's start");
+        let params = json!({"name": "t", "_meta": {meta::CLIENT_CAPABILITIES:
+            {"elicitation": {"form": {}}, "roots": {"listChanged": true}, "extensions": {"x": {}}}}});
+        let params = params.as_object().cloned().unwrap();
+        assert_eq!(relayed(&params), json!({"elicitation": {"form": {}}, "roots": {"listChanged": true}}));
+        assert_eq!(relayed(&Map::new()), json!({}), "a call that names no capabilities declares none");
     }
 
     #[test]

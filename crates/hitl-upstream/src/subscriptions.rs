@@ -131,7 +131,8 @@ impl Upstream {
         let (era, lease) = match (key, &listing) {
             (Some(key), Era::Legacy { session: Some(_), .. }) => {
                 let lease = self.lease(key);
-                let era = self.keyed_era(&lease.slot, &listing).await?;
+                // A session a subscription opens declares nothing: no call of this caller runs in it yet.
+                let era = self.keyed_era(&lease.slot, &listing, &Value::Object(Default::default())).await?;
                 (era, Some(lease))
             }
             _ => (listing, None),
