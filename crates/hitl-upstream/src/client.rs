@@ -25,6 +25,9 @@ pub(crate) struct Outgoing<'a> {
     /// Where requests the upstream sends while this one runs go (`None`: refused).
     /// With it, the transport sets no time limit: the [`Call`] does.
     pub(crate) asks: Option<Asks>,
+    /// For a stream ([`Transport::listen`]): told once it is open (dropped untold when
+    /// it could not be opened).
+    pub(crate) opened: Option<oneshot::Sender<()>>,
 }
 
 /// Where what the upstream sends in the course of a call goes (a [`Call`]'s inbox).
@@ -393,9 +396,11 @@ where
 /// Reads the stream of a caller's session `era` (its GET stream) for as long as the
 /// session lives (the task is aborted when it is dropped, and it ends when the upstream
 /// no longer knows the session).
-async fn listen_in(transport: Arc<dyn Transport>, era: Era, upstream: String) {
+async fn listen_in(transport: Arc<dyn Transport>, era: Era, upstream: String, opened: oneshot::Sender<()>) {
+    let opened = std::sync::Mutex::new(Some(opened));
     keep_open(&upstream, "a caller's session stream", || async {
-        let subscribe = Outgoing { method: "", id: None, body: Vec::new(), name: None, asks: None };
+        let opened = opened.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let subscribe = Outgoing { method: "", id: None, body: Vec::new(), name: None, asks: None, opened };
         match transport.listen(&era, subscribe).await {
             Err(UpstreamError::SessionGone { .. }) => Ok(Listened::Unsupported),
             other => other,
@@ -575,10 +580,15 @@ impl Upstream {
         let Era::Legacy { version, .. } = listing else { return Ok(listing.clone()) };
         let era = self.initialize(version, declared.clone()).await?;
         tracing::debug!(upstream = %self.name, "a caller's session is opened");
+        let (stream_open, stream_opened) = oneshot::channel();
         let listener = tokio::runtime::Handle::try_current().ok().map(|runtime| {
-            runtime.spawn(listen_in(self.transport.clone(), era.clone(), self.name.clone())).abort_handle()
+            let listen = listen_in(self.transport.clone(), era.clone(), self.name.clone(), stream_open);
+            runtime.spawn(listen).abort_handle()
         });
         *opened = Some(Opened { era: era.clone(), generation, listener });
+        // What the upstream sends the session before its stream is open is lost (a list
+        // change the first call causes): wait for the stream, a second at most.
+        let _ = tokio::time::timeout(Duration::from_secs(1), stream_opened).await;
         Ok(era)
     }
 
@@ -610,7 +620,7 @@ impl Upstream {
             }});
             let Value::Object(params) = params else { unreachable!("an object literal") };
             let (body, name) = body(&era, Some(id), method, Some(params));
-            let subscribe = Outgoing { method, id: Some(id), body, name, asks: None };
+            let subscribe = Outgoing { method, id: Some(id), body, name, asks: None, opened: None };
             let outcome = self.transport.listen(&era, subscribe).await;
             if let Err(UpstreamError::SessionGone { .. }) = &outcome {
                 self.forget(&era).await;
@@ -942,7 +952,8 @@ impl Upstream {
             }
         }
         let (body, name) = body(era, id, method, params);
-        let exchanged = self.noted(self.transport.exchange(era, Outgoing { method, id, body, name, asks }).await)?;
+        let exchanged =
+            self.noted(self.transport.exchange(era, Outgoing { method, id, body, name, asks, opened: None }).await)?;
         let result = match exchanged.response {
             None => None,
             Some(Ok(result)) => Some(result),

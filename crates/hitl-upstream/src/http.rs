@@ -184,6 +184,9 @@ impl Transport for HttpTransport {
         if status == StatusCode::METHOD_NOT_ALLOWED || (status.is_success() && !sse) {
             return Ok(Listened::Unsupported);
         }
+        if let (true, Some(opened)) = (status.is_success(), subscribe.opened) {
+            let _ = opened.send(());
+        }
         if !status.is_success() {
             let bytes = self.whole(response.into_body()).await?;
             if refuses_session(era, status) && (status == StatusCode::NOT_FOUND || names_session(&bytes)) {

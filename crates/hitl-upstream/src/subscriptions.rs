@@ -199,7 +199,7 @@ impl Upstream {
                 unreachable!("an object literal")
             };
             let (body, name) = crate::client::body(&Era::Modern, Some(id), method, Some(params));
-            let subscribe = Outgoing { method, id: Some(id), body, name, asks: None };
+            let subscribe = Outgoing { method, id: Some(id), body, name, asks: None, opened: None };
             tokio::select! {
                 outcome = self.transport.listen(&Era::Modern, subscribe) => match outcome {
                     Ok(Listened::Ended) => pause = Duration::from_secs(1),
