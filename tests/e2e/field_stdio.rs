@@ -61,6 +61,9 @@ async fn an_approved_write_waits_for_a_crashed_stdio_server_to_come_back_and_run
     // The server dies while the write waits for review (it was started under 10 s ago,
     // so it is started again only after a pause).
     assert!(kill(&folder.0.display().to_string()), "the filesystem server was running");
+    // hitl sees the process end (the reviewer decides later than that); were the write
+    // sent before, into the pipe of a process still dying, its outcome would be unknown.
+    crate::field::upstream_becomes(&server, "fs", "unreachable").await;
     let done = server.call_tool(2, approve.clone()).await;
     assert!(done.body["result"]["isError"] != true, "{}", done.body);
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "written after the crash");
