@@ -5,37 +5,13 @@
 //! upstream's failure and is never sent again. Behind a wrapper (`sh -c "cat | node …"`)
 //! the crash is seen by the health probe.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::{Value, json};
 
 use crate::gateway::{ConfigFile, text};
 use crate::harness::{Server, cannot_run};
-
-/// A folder of its own for the filesystem server, removed on drop; its path names the
-/// server's process (for `pkill -f`).
-struct Folder(PathBuf);
-
-impl Folder {
-    fn new(what: &str) -> Self {
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("hitl-fs-{what}-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir.canonicalize().unwrap())
-    }
-
-    fn path(&self, name: &str) -> String {
-        self.0.join(name).display().to_string()
-    }
-}
-
-impl Drop for Folder {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use crate::relay::Folder;
 
 /// Node and the filesystem server's entry script, or `None` after `cannot_run`.
 pub(crate) fn filesystem_server() -> Option<(String, String)> {
@@ -77,7 +53,7 @@ fn kill(tag: &str) -> bool {
 #[tokio::test]
 async fn an_approved_write_waits_for_a_crashed_stdio_server_to_come_back_and_runs_once() {
     let Some((node, script)) = filesystem_server() else { return };
-    let folder = Folder::new("crash");
+    let folder = Folder::new("fs-crash");
     let command = vec![node, script, folder.0.display().to_string()];
     let (server, _file) = gateway(&command, "").await;
     let target = folder.path("notes.txt");
@@ -85,6 +61,9 @@ async fn an_approved_write_waits_for_a_crashed_stdio_server_to_come_back_and_run
     // The server dies while the write waits for review (it was started under 10 s ago,
     // so it is started again only after a pause).
     assert!(kill(&folder.0.display().to_string()), "the filesystem server was running");
+    // hitl sees the process end (the reviewer decides later than that); were the write
+    // sent before, into the pipe of a process still dying, its outcome would be unknown.
+    crate::field::upstream_becomes(&server, "fs", "unreachable").await;
     let done = server.call_tool(2, approve.clone()).await;
     assert!(done.body["result"]["isError"] != true, "{}", done.body);
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "written after the crash");
@@ -102,7 +81,7 @@ async fn a_write_sent_when_the_stdio_server_died_is_not_sent_again() {
         cannot_run("field", "HITL_PYTHON is not set");
         return;
     };
-    let folder = Folder::new("sent");
+    let folder = Folder::new("fs-sent");
     let log = folder.path("calls.log");
     let wrapper = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/kill_on_call.py");
     let command = vec![
@@ -131,7 +110,7 @@ async fn a_write_sent_when_the_stdio_server_died_is_not_sent_again() {
 #[tokio::test]
 async fn behind_a_wrapper_the_health_probe_sees_the_crash_and_the_approved_write_runs_once() {
     let Some((node, script)) = filesystem_server() else { return };
-    let folder = Folder::new("wrapped");
+    let folder = Folder::new("fs-wrapped");
     let dir = folder.0.display().to_string();
     // The shell keeps hitl's pipe open after node dies: only a write shows the crash.
     let command = vec!["sh".into(), "-c".into(), format!("cat | {node:?} {script:?} {dir:?}")];

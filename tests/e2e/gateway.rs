@@ -717,22 +717,7 @@ async fn a_changed_tool_list_is_listed_again_at_once() {
 
 /// `tools/call` of `name` asking for progress: the SSE messages of the response.
 async fn with_progress(server: &Server, name: &str, arguments: Value) -> Vec<Value> {
-    let mut meta = crate::harness::modern_meta(json!({"elicitation": {}}));
-    meta["progressToken"] = json!("watch");
-    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                      "params": {"name": name, "arguments": arguments, "_meta": meta}});
-    let headers = [
-        ("content-type", "application/json"),
-        ("accept", "application/json, text/event-stream"),
-        ("mcp-protocol-version", "2026-07-28"),
-        ("mcp-method", "tools/call"),
-        ("mcp-name", name),
-    ];
-    let (status, headers, text) =
-        server.raw(http::Method::POST, "/mcp", &headers, bytes::Bytes::from(body.to_string())).await;
-    assert_eq!(status, 200, "{text}");
-    assert_eq!(headers["content-type"], "text/event-stream", "{text}");
-    text.lines().filter_map(|l| l.strip_prefix("data: ")).map(|l| serde_json::from_str(l).unwrap()).collect()
+    crate::relay::watched(server, name, json!({ "arguments": arguments })).await
 }
 
 #[tokio::test]

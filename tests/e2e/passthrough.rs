@@ -215,14 +215,19 @@ async fn list_changes_reach_both_eras_notification_streams() {
     // A 2026-07-28 client listens for tool and prompt list changes.
     let listen = json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen", "params": {
         "_meta": crate::harness::modern_meta(json!({})),
-        "notifications": {"toolsListChanged": true, "promptsListChanged": true,
-                          "resourceSubscriptions": ["file:///x"]}}});
+        "notifications": {"toolsListChanged": true, "promptsListChanged": true}}});
     let headers = [
         ("content-type", "application/json"),
         ("accept", "application/json, text/event-stream"),
         ("mcp-protocol-version", "2026-07-28"),
         ("mcp-method", "subscriptions/listen"),
     ];
+    // A resource no upstream serves cannot be subscribed to: no stream opens.
+    let mut nowhere = listen.clone();
+    nowhere["params"]["notifications"]["resourceSubscriptions"] = json!(["file:///x"]);
+    let refused = server.post_raw(&headers, nowhere.to_string()).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert_eq!(refused.body["error"]["message"], "Resource not found: file:///x", "{}", refused.body);
     let (status, mut modern) = Stream::open(&server, http::Method::POST, &headers, listen.to_string()).await;
     assert_eq!(status, 200);
     let ack = modern.next().await;
@@ -265,4 +270,196 @@ async fn the_python_sdk_reads_a_resource_and_gets_a_prompt() {
     let Some((passed, log)) = crate::python_sdk::run_script("sdk_passthrough.py", &server).await else { return };
     assert!(passed, "the Python SDK passthrough script failed:\n{log}");
     assert!(log.contains("OK"), "{log}");
+}
+
+/// `[gateway] unmatched` judges resource and prompt globs as it judges tool globs: one
+/// that matches no resource URI or template (by the upstream's prefix) or no prompt
+/// server-everything lists is logged with its line and the name it meant, counted in
+/// `/healthz`, named by `hitl check --connect`, and refused by `unmatched = "error"`.
+#[tokio::test]
+async fn resource_and_prompt_globs_that_match_nothing_are_named() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let Some(_upstream) = Everything::start(port).await else { return };
+    let config = |head: &str| {
+        format!(
+            "{head}[[upstream]]\nname = \"ev\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n\n\
+             [[policy]]\nresources = [\"demo://resource/static/document/architecture.md\"]\naction = \"deny\"\n\n\
+             [[policy]]\nprompts = [\"ev.simple_prompt\"]\naction = \"deny\"\n\n\
+             [[policy]]\nresources = [\"ev.demo://resource/dynamic/text/*\"]\nprompts = [\"ev.args-prompt\"]\naction = \"allow\"\n"
+        )
+    };
+    let file = ConfigFile::write(&config(""));
+    let (server, log) = crate::trust::serve_logged(&file.0);
+    server.wait_healthy().await;
+    let health = server.request(http::Method::GET, "/healthz", &[], Bytes::new()).await.unwrap();
+    assert_eq!(health.body["unmatched_policies"], 2, "the third policy matches: {}", health.body);
+
+    let path = file.0.display().to_string();
+    let resource = format!(
+        "policy at {path}:5 (resources = [\"demo://resource/static/document/architecture.md\"]): \
+         \"demo://resource/static/document/architecture.md\" matches no listed resource or resource template; \
+         did you mean \"ev.demo://resource/static/document/architecture.md\"?"
+    );
+    let prompt = format!(
+        "policy at {path}:9 (prompts = [\"ev.simple_prompt\"]): \"ev.simple_prompt\" matches no listed prompt; \
+         did you mean \"ev.simple-prompt\"?"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let said = log.lock().unwrap().clone();
+        if said.contains(&resource) && said.contains(&prompt) {
+            assert!(said.contains("WARN"), "{said}");
+            assert!(said.contains("the resource it meant is read under the default action"), "{said}");
+            assert!(!said.contains("\"ev.args-prompt\" matches"), "a glob that matches is not named: {said}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not logged: {said}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let (ok, said) = crate::trust::check(&["--connect", "--config", &path]);
+    assert!(!ok, "{said}");
+    assert!(said.contains("2 policy glob(s) guard nothing"), "{said}");
+    assert!(said.contains(&resource) && said.contains(&prompt), "{said}");
+
+    let strict = ConfigFile::write(&config("[gateway]\nunmatched = \"error\"\n\n"));
+    let output = std::process::Command::new(Server::program())
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&strict.0)
+        .env("HITL_SECRET", crate::harness::TEST_SECRET)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{said}");
+    assert!(said.contains("[gateway] unmatched = \"error\": 2 policy glob(s) guard nothing"), "{said}");
+    assert!(said.contains("did you mean \"ev.simple-prompt\"?"), "{said}");
+}
+
+/// The next message on `stream` with `method` (others, such as list changes, are
+/// skipped), within 20 s (server-everything tells a subscribed resource's update at
+/// once when its updates are turned on, then every 5 s).
+async fn next_of(stream: &mut Stream, method: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(Instant::now() < deadline, "no {method} within 20 s");
+        let message = stream.next().await;
+        if message["method"] == method {
+            return message;
+        }
+    }
+}
+
+/// `/healthz`'s subscription counts once they are `(clients, upstream)`, polled.
+async fn subscriptions_become(server: &Server, want: (u64, u64)) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let health = server.request(http::Method::GET, "/healthz", &[], Bytes::new()).await.unwrap();
+        let counts = (
+            health.body["resource_subscriptions"].as_u64().unwrap_or(u64::MAX),
+            health.body["upstream_subscriptions"].as_u64().unwrap_or(u64::MAX),
+        );
+        if counts == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "subscriptions {counts:?}, not {want:?}: {}", health.body);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Resource subscriptions through hitl, to server-everything (which offers them and,
+/// once `toggle-subscriber-updates` is called in a session, tells that session's
+/// subscribed resources as updated every 5 s): a 2025-era client's
+/// `resources/subscribe` and its GET stream, a 2026-07-28 client's
+/// `subscriptions/listen`; each upstream subscription made in the caller's own session
+/// and ended with its last subscriber; precise errors for what cannot be subscribed to.
+#[tokio::test]
+async fn resource_updates_reach_the_clients_that_subscribed_on_both_eras() {
+    let denied = "demo://resource/static/document/features.md";
+    let policy = format!("\n[[policy]]\nresources = [\"ev.{denied}\"]\naction = \"deny\"\n");
+    let Some((_upstream, _file, server)) = everything(&policy, &[]).await else { return };
+    let document = "demo://resource/static/document/architecture.md";
+
+    // A 2025-era client: its session, its GET stream, then resources/subscribe.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}}});
+    let opened = server.post_raw(&[], init.to_string()).await;
+    assert_eq!(opened.body["result"]["capabilities"]["resources"]["subscribe"], true, "{}", opened.body);
+    let session = opened.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let in_session = [("mcp-session-id", session.as_str())];
+    let legacy = |id: u64, method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    };
+    let get = [("accept", "text/event-stream"), ("mcp-session-id", session.as_str())];
+    let (status, mut stream) = Stream::open(&server, http::Method::GET, &get, String::new()).await;
+    assert_eq!(status, 200);
+    let subscribed = server.post_raw(&in_session, legacy(1, "resources/subscribe", json!({"uri": document}))).await;
+    assert_eq!(subscribed.body["result"], json!({}), "{}", subscribed.body);
+    let again = server.post_raw(&in_session, legacy(2, "resources/subscribe", json!({"uri": document}))).await;
+    assert_eq!(again.body["result"], json!({}), "subscribing again is a no-op: {}", again.body);
+    subscriptions_become(&server, (1, 1)).await;
+    let toggle = legacy(3, "tools/call", json!({"name": "ev.toggle-subscriber-updates", "arguments": {}}));
+    let toggled = server.post_raw(&in_session, toggle).await;
+    let said = toggled.body["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(said.starts_with("Started simulated resource updated notifications"), "{}", toggled.body);
+    let updated = next_of(&mut stream, "notifications/resources/updated").await;
+    assert_eq!(
+        updated,
+        json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": document}})
+    );
+
+    // What cannot be subscribed to is refused, precisely.
+    let nowhere = server.post_raw(&in_session, legacy(4, "resources/subscribe", json!({"uri": "nowhere://x"}))).await;
+    assert_eq!(nowhere.body["error"]["code"], -32602, "{}", nowhere.body);
+    assert_eq!(nowhere.body["error"]["message"], "Resource not found: nowhere://x");
+    let refused = server.post_raw(&in_session, legacy(5, "resources/subscribe", json!({"uri": denied}))).await;
+    assert_eq!(refused.body["error"]["code"], -32602, "{}", refused.body);
+    let message = refused.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with(&format!("Resource {denied} is denied by the policy resources = ")), "{message}");
+    let sessionless = server.post_raw(&[], legacy(6, "resources/subscribe", json!({"uri": document}))).await;
+    assert_eq!(sessionless.body["error"]["code"], -32600, "{}", sessionless.body);
+    let missing = server.post_raw(&in_session, legacy(7, "resources/subscribe", json!({}))).await;
+    assert_eq!(missing.body["error"]["code"], -32602, "{}", missing.body);
+
+    // A 2026-07-28 client listens for the same resource: its own upstream session.
+    let listen = |uris: Vec<&str>| {
+        json!({"jsonrpc": "2.0", "id": "sub-1", "method": "subscriptions/listen", "params": {
+            "_meta": crate::harness::modern_meta(json!({})),
+            "notifications": {"toolsListChanged": true, "resourceSubscriptions": uris}}})
+        .to_string()
+    };
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "subscriptions/listen"),
+    ];
+    let (status, mut modern_stream) = Stream::open(&server, http::Method::POST, &headers, listen(vec![document])).await;
+    assert_eq!(status, 200);
+    let ack = modern_stream.next().await;
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true, "resourceSubscriptions": [document]}),
+        "{ack}"
+    );
+    subscriptions_become(&server, (2, 2)).await;
+    // Called as the listening client (the same capabilities: the same upstream session).
+    let toggle = json!({"name": "ev.toggle-subscriber-updates", "arguments": {}});
+    let toggled = server.modern(8, "tools/call", toggle, json!({})).await;
+    let said = toggled.body["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(said.starts_with("Started simulated resource updated notifications"), "{}", toggled.body);
+    let updated = next_of(&mut modern_stream, "notifications/resources/updated").await;
+    assert_eq!(updated["params"]["uri"], document, "{updated}");
+    assert_eq!(updated["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "sub-1", "{updated}");
+
+    // A listen naming a resource it may not read opens no stream and subscribes nothing.
+    let denied_listen = server.post_raw(&headers, listen(vec![document, denied])).await;
+    assert_eq!((denied_listen.status, denied_listen.body["error"]["code"].as_i64()), (400, Some(-32602)));
+    subscriptions_become(&server, (2, 2)).await;
+
+    // The last subscriber gone, the upstream is unsubscribed.
+    drop(modern_stream);
+    subscriptions_become(&server, (1, 1)).await;
+    let gone = server.post_raw(&in_session, legacy(9, "resources/unsubscribe", json!({"uri": document}))).await;
+    assert_eq!(gone.body["result"], json!({}), "{}", gone.body);
+    subscriptions_become(&server, (0, 0)).await;
 }

@@ -11,17 +11,25 @@ use serde_json::{Value, json};
 use crate::gateway::ConfigFile;
 use crate::harness::{Server, cannot_run};
 
-/// A folder of its own under the system's temporary folder, removed when dropped.
-struct Folder(PathBuf);
+/// A folder of its own under the system's temporary folder, removed when dropped (its
+/// path also names a server started on it, for `pkill -f`).
+pub(crate) struct Folder(pub(crate) PathBuf);
 
 impl Folder {
-    fn new(what: &str) -> Self {
+    pub(crate) fn new(what: &str) -> Self {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = std::env::temp_dir().join(format!("hitl-e2e-{what}-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&path).unwrap();
         // The filesystem server compares real paths.
         Self(path.canonicalize().unwrap())
+    }
+}
+
+impl Folder {
+    /// The path of `name` in it.
+    pub(crate) fn path(&self, name: &str) -> String {
+        self.0.join(name).display().to_string()
     }
 }
 
@@ -128,7 +136,7 @@ async fn sdk_clients_accept_what_reviewers_answer_for_tools_with_an_output_schem
 
 /// A 2026-07-28 `tools/call` of `name` with progress token `watch`, over SSE: every
 /// message of the stream, the response last.
-async fn watched(server: &Server, name: &str, mut params: Value) -> Vec<Value> {
+pub(crate) async fn watched(server: &Server, name: &str, mut params: Value) -> Vec<Value> {
     let mut meta = crate::harness::modern_meta(json!({"elicitation": {}}));
     meta["progressToken"] = json!("watch");
     params["name"] = json!(name);
@@ -141,9 +149,10 @@ async fn watched(server: &Server, name: &str, mut params: Value) -> Vec<Value> {
         ("mcp-method", "tools/call"),
         ("mcp-name", name),
     ];
-    let (status, _, text) =
+    let (status, headers, text) =
         server.raw(http::Method::POST, "/mcp", &headers, bytes::Bytes::from(body.to_string())).await;
     assert_eq!(status, 200, "{text}");
+    assert_eq!(headers["content-type"], "text/event-stream", "{text}");
     text.lines().filter_map(|l| l.strip_prefix("data: ")).map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 

@@ -155,7 +155,7 @@ async fn metrics_on_the_main_listener_need_an_admin_when_auth_is_on() {
 }
 
 /// The server program on `config`, with its log (`WARN` and up) collected as it runs.
-fn serve_logged(config: &std::path::Path) -> (Server, std::sync::Arc<std::sync::Mutex<String>>) {
+pub(crate) fn serve_logged(config: &std::path::Path) -> (Server, std::sync::Arc<std::sync::Mutex<String>>) {
     let mut command = std::process::Command::new(Server::program());
     command.args(["serve", "--listen", "127.0.0.1:0", "--config"]).arg(config).stderr(std::process::Stdio::piped());
     let mut server = Server::spawn_command(command);
@@ -173,7 +173,7 @@ fn serve_logged(config: &std::path::Path) -> (Server, std::sync::Arc<std::sync::
 }
 
 /// `hitl check` with `args`: whether it passed, and what it said.
-fn check(args: &[&str]) -> (bool, String) {
+pub(crate) fn check(args: &[&str]) -> (bool, String) {
     let output = std::process::Command::new(Server::program())
         .arg("check")
         .args(args)

@@ -43,6 +43,7 @@ mod catalog;
 mod hold;
 mod passthrough;
 mod policy;
+mod subscriptions;
 mod tools;
 mod upstream;
 
@@ -63,6 +64,7 @@ pub use policy::{
     UpstreamTools, glob_match,
 };
 use serde_json::{Map, Value};
+pub use subscriptions::{MAX_SUBSCRIPTIONS, MAX_SUBSCRIPTIONS_PER_CLIENT, Updates};
 pub use tools::{fill, fill_shown};
 pub use upstream::UpstreamSpec;
 
@@ -99,6 +101,10 @@ pub struct Gateway {
     collisions: Collisions,
     /// Told when a listing changes one of hitl's lists.
     changed: Option<Changed>,
+    /// hitl's clients' resource subscriptions.
+    subscriptions: Mutex<subscriptions::Table>,
+    /// Told when a subscribed resource is updated.
+    updates: Option<Updates>,
 }
 
 /// What the gateway knows of one upstream.
@@ -147,6 +153,8 @@ impl Gateway {
             served: Mutex::new(BTreeMap::new()),
             collisions: Collisions::default(),
             changed: None,
+            subscriptions: Mutex::default(),
+            updates: None,
         })
     }
 
@@ -155,6 +163,13 @@ impl Gateway {
     #[must_use]
     pub fn with_changes(mut self, changed: Changed) -> Self {
         self.changed = Some(changed);
+        self
+    }
+
+    /// Tells `updates` which clients' subscribed resource an upstream updated.
+    #[must_use]
+    pub fn with_updates(mut self, updates: Updates) -> Self {
+        self.updates = Some(updates);
         self
     }
 
@@ -178,14 +193,29 @@ impl Gateway {
     fn judge(&self) -> Judgement {
         let listed: Vec<UpstreamTools> = {
             let states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+            let served = self.served.lock().unwrap_or_else(|p| p.into_inner());
+            let named = |items: &[Map<String, Value>], key: &str| -> Vec<String> {
+                items.iter().filter_map(|item| item.get(key).and_then(Value::as_str)).map(str::to_owned).collect()
+            };
             self.upstreams
                 .iter()
-                .map(|(spec, _)| UpstreamTools {
-                    prefix: spec.listed_name(""),
-                    tools: match states.get(&spec.name) {
+                .map(|(spec, _)| {
+                    let tools = match states.get(&spec.name) {
                         Some(State::Up { tools, .. }) => Some(tools.clone()),
                         _ => None,
-                    },
+                    };
+                    // What it served besides its tools, from the same listing.
+                    let served = served.get(&spec.name).filter(|_| tools.is_some());
+                    UpstreamTools {
+                        prefix: spec.listed_name(""),
+                        tools,
+                        resources: served.map(|s| {
+                            let mut uris = named(&s.resources, "uri");
+                            uris.extend(named(&s.templates, "uriTemplate"));
+                            uris
+                        }),
+                        prompts: served.map(|s| named(&s.prompts, "name")),
+                    }
                 })
                 .collect()
         };
@@ -267,6 +297,10 @@ impl Gateway {
         for index in 0..self.upstreams.len() {
             let upstream = self.upstreams[index].1.clone();
             watchers.spawn(async move { upstream.listen().await });
+            let upstream = self.upstreams[index].1.clone();
+            watchers.spawn(async move { upstream.listen_resources().await });
+            let gateway = self.clone();
+            watchers.spawn(async move { gateway.relay_updates(index).await });
             // A light probe every `health_interval`, so /healthz tells of an upstream
             // that went away between calls.
             let (upstream, every) = (self.upstreams[index].1.clone(), self.upstreams[index].0.health_interval());
@@ -306,7 +340,9 @@ impl Gateway {
     }
 
     /// `{"upstreams": {name: {"status": "ok", "tools": n, "held": calls held here} |
-    /// {"status": "unreachable", "error": …}}}`, for `/healthz`.
+    /// {"status": "unreachable", "error": …}}, "unmatched_policies": n}`, for `/healthz`,
+    /// with `resource_subscriptions` and `upstream_subscriptions` when an upstream
+    /// offers subscriptions.
     pub fn health(&self) -> serde_json::Map<String, Value> {
         let states = self.states.lock().unwrap_or_else(|p| p.into_inner());
         let upstreams: serde_json::Map<String, Value> = self
@@ -330,10 +366,17 @@ impl Gateway {
             })
             .collect();
         let unmatched = self.judgement.lock().unwrap_or_else(|p| p.into_inner()).unmatched_policies();
-        serde_json::Map::from_iter([
+        let mut health = serde_json::Map::from_iter([
             ("upstreams".to_owned(), Value::Object(upstreams)),
             ("unmatched_policies".to_owned(), unmatched.into()),
-        ])
+        ]);
+        if self.offers_subscriptions() {
+            // Clients' subscriptions, and those held with the upstreams (each once).
+            let upstream: usize = self.upstreams.iter().map(|(_, u)| u.subscriptions()).sum();
+            health.insert("resource_subscriptions".into(), self.subscriptions().into());
+            health.insert("upstream_subscriptions".into(), upstream.into());
+        }
+        health
     }
 
     fn was_down(&self, name: &str) -> bool {
@@ -522,20 +565,40 @@ impl Gateway {
     /// found` (so names do not leak); a denied one names its policy, as a denied tool's
     /// call does.
     pub async fn read_resource(&self, uri: &str, who: Who<'_>) -> Result<Value, hitl_protocol::ErrorObject> {
-        let served = self.each_served();
+        let Some(index) = self.route(uri) else { return Err(passthrough::not_found(uri)) };
+        let (spec, upstream) = &self.upstreams[index];
+        self.may_read(spec, uri, who)?;
+        let params = Map::from_iter([("uri".to_owned(), Value::String(uri.to_owned()))]);
+        match upstream.request_for(who.caller, "resources/read", params).await {
+            Ok(result) => Ok(passthrough::as_ours(result)),
+            Err(error) => Err(passthrough::relayed_error(error)),
+        }
+    }
+
+    /// The upstream (its index) that serves `uri`: the first in the file that lists it,
+    /// or else returned it in a result, or else lists a template it fits.
+    fn route(&self, uri: &str) -> Option<usize> {
+        let served = self.served.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let each = || {
+            self.upstreams.iter().enumerate().filter_map(|(i, (spec, _))| served.get(&spec.name).map(|s| (i, spec, s)))
+        };
         let returned = self.holds.seen.upstream_of(uri);
-        let by = served
-            .iter()
+        each()
             .find(|(_, _, s)| s.resources.iter().any(|r| r.get("uri").and_then(Value::as_str) == Some(uri)))
-            .or_else(|| served.iter().find(|(spec, _, _)| returned.as_deref() == Some(spec.name.as_str())))
+            .or_else(|| each().find(|(_, spec, _)| returned.as_deref() == Some(spec.name.as_str())))
             .or_else(|| {
-                served.iter().find(|(_, _, s)| {
+                each().find(|(_, _, s)| {
                     s.templates.iter().any(|t| {
                         t.get("uriTemplate").and_then(Value::as_str).is_some_and(|t| passthrough::fits(t, uri))
                     })
                 })
-            });
-        let Some((spec, upstream, _)) = by else { return Err(passthrough::not_found(uri)) };
+            })
+            .map(|(i, _, _)| i)
+    }
+
+    /// Whether `who` may read `uri` of `spec`'s upstream: a denied one names its policy;
+    /// one `who` is not among the callers of is `Resource not found`.
+    fn may_read(&self, spec: &UpstreamSpec, uri: &str, who: Who<'_>) -> Result<(), hitl_protocol::ErrorObject> {
         let name = spec.listed_name(uri);
         let decided = self.policies.decide_for(Kind::Resource, &name);
         if decided.action == Action::Deny {
@@ -547,11 +610,7 @@ impl Gateway {
         if !self.policies.may_use(Kind::Resource, &name, who.principal, who.groups) {
             return Err(passthrough::not_found(uri));
         }
-        let params = Map::from_iter([("uri".to_owned(), Value::String(uri.to_owned()))]);
-        match upstream.request_for(who.caller, "resources/read", params).await {
-            Ok(result) => Ok(passthrough::as_ours(result)),
-            Err(error) => Err(passthrough::relayed_error(error)),
-        }
+        Ok(())
     }
 
     /// Gets prompt `name` (its listed name) from its upstream, with `params` (its

@@ -80,7 +80,8 @@ impl Policy {
 }
 
 /// What a policy's globs name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// Listed tool names (`tools`).
     Tool,
@@ -137,6 +138,22 @@ pub struct UpstreamTools {
     pub prefix: String,
     /// Its tools' own names (`write_file`), or `None` before its first listing.
     pub tools: Option<Vec<String>>,
+    /// Its resources' URIs and its templates' `uriTemplate`s, as it gave them (none
+    /// before its first listing).
+    pub resources: Option<Vec<String>>,
+    /// Its prompts' own names (none before its first listing).
+    pub prompts: Option<Vec<String>>,
+}
+
+impl UpstreamTools {
+    /// What it listed of `kind`, by its own names (none before its first listing).
+    fn names(&self, kind: Kind) -> Option<&Vec<String>> {
+        match kind {
+            Kind::Tool => self.tools.as_ref(),
+            Kind::Resource => self.resources.as_ref(),
+            Kind::Prompt => self.prompts.as_ref(),
+        }
+    }
 }
 
 /// A policy glob that matches no served tool.
@@ -144,6 +161,8 @@ pub struct UpstreamTools {
 pub struct UnmatchedGlob {
     /// The policy, as messages name it: where it is written, and its globs.
     pub policy: String,
+    /// What the glob names: a tool, a resource or a prompt.
+    pub kind: Kind,
     /// The glob that matches nothing.
     pub glob: String,
     /// A listed name it may have meant (`fs.write_file`).
@@ -154,20 +173,26 @@ pub struct UnmatchedGlob {
 impl UnmatchedGlob {
     /// Logs it: at `WARN`, or at `ERROR` when `[gateway] unmatched = "error"`.
     pub fn log(&self, mode: UnmatchedMode) {
+        let meant = match self.kind {
+            Kind::Tool => "the tool it meant runs",
+            Kind::Resource => "the resource it meant is read",
+            Kind::Prompt => "the prompt it meant is got",
+        };
         match mode {
-            UnmatchedMode::Warn => {
-                tracing::warn!("{self} (it guards nothing: the tool it meant runs under the default action)")
-            }
-            UnmatchedMode::Error => {
-                tracing::error!("{self} (it guards nothing: the tool it meant runs under the default action)")
-            }
+            UnmatchedMode::Warn => tracing::warn!("{self} (it guards nothing: {meant} under the default action)"),
+            UnmatchedMode::Error => tracing::error!("{self} (it guards nothing: {meant} under the default action)"),
         }
     }
 }
 
 impl std::fmt::Display for UnmatchedGlob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {:?} matches no listed tool and no agent", self.policy, self.glob)?;
+        let listed = match self.kind {
+            Kind::Tool => "no listed tool and no agent",
+            Kind::Resource => "no listed resource or resource template",
+            Kind::Prompt => "no listed prompt",
+        };
+        write!(f, "{}: {:?} matches {listed}", self.policy, self.glob)?;
         if let Some(hint) = &self.hint {
             write!(f, "; did you mean {hint:?}?")?;
         }
@@ -282,22 +307,29 @@ impl Policies {
     /// could list a tool it matches; one without a `.` that is a listed tool's own
     /// name, or a listed name but for a character or two, gets the name as a hint.
     pub fn judge(&self, agents: &[String], upstreams: &[UpstreamTools]) -> Judgement {
-        let listed: Vec<String> = upstreams
-            .iter()
-            .flat_map(|u| u.tools.iter().flatten().map(move |tool| format!("{}{tool}", u.prefix)))
-            .collect();
+        const KINDS: [Kind; 3] = [Kind::Tool, Kind::Resource, Kind::Prompt];
+        // Policies name `<prefix><own name>`; hitl's own agents are tools only.
+        let listed = KINDS.map(|kind| {
+            let own = if kind == Kind::Tool { agents.to_vec() } else { Vec::new() };
+            let served = upstreams
+                .iter()
+                .flat_map(|u| u.names(kind).into_iter().flatten().map(move |name| format!("{}{name}", u.prefix)));
+            own.into_iter().chain(served).collect::<Vec<String>>()
+        });
         let mut judgement = Judgement::default();
         for (index, policy) in self.policies.iter().enumerate() {
-            for glob in &policy.tools {
-                if agents.iter().chain(&listed).any(|name| glob_match(glob, name)) {
-                    continue;
-                }
-                let found = UnmatchedGlob { policy: self.name(index), glob: glob.clone(), hint: None };
-                if upstreams.iter().any(|u| u.tools.is_none() && may_name(glob, &u.prefix)) {
-                    judgement.pending.push(found);
-                } else {
-                    let hint = hint(glob, upstreams, agents.iter().chain(&listed));
-                    judgement.unmatched.push(UnmatchedGlob { hint, ..found });
+            for (kind, listed) in KINDS.into_iter().zip(&listed) {
+                for glob in policy.globs(kind) {
+                    if listed.iter().any(|name| glob_match(glob, name)) {
+                        continue;
+                    }
+                    let found = UnmatchedGlob { policy: self.name(index), kind, glob: glob.clone(), hint: None };
+                    if upstreams.iter().any(|u| u.names(kind).is_none() && may_name(glob, &u.prefix)) {
+                        judgement.pending.push(found);
+                    } else {
+                        let hint = hint(glob, kind, upstreams, listed.iter());
+                        judgement.unmatched.push(UnmatchedGlob { hint, ..found });
+                    }
                 }
             }
         }
@@ -375,13 +407,19 @@ fn may_name(glob: &str, prefix: &str) -> bool {
 
 /// The name a glob that matches nothing may have meant: a listed tool whose own name
 /// it is (it lacks the prefix), else a served name one or two edits away (a typo).
-fn hint<'a>(glob: &str, upstreams: &[UpstreamTools], served: impl Iterator<Item = &'a String>) -> Option<String> {
+fn hint<'a>(
+    glob: &str,
+    kind: Kind,
+    upstreams: &[UpstreamTools],
+    served: impl Iterator<Item = &'a String>,
+) -> Option<String> {
     if glob.contains(['*', '?']) {
         return None;
     }
-    if !glob.contains('.') {
+    // A URI holds dots of its own: any resource glob may lack the prefix.
+    if kind == Kind::Resource || !glob.contains('.') {
         for upstream in upstreams {
-            if upstream.tools.iter().flatten().any(|tool| tool == glob) {
+            if upstream.names(kind).into_iter().flatten().any(|name| name == glob) {
                 return Some(format!("{}{glob}", upstream.prefix));
             }
         }
@@ -581,6 +619,62 @@ mod passed_through {
             r#"resources = ["fs.*"], prompts = ["ev.*"]"#
         );
     }
+
+    #[test]
+    fn resource_and_prompt_globs_are_judged_on_what_upstreams_list() {
+        let policies = Policies::new(
+            vec![
+                policy(&["ev.demo://resource/static/*"], &["ev.simple-prompt"], Action::Deny, None),
+                policy(&["demo://resource/static/document/architecture.md"], &[], Action::Deny, None),
+                policy(
+                    &["ev.demo://resource/dynamic/text/{resourceId}", "ev.demo://resorce/x"],
+                    &[],
+                    Action::Allow,
+                    None,
+                ),
+                policy(&[], &["ev.simple_prompt", "simple-prompt", "ev.no-*"], Action::Allow, None),
+                policy(&["db.*"], &["db.*"], Action::Deny, None),
+            ],
+            GatewaySection::default(),
+        )
+        .unwrap()
+        .with_locations((1..=5).map(|i| format!("hitl.toml:{i}")).collect());
+        let ev = UpstreamTools {
+            prefix: "ev.".into(),
+            tools: Some(vec!["echo".into()]),
+            resources: Some(vec![
+                "demo://resource/static/document/architecture.md".into(),
+                "demo://resource/dynamic/text/{resourceId}".into(),
+                "demo://resource/x".into(),
+            ]),
+            prompts: Some(vec!["simple-prompt".into()]),
+        };
+        let db = UpstreamTools { prefix: "db.".into(), tools: None, resources: None, prompts: None };
+        let judged = policies.judge(&["greeter".into()], &[ev.clone(), db]);
+        let shown: Vec<String> = judged.unmatched.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                r#"policy at hitl.toml:2 (resources = ["demo://resource/static/document/architecture.md"]): "demo://resource/static/document/architecture.md" matches no listed resource or resource template; did you mean "ev.demo://resource/static/document/architecture.md"?"#,
+                r#"policy at hitl.toml:3 (resources = ["ev.demo://resource/dynamic/text/{resourceId}", "ev.demo://resorce/x"]): "ev.demo://resorce/x" matches no listed resource or resource template; did you mean "ev.demo://resource/x"?"#,
+                r#"policy at hitl.toml:4 (prompts = ["ev.simple_prompt", "simple-prompt", "ev.no-*"]): "ev.simple_prompt" matches no listed prompt; did you mean "ev.simple-prompt"?"#,
+                r#"policy at hitl.toml:4 (prompts = ["ev.simple_prompt", "simple-prompt", "ev.no-*"]): "simple-prompt" matches no listed prompt; did you mean "ev.simple-prompt"?"#,
+                r#"policy at hitl.toml:4 (prompts = ["ev.simple_prompt", "simple-prompt", "ev.no-*"]): "ev.no-*" matches no listed prompt"#,
+            ]
+        );
+        assert_eq!(judged.unmatched_policies(), 3);
+        let kinds: Vec<Kind> = judged.unmatched.iter().map(|u| u.kind).collect();
+        assert_eq!(kinds, [Kind::Resource, Kind::Resource, Kind::Prompt, Kind::Prompt, Kind::Prompt]);
+        let pending: Vec<(&str, Kind)> = judged.pending.iter().map(|p| (p.glob.as_str(), p.kind)).collect();
+        assert_eq!(pending, [("db.*", Kind::Resource), ("db.*", Kind::Prompt)], "db has not listed yet");
+        let json = serde_json::to_value(&judged.unmatched[0]).unwrap();
+        assert_eq!(json["kind"], "resource");
+        // A tool glob is not satisfied by a resource or prompt of that name, nor the reverse.
+        let crossed =
+            Policies::new(vec![policy(&["ev.echo"], &["ev.echo"], Action::Deny, None)], GatewaySection::default())
+                .unwrap();
+        assert_eq!(crossed.judge(&[], &[ev]).unmatched.len(), 2);
+    }
 }
 
 #[cfg(test)]
@@ -642,7 +736,8 @@ mod unmatched {
     }
 
     fn fs(tools: Option<&[&str]>) -> UpstreamTools {
-        UpstreamTools { prefix: "fs.".into(), tools: tools.map(|t| t.iter().map(|s| (*s).to_owned()).collect()) }
+        let owned = |names: &[&str]| names.iter().map(|s| (*s).to_owned()).collect();
+        UpstreamTools { prefix: "fs.".into(), tools: tools.map(owned), resources: None, prompts: None }
     }
 
     #[test]
@@ -684,7 +779,7 @@ mod unmatched {
     #[test]
     fn an_empty_prefix_may_name_anything() {
         let policies = policies(&[&["write_file"]]);
-        let bare = UpstreamTools { prefix: String::new(), tools: None };
+        let bare = UpstreamTools { prefix: String::new(), tools: None, resources: None, prompts: None };
         assert_eq!(policies.judge(&[], &[bare]).pending.len(), 1);
         assert_eq!(edits("fs.writefile", "fs.write_file"), 1);
         assert_eq!(edits("", "abc"), 3);

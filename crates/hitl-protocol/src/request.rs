@@ -41,6 +41,10 @@ pub enum ClientRequest {
     CancelTask(TaskParams),
     /// `subscriptions/listen` (2026-07-28): a stream of the notifications asked for.
     Listen(ListenParams),
+    /// `resources/subscribe` (2025-era): updates of a resource on the session's stream.
+    Subscribe(ReadResourceParams),
+    /// `resources/unsubscribe` (2025-era).
+    Unsubscribe(ReadResourceParams),
 }
 
 /// Params of `subscriptions/listen`: which notifications the stream carries.
@@ -136,6 +140,8 @@ impl ClientRequest {
         "resources/templates/list",
         "resources/read",
         "subscriptions/listen",
+        "resources/subscribe",
+        "resources/unsubscribe",
     ];
 
     /// Types a request: `-32601` for a method hitl does not serve, `-32602` with
@@ -164,6 +170,8 @@ impl ClientRequest {
             "tasks/update" => Self::UpdateTask(jsonrpc::params(params)?),
             "tasks/cancel" => Self::CancelTask(jsonrpc::params(params)?),
             "subscriptions/listen" => Self::Listen(jsonrpc::params(params)?),
+            "resources/subscribe" => Self::Subscribe(jsonrpc::params(params)?),
+            "resources/unsubscribe" => Self::Unsubscribe(jsonrpc::params(params)?),
             other => return Err(ErrorObject::method_not_found(other)),
         })
     }
@@ -187,6 +195,8 @@ impl ClientRequest {
             Self::UpdateTask(_) => "tasks/update",
             Self::CancelTask(_) => "tasks/cancel",
             Self::Listen(_) => "subscriptions/listen",
+            Self::Subscribe(_) => "resources/subscribe",
+            Self::Unsubscribe(_) => "resources/unsubscribe",
         }
     }
 
@@ -197,7 +207,7 @@ impl ClientRequest {
             Self::ListTools(p) | Self::ListPrompts(p) | Self::ListResources(p) | Self::ListResourceTemplates(p) => {
                 &p.meta
             }
-            Self::ReadResource(p) => &p.meta,
+            Self::ReadResource(p) | Self::Subscribe(p) | Self::Unsubscribe(p) => &p.meta,
             Self::Listen(p) => &p.meta,
             Self::CallTool(p) => &p.meta,
             Self::GetPrompt(p) => &p.meta,

@@ -360,7 +360,9 @@ impl ServeArgs {
                     hitl_gateway::ListChanged::Prompts => hitl_tower::ListKind::Prompts,
                 });
             });
-            Arc::new(g.with_agents(agent_names.clone(), mode).with_changes(changes))
+            let told = notifier.clone();
+            let updates: hitl_gateway::Updates = Arc::new(move |uri, clients| told.updated(uri, clients));
+            Arc::new(g.with_agents(agent_names.clone(), mode).with_changes(changes).with_updates(updates))
         });
         if let Some(gateway) = &gateway {
             let relayed = hitl_tower::Relayed(Arc::new(crate::passthrough::Upstreams(gateway.clone())));

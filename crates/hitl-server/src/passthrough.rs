@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use hitl_gateway::{Gateway, Who};
-use hitl_tower::{Asker, PassFuture, Passed, Passthrough};
+use hitl_tower::{Asker, PassFuture, Passed, Passthrough, Subscribed};
 use serde_json::{Map, Value};
 
 /// The gateway's upstreams, passed through under its policies.
@@ -38,5 +38,21 @@ impl Passthrough for Upstreams {
         asker: &'a Asker,
     ) -> PassFuture<'a, Option<Passed>> {
         Box::pin(self.0.get_prompt(name, params, who(asker)))
+    }
+
+    fn subscribable(&self) -> bool {
+        self.0.offers_subscriptions()
+    }
+
+    fn subscribe<'a>(&'a self, client: &'a str, uri: &'a str, asker: &'a Asker) -> PassFuture<'a, Subscribed> {
+        Box::pin(self.0.subscribe(client, uri, who(asker)))
+    }
+
+    fn unsubscribe<'a>(&'a self, client: &'a str, uri: &'a str) -> PassFuture<'a, ()> {
+        Box::pin(self.0.unsubscribe(client, uri))
+    }
+
+    fn forget<'a>(&'a self, client: &'a str) -> PassFuture<'a, ()> {
+        Box::pin(self.0.forget(client))
     }
 }

@@ -75,20 +75,11 @@ impl Shared {
                 | ClientRequest::ReadResource(_)
                 | ClientRequest::ListPrompts(_)
                 | ClientRequest::GetPrompt(_)
+                | ClientRequest::Subscribe(_)
+                | ClientRequest::Unsubscribe(_)
         );
-        let asker = self.options.passthrough.as_ref().filter(|_| passed).map(|_| crate::Asker {
-            principal: caller.principal.clone(),
-            groups: caller.groups.clone(),
-            caller: Call {
-                capabilities: caller.capabilities.clone(),
-                principal: caller.principal.clone(),
-                peer: caller.peer.clone(),
-                session: caller.session.clone(),
-                era,
-                ..Call::default()
-            }
-            .caller_key(),
-        });
+        let asker = self.options.passthrough.as_ref().filter(|_| passed).map(|_| asker(&caller));
+        let session = caller.session.clone();
         let access = self.options.access.as_ref();
         let groups = caller.groups.clone();
         let principal = caller.principal.clone();
@@ -201,6 +192,19 @@ impl Shared {
                     CallToolResponse::Complete(r) => to_json(&prompt_result(agent, r)?),
                 }
             }
+            (ClientRequest::Subscribe(params), Era::Legacy) => {
+                let (passthrough, client) = self.subscriber(session.as_deref(), "resources/subscribe")?;
+                let asker = asker.unwrap_or_default();
+                passthrough.subscribe(&client, &params.uri, &asker).await?;
+                self.options.notifier.sessions.subscribed(&client);
+                self.forget_expired();
+                Ok(Value::Object(Map::new()))
+            }
+            (ClientRequest::Unsubscribe(params), Era::Legacy) => {
+                let (passthrough, client) = self.subscriber(session.as_deref(), "resources/unsubscribe")?;
+                passthrough.unsubscribe(&client, &params.uri).await;
+                Ok(Value::Object(Map::new()))
+            }
             (ClientRequest::Initialize(params), Era::Legacy) => {
                 let result = InitializeResult {
                     protocol_version: version::negotiate_legacy(&params.protocol_version).to_owned(),
@@ -244,6 +248,39 @@ impl Shared {
         result
     }
 
+    /// The passthrough that takes subscriptions, and the client a 2025-era session's
+    /// `method` subscribes for (`session:<id>`): `-32601` when nothing offers
+    /// subscriptions (as before there were any), `-32600` without a session.
+    fn subscriber(
+        &self,
+        session: Option<&str>,
+        method: &str,
+    ) -> Result<(Arc<dyn crate::Passthrough>, String), ErrorObject> {
+        let Some(passthrough) = self.options.passthrough.as_ref().filter(|p| p.0.subscribable()) else {
+            return Err(ErrorObject::method_not_found(method));
+        };
+        let Some(session) = session else {
+            return Err(ErrorObject::invalid_request(format!(
+                "Invalid request: {method} needs the Mcp-Session-Id that initialize gave"
+            )));
+        };
+        Ok((passthrough.0.clone(), session_client(session)))
+    }
+
+    /// Ends the subscriptions of 2025-era sessions whose GET streams are gone (past
+    /// their grace), in the background.
+    pub(crate) fn forget_expired(&self) {
+        let expired = self.options.notifier.sessions.expired(std::time::Instant::now());
+        let (Some(passthrough), false) = (&self.options.passthrough, expired.is_empty()) else { return };
+        let passthrough = passthrough.0.clone();
+        tokio::spawn(async move {
+            for client in expired {
+                tracing::debug!(%client, "a 2025-era session's subscriptions end: no GET stream for a minute");
+                passthrough.forget(&client).await;
+            }
+        });
+    }
+
     /// For a 2025-era client that declared elicitation in its session while this server
     /// does not push questions (`legacy_elicitation` off): why its paused calls fail and
     /// what to do, since the client does elicit.
@@ -273,7 +310,11 @@ impl Shared {
             let changes = Map::from_iter([("listChanged".to_owned(), Value::Bool(true))]);
             caps.tools = Some(changes.clone());
             caps.prompts = Some(changes.clone());
-            caps.resources = Some(changes);
+            let mut resources = changes;
+            if self.options.passthrough.as_ref().is_some_and(|p| p.0.subscribable()) {
+                resources.insert("subscribe".into(), Value::Bool(true));
+            }
+            caps.resources = Some(resources);
         }
         caps.other.insert("completions".into(), json!({}));
         caps.extensions = Some(Map::from_iter([(crate::tasks::TASKS.to_owned(), json!({}))]));
@@ -453,6 +494,28 @@ pub(crate) fn prompt_result(agent: &Agent, result: CallToolResult) -> Result<Get
         messages,
         meta: None,
     })
+}
+
+/// Who asks, for a [`crate::Passthrough`]: the caller's principal, groups and key.
+pub(crate) fn asker(caller: &Caller) -> crate::Asker {
+    crate::Asker {
+        principal: caller.principal.clone(),
+        groups: caller.groups.clone(),
+        caller: Call {
+            capabilities: caller.capabilities.clone(),
+            principal: caller.principal.clone(),
+            peer: caller.peer.clone(),
+            session: caller.session.clone(),
+            era: caller.era,
+            ..Call::default()
+        }
+        .caller_key(),
+    }
+}
+
+/// The client a 2025-era session subscribes as (and its GET stream is told for).
+pub(crate) fn session_client(session: &str) -> String {
+    format!("session:{session}")
 }
 
 /// Adds `why` after the blocks of the error result a 2025-era client gets when a tool

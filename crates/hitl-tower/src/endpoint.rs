@@ -35,10 +35,7 @@ impl Shared {
         let Valid { id, request, mut caller, stream, session, takes_sse } = valid;
         let era = caller.era;
         if let (ClientRequest::Listen(params), Era::Modern) = (&request, era) {
-            return match self.options.notifier.listen(id.clone(), &params.notifications, self.options.max_listeners) {
-                Some(stream) => stream,
-                None => busy(era, id),
-            };
+            return self.listen(id, &params.notifications, &caller).await;
         }
         // Only a session id this server signed names a session: a client cannot make
         // up one, and a session is kept per caller (its principal) besides.
@@ -90,8 +87,9 @@ impl Shared {
 }
 
 impl Shared {
-    /// A 2025-era session's GET stream of list changes: for a GET that names a session
-    /// this server signed (without one, or from a 2026-07-28 client, GET stays 405).
+    /// A 2025-era session's GET stream of list changes and of the updates of the
+    /// resources it subscribed to: for a GET that names a session this server signed
+    /// (without one, or from a 2026-07-28 client, GET stays 405).
     fn session_stream(&self, request: &http::Request<Bytes>) -> Option<http::Response<McpBody>> {
         let headers = request.headers();
         let version = headers.get(hitl_protocol::headers::PROTOCOL_VERSION).and_then(|v| v.to_str().ok());
@@ -100,9 +98,58 @@ impl Shared {
         }
         let id = headers.get("mcp-session-id")?.to_str().ok()?;
         session::read(self.engine.secret(), id)?;
+        self.forget_expired();
+        let client = crate::dispatch::session_client(id);
         Some(
-            self.options.notifier.session_stream(self.options.max_listeners).unwrap_or_else(|| busy(Era::Legacy, None)),
+            self.options
+                .notifier
+                .session_stream(client, self.options.max_listeners)
+                .unwrap_or_else(|| busy(Era::Legacy, None)),
         )
+    }
+
+    /// A 2026-07-28 `subscriptions/listen` stream. The resources it names are
+    /// subscribed to first (for as long as the stream lives), when something offers
+    /// subscriptions: one that cannot be is the request's error, and nothing is
+    /// subscribed. Otherwise the acknowledgement leaves them out.
+    async fn listen(
+        &self,
+        id: hitl_protocol::RequestId,
+        filter: &hitl_protocol::SubscriptionFilter,
+        caller: &validate::Caller,
+    ) -> http::Response<McpBody> {
+        let (notifier, max) = (&self.options.notifier, self.options.max_listeners);
+        let asked = filter.resource_subscriptions.as_deref().unwrap_or_default();
+        let passthrough = self.options.passthrough.as_ref().filter(|p| p.0.subscribable());
+        let Some(passthrough) = passthrough.filter(|_| !asked.is_empty()) else {
+            return notifier.listen(id.clone(), filter, None, max, None).unwrap_or_else(|| busy(Era::Modern, id));
+        };
+        if !notifier.has_room(max) {
+            return busy(Era::Modern, id);
+        }
+        let client = format!("listen:{}", uuid::Uuid::new_v4().simple());
+        let asker = crate::dispatch::asker(caller);
+        let mut uris: Vec<String> = Vec::new();
+        for uri in asked {
+            if uris.contains(uri) {
+                continue;
+            }
+            if let Err(error) = passthrough.0.subscribe(&client, uri, &asker).await {
+                passthrough.0.forget(&client).await;
+                return error_response(Era::Modern, Some(id), error);
+            }
+            uris.push(uri.clone());
+        }
+        // The stream's subscriptions end with it.
+        let (relayed, forgotten) = (passthrough.0.clone(), client.clone());
+        let closed: Box<dyn FnOnce() + Send> = Box::new(move || {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move { relayed.forget(&forgotten).await });
+            }
+        });
+        notifier
+            .listen(id.clone(), filter, Some((client, uris)), max, Some(closed))
+            .unwrap_or_else(|| busy(Era::Modern, id))
     }
 }
 

@@ -57,7 +57,7 @@ pub use admit::{Admission, Admit};
 pub use app::{BodyLimits, Endpoint, HealthFn, HttpApp, RouteFn};
 pub use limit::{MaxConcurrentRequests, MaxConcurrentRequestsLayer};
 pub use origin::{AllowedHosts, ValidateOrigin, ValidateOriginLayer, forbidden};
-pub use passthrough::{Asker, ListKind, Notifier, PassFuture, Passed, Passthrough, Relayed};
+pub use passthrough::{Asker, ListKind, Notifier, PassFuture, Passed, Passthrough, Relayed, Subscribed};
 pub use principal::{PrincipalFromHeader, PrincipalFromHeaderLayer};
 pub use push::PushBus;
 pub use stdio::{StdioOptions, serve_stdio};

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
@@ -34,6 +34,9 @@ pub struct Asker {
 /// What a [`Passthrough`] answers: the result, or the JSON-RPC error to answer with.
 pub type Passed = Result<Value, ErrorObject>;
 
+/// What a [`Passthrough`] subscription answers: done, or the JSON-RPC error to answer with.
+pub type Subscribed = Result<(), ErrorObject>;
+
 /// The future of a [`Passthrough`] request.
 pub type PassFuture<'a, T> = BoxFuture<'a, T>;
 
@@ -56,6 +59,26 @@ pub trait Passthrough: Send + Sync {
         params: Map<String, Value>,
         asker: &'a Asker,
     ) -> PassFuture<'a, Option<Passed>>;
+    /// Whether resources may be subscribed to (the capability `resources.subscribe`).
+    fn subscribable(&self) -> bool {
+        false
+    }
+    /// Subscribes `client` (a stream's or a session's id, which [`Notifier::updated`]
+    /// names) to `uri` for `asker`: `Ok` once subscribed, or the error to answer with.
+    fn subscribe<'a>(&'a self, client: &'a str, uri: &'a str, asker: &'a Asker) -> PassFuture<'a, Subscribed> {
+        let _ = (client, asker);
+        Box::pin(async move { Err(ErrorObject::invalid_params(format!("Resource {uri} cannot be subscribed to"))) })
+    }
+    /// Ends `client`'s subscription to `uri`, if any.
+    fn unsubscribe<'a>(&'a self, client: &'a str, uri: &'a str) -> PassFuture<'a, ()> {
+        let _ = (client, uri);
+        Box::pin(async {})
+    }
+    /// Ends every subscription of `client`.
+    fn forget<'a>(&'a self, client: &'a str) -> PassFuture<'a, ()> {
+        let _ = client;
+        Box::pin(async {})
+    }
 }
 
 /// A [`Passthrough`] in [`crate::ServerOptions`].
@@ -98,11 +121,23 @@ impl ListKind {
     }
 }
 
-/// Tells the open notification streams that a list changed. Cheap to clone.
+/// What the open notification streams are told.
+#[derive(Debug, Clone)]
+enum Note {
+    /// A list changed.
+    List(ListKind),
+    /// A subscribed resource was updated: its URI and the clients subscribed to it.
+    Updated(Arc<str>, Arc<[String]>),
+}
+
+/// Tells the open notification streams that a list changed, or a resource their
+/// clients subscribed to was updated. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Notifier {
-    sender: broadcast::Sender<ListKind>,
+    sender: broadcast::Sender<Note>,
     open: Arc<AtomicUsize>,
+    /// 2025-era sessions with subscriptions, and their GET streams.
+    pub(crate) sessions: Arc<Sessions>,
 }
 
 /// How many changes a slow stream may fall behind before it is told every list changed.
@@ -113,7 +148,7 @@ const KEEPALIVE: Duration = Duration::from_secs(15);
 
 impl Default for Notifier {
     fn default() -> Self {
-        Self { sender: broadcast::channel(BACKLOG).0, open: Arc::default() }
+        Self { sender: broadcast::channel(BACKLOG).0, open: Arc::default(), sessions: Arc::default() }
     }
 }
 
@@ -121,7 +156,13 @@ impl Notifier {
     /// Tells every open stream that asked for it that list `kind` changed.
     pub fn notify(&self, kind: ListKind) {
         // No stream open: nobody to tell.
-        let _ = self.sender.send(kind);
+        let _ = self.sender.send(Note::List(kind));
+    }
+
+    /// Tells the streams of `clients` (as [`Passthrough::subscribe`] named them) that
+    /// resource `uri` was updated.
+    pub fn updated(&self, uri: &str, clients: &[String]) {
+        let _ = self.sender.send(Note::Updated(uri.into(), clients.into()));
     }
 
     /// How many notification streams are open.
@@ -136,6 +177,69 @@ struct Counted(Arc<AtomicUsize>);
 impl Drop for Counted {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Runs its closure when dropped (a stream's end).
+struct OnClose(Option<Box<dyn FnOnce() + Send>>);
+
+impl Drop for OnClose {
+    fn drop(&mut self) {
+        if let Some(close) = self.0.take() {
+            close();
+        }
+    }
+}
+
+/// How long a 2025-era session's subscriptions outlive its last GET stream (or, with
+/// none opened, its subscribe): a client that went away without `resources/unsubscribe`
+/// holds nothing for long.
+pub(crate) const SESSION_GRACE: Duration = Duration::from_secs(60);
+
+/// 2025-era sessions that subscribed (or have a GET stream open): how many GET streams
+/// each has open, and since when none.
+#[derive(Debug, Default)]
+pub(crate) struct Sessions(std::sync::Mutex<std::collections::HashMap<String, (usize, Option<Instant>)>>);
+
+impl Sessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (usize, Option<Instant>)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `client` subscribed.
+    pub(crate) fn subscribed(&self, client: &str) {
+        self.lock().entry(client.to_owned()).or_insert((0, Some(Instant::now())));
+    }
+
+    fn opened(&self, client: &str) {
+        let mut sessions = self.lock();
+        let entry = sessions.entry(client.to_owned()).or_insert((0, None));
+        entry.0 += 1;
+        entry.1 = None;
+    }
+
+    fn closed(&self, client: &str) {
+        if let Some(entry) = self.lock().get_mut(client) {
+            entry.0 = entry.0.saturating_sub(1);
+            if entry.0 == 0 {
+                entry.1 = Some(Instant::now());
+            }
+        }
+    }
+
+    /// The sessions without a GET stream for [`SESSION_GRACE`], forgotten here: their
+    /// subscriptions are to end.
+    pub(crate) fn expired(&self, now: Instant) -> Vec<String> {
+        let mut sessions = self.lock();
+        let due: Vec<String> = sessions
+            .iter()
+            .filter(|(_, (open, since))| *open == 0 && since.is_some_and(|s| now.duration_since(s) >= SESSION_GRACE))
+            .map(|(client, _)| client.clone())
+            .collect();
+        for client in &due {
+            sessions.remove(client);
+        }
+        due
     }
 }
 
@@ -156,35 +260,48 @@ const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 impl Notifier {
     /// A `subscriptions/listen` stream: the acknowledgement of what it honours (the
-    /// three list changes it asked for; resource subscriptions are not offered), then
-    /// each change it asked for. `None` when `max` streams are open already.
+    /// list changes it asked for, and the resources `subscribed` to for `client`), then
+    /// each of those. `None` when `max` streams are open already. `closed` runs when
+    /// the stream ends (its subscriptions end with it).
     pub(crate) fn listen(
         &self,
         id: RequestId,
         filter: &SubscriptionFilter,
+        subscribed: Option<(String, Vec<String>)>,
         max: usize,
+        closed: Option<Box<dyn FnOnce() + Send>>,
     ) -> Option<http::Response<McpBody>> {
+        let (client, uris) = subscribed.unzip();
         let honoured = SubscriptionFilter {
             tools_list_changed: filter.tools_list_changed.filter(|asked| *asked),
             prompts_list_changed: filter.prompts_list_changed.filter(|asked| *asked),
             resources_list_changed: filter.resources_list_changed.filter(|asked| *asked),
-            resource_subscriptions: None,
+            resource_subscriptions: uris,
         };
         let mut params = Map::new();
         params.insert("notifications".into(), serde_json::to_value(&honoured).unwrap_or_else(|_| json!({})));
         let first = notification("notifications/subscriptions/acknowledged", Some(&id), params);
-        self.stream(first, Some(id), honoured, max)
+        self.stream(first, Some(id), honoured, client, OnClose(closed), max)
     }
 
-    /// A 2025-era session's GET stream: every list change.
-    pub(crate) fn session_stream(&self, max: usize) -> Option<http::Response<McpBody>> {
+    /// Whether another stream may open now (`max` at most).
+    pub(crate) fn has_room(&self, max: usize) -> bool {
+        self.open() < max
+    }
+
+    /// A 2025-era session's GET stream: every list change, and the updates of the
+    /// resources `client` (the session) subscribed to.
+    pub(crate) fn session_stream(&self, client: String, max: usize) -> Option<http::Response<McpBody>> {
         let every = SubscriptionFilter {
             tools_list_changed: Some(true),
             prompts_list_changed: Some(true),
             resources_list_changed: Some(true),
             resource_subscriptions: None,
         };
-        self.stream(Bytes::from_static(b": listening\n\n"), None, every, max)
+        self.sessions.opened(&client);
+        let (sessions, session) = (self.sessions.clone(), client.clone());
+        let closed = OnClose(Some(Box::new(move || sessions.closed(&session))));
+        self.stream(Bytes::from_static(b": listening\n\n"), None, every, Some(client), closed, max)
     }
 
     fn stream(
@@ -192,6 +309,8 @@ impl Notifier {
         first: Bytes,
         subscription: Option<RequestId>,
         filter: SubscriptionFilter,
+        client: Option<String>,
+        closed: OnClose,
         max: usize,
     ) -> Option<http::Response<McpBody>> {
         if self.open.fetch_add(1, Ordering::Relaxed) >= max {
@@ -203,31 +322,45 @@ impl Notifier {
         let changes = self.sender.subscribe();
         struct Open {
             first: Option<Bytes>,
-            changes: broadcast::Receiver<ListKind>,
+            changes: broadcast::Receiver<Note>,
             subscription: Option<RequestId>,
             filter: SubscriptionFilter,
+            client: Option<String>,
             _counted: Counted,
+            _closed: OnClose,
         }
-        let open = Open { first: Some(first), changes, subscription, filter, _counted: counted };
+        let open =
+            Open { first: Some(first), changes, subscription, filter, client, _counted: counted, _closed: closed };
         let frames = futures_util::stream::unfold(open, |mut open| async move {
             if let Some(first) = open.first.take() {
                 return Some((Ok::<_, std::convert::Infallible>(Frame::data(first)), open));
             }
             loop {
-                let kinds = match tokio::time::timeout(KEEPALIVE, open.changes.recv()).await {
+                let events: Vec<u8> = match tokio::time::timeout(KEEPALIVE, open.changes.recv()).await {
                     Err(_) => return Some((Ok(Frame::data(Bytes::from_static(b": keepalive\n\n"))), open)),
-                    Ok(Ok(kind)) => vec![kind],
-                    // Fell behind: every list may have changed.
+                    Ok(Ok(Note::List(kind))) if kind.wanted(&open.filter) => {
+                        notification(kind.method(), open.subscription.as_ref(), Map::new()).to_vec()
+                    }
+                    Ok(Ok(Note::List(_))) => continue,
+                    Ok(Ok(Note::Updated(uri, clients))) => {
+                        if !open.client.as_ref().is_some_and(|c| clients.contains(c)) {
+                            continue;
+                        }
+                        let params = Map::from_iter([("uri".to_owned(), Value::String(uri.to_string()))]);
+                        notification("notifications/resources/updated", open.subscription.as_ref(), params).to_vec()
+                    }
+                    // Fell behind: every list may have changed (missed updates are lost).
                     Ok(Err(broadcast::error::RecvError::Lagged(_))) => {
-                        vec![ListKind::Tools, ListKind::Resources, ListKind::Prompts]
+                        [ListKind::Tools, ListKind::Resources, ListKind::Prompts]
+                            .into_iter()
+                            .filter(|kind| kind.wanted(&open.filter))
+                            .flat_map(|kind| {
+                                notification(kind.method(), open.subscription.as_ref(), Map::new()).to_vec()
+                            })
+                            .collect()
                     }
                     Ok(Err(broadcast::error::RecvError::Closed)) => return None,
                 };
-                let events: Vec<u8> = kinds
-                    .into_iter()
-                    .filter(|kind| kind.wanted(&open.filter))
-                    .flat_map(|kind| notification(kind.method(), open.subscription.as_ref(), Map::new()).to_vec())
-                    .collect();
                 if !events.is_empty() {
                     return Some((Ok(Frame::data(Bytes::from(events))), open));
                 }
@@ -261,8 +394,8 @@ mod tests {
             resources_list_changed: None,
             resource_subscriptions: Some(vec!["file:///x".into()]),
         };
-        let mut body = notifier.listen(RequestId::Number(7), &filter, 1).unwrap().into_body();
-        assert!(notifier.listen(RequestId::Number(8), &filter, 1).is_none(), "one stream at most");
+        let mut body = notifier.listen(RequestId::Number(7), &filter, None, 1, None).unwrap().into_body();
+        assert!(notifier.listen(RequestId::Number(8), &filter, None, 1, None).is_none(), "one stream at most");
         let ack = next(&mut body).await;
         assert!(ack.contains(r#""method":"notifications/subscriptions/acknowledged""#), "{ack}");
         assert!(ack.contains(r#""notifications":{"toolsListChanged":true}"#), "only what is honoured: {ack}");
@@ -278,9 +411,54 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn resource_updates_reach_only_the_streams_of_their_clients() {
+        let notifier = Notifier::default();
+        let filter = SubscriptionFilter::default();
+        let subscribed = Some(("listen:a".to_owned(), vec!["demo://1".to_owned()]));
+        let closed = Arc::new(AtomicUsize::new(0));
+        let counted = closed.clone();
+        let on_close: Box<dyn FnOnce() + Send> = Box::new(move || {
+            counted.fetch_add(1, Ordering::Relaxed);
+        });
+        let mut a = notifier.listen(RequestId::Number(1), &filter, subscribed, 4, Some(on_close)).unwrap().into_body();
+        let ack = next(&mut a).await;
+        assert!(ack.contains(r#""notifications":{"resourceSubscriptions":["demo://1"]}"#), "{ack}");
+        let mut b = notifier.session_stream("session:b".into(), 4).unwrap().into_body();
+        assert!(next(&mut b).await.starts_with(':'));
+        notifier.updated("demo://1", &["session:b".to_owned()]);
+        notifier.updated("demo://1", &["listen:a".to_owned()]);
+        let to_a = next(&mut a).await;
+        assert!(to_a.contains(r#""method":"notifications/resources/updated""#), "{to_a}");
+        assert!(to_a.contains(r#""uri":"demo://1""#) && to_a.contains(r#"subscriptionId":1"#), "{to_a}");
+        let to_b = next(&mut b).await;
+        assert_eq!(
+            to_b,
+            "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/updated\",\"params\":{\"uri\":\"demo://1\"}}\n\n"
+        );
+        drop(a);
+        assert_eq!(closed.load(Ordering::Relaxed), 1, "its end is told once");
+    }
+
+    #[test]
+    fn a_session_without_a_get_stream_expires_after_its_grace() {
+        let sessions = Sessions::default();
+        let start = Instant::now();
+        sessions.subscribed("session:a");
+        sessions.opened("session:b");
+        sessions.subscribed("session:b");
+        assert!(sessions.expired(start + SESSION_GRACE / 2).is_empty());
+        assert_eq!(sessions.expired(start + SESSION_GRACE * 2), ["session:a"], "b's stream is open");
+        sessions.closed("session:b");
+        let closed = Instant::now();
+        assert!(sessions.expired(closed).is_empty(), "its grace starts when its stream closes");
+        assert_eq!(sessions.expired(closed + SESSION_GRACE), ["session:b"]);
+        assert!(sessions.expired(closed + SESSION_GRACE * 3).is_empty(), "forgotten once");
+    }
+
+    #[tokio::test]
     async fn a_session_stream_carries_every_list_change_without_a_subscription() {
         let notifier = Notifier::default();
-        let mut body = notifier.session_stream(4).unwrap().into_body();
+        let mut body = notifier.session_stream("session:s".into(), 4).unwrap().into_body();
         assert!(next(&mut body).await.starts_with(':'));
         notifier.notify(ListKind::Resources);
         let changed = next(&mut body).await;

@@ -25,6 +25,9 @@ pub(crate) struct Outgoing<'a> {
     /// Where requests the upstream sends while this one runs go (`None`: refused).
     /// With it, the transport sets no time limit: the [`Call`] does.
     pub(crate) asks: Option<Asks>,
+    /// For a stream ([`Transport::listen`]): told once it is open (dropped untold when
+    /// it could not be opened).
+    pub(crate) opened: Option<oneshot::Sender<()>>,
 }
 
 /// Where what the upstream sends in the course of a call goes (a [`Call`]'s inbox).
@@ -272,9 +275,26 @@ pub(crate) trait Transport: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Told when the upstream says its tools, prompts or resources changed
-/// (`notifications/*/list_changed`).
-pub(crate) type Changed = Arc<Notify>;
+/// What the upstream tells outside any call's response: list changes
+/// (`notifications/*/list_changed`, told to `lists`) and resource updates
+/// (`notifications/resources/updated`, sent on `updates`).
+#[derive(Debug)]
+pub(crate) struct Heard {
+    pub(crate) lists: Notify,
+    pub(crate) updates: tokio::sync::broadcast::Sender<crate::Updated>,
+}
+
+/// How many resource updates a slow reader may fall behind before it misses some.
+const UPDATES_BACKLOG: usize = 256;
+
+impl Default for Heard {
+    fn default() -> Self {
+        Self { lists: Notify::new(), updates: tokio::sync::broadcast::channel(UPDATES_BACKLOG).0 }
+    }
+}
+
+/// Where a transport tells what it heard.
+pub(crate) type Changed = Arc<Heard>;
 
 /// How a notification stream ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -291,15 +311,20 @@ pub(crate) const LISTS_CHANGED: [&str; 3] =
     ["notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"];
 
 /// A notification from the upstream, on any stream: a call's progress goes to that
-/// call (by its token), a list change (tools, prompts, resources) to `changed`.
-pub(crate) fn notified(message: &Message, askers: &Askers, changed: &Notify) {
+/// call (by its token), a list change (tools, prompts, resources) to `heard.lists`, a
+/// resource update to `heard.updates` with the session whose stream carried it.
+pub(crate) fn notified(message: &Message, askers: &Askers, heard: &Heard, session: Option<&str>) {
     if askers.progress(message) {
         return;
     }
-    if let Message::Notification(notification) = message
-        && LISTS_CHANGED.contains(&notification.method.as_str())
+    let Message::Notification(notification) = message else { return };
+    if LISTS_CHANGED.contains(&notification.method.as_str()) {
+        heard.lists.notify_one();
+    } else if notification.method == "notifications/resources/updated"
+        && let Some(uri) = notification.params.as_ref().and_then(|p| p.get("uri")).and_then(Value::as_str)
     {
-        changed.notify_one();
+        // No one subscribed on this replica: nothing to relay.
+        let _ = heard.updates.send(crate::Updated { session: session.map(str::to_owned), uri: uri.to_owned() });
     }
 }
 
@@ -310,17 +335,21 @@ pub struct Upstream {
     name: String,
     protocol: Option<String>,
     timeout: Duration,
-    transport: Arc<dyn Transport>,
-    changed: Changed,
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) changed: Changed,
     /// The session tools are listed in (and calls made for no one in particular).
     era: Mutex<Option<(Era, u64)>>,
     /// Each caller's session, for a 2025-era HTTP upstream that gives sessions.
     sessions: Arc<std::sync::Mutex<Table>>,
     /// Whether the task that closes idle sessions runs.
     sweeping: std::sync::atomic::AtomicBool,
-    next_id: AtomicI64,
+    pub(crate) next_id: AtomicI64,
     /// Why the last request could not reach it (none: it answered, or none was sent).
     reach: std::sync::Mutex<Option<String>>,
+    /// The capabilities it declared when its era was negotiated.
+    pub(crate) capabilities: std::sync::Mutex<Value>,
+    /// Its resource subscriptions ([`crate::subscriptions`]).
+    pub(crate) subscribed: crate::subscriptions::Subscribed,
 }
 
 /// `call`, a `tools/call` to `upstream`, in `span` and timed (`hitl_upstream_call_seconds`,
@@ -367,9 +396,11 @@ where
 /// Reads the stream of a caller's session `era` (its GET stream) for as long as the
 /// session lives (the task is aborted when it is dropped, and it ends when the upstream
 /// no longer knows the session).
-async fn listen_in(transport: Arc<dyn Transport>, era: Era, upstream: String) {
+async fn listen_in(transport: Arc<dyn Transport>, era: Era, upstream: String, opened: oneshot::Sender<()>) {
+    let opened = std::sync::Mutex::new(Some(opened));
     keep_open(&upstream, "a caller's session stream", || async {
-        let subscribe = Outgoing { method: "", id: None, body: Vec::new(), name: None, asks: None };
+        let opened = opened.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let subscribe = Outgoing { method: "", id: None, body: Vec::new(), name: None, asks: None, opened };
         match transport.listen(&era, subscribe).await {
             Err(UpstreamError::SessionGone { .. }) => Ok(Listened::Unsupported),
             other => other,
@@ -431,6 +462,8 @@ impl Upstream {
             sweeping: std::sync::atomic::AtomicBool::new(false),
             next_id: AtomicI64::new(1),
             reach: std::sync::Mutex::new(None),
+            capabilities: std::sync::Mutex::new(Value::Null),
+            subscribed: crate::subscriptions::Subscribed::default(),
         }
     }
 
@@ -481,7 +514,7 @@ impl Upstream {
 
     /// The session of caller `key`, held until the lease is dropped; starts the task
     /// that closes idle sessions, and closes those the cap pushes out.
-    fn lease(&self, key: &str) -> Lease {
+    pub(crate) fn lease(&self, key: &str) -> Lease {
         let (slot, closed) = self.table().take(key, std::time::Instant::now());
         self.close_all(closed);
         if !self.sweeping.swap(true, Ordering::Relaxed) {
@@ -536,7 +569,7 @@ impl Upstream {
     /// The era of caller `key`'s session (`slot`), opened with `listing`'s revision if
     /// need be; an opened session's own stream is read (the upstream's requests and
     /// list changes that belong to it come there) until the session is dropped.
-    async fn keyed_era(&self, slot: &Slot, listing: &Era, declared: &Value) -> Result<Era, UpstreamError> {
+    pub(crate) async fn keyed_era(&self, slot: &Slot, listing: &Era, declared: &Value) -> Result<Era, UpstreamError> {
         let mut opened = slot.lock().await;
         let generation = self.transport.connect().await?;
         if let Some(known) = &*opened
@@ -547,10 +580,15 @@ impl Upstream {
         let Era::Legacy { version, .. } = listing else { return Ok(listing.clone()) };
         let era = self.initialize(version, declared.clone()).await?;
         tracing::debug!(upstream = %self.name, "a caller's session is opened");
+        let (stream_open, stream_opened) = oneshot::channel();
         let listener = tokio::runtime::Handle::try_current().ok().map(|runtime| {
-            runtime.spawn(listen_in(self.transport.clone(), era.clone(), self.name.clone())).abort_handle()
+            let listen = listen_in(self.transport.clone(), era.clone(), self.name.clone(), stream_open);
+            runtime.spawn(listen).abort_handle()
         });
         *opened = Some(Opened { era: era.clone(), generation, listener });
+        // What the upstream sends the session before its stream is open is lost (a list
+        // change the first call causes): wait for the stream, a second at most.
+        let _ = tokio::time::timeout(Duration::from_secs(1), stream_opened).await;
         Ok(era)
     }
 
@@ -565,7 +603,7 @@ impl Upstream {
     /// Resolves once the upstream says its tools, prompts or resources changed
     /// (`notifications/*/list_changed`, on any stream) since the last time this resolved.
     pub async fn tools_changed(&self) {
-        self.changed.notified().await;
+        self.changed.lists.notified().await;
     }
 
     /// Keeps the upstream's notification stream open, so [`Upstream::tools_changed`]
@@ -582,7 +620,7 @@ impl Upstream {
             }});
             let Value::Object(params) = params else { unreachable!("an object literal") };
             let (body, name) = body(&era, Some(id), method, Some(params));
-            let subscribe = Outgoing { method, id: Some(id), body, name, asks: None };
+            let subscribe = Outgoing { method, id: Some(id), body, name, asks: None, opened: None };
             let outcome = self.transport.listen(&era, subscribe).await;
             if let Err(UpstreamError::SessionGone { .. }) = &outcome {
                 self.forget(&era).await;
@@ -851,6 +889,7 @@ impl Upstream {
             .filter_map(Value::as_str)
             .collect();
         if versions.contains(&version::MODERN) {
+            self.keep_capabilities(&result);
             return Ok(era);
         }
         Err(self.protocol(format!("it supports {versions:?}, not {}", version::MODERN)))
@@ -876,10 +915,16 @@ impl Upstream {
         }
         let era = Era::Legacy { version: spoken.to_owned(), session };
         self.post(&era, "notifications/initialized", None, None).await?;
+        self.keep_capabilities(&result);
         Ok(era)
     }
 
-    async fn send(
+    fn keep_capabilities(&self, result: &Value) {
+        let capabilities = result.get("capabilities").cloned().unwrap_or(Value::Null);
+        *self.capabilities.lock().unwrap_or_else(|p| p.into_inner()) = capabilities;
+    }
+
+    pub(crate) async fn send(
         &self,
         era: &Era,
         method: &str,
@@ -907,7 +952,8 @@ impl Upstream {
             }
         }
         let (body, name) = body(era, id, method, params);
-        let exchanged = self.noted(self.transport.exchange(era, Outgoing { method, id, body, name, asks }).await)?;
+        let exchanged =
+            self.noted(self.transport.exchange(era, Outgoing { method, id, body, name, asks, opened: None }).await)?;
         let result = match exchanged.response {
             None => None,
             Some(Ok(result)) => Some(result),
@@ -934,7 +980,12 @@ fn unsent(error: UpstreamError) -> UpstreamError {
 }
 
 /// The JSON-RPC message, with the era's `_meta`, and its `Mcp-Name`.
-fn body(era: &Era, id: Option<i64>, method: &str, params: Option<Map<String, Value>>) -> (Vec<u8>, Option<String>) {
+pub(crate) fn body(
+    era: &Era,
+    id: Option<i64>,
+    method: &str,
+    params: Option<Map<String, Value>>,
+) -> (Vec<u8>, Option<String>) {
     let name = headers::name_param(method).and_then(|p| params.as_ref()?.get(p)?.as_str().map(str::to_owned));
     let message = match (params, id) {
         (Some(mut params), Some(id)) => {

@@ -184,6 +184,9 @@ impl Transport for HttpTransport {
         if status == StatusCode::METHOD_NOT_ALLOWED || (status.is_success() && !sse) {
             return Ok(Listened::Unsupported);
         }
+        if let (true, Some(opened)) = (status.is_success(), subscribe.opened) {
+            let _ = opened.send(());
+        }
         if !status.is_success() {
             let bytes = self.whole(response.into_body()).await?;
             if refuses_session(era, status) && (status == StatusCode::NOT_FOUND || names_session(&bytes)) {
@@ -214,7 +217,7 @@ impl Transport for HttpTransport {
                         let reply = reply_to(asks.as_ref(), request).await;
                         self.answer(era, reply).await;
                     }
-                    Ok(message) => notified(&message, &self.askers, &self.changed),
+                    Ok(message) => notified(&message, &self.askers, &self.changed, session_of(era).as_deref()),
                     Err(_) => {}
                 }
             }
@@ -274,7 +277,7 @@ impl HttpTransport {
                     }
                     // The call's own progress comes back through `askers`, where it is
                     // registered under its id, its progress token.
-                    Ok(message) => notified(&message, &self.askers, &self.changed),
+                    Ok(message) => notified(&message, &self.askers, &self.changed, session_of(era).as_deref()),
                     Err(_) => {}
                 }
             }

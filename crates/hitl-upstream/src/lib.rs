@@ -33,11 +33,13 @@ mod http;
 mod sessions;
 mod sse;
 mod stdio;
+mod subscriptions;
 
 pub use client::{Asked, Call, Event, Upstream};
 pub use http::{HttpConfig, RequestHeaders, add_request_headers, https_connector};
 pub use sessions::{MAX_SESSIONS, SESSION_IDLE};
 pub use stdio::StdioConfig;
+pub use subscriptions::Updated;
 
 use hitl_protocol::ErrorObject;
 

@@ -320,7 +320,7 @@ impl Reader {
                         deliver(&self.pending, id, Err(error))
                     }
                     Ok(Message::Request(request)) => self.answer(request),
-                    Ok(message) => notified(&message, &self.askers, &self.changed),
+                    Ok(message) => notified(&message, &self.askers, &self.changed, None),
                     Err(_) => {
                         let line = String::from_utf8_lossy(&line[..line.len().min(200)]);
                         tracing::debug!(upstream = %self.name, %line, "not a JSON-RPC message on stdout");

@@ -74,10 +74,10 @@ fn requests_notifications_and_responses_are_told_apart() {
 
 #[test]
 fn unknown_method_is_method_not_found() {
-    let err = ClientRequest::parse("resources/subscribe", None).unwrap_err();
+    let err = ClientRequest::parse("resources/watch", None).unwrap_err();
     assert!(ClientRequest::parse("logging/setLevel", Some(serde_json::json!({"level": "debug"}))).is_ok());
     assert_eq!(err.code, ErrorCode::METHOD_NOT_FOUND);
-    assert!(err.message.contains("resources/subscribe"));
+    assert!(err.message.contains("resources/watch"));
 }
 
 #[test]

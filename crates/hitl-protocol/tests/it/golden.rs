@@ -40,7 +40,9 @@ fn check(kind: &str, json: &Value) -> Value {
                     ClientRequest::ListResources(p) | ClientRequest::ListResourceTemplates(p) => {
                         serde_json::to_value(p)
                     }
-                    ClientRequest::ReadResource(p) => serde_json::to_value(p),
+                    ClientRequest::ReadResource(p) | ClientRequest::Subscribe(p) | ClientRequest::Unsubscribe(p) => {
+                        serde_json::to_value(p)
+                    }
                     ClientRequest::Listen(p) => serde_json::to_value(p),
                     ClientRequest::GetTask(p) | ClientRequest::UpdateTask(p) | ClientRequest::CancelTask(p) => {
                         serde_json::to_value(p)
