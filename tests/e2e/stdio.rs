@@ -378,6 +378,24 @@ fn bad_lines_get_parse_errors_and_closing_stdin_ends_hitl_and_its_upstream() {
 }
 
 #[test]
+fn closing_stdin_while_hitl_still_waits_for_its_upstream_ends_hitl_and_the_upstream() {
+    // An upstream that starts and never answers: hitl is still listing it (for up to
+    // the upstream's 60 s timeout) when the host gives up.
+    let folder = Folder::new("starting");
+    let shell = format!("echo $$ >> '{}'; exec sleep 600", folder.path("pids"));
+    let config = folder.config("", &format!("[[upstream]]\nname = \"mute\"\ncommand = [\"sh\", \"-c\", {shell:?}]\n"));
+    let hitl = Raw::start(&config, &[]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while folder.pids().is_empty() {
+        assert!(Instant::now() < deadline, "the upstream was not started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pids = folder.pids();
+    hitl.close();
+    all_end(&pids);
+}
+
+#[test]
 fn the_stdio_principal_is_the_caller_a_policys_callers_name() {
     let Some(python) = python() else { return };
     let folder = Folder::new("principal");

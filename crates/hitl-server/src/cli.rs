@@ -572,6 +572,9 @@ impl ServeArgs {
 pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result<()> {
     let store = crate::store_from_url(&args.store, args.redis_ca_file.as_deref())?;
     let principal = args.stdio.then(|| stdio_principal(&args.stdio_principal)).transpose()?;
+    // Read from the start: a host that gives up while hitl still lists its upstreams
+    // ends it at once, and what it sent meanwhile waits in the pipe.
+    let mut stdin = args.stdio.then(StdinPump::start);
     // Bound first: the pages' links name the address when no public URL is given. Over
     // stdio only when asked, so two hosts starting hitl do not fight over a port.
     let listener = match args.stdio && !args.listen_set {
@@ -637,7 +640,17 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
                 tracing::warn!(%error, "cannot listen for answers forwarded by other replicas yet; trying again");
             }
         }
-        gateway.start(&publish).await.map_err(anyhow::Error::msg)?;
+        let started = gateway.start(&publish);
+        match &mut stdin {
+            Some(pump) => tokio::select! {
+                started = started => started.map_err(anyhow::Error::msg)?,
+                () = pump.closed() => {
+                    tracing::info!("standard input closed before hitl was ready; exiting");
+                    return Ok(());
+                }
+            },
+            None => started.await.map_err(anyhow::Error::msg)?,
+        }
         for unmet in hitl_declared::unmet(&args.declared, &gateway.catalog()) {
             tracing::warn!("{unmet} yet: its calls fail until an upstream lists it");
         }
@@ -659,8 +672,8 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
             Some(_) => tracing::info!(%local, "serving MCP on stdio, and HTTP"),
             None => tracing::info!("serving MCP on stdio"),
         }
-        let (input, output) = (tokio::io::BufReader::new(tokio::io::stdin()), tokio::io::stdout());
-        server.serve_stdio(options, input, output, listener, shutdown_signal()).await?;
+        let input = tokio::io::BufReader::new(stdin.context("standard input")?.reader);
+        server.serve_stdio(options, input, tokio::io::stdout(), listener, shutdown_signal()).await?;
         tracing::info!("standard input closed; exiting");
         return Ok(());
     }
@@ -670,6 +683,36 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
     tracing::info!(%local, "listening");
     server.serve(listener, shutdown_signal()).await?;
     Ok(())
+}
+
+/// Standard input copied into a pipe from the start, so its end is seen even before
+/// the stdio loop reads it.
+struct StdinPump {
+    reader: tokio::io::DuplexStream,
+    ended: Option<tokio::sync::oneshot::Receiver<()>>,
+}
+
+impl StdinPump {
+    fn start() -> Self {
+        let (mut writer, reader) = tokio::io::duplex(64 * 1024);
+        let (end, ended) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            // Ended by the input's end (or a read error, which ends it as well).
+            if let Err(error) = tokio::io::copy(&mut tokio::io::stdin(), &mut writer).await {
+                tracing::warn!(%error, "reading standard input failed; ending as if it closed");
+            }
+            let _ = end.send(());
+        });
+        Self { reader, ended: Some(ended) }
+    }
+
+    /// Resolves once the input has ended (at once if it was seen to end before).
+    async fn closed(&mut self) {
+        if let Some(ended) = self.ended.as_mut() {
+            let _ = ended.await;
+            self.ended = None;
+        }
+    }
 }
 
 /// `--stdio-principal`, checked: `user:<id>`.
