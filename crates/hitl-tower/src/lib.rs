@@ -67,7 +67,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use hitl_interrupt::{Agent, Engine};
+use hitl_interrupt::{Agent, Engine, MemoryStore, Notes};
 use hitl_protocol::version::Era;
 use hitl_protocol::{ErrorCode, ErrorObject, Implementation, RequestId, Response};
 use http::{HeaderValue, StatusCode, header};
@@ -136,6 +136,10 @@ pub struct ServerOptions {
     /// Where list changes are told to the open notification streams (give the same
     /// one to whatever changes the lists).
     pub notifier: Notifier,
+    /// Where the round a client's dropped push stream left open is noted for its next
+    /// identical call (`None`: this process's memory). Give the store the replicas
+    /// share, so the call resumes on any of them.
+    pub notes: Option<Arc<dyn Notes>>,
 }
 
 impl Default for ServerOptions {
@@ -150,6 +154,7 @@ impl Default for ServerOptions {
             passthrough: None,
             max_listeners: 256,
             notifier: Notifier::default(),
+            notes: None,
         }
     }
 }
@@ -163,6 +168,8 @@ struct Shared {
     server_info: serde_json::Value,
     /// Pushed calls waiting for their clients' answers.
     pushes: Arc<push::Pushes>,
+    /// Where a dropped push stream's round is noted ([`ServerOptions::notes`]).
+    notes: Arc<dyn Notes>,
 }
 
 /// The MCP endpoint: `POST` JSON-RPC in, JSON out.
@@ -198,7 +205,8 @@ impl McpService {
         // Names and versions are strings: this serialization cannot fail.
         let server_info = serde_json::to_value(&options.server_info).expect("serverInfo is strings");
         let pushes = Arc::new(push::Pushes::default());
-        Self { shared: Arc::new(Shared { tools, prompts, engine, options, server_info, pushes }) }
+        let notes = options.notes.clone().unwrap_or_else(|| Arc::new(MemoryStore::default()));
+        Self { shared: Arc::new(Shared { tools, prompts, engine, options, server_info, pushes, notes }) }
     }
 
     /// Tells the clients' notification streams that a list changed.

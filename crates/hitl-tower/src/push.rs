@@ -310,14 +310,14 @@ impl Shared {
     async fn note(&self, note: &str, request_state: Option<&String>) {
         let Some(state) = request_state else { return };
         let until = now_ms().saturating_add(NOTE_LIFETIME.as_millis() as u64);
-        if let Err(error) = self.engine.store().put_note(note, state, until).await {
+        if let Err(error) = self.notes.put_note(note, state, until).await {
             tracing::warn!(%error, "cannot note a dropped stream's round; the next call starts anew");
         }
     }
 
     /// The open round a dropped stream left for this call, if any.
     async fn take_note(&self, note: &str) -> Option<String> {
-        self.engine.store().take_note(note).await.unwrap_or_else(|error| {
+        self.notes.take_note(note).await.unwrap_or_else(|error| {
             tracing::warn!(%error, "cannot read a dropped stream's note; the call starts anew");
             None
         })
