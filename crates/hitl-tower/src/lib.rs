@@ -67,7 +67,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use hitl_interrupt::{Agent, Engine, MemoryStore, Notes};
+use hitl_interrupt::{Agent, Engine, Notes};
 use hitl_protocol::version::Era;
 use hitl_protocol::{ErrorCode, ErrorObject, Implementation, RequestId, Response};
 use http::{HeaderValue, StatusCode, header};
@@ -137,8 +137,8 @@ pub struct ServerOptions {
     /// one to whatever changes the lists).
     pub notifier: Notifier,
     /// Where the round a client's dropped push stream left open is noted for its next
-    /// identical call (`None`: this process's memory). Give the store the replicas
-    /// share, so the call resumes on any of them.
+    /// identical call, which then resumes it (`None`: nowhere, and that call starts
+    /// anew). Give the store the replicas share, so the call resumes on any of them.
     pub notes: Option<Arc<dyn Notes>>,
 }
 
@@ -169,7 +169,7 @@ struct Shared {
     /// Pushed calls waiting for their clients' answers.
     pushes: Arc<push::Pushes>,
     /// Where a dropped push stream's round is noted ([`ServerOptions::notes`]).
-    notes: Arc<dyn Notes>,
+    notes: Option<Arc<dyn Notes>>,
 }
 
 /// The MCP endpoint: `POST` JSON-RPC in, JSON out.
@@ -205,7 +205,7 @@ impl McpService {
         // Names and versions are strings: this serialization cannot fail.
         let server_info = serde_json::to_value(&options.server_info).expect("serverInfo is strings");
         let pushes = Arc::new(push::Pushes::default());
-        let notes = options.notes.clone().unwrap_or_else(|| Arc::new(MemoryStore::default()));
+        let notes = options.notes.clone();
         Self { shared: Arc::new(Shared { tools, prompts, engine, options, server_info, pushes, notes }) }
     }
 
