@@ -213,7 +213,7 @@ pub enum EngineError {
 pub type Reply = Result<CallToolResponse, ErrorObject>;
 
 /// Runs agents round by round over a store of threads that counts paused calls (a
-/// [`PausedLedger`], whose supertrait is [`ThreadStore`]).
+/// [`PausedLedger`], whose supertrait is [`ThreadStore`](crate::ThreadStore)).
 #[derive(Clone)]
 pub struct Engine {
     pub(crate) store: Arc<dyn PausedLedger>,
