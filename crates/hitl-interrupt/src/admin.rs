@@ -6,8 +6,8 @@
 use serde::Serialize;
 
 use crate::engine::{Engine, EngineError};
-use crate::store::{SaveError, StoreError};
-use crate::thread::Thread;
+use hitl_thread::Thread;
+use hitl_thread::{SaveError, StoreError};
 
 /// A paused call as operators see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -11,10 +11,10 @@ use serde_json::{Map, Value};
 
 use crate::round::{self, Ending, Next, Ran};
 use crate::state::{self, Secret};
-use crate::store::{ClaimAttempt, Clock, LimitReached, Loaded, PausedLimits, SaveError, StoreError, ThreadStore};
 use crate::unsaved::{self, Kept};
-use crate::{Claim, Last, Round, THREAD_FORMAT, Thread, digest};
+use crate::{Claim, Last, Round, THREAD_FORMAT, Thread};
 use crate::{meter, questions};
+use hitl_thread::{ClaimAttempt, Clock, LimitReached, Loaded, PausedLedger, PausedLimits, SaveError, StoreError};
 
 /// The message of every `requestState` that does not verify.
 pub const INVALID_STATE: &str = "Invalid or expired requestState";
@@ -212,10 +212,11 @@ pub enum EngineError {
 /// What a call gets: a response, or a JSON-RPC error.
 pub type Reply = Result<CallToolResponse, ErrorObject>;
 
-/// Runs agents round by round over a [`ThreadStore`].
+/// Runs agents round by round over a store of threads that counts paused calls (a
+/// [`PausedLedger`], whose supertrait is [`ThreadStore`](crate::ThreadStore)).
 #[derive(Clone)]
 pub struct Engine {
-    pub(crate) store: Arc<dyn ThreadStore>,
+    pub(crate) store: Arc<dyn PausedLedger>,
     pub(crate) clock: Arc<dyn Clock>,
     secret: Secret,
     pub(crate) lifetimes: Lifetimes,
@@ -264,7 +265,7 @@ impl std::fmt::Debug for Engine {
 
 impl Engine {
     /// An engine over `store`, reading time from `clock`.
-    pub fn new(store: Arc<dyn ThreadStore>, clock: Arc<dyn Clock>, secret: Secret, lifetimes: Lifetimes) -> Self {
+    pub fn new(store: Arc<dyn PausedLedger>, clock: Arc<dyn Clock>, secret: Secret, lifetimes: Lifetimes) -> Self {
         Self {
             store,
             clock,
@@ -298,8 +299,8 @@ impl Engine {
         self
     }
 
-    /// The store the engine keeps its threads in.
-    pub fn store(&self) -> &Arc<dyn ThreadStore> {
+    /// The store the engine keeps its threads in and counts paused calls in.
+    pub fn store(&self) -> &Arc<dyn PausedLedger> {
         &self.store
     }
 
@@ -428,7 +429,7 @@ impl Engine {
             last: None,
             claim: None,
             begun: None,
-            task: call.task.then(|| crate::thread::TaskState::new(self.clock.now_ms(), call.capabilities.clone())),
+            task: call.task.then(|| hitl_thread::TaskState::new(self.clock.now_ms(), call.capabilities.clone())),
             expires_at_ms: self.expiry(self.lifetimes.paused),
         };
         if let Some(responses) = &call.input_responses {
@@ -437,7 +438,7 @@ impl Engine {
                 Unstored::Ended(reply) => return Ok(reply),
             };
         }
-        thread.format = crate::thread::format_of(&thread);
+        thread.format = hitl_thread::format_of(&thread);
         let round = thread.round.as_ref().expect("a paused thread has its round");
         if let Some(e) = round::missing_capability(round, &call.capabilities) {
             meter::round(&thread.tool, meter::Outcome::RefusedCapability);
@@ -1081,7 +1082,7 @@ pub(crate) fn checked_arguments(agent: &Agent, call: &Call) -> Result<(Value, St
                 .with_data(serde_json::json!({ "errors": errors }));
         return Err(error);
     }
-    let digest = digest::digest_hex(&arguments);
+    let digest = hitl_thread::digest_hex(&arguments);
     Ok((arguments, digest))
 }
 
@@ -1120,7 +1121,7 @@ fn pending(interrupts: &[hitl_graph::Interrupt]) -> String {
 /// The claimed thread while its round's run goes on: lease renewals and effect marks
 /// both save it, one at a time, each on the version the other left.
 struct Held {
-    store: Arc<dyn ThreadStore>,
+    store: Arc<dyn PausedLedger>,
     thread: tokio::sync::Mutex<Thread>,
     round: u32,
     observer: Option<Arc<dyn crate::Observer>>,

@@ -6,8 +6,9 @@
 //! digest of the question), the thread is stored, and the call answers
 //! `input_required` with a `requestState` of `<thread id>.<token>`. A call with that
 //! state and the answers resumes the agent once; the result is the next round or the
-//! tool result. Threads live behind the [`ThreadStore`] port; [`MemoryStore`] is the
-//! in-process default and `hitl-store-redis` the shared one.
+//! tool result. Threads live behind the [`ThreadStore`] and [`PausedLedger`] ports of
+//! `hitl-thread` (re-exported here with the record); [`MemoryStore`] is the in-process
+//! default and `hitl-store-redis` the shared one.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -39,49 +40,43 @@
 //! ```
 
 mod admin;
-#[cfg(any(test, feature = "test-support"))]
-pub mod conformance;
-mod digest;
 mod engine;
 mod meter;
-mod metered;
 mod pages;
 pub mod questions;
-mod records;
 pub mod review;
 pub mod round;
 mod size;
 pub mod state;
-mod store;
 mod task_runs;
 mod tasks;
-mod thread;
 mod unsaved;
 mod waiting;
 
-pub use digest::{canonical, digest_hex, hex, short_digest};
 /// An agent: defined in `hitl-graph`, so that a crate of agents needs nothing else.
 pub use hitl_graph::Agent;
+/// The store conformance suite, now `hitl_thread::conformance`.
+#[cfg(feature = "test-support")]
+pub use hitl_thread::conformance;
+/// The record, its ports and the memory store: defined in `hitl-thread`, so that a store
+/// needs nothing else.
+pub use hitl_thread::{
+    AUDIT_KEPT, AUDIT_KEPT_IN_MEMORY, About, CLAIM_BESIDE_FORMAT, Claim, ClaimAttempt, Clock, Last, LastOutcome,
+    LimitReached, Loaded, ManualClock, MemoryStore, MeteredStore, Notes, Page, PageKind, PausedLedger, PausedLimits,
+    Question, QuestionKind, Records, Round, SaveError, Sleep, Store, StoreError, SystemClock, THREAD_FORMAT, TaskState,
+    Thread, ThreadStore, binding_digest, canonical, create_paused_in_steps, digest_hex, format_of, hex,
+    save_finished_in_steps, short_digest,
+};
 
 pub use admin::{PausedCall, PausedCalls};
 pub use engine::{
     BREAKPOINT, CANNOT_RESUME, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, Lifetimes, Limits,
     MAX_ROUNDS_PER_REQUEST, NEWER_FORMAT, Reply,
 };
-pub use metered::MeteredStore;
 pub use pages::{Event, Observer, PageAnswer, PageInput, PageView};
-pub use records::{AUDIT_KEPT, AUDIT_KEPT_IN_MEMORY, Records, Store};
 pub use state::Secret;
-pub use store::{
-    ClaimAttempt, Clock, LimitReached, Loaded, ManualClock, MemoryStore, PausedLimits, SaveError, Sleep, StoreError,
-    SystemClock, ThreadStore, create_paused_in_steps, save_finished_in_steps,
-};
 pub use task_runs::TaskStart;
 pub use tasks::{TaskStatus, TaskView, unknown_task};
-pub use thread::{
-    About, CLAIM_BESIDE_FORMAT, Claim, Last, LastOutcome, Page, PageKind, Question, QuestionKind, Round, THREAD_FORMAT,
-    TaskState, Thread, binding_digest, format_of,
-};
 pub use unsaved::{MAX_UNSAVED, OUTCOME_KEPT};
 pub use waiting::{HoldPolicy, Relay};
 

@@ -9,8 +9,8 @@ use serde_json::{Map, Value, json};
 
 use crate::engine::Engine;
 use crate::review::Review;
-use crate::store::SaveError;
 use crate::{EngineError, Page, PageKind, Question, QuestionKind, Thread};
+use hitl_thread::SaveError;
 
 /// What happens to rounds, as an [`Observer`] hears it.
 #[derive(Debug)]

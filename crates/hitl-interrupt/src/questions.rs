@@ -28,8 +28,8 @@ use hitl_protocol::{
 use hitl_schema::{CannotAsk, FormOptions};
 use serde_json::{Map, Value, json};
 
-use crate::digest::{digest_hex, short_digest};
 use crate::{About, Page, PageKind, Question, QuestionKind, Round, review};
+use hitl_thread::{digest_hex, short_digest};
 
 /// The text every "cannot be asked" error result starts with.
 pub const CANNOT_ASK: &str = "This tool needs input that can't be asked over MCP";

@@ -13,43 +13,11 @@ use hitl_graph::Interrupt;
 use hitl_graph::payload::{self, ActionRequest, EditedAction, ReviewConfig, ReviewRequest, ToolApproval};
 use hitl_protocol::{ElicitAction, ErrorObject};
 use hitl_schema::Decision;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::questions::{CANCELLED, DECLINED, NotAskable};
 
-/// How a review question's answer goes back to the middleware.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Review {
-    /// The tool the call would run.
-    pub tool: String,
-    /// The arguments the model chose.
-    pub args: Map<String, Value>,
-    /// The decisions the question offers.
-    pub offered: Vec<String>,
-    /// Batched (the `index` of the call in its interrupt) or per call.
-    pub mode: ReviewMode,
-}
-
-/// The interrupt mode of a review question.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "mode", rename_all = "snake_case")]
-pub enum ReviewMode {
-    /// One interrupt for every call: decisions go back in order.
-    Batched {
-        /// The call's position in its interrupt.
-        index: usize,
-        /// How many calls the interrupt holds.
-        count: usize,
-        /// The JavaScript middleware: edits are `editedAction`.
-        camel_case: bool,
-    },
-    /// One interrupt per call, with a schema every decision must fit.
-    PerCall {
-        /// The interrupt's response schema.
-        schema: Option<Value>,
-    },
-}
+pub use hitl_thread::{Review, ReviewMode};
 
 /// One call to review, read from an interrupt.
 pub(crate) struct ReviewedCall {

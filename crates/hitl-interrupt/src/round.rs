@@ -214,7 +214,7 @@ pub fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Secret) -
                 task.partial.clear();
                 task.updated_at_ms = end.now_ms;
             }
-            thread.format = crate::thread::format_of(&thread);
+            thread.format = hitl_thread::format_of(&thread);
             if let Err(e) = fits(&thread, end.max_record_bytes) {
                 (thread.last, thread.checkpoint, thread.expires_at_ms, thread.round, thread.begun, thread.task) =
                     (kept_last, kept_checkpoint, kept_expiry, kept_round, kept_begun, kept_task);

@@ -1,8 +1,8 @@
 //! `requestState`: `<thread id>.<token>`, where the token is an HMAC-SHA256 under the
 //! server secret of the thread id, the round number and a per-round random nonce.
-//! The thread record keeps the nonce and the token's SHA-1 ([`proof`]), never the
-//! token, so reading a record does not reveal a usable state; verification recomputes
-//! the token and compares in constant time.
+//! The thread record keeps the nonce and the token's SHA-1 ([`proof`], defined with the
+//! record in `hitl-thread`), never the token, so reading a record does not reveal a
+//! usable state; verification recomputes the token and compares in constant time.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -196,13 +196,7 @@ fn message(thread: &str, round: u32, nonce: &str) -> String {
     format!("hitl/request-state/v1\n{thread}\n{round}\n{nonce}")
 }
 
-/// The proof of a token (the part of a `requestState` after the dot): SHA-1 of it, in
-/// hex. A record may keep it where it keeps no token: a 256-bit MAC can't be found
-/// from its hash. SHA-1 because it is what Redis scripts can compute
-/// (`redis.sha1hex`), so a script can check a presented token without the secret.
-pub fn proof(token: &str) -> String {
-    crate::digest::hex(ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, token.as_bytes()).as_ref())
-}
+pub use hitl_thread::proof;
 
 /// A fresh nonce for a round: 16 random bytes, base64url.
 pub fn nonce() -> String {

@@ -19,9 +19,9 @@ use hitl_protocol::{CallToolResponse, CallToolResult, ErrorObject};
 use tokio::task::{AbortHandle, JoinError, JoinHandle};
 
 use crate::engine::{Call, Deadline, Engine, EngineError, Settled, checked_arguments};
-use crate::store::{SaveError, StoreError};
-use crate::thread::{Claim, Last, LastOutcome, TaskState, Thread};
 use crate::{Agent, THREAD_FORMAT, round};
+use hitl_thread::{Claim, Last, LastOutcome, TaskState, Thread};
+use hitl_thread::{SaveError, StoreError};
 
 /// The runs of this process's working tasks, by task id.
 pub(crate) type Running = Arc<Mutex<HashMap<String, AbortHandle>>>;
@@ -100,7 +100,7 @@ impl Engine {
             task: Some(TaskState::new(now, call.capabilities.clone())),
             expires_at_ms: now.saturating_add(self.lifetimes.paused.as_millis() as u64),
         };
-        thread.format = crate::thread::format_of(&thread);
+        thread.format = hitl_thread::format_of(&thread);
         // The task is stored before its id is answered, and counts as a paused call.
         let created = self.store.create_paused(thread.clone(), &owner, self.limits.paused).await;
         if !matches!(created, Ok(Ok(()))) {
@@ -270,14 +270,14 @@ impl Engine {
             Ended::Paused(checkpoint, round) => {
                 next.checkpoint = Some(checkpoint.clone());
                 next.round = Some(round.clone());
-                next.format = crate::thread::format_of(&next);
+                next.format = hitl_thread::format_of(&next);
                 next.expires_at_ms = self.expiry(self.lifetimes.paused);
                 // The agent's state is stored with the round: it must fit the record.
                 match round::fits(&next, self.limits.max_record_bytes) {
                     Ok(()) => next,
                     Err(too_large) => {
                         (next.checkpoint, next.round) = (None, None);
-                        next.format = crate::thread::format_of(&next);
+                        next.format = hitl_thread::format_of(&next);
                         failed(next, too_large)
                     }
                 }

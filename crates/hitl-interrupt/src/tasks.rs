@@ -15,8 +15,8 @@ use hitl_protocol::{CallToolResult, ErrorObject, InputRequests, InputResponses};
 use serde_json::Map;
 
 use crate::engine::{Deadline, Engine, EngineError};
-use crate::store::SaveError;
-use crate::thread::{LastOutcome, Thread};
+use hitl_thread::SaveError;
+use hitl_thread::{LastOutcome, Thread};
 
 /// What a task is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use hitl_protocol::ErrorObject;
 
-use crate::store::SaveError;
 use crate::{Engine, Thread};
+use hitl_thread::SaveError;
 
 /// The most outcomes one process keeps unsaved; past it an outcome is dropped as
 /// before (the call fails with the store's error, and its resend learns the outcome is

@@ -6,8 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hitl_interrupt::{Event, Observer, PageKind, PageView, Records, Thread};
+use hitl_interrupt::{Event, Observer, PageView};
 use hitl_protocol::display;
+use hitl_thread::{Notes, PageKind, Records, Thread};
 use serde_json::{Map, Value, json};
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{broadcast, mpsc};
@@ -146,7 +147,7 @@ fn approvals(thread: &Thread, unanswered: bool) -> Vec<PageView> {
 
 impl Observer for Ears {
     fn observe(&self, event: &Event<'_>) {
-        let keys = |round: &hitl_interrupt::Round| round.questions.iter().map(|q| q.key.clone()).collect();
+        let keys = |round: &hitl_thread::Round| round.questions.iter().map(|q| q.key.clone()).collect();
         let note = match event {
             Event::Asked { thread } => match &thread.round {
                 Some(round) => Note::Asked {
@@ -245,6 +246,8 @@ pub(crate) struct Worker {
     /// it (`None` until the listing was first read).
     pub(crate) seen: Option<std::collections::HashMap<String, String>>,
     pub(crate) records: Arc<dyn Records>,
+    /// Where an approval's expiry is marked announced, once across replicas.
+    pub(crate) marks: Arc<dyn Notes>,
     pub(crate) base_url: String,
     pub(crate) audit_file: Option<AuditFile>,
     pub(crate) notifier: Notifier,
@@ -300,7 +303,7 @@ pub fn capped(value: &Value, max: usize) -> Value {
         }
     };
     let digest = ring::digest::digest(&ring::digest::SHA256, value.to_string().as_bytes());
-    let marker = format!("… [{} bytes, sha256:{}]", text.len(), hitl_interrupt::hex(digest.as_ref()));
+    let marker = format!("… [{} bytes, sha256:{}]", text.len(), hitl_thread::hex(digest.as_ref()));
     let mut cut = max.saturating_sub(marker.len()).min(text.len());
     while !text.is_char_boundary(cut) {
         cut -= 1;
@@ -599,7 +602,7 @@ impl Worker {
             }
             let lapsed = status == "pending" && entry["expires_at_ms"].as_u64().is_some_and(|at| at <= now);
             let until = now.saturating_add(self.retention.keep_ended.as_millis() as u64);
-            if lapsed && self.records.use_once(&format!("expired:{id}"), until).await.unwrap_or(false) {
+            if lapsed && self.marks.use_once(&format!("expired:{id}"), until).await.unwrap_or(false) {
                 expired.push(entry);
                 continue;
             }
@@ -760,14 +763,14 @@ mod tests {
 
     /// The memory store's records, out of reach while `down` is set.
     struct Flaky {
-        inner: hitl_interrupt::MemoryStore,
+        inner: hitl_thread::MemoryStore,
         down: std::sync::atomic::AtomicBool,
     }
 
     impl Flaky {
-        fn check(&self) -> Result<(), hitl_interrupt::StoreError> {
+        fn check(&self) -> Result<(), hitl_thread::StoreError> {
             if self.down.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err(hitl_interrupt::StoreError::Unavailable("broken pipe".into()));
+                return Err(hitl_thread::StoreError::Unavailable("broken pipe".into()));
             }
             Ok(())
         }
@@ -775,23 +778,23 @@ mod tests {
 
     #[async_trait::async_trait]
     impl Records for Flaky {
-        async fn put_approval(&self, id: &str, entry: Value, until_ms: u64) -> Result<(), hitl_interrupt::StoreError> {
+        async fn put_approval(&self, id: &str, entry: Value, until_ms: u64) -> Result<(), hitl_thread::StoreError> {
             self.check()?;
             self.inner.put_approval(id, entry, until_ms).await
         }
-        async fn approval(&self, id: &str) -> Result<Option<Value>, hitl_interrupt::StoreError> {
+        async fn approval(&self, id: &str) -> Result<Option<Value>, hitl_thread::StoreError> {
             self.check()?;
             self.inner.approval(id).await
         }
-        async fn approvals(&self) -> Result<Vec<Value>, hitl_interrupt::StoreError> {
+        async fn approvals(&self) -> Result<Vec<Value>, hitl_thread::StoreError> {
             self.check()?;
             self.inner.approvals().await
         }
-        async fn remove_approvals(&self, ids: &[String]) -> Result<(), hitl_interrupt::StoreError> {
+        async fn remove_approvals(&self, ids: &[String]) -> Result<(), hitl_thread::StoreError> {
             self.check()?;
             self.inner.remove_approvals(ids).await
         }
-        async fn append_audit(&self, entries: Vec<Value>) -> Result<(), hitl_interrupt::StoreError> {
+        async fn append_audit(&self, entries: Vec<Value>) -> Result<(), hitl_thread::StoreError> {
             self.check()?;
             self.inner.append_audit(entries).await
         }
@@ -800,15 +803,27 @@ mod tests {
             since_ms: u64,
             after: Option<&str>,
             limit: usize,
-        ) -> Result<Vec<Value>, hitl_interrupt::StoreError> {
+        ) -> Result<Vec<Value>, hitl_thread::StoreError> {
             self.check()?;
             self.inner.audit_since(since_ms, after, limit).await
         }
-        async fn use_once(&self, key: &str, until_ms: u64) -> Result<bool, hitl_interrupt::StoreError> {
+    }
+
+    #[async_trait::async_trait]
+    impl Notes for Flaky {
+        async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), hitl_thread::StoreError> {
+            self.check()?;
+            self.inner.put_note(key, value, until_ms).await
+        }
+        async fn take_note(&self, key: &str) -> Result<Option<String>, hitl_thread::StoreError> {
+            self.check()?;
+            self.inner.take_note(key).await
+        }
+        async fn use_once(&self, key: &str, until_ms: u64) -> Result<bool, hitl_thread::StoreError> {
             self.check()?;
             self.inner.use_once(key, until_ms).await
         }
-        async fn used(&self, key: &str) -> Result<bool, hitl_interrupt::StoreError> {
+        async fn used(&self, key: &str) -> Result<bool, hitl_thread::StoreError> {
             self.check()?;
             self.inner.used(key).await
         }
@@ -820,7 +835,8 @@ mod tests {
             batch: Vec::new(),
             unstored: Unstored::default(),
             seen: None,
-            records,
+            records: records.clone(),
+            marks: records,
             base_url: "http://127.0.0.1".into(),
             audit_file: None,
             notifier: Notifier::new(Vec::new(), keys),

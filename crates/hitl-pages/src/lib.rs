@@ -21,11 +21,11 @@
 //! the approvals their `user:`/`group:` entries may decide.
 //!
 //! ```no_run
-//! # fn demo(engine: hitl_interrupt::Engine, store: std::sync::Arc<hitl_interrupt::MemoryStore>) {
+//! # fn demo(engine: hitl_interrupt::Engine, store: std::sync::Arc<hitl_thread::MemoryStore>) {
 //! use hitl_pages::{Pages, PagesConfig};
 //!
 //! let config = PagesConfig::new("https://hitl.example.com");
-//! let pages = Pages::new(config, store, engine.secret());
+//! let pages = Pages::new(config, store.clone(), store, engine.secret());
 //! let engine = engine.with_pages("https://hitl.example.com").with_observer(pages.observer());
 //! let service = pages.service(engine); // mount it at each of Pages::PREFIXES
 //! # let _ = service; }
@@ -47,7 +47,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use hitl_auth::{Credential, Identity, Verify};
-use hitl_interrupt::{Engine, Observer, PageAnswer, PageInput, PageKind, PageView, Records, Secret};
+use hitl_interrupt::{Engine, Observer, PageAnswer, PageInput, PageView, Secret};
+use hitl_thread::{Notes, PageKind, Records};
 use hitl_tower::{Endpoint, McpBody};
 use http::{HeaderValue, Method, StatusCode, header};
 use serde_json::{Map, Value, json};
@@ -125,6 +126,8 @@ impl std::fmt::Debug for Pages {
 struct Shared {
     config: PagesConfig,
     records: Arc<dyn Records>,
+    /// Single-use marks: sign-in tickets used, sessions signed out.
+    marks: Arc<dyn Notes>,
     keys: Keys,
     events: broadcast::Sender<Value>,
     notes: mpsc::Sender<ledger::Note>,
@@ -137,9 +140,11 @@ impl Pages {
     pub const PREFIXES: [&'static str; 7] =
         ["/approvals", "/secrets", "/login", "/logout", "/oauth/callback", "/pages", "/api"];
 
-    /// The pages under `config`, keeping their listing and trail in `records`, signing
-    /// sessions with a key derived from `secret`.
-    pub fn new(config: PagesConfig, records: Arc<dyn Records>, secret: &Secret) -> Self {
+    /// The pages under `config`, keeping their listing and trail in `records` and their
+    /// single-use marks (sign-in tickets, signed-out sessions, expiries announced) in
+    /// `marks`, signing sessions with a key derived from `secret`. Give both the store
+    /// the replicas share.
+    pub fn new(config: PagesConfig, records: Arc<dyn Records>, marks: Arc<dyn Notes>, secret: &Secret) -> Self {
         let keys = Keys::new(secret.derive("pages/session"), config.base_url.starts_with("https://"))
             .with_session_ttl(config.session_ttl);
         let (events, _) = broadcast::channel(256);
@@ -149,6 +154,7 @@ impl Pages {
             unstored: ledger::Unstored::default(),
             seen: None,
             records: records.clone(),
+            marks: marks.clone(),
             base_url: config.base_url.clone(),
             audit_file: config.audit_file.clone(),
             notifier: notify::Notifier::new(config.notify.clone(), keys.clone()),
@@ -157,7 +163,7 @@ impl Pages {
         };
         let streams = streams::EventStreams::new(config.max_event_streams_per_principal, config.max_event_streams);
         let throttle = throttle::Throttle::default();
-        let shared = Arc::new(Shared { config, records, keys, events, notes: notes.clone(), streams, throttle });
+        let shared = Arc::new(Shared { config, records, marks, keys, events, notes: notes.clone(), streams, throttle });
         Self { shared, worker: Mutex::new(Some((worker, received))), notes }
     }
 
@@ -304,7 +310,7 @@ impl Shared {
             tracing::info!(principal = %session.principal, "a page session ended: no policy names it an approver");
             return false;
         }
-        match self.records.used(&signed_out_key(&session.id)).await {
+        match self.marks.used(&signed_out_key(&session.id)).await {
             Ok(ended) => !ended,
             Err(error) => {
                 tracing::error!(%error, "a page session could not be checked; treated as signed out");
@@ -444,7 +450,7 @@ impl Shared {
             }
         }
         let until = ticket.expires.saturating_mul(1000);
-        match self.records.use_once(&format!("ticket:{}", ticket.nonce), until).await {
+        match self.marks.use_once(&format!("ticket:{}", ticket.nonce), until).await {
             Ok(true) => {}
             // Used once already: an ordinary sign-in from here.
             Ok(false) => return see_other(&format!("/login?next={}", encode(path))),
@@ -515,7 +521,7 @@ impl Shared {
         let mut response = see_other("/login");
         if let Some(session) = &visit.signed
             && let Err(error) =
-                self.records.use_once(&signed_out_key(&session.id), session.expires.saturating_mul(1000)).await
+                self.marks.use_once(&signed_out_key(&session.id), session.expires.saturating_mul(1000)).await
         {
             tracing::error!(%error, "a page session could not be ended in the store");
             let text = "The store is unavailable, so the session could not be ended everywhere; try again shortly.";

@@ -141,7 +141,7 @@ pub fn signature(key: &[u8], timestamp: u64, body: &[u8]) -> String {
     let mut context = hmac::Context::with_key(&hmac::Key::new(hmac::HMAC_SHA256, key));
     context.update(format!("{timestamp}.").as_bytes());
     context.update(body);
-    format!("sha256={}", hitl_interrupt::hex(context.sign().as_ref()))
+    format!("sha256={}", hitl_thread::hex(context.sign().as_ref()))
 }
 
 async fn deliver(

@@ -240,7 +240,7 @@ impl Keys {
 
 /// What a listed token's MAC covers: the principal and the token's digest.
 fn bound_text(principal: &str, digest: &[u8; 32]) -> String {
-    format!("{principal}\n{}", hitl_interrupt::hex(digest))
+    format!("{principal}\n{}", hitl_thread::hex(digest))
 }
 
 /// What a CSRF token covers: the cookie's seed and the session's id.

@@ -296,6 +296,7 @@ impl ServeArgs {
         }
         let mut builder = Server::builder()
             .store(store.clone())
+            .notes(store.clone())
             .records(store)
             .secret(secret)
             .lifetimes(Lifetimes::with_default_ttl(self.default_ttl.map(Duration::from_secs)))

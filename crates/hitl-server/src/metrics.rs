@@ -97,14 +97,14 @@ fn describe() {
 #[derive(Clone)]
 pub(crate) struct Scrape {
     handle: PrometheusHandle,
-    store: Arc<dyn hitl_interrupt::ThreadStore>,
+    store: Arc<dyn hitl_interrupt::PausedLedger>,
     records: Arc<dyn hitl_interrupt::Records>,
 }
 
 impl Scrape {
     /// Scrapes of `store`'s paused calls, `records`' pending approvals and the
     /// process's metrics.
-    pub(crate) fn new(store: Arc<dyn hitl_interrupt::ThreadStore>, records: Arc<dyn hitl_interrupt::Records>) -> Self {
+    pub(crate) fn new(store: Arc<dyn hitl_interrupt::PausedLedger>, records: Arc<dyn hitl_interrupt::Records>) -> Self {
         Self { handle: handle(), store, records }
     }
 

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hitl_interrupt::{Agent, Engine, Lifetimes, Limits, MemoryStore, Records, Secret, SystemClock, ThreadStore};
+use hitl_interrupt::{
+    Agent, Engine, Lifetimes, Limits, MemoryStore, Notes, PausedLedger, Records, Secret, SystemClock, ThreadStore,
+};
 use hitl_tower::{
     AllowedHosts, BodyLimits, Endpoint, HealthFn, HttpApp, MaxConcurrentRequestsLayer, McpBody, McpService,
     PrincipalFromHeaderLayer, ServerOptions, Tools,
@@ -48,7 +50,8 @@ pub type DocumentFn = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
 pub struct ServerBuilder {
     tools: Vec<Agent>,
     prompts: Vec<Agent>,
-    store: Option<Arc<dyn ThreadStore>>,
+    store: Option<Arc<dyn PausedLedger>>,
+    notes: Option<Arc<dyn Notes>>,
     records: Option<Arc<dyn Records>>,
     pages: Option<hitl_pages::PagesConfig>,
     secret: Option<Secret>,
@@ -125,10 +128,20 @@ impl ServerBuilder {
         self
     }
 
-    /// Where paused calls live (default: in this process's memory).
+    /// Where paused calls live and are counted (default: in this process's memory).
     #[must_use]
-    pub fn store(mut self, store: Arc<dyn ThreadStore>) -> Self {
+    pub fn store(mut self, store: Arc<dyn PausedLedger>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// Where notes between requests live: the round a client's dropped push stream left
+    /// open, the pages' single-use marks (default: the memory store when threads are in
+    /// memory too, else this process's memory). Give the same backend as
+    /// [`ServerBuilder::store`] so replicas share them.
+    #[must_use]
+    pub fn notes(mut self, notes: Arc<dyn Notes>) -> Self {
+        self.notes = Some(notes);
         self
     }
 
@@ -270,22 +283,20 @@ impl ServerBuilder {
 
     /// The server, ready to serve.
     pub fn build(self) -> Server {
-        let (store, records): (Arc<dyn ThreadStore>, Arc<dyn Records>) = match (self.store, self.records) {
-            (Some(store), Some(records)) => (store, records),
-            (Some(store), None) => (store, Arc::new(MemoryStore::default())),
-            (None, records) => {
-                let memory = Arc::new(MemoryStore::default());
-                (memory.clone(), records.unwrap_or(memory))
-            }
-        };
+        // What is not given is kept in memory: the memory store of the threads when
+        // they are in memory too, else one of its own.
+        let memory = Arc::new(MemoryStore::default());
+        let store: Arc<dyn PausedLedger> = self.store.unwrap_or_else(|| memory.clone());
+        let records: Arc<dyn Records> = self.records.unwrap_or_else(|| memory.clone());
+        let notes: Arc<dyn Notes> = self.notes.unwrap_or(memory);
         let secret = self.secret.unwrap_or_else(Secret::generate);
         let admins = self.pages.as_ref().map(|config| config.admins.clone()).unwrap_or_default();
         let pages = self.pages.map(|config| {
             let base = config.base_url.clone();
-            (hitl_pages::Pages::new(config, records.clone(), &secret), base)
+            (hitl_pages::Pages::new(config, records.clone(), notes.clone(), &secret), base)
         });
         // Store operations are timed and counted (for /metrics, when served).
-        let store: Arc<dyn ThreadStore> = Arc::new(hitl_interrupt::MeteredStore::new(store));
+        let store: Arc<dyn PausedLedger> = Arc::new(hitl_interrupt::MeteredStore::new(store));
         let mut engine = Engine::new(store.clone(), Arc::new(SystemClock), secret, self.lifetimes)
             .with_limits(self.limits)
             .with_hold(self.hold);
@@ -299,6 +310,8 @@ impl ServerBuilder {
         let engine_handle = engine.clone();
         let tools = Tools::new(self.tools);
         let mut options = self.options;
+        // A dropped push stream's notes are timed as the store's other operations.
+        options.notes = Some(Arc::new(hitl_interrupt::MeteredStore::new(notes)));
         // Who asks is known, so what is listed may depend on it.
         options.private_lists |= self.auth.is_some() || self.principal_header.is_some();
         let service = McpService::with_tools(tools.clone(), self.prompts, engine, options);
@@ -350,7 +363,7 @@ pub struct Server {
     service: McpService,
     /// The engine behind it (shared with the pages).
     engine: Engine,
-    store: Arc<dyn ThreadStore>,
+    store: Arc<dyn PausedLedger>,
     tools: Tools,
     http: HttpLimits,
     allowed_hosts: Option<AllowedHosts>,
@@ -380,6 +393,7 @@ impl Server {
             tools: Vec::new(),
             prompts: Vec::new(),
             store: None,
+            notes: None,
             records: None,
             pages: None,
             secret: None,
@@ -497,7 +511,8 @@ impl Server {
             .boxed_clone();
         let store = self.store;
         // The host check covers every route but the probes.
-        let mut app = HttpApp::new(mcp, store.clone(), self.http.body).with_allowed_hosts(allowed);
+        let mut app =
+            HttpApp::new(mcp, store.clone() as Arc<dyn ThreadStore>, self.http.body).with_allowed_hosts(allowed);
         if let Some((_, resource)) = self.auth.clone() {
             // Where RFC 9728 puts it for this host, and for the `/mcp` resource.
             let route = hitl_auth::metadata_route(resource);

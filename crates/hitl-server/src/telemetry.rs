@@ -63,7 +63,7 @@ pub(crate) fn init(format: LogFormat, otlp: Option<&str>) -> anyhow::Result<Tele
     // Spans are exported at info (and store operations, at debug) whatever RUST_LOG
     // keeps of the logs.
     let spans = provider.as_ref().map(|provider| {
-        let exported = EnvFilter::new("info,hitl_interrupt::metered=debug");
+        let exported = EnvFilter::new("info,hitl_thread::metered=debug");
         tracing_opentelemetry::layer().with_tracer(provider.tracer("hitl")).with_filter(exported)
     });
     // Without an exporter, no span layer at all: an absent (`None`) layer would still

@@ -1,5 +1,6 @@
-//! A [`ThreadStore`] on Redis, so that paused calls survive restarts and any replica
-//! behind a load balancer can answer any round.
+//! The store ports of `hitl-thread` on Redis ([`ThreadStore`], [`PausedLedger`],
+//! [`hitl_thread::Notes`] and [`hitl_thread::Records`]), so that paused calls survive
+//! restarts and any replica behind a load balancer can answer any round.
 //!
 //! Each thread is one hash, `hitl:{<thread id>}:thread`, with its version (`v`) and its
 //! JSON record (`d`). The braces are a Redis Cluster hash tag: every key of a thread
@@ -17,14 +18,15 @@
 //! refuse rather than resume twice.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), hitl_interrupt::StoreError> {
-//! use hitl_interrupt::ThreadStore;
+//! # async fn demo() -> Result<(), hitl_thread::StoreError> {
+//! use hitl_thread::ThreadStore;
 //! let store = hitl_store_redis::RedisStore::connect("redis://127.0.0.1:6379/0").await?;
 //! assert!(store.load("01a22c5e-5403-766d-9808-1b6b86b6c2c2").await?.is_none());
 //! # Ok(()) }
 //! ```
 
 mod channels;
+mod notes;
 mod records;
 
 use std::sync::{Arc, Mutex};
@@ -33,9 +35,9 @@ use std::time::Duration;
 pub use channels::{Channels, Deliver};
 
 use async_trait::async_trait;
-use hitl_interrupt::{
-    CLAIM_BESIDE_FORMAT, Claim, ClaimAttempt, LimitReached, Loaded, PausedLimits, SaveError, StoreError, THREAD_FORMAT,
-    Thread, ThreadStore,
+use hitl_thread::{
+    CLAIM_BESIDE_FORMAT, Claim, ClaimAttempt, LimitReached, Loaded, PausedLedger, PausedLimits, SaveError, StoreError,
+    THREAD_FORMAT, Thread, ThreadStore,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
@@ -434,11 +436,6 @@ impl RedisStore {
     }
 }
 
-/// The key of a note (one key: any Cluster slot).
-fn note_key(key: &str) -> String {
-    format!("hitl:note:{key}")
-}
-
 #[async_trait]
 impl ThreadStore for RedisStore {
     async fn ping(&self) -> Result<(), StoreError> {
@@ -510,35 +507,15 @@ impl ThreadStore for RedisStore {
         if saved == 1 { Ok(()) } else { Err(SaveError::Conflict(thread.id.clone())) }
     }
 
-    async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), StoreError> {
-        let mut connection = self.connection().await?;
-        if until_ms <= now_ms() {
-            let _: i64 =
-                redis::cmd("DEL").arg(note_key(key)).query_async(&mut connection).await.map_err(unavailable)?;
-            return Ok(());
-        }
-        let _: () = redis::cmd("SET")
-            .arg(note_key(key))
-            .arg(value)
-            .arg("PXAT")
-            .arg(until_ms)
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        Ok(())
-    }
-
-    async fn take_note(&self, key: &str) -> Result<Option<String>, StoreError> {
-        let mut connection = self.connection().await?;
-        redis::cmd("GETDEL").arg(note_key(key)).query_async(&mut connection).await.map_err(unavailable)
-    }
-
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
         let mut connection = self.connection().await?;
         let _: i64 = redis::cmd("DEL").arg(thread_key(id)).query_async(&mut connection).await.map_err(unavailable)?;
         Ok(())
     }
+}
 
+#[async_trait]
+impl PausedLedger for RedisStore {
     async fn count_paused(
         &self,
         owner: &str,
@@ -579,7 +556,7 @@ impl ThreadStore for RedisStore {
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, SaveError> {
         if matches!(self.client, Client::Cluster(_)) {
-            return hitl_interrupt::create_paused_in_steps(self, thread, owner, limits).await;
+            return hitl_thread::create_paused_in_steps(self, thread, owner, limits).await;
         }
         let mut thread = thread;
         let fields = encode(&mut thread)?;
@@ -617,7 +594,7 @@ impl ThreadStore for RedisStore {
     /// One script on a single Redis, two steps on a cluster (see `create_paused`).
     async fn save_finished(&self, thread: Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
         let Some(owner) = owner.filter(|_| matches!(self.client, Client::Single(_))) else {
-            return hitl_interrupt::save_finished_in_steps(self, thread, expected, owner).await;
+            return hitl_thread::save_finished_in_steps(self, thread, expected, owner).await;
         };
         let mut thread = thread;
         let fields = encode(&mut thread)?;

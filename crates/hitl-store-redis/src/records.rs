@@ -3,7 +3,7 @@
 //! the audit trail is a stream, `hitl:audit`, capped near [`AUDIT_KEPT`] entries.
 
 use async_trait::async_trait;
-use hitl_interrupt::{AUDIT_KEPT, Records, StoreError};
+use hitl_thread::{AUDIT_KEPT, Records, StoreError};
 use serde_json::Value;
 
 use crate::{RedisStore, now_ms, unavailable};
@@ -129,34 +129,6 @@ impl Records for RedisStore {
         }
         let () = pipe.query_async(&mut connection).await.map_err(unavailable)?;
         Ok(())
-    }
-
-    async fn use_once(&self, key: &str, until_ms: u64) -> Result<bool, StoreError> {
-        if until_ms <= now_ms() {
-            return Ok(true);
-        }
-        let mut connection = self.connection().await?;
-        let set: Option<String> = redis::cmd("SET")
-            .arg(format!("hitl:used:{key}"))
-            .arg(1)
-            .arg("NX")
-            .arg("PXAT")
-            .arg(until_ms)
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        Ok(set.is_some())
-    }
-
-    async fn used(&self, key: &str) -> Result<bool, StoreError> {
-        let mut connection = self.connection().await?;
-        // The key's own expiry (PXAT) drops a mark past its time.
-        let found: bool = redis::cmd("EXISTS")
-            .arg(format!("hitl:used:{key}"))
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        Ok(found)
     }
 
     async fn audit_since(&self, since_ms: u64, after: Option<&str>, limit: usize) -> Result<Vec<Value>, StoreError> {

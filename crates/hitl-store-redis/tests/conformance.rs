@@ -21,9 +21,9 @@ async fn redis_store_conforms() {
     let store = RedisStore::connect(&url).await.expect("Redis at REDIS_URL answers");
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
     let prefix = uuid::Uuid::now_v7().to_string();
-    hitl_interrupt::conformance::run(&store, &prefix, now).await;
-    hitl_interrupt::conformance::records(&store, &prefix, now).await;
-    let claimed = hitl_interrupt::conformance::claims(&store, &format!("{prefix}-again"), now).await;
+    hitl_thread::conformance::run(&store, &prefix, now).await;
+    hitl_thread::conformance::records(&store, &prefix, now).await;
+    let claimed = hitl_thread::conformance::claims(&store, &format!("{prefix}-again"), now).await;
     assert!(claimed, "the Redis store claims a round in the step that loads it");
 }
 
@@ -42,7 +42,7 @@ async fn an_empty_redis_counts_no_paused_calls() {
     let mut connection = client.get_multiplexed_async_connection().await.expect("Redis answers");
     let () = redis::cmd("FLUSHDB").query_async(&mut connection).await.unwrap();
     let store = RedisStore::connect(&empty).await.expect("Redis answers");
-    use hitl_interrupt::ThreadStore as _;
+    use hitl_thread::PausedLedger as _;
     assert_eq!(store.paused_by_tool().await.expect("no error on an empty store"), Vec::<(String, u64)>::new());
 }
 
@@ -142,6 +142,6 @@ async fn redis_cluster_store_conforms() {
     // Enough threads that their keys spread over every node's slots.
     for i in 0..12 {
         let prefix = format!("{}-{i}", uuid::Uuid::now_v7());
-        hitl_interrupt::conformance::run(&store, &prefix, now).await;
+        hitl_thread::conformance::run(&store, &prefix, now).await;
     }
 }

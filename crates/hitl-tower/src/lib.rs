@@ -69,7 +69,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use hitl_interrupt::{Agent, Engine};
+use hitl_interrupt::{Agent, Engine, Notes};
 use hitl_protocol::version::Era;
 use hitl_protocol::{ErrorCode, ErrorObject, Implementation, RequestId, Response};
 use http::{HeaderValue, StatusCode, header};
@@ -138,6 +138,10 @@ pub struct ServerOptions {
     /// Where list changes are told to the open notification streams (give the same
     /// one to whatever changes the lists).
     pub notifier: Notifier,
+    /// Where the round a client's dropped push stream left open is noted for its next
+    /// identical call, which then resumes it (`None`: nowhere, and that call starts
+    /// anew). Give the store the replicas share, so the call resumes on any of them.
+    pub notes: Option<Arc<dyn Notes>>,
 }
 
 impl Default for ServerOptions {
@@ -152,6 +156,7 @@ impl Default for ServerOptions {
             passthrough: None,
             max_listeners: 256,
             notifier: Notifier::default(),
+            notes: None,
         }
     }
 }
@@ -165,6 +170,8 @@ struct Shared {
     server_info: serde_json::Value,
     /// Pushed calls waiting for their clients' answers.
     pushes: Arc<push::Pushes>,
+    /// Where a dropped push stream's round is noted ([`ServerOptions::notes`]).
+    notes: Option<Arc<dyn Notes>>,
 }
 
 /// The MCP endpoint: `POST` JSON-RPC in, JSON out.
@@ -200,7 +207,8 @@ impl McpService {
         // Names and versions are strings: this serialization cannot fail.
         let server_info = serde_json::to_value(&options.server_info).expect("serverInfo is strings");
         let pushes = Arc::new(push::Pushes::default());
-        Self { shared: Arc::new(Shared { tools, prompts, engine, options, server_info, pushes }) }
+        let notes = options.notes.clone();
+        Self { shared: Arc::new(Shared { tools, prompts, engine, options, server_info, pushes, notes }) }
     }
 
     /// Tells the clients' notification streams that a list changed.

@@ -7,7 +7,8 @@
 //! answered through the engine exactly as a 2026-07-28 retry would answer it, and the
 //! stream ends with the call's result. The pause lives in the store as any round does:
 //! if the stream drops, the call stays paused, and the client's next identical call in
-//! the same session is asked the open questions again and resumes it.
+//! the same session is asked the open questions again and resumes it (its round is
+//! noted in [`crate::ServerOptions::notes`]).
 //!
 //! What the client can answer comes from its session id ([`crate::session`]), which
 //! `initialize` signs; a URL question waits until its page is done (polling the round)
@@ -308,16 +309,17 @@ const NOTE_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 impl Shared {
     /// Notes the open round of a call whose stream ended, for the next identical call.
     async fn note(&self, note: &str, request_state: Option<&String>) {
-        let Some(state) = request_state else { return };
+        let (Some(state), Some(notes)) = (request_state, &self.notes) else { return };
         let until = now_ms().saturating_add(NOTE_LIFETIME.as_millis() as u64);
-        if let Err(error) = self.engine.store().put_note(note, state, until).await {
+        if let Err(error) = notes.put_note(note, state, until).await {
             tracing::warn!(%error, "cannot note a dropped stream's round; the next call starts anew");
         }
     }
 
     /// The open round a dropped stream left for this call, if any.
     async fn take_note(&self, note: &str) -> Option<String> {
-        self.engine.store().take_note(note).await.unwrap_or_else(|error| {
+        let notes = self.notes.as_ref()?;
+        notes.take_note(note).await.unwrap_or_else(|error| {
             tracing::warn!(%error, "cannot read a dropped stream's note; the call starts anew");
             None
         })

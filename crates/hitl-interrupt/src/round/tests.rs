@@ -33,7 +33,17 @@ fn round(n: u32, question: &str) -> Round {
 
 /// A thread paused at round 1, version 3.
 fn paused() -> Thread {
-    let checkpoint = crate::conformance::paused_checkpoint();
+    // A graph paused before its first step, `ask`.
+    let checkpoint = Checkpoint {
+        format: CHECKPOINT_FORMAT,
+        state: json!({}),
+        next: vec!["ask".into()],
+        superstep: 0,
+        writes: Default::default(),
+        resume: Default::default(),
+        interrupts: Vec::new(),
+        passed_breakpoints: Default::default(),
+    };
     Thread {
         format: THREAD_FORMAT,
         id: "01a22f1a-68fb-738c-b3ca-9f64075178aa".into(),

@@ -10,8 +10,8 @@ use hitl_graph::{START, StateGraph};
 use hitl_protocol::{CallToolResponse, ClientCapabilities, InputResponses};
 use serde_json::{Value, json};
 
-use crate::store::{ClaimAttempt, LimitReached, Loaded, PausedLimits, SaveError, StoreError, ThreadStore};
 use crate::*;
+use hitl_thread::{ClaimAttempt, LimitReached, Loaded, PausedLedger, PausedLimits, SaveError, StoreError, ThreadStore};
 
 /// The memory store, out of reach while `down` is set.
 struct Flaky {
@@ -47,6 +47,10 @@ impl ThreadStore for Flaky {
         self.check()?;
         self.inner.delete(id).await
     }
+}
+
+#[async_trait]
+impl PausedLedger for Flaky {
     async fn count_paused(
         &self,
         owner: &str,
@@ -69,14 +73,6 @@ impl ThreadStore for Flaky {
     async fn uncount_paused(&self, owner: &str, id: &str, tool: &str) -> Result<(), StoreError> {
         self.check()?;
         self.inner.uncount_paused(owner, id, tool).await
-    }
-    async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), StoreError> {
-        self.check()?;
-        self.inner.put_note(key, value, until_ms).await
-    }
-    async fn take_note(&self, key: &str) -> Result<Option<String>, StoreError> {
-        self.check()?;
-        self.inner.take_note(key).await
     }
 }
 

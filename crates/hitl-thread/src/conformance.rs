@@ -1,9 +1,13 @@
-//! The store conformance suite: what every [`ThreadStore`] must do, run against the
-//! in-memory store here and against Redis in `hitl-store-redis`.
+//! The store conformance suite: what every store must do, port by port ([`threads`],
+//! [`ledger`], [`notes`], [`claims`], [`records`]), run against the in-memory store here
+//! and against Redis in `hitl-store-redis`. [`run`] runs all but [`records`].
 //!
 //! Each check panics with a message naming the rule it broke.
 
-use crate::{Claim, ClaimAttempt, LimitReached, PausedLimits, Round, SaveError, THREAD_FORMAT, Thread, ThreadStore};
+use crate::{
+    Claim, ClaimAttempt, LimitReached, Notes, PausedLedger, PausedLimits, Records, Round, SaveError, THREAD_FORMAT,
+    Thread, ThreadStore,
+};
 
 fn thread(id: &str, version: u64, expires_at_ms: u64) -> Thread {
     Thread {
@@ -24,9 +28,18 @@ fn thread(id: &str, version: u64, expires_at_ms: u64) -> Thread {
     }
 }
 
-/// Runs every check against `store`, with thread ids made unique by `prefix` and expiry
-/// times relative to `now_ms` (the store's clock).
-pub async fn run(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
+/// Runs every check but [`records`] against `store`, with thread ids made unique by
+/// `prefix` and expiry times relative to `now_ms` (the store's clock).
+pub async fn run<S: PausedLedger + Notes + ?Sized>(store: &S, prefix: &str, now_ms: u64) {
+    threads(store, prefix, now_ms).await;
+    ledger(store, prefix, now_ms).await;
+    notes(store, prefix, now_ms).await;
+    claims(store, prefix, now_ms).await;
+}
+
+/// What every [`ThreadStore`] must do with records: load what was saved, save as a
+/// compare-and-set on the version, delete, and treat an expired thread as absent.
+pub async fn threads<S: ThreadStore + ?Sized>(store: &S, prefix: &str, now_ms: u64) {
     let later = now_ms + 3_600_000;
     let id = format!("{prefix}-a");
 
@@ -56,14 +69,10 @@ pub async fn run(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
     store.save(thread(&expired, 1, now_ms.saturating_sub(1)), None).await.unwrap();
     assert_eq!(store.load(&expired).await.unwrap(), None, "an expired thread loads as None");
     store.save(thread(&expired, 1, later), None).await.expect("an expired thread counts as absent for saves");
-
-    paused_counts(store, prefix, now_ms).await;
-    notes(store, prefix, now_ms).await;
-    claims(store, prefix, now_ms).await;
 }
 
 /// The checkpoint of a graph paused before its first step, `ask`.
-pub(crate) fn paused_checkpoint() -> hitl_graph::Checkpoint {
+fn paused_checkpoint() -> hitl_graph::Checkpoint {
     hitl_graph::Checkpoint {
         format: hitl_graph::CHECKPOINT_FORMAT,
         state: serde_json::json!({}),
@@ -78,8 +87,7 @@ pub(crate) fn paused_checkpoint() -> hitl_graph::Checkpoint {
 
 /// A paused thread whose round 1 a load may claim with `token`.
 fn claimable(id: &str, token: &str, expires_at_ms: u64) -> Thread {
-    let round =
-        Round { n: 1, nonce: "n".into(), questions: Vec::new(), asked_at_ms: 0, proof: crate::state::proof(token) };
+    let round = Round { n: 1, nonce: "n".into(), questions: Vec::new(), asked_at_ms: 0, proof: crate::proof(token) };
     Thread { checkpoint: Some(paused_checkpoint()), round: Some(round), ..thread(id, 1, expires_at_ms) }
 }
 
@@ -87,7 +95,7 @@ fn claimable(id: &str, token: &str, expires_at_ms: u64) -> Thread {
 /// round's token, never over a live claim, over a lapsed one; given back with
 /// [`ThreadStore::release_claim`] once. A store that does not claim as it loads must
 /// leave the thread untouched. Returns whether the store claimed.
-pub async fn claims(store: &dyn ThreadStore, prefix: &str, now_ms: u64) -> bool {
+pub async fn claims<S: ThreadStore + ?Sized>(store: &S, prefix: &str, now_ms: u64) -> bool {
     let later = now_ms + 3_600_000;
     let until_ms = now_ms + 30_000;
     let bound = crate::binding_digest("choose_region", "d", None);
@@ -137,8 +145,9 @@ pub async fn claims(store: &dyn ThreadStore, prefix: &str, now_ms: u64) -> bool 
     true
 }
 
-/// Notes: put, taken once, replaced, and gone past their time.
-async fn notes(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
+/// What every [`Notes`] must do: a note is put, taken once, replaced, and gone past its
+/// time; a key is used once, and its mark read until its time.
+pub async fn notes<S: Notes + ?Sized>(store: &S, prefix: &str, now_ms: u64) {
     let key = format!("{prefix}-note");
     assert_eq!(store.take_note(&key).await.unwrap(), None, "a missing note");
     store.put_note(&key, "first", now_ms + 60_000).await.unwrap();
@@ -147,10 +156,22 @@ async fn notes(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
     assert_eq!(store.take_note(&key).await.unwrap(), None, "a note is taken once");
     store.put_note(&key, "late", now_ms.saturating_sub(1)).await.unwrap();
     assert_eq!(store.take_note(&key).await.unwrap(), None, "a note past its time is gone");
+
+    let later = now_ms + 3_600_000;
+    let once = format!("{prefix}-ticket");
+    assert!(!store.used(&once).await.unwrap(), "not marked yet");
+    assert!(store.use_once(&once, later).await.unwrap(), "the first use");
+    assert!(store.used(&once).await.unwrap() && store.used(&once).await.unwrap(), "marked, and reading keeps it");
+    assert!(!store.use_once(&once, later).await.unwrap(), "never a second");
+    let lapsed = format!("{prefix}-lapsed");
+    assert!(store.use_once(&lapsed, now_ms.saturating_sub(1)).await.unwrap());
+    assert!(!store.used(&lapsed).await.unwrap(), "a mark past its time is not read");
+    assert!(store.use_once(&lapsed, later).await.unwrap(), "a mark past its time is gone");
 }
 
-/// The paused-call ledger: limits per owner and in all, recounts, uncounts, expiry.
-async fn paused_counts(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
+/// What every [`PausedLedger`] must do: limits per owner and in all, recounts,
+/// uncounts, expiry, the listing, and creating and finishing a paused call.
+pub async fn ledger<S: PausedLedger + ?Sized>(store: &S, prefix: &str, now_ms: u64) {
     let later = now_ms + 3_600_000;
     let (alice, bob) = (format!("{prefix}-alice"), format!("{prefix}-bob"));
     let limits = PausedLimits { per_owner: 2, total: u64::MAX };
@@ -240,10 +261,10 @@ async fn paused_counts(store: &dyn ThreadStore, prefix: &str, now_ms: u64) {
     store.uncount_paused(&frank, &refused.id, &refused.tool).await.unwrap();
 }
 
-/// What every [`crate::Records`] must do: the approvals listing (replace, expire,
-/// order) and the audit trail (append, read since a time). Entries are told apart by
-/// `prefix`, so a shared store's other entries do not matter.
-pub async fn records(store: &dyn crate::Records, prefix: &str, now_ms: u64) {
+/// What every [`Records`] must do: the approvals listing (replace, expire, order) and
+/// the audit trail (append, read since a time). Entries are told apart by `prefix`, so
+/// a shared store's other entries do not matter.
+pub async fn records<S: Records + ?Sized>(store: &S, prefix: &str, now_ms: u64) {
     use serde_json::{Value, json};
     let later = now_ms + 3_600_000;
     let (a, b, gone) = (format!("{prefix}-a"), format!("{prefix}-b"), format!("{prefix}-gone"));
@@ -292,16 +313,6 @@ pub async fn records(store: &dyn crate::Records, prefix: &str, now_ms: u64) {
         .collect();
     assert_eq!(after, [now_ms + 3, now_ms + 6], "after the first, the rest in the store's order");
     assert!(store.audit_since(now_ms, Some("not-a-seq"), 10).await.unwrap().is_empty(), "a seq it never gave");
-
-    let once = format!("{prefix}-ticket");
-    assert!(!store.used(&once).await.unwrap(), "not marked yet");
-    assert!(store.use_once(&once, later).await.unwrap(), "the first use");
-    assert!(store.used(&once).await.unwrap() && store.used(&once).await.unwrap(), "marked, and reading keeps it");
-    assert!(!store.use_once(&once, later).await.unwrap(), "never a second");
-    let lapsed = format!("{prefix}-lapsed");
-    assert!(store.use_once(&lapsed, now_ms.saturating_sub(1)).await.unwrap());
-    assert!(!store.used(&lapsed).await.unwrap(), "a mark past its time is not read");
-    assert!(store.use_once(&lapsed, later).await.unwrap(), "a mark past its time is gone");
 }
 
 #[cfg(test)]

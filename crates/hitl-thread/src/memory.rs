@@ -1,332 +1,19 @@
-//! The thread store port, the clock, and the in-memory store.
+//! The in-process adapter of every port: [`MemoryStore`] keeps threads, the paused-call
+//! ledger, notes and records in this process's memory.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
+use serde_json::Value;
 
-use crate::{Claim, THREAD_FORMAT, Thread};
-
-/// A boxed future, as [`Clock::sleep`] returns.
-pub type Sleep = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-/// Time: milliseconds since the Unix epoch, and waiting.
-pub trait Clock: Send + Sync + 'static {
-    /// Now.
-    fn now_ms(&self) -> u64;
-
-    /// Waits `duration` (a request waiting for another one that resumes the same
-    /// round polls the store in between).
-    fn sleep(&self, duration: Duration) -> Sleep;
-}
-
-/// The system clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> u64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-    }
-
-    /// A tokio timer: the engine runs on tokio.
-    fn sleep(&self, duration: Duration) -> Sleep {
-        Box::pin(tokio::time::sleep(duration))
-    }
-}
-
-/// A clock tests move by hand, so that expiry needs no sleeping.
-#[derive(Debug, Default)]
-pub struct ManualClock(AtomicU64);
-
-impl ManualClock {
-    /// A clock at `now_ms`.
-    pub fn new(now_ms: u64) -> Self {
-        Self(AtomicU64::new(now_ms))
-    }
-
-    /// Moves the clock forward.
-    pub fn advance(&self, ms: u64) {
-        self.0.fetch_add(ms, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_ms(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
-    }
-
-    /// Moves the clock by `duration` and yields once, so waiting costs no real time.
-    fn sleep(&self, duration: Duration) -> Sleep {
-        self.advance(duration.as_millis() as u64);
-        let mut yielded = false;
-        Box::pin(std::future::poll_fn(move |cx| {
-            if yielded {
-                std::task::Poll::Ready(())
-            } else {
-                yielded = true;
-                cx.waker().wake_by_ref();
-                std::task::Poll::Pending
-            }
-        }))
-    }
-}
-
-impl<C: Clock> Clock for std::sync::Arc<C> {
-    fn now_ms(&self) -> u64 {
-        (**self).now_ms()
-    }
-
-    fn sleep(&self, duration: Duration) -> Sleep {
-        (**self).sleep(duration)
-    }
-}
-
-/// A store failure (not a lost race: see [`SaveError::Conflict`]).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// The backend could not be reached or failed.
-    #[error("thread store unavailable: {0}")]
-    Unavailable(String),
-    /// A stored record could not be read.
-    #[error("thread record {id} is corrupt: {reason}")]
-    Corrupt {
-        /// The thread.
-        id: String,
-        /// Why.
-        reason: String,
-    },
-    /// A record written by a newer build, in a format this one does not know: left as
-    /// it is (a rolling upgrade's newer replica can still resume it).
-    #[error("thread record {id} has format {format}, newer than this build's {THREAD_FORMAT}")]
-    NewerFormat {
-        /// The thread.
-        id: String,
-        /// The record's format.
-        format: u32,
-    },
-}
-
-impl StoreError {
-    /// The error for a record whose format is newer than [`THREAD_FORMAT`], or `None`
-    /// when the record is not one: stores call it when a record does not parse, so that
-    /// a newer record is reported as such rather than as corrupt.
-    pub fn newer_format(id: &str, json: &[u8]) -> Option<Self> {
-        #[derive(serde::Deserialize)]
-        struct Probe {
-            format: u32,
-        }
-        let probe: Probe = serde_json::from_slice(json).ok()?;
-        (probe.format > THREAD_FORMAT).then(|| Self::NewerFormat { id: id.to_owned(), format: probe.format })
-    }
-}
-
-/// How many paused calls the store may hold: per owner (the caller's principal, or its
-/// address) and in all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PausedLimits {
-    /// Paused calls of one owner.
-    pub per_owner: u64,
-    /// Paused calls of every owner together.
-    pub total: u64,
-}
-
-impl Default for PausedLimits {
-    fn default() -> Self {
-        Self { per_owner: 1_000, total: 1_000_000 }
-    }
-}
-
-/// Which limit of [`PausedLimits`] a new paused call would pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitReached {
-    /// The owner's.
-    PerOwner,
-    /// The store's.
-    Total,
-}
-
-/// Why a save did not happen.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SaveError {
-    /// Another writer saved a newer version first.
-    #[error("thread {0} was changed concurrently")]
-    Conflict(String),
-    /// The store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-/// A request's attempt to claim a thread's open round in the step that loads it
-/// ([`ThreadStore::load_claiming`]).
-#[derive(Debug, Clone, Copy)]
-pub struct ClaimAttempt<'a> {
-    /// The token of the request's `requestState` (the part after the dot): only a
-    /// token whose [`crate::state::proof`] is the open round's claims it.
-    pub token: &'a str,
-    /// [`crate::binding_digest`] of the request's call: only the thread's own call claims
-    /// it ([`Thread::binding_digest`]).
-    pub binding: &'a str,
-    /// Now (ms since the epoch): a claim that lasts until then or before has lapsed.
-    pub now_ms: u64,
-    /// Until when the claim holds (now plus the lease).
-    pub until_ms: u64,
-}
-
-/// A thread loaded by [`ThreadStore::load_claiming`]: as it was before any claim made
-/// in that step, and whether one was.
-#[derive(Debug)]
-pub struct Loaded {
-    /// The thread as it was, unless it is missing or expired.
-    pub thread: Option<Thread>,
-    /// The store claimed its open round: it now holds the thread with
-    /// `Claim { round, until_ms }` and its version one past the one loaded, as
-    /// [`crate::round::decide`] would make it.
-    pub claimed: bool,
-}
-
-/// Where threads live between rounds. Implementations must honour
-/// [`Thread::expires_at_ms`] (an expired thread loads as `None`) and make
-/// [`ThreadStore::save`] a compare-and-set on [`Thread::version`].
-#[async_trait]
-pub trait ThreadStore: Send + Sync + 'static {
-    /// Can the store serve now? (`/healthz` readiness.)
-    async fn ping(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    /// Can a save fail because the store is out of reach? A store in the process
-    /// cannot: the engine then keeps no copy of an outcome to save again
-    /// (see [`crate::MAX_UNSAVED`]).
-    fn can_be_unreachable(&self) -> bool {
-        true
-    }
-
-    /// The thread, unless it is missing or expired.
-    async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError>;
-
-    /// Loads thread `id` and, in the same step, claims its open round when
-    /// [`Thread::claimable`] names it, `attempt.token` proves it, `attempt.binding` is
-    /// the thread's and no live claim holds it: one step where a load and a
-    /// compare-and-set save would take two. A claim the request then does not use (its
-    /// answers are refused) is given back with [`ThreadStore::release_claim`]. The
-    /// default only loads.
-    async fn load_claiming(&self, id: &str, attempt: ClaimAttempt<'_>) -> Result<Loaded, StoreError> {
-        let _ = attempt;
-        Ok(Loaded { thread: self.load(id).await?, claimed: false })
-    }
-
-    /// Gives back the claim [`ThreadStore::load_claiming`] made, if the thread is still
-    /// at `claimed_version` (the version the claim gave it): the claim is removed and
-    /// the version bumped past it. `Ok(false)` when the thread changed since.
-    async fn release_claim(&self, id: &str, claimed_version: u64) -> Result<bool, StoreError> {
-        let _ = (id, claimed_version);
-        Ok(false)
-    }
-
-    /// Writes `thread` if the stored version is `expected` (`None`: no live record).
-    /// Taken by value so a store that keeps threads in memory keeps it without a copy.
-    async fn save(&self, thread: Thread, expected: Option<u64>) -> Result<(), SaveError>;
-
-    /// Removes the thread (no error when it is gone).
-    async fn delete(&self, id: &str) -> Result<(), StoreError>;
-
-    /// Counts thread `id` (a call of `tool`) among `owner`'s paused calls until
-    /// `until_ms`, unless a new one would pass `limits`. A thread already counted is
-    /// never refused: its time is moved to `until_ms` (a later round). Entries past their
-    /// time no longer count.
-    async fn count_paused(
-        &self,
-        owner: &str,
-        id: &str,
-        tool: &str,
-        until_ms: u64,
-        limits: PausedLimits,
-    ) -> Result<Result<(), LimitReached>, StoreError>;
-
-    /// The paused calls counted now (thread ids), soonest to expire first: from
-    /// `offset`, at most `limit`; and how many are counted in all (for operators:
-    /// `hitl threads list`, `GET /api/threads`).
-    async fn paused(&self, offset: usize, limit: usize) -> Result<(Vec<String>, u64), StoreError>;
-
-    /// How many paused calls are counted now, per tool (a tool counted before and none
-    /// now may show 0): the `hitl_paused_calls` gauge.
-    async fn paused_by_tool(&self) -> Result<Vec<(String, u64)>, StoreError>;
-
-    /// Stops counting thread `id` (a call of `tool`: it finished); no error when it was
-    /// not counted.
-    async fn uncount_paused(&self, owner: &str, id: &str, tool: &str) -> Result<(), StoreError>;
-
-    /// Stores a new paused `thread` counted among `owner`'s, unless that would pass
-    /// `limits` (then nothing is stored or counted). A store may do both in one step.
-    async fn create_paused(
-        &self,
-        thread: Thread,
-        owner: &str,
-        limits: PausedLimits,
-    ) -> Result<Result<(), LimitReached>, SaveError> {
-        create_paused_in_steps(self, thread, owner, limits).await
-    }
-
-    /// Keeps `value` under `key` until `until_ms`, replacing any note there: a short
-    /// note from one request to a later one, on any replica (say, the round a client's
-    /// dropped stream left open).
-    async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), StoreError>;
-
-    /// Takes the note under `key`: it is gone after (`None` when missing or past its
-    /// time). Two requests never take one note.
-    async fn take_note(&self, key: &str) -> Result<Option<String>, StoreError>;
-
-    /// Saves a finished `thread` (compare-and-set on `expected`) and stops counting it
-    /// among `owner`'s paused calls. A store may do both in one step.
-    async fn save_finished(&self, thread: Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
-        save_finished_in_steps(self, thread, expected, owner).await
-    }
-}
-
-/// [`ThreadStore::create_paused`] as a count, then a save (the default; stores that
-/// override it may fall back to it).
-pub async fn create_paused_in_steps<S: ThreadStore + ?Sized>(
-    store: &S,
-    thread: Thread,
-    owner: &str,
-    limits: PausedLimits,
-) -> Result<Result<(), LimitReached>, SaveError> {
-    if let Err(limit) = store.count_paused(owner, &thread.id, &thread.tool, thread.expires_at_ms, limits).await? {
-        return Ok(Err(limit));
-    }
-    let (id, tool) = (thread.id.clone(), thread.tool.clone());
-    match store.save(thread, None).await {
-        Ok(()) => Ok(Ok(())),
-        Err(e) => {
-            // Best effort: an entry left behind stops counting at its expiry.
-            let _ = store.uncount_paused(owner, &id, &tool).await;
-            Err(e)
-        }
-    }
-}
-
-/// [`ThreadStore::save_finished`] as a save, then an uncount (the default; stores that
-/// override it may fall back to it).
-pub async fn save_finished_in_steps<S: ThreadStore + ?Sized>(
-    store: &S,
-    thread: Thread,
-    expected: u64,
-    owner: Option<&str>,
-) -> Result<(), SaveError> {
-    let (id, tool) = (thread.id.clone(), thread.tool.clone());
-    store.save(thread, Some(expected)).await?;
-    if let Some(owner) = owner {
-        // Best effort: an entry left behind stops counting at its expiry.
-        let _ = store.uncount_paused(owner, &id, &tool).await;
-    }
-    Ok(())
-}
+use crate::records::{AUDIT_KEPT_IN_MEMORY, Records};
+use crate::store::{
+    ClaimAttempt, Clock, LimitReached, Loaded, Notes, PausedLedger, PausedLimits, SaveError, StoreError, SystemClock,
+    ThreadStore,
+};
+use crate::{Claim, Thread};
 
 /// A hasher for maps keyed by what the server made (thread ids, owners, tools): fast
 /// and seeded per process. A client never chooses a stored key (a request's thread id
@@ -342,9 +29,8 @@ type Fast = foldhash::fast::RandomState;
 pub struct MemoryStore<C: Clock = SystemClock> {
     shards: Box<[Mutex<Shard>]>,
     paused: Mutex<Ledger>,
-    pub(crate) records: crate::records::KeptRecords,
-    /// Notes between requests: value and time.
-    notes: Mutex<HashMap<String, (String, u64)>>,
+    records: Mutex<Kept>,
+    notes: Mutex<Noted>,
     clock: C,
     hasher: Fast,
 }
@@ -479,10 +165,6 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    pub(crate) fn now(&self) -> u64 {
-        self.clock.now_ms()
-    }
-
     /// Live threads (for tests and metrics).
     pub fn len(&self) -> usize {
         let now = self.clock.now_ms();
@@ -501,8 +183,9 @@ impl<C: Clock> MemoryStore<C> {
 
     /// Stored threads (live or not yet swept), their expiry queue entries, paused calls
     /// counted, and the ledger's queue entries: what the store's memory grows with.
-    #[cfg(test)]
-    pub(crate) fn sizes(&self) -> (usize, usize, u64, usize) {
+    #[cfg(any(test, feature = "test-support"))]
+    #[doc(hidden)]
+    pub fn sizes(&self) -> (usize, usize, u64, usize) {
         let shards = self.shards.iter().map(|s| s.lock().unwrap_or_else(|p| p.into_inner()));
         let (threads, queued) = shards.fold((0, 0), |(t, q), s| (t + s.threads.len(), q + s.expiry.len()));
         let ledger = self.paused.lock().unwrap_or_else(|p| p.into_inner());
@@ -519,24 +202,6 @@ impl<C: Clock> MemoryStore<C> {
 impl<C: Clock> ThreadStore for MemoryStore<C> {
     fn can_be_unreachable(&self) -> bool {
         false
-    }
-
-    async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), StoreError> {
-        let now = self.clock.now_ms();
-        let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
-        // Notes past their time go as new ones come, so the map stays as large as what
-        // it holds.
-        if notes.len() >= 64 && notes.len().is_power_of_two() {
-            notes.retain(|_, (_, until)| *until > now);
-        }
-        notes.insert(key.to_owned(), (value.to_owned(), until_ms));
-        Ok(())
-    }
-
-    async fn take_note(&self, key: &str) -> Result<Option<String>, StoreError> {
-        let now = self.clock.now_ms();
-        let taken = self.notes.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
-        Ok(taken.filter(|(_, until)| *until > now).map(|(value, _)| value))
     }
 
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
@@ -559,7 +224,7 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
         let thread = self.load(id).await?;
         let claim = thread.as_ref().and_then(|t| {
             let (round, proof) = t.claimable()?;
-            let ours = proof == crate::state::proof(attempt.token) && t.binding_digest() == attempt.binding;
+            let ours = proof == crate::proof(attempt.token) && t.binding_digest() == attempt.binding;
             (ours && t.live_claim(attempt.now_ms).is_none()).then_some((t.version, round))
         });
         let Some((version, round)) = claim else { return Ok(Loaded { thread, claimed: false }) };
@@ -610,7 +275,10 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
         self.shard(id).threads.remove(id);
         Ok(())
     }
+}
 
+#[async_trait]
+impl<C: Clock> PausedLedger for MemoryStore<C> {
     async fn count_paused(
         &self,
         owner: &str,
@@ -673,6 +341,134 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
         counted.sort_unstable();
         let page = counted.iter().skip(offset).take(limit).map(|(_, id)| (*id).to_owned()).collect();
         Ok((page, ledger.counted.len() as u64))
+    }
+}
+
+/// The memory store's notes.
+#[derive(Default)]
+struct Noted {
+    /// Notes between requests: value and time.
+    notes: HashMap<String, (String, u64)>,
+    /// Keys marked by [`Notes::use_once`], and until when.
+    used: HashMap<String, u64>,
+}
+
+impl<C: Clock> MemoryStore<C> {
+    fn noted(&self) -> std::sync::MutexGuard<'_, Noted> {
+        self.notes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl<C: Clock> Notes for MemoryStore<C> {
+    async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        let mut noted = self.noted();
+        let notes = &mut noted.notes;
+        // Notes past their time go as new ones come, so the map stays as large as what
+        // it holds.
+        if notes.len() >= 64 && notes.len().is_power_of_two() {
+            notes.retain(|_, (_, until)| *until > now);
+        }
+        notes.insert(key.to_owned(), (value.to_owned(), until_ms));
+        Ok(())
+    }
+
+    async fn take_note(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let now = self.clock.now_ms();
+        let taken = self.noted().notes.remove(key);
+        Ok(taken.filter(|(_, until)| *until > now).map(|(value, _)| value))
+    }
+
+    async fn use_once(&self, key: &str, until_ms: u64) -> Result<bool, StoreError> {
+        let now = self.clock.now_ms();
+        let mut noted = self.noted();
+        noted.used.retain(|_, until| *until > now);
+        Ok(noted.used.insert(key.to_owned(), until_ms).is_none())
+    }
+
+    async fn used(&self, key: &str) -> Result<bool, StoreError> {
+        let now = self.clock.now_ms();
+        Ok(self.noted().used.get(key).is_some_and(|until| *until > now))
+    }
+}
+
+/// The memory store's records.
+#[derive(Default)]
+struct Kept {
+    approvals: HashMap<String, (u64, u64, Value)>,
+    next: u64,
+    /// Each entry's `seq`, `at_ms` and JSON.
+    audit: VecDeque<(u64, u64, String)>,
+}
+
+impl<C: Clock> MemoryStore<C> {
+    fn kept(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl<C: Clock> Records for MemoryStore<C> {
+    async fn put_approval(&self, id: &str, entry: Value, until_ms: u64) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        let mut kept = self.kept();
+        kept.approvals.retain(|_, (until, _, _)| *until > now);
+        kept.next += 1;
+        let order = kept.approvals.get(id).map_or(kept.next, |(_, order, _)| *order);
+        kept.approvals.insert(id.to_owned(), (until_ms, order, entry));
+        Ok(())
+    }
+
+    async fn approval(&self, id: &str) -> Result<Option<Value>, StoreError> {
+        let now = self.clock.now_ms();
+        Ok(self.kept().approvals.get(id).filter(|(until, _, _)| *until > now).map(|(_, _, e)| e.clone()))
+    }
+
+    async fn approvals(&self) -> Result<Vec<Value>, StoreError> {
+        let now = self.clock.now_ms();
+        let kept = self.kept();
+        let mut live: Vec<_> = kept.approvals.values().filter(|(until, _, _)| *until > now).collect();
+        live.sort_by_key(|(_, order, _)| *order);
+        Ok(live.into_iter().map(|(_, _, e)| e.clone()).collect())
+    }
+
+    async fn remove_approvals(&self, ids: &[String]) -> Result<(), StoreError> {
+        let mut kept = self.kept();
+        for id in ids {
+            kept.approvals.remove(id);
+        }
+        Ok(())
+    }
+
+    async fn append_audit(&self, entries: Vec<Value>) -> Result<(), StoreError> {
+        let mut kept = self.kept();
+        for mut entry in entries {
+            kept.next += 1;
+            entry["seq"] = kept.next.into();
+            let at = entry.get("at_ms").and_then(Value::as_u64).unwrap_or(0);
+            let seq = kept.next;
+            kept.audit.push_back((seq, at, entry.to_string()));
+        }
+        while kept.audit.len() > AUDIT_KEPT_IN_MEMORY {
+            kept.audit.pop_front();
+        }
+        Ok(())
+    }
+
+    async fn audit_since(&self, since_ms: u64, after: Option<&str>, limit: usize) -> Result<Vec<Value>, StoreError> {
+        let after = match after.map(str::parse::<u64>) {
+            None => 0,
+            Some(Ok(seq)) => seq,
+            Some(Err(_)) => return Ok(Vec::new()),
+        };
+        let kept = self.kept();
+        let since = kept.audit.iter().filter(|(seq, at, _)| *seq > after && *at >= since_ms).take(limit);
+        since
+            .map(|(_, _, e)| {
+                serde_json::from_str(e).map_err(|e| StoreError::Corrupt { id: "audit".into(), reason: e.to_string() })
+            })
+            .collect()
     }
 }
 

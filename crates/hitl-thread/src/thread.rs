@@ -3,6 +3,7 @@
 use hitl_graph::Checkpoint;
 use hitl_protocol::{CallToolResult, InputRequest};
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 /// The newest format version of [`Thread`] records this crate reads and writes. A
 /// record is written as format 1 unless it needs 2 (a round with a question answered
@@ -26,6 +27,14 @@ pub fn binding_digest(tool: &str, args_digest: &str, principal: Option<&str>) ->
     let principal = principal.map_or_else(|| "-".to_owned(), |p| format!("+{p}"));
     let bound = format!("hitl/binding/v1\n{tool}\n{args_digest}\n{principal}");
     crate::digest::hex(ring::digest::digest(&ring::digest::SHA256, bound.as_bytes()).as_ref())
+}
+
+/// The proof of a token (the part of a `requestState` after the dot): SHA-1 of it, in
+/// hex. A record may keep it where it keeps no token: a 256-bit MAC can't be found
+/// from its hash. SHA-1 because it is what Redis scripts can compute
+/// (`redis.sha1hex`), so a script can check a presented token without the secret.
+pub fn proof(token: &str) -> String {
+    crate::digest::hex(ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, token.as_bytes()).as_ref())
 }
 
 /// The format a record needs: 3 for a task (the Tasks extension), 2 when its open round
@@ -125,9 +134,9 @@ pub struct Thread {
 }
 
 impl Thread {
-    /// A task's first run going on in a process ([`crate::Engine::call_as_task`]): no
+    /// A task's first run going on in a process (the engine's `call_as_task`): no
     /// round asked yet and no end, while the run's claim holds.
-    pub(crate) fn working(&self, now_ms: u64) -> bool {
+    pub fn working(&self, now_ms: u64) -> bool {
         self.round.is_none() && self.last.is_none() && self.live_claim(now_ms).is_some()
     }
 
@@ -198,7 +207,7 @@ pub struct Round {
     /// kept): the time people take to answer is measured from it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub asked_at_ms: u64,
-    /// [`crate::state::proof`] of this round's token (empty in records of builds before
+    /// [`proof`] of this round's token (empty in records of builds before
     /// it was kept): lets a store check a presented `requestState` without the secret,
     /// so that it can claim the round in the step that loads it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -230,7 +239,7 @@ pub struct Question {
 /// A question answered on a page.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Page {
-    /// Its id in the page's URL ([`crate::Secret::page_id`]).
+    /// Its id in the page's URL (`Secret::page_id` in `hitl-interrupt`).
     pub id: String,
     /// What the page asks.
     pub kind: PageKind,
@@ -312,10 +321,44 @@ pub enum QuestionKind {
         agent_key: String,
     },
     /// A tool call to review: the answer becomes the middleware's decision.
-    Review(crate::review::Review),
+    Review(Review),
     /// A secret or a sign-in asked on a page: the agent gets `{"action": …}` with the
     /// `value` or the callback's `params` when accepted.
     Page,
+}
+
+/// How a review question's answer goes back to the middleware that asked for the
+/// review (the logic is `hitl-interrupt`'s `review` module).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Review {
+    /// The tool the call would run.
+    pub tool: String,
+    /// The arguments the model chose.
+    pub args: Map<String, Value>,
+    /// The decisions the question offers.
+    pub offered: Vec<String>,
+    /// Batched (the `index` of the call in its interrupt) or per call.
+    pub mode: ReviewMode,
+}
+
+/// The interrupt mode of a review question.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum ReviewMode {
+    /// One interrupt for every call: decisions go back in order.
+    Batched {
+        /// The call's position in its interrupt.
+        index: usize,
+        /// How many calls the interrupt holds.
+        count: usize,
+        /// The JavaScript middleware: edits are `editedAction`.
+        camel_case: bool,
+    },
+    /// One interrupt per call, with a schema every decision must fit.
+    PerCall {
+        /// The interrupt's response schema.
+        schema: Option<Value>,
+    },
 }
 
 /// The last round answered.

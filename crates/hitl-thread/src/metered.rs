@@ -1,6 +1,7 @@
-//! A [`ThreadStore`] whose operations are timed and whose failures are counted, per
-//! operation (`hitl_store_operation_seconds`, `hitl_store_errors_total`), through the
-//! `metrics` facade. A compare-and-set that loses is not a failure.
+//! A store whose operations are timed and whose failures are counted, per operation
+//! (`hitl_store_operation_seconds`, `hitl_store_errors_total`), through the `metrics`
+//! facade: [`ThreadStore`], [`PausedLedger`] and [`Notes`], as far as the measured store
+//! implements them. A compare-and-set that loses is not a failure.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -8,25 +9,29 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
-use crate::store::{ClaimAttempt, LimitReached, Loaded, PausedLimits, SaveError, StoreError, ThreadStore};
+use crate::store::{
+    ClaimAttempt, LimitReached, Loaded, Notes, PausedLedger, PausedLimits, SaveError, StoreError, ThreadStore,
+};
 use crate::thread::Thread;
 
 /// `inner`, measured.
 ///
 /// ```
 /// use std::sync::Arc;
-/// use hitl_interrupt::{MemoryStore, MeteredStore, ThreadStore};
+/// use hitl_thread::{MemoryStore, MeteredStore, Notes, PausedLedger};
 ///
-/// let store: Arc<dyn ThreadStore> = Arc::new(MeteredStore::new(Arc::new(MemoryStore::default())));
-/// # let _ = store;
+/// let memory = Arc::new(MemoryStore::default());
+/// let store: Arc<dyn PausedLedger> = Arc::new(MeteredStore::new(memory.clone()));
+/// let notes: Arc<dyn Notes> = Arc::new(MeteredStore::new(memory as Arc<dyn Notes>));
+/// # let _ = (store, notes);
 /// ```
-pub struct MeteredStore {
-    inner: Arc<dyn ThreadStore>,
+pub struct MeteredStore<S: ?Sized> {
+    inner: Arc<S>,
 }
 
-impl MeteredStore {
+impl<S: ?Sized> MeteredStore<S> {
     /// Measures `inner`.
-    pub fn new(inner: Arc<dyn ThreadStore>) -> Self {
+    pub fn new(inner: Arc<S>) -> Self {
         Self { inner }
     }
 }
@@ -69,7 +74,7 @@ async fn timed<R: Failure>((operation, span): (&'static str, tracing::Span), wor
 }
 
 #[async_trait]
-impl ThreadStore for MeteredStore {
+impl<S: ThreadStore + ?Sized> ThreadStore for MeteredStore<S> {
     fn can_be_unreachable(&self) -> bool {
         self.inner.can_be_unreachable()
     }
@@ -97,7 +102,10 @@ impl ThreadStore for MeteredStore {
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
         timed(op("delete", id), self.inner.delete(id)).await
     }
+}
 
+#[async_trait]
+impl<S: PausedLedger + ?Sized> PausedLedger for MeteredStore<S> {
     async fn count_paused(
         &self,
         owner: &str,
@@ -130,6 +138,13 @@ impl ThreadStore for MeteredStore {
         timed(op("create_paused", &thread.id), self.inner.create_paused(thread, owner, limits)).await
     }
 
+    async fn save_finished(&self, thread: Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
+        timed(op("save_finished", &thread.id), self.inner.save_finished(thread, expected, owner)).await
+    }
+}
+
+#[async_trait]
+impl<S: Notes + ?Sized> Notes for MeteredStore<S> {
     async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), StoreError> {
         timed(op("put_note", ""), self.inner.put_note(key, value, until_ms)).await
     }
@@ -138,7 +153,11 @@ impl ThreadStore for MeteredStore {
         timed(op("take_note", ""), self.inner.take_note(key)).await
     }
 
-    async fn save_finished(&self, thread: Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
-        timed(op("save_finished", &thread.id), self.inner.save_finished(thread, expected, owner)).await
+    async fn use_once(&self, key: &str, until_ms: u64) -> Result<bool, StoreError> {
+        timed(op("use_once", ""), self.inner.use_once(key, until_ms)).await
+    }
+
+    async fn used(&self, key: &str) -> Result<bool, StoreError> {
+        timed(op("used", ""), self.inner.used(key)).await
     }
 }

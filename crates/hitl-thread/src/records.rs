@@ -1,0 +1,42 @@
+//! What hitl keeps besides threads: the listing of approvals (pending and decided, by
+//! page id) and the audit trail. Entries are JSON, written by the layer that owns them
+//! (`hitl-pages`); a store implements [`Records`] next to [`crate::ThreadStore`], so
+//! every replica on a shared store sees the same listing and trail.
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::StoreError;
+
+/// The most audit entries a shared store keeps (the oldest go first).
+pub const AUDIT_KEPT: usize = 100_000;
+/// The most audit entries the memory store keeps, as JSON text (the `[audit] file`
+/// has them all).
+pub const AUDIT_KEPT_IN_MEMORY: usize = 10_000;
+
+/// The approvals listing and the audit trail.
+#[async_trait]
+pub trait Records: Send + Sync + 'static {
+    /// Puts `entry` in the listing under `id` (replacing what was there), kept until
+    /// `until_ms`.
+    async fn put_approval(&self, id: &str, entry: Value, until_ms: u64) -> Result<(), StoreError>;
+
+    /// The entry `id`, unless it is missing or past its time.
+    async fn approval(&self, id: &str) -> Result<Option<Value>, StoreError>;
+
+    /// Every live entry, oldest first.
+    async fn approvals(&self) -> Result<Vec<Value>, StoreError>;
+
+    /// Takes the entries `ids` out of the listing (ended approvals past a caller's
+    /// share); ids not listed are skipped.
+    async fn remove_approvals(&self, ids: &[String]) -> Result<(), StoreError>;
+
+    /// Adds `entries` (objects with their `at_ms`) to the audit trail, in order, in one
+    /// step where the store can; each gets a `seq` when read back.
+    async fn append_audit(&self, entries: Vec<Value>) -> Result<(), StoreError>;
+
+    /// Audit entries whose `at_ms` is at or after `since_ms`, in the order the store
+    /// keeps them (oldest first), after the entry whose `seq` is `after` (none: from the
+    /// first), at most `limit`. A `seq` this store did not give reads nothing.
+    async fn audit_since(&self, since_ms: u64, after: Option<&str>, limit: usize) -> Result<Vec<Value>, StoreError>;
+}
