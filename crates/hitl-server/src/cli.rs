@@ -295,9 +295,7 @@ impl ServeArgs {
             bail!("--max-connections and --max-concurrent-requests must be at least 1");
         }
         let mut builder = Server::builder()
-            .store(store.clone())
-            .notes(store.clone())
-            .records(store)
+            .store(store)
             .secret(secret)
             .lifetimes(Lifetimes::with_default_ttl(self.default_ttl.map(Duration::from_secs)))
             .limits(Limits {

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hitl_interrupt::{
-    Agent, Engine, Lifetimes, Limits, MemoryStore, Notes, PausedLedger, Records, Secret, SystemClock, ThreadStore,
+    Agent, Engine, Lifetimes, Limits, MemoryStore, Notes, PausedLedger, Records, Secret, Store, SystemClock,
+    ThreadStore,
 };
 use hitl_tower::{
     AllowedHosts, BodyLimits, Endpoint, HealthFn, HttpApp, MaxConcurrentRequestsLayer, McpBody, McpService,
@@ -50,7 +51,8 @@ pub type DocumentFn = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
 pub struct ServerBuilder {
     tools: Vec<Agent>,
     prompts: Vec<Agent>,
-    store: Option<Arc<dyn PausedLedger>>,
+    store: Option<Arc<dyn Store>>,
+    thread_store: Option<Arc<dyn PausedLedger>>,
     notes: Option<Arc<dyn Notes>>,
     records: Option<Arc<dyn Records>>,
     pages: Option<hitl_pages::PagesConfig>,
@@ -128,26 +130,34 @@ impl ServerBuilder {
         self
     }
 
-    /// Where paused calls live and are counted (default: in this process's memory).
+    /// Where everything kept between requests lives, one backend for all (default: this
+    /// process's memory): paused calls, notes, approvals and the audit trail, as
+    /// [`crate::store_from_url`] gives. [`ServerBuilder::threads`],
+    /// [`ServerBuilder::notes`] and [`ServerBuilder::records`] put one part elsewhere.
     #[must_use]
-    pub fn store(mut self, store: Arc<dyn PausedLedger>) -> Self {
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
         self.store = Some(store);
         self
     }
 
-    /// Where notes between requests live: the round a client's dropped push stream left
-    /// open, the pages' single-use marks (default: the memory store when threads are in
-    /// memory too, else this process's memory). Give the same backend as
-    /// [`ServerBuilder::store`] so replicas share them.
+    /// Where paused calls live and are counted, when not in [`ServerBuilder::store`].
+    #[must_use]
+    pub fn threads(mut self, threads: Arc<dyn PausedLedger>) -> Self {
+        self.thread_store = Some(threads);
+        self
+    }
+
+    /// Where notes between requests live (the round a client's dropped push stream left
+    /// open, the pages' single-use marks), when not in [`ServerBuilder::store`]. Replicas
+    /// must share them.
     #[must_use]
     pub fn notes(mut self, notes: Arc<dyn Notes>) -> Self {
         self.notes = Some(notes);
         self
     }
 
-    /// Where the approvals listing and the audit trail live (default: the memory store
-    /// when threads are in memory too, else this process's memory). Give the same
-    /// backend as [`ServerBuilder::store`] so replicas share them.
+    /// Where the approvals listing and the audit trail live, when not in
+    /// [`ServerBuilder::store`]. Replicas must share them.
     #[must_use]
     pub fn records(mut self, records: Arc<dyn Records>) -> Self {
         self.records = Some(records);
@@ -283,12 +293,12 @@ impl ServerBuilder {
 
     /// The server, ready to serve.
     pub fn build(self) -> Server {
-        // What is not given is kept in memory: the memory store of the threads when
-        // they are in memory too, else one of its own.
+        // Each part not given lives in the whole store, or else in this process's memory.
         let memory = Arc::new(MemoryStore::default());
-        let store: Arc<dyn PausedLedger> = self.store.unwrap_or_else(|| memory.clone());
-        let records: Arc<dyn Records> = self.records.unwrap_or_else(|| memory.clone());
-        let notes: Arc<dyn Notes> = self.notes.unwrap_or(memory);
+        let whole: Arc<dyn Store> = self.store.unwrap_or(memory);
+        let store: Arc<dyn PausedLedger> = self.thread_store.unwrap_or_else(|| whole.clone());
+        let records: Arc<dyn Records> = self.records.unwrap_or_else(|| whole.clone());
+        let notes: Arc<dyn Notes> = self.notes.unwrap_or(whole);
         let secret = self.secret.unwrap_or_else(Secret::generate);
         let admins = self.pages.as_ref().map(|config| config.admins.clone()).unwrap_or_default();
         let pages = self.pages.map(|config| {
@@ -393,6 +403,7 @@ impl Server {
             tools: Vec::new(),
             prompts: Vec::new(),
             store: None,
+            thread_store: None,
             notes: None,
             records: None,
             pages: None,
