@@ -9,6 +9,7 @@ use serde_json::Value;
 /// The layers, lowest first. A crate may depend only on crates listed before it.
 const LAYERS: &[&str] = &[
     "hitl-protocol",
+    "hitl-http",
     "hitl-schema",
     "hitl-graph",
     "hitl-thread",
@@ -25,14 +26,15 @@ const LAYERS: &[&str] = &[
 /// docs/ARCHITECTURE.md. Any other edge fails, and so does an entry no crate uses.
 const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-protocol", &[]),
+    ("hitl-http", &["hitl-protocol"]),
     ("hitl-schema", &["hitl-protocol"]),
     ("hitl-graph", &[]),
     ("hitl-thread", &["hitl-protocol", "hitl-graph"]),
     ("hitl-interrupt", &["hitl-protocol", "hitl-schema", "hitl-graph", "hitl-thread"]),
     ("hitl-store-redis", &["hitl-thread"]),
-    ("hitl-tower", &["hitl-protocol", "hitl-schema", "hitl-graph", "hitl-interrupt"]),
-    ("hitl-auth", &["hitl-protocol", "hitl-tower"]),
-    ("hitl-pages", &["hitl-protocol", "hitl-thread", "hitl-interrupt", "hitl-tower", "hitl-auth"]),
+    ("hitl-tower", &["hitl-protocol", "hitl-http", "hitl-schema", "hitl-graph", "hitl-interrupt"]),
+    ("hitl-auth", &["hitl-protocol", "hitl-http"]),
+    ("hitl-pages", &["hitl-protocol", "hitl-http", "hitl-thread", "hitl-interrupt", "hitl-auth"]),
     ("hitl-agents", &["hitl-schema", "hitl-graph", "hitl-model"]),
     ("hitl-upstream", &["hitl-protocol"]),
     ("hitl-model", &[]),
@@ -64,14 +66,15 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
 const FORBIDDEN: &[(&str, &[&str])] = &[
     ("hitl-protocol", &["tokio", "tower", "hyper", "redis"]),
     ("hitl-graph", &["hitl-protocol", "tokio", "hyper", "redis"]),
+    ("hitl-http", &["hitl-graph", "hitl-thread", "hitl-interrupt", "hitl-tower", "hyper", "redis"]),
     ("hitl-thread", &["hitl-schema", "hitl-interrupt", "hitl-tower", "tower", "hyper", "redis", "jsonschema"]),
     ("hitl-interrupt", &["hyper", "redis", "tower"]),
     ("hitl-store-redis", &["hitl-interrupt", "hitl-schema", "hitl-tower"]),
     ("hitl-tower", &["redis", "hyper", "hitl-store-redis"]),
     ("hitl-upstream", &["redis", "tower", "hitl-interrupt", "hitl-graph"]),
     ("hitl-gateway", &["redis", "hitl-interrupt", "hitl-tower"]),
-    ("hitl-auth", &["redis", "hitl-store-redis", "hitl-gateway", "hitl-upstream"]),
-    ("hitl-pages", &["redis", "hitl-store-redis", "hitl-gateway", "hitl-upstream"]),
+    ("hitl-auth", &["redis", "hitl-store-redis", "hitl-gateway", "hitl-upstream", "hitl-tower", "hitl-interrupt"]),
+    ("hitl-pages", &["redis", "hitl-store-redis", "hitl-gateway", "hitl-upstream", "hitl-tower"]),
     ("hitl-model", &["redis", "tower", "hitl-protocol", "hitl-graph", "hitl-interrupt", "hitl-tower"]),
     ("hitl-declared", &["redis", "hitl-interrupt", "hitl-tower"]),
 ];

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use hitl_http::{Admission, Admit, Body, Groups, Principal};
 use hitl_protocol::ErrorObject;
-use hitl_tower::{Admission, Admit, Groups, McpBody, Principal};
 use http::{HeaderValue, StatusCode};
 use tower::Layer;
 
@@ -66,7 +66,7 @@ impl BearerAuthLayer {
     }
 
     /// `401` with the `WWW-Authenticate` challenge MCP clients follow to log in.
-    fn challenge(&self, headers: &http::HeaderMap, refused: Refused) -> http::Response<McpBody> {
+    fn challenge(&self, headers: &http::HeaderMap, refused: Refused) -> http::Response<Body> {
         let metadata = self.resource.metadata_url(headers);
         let (challenge, message) = match refused {
             Refused::Missing => (
@@ -81,7 +81,7 @@ impl BearerAuthLayer {
                 (challenge, format!("Unauthorized: {why}"))
             }
         };
-        let mut response = hitl_tower::refusal(StatusCode::UNAUTHORIZED, ErrorObject::invalid_request(message));
+        let mut response = hitl_http::refusal(StatusCode::UNAUTHORIZED, ErrorObject::invalid_request(message));
         if let Ok(value) = HeaderValue::from_str(&challenge) {
             response.headers_mut().insert(http::header::WWW_AUTHENTICATE, value);
         }
@@ -90,7 +90,7 @@ impl BearerAuthLayer {
 }
 
 impl Admission for BearerAuthLayer {
-    fn admit(&self, request: &mut http::Request<Bytes>) -> Result<(), Box<http::Response<McpBody>>> {
+    fn admit(&self, request: &mut http::Request<Bytes>) -> Result<(), Box<http::Response<Body>>> {
         let identity =
             self.identify(request.headers()).map_err(|refused| Box::new(self.challenge(request.headers(), refused)))?;
         request.extensions_mut().insert(Principal(identity.principal));

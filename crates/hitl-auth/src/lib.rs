@@ -1,6 +1,6 @@
 //! Who may call hitl. [`BearerAuthLayer`] reads `Authorization: Bearer <token>`, asks
 //! its [`Verify`]s who the token names, and inserts the caller's
-//! [`hitl_tower::Principal`] (`user:<id>`) and [`hitl_tower::Groups`] (`group:<g>`)
+//! [`hitl_http::Principal`] (`user:<id>`) and [`hitl_http::Groups`] (`group:<g>`)
 //! into the request, so paused calls are bound to their caller and per-tool rules see
 //! it. It follows MCP's authorization conventions: a request without valid credentials
 //! gets `401` with `WWW-Authenticate: Bearer resource_metadata="<base>/.well-known/oauth-protected-resource"`
@@ -119,12 +119,12 @@ impl Resource {
 }
 
 /// The route that serves `resource`'s metadata document, for
-/// [`hitl_tower::HttpApp::with_route`] at [`METADATA_PATH`] (and at
+/// [`hitl_http::HttpApp::with_route`] at [`METADATA_PATH`] (and at
 /// `METADATA_PATH` + `/mcp`, where RFC 9728 puts it for the `/mcp` resource).
-pub fn metadata_route(resource: Resource) -> hitl_tower::RouteFn {
+pub fn metadata_route(resource: Resource) -> hitl_http::RouteFn {
     Arc::new(move |parts: &http::request::Parts| {
         let body = resource.document(&parts.headers).to_string();
-        let mut response = http::Response::new(hitl_tower::body(bytes::Bytes::from(body)));
+        let mut response = http::Response::new(hitl_http::body(bytes::Bytes::from(body)));
         response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
         response
     })

@@ -6,8 +6,8 @@ use std::convert::Infallible;
 
 use bytes::Bytes;
 use futures_util::StreamExt as _;
+use hitl_http::Body;
 use hitl_interrupt::Engine;
-use hitl_tower::McpBody;
 use http::{HeaderValue, Method, StatusCode, header};
 use http_body::Frame;
 use http_body_util::{BodyExt as _, StreamBody};
@@ -19,11 +19,11 @@ use crate::{Refusal, Shared, form, respond};
 /// The most entries one page of `GET /api/approvals` or `GET /api/audit` holds.
 const PAGE: usize = 500;
 
-pub(crate) fn reply(status: StatusCode, body: &Value) -> http::Response<McpBody> {
+pub(crate) fn reply(status: StatusCode, body: &Value) -> http::Response<Body> {
     respond(status, "application/json", body.to_string())
 }
 
-pub(crate) fn error(status: StatusCode, why: &str) -> http::Response<McpBody> {
+pub(crate) fn error(status: StatusCode, why: &str) -> http::Response<Body> {
     reply(status, &json!({ "error": why }))
 }
 
@@ -42,7 +42,7 @@ pub(crate) async fn handle(
     engine: &Engine,
     parts: &http::request::Parts,
     body: &Bytes,
-) -> http::Response<McpBody> {
+) -> http::Response<Body> {
     let who = match bearer(shared, &parts.headers) {
         Ok(who) => who,
         Err(why) => {
@@ -277,7 +277,7 @@ fn decision(body: &[u8]) -> Result<Map<String, Value>, String> {
 /// Only approvers and admins may open one (a stream holds a connection for as long as
 /// it runs), within `max_event_streams_per_principal` each and `max_event_streams` in
 /// all; past either, 429.
-async fn events(shared: &Shared, who: Session) -> http::Response<McpBody> {
+async fn events(shared: &Shared, who: Session) -> http::Response<Body> {
     if !(who.is(&shared.config.auditors) || who.is(&shared.config.admins)) {
         return error(StatusCode::FORBIDDEN, "only approvers and admins may follow the approvals");
     }

@@ -47,9 +47,9 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use hitl_auth::{Credential, Identity, Verify};
+use hitl_http::{Body, Endpoint};
 use hitl_interrupt::{Engine, Observer, PageAnswer, PageInput, PageView, Secret};
 use hitl_thread::{Notes, PageKind, Records};
-use hitl_tower::{Endpoint, McpBody};
 use http::{HeaderValue, Method, StatusCode, header};
 use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc};
@@ -189,19 +189,15 @@ impl Pages {
 }
 
 /// A response's parts before its security headers.
-pub(crate) fn respond(
-    status: StatusCode,
-    content_type: &'static str,
-    body: impl Into<Bytes>,
-) -> http::Response<McpBody> {
-    let mut response = http::Response::new(hitl_tower::body(body.into()));
+pub(crate) fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> http::Response<Body> {
+    let mut response = http::Response::new(hitl_http::body(body.into()));
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
 }
 
 /// The headers every page and API answer carries.
-fn harden(response: &mut http::Response<McpBody>) {
+fn harden(response: &mut http::Response<Body>) {
     let headers = response.headers_mut();
     let set = |headers: &mut http::HeaderMap, name: &'static str, value: &'static str| {
         headers.insert(name, HeaderValue::from_static(value));
@@ -217,7 +213,7 @@ fn harden(response: &mut http::Response<McpBody>) {
     headers.entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
 }
 
-fn see_other(location: &str) -> http::Response<McpBody> {
+fn see_other(location: &str) -> http::Response<Body> {
     let mut response = respond(StatusCode::SEE_OTHER, "text/plain; charset=utf-8", "");
     if let Ok(value) = HeaderValue::from_str(location) {
         response.headers_mut().insert(header::LOCATION, value);
@@ -255,7 +251,7 @@ fn wants_json(parts: &http::request::Parts) -> bool {
 }
 
 impl Shared {
-    async fn handle(&self, engine: &Engine, request: http::Request<Bytes>) -> http::Response<McpBody> {
+    async fn handle(&self, engine: &Engine, request: http::Request<Bytes>) -> http::Response<Body> {
         let (parts, body) = request.into_parts();
         let path = parts.uri.path().to_owned();
         let mut response = if path.starts_with("/api/") || path == "/api" {
@@ -321,7 +317,7 @@ impl Shared {
 
     /// Where a request without a good session goes: to the sign-in form, which comes
     /// back to `path`; a request for JSON gets 401.
-    fn sign_in_first(&self, parts: &http::request::Parts, path: &str) -> http::Response<McpBody> {
+    fn sign_in_first(&self, parts: &http::request::Parts, path: &str) -> http::Response<Body> {
         if wants_json(parts) {
             return api::error(StatusCode::UNAUTHORIZED, "sign in first: no session, or it ended");
         }
@@ -344,11 +340,11 @@ impl Shared {
         api::may_see(who, entry) || who.is(&self.config.admins)
     }
 
-    fn html(&self, status: StatusCode, markup: maud::Markup) -> http::Response<McpBody> {
+    fn html(&self, status: StatusCode, markup: maud::Markup) -> http::Response<Body> {
         respond(status, "text/html; charset=utf-8", markup.into_string())
     }
 
-    fn message(&self, status: StatusCode, title: &str, text: &str, visit: &Visit) -> http::Response<McpBody> {
+    fn message(&self, status: StatusCode, title: &str, text: &str, visit: &Visit) -> http::Response<Body> {
         self.html(status, html::message(title, text, visit.session.as_ref(), &visit.csrf))
     }
 
@@ -358,14 +354,14 @@ impl Shared {
         parts: &http::request::Parts,
         body: &[u8],
         visit: &Visit,
-    ) -> http::Response<McpBody> {
+    ) -> http::Response<Body> {
         let path = parts.uri.path();
         let query = form(parts.uri.query().unwrap_or_default().as_bytes());
         let posted = (parts.method == Method::POST).then(|| form(body));
         let signing_in = parts.method == Method::POST && path == "/login";
         let address = parts
             .extensions
-            .get::<hitl_tower::PeerAddr>()
+            .get::<hitl_http::PeerAddr>()
             .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |peer| peer.0.ip());
         if signing_in && let Some(wait) = self.throttle.wait(address, Instant::now()) {
             return self.throttled(wait, visit);
@@ -418,14 +414,7 @@ impl Shared {
     /// A single-use link from a notification: signs its user in, once, to that approval
     /// alone, and shows it. Never the caller's: a link is not a password, and the person
     /// who made the call does not approve it through one.
-    async fn ticket(
-        &self,
-        engine: &Engine,
-        id: &str,
-        value: &str,
-        path: &str,
-        visit: &Visit,
-    ) -> http::Response<McpBody> {
+    async fn ticket(&self, engine: &Engine, id: &str, value: &str, path: &str, visit: &Visit) -> http::Response<Body> {
         let Some(ticket) = self.keys.check_ticket(value).filter(|t| t.approval == id) else {
             let text = "This link is not valid or has lapsed. Sign in to see the approval.";
             return self.message(StatusCode::FORBIDDEN, "Link not valid", text, visit);
@@ -477,7 +466,7 @@ impl Shared {
         fields: &HashMap<String, String>,
         address: std::net::IpAddr,
         visit: &Visit,
-    ) -> http::Response<McpBody> {
+    ) -> http::Response<Body> {
         let next = safe_next(fields.get("next").map(String::as_str));
         let token = fields.get("token").map_or("", |t| t.trim());
         match self.identify(token) {
@@ -506,7 +495,7 @@ impl Shared {
     }
 
     /// The sign-in form, refused for `wait` after too many failures from one address.
-    fn throttled(&self, wait: std::time::Duration, visit: &Visit) -> http::Response<McpBody> {
+    fn throttled(&self, wait: std::time::Duration, visit: &Visit) -> http::Response<Body> {
         let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
         let seconds = seconds.max(1);
         let why = format!("Too many failed sign-ins from your address. Try again in {seconds} s.");
@@ -517,7 +506,7 @@ impl Shared {
 
     /// Ends the session the request's cookie names, on every replica (its id is marked
     /// in the store until it would have ended), and drops the cookie.
-    async fn logout(&self, visit: &Visit) -> http::Response<McpBody> {
+    async fn logout(&self, visit: &Visit) -> http::Response<Body> {
         let mut response = see_other("/login");
         if let Some(session) = &visit.signed
             && let Err(error) =
@@ -558,7 +547,7 @@ impl Shared {
         id: &str,
         posted: Option<HashMap<String, String>>,
         visit: &Visit,
-    ) -> http::Response<McpBody> {
+    ) -> http::Response<Body> {
         let path = parts.uri.path();
         let Some(session) = visit.session.as_ref().filter(|s| s.reaches(id)) else {
             return self.sign_in_first(parts, path);
@@ -619,7 +608,7 @@ impl Shared {
         self.html(status, html::approval(&entry, &can, error.as_deref(), Some(session), &visit.csrf))
     }
 
-    fn unavailable(&self, error: &hitl_interrupt::EngineError, visit: &Visit) -> http::Response<McpBody> {
+    fn unavailable(&self, error: &hitl_interrupt::EngineError, visit: &Visit) -> http::Response<Body> {
         tracing::error!(%error, "a page could not read its call");
         let text = "The store of paused calls is unavailable; try again shortly.";
         self.message(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", text, visit)
@@ -701,7 +690,7 @@ impl Shared {
         id: &str,
         posted: Option<HashMap<String, String>>,
         visit: &Visit,
-    ) -> http::Response<McpBody> {
+    ) -> http::Response<Body> {
         let path = parts.uri.path();
         let view = match engine.page(id).await {
             Ok(Some(view)) if matches!(view.page.kind, PageKind::Secret { .. }) => view,
@@ -750,12 +739,7 @@ impl Shared {
     }
 
     /// A provider's redirect back after a sign-in: `state` names the page.
-    async fn callback(
-        &self,
-        engine: &Engine,
-        query: HashMap<String, String>,
-        visit: &Visit,
-    ) -> http::Response<McpBody> {
+    async fn callback(&self, engine: &Engine, query: HashMap<String, String>, visit: &Visit) -> http::Response<Body> {
         let state = query.get("state").cloned().unwrap_or_default();
         let params: Map<String, Value> = query.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
         match engine.answer_page(&state, PageInput::Callback(params), None).await {

@@ -4,8 +4,8 @@
 //! `Invalid or expired requestState`). What is shown is [`hitl_interrupt::PausedCall`]:
 //! never a `requestState`, a secret, or what a question asks.
 
+use hitl_http::Body;
 use hitl_interrupt::Engine;
-use hitl_tower::McpBody;
 use http::{Method, StatusCode};
 use serde_json::json;
 
@@ -25,7 +25,7 @@ pub(crate) async fn handle(
     method: &Method,
     rest: &[&str],
     query: &std::collections::HashMap<String, String>,
-) -> http::Response<McpBody> {
+) -> http::Response<Body> {
     if !who.is(admins) {
         let why = if admins.is_empty() {
             "thread administration is off: name its principals in [admin] principals"

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use hitl_interrupt::{
     Agent, Engine, Lifetimes, Limits, MemoryStore, Notes, PausedLedger, Records, Secret, Store, SystemClock,
-    ThreadStore,
 };
 use hitl_tower::{
     AllowedHosts, BodyLimits, Endpoint, HealthFn, HttpApp, MaxConcurrentRequestsLayer, McpBody, McpService,
@@ -452,7 +451,7 @@ impl Server {
     ) -> std::io::Result<()> {
         let local = listener.local_addr()?;
         let http = self.http;
-        let app = self.app(local);
+        let app = self.into_app(Some(local));
         listener::serve(listener, app, http, shutdown).await;
         Ok(())
     }
@@ -482,7 +481,7 @@ impl Server {
             Some(listener) => {
                 let local = listener.local_addr()?;
                 let limits = self.http;
-                let app = self.app(local);
+                let app = self.into_app(Some(local));
                 Some(tokio::spawn(async move {
                     listener::serve(listener, app, limits, async {
                         let _ = stopped.await;
@@ -504,11 +503,19 @@ impl Server {
         served
     }
 
-    /// The HTTP application on a listener bound to `local`: `/mcp` behind the built-in
-    /// layers, the probes, `/metrics`, the admin documents and the pages.
-    fn app(self, local: std::net::SocketAddr) -> HttpApp {
-        let allowed = self.allowed_hosts.unwrap_or_else(|| {
-            if local.ip().is_loopback() { AllowedHosts::loopback(local.port()) } else { AllowedHosts::any() }
+    /// The whole HTTP application as a tower `Service` (`/mcp` behind the built-in
+    /// layers, the probes, `/metrics`, the admin documents and the pages), to serve on
+    /// your own listener or mount in your own app: with axum,
+    /// `Router::new().nest_service("/hitl", server.into_app(None))` (set
+    /// [`ServerBuilder::pages`]' base URL to the mounted URL, so links and cookies name
+    /// it). `local` is the address it is served on, when hitl serves it: a loopback
+    /// address admits only loopback host names, unless
+    /// [`ServerBuilder::allowed_hosts`] says otherwise; mounted (`None`), every host
+    /// name is admitted unless `allowed_hosts` is set (your app checks its own).
+    pub fn into_app(self, local: Option<std::net::SocketAddr>) -> HttpApp {
+        let allowed = self.allowed_hosts.unwrap_or_else(|| match local {
+            Some(local) if local.ip().is_loopback() => AllowedHosts::loopback(local.port()),
+            _ => AllowedHosts::any(),
         });
         // One count of requests in flight for every route: the pages, the API and its
         // event streams, and /metrics take places from the same pool as /mcp.
@@ -523,7 +530,7 @@ impl Server {
         let store = self.store;
         // The host check covers every route but the probes.
         let mut app =
-            HttpApp::new(mcp, store.clone() as Arc<dyn ThreadStore>, self.http.body).with_allowed_hosts(allowed);
+            HttpApp::new(mcp, hitl_tower::store_ready(store.clone()), self.http.body).with_allowed_hosts(allowed);
         if let Some((_, resource)) = self.auth.clone() {
             // Where RFC 9728 puts it for this host, and for the `/mcp` resource.
             let route = hitl_auth::metadata_route(resource);

@@ -37,14 +37,9 @@
 //! # });
 //! ```
 
-mod admit;
-mod app;
 mod dispatch;
 mod endpoint;
-mod limit;
-mod origin;
 mod passthrough;
-mod principal;
 mod push;
 mod session;
 mod sse;
@@ -53,12 +48,14 @@ mod tasks;
 mod tools;
 mod validate;
 
-pub use admit::{Admission, Admit};
-pub use app::{BodyLimits, Endpoint, HealthFn, HttpApp, RouteFn};
-pub use limit::{MaxConcurrentRequests, MaxConcurrentRequestsLayer};
-pub use origin::{AllowedHosts, ValidateOrigin, ValidateOriginLayer, forbidden};
+/// The HTTP edge the endpoint is served behind, re-exported: its body, who is calling,
+/// the generic layers and the app (see `hitl-http`).
+pub use hitl_http::{
+    Admission, Admit, AllowedHosts, BodyLimits, Endpoint, Groups, HealthFn, HttpApp, MaxConcurrentRequests,
+    MaxConcurrentRequestsLayer, PeerAddr, Principal, PrincipalFromHeader, PrincipalFromHeaderLayer, ReadyFn, RouteFn,
+    ValidateOrigin, ValidateOriginLayer, body, forbidden, refusal,
+};
 pub use passthrough::{Asker, ListKind, Notifier, PassFuture, Passed, Passthrough, Relayed, Subscribed};
-pub use principal::{PrincipalFromHeader, PrincipalFromHeaderLayer};
 pub use push::PushBus;
 pub use stdio::{StdioOptions, serve_stdio};
 pub use tools::{Listing, Listings, Tools};
@@ -73,23 +70,11 @@ use hitl_interrupt::{Agent, Engine, Notes};
 use hitl_protocol::version::Era;
 use hitl_protocol::{ErrorCode, ErrorObject, Implementation, RequestId, Response};
 use http::{HeaderValue, StatusCode, header};
-use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
 use indexmap::IndexMap;
 use tower::Service;
 
-/// The response body of the endpoint.
-pub type McpBody = UnsyncBoxBody<Bytes, Infallible>;
-
-/// Who is calling, as an auth layer established it: insert it into the request's
-/// extensions. Paused calls are bound to it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Principal(pub String);
-
-/// The groups the caller belongs to (each written `group:<name>`), as an auth layer
-/// established them: insert them next to the [`Principal`]; an [`Access`] rule sees
-/// them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Groups(pub Vec<String>);
+/// The response body of the endpoint: `hitl_http::Body`.
+pub type McpBody = hitl_http::Body;
 
 /// Who may use which tool or prompt: `(name, principal, groups) -> allowed`. A tool a
 /// caller may not use is not listed to it, and calling it fails as for a tool that
@@ -105,11 +90,6 @@ impl std::fmt::Debug for Access {
         f.write_str("Access(..)")
     }
 }
-
-/// The client's socket address, as the server accepted the connection: insert it into
-/// the request's extensions. Paused calls without a [`Principal`] count against it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PeerAddr(pub std::net::SocketAddr);
 
 /// Server-wide settings of the endpoint.
 #[derive(Debug, Clone)]
@@ -255,9 +235,17 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
     }
 }
 
-/// A whole response body of `bytes`.
-pub fn body(bytes: impl Into<Bytes>) -> McpBody {
-    Full::new(bytes.into()).boxed_unsync()
+/// `/healthz`'s readiness: the thread store answers a ping.
+pub fn store_ready(store: Arc<dyn hitl_interrupt::ThreadStore>) -> ReadyFn {
+    Arc::new(move || {
+        let store = store.clone();
+        Box::pin(async move {
+            store.ping().await.map_err(|e| {
+                tracing::warn!(error = %e, "health check: the thread store is unavailable");
+                "the thread store is unavailable".to_owned()
+            })
+        })
+    })
 }
 
 pub(crate) fn json_response(status: StatusCode, response: &Response) -> http::Response<McpBody> {
@@ -278,14 +266,6 @@ pub(crate) fn error_response(era: Era, id: Option<RequestId>, error: ErrorObject
         Era::Legacy => StatusCode::OK,
     };
     json_response(status, &Response::Error { id, error })
-}
-
-/// A request refused before it reaches the endpoint (403, 401, 413, 503, …): `status`
-/// with a JSON-RPC error without an id.
-/// A response refusing a request before it is served: `status` with a JSON-RPC error
-/// without an id (what layers in front of the endpoint answer, such as auth's 401).
-pub fn refusal(status: StatusCode, error: ErrorObject) -> http::Response<McpBody> {
-    json_response(status, &Response::Error { id: None, error })
 }
 
 pub(crate) fn empty(status: StatusCode) -> http::Response<McpBody> {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use hitl_graph::{START, StateGraph};
 use hitl_interrupt::{Lifetimes, MemoryStore, Secret, SystemClock};
 use http::Method;
+use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
@@ -318,7 +319,7 @@ async fn the_http_app_routes_and_limits_bodies_without_sockets() {
     use std::time::Duration;
     let store: Arc<dyn hitl_interrupt::ThreadStore> = Arc::new(MemoryStore::default());
     let limits = BodyLimits { max_bytes: 64, read_timeout: Duration::from_millis(50) };
-    let app = HttpApp::new(Endpoint::new(service()), store, limits);
+    let app = HttpApp::new(Endpoint::new(service()), crate::store_ready(store), limits);
     let send = |uri: &str, content_length: Option<&str>, body: Stalled| {
         let mut request = http::Request::post(uri).header("content-type", "application/json");
         if let Some(n) = content_length {

@@ -13,12 +13,12 @@ use futures_util::TryFutureExt as _;
 use futures_util::future::{Either, MapOk};
 use hitl_protocol::ErrorObject;
 use http::{HeaderValue, StatusCode, header};
-use http_body::{Body, Frame, SizeHint};
+use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{Layer, Service};
 
-use crate::{McpBody, refusal};
+use crate::{Body, refusal};
 
 /// The layer of [`MaxConcurrentRequests`].
 #[derive(Debug, Clone)]
@@ -50,14 +50,14 @@ pub struct MaxConcurrentRequests<S> {
     max: usize,
 }
 
-type Busy<E> = std::future::Ready<Result<http::Response<McpBody>, E>>;
-type Hold<F> = MapOk<F, Box<dyn FnOnce(http::Response<McpBody>) -> http::Response<McpBody> + Send>>;
+type Busy<E> = std::future::Ready<Result<http::Response<Body>, E>>;
+type Hold<F> = MapOk<F, Box<dyn FnOnce(http::Response<Body>) -> http::Response<Body> + Send>>;
 
 impl<S> Service<http::Request<Bytes>> for MaxConcurrentRequests<S>
 where
-    S: Service<http::Request<Bytes>, Response = http::Response<McpBody>> + Clone,
+    S: Service<http::Request<Bytes>, Response = http::Response<Body>> + Clone,
 {
-    type Response = http::Response<McpBody>;
+    type Response = http::Response<Body>;
     type Error = S::Error;
     type Future = Either<Busy<S::Error>, Hold<S::Future>>;
 
@@ -75,7 +75,7 @@ where
         // Call the service that was polled ready, leaving a fresh clone in its place.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let hold: Box<dyn FnOnce(http::Response<McpBody>) -> http::Response<McpBody> + Send> =
+        let hold: Box<dyn FnOnce(http::Response<Body>) -> http::Response<Body> + Send> =
             Box::new(move |response| response.map(|body| Holding { body, _permit: permit }.boxed_unsync()));
         Either::Right(inner.call(request).map_ok(hold))
     }
@@ -83,11 +83,11 @@ where
 
 /// A response body that keeps its request's place until it is dropped.
 struct Holding {
-    body: McpBody,
+    body: Body,
     _permit: OwnedSemaphorePermit,
 }
 
-impl Body for Holding {
+impl http_body::Body for Holding {
     type Data = Bytes;
     type Error = std::convert::Infallible;
 

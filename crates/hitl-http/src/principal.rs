@@ -12,7 +12,7 @@ use hitl_protocol::ErrorObject;
 use http::{HeaderName, StatusCode};
 use tower::Layer;
 
-use crate::{Admission, Admit, McpBody, Principal, refusal};
+use crate::{Admission, Admit, Body, Principal, refusal};
 
 /// The layer of [`PrincipalFromHeader`].
 #[derive(Debug, Clone)]
@@ -52,7 +52,7 @@ impl<S> Layer<S> for PrincipalFromHeaderLayer {
 }
 
 impl Admission for PrincipalFromHeaderLayer {
-    fn admit(&self, request: &mut http::Request<Bytes>) -> Result<(), Box<http::Response<McpBody>>> {
+    fn admit(&self, request: &mut http::Request<Bytes>) -> Result<(), Box<http::Response<Body>>> {
         match self.principal(request.headers()) {
             Ok(principal) => {
                 request.extensions_mut().insert(principal);

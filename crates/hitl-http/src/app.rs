@@ -1,5 +1,5 @@
 //! The HTTP application: `POST /mcp` (the endpoint, behind a body that must arrive in
-//! time and within a size), `GET /healthz` (the store's readiness), `GET /livez` (the
+//! time and within a size), `GET /healthz` (readiness, as a [`ReadyFn`] says), `GET /livez` (the
 //! process answers), mounted services and routes, and 404 elsewhere. With
 //! [`HttpApp::with_allowed_hosts`], every path but the two probes is refused when it
 //! names a host the server does not serve (DNS-rebinding protection for the pages and
@@ -13,17 +13,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use hitl_interrupt::ThreadStore;
 use hitl_protocol::ErrorObject;
 use http::{HeaderValue, StatusCode, header};
 use http_body_util::{BodyExt as _, Limited};
 use tower::util::BoxCloneService;
 use tower::{Service, ServiceExt as _};
 
-use crate::{McpBody, body, refusal};
+use crate::{Body, body, refusal};
 
 /// The MCP endpoint with its layers, boxed: what [`HttpApp`] serves at `/mcp`.
-pub type Endpoint = BoxCloneService<http::Request<Bytes>, http::Response<McpBody>, Infallible>;
+pub type Endpoint = BoxCloneService<http::Request<Bytes>, http::Response<Body>, Infallible>;
 
 /// How much of a request body the app waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +43,7 @@ impl Default for BodyLimits {
 #[derive(Clone)]
 pub struct HttpApp {
     mcp: Endpoint,
-    store: Arc<dyn ThreadStore>,
+    ready: ReadyFn,
     limits: BodyLimits,
     health: Option<HealthFn>,
     routes: Vec<(String, RouteFn)>,
@@ -54,7 +53,11 @@ pub struct HttpApp {
 
 /// A document served at a path of its own (say, the OAuth protected resource metadata),
 /// made from the request's head.
-pub type RouteFn = Arc<dyn Fn(&http::request::Parts) -> http::Response<McpBody> + Send + Sync>;
+pub type RouteFn = Arc<dyn Fn(&http::request::Parts) -> http::Response<Body> + Send + Sync>;
+
+/// Whether the server can serve now (say, its store answers): `Err(reason)` makes
+/// `/healthz` answer 503 with the reason.
+pub type ReadyFn = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
 /// More of `/healthz`'s body (say, each upstream's state): fields added next to
 /// `status`, which they never change.
@@ -67,9 +70,9 @@ impl std::fmt::Debug for HttpApp {
 }
 
 impl HttpApp {
-    /// Serves `mcp` at `/mcp` and the readiness of `store` at `/healthz`.
-    pub fn new(mcp: Endpoint, store: Arc<dyn ThreadStore>, limits: BodyLimits) -> Self {
-        Self { mcp, store, limits, health: None, routes: Vec::new(), mounts: Vec::new(), hosts: None }
+    /// Serves `mcp` at `/mcp` and what `ready` says at `/healthz`.
+    pub fn new(mcp: Endpoint, ready: ReadyFn, limits: BodyLimits) -> Self {
+        Self { mcp, ready, limits, health: None, routes: Vec::new(), mounts: Vec::new(), hosts: None }
     }
 
     /// Serves every path under `prefix` (`/approvals` serves `/approvals` and
@@ -106,7 +109,7 @@ impl HttpApp {
 
     /// Serves one request. Only the endpoint is cloned (once), so a server can call this
     /// on a shared app without cloning the app per request.
-    pub fn serve<B>(&self, request: http::Request<B>) -> BoxFuture<'static, http::Response<McpBody>>
+    pub fn serve<B>(&self, request: http::Request<B>) -> BoxFuture<'static, http::Response<Body>>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -129,18 +132,17 @@ impl HttpApp {
         }
         match request.uri().path() {
             "/healthz" => {
-                let (store, health) = (self.store.clone(), self.health.clone());
+                let (ready, health) = (self.ready.clone(), self.health.clone());
                 Box::pin(async move {
                     let mut body = serde_json::Map::new();
-                    let status = match store.ping().await {
+                    let status = match ready().await {
                         Ok(()) => {
                             body.insert("status".into(), "ok".into());
                             StatusCode::OK
                         }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "health check: the thread store is unavailable");
+                        Err(reason) => {
                             body.insert("status".into(), "unavailable".into());
-                            body.insert("reason".into(), "the thread store is unavailable".into());
+                            body.insert("reason".into(), reason.into());
                             StatusCode::SERVICE_UNAVAILABLE
                         }
                     };
@@ -168,7 +170,7 @@ fn collected<B>(
     service: Endpoint,
     limits: BodyLimits,
     request: http::Request<B>,
-) -> BoxFuture<'static, http::Response<McpBody>>
+) -> BoxFuture<'static, http::Response<Body>>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -187,7 +189,7 @@ where
 
 impl BodyLimits {
     /// The whole body, or the response that refuses it (413, 408 or 400).
-    async fn collect<B>(&self, headers: &http::HeaderMap, incoming: B) -> Result<Bytes, http::Response<McpBody>>
+    async fn collect<B>(&self, headers: &http::HeaderMap, incoming: B) -> Result<Bytes, http::Response<Body>>
     where
         B: http_body::Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -215,7 +217,7 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    type Response = http::Response<McpBody>;
+    type Response = http::Response<Body>;
     type Error = Infallible;
     type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
 
@@ -229,7 +231,7 @@ where
     }
 }
 
-fn plain(status: StatusCode, content_type: &'static str, text: impl Into<Bytes>) -> http::Response<McpBody> {
+fn plain(status: StatusCode, content_type: &'static str, text: impl Into<Bytes>) -> http::Response<Body> {
     let mut out = http::Response::new(body(text));
     *out.status_mut() = status;
     out.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
@@ -238,7 +240,7 @@ fn plain(status: StatusCode, content_type: &'static str, text: impl Into<Bytes>)
 
 /// A JSON-RPC error without an id, as the body of an HTTP error. The connection
 /// closes after it: the rest of the body may still be on its way.
-fn refused(status: StatusCode, why: String) -> http::Response<McpBody> {
+fn refused(status: StatusCode, why: String) -> http::Response<Body> {
     let mut out = refusal(status, ErrorObject::invalid_request(why));
     out.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     out

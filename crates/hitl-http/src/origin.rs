@@ -14,7 +14,7 @@ use hitl_protocol::ErrorObject;
 use http::{StatusCode, header};
 use tower::{Layer, Service};
 
-use crate::{McpBody, refusal};
+use crate::{Body, refusal};
 
 /// Which hosts a request may name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,13 +151,12 @@ pub struct ValidateOrigin<S> {
 
 impl<S> Service<http::Request<Bytes>> for ValidateOrigin<S>
 where
-    S: Service<http::Request<Bytes>, Response = http::Response<McpBody>> + Clone + Send + 'static,
+    S: Service<http::Request<Bytes>, Response = http::Response<Body>> + Clone + Send + 'static,
     S::Future: Send + 'static,
 {
-    type Response = http::Response<McpBody>;
+    type Response = http::Response<Body>;
     type Error = S::Error;
-    type Future =
-        futures_util::future::Either<std::future::Ready<Result<http::Response<McpBody>, S::Error>>, S::Future>;
+    type Future = futures_util::future::Either<std::future::Ready<Result<http::Response<Body>, S::Error>>, S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -175,6 +174,6 @@ where
 }
 
 /// A 403 answer: a JSON-RPC error without an id whose message is `Forbidden: <why>`.
-pub fn forbidden(why: &str) -> http::Response<McpBody> {
+pub fn forbidden(why: &str) -> http::Response<Body> {
     refusal(StatusCode::FORBIDDEN, ErrorObject::invalid_request(format!("Forbidden: {why}")))
 }

@@ -8,13 +8,13 @@ use bytes::Bytes;
 use futures_util::future::Either;
 use tower::Service;
 
-use crate::McpBody;
+use crate::Body;
 
 /// A check made before the endpoint serves a request.
 pub trait Admission {
     /// Lets `request` through (its extensions completed), or answers it (boxed: the
     /// rare path).
-    fn admit(&self, request: &mut http::Request<Bytes>) -> Result<(), Box<http::Response<McpBody>>>;
+    fn admit(&self, request: &mut http::Request<Bytes>) -> Result<(), Box<http::Response<Body>>>;
 }
 
 /// `inner` behind `admission`.
@@ -33,12 +33,12 @@ impl<S, A> Admit<S, A> {
 
 impl<S, A> Service<http::Request<Bytes>> for Admit<S, A>
 where
-    S: Service<http::Request<Bytes>, Response = http::Response<McpBody>> + Clone,
+    S: Service<http::Request<Bytes>, Response = http::Response<Body>> + Clone,
     A: Admission,
 {
-    type Response = http::Response<McpBody>;
+    type Response = http::Response<Body>;
     type Error = S::Error;
-    type Future = Either<std::future::Ready<Result<http::Response<McpBody>, S::Error>>, S::Future>;
+    type Future = Either<std::future::Ready<Result<http::Response<Body>, S::Error>>, S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
