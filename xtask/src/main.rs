@@ -5,7 +5,8 @@
 //!   starts one on a free loopback port for the run; provides the official MCP Python
 //!   SDK in a virtualenv under `target/`, and the reference MCP servers from npm
 //!   (`@modelcontextprotocol/server-everything`, pinned) under `target/mcp-servers`. Ends with the list of suites that could not
-//!   run, and why.
+//!   run, and why. Also validates the Kubernetes manifests of `deploy/kubernetes` against
+//!   the API schemas (`kubernetes-validate`, pinned, in a virtualenv under `target/`).
 //! - `cargo xtask conformance`: the official MCP conformance suite (pinned, with Node 22,
 //!   both from the npm registry, installed under `target/conformance`) against
 //!   `hitl serve --conformance-fixtures`, for the 2026-07-28 and 2025-11-25
@@ -17,6 +18,10 @@
 //!   the same with 100,000 paused calls held, and heap allocations per round counted by
 //!   `hitl-counted`. `--peers`: hitl beside the same tool on the Python SDK, the
 //!   TypeScript SDK v2 and rmcp (`bench/peers/`, installed under `target/peers/`).
+//! - `cargo xtask image`: the container image of `Containerfile` (the stripped release
+//!   build, with buildah, which it installs with apt-get when missing), its size checked
+//!   (at most 40 MiB) and the image run and tested: see `image.rs` and docs/deploy.md.
+//! - `cargo xtask manifests`: only the validation of `deploy/kubernetes` that `test` does.
 //! - `cargo xtask ci`: `cargo fmt --check`, clippy with `-D warnings` on all targets,
 //!   then `test` (unless `--no-test`), `conformance`, and `cargo deny check bans licenses
 //!   sources` when cargo-deny is installed.
@@ -30,6 +35,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 
 mod bench;
+mod image;
+mod manifests;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -41,9 +48,11 @@ fn main() -> anyhow::Result<()> {
         Some("conformance") => conformance(),
         Some("bench") if args.iter().any(|a| a == "--peers") => bench::peers(),
         Some("bench") => bench::bench(),
+        Some("image") => image::image(),
+        Some("manifests") => manifests::validator().map_err(anyhow::Error::msg).and_then(|v| manifests::validate(&v)),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test|ci>\n  test  run every test (starts Redis when it can)\n  ci    fmt, clippy, test, deny"
+                "usage: cargo xtask <test|ci|conformance|bench|image|manifests>\n  test       run every test (starts Redis when it can)\n  ci         fmt, clippy, test, deny\n  image      build the container image (Containerfile) with buildah, and test it\n  manifests  validate deploy/kubernetes against the Kubernetes API schemas (part of test)"
             );
             bail!("unknown or missing command")
         }
@@ -184,6 +193,14 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
             None
         }
     };
+    // The Kubernetes manifests first: a few seconds, and a failure fails the run.
+    let manifests = match manifests::validator() {
+        Ok(validator) => manifests::validate(&validator),
+        Err(why) => {
+            skipped.push(format!("Kubernetes manifests (deploy/kubernetes): {why}"));
+            Ok(())
+        }
+    };
     if !on_path("chromedriver") && std::env::var_os("HITL_CHROMEDRIVER").is_none() {
         skipped.push(
             "browser suite (tests/e2e/browser.rs): chromedriver is not on PATH (apt install chromium chromium-driver)"
@@ -224,6 +241,7 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     } else if redis_url.is_none() {
         skipped.push("the e2e suite on --store redis: no Redis".into());
     }
+    result = result.and(manifests);
     eprintln!();
     if skipped.is_empty() {
         eprintln!("every suite ran");

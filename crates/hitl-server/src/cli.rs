@@ -95,7 +95,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "HITL_DEFAULT_TTL", value_name = "SECONDS")]
     default_ttl: Option<u64>,
     /// A file holding the server secret that signs requestState (at least 32 bytes,
-    /// mode 600); `HITL_SECRET` may hold the secret itself instead (not both).
+    /// mode 600, or 640 when root owns it); `HITL_SECRET` may hold the secret itself instead (not both).
     /// Replicas must share it.
     #[arg(long, env = "HITL_SECRET_FILE")]
     secret_file: Option<PathBuf>,

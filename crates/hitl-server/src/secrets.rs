@@ -67,11 +67,56 @@ fn from_bytes(bytes: &[u8]) -> anyhow::Result<Secret> {
 fn read_file(path: &Path) -> anyhow::Result<Secret> {
     #[cfg(unix)]
     {
-        use std::os::unix::fs::PermissionsExt as _;
-        let mode = std::fs::metadata(path).context("reading its metadata")?.permissions().mode();
-        if mode & 0o077 != 0 {
-            bail!("the file is open to group or others (mode {:o}): run `chmod 600 {}`", mode & 0o777, path.display());
+        use std::os::unix::fs::MetadataExt as _;
+        let metadata = std::fs::metadata(path).context("reading its metadata")?;
+        if !private_enough(metadata.mode(), metadata.uid()) {
+            bail!(
+                "the file is open to group or others (mode {:o}): run `chmod 600 {}`",
+                metadata.mode() & 0o777,
+                path.display()
+            );
         }
     }
     from_bytes(&std::fs::read(path).context("reading it")?)
+}
+
+/// A secret file is private to its owner (mode 600 or tighter), or it is root's and
+/// its group may only read it (640 or tighter). The second is how an administrator
+/// grants one service's group a key (PostgreSQL accepts the same for its key files),
+/// and what Kubernetes makes of a Secret mounted for a non-root pod: with `fsGroup`
+/// the kubelet adds group read to the volume's `defaultMode` and root owns the file.
+#[cfg(unix)]
+fn private_enough(mode: u32, owner: u32) -> bool {
+    const ROOT: u32 = 0;
+    mode & 0o077 == 0 || (owner == ROOT && mode & 0o037 == 0)
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::private_enough;
+
+    #[test]
+    fn only_the_owner_or_root_and_its_group_may_read_a_secret() {
+        let cases = [
+            (0o600, 1000, true),
+            (0o400, 1000, true),
+            (0o640, 1000, false),
+            (0o440, 1000, false),
+            (0o644, 1000, false),
+            (0o604, 1000, false),
+            // Root's file that its group may read: a Kubernetes Secret with `fsGroup`.
+            (0o440, 0, true),
+            (0o640, 0, true),
+            (0o600, 0, true),
+            (0o660, 0, false),
+            (0o650, 0, false),
+            (0o644, 0, false),
+            (0o444, 0, false),
+        ];
+        for (mode, owner, private) in cases {
+            // The file-type bits `metadata().mode()` carries do not matter.
+            let regular = 0o100_000 | mode;
+            assert_eq!(private_enough(regular, owner), private, "mode {mode:o} owned by uid {owner}");
+        }
+    }
 }
