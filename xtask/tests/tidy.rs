@@ -59,6 +59,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-bench", &["hitl-server"]),
     ("custom-agents", &["hitl-graph"]),
     ("custom-server", &["hitl-server", "custom-agents"]),
+    ("axum-embed", &["hitl-server", "custom-agents"]),
     ("xtask", &[]),
 ];
 

@@ -16,13 +16,13 @@ use futures_util::future::BoxFuture;
 use hitl_protocol::ErrorObject;
 use http::{HeaderValue, StatusCode, header};
 use http_body_util::{BodyExt as _, Limited};
-use tower::util::BoxCloneService;
+use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceExt as _};
 
 use crate::{Body, body, refusal};
 
 /// The MCP endpoint with its layers, boxed: what [`HttpApp`] serves at `/mcp`.
-pub type Endpoint = BoxCloneService<http::Request<Bytes>, http::Response<Body>, Infallible>;
+pub type Endpoint = BoxCloneSyncService<http::Request<Bytes>, http::Response<Body>, Infallible>;
 
 /// How much of a request body the app waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,10 +15,9 @@
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 //! // Any service of `Request<Bytes>` can stand at /mcp.
-//! let mcp: Endpoint = tower::service_fn(|_: http::Request<Bytes>| async {
+//! let mcp = Endpoint::new(tower::service_fn(|_: http::Request<Bytes>| async {
 //!     Ok::<_, std::convert::Infallible>(http::Response::new(body("{}")))
-//! })
-//! .boxed_clone();
+//! }));
 //! let ready: ReadyFn = Arc::new(|| Box::pin(async { Err("warming up".to_owned()) }));
 //! let app = HttpApp::new(mcp, ready, BodyLimits::default());
 //! let health = app.oneshot(http::Request::get("/healthz").body(Full::new(Bytes::new())).unwrap()).await.unwrap();

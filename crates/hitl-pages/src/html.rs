@@ -46,7 +46,14 @@ th, td { text-align: left; padding: .5rem; border-bottom: 1px solid var(--line);
 "#;
 
 /// A page: the head, the header with who is signed in, and `body`.
-pub(crate) fn layout(title: &str, session: Option<&Session>, csrf: &str, body: Markup) -> Markup {
+/// What every page carries besides its body: the form token of the visit, and where
+/// the pages are mounted (`/hitl`, or empty), which their links are relative to.
+pub(crate) struct Chrome<'a> {
+    pub(crate) csrf: &'a str,
+    pub(crate) mount: &'a str,
+}
+
+pub(crate) fn layout(title: &str, session: Option<&Session>, chrome: &Chrome<'_>, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -55,14 +62,14 @@ pub(crate) fn layout(title: &str, session: Option<&Session>, csrf: &str, body: M
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 meta name="referrer" content="no-referrer";
                 title { (title) " · hitl" }
-                link rel="stylesheet" href="/pages/style.css";
+                link rel="stylesheet" href={(chrome.mount) "/pages/style.css"};
             }
             body {
                 header {
                     span.brand { "hitl" }
                     @if let Some(session) = session {
-                        form method="post" action="/logout" {
-                            input type="hidden" name="csrf" value=(csrf);
+                        form method="post" action={(chrome.mount) "/logout"} {
+                            input type="hidden" name="csrf" value=(chrome.csrf);
                             span.note { "Signed in as " (session.principal) " " }
                             button.plain type="submit" { "Sign out" }
                         }
@@ -75,14 +82,14 @@ pub(crate) fn layout(title: &str, session: Option<&Session>, csrf: &str, body: M
 }
 
 /// The sign-in form.
-pub(crate) fn login(next: &str, csrf: &str, error: Option<&str>) -> Markup {
+pub(crate) fn login(next: &str, chrome: &Chrome<'_>, error: Option<&str>) -> Markup {
     let body = html! {
         div.card {
             h1 { "Sign in" }
             p.note { "Sign in with the token you use for hitl's API (a bearer token or a JWT)." }
             @if let Some(error) = error { p.error role="alert" { (error) } }
-            form method="post" action="/login" {
-                input type="hidden" name="csrf" value=(csrf);
+            form method="post" action={(chrome.mount) "/login"} {
+                input type="hidden" name="csrf" value=(chrome.csrf);
                 input type="hidden" name="next" value=(next);
                 label for="token" { "Token" }
                 input id="token" type="password" name="token" autocomplete="current-password" required;
@@ -90,12 +97,12 @@ pub(crate) fn login(next: &str, csrf: &str, error: Option<&str>) -> Markup {
             }
         }
     };
-    layout("Sign in", None, csrf, body)
+    layout("Sign in", None, chrome, body)
 }
 
 /// A page that only says something.
-pub(crate) fn message(title: &str, text: &str, session: Option<&Session>, csrf: &str) -> Markup {
-    layout(title, session, csrf, html! { div.card { h1 { (title) } p { (text) } } })
+pub(crate) fn message(title: &str, text: &str, session: Option<&Session>, chrome: &Chrome<'_>) -> Markup {
+    layout(title, session, chrome, html! { div.card { h1 { (title) } p { (text) } } })
 }
 
 /// What the approver may do on an approval's page.
@@ -109,7 +116,13 @@ pub(crate) enum Can {
 /// An approval: the call as it will run (every argument whole, hidden characters
 /// escaped: the entry's `display`), what runs it, the policy and its text, and the
 /// forms of the decisions offered.
-pub(crate) fn approval(entry: &Value, can: &Can, error: Option<&str>, session: Option<&Session>, csrf: &str) -> Markup {
+pub(crate) fn approval(
+    entry: &Value,
+    can: &Can,
+    error: Option<&str>,
+    session: Option<&Session>,
+    chrome: &Chrome<'_>,
+) -> Markup {
     let status = entry["status"].as_str().unwrap_or("pending");
     let shown = &entry["display"];
     let tool = shown["tool"].as_str().or(entry["tool"].as_str()).unwrap_or_default();
@@ -172,25 +185,25 @@ pub(crate) fn approval(entry: &Value, can: &Can, error: Option<&str>, session: O
             Can::Decide(offered) => {
                 @let offers = |d: &str| offered.iter().any(|o| o == d);
                 @if offers("approve") {
-                    (decision(csrf, "approve", html! { p { "Run the call as it is." } }, html! {
+                    (decision(chrome.csrf, "approve", html! { p { "Run the call as it is." } }, html! {
                         button.approve type="submit" id="approve" { "Approve" }
                     }))
                 }
                 @if offers("edit") {
-                    (decision(csrf, "edit", html! {
+                    (decision(chrome.csrf, "edit", html! {
                         label for="args" { "Run with these arguments (JSON)" }
                         // Starting from the escaped JSON, an edit changes nothing else.
                         textarea id="args" name="args" spellcheck="false" { (display::json_pretty(&args)) }
                     }, html! { button.primary type="submit" id="edit" { "Approve with edits" } }))
                 }
                 @if offers("reject") {
-                    (decision(csrf, "reject", html! {
+                    (decision(chrome.csrf, "reject", html! {
                         label for="reject-message" { "Why not (sent to the caller)" }
                         input id="reject-message" type="text" name="message";
                     }, html! { button.reject type="submit" id="reject" { "Reject" } }))
                 }
                 @if offers("respond") {
-                    (decision(csrf, "respond", html! {
+                    (decision(chrome.csrf, "respond", html! {
                         label for="respond-message" { "Answer instead of running the tool" }
                         input id="respond-message" type="text" name="message" required;
                     }, html! { button.plain type="submit" id="respond" { "Respond" } }))
@@ -198,7 +211,7 @@ pub(crate) fn approval(entry: &Value, can: &Can, error: Option<&str>, session: O
             }
         }
     };
-    layout(&format!("Approve {tool}"), session, csrf, body)
+    layout(&format!("Approve {tool}"), session, chrome, body)
 }
 
 /// One decision's card: its form, with `fields` and the `button` that sends it.
@@ -216,7 +229,13 @@ fn decision(csrf: &str, decision: &str, fields: Markup, button: Markup) -> Marku
 }
 
 /// The secret entry form.
-pub(crate) fn secret(label: &str, message: &str, error: Option<&str>, session: Option<&Session>, csrf: &str) -> Markup {
+pub(crate) fn secret(
+    label: &str,
+    message: &str,
+    error: Option<&str>,
+    session: Option<&Session>,
+    chrome: &Chrome<'_>,
+) -> Markup {
     let body = html! {
         div.card {
             h1 { (label) }
@@ -224,18 +243,18 @@ pub(crate) fn secret(label: &str, message: &str, error: Option<&str>, session: O
             p.note { "What you type here goes to the agent only: it never passes through your MCP client or its model, and it is stored encrypted." }
             @if let Some(error) = error { p.error role="alert" { (error) } }
             form method="post" {
-                input type="hidden" name="csrf" value=(csrf);
+                input type="hidden" name="csrf" value=(chrome.csrf);
                 label for="value" { (label) }
                 input id="value" type="password" name="value" autocomplete="off" required;
                 button.primary type="submit" id="save" { "Save" }
             }
         }
     };
-    layout(label, session, csrf, body)
+    layout(label, session, chrome, body)
 }
 
 /// The approvals an approver may decide.
-pub(crate) fn list(entries: &[Value], session: Option<&Session>, csrf: &str) -> Markup {
+pub(crate) fn list(entries: &[Value], session: Option<&Session>, chrome: &Chrome<'_>) -> Markup {
     let body = html! {
         div.card {
             h1 { "Approvals" }
@@ -246,7 +265,7 @@ pub(crate) fn list(entries: &[Value], session: Option<&Session>, csrf: &str) -> 
                     tbody {
                         @for entry in entries {
                             tr {
-                                td { a href={"/approvals/" (entry["id"].as_str().unwrap_or_default())} { (display::escape(entry["tool"].as_str().unwrap_or_default())) } }
+                                td { a href={(chrome.mount) "/approvals/" (entry["id"].as_str().unwrap_or_default())} { (display::escape(entry["tool"].as_str().unwrap_or_default())) } }
                                 td { (entry["caller"].as_str().unwrap_or("")) }
                                 td { span class={"status " (entry["status"].as_str().unwrap_or_default())} { (entry["status"].as_str().unwrap_or_default()) } }
                             }
@@ -256,5 +275,5 @@ pub(crate) fn list(entries: &[Value], session: Option<&Session>, csrf: &str) -> 
             }
         }
     };
-    layout("Approvals", session, csrf, body)
+    layout("Approvals", session, chrome, body)
 }

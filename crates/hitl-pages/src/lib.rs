@@ -125,6 +125,9 @@ impl std::fmt::Debug for Pages {
 
 struct Shared {
     config: PagesConfig,
+    /// The path of `base_url` (`/hitl`, or empty): where another app mounted the
+    /// pages. Requests arrive without it; links, redirects and cookies name it.
+    mount: String,
     records: Arc<dyn Records>,
     /// Single-use marks: sign-in tickets used, sessions signed out.
     marks: Arc<dyn Notes>,
@@ -145,8 +148,10 @@ impl Pages {
     /// `marks`, signing sessions with a key derived from `secret`. Give both the store
     /// the replicas share.
     pub fn new(config: PagesConfig, records: Arc<dyn Records>, marks: Arc<dyn Notes>, secret: &Secret) -> Self {
+        let mount = mount_path(&config.base_url);
         let keys = Keys::new(secret.derive("pages/session"), config.base_url.starts_with("https://"))
-            .with_session_ttl(config.session_ttl);
+            .with_session_ttl(config.session_ttl)
+            .with_path(&mount);
         let (events, _) = broadcast::channel(256);
         let (notes, received) = mpsc::channel(ledger::QUEUE);
         let worker = ledger::Worker {
@@ -163,7 +168,8 @@ impl Pages {
         };
         let streams = streams::EventStreams::new(config.max_event_streams_per_principal, config.max_event_streams);
         let throttle = throttle::Throttle::default();
-        let shared = Arc::new(Shared { config, records, marks, keys, events, notes: notes.clone(), streams, throttle });
+        let shared =
+            Arc::new(Shared { config, mount, records, marks, keys, events, notes: notes.clone(), streams, throttle });
         Self { shared, worker: Mutex::new(Some((worker, received))), notes }
     }
 
@@ -213,6 +219,15 @@ fn harden(response: &mut http::Response<Body>) {
     headers.entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
 }
 
+/// The path of `base_url` without its last slash: where the pages are mounted
+/// (`https://example.com/hitl/` → `/hitl`; a URL naming no path → empty).
+fn mount_path(base_url: &str) -> String {
+    let after_scheme = base_url.split_once("://").map_or(base_url, |(_, rest)| rest);
+    let path = after_scheme.find('/').map_or("", |slash| &after_scheme[slash..]);
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    path.trim_end_matches('/').to_owned()
+}
+
 fn see_other(location: &str) -> http::Response<Body> {
     let mut response = respond(StatusCode::SEE_OTHER, "text/plain; charset=utf-8", "");
     if let Ok(value) = HeaderValue::from_str(location) {
@@ -251,6 +266,16 @@ fn wants_json(parts: &http::request::Parts) -> bool {
 }
 
 impl Shared {
+    /// What a page of this visit carries besides its body.
+    fn chrome<'a>(&'a self, visit: &'a Visit) -> html::Chrome<'a> {
+        html::Chrome { csrf: &visit.csrf, mount: &self.mount }
+    }
+
+    /// A redirect to `path` of the pages (`/login`), under their mount.
+    fn see_other(&self, path: &str) -> http::Response<Body> {
+        see_other(&format!("{}{path}", self.mount))
+    }
+
     async fn handle(&self, engine: &Engine, request: http::Request<Bytes>) -> http::Response<Body> {
         let (parts, body) = request.into_parts();
         let path = parts.uri.path().to_owned();
@@ -321,7 +346,7 @@ impl Shared {
         if wants_json(parts) {
             return api::error(StatusCode::UNAUTHORIZED, "sign in first: no session, or it ended");
         }
-        see_other(&format!("/login?next={}", encode(path)))
+        self.see_other(&format!("/login?next={}", encode(path)))
     }
 
     /// Approval `id` as its paused call shows it (every argument whole, whatever the
@@ -345,7 +370,7 @@ impl Shared {
     }
 
     fn message(&self, status: StatusCode, title: &str, text: &str, visit: &Visit) -> http::Response<Body> {
-        self.html(status, html::message(title, text, visit.session.as_ref(), &visit.csrf))
+        self.html(status, html::message(title, text, visit.session.as_ref(), &self.chrome(visit)))
     }
 
     async fn page(
@@ -385,7 +410,7 @@ impl Shared {
             }
             (&Method::GET, ["login"], _) => {
                 let next = safe_next(query.get("next").map(String::as_str));
-                self.html(StatusCode::OK, html::login(next, &visit.csrf, None))
+                self.html(StatusCode::OK, html::login(next, &self.chrome(visit), None))
             }
             (&Method::POST, ["login"], Some(fields)) => self.login(&fields, address, visit),
             (&Method::POST, ["logout"], Some(_)) => self.logout(visit).await,
@@ -394,7 +419,7 @@ impl Shared {
                 Some(session) => {
                     let listed = self.records.approvals().await.unwrap_or_default();
                     let mine: Vec<Value> = listed.into_iter().filter(|e| api::may_see(session, e)).collect();
-                    self.html(StatusCode::OK, html::list(&mine, Some(session), &visit.csrf))
+                    self.html(StatusCode::OK, html::list(&mine, Some(session), &self.chrome(visit)))
                 }
             },
             (&Method::GET, ["approvals", id], _) if query.contains_key("ticket") => {
@@ -431,7 +456,7 @@ impl Shared {
             }
             Ok(Some(_)) => {}
             // Nothing listed to check the caller against: an ordinary sign-in.
-            Ok(None) => return see_other(&format!("/login?next={}", encode(path))),
+            Ok(None) => return self.see_other(&format!("/login?next={}", encode(path))),
             Err(e) => {
                 tracing::error!(error = %e, "a single-use link's approval could not be read");
                 let text = "The store is unavailable; try again shortly.";
@@ -442,7 +467,7 @@ impl Shared {
         match self.marks.use_once(&format!("ticket:{}", ticket.nonce), until).await {
             Ok(true) => {}
             // Used once already: an ordinary sign-in from here.
-            Ok(false) => return see_other(&format!("/login?next={}", encode(path))),
+            Ok(false) => return self.see_other(&format!("/login?next={}", encode(path))),
             Err(e) => {
                 tracing::error!(error = %e, "a single-use link could not be checked");
                 let text = "The store is unavailable; try again shortly.";
@@ -454,7 +479,7 @@ impl Shared {
         })));
         let mut session = self.keys.open(&ticket.principal, &[], Some(&Credential::Until(ticket.expires)), Some(id));
         session.approver = session.is(&self.config.auditors);
-        let mut response = see_other(path);
+        let mut response = self.see_other(path);
         if let Ok(value) = HeaderValue::from_str(&self.keys.cookie_of(&session)) {
             response.headers_mut().append(header::SET_COOKIE, value);
         }
@@ -474,7 +499,7 @@ impl Shared {
                 let mut session =
                     self.keys.open(&identity.principal, &identity.groups, Some(&identity.credential), None);
                 session.approver = session.is(&self.config.auditors);
-                let mut response = see_other(next);
+                let mut response = self.see_other(next);
                 if let Ok(value) = HeaderValue::from_str(&self.keys.cookie_of(&session)) {
                     response.headers_mut().append(header::SET_COOKIE, value);
                 }
@@ -483,7 +508,7 @@ impl Shared {
             }
             Err(why) => {
                 self.sign_in_failed(address, &why);
-                self.html(StatusCode::UNAUTHORIZED, html::login(next, &visit.csrf, Some(&why)))
+                self.html(StatusCode::UNAUTHORIZED, html::login(next, &self.chrome(visit), Some(&why)))
             }
         }
     }
@@ -499,7 +524,8 @@ impl Shared {
         let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
         let seconds = seconds.max(1);
         let why = format!("Too many failed sign-ins from your address. Try again in {seconds} s.");
-        let mut response = self.html(StatusCode::TOO_MANY_REQUESTS, html::login("/approvals", &visit.csrf, Some(&why)));
+        let mut response =
+            self.html(StatusCode::TOO_MANY_REQUESTS, html::login("/approvals", &self.chrome(visit), Some(&why)));
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         response
     }
@@ -507,7 +533,7 @@ impl Shared {
     /// Ends the session the request's cookie names, on every replica (its id is marked
     /// in the store until it would have ended), and drops the cookie.
     async fn logout(&self, visit: &Visit) -> http::Response<Body> {
-        let mut response = see_other("/login");
+        let mut response = self.see_other("/login");
         if let Some(session) = &visit.signed
             && let Err(error) =
                 self.marks.use_once(&signed_out_key(&session.id), session.expires.saturating_mul(1000)).await
@@ -562,7 +588,7 @@ impl Shared {
             }
             match self.decide(engine, id, session, content).await {
                 // Back to the page, which now shows the decision (post/redirect/get).
-                Ok(_) => return see_other(path),
+                Ok(_) => return self.see_other(path),
                 Err(Refusal(status, why)) if status == StatusCode::UNPROCESSABLE_ENTITY => error = Some(why),
                 Err(Refusal(status, why)) => return self.message(status, "Not decided", &why, visit),
             }
@@ -605,7 +631,7 @@ impl Shared {
             Err(e) => return self.unavailable(&e, visit),
         };
         let status = if error.is_some() { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::OK };
-        self.html(status, html::approval(&entry, &can, error.as_deref(), Some(session), &visit.csrf))
+        self.html(status, html::approval(&entry, &can, error.as_deref(), Some(session), &self.chrome(visit)))
     }
 
     fn unavailable(&self, error: &hitl_interrupt::EngineError, visit: &Visit) -> http::Response<Body> {
@@ -735,7 +761,10 @@ impl Shared {
             }
         }
         let status = if error.is_some() { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::OK };
-        self.html(status, html::secret(label, &view.message, error.as_deref(), visit.session.as_ref(), &visit.csrf))
+        self.html(
+            status,
+            html::secret(label, &view.message, error.as_deref(), visit.session.as_ref(), &self.chrome(visit)),
+        )
     }
 
     /// A provider's redirect back after a sign-in: `state` names the page.
@@ -787,5 +816,17 @@ mod tests {
             assert_eq!(super::safe_next(Some(bad)), "/approvals", "{bad:?}");
         }
         assert_eq!(super::safe_next(None), "/approvals");
+    }
+
+    #[test]
+    fn the_mount_is_the_path_of_the_base_url() {
+        for (base, mount) in [
+            ("http://127.0.0.1:8123", ""),
+            ("https://hitl.example/", ""),
+            ("https://apps.example/hitl", "/hitl"),
+            ("https://apps.example/tools/hitl/", "/tools/hitl"),
+        ] {
+            assert_eq!(super::mount_path(base), mount, "{base}");
+        }
     }
 }

@@ -92,6 +92,8 @@ pub struct Keys {
     key: hmac::Key,
     secure: bool,
     ttl: u64,
+    /// The cookies' `Path`: where the pages are mounted.
+    path: String,
 }
 
 impl std::fmt::Debug for Keys {
@@ -115,7 +117,15 @@ impl Keys {
     /// Keys from 32 bytes derived from the server secret; `secure` marks cookies
     /// `Secure` (pages served over https).
     pub fn new(key: [u8; 32], secure: bool) -> Self {
-        Self { key: hmac::Key::new(hmac::HMAC_SHA256, &key), secure, ttl: SESSION_SECONDS }
+        Self { key: hmac::Key::new(hmac::HMAC_SHA256, &key), secure, ttl: SESSION_SECONDS, path: "/".into() }
+    }
+
+    /// These keys, setting cookies for the pages under `path` (where the app is
+    /// mounted: `/hitl`), not the whole host.
+    #[must_use]
+    pub fn with_path(mut self, path: &str) -> Self {
+        self.path = if path.is_empty() { "/".into() } else { path.to_owned() };
+        self
     }
 
     /// These keys, with sessions lasting `seconds` (at least one).
@@ -234,7 +244,7 @@ impl Keys {
 
     fn cookie(&self, name: &str, value: &str, max_age: u64) -> String {
         let secure = if self.secure { "; Secure" } else { "" };
-        format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}")
+        format!("{name}={value}; Path={}; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}", self.path)
     }
 }
 

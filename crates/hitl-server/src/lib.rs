@@ -36,6 +36,7 @@ mod server;
 mod telemetry;
 mod threads;
 
+pub use hitl_pages::PagesConfig;
 pub use hitl_tower::{BodyLimits, Endpoint};
 pub use server::{DocumentFn, HttpLimits, Server, ServerBuilder};
 

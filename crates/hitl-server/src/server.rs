@@ -12,7 +12,7 @@ use hitl_tower::{
     PrincipalFromHeaderLayer, ServerOptions, Tools,
 };
 use tokio::net::TcpListener;
-use tower::{Layer, Service, ServiceBuilder, ServiceExt as _};
+use tower::{Layer, Service, ServiceBuilder};
 
 use crate::listener;
 
@@ -283,6 +283,7 @@ impl ServerBuilder {
         L::Service: Service<http::Request<bytes::Bytes>, Response = http::Response<McpBody>, Error = std::convert::Infallible>
             + Clone
             + Send
+            + Sync
             + 'static,
         <L::Service as Service<http::Request<bytes::Bytes>>>::Future: Send + 'static,
     {
@@ -521,12 +522,13 @@ impl Server {
         // event streams, and /metrics take places from the same pool as /mcp.
         let limit = MaxConcurrentRequestsLayer::new(self.http.max_concurrent_requests.max(1));
         let limited = |service: Endpoint| -> Endpoint { Endpoint::new(limit.layer(service)) };
-        let mcp: Endpoint = ServiceBuilder::new()
-            .layer(limit.clone())
-            .option_layer(self.principal_header.map(PrincipalFromHeaderLayer::new))
-            .option_layer(self.auth.as_ref().map(|(layer, _)| layer.clone()))
-            .service(self.mcp)
-            .boxed_clone();
+        let mcp = Endpoint::new(
+            ServiceBuilder::new()
+                .layer(limit.clone())
+                .option_layer(self.principal_header.map(PrincipalFromHeaderLayer::new))
+                .option_layer(self.auth.as_ref().map(|(layer, _)| layer.clone()))
+                .service(self.mcp),
+        );
         let store = self.store;
         // The host check covers every route but the probes.
         let mut app =
