@@ -35,11 +35,12 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-tower", &["hitl-protocol", "hitl-http", "hitl-schema", "hitl-graph", "hitl-interrupt"]),
     ("hitl-auth", &["hitl-protocol", "hitl-http"]),
     ("hitl-pages", &["hitl-protocol", "hitl-http", "hitl-thread", "hitl-interrupt", "hitl-auth"]),
-    ("hitl-agents", &["hitl-schema", "hitl-graph", "hitl-model"]),
+    ("hitl-toolcall", &["hitl-schema", "hitl-graph", "hitl-model"]),
+    ("hitl-agents", &["hitl-schema", "hitl-graph", "hitl-model", "hitl-toolcall"]),
     ("hitl-upstream", &["hitl-protocol"]),
     ("hitl-model", &[]),
     ("hitl-gateway", &["hitl-protocol", "hitl-schema", "hitl-graph", "hitl-upstream"]),
-    ("hitl-declared", &["hitl-schema", "hitl-graph", "hitl-agents", "hitl-model", "hitl-gateway"]),
+    ("hitl-declared", &["hitl-schema", "hitl-graph", "hitl-toolcall", "hitl-model", "hitl-gateway"]),
     (
         "hitl-server",
         &[
@@ -77,7 +78,8 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ("hitl-auth", &["redis", "hitl-store-redis", "hitl-gateway", "hitl-upstream", "hitl-tower", "hitl-interrupt"]),
     ("hitl-pages", &["redis", "hitl-store-redis", "hitl-gateway", "hitl-upstream", "hitl-tower"]),
     ("hitl-model", &["redis", "tower", "hitl-protocol", "hitl-graph", "hitl-interrupt", "hitl-tower"]),
-    ("hitl-declared", &["redis", "hitl-interrupt", "hitl-tower"]),
+    ("hitl-toolcall", &["redis", "tower", "hitl-interrupt", "hitl-tower", "hitl-agents"]),
+    ("hitl-declared", &["redis", "hitl-interrupt", "hitl-tower", "hitl-agents"]),
 ];
 
 fn metadata() -> Value {

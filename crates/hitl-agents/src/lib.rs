@@ -13,11 +13,10 @@
 //! assert!(agents.iter().any(|a| a.name == "plan_deployment"));
 //! ```
 
-mod chat_model;
 pub mod conformance;
-pub mod tool_agent;
 
-pub use chat_model::ChatModel;
+/// The tool-calling runtime the email assistant is built on (see `hitl-toolcall`).
+pub use hitl_toolcall::{ChatModel, tool_agent};
 
 use std::sync::Arc;
 

@@ -1,16 +1,16 @@
-//! `kind = "tool_calling"`: `hitl-agents`' tool-calling runtime on a model API, over
+//! `kind = "tool_calling"`: `hitl-toolcall`'s tool-calling runtime on a model API, over
 //! the gateway's tools that `tools` names, each reviewed, run or denied as its policy
 //! says.
 
 use std::sync::Arc;
 
-use hitl_agents::ChatModel;
-use hitl_agents::tool_agent::{self, Answer, InterruptMode, Model, Pending, Tool, ToolReview, Toolbox};
 use hitl_gateway::{Action, Catalog, Listed, result_text};
 use hitl_graph::payload::ToolResult;
 use hitl_graph::{Agent, StepError};
 use hitl_model::ModelClient;
 use hitl_schema::Decision;
+use hitl_toolcall::ChatModel;
+use hitl_toolcall::tool_agent::{self, Answer, InterruptMode, Model, Pending, Tool, ToolReview, Toolbox};
 use serde_json::{Value, json};
 
 use crate::{AgentSpec, At, Problem, ReviewMode, foreign_keys, listable, unlisted};
