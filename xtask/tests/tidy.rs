@@ -6,19 +6,25 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// The layers, lowest first. A crate may depend only on crates listed before it.
-const LAYERS: &[&str] = &[
+/// Every library crate under `crates/`, lowest layer first, in the order of the table
+/// of docs/ARCHITECTURE.md: a crate depends only on crates listed before it.
+const LIBRARIES: &[&str] = &[
     "hitl-protocol",
     "hitl-http",
     "hitl-schema",
     "hitl-graph",
+    "hitl-model",
     "hitl-thread",
     "hitl-interrupt",
     "hitl-store-redis",
     "hitl-tower",
     "hitl-auth",
     "hitl-pages",
+    "hitl-toolcall",
     "hitl-agents",
+    "hitl-upstream",
+    "hitl-gateway",
+    "hitl-declared",
     "hitl-server",
 ];
 
@@ -185,7 +191,7 @@ fn forbidden_transitive_dependencies() {
 fn every_library_starts_with_crate_docs() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let mut problems = Vec::new();
-    for name in LAYERS {
+    for name in LIBRARIES {
         let lib = root.join("crates").join(name).join("src/lib.rs");
         let text = std::fs::read_to_string(&lib).unwrap_or_default();
         if !text.starts_with("//! ") {
@@ -228,4 +234,51 @@ fn the_dashboard_and_the_alerts_use_only_documented_metrics() {
         assert!(documented.contains(name), "{name} is used but not in docs/operations.md's table");
         assert!(recorder.contains(&format!("\"{name}\"")), "{name} is used but not described in metrics.rs");
     }
+}
+
+#[test]
+fn the_libraries_are_layered_as_the_architecture_table_says() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut problems = Vec::new();
+    let mut on_disk: Vec<String> = std::fs::read_dir(root.join("crates"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = LIBRARIES.iter().map(|n| (*n).to_owned()).collect();
+    listed.sort();
+    if on_disk != listed {
+        problems.push(format!("crates/ holds {on_disk:?}, LIBRARIES lists {listed:?}"));
+    }
+    // Each library's allowed edges name only libraries before it.
+    for (at, name) in LIBRARIES.iter().enumerate() {
+        let allowed = ALLOWED_EDGES.iter().find(|(n, _)| n == name).map(|(_, deps)| *deps).unwrap_or_default();
+        for dep in allowed {
+            if !LIBRARIES[..at].contains(dep) {
+                problems.push(format!("{name} may depend on {dep}, which is not listed before it"));
+            }
+        }
+    }
+    // The table of docs/ARCHITECTURE.md: the same crates, in this order, with these edges.
+    let doc = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
+    let rows: Vec<(String, String)> = doc
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `hitl-"))
+        .filter_map(|rest| rest.split_once("` | "))
+        .map(|(name, deps)| (format!("hitl-{name}"), deps.to_owned()))
+        .filter(|(name, _)| LIBRARIES.contains(&name.as_str()))
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|(n, _)| n.as_str()).collect();
+    if names != LIBRARIES {
+        problems.push(format!("docs/ARCHITECTURE.md's table lists {names:?}, not LIBRARIES in order"));
+    }
+    for (name, deps) in &rows {
+        let allowed = ALLOWED_EDGES.iter().find(|(n, _)| n == name).map(|(_, deps)| *deps).unwrap_or_default();
+        for dep in allowed {
+            if !deps.contains(&format!("`{dep}`")) {
+                problems.push(format!("docs/ARCHITECTURE.md: {name}'s row does not name {dep}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
 }
