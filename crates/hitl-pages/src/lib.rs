@@ -35,6 +35,7 @@ mod api;
 mod html;
 mod ledger;
 pub mod notify;
+mod respond;
 pub mod session;
 mod streams;
 mod threads;
@@ -55,6 +56,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 pub use ledger::{AuditFile, Retention, capped, diff, redact, rfc3339, shown_arguments};
+use respond::respond;
 use session::{Keys, Session};
 
 /// How the pages are set up.
@@ -188,18 +190,6 @@ impl Pages {
     }
 }
 
-/// A response's parts before its security headers.
-pub(crate) fn respond(
-    status: StatusCode,
-    content_type: &'static str,
-    body: impl Into<Bytes>,
-) -> http::Response<McpBody> {
-    let mut response = http::Response::new(hitl_tower::body(body.into()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response
-}
-
 /// The headers every page and API answer carries.
 fn harden(response: &mut http::Response<McpBody>) {
     let headers = response.headers_mut();
@@ -323,7 +313,7 @@ impl Shared {
     /// back to `path`; a request for JSON gets 401.
     fn sign_in_first(&self, parts: &http::request::Parts, path: &str) -> http::Response<McpBody> {
         if wants_json(parts) {
-            return api::error(StatusCode::UNAUTHORIZED, "sign in first: no session, or it ended");
+            return respond::error(StatusCode::UNAUTHORIZED, "sign in first: no session, or it ended");
         }
         see_other(&format!("/login?next={}", encode(path)))
     }

@@ -1,0 +1,29 @@
+//! Answers of the pages and the API: a body with its content type, and JSON (an
+//! error is `{"error": "…"}`).
+
+use bytes::Bytes;
+use hitl_tower::McpBody;
+use http::{HeaderValue, StatusCode, header};
+use serde_json::{Value, json};
+
+/// A response's parts before its security headers.
+pub(crate) fn respond(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> http::Response<McpBody> {
+    let mut response = http::Response::new(hitl_tower::body(body.into()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// A JSON answer.
+pub(crate) fn reply(status: StatusCode, body: &Value) -> http::Response<McpBody> {
+    respond(status, "application/json", body.to_string())
+}
+
+/// A JSON error: `{"error": why}`.
+pub(crate) fn error(status: StatusCode, why: &str) -> http::Response<McpBody> {
+    reply(status, &json!({ "error": why }))
+}
