@@ -9,6 +9,7 @@ use serde_json::Value;
 /// The layers, lowest first. A crate may depend only on crates listed before it.
 const LAYERS: &[&str] = &[
     "hitl-protocol",
+    "hitl-tls",
     "hitl-schema",
     "hitl-graph",
     "hitl-thread",
@@ -25,17 +26,18 @@ const LAYERS: &[&str] = &[
 /// docs/ARCHITECTURE.md. Any other edge fails, and so does an entry no crate uses.
 const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-protocol", &[]),
+    ("hitl-tls", &[]),
     ("hitl-schema", &["hitl-protocol"]),
     ("hitl-graph", &[]),
     ("hitl-thread", &["hitl-protocol", "hitl-graph"]),
     ("hitl-interrupt", &["hitl-protocol", "hitl-schema", "hitl-graph", "hitl-thread"]),
     ("hitl-store-redis", &["hitl-thread"]),
     ("hitl-tower", &["hitl-protocol", "hitl-schema", "hitl-graph", "hitl-interrupt"]),
-    ("hitl-auth", &["hitl-protocol", "hitl-tower"]),
-    ("hitl-pages", &["hitl-protocol", "hitl-thread", "hitl-interrupt", "hitl-tower", "hitl-auth"]),
+    ("hitl-auth", &["hitl-protocol", "hitl-tls", "hitl-tower"]),
+    ("hitl-pages", &["hitl-protocol", "hitl-tls", "hitl-thread", "hitl-interrupt", "hitl-tower", "hitl-auth"]),
     ("hitl-agents", &["hitl-schema", "hitl-graph", "hitl-model"]),
-    ("hitl-upstream", &["hitl-protocol"]),
-    ("hitl-model", &[]),
+    ("hitl-upstream", &["hitl-protocol", "hitl-tls"]),
+    ("hitl-model", &["hitl-tls"]),
     ("hitl-gateway", &["hitl-protocol", "hitl-schema", "hitl-graph", "hitl-upstream"]),
     ("hitl-declared", &["hitl-schema", "hitl-graph", "hitl-agents", "hitl-model", "hitl-gateway"]),
     (
@@ -51,6 +53,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "hitl-gateway",
             "hitl-declared",
             "hitl-upstream",
+            "hitl-tls",
         ],
     ),
     ("hitl-e2e", &["hitl-graph", "hitl-server", "hitl-upstream", "hitl-model"]),
@@ -63,6 +66,22 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
 /// Crates a crate must not reach, even transitively, through normal dependencies.
 const FORBIDDEN: &[(&str, &[&str])] = &[
     ("hitl-protocol", &["tokio", "tower", "hyper", "redis"]),
+    // The HTTPS connector names no hitl crate: every HTTP client of hitl may use it.
+    (
+        "hitl-tls",
+        &[
+            "hitl-protocol",
+            "hitl-schema",
+            "hitl-graph",
+            "hitl-thread",
+            "hitl-interrupt",
+            "hitl-tower",
+            "hitl-upstream",
+            "hitl-model",
+            "tower",
+            "redis",
+        ],
+    ),
     ("hitl-graph", &["hitl-protocol", "tokio", "hyper", "redis"]),
     ("hitl-thread", &["hitl-schema", "hitl-interrupt", "hitl-tower", "tower", "hyper", "redis", "jsonschema"]),
     ("hitl-interrupt", &["hyper", "redis", "tower"]),
