@@ -60,6 +60,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-bench", &["hitl-server"]),
     ("custom-agents", &["hitl-graph"]),
     ("custom-server", &["hitl-server", "custom-agents"]),
+    ("custom-store", &["hitl-thread", "hitl-server", "custom-agents"]),
     ("xtask", &[]),
 ];
 
