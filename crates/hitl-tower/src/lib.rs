@@ -292,10 +292,9 @@ pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<serde_json::Valu
         .map_err(|e| ErrorObject::internal(format!("Internal error: the result could not be encoded: {e}")))
 }
 
-/// A request refused before it reaches the endpoint (403, 401, 413, 503, …): `status`
-/// with a JSON-RPC error without an id.
-/// A response refusing a request before it is served: `status` with a JSON-RPC error
-/// without an id (what layers in front of the endpoint answer, such as auth's 401).
+/// A response refusing a request before it reaches the endpoint: `status` (403, 401,
+/// 413, 503, …) with a JSON-RPC error without an id (what layers in front of the
+/// endpoint answer, such as auth's 401).
 pub fn refusal(status: StatusCode, error: ErrorObject) -> http::Response<McpBody> {
     json_response(status, &Response::Error { id: None, error })
 }
