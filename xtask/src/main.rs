@@ -24,7 +24,9 @@
 //! - `cargo xtask manifests`: only the validation of `deploy/kubernetes` that `test` does.
 //! - `cargo xtask ci`: `cargo fmt --check`, clippy with `-D warnings` on all targets,
 //!   then `test` (unless `--no-test`), `conformance`, and `cargo deny check bans licenses
-//!   sources` when cargo-deny is installed.
+//!   sources` (offline) when cargo-deny is on PATH or in `target/cargo-tools/bin`; when
+//!   it is not, the check is skipped, or fails when `CI` is set. `cargo xtask deny` runs
+//!   that check alone.
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
@@ -46,13 +48,14 @@ fn main() -> anyhow::Result<()> {
         Some("test") => test(&args[1..]),
         Some("ci") => ci(args.iter().any(|a| a == "--no-test")),
         Some("conformance") => conformance(),
+        Some("deny") => deny(),
         Some("bench") if args.iter().any(|a| a == "--peers") => bench::peers(),
         Some("bench") => bench::bench(),
         Some("image") => image::image(),
         Some("manifests") => manifests::validator().map_err(anyhow::Error::msg).and_then(|v| manifests::validate(&v)),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test|ci|conformance|bench|image|manifests>\n  test       run every test (starts Redis when it can)\n  ci         fmt, clippy, test, deny\n  image      build the container image (Containerfile) with buildah, and test it\n  manifests  validate deploy/kubernetes against the Kubernetes API schemas (part of test)"
+                "usage: cargo xtask <test|ci|deny|conformance|bench|image|manifests>\n  test       run every test (starts Redis when it can)\n  ci         fmt, clippy, test, deny\n  deny       cargo deny check bans licenses sources\n  image      build the container image (Containerfile) with buildah, and test it\n  manifests  validate deploy/kubernetes against the Kubernetes API schemas (part of test)"
             );
             bail!("unknown or missing command")
         }
@@ -91,15 +94,34 @@ fn ci(no_test: bool) -> anyhow::Result<()> {
         test(&[])?;
     }
     conformance()?;
-    if on_path("cargo-deny") {
-        let mut deny = cargo();
-        // The advisories database cannot be fetched from the build machines.
-        deny.args(["deny", "check", "bans", "licenses", "sources"]);
-        run(deny)?;
-    } else {
-        eprintln!("cargo-deny is not installed: `cargo deny check` skipped");
+    deny()
+}
+
+/// Where `.ci/run` installs the cargo tools CI needs (`cargo install --root`), kept with
+/// the build cache.
+const CARGO_TOOLS: &str = "target/cargo-tools/bin";
+
+/// `cargo deny check bans licenses sources`, with cargo-deny from PATH or
+/// [`CARGO_TOOLS`]. Without it the check is skipped, unless `CI` is set: then it fails.
+fn deny() -> anyhow::Result<()> {
+    let tools = workspace_root().join(CARGO_TOOLS);
+    if !on_path("cargo-deny") && !tools.join("cargo-deny").is_file() {
+        if std::env::var_os("CI").is_some() {
+            bail!(
+                "cargo-deny is not installed, and CI is set: `cargo install --locked cargo-deny --root target/cargo-tools` (.ci/run does)"
+            );
+        }
+        eprintln!("cargo-deny is not installed: `cargo deny check` skipped (with CI set, a failure)");
+        return Ok(());
     }
-    Ok(())
+    let path = std::env::join_paths(
+        std::iter::once(tools).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )?;
+    let mut deny = cargo();
+    // Offline: the advisories database cannot be fetched from the build machines (so
+    // only bans, licenses and sources are checked), and nothing else is to be fetched.
+    deny.args(["deny", "--offline", "check", "bans", "licenses", "sources"]).env("PATH", path);
+    run(deny)
 }
 
 /// A Redis started for the test run, stopped on drop.

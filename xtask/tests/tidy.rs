@@ -10,6 +10,7 @@ use serde_json::Value;
 /// of docs/ARCHITECTURE.md: a crate depends only on crates listed before it.
 const LIBRARIES: &[&str] = &[
     "hitl-protocol",
+    "hitl-tls",
     "hitl-http",
     "hitl-schema",
     "hitl-graph",
@@ -32,6 +33,7 @@ const LIBRARIES: &[&str] = &[
 /// docs/ARCHITECTURE.md. Any other edge fails, and so does an entry no crate uses.
 const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-protocol", &[]),
+    ("hitl-tls", &[]),
     ("hitl-http", &["hitl-protocol"]),
     ("hitl-schema", &["hitl-protocol"]),
     ("hitl-graph", &[]),
@@ -39,12 +41,12 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-interrupt", &["hitl-protocol", "hitl-schema", "hitl-graph", "hitl-thread"]),
     ("hitl-store-redis", &["hitl-thread"]),
     ("hitl-tower", &["hitl-protocol", "hitl-http", "hitl-schema", "hitl-graph", "hitl-interrupt"]),
-    ("hitl-auth", &["hitl-protocol", "hitl-http"]),
-    ("hitl-pages", &["hitl-protocol", "hitl-http", "hitl-thread", "hitl-interrupt", "hitl-auth"]),
+    ("hitl-auth", &["hitl-protocol", "hitl-http", "hitl-tls"]),
+    ("hitl-pages", &["hitl-protocol", "hitl-http", "hitl-tls", "hitl-thread", "hitl-interrupt", "hitl-auth"]),
     ("hitl-toolcall", &["hitl-schema", "hitl-graph", "hitl-model"]),
     ("hitl-agents", &["hitl-schema", "hitl-graph", "hitl-model", "hitl-toolcall"]),
-    ("hitl-upstream", &["hitl-protocol"]),
-    ("hitl-model", &[]),
+    ("hitl-upstream", &["hitl-protocol", "hitl-tls"]),
+    ("hitl-model", &["hitl-tls"]),
     ("hitl-gateway", &["hitl-protocol", "hitl-schema", "hitl-graph", "hitl-upstream"]),
     ("hitl-declared", &["hitl-schema", "hitl-graph", "hitl-toolcall", "hitl-model", "hitl-gateway"]),
     (
@@ -60,6 +62,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "hitl-gateway",
             "hitl-declared",
             "hitl-upstream",
+            "hitl-tls",
         ],
     ),
     ("hitl-e2e", &["hitl-graph", "hitl-server", "hitl-upstream", "hitl-model"]),
@@ -67,12 +70,29 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("custom-agents", &["hitl-graph"]),
     ("custom-server", &["hitl-server", "custom-agents"]),
     ("axum-embed", &["hitl-server", "custom-agents"]),
+    ("custom-store", &["hitl-thread", "hitl-server", "custom-agents"]),
     ("xtask", &[]),
 ];
 
 /// Crates a crate must not reach, even transitively, through normal dependencies.
 const FORBIDDEN: &[(&str, &[&str])] = &[
     ("hitl-protocol", &["tokio", "tower", "hyper", "redis"]),
+    // The HTTPS connector names no hitl crate: every HTTP client of hitl may use it.
+    (
+        "hitl-tls",
+        &[
+            "hitl-protocol",
+            "hitl-schema",
+            "hitl-graph",
+            "hitl-thread",
+            "hitl-interrupt",
+            "hitl-tower",
+            "hitl-upstream",
+            "hitl-model",
+            "tower",
+            "redis",
+        ],
+    ),
     ("hitl-graph", &["hitl-protocol", "tokio", "hyper", "redis"]),
     ("hitl-http", &["hitl-graph", "hitl-thread", "hitl-interrupt", "hitl-tower", "hyper", "redis"]),
     ("hitl-thread", &["hitl-schema", "hitl-interrupt", "hitl-tower", "tower", "hyper", "redis", "jsonschema"]),

@@ -185,18 +185,8 @@ impl Verify for Jwt {
 /// The body of `url`, fetched with the system's roots for `https://`.
 async fn fetch(url: &str) -> Result<String, String> {
     use http_body_util::BodyExt as _;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector =
-        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build::<_, http_body_util::Empty<bytes::Bytes>>(connector);
+        .build::<_, http_body_util::Empty<bytes::Bytes>>(hitl_tls::system());
     let uri: http::Uri = url.parse().map_err(|e| format!("{e}"))?;
     let response = tokio::time::timeout(Duration::from_secs(10), client.get(uri))
         .await

@@ -13,14 +13,23 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use hitl_graph::payload::ToolResult;
-use hitl_graph::{Progress, ProgressFn};
+use hitl_graph::payload::{ErrorReply, ToolResult};
+use hitl_graph::{Progress, ProgressFn, StepContext};
 use hitl_protocol::{ErrorCode, ErrorObject};
-use hitl_upstream::{Asked, Call, Event, Upstream};
+use hitl_upstream::{Asked, Call, Event, Upstream, UpstreamError};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use crate::tools::{HELD, RESULT, outcome};
+// A call's outcome, as state keys written next to its arguments.
+/// The tool result: the call is done.
+pub(crate) const RESULT: &str = "hitl:result";
+/// The upstream's open `input_required` round (2026-07-28), relayed next.
+pub(crate) const ASKED: &str = "hitl:upstream";
+/// The hold of a 2025-era upstream's call that asked mid-call.
+pub(crate) const HELD: &str = "hitl:held";
+/// The pages an upstream's `-32042` (URL elicitation required) sends the user to, asked
+/// of a 2026-07-28 client as a round before the call is made again.
+pub(crate) const PAGES: &str = "hitl:pages";
 
 /// Messages between the replicas that share a store, so an answer reaches the replica
 /// holding the upstream call it answers (on Redis: pub/sub).
@@ -268,4 +277,60 @@ fn unanswerable(asked: &Asked, capabilities: &Value) -> Option<ErrorObject> {
     };
     let needs = needs?;
     Some(ErrorObject::new(ErrorCode::METHOD_NOT_FOUND, format!("the client of this call does not support {needs}")))
+}
+
+/// Where the upstream's progress goes: to the client of `ctx`, when it asked for it.
+pub(crate) fn report(ctx: &StepContext) -> Option<hitl_graph::ProgressFn> {
+    ctx.wants_progress().then(|| {
+        let ctx = ctx.clone();
+        std::sync::Arc::new(move |progress| ctx.report_progress(progress)) as hitl_graph::ProgressFn
+    })
+}
+
+/// What the upstream's answer leads to: its result, or its questions (relayed next).
+/// Its `-32042` (URL elicitation required, 2025-11-25) reaches a 2025-era client
+/// (`legacy_client`) as that error, with its URLs and elicitation ids, and a 2026-07-28
+/// client as a round of URL questions (which that revision asks instead).
+pub(crate) fn outcome(upstream: &Upstream, answered: Result<Value, UpstreamError>, legacy_client: bool) -> Value {
+    match answered {
+        Ok(Value::Object(result)) if result.get("resultType").and_then(Value::as_str) == Some("input_required") => {
+            json!({ ASKED: result, RESULT: null, HELD: null, PAGES: null })
+        }
+        Err(UpstreamError::Refused { error, .. }) if error.code == ErrorCode::URL_ELICITATION_REQUIRED => {
+            let pages = error.data.as_ref().and_then(|d| d.get("elicitations")).and_then(Value::as_array);
+            match pages {
+                _ if legacy_client => {
+                    let error = serde_json::to_value(&error).ok().and_then(|e| e.as_object().cloned());
+                    let reply = ErrorReply(error.unwrap_or_default()).to_value();
+                    json!({ RESULT: reply, HELD: null, PAGES: null })
+                }
+                Some(pages) if !pages.is_empty() => json!({ PAGES: pages, RESULT: null, HELD: null, ASKED: null }),
+                _ => {
+                    let text = format!("upstream {} needs the user to open a page and named none", upstream.name());
+                    json!({ RESULT: ToolResult::error(text).to_value(), HELD: null, PAGES: null })
+                }
+            }
+        }
+        Ok(Value::Object(mut result)) => {
+            // The gateway answers as itself; a `_meta` left empty is not sent on.
+            if let Some(Value::Object(meta)) = result.get_mut("_meta") {
+                meta.remove(hitl_protocol::meta_keys::SERVER_INFO);
+                if meta.is_empty() {
+                    result.remove("_meta");
+                }
+            }
+            json!({ RESULT: ToolResult(result).to_value(), ASKED: null, HELD: null, PAGES: null })
+        }
+        Ok(other) => {
+            let error = ToolResult::error(format!("upstream {} answered with {other}", upstream.name()));
+            json!({ RESULT: error.to_value(), HELD: null, PAGES: null })
+        }
+        // An upstream failure: the error result names the upstream (and says when the
+        // call surely did not run, so the caller knows it may make it again).
+        Err(error @ UpstreamError::NotSent { .. }) => {
+            let text = format!("{error}; the call was not sent, so it did not run");
+            json!({ RESULT: ToolResult::error(text).to_value(), HELD: null, PAGES: null })
+        }
+        Err(error) => json!({ RESULT: ToolResult::error(error.to_string()).to_value(), HELD: null, PAGES: null }),
+    }
 }

@@ -6,31 +6,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hitl_graph::payload::{
-    self, ActionRequest, ApprovalBy, Decision, ErrorReply, Relay, RelayReply, RelayedRequest, ReviewConfig,
-    ToolApproval, ToolResult,
+    self, ActionRequest, ApprovalBy, Decision, Relay, RelayReply, RelayedRequest, ReviewConfig, ToolApproval,
+    ToolResult,
 };
 use hitl_graph::{Agent, END, START, StateGraph, StepContext, StepError};
-use hitl_protocol::{ErrorCode, display};
-use hitl_upstream::{Upstream, UpstreamError};
+use hitl_protocol::display;
+use hitl_upstream::Upstream;
 use serde_json::{Map, Value, json};
 
-use crate::hold::{Holds, Link};
+use crate::hold::{ASKED, HELD, Holds, Link, PAGES, RESULT, report};
 use crate::policy::{Action, Decided};
 
-/// State keys the gateway writes next to the call's arguments: the reviewer's
-/// decision, the result, the upstream's open `input_required` round, and the hold of a
-/// 2025-era upstream's call that asked mid-call.
+/// State keys the gateway writes next to the call's arguments: the reviewer's decision
+/// (the result, the upstream's open round, the hold and the pages are
+/// [`crate::hold`]'s, as a call's outcome).
 const DECISION: &str = "hitl:decision";
-pub(crate) const RESULT: &str = "hitl:result";
-const ASKED: &str = "hitl:upstream";
-pub(crate) const HELD: &str = "hitl:held";
 /// The key of a held call's question in its round.
 const HELD_KEY: &str = "input";
 /// The arguments the upstream was called with (an edit's, when edited).
 const SENT: &str = "hitl:arguments";
-/// The pages an upstream's `-32042` (URL elicitation required) sends the user to, asked
-/// of a 2026-07-28 client as a round before the call is made again.
-const PAGES: &str = "hitl:pages";
 
 /// An upstream tool as listed, with what the policies decided for it.
 #[derive(Clone)]
@@ -242,14 +236,6 @@ pub(crate) enum Carried {
     Answer(ToolResult),
 }
 
-/// Where the upstream's progress goes: to the client of `ctx`, when it asked for it.
-fn report(ctx: &StepContext) -> Option<hitl_graph::ProgressFn> {
-    ctx.wants_progress().then(|| {
-        let ctx = ctx.clone();
-        std::sync::Arc::new(move |progress| ctx.report_progress(progress)) as hitl_graph::ProgressFn
-    })
-}
-
 /// `call`, then `relay` for as long as a 2026-07-28 upstream answers `input_required`,
 /// or `hold` for as long as a 2025-era upstream asks mid-call.
 fn relaying(graph: StateGraph, gated: &Arc<Gated>, through: &Through) -> StateGraph {
@@ -293,54 +279,6 @@ fn hold_step(gated: Arc<Gated>, holds: Arc<Holds>) -> impl Fn(Value, StepContext
             ctx.begin_effect().await?;
             Ok(holds.answer(&held, reply.response(HELD_KEY).clone(), &gated.listed, report(&ctx)).await)
         })
-    }
-}
-
-/// What the upstream's answer leads to: its result, or its questions (relayed next).
-/// Its `-32042` (URL elicitation required, 2025-11-25) reaches a 2025-era client
-/// (`legacy_client`) as that error, with its URLs and elicitation ids, and a 2026-07-28
-/// client as a round of URL questions (which that revision asks instead).
-pub(crate) fn outcome(upstream: &Upstream, answered: Result<Value, UpstreamError>, legacy_client: bool) -> Value {
-    match answered {
-        Ok(Value::Object(result)) if result.get("resultType").and_then(Value::as_str) == Some("input_required") => {
-            json!({ ASKED: result, RESULT: null, HELD: null, PAGES: null })
-        }
-        Err(UpstreamError::Refused { error, .. }) if error.code == ErrorCode::URL_ELICITATION_REQUIRED => {
-            let pages = error.data.as_ref().and_then(|d| d.get("elicitations")).and_then(Value::as_array);
-            match pages {
-                _ if legacy_client => {
-                    let error = serde_json::to_value(&error).ok().and_then(|e| e.as_object().cloned());
-                    let reply = ErrorReply(error.unwrap_or_default()).to_value();
-                    json!({ RESULT: reply, HELD: null, PAGES: null })
-                }
-                Some(pages) if !pages.is_empty() => json!({ PAGES: pages, RESULT: null, HELD: null, ASKED: null }),
-                _ => {
-                    let text = format!("upstream {} needs the user to open a page and named none", upstream.name());
-                    json!({ RESULT: ToolResult::error(text).to_value(), HELD: null, PAGES: null })
-                }
-            }
-        }
-        Ok(Value::Object(mut result)) => {
-            // The gateway answers as itself; a `_meta` left empty is not sent on.
-            if let Some(Value::Object(meta)) = result.get_mut("_meta") {
-                meta.remove(hitl_protocol::meta_keys::SERVER_INFO);
-                if meta.is_empty() {
-                    result.remove("_meta");
-                }
-            }
-            json!({ RESULT: ToolResult(result).to_value(), ASKED: null, HELD: null, PAGES: null })
-        }
-        Ok(other) => {
-            let error = ToolResult::error(format!("upstream {} answered with {other}", upstream.name()));
-            json!({ RESULT: error.to_value(), HELD: null, PAGES: null })
-        }
-        // An upstream failure: the error result names the upstream (and says when the
-        // call surely did not run, so the caller knows it may make it again).
-        Err(error @ UpstreamError::NotSent { .. }) => {
-            let text = format!("{error}; the call was not sent, so it did not run");
-            json!({ RESULT: ToolResult::error(text).to_value(), HELD: null, PAGES: null })
-        }
-        Err(error) => json!({ RESULT: ToolResult::error(error.to_string()).to_value(), HELD: null, PAGES: null }),
     }
 }
 

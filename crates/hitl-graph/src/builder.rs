@@ -1,74 +1,14 @@
 //! Building a graph: steps, edges, reducers, breakpoints, and the checks of `compile`.
 
 use std::collections::{BTreeSet, HashMap};
-use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
 use futures_util::FutureExt as _;
-use futures_util::future::BoxFuture;
 use serde_json::Value;
 
-use crate::runtime::GraphInner;
-use crate::{DEFAULT_RECURSION_LIMIT, END, Graph, START, StepContext, StepError};
-
-pub(crate) type StepFn = Arc<dyn Fn(Value, StepContext) -> BoxFuture<'static, Result<Value, StepError>> + Send + Sync>;
-pub(crate) type RouteFn = Arc<dyn Fn(&Value) -> Vec<String> + Send + Sync>;
-/// A custom reducer: merges an update into the current value of a state key.
-pub type ReducerFn = Arc<dyn Fn(Option<&Value>, Value) -> Value + Send + Sync>;
-
-/// How a state key merges updates.
-#[derive(Clone)]
-pub enum Reducer {
-    /// The update replaces the value (the default).
-    Replace,
-    /// The update (an array, or one value) is appended to the array.
-    Append,
-    /// A function of the current value and the update.
-    Custom(ReducerFn),
-}
-
-impl fmt::Debug for Reducer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Replace => f.write_str("Replace"),
-            Self::Append => f.write_str("Append"),
-            Self::Custom(_) => f.write_str("Custom"),
-        }
-    }
-}
-
-impl Reducer {
-    pub(crate) fn apply(&self, current: Option<&Value>, update: Value) -> Value {
-        match self {
-            Self::Replace => update,
-            Self::Append => {
-                let mut items = match current {
-                    Some(Value::Array(items)) => items.clone(),
-                    Some(Value::Null) | None => Vec::new(),
-                    Some(other) => vec![other.clone()],
-                };
-                match update {
-                    Value::Array(more) => items.extend(more),
-                    one => items.push(one),
-                }
-                Value::Array(items)
-            }
-            Self::Custom(f) => f(current, update),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub(crate) struct Step {
-    pub(crate) run: StepFn,
-}
-
-#[derive(Clone)]
-pub(crate) enum Edge {
-    To(String),
-    Route(RouteFn),
-}
+use crate::graph::{Edge, Graph, GraphInner, Reducer, Step, StepFn};
+use crate::{DEFAULT_RECURSION_LIMIT, END, START, StepContext, StepError};
 
 /// Builds a graph; [`StateGraph::compile`] checks it.
 #[derive(Default)]

@@ -40,14 +40,15 @@ mod agent;
 mod builder;
 mod checkpoint;
 mod context;
+mod graph;
 pub mod payload;
 mod runtime;
 
 pub use agent::{Agent, TaskSupport};
-pub use builder::{CompileError, Reducer, ReducerFn, StateGraph};
+pub use builder::{CompileError, StateGraph};
 pub use checkpoint::{Checkpoint, Interrupt, Outcome, ResumeValues, RunError};
 pub use context::{Effects, Interrupted, Progress, ProgressFn, Run, StepContext, StepError};
-pub use runtime::Graph;
+pub use graph::{Graph, Reducer, ReducerFn};
 
 /// The name of the virtual first step.
 pub const START: &str = "__start__";

@@ -1,7 +1,6 @@
 //! Running a compiled graph: supersteps, interrupts, breakpoints, progress and cancel.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt;
+use std::collections::{BTreeMap, BTreeSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
@@ -9,39 +8,12 @@ use futures_util::FutureExt as _;
 use futures_util::future::join_all;
 use serde_json::{Map, Value};
 
-use crate::builder::{Edge, Reducer, Step, StepFn};
 use crate::context::StepCalls;
+use crate::graph::{Edge, Graph, GraphInner, Step, StepFn};
 use crate::{
     CHECKPOINT_FORMAT, Checkpoint, END, Interrupt, Outcome, Progress, ResumeValues, Run, RunError, START, StepContext,
     StepError,
 };
-
-pub(crate) struct GraphInner {
-    pub(crate) steps: HashMap<String, Step>,
-    pub(crate) edges: HashMap<String, Vec<Edge>>,
-    pub(crate) reducers: HashMap<String, Reducer>,
-    pub(crate) interrupt_before: BTreeSet<String>,
-    pub(crate) interrupt_after: BTreeSet<String>,
-    pub(crate) recursion_limit: u32,
-    pub(crate) output_keys: Option<Vec<String>>,
-    pub(crate) output_value: Option<String>,
-    /// The key of a guard's verdict ([`Graph::guarded`]): when set, the output.
-    pub(crate) verdict: Option<String>,
-}
-
-/// A compiled graph; cheap to clone and share.
-#[derive(Clone)]
-pub struct Graph {
-    pub(crate) inner: Arc<GraphInner>,
-}
-
-impl fmt::Debug for Graph {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut steps: Vec<&String> = self.inner.steps.keys().collect();
-        steps.sort();
-        f.debug_struct("Graph").field("steps", &steps).finish()
-    }
-}
 
 impl Graph {
     /// Starts a run with `input` (merged into an empty state) and a runtime context.

@@ -1,13 +1,11 @@
 //! POSTs with a timeout per attempt and retries with backoff on `429`, `5xx` and
 //! failed connections, honouring `Retry-After` (in seconds, at most 30).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::ModelError;
 
@@ -17,21 +15,11 @@ const FIRST_PAUSE: Duration = Duration::from_millis(250);
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
 
 #[derive(Clone)]
-pub(crate) struct Http(Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>);
+pub(crate) struct Http(Client<hitl_tls::Connector, Full<Bytes>>);
 
 impl Http {
     pub(crate) fn new() -> Self {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("ring supports the default TLS versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector =
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
-        Self(Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector))
+        Self(Client::builder(hyper_util::rt::TokioExecutor::new()).build(hitl_tls::system()))
     }
 
     /// The body of a `2xx` answer to a JSON POST of `body` to `url`.

@@ -13,19 +13,12 @@ use http_body::Frame;
 use http_body_util::{BodyExt as _, StreamBody};
 use serde_json::{Map, Value, json};
 
+use crate::respond::{error, reply};
 use crate::session::Session;
-use crate::{Refusal, Shared, form, respond};
+use crate::{Refusal, Shared, form};
 
 /// The most entries one page of `GET /api/approvals` or `GET /api/audit` holds.
 const PAGE: usize = 500;
-
-pub(crate) fn reply(status: StatusCode, body: &Value) -> http::Response<Body> {
-    respond(status, "application/json", body.to_string())
-}
-
-pub(crate) fn error(status: StatusCode, why: &str) -> http::Response<Body> {
-    reply(status, &json!({ "error": why }))
-}
 
 /// May `who` see `entry`: are they among its approvers? (Admins see every entry:
 /// [`Shared::sees`].)

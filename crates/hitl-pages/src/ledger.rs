@@ -124,12 +124,13 @@ pub(crate) enum Note {
         call: Call,
         is_error: bool,
     },
-    /// An audit entry made by the pages themselves (a refused decision).
+    /// An audit entry made by the pages themselves (a refused decision or link, a
+    /// sign-in by link).
     Audit(Value),
 }
 
 /// How many notes may wait for the worker; past it new ones are dropped (the request
-/// never waits for the trail), and the log says how many.
+/// never waits for the trail), counted and logged by [`send`].
 pub(crate) const QUEUE: usize = 65_536;
 
 /// Hands events to the worker.
@@ -179,13 +180,21 @@ impl Observer for Ears {
             },
             _ => return,
         };
-        if let Err(mpsc::error::TrySendError::Full(_)) = self.0.try_send(note) {
-            static DROPPED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-            metrics::counter!("hitl_audit_dropped_total", "reason" => "behind").increment(1);
-            let dropped = DROPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            if dropped.is_power_of_two() {
-                tracing::error!(dropped, "the audit trail is behind: events were dropped");
-            }
+        send(&self.0, note);
+    }
+}
+
+/// Hands `note` to the worker without waiting: the engine's events and the pages' own
+/// audit entries all go through here. When the queue is full the note is dropped,
+/// counted in `hitl_audit_dropped_total{reason="behind"}`, and logged (at the first
+/// drop, then at every power of two), never lost silently.
+pub(crate) fn send(notes: &mpsc::Sender<Note>, note: Note) {
+    if let Err(mpsc::error::TrySendError::Full(_)) = notes.try_send(note) {
+        static DROPPED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        metrics::counter!("hitl_audit_dropped_total", "reason" => "behind").increment(1);
+        let dropped = DROPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if dropped.is_power_of_two() {
+            tracing::error!(dropped, "the audit trail is behind: events were dropped");
         }
     }
 }
@@ -848,6 +857,44 @@ mod tests {
     async fn stored(records: &Flaky) -> Vec<String> {
         let all = records.inner.audit_since(0, None, 100).await.unwrap();
         all.iter().map(|e| e["event"].as_str().unwrap_or_default().to_owned()).collect()
+    }
+
+    /// Counts `hitl_audit_dropped_total{reason="behind"}`, and nothing else.
+    struct Dropped(Arc<std::sync::atomic::AtomicU64>);
+
+    impl metrics::Recorder for Dropped {
+        fn describe_counter(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: metrics::SharedString) {}
+        fn describe_gauge(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: metrics::SharedString) {}
+        fn describe_histogram(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: metrics::SharedString) {}
+        fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+            let behind = key.labels().any(|l| l.key() == "reason" && l.value() == "behind");
+            if key.name() == "hitl_audit_dropped_total" && behind {
+                metrics::Counter::from_arc(self.0.clone())
+            } else {
+                metrics::Counter::noop()
+            }
+        }
+        fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+            metrics::Gauge::noop()
+        }
+        fn register_histogram(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Histogram {
+            metrics::Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn an_audit_entry_the_full_queue_cannot_take_is_counted_not_lost_silently() {
+        let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (notes, mut queued) = mpsc::channel(1);
+        let entry = |n: u32| Note::Audit(json!({ "event": "refused", "n": n }));
+        metrics::with_local_recorder(&Dropped(dropped.clone()), || {
+            send(&notes, entry(1));
+            send(&notes, entry(2));
+            send(&notes, entry(3));
+        });
+        assert_eq!(dropped.load(std::sync::atomic::Ordering::SeqCst), 2, "the two the queue had no room for");
+        assert!(matches!(queued.try_recv(), Ok(Note::Audit(e)) if e["n"] == 1), "the first is queued");
+        assert!(queued.try_recv().is_err(), "and nothing else");
     }
 
     #[tokio::test]

@@ -35,6 +35,7 @@ mod api;
 mod html;
 mod ledger;
 pub mod notify;
+mod respond;
 pub mod session;
 mod streams;
 mod threads;
@@ -55,6 +56,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 pub use ledger::{AuditFile, Retention, capped, diff, redact, rfc3339, shown_arguments};
+use respond::respond;
 use session::{Keys, Session};
 
 /// How the pages are set up.
@@ -192,14 +194,6 @@ impl Pages {
         });
         Endpoint::new(service)
     }
-}
-
-/// A response's parts before its security headers.
-pub(crate) fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> http::Response<Body> {
-    let mut response = http::Response::new(hitl_http::body(body.into()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response
 }
 
 /// The headers every page and API answer carries.
@@ -344,7 +338,7 @@ impl Shared {
     /// back to `path`; a request for JSON gets 401.
     fn sign_in_first(&self, parts: &http::request::Parts, path: &str) -> http::Response<Body> {
         if wants_json(parts) {
-            return api::error(StatusCode::UNAUTHORIZED, "sign in first: no session, or it ended");
+            return respond::error(StatusCode::UNAUTHORIZED, "sign in first: no session, or it ended");
         }
         self.see_other(&format!("/login?next={}", encode(path)))
     }
@@ -416,11 +410,18 @@ impl Shared {
             (&Method::POST, ["logout"], Some(_)) => self.logout(visit).await,
             (&Method::GET, ["approvals"], _) => match visit.session.as_ref().filter(|s| s.scope.is_none()) {
                 None => self.sign_in_first(parts, path),
-                Some(session) => {
-                    let listed = self.records.approvals().await.unwrap_or_default();
-                    let mine: Vec<Value> = listed.into_iter().filter(|e| api::may_see(session, e)).collect();
-                    self.html(StatusCode::OK, html::list(&mine, Some(session), &self.chrome(visit)))
-                }
+                Some(session) => match self.records.approvals().await {
+                    Ok(listed) => {
+                        let mine: Vec<Value> = listed.into_iter().filter(|e| api::may_see(session, e)).collect();
+                        self.html(StatusCode::OK, html::list(&mine, Some(session), &self.chrome(visit)))
+                    }
+                    // Not an empty list: the API answers 503 too.
+                    Err(e) => {
+                        tracing::error!(error = %e, "the approvals could not be listed");
+                        let text = "The store is unavailable; try again shortly.";
+                        self.message(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", text, visit)
+                    }
+                },
             },
             (&Method::GET, ["approvals", id], _) if query.contains_key("ticket") => {
                 self.ticket(engine, id, &query["ticket"], path, visit).await
@@ -446,10 +447,13 @@ impl Shared {
         };
         match self.approval(engine, id).await {
             Ok(Some(entry)) if entry["caller"].as_str() == Some(ticket.principal.as_str()) => {
-                let _ = self.notes.try_send(ledger::Note::Audit(json!({
-                    "event": "refused", "principal": ticket.principal, "approver": ticket.principal,
-                    "approval": id, "reason": "a single-use link never signs in the caller",
-                })));
+                ledger::send(
+                    &self.notes,
+                    ledger::Note::Audit(json!({
+                        "event": "refused", "principal": ticket.principal, "approver": ticket.principal,
+                        "approval": id, "reason": "a single-use link never signs in the caller",
+                    })),
+                );
                 tracing::warn!(principal = %ticket.principal, approval = %id, "the caller's single-use link was refused");
                 let text = "You made this call, so a link can't sign you in to it. Sign in with your token.";
                 return self.message(StatusCode::FORBIDDEN, "Link not valid", text, visit);
@@ -474,9 +478,12 @@ impl Shared {
                 return self.message(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", text, visit);
             }
         }
-        let _ = self.notes.try_send(ledger::Note::Audit(json!({
-            "event": "signed_in", "approver": ticket.principal, "approval": id, "via": "single-use link",
-        })));
+        ledger::send(
+            &self.notes,
+            ledger::Note::Audit(json!({
+                "event": "signed_in", "approver": ticket.principal, "approval": id, "via": "single-use link",
+            })),
+        );
         let mut session = self.keys.open(&ticket.principal, &[], Some(&Credential::Until(ticket.expires)), Some(id));
         session.approver = session.is(&self.config.auditors);
         let mut response = self.see_other(path);
@@ -680,10 +687,13 @@ impl Shared {
             Err(e) => return Err(Refusal(StatusCode::SERVICE_UNAVAILABLE, format!("The store is unavailable: {e}"))),
         };
         let refused = |why: &str| {
-            let _ = self.notes.try_send(ledger::Note::Audit(json!({
-                "event": "refused", "thread": view.thread_id, "tool": view.review.as_ref().map(|r| r.tool.clone()),
-                "principal": view.principal, "approver": who.principal, "approval": id, "reason": why,
-            })));
+            ledger::send(
+                &self.notes,
+                ledger::Note::Audit(json!({
+                    "event": "refused", "thread": view.thread_id, "tool": view.review.as_ref().map(|r| r.tool.clone()),
+                    "principal": view.principal, "approver": who.principal, "approval": id, "reason": why,
+                })),
+            );
         };
         if let Err(refusal) = self.may_decide(&view, who) {
             refused(&refusal.1);

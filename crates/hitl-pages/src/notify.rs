@@ -14,7 +14,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use ring::hmac;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -62,7 +61,7 @@ pub(crate) struct Notifier {
     targets: Arc<[Target]>,
     keys: crate::session::Keys,
     /// Made only when there are webhooks (it reads the system's CA roots).
-    client: Option<Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>>,
+    client: Option<Client<hitl_tls::Connector, Full<Bytes>>>,
 }
 
 impl Notifier {
@@ -106,18 +105,8 @@ impl Notifier {
 }
 
 /// A client of http and https URLs, trusting the system's CA roots.
-fn https_client() -> Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default TLS versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector =
-        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
-    Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector)
+fn https_client() -> Client<hitl_tls::Connector, Full<Bytes>> {
+    Client::builder(hyper_util::rt::TokioExecutor::new()).build(hitl_tls::system())
 }
 
 fn slack_text(event: &str, approval: &Value) -> String {
@@ -144,12 +133,7 @@ pub fn signature(key: &[u8], timestamp: u64, body: &[u8]) -> String {
     format!("sha256={}", hitl_thread::hex(context.sign().as_ref()))
 }
 
-async fn deliver(
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
-    target: Target,
-    delivery: String,
-    body: Bytes,
-) {
+async fn deliver(client: Client<hitl_tls::Connector, Full<Bytes>>, target: Target, delivery: String, body: Bytes) {
     let mut pause = FIRST_PAUSE;
     for attempt in 1..=ATTEMPTS {
         let timestamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());

@@ -9,7 +9,7 @@ use hitl_interrupt::Engine;
 use http::{Method, StatusCode};
 use serde_json::json;
 
-use crate::api::{error, reply};
+use crate::respond::{error, reply};
 use crate::session::Session;
 
 /// The most paused calls one `GET /api/threads` returns.

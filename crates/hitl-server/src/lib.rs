@@ -38,6 +38,11 @@ mod threads;
 
 pub use hitl_pages::PagesConfig;
 pub use hitl_tower::{BodyLimits, Endpoint};
+
+/// docs/embedding.md, whose Rust examples run as this crate's doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/embedding.md")]
+pub struct Embedding;
 pub use server::{DocumentFn, HttpLimits, Server, ServerBuilder};
 
 use std::sync::Arc;

@@ -107,7 +107,8 @@ fn provider(endpoint: &str) -> anyhow::Result<SdkTracerProvider> {
         Some("http") => false,
         _ => anyhow::bail!("--otlp-endpoint {url:?}: an http:// or https:// URL"),
     };
-    let connector = hitl_upstream::https_connector(https, None).map_err(|e| anyhow::anyhow!("--otlp-endpoint: {e}"))?;
+    let roots = if https { hitl_tls::Roots::System } else { hitl_tls::Roots::HttpOnly };
+    let connector = hitl_tls::connector(roots).map_err(|e| anyhow::anyhow!("--otlp-endpoint: {e}"))?;
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector);
     let runtime = tokio::runtime::Handle::try_current()
         .map_err(|_| anyhow::anyhow!("the OTLP exporter needs the tokio runtime"))?;
@@ -121,10 +122,7 @@ fn provider(endpoint: &str) -> anyhow::Result<SdkTracerProvider> {
     Ok(SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build())
 }
 
-type HttpsClient = hyper_util::client::legacy::Client<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-    Full<Bytes>,
->;
+type HttpsClient = hyper_util::client::legacy::Client<hitl_tls::Connector, Full<Bytes>>;
 
 /// The exporter's HTTP client: hitl's (rustls on ring, the system's roots), run on the
 /// server's runtime (the batch exporter calls it from a thread of its own).

@@ -14,23 +14,10 @@ use hitl_protocol::{
     GetPromptResult, InitializeResult, ListPromptsResult, ListToolsResult, Prompt, PromptArgument, PromptMessage,
     RequestId, Response, ResultType, Role, ServerCapabilities, Tool,
 };
-use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::Shared;
 use crate::validate::{self, Caller};
-
-/// What a client is told when the store failed: the detail (hosts, record ids) goes to
-/// the log, not to the client.
-pub(crate) fn store_unavailable() -> ErrorObject {
-    ErrorObject::internal("Internal error: the thread store is unavailable")
-}
-
-/// `value` as JSON; a value that does not serialize is an internal error, never `null`.
-pub(crate) fn to_json<T: Serialize>(value: &T) -> Result<Value, ErrorObject> {
-    serde_json::to_value(value)
-        .map_err(|e| ErrorObject::internal(format!("Internal error: the result could not be encoded: {e}")))
-}
+use crate::{Shared, store_unavailable, to_json};
 
 impl Shared {
     /// The response message of a dispatched request.

@@ -268,6 +268,18 @@ pub(crate) fn error_response(era: Era, id: Option<RequestId>, error: ErrorObject
     json_response(status, &Response::Error { id, error })
 }
 
+/// What a client is told when the store failed: the detail (hosts, record ids) goes to
+/// the log, not to the client.
+pub(crate) fn store_unavailable() -> ErrorObject {
+    ErrorObject::internal("Internal error: the thread store is unavailable")
+}
+
+/// `value` as JSON; a value that does not serialize is an internal error, never `null`.
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<serde_json::Value, ErrorObject> {
+    serde_json::to_value(value)
+        .map_err(|e| ErrorObject::internal(format!("Internal error: the result could not be encoded: {e}")))
+}
+
 pub(crate) fn empty(status: StatusCode) -> http::Response<McpBody> {
     let mut out = http::Response::new(body(Bytes::new()));
     *out.status_mut() = status;

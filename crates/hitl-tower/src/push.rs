@@ -259,9 +259,9 @@ impl Shared {
                 CallToolResponse::Complete(result) => {
                     complete(tx, &pages);
                     let result = if prompt {
-                        crate::dispatch::to_json(&crate::dispatch::prompt_result(agent, result)?)
+                        crate::to_json(&crate::dispatch::prompt_result(agent, result)?)
                     } else {
-                        crate::dispatch::to_json(&result)
+                        crate::to_json(&result)
                     };
                     return Ok(self.message(id, Era::Legacy, result));
                 }

@@ -61,7 +61,7 @@ impl Shared {
         let principal = call.principal.clone();
         let wait = if agent.tasks == TaskSupport::Required { Duration::ZERO } else { TASK_WAIT };
         match self.store_answer(self.engine.call_as_task(agent, call, wait).await)?? {
-            TaskStart::Complete(result) => crate::dispatch::to_json(&result),
+            TaskStart::Complete(result) => crate::to_json(&result),
             TaskStart::Task(id) => self.created(&id, principal.as_deref()).await,
         }
     }
@@ -148,7 +148,7 @@ impl Shared {
     fn store_answer<T>(&self, outcome: Result<T, hitl_interrupt::EngineError>) -> Result<T, ErrorObject> {
         outcome.map_err(|e| {
             tracing::error!(error = %e, "task request failed");
-            crate::dispatch::store_unavailable()
+            crate::store_unavailable()
         })
     }
 }

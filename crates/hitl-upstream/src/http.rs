@@ -9,9 +9,7 @@ use bytes::Bytes;
 use hitl_protocol::{ErrorObject, headers, jsonrpc, version};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
@@ -55,42 +53,14 @@ impl Upstream {
 
 /// A connector for `http://`, and for `https://` through rustls on ring with the
 /// configured or the system's roots.
-fn connector(config: &HttpConfig) -> Result<HttpsConnector<HttpConnector>, UpstreamError> {
-    let https = config.url.scheme_str() == Some("https");
-    https_connector(https, config.ca_pem.as_deref())
-        .map_err(|detail| UpstreamError::Config { upstream: config.name.clone(), detail })
-}
-
-/// A connector for `http://`, and for `https://` (when `https`) through rustls on ring,
-/// trusting `ca_pem` (PEM certificates) or the system's roots. hitl's other HTTP
-/// clients (the OTLP exporter) connect the same way.
-pub fn https_connector(https: bool, ca_pem: Option<&[u8]>) -> Result<HttpsConnector<HttpConnector>, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    if https {
-        match ca_pem {
-            Some(pem) => {
-                use rustls::pki_types::CertificateDer;
-                use rustls::pki_types::pem::PemObject as _;
-                for certificate in CertificateDer::pem_slice_iter(pem) {
-                    let certificate = certificate.map_err(|e| format!("its CA certificates: {e}"))?;
-                    roots.add(certificate).map_err(|e| format!("its CA certificates: {e}"))?;
-                }
-            }
-            None => {
-                roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-            }
-        }
-        if roots.is_empty() {
-            return Err("no CA certificates to trust for https (set ca_file or SSL_CERT_FILE)".into());
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build())
+fn connector(config: &HttpConfig) -> Result<hitl_tls::Connector, UpstreamError> {
+    let roots = match (config.url.scheme_str(), &config.ca_pem) {
+        (Some("https"), Some(pem)) => hitl_tls::Roots::Pem(pem),
+        (Some("https"), None) => hitl_tls::Roots::System,
+        _ => hitl_tls::Roots::HttpOnly,
+    };
+    hitl_tls::connector(roots)
+        .map_err(|e| UpstreamError::Config { upstream: config.name.clone(), detail: e.to_string() })
 }
 
 /// Headers added to every request to an HTTP upstream (say, the W3C `traceparent` of
@@ -108,7 +78,7 @@ pub fn add_request_headers(headers: RequestHeaders) -> bool {
 #[derive(Debug)]
 struct HttpTransport {
     config: HttpConfig,
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: Client<hitl_tls::Connector, Full<Bytes>>,
     changed: Changed,
     /// The calls in flight that take what arrives on the session's GET stream.
     askers: Arc<Askers>,

@@ -36,7 +36,7 @@ mod stdio;
 mod subscriptions;
 
 pub use client::{Asked, Call, Event, Upstream};
-pub use http::{HttpConfig, RequestHeaders, add_request_headers, https_connector};
+pub use http::{HttpConfig, RequestHeaders, add_request_headers};
 pub use sessions::{MAX_SESSIONS, SESSION_IDLE};
 pub use stdio::StdioConfig;
 pub use subscriptions::Updated;
