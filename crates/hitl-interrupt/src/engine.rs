@@ -9,10 +9,11 @@ use hitl_protocol::version::Era;
 use hitl_protocol::{CallToolResponse, CallToolResult, ClientCapabilities, ErrorObject, InputResponses};
 use serde_json::{Map, Value};
 
+use crate::lease::{Held, Marks};
 use crate::round::{self, Ending, Next, Ran};
 use crate::state::{self, Secret};
 use crate::unsaved::{self, Kept};
-use crate::{Claim, Last, Round, THREAD_FORMAT, Thread};
+use crate::{Last, Round, THREAD_FORMAT, Thread};
 use crate::{meter, questions};
 use hitl_thread::{ClaimAttempt, Clock, LimitReached, Loaded, PausedLedger, PausedLimits, SaveError, StoreError};
 
@@ -440,14 +441,14 @@ impl Engine {
         }
         thread.format = hitl_thread::format_of(&thread);
         let round = thread.round.as_ref().expect("a paused thread has its round");
-        if let Some(e) = round::missing_capability(round, &call.capabilities) {
+        if let Some(e) = crate::ask::missing_capability(round, &call.capabilities) {
             meter::round(&thread.tool, meter::Outcome::RefusedCapability);
             return Ok(Err(e));
         }
         if let Err(e) = round::fits(&thread, self.limits.max_record_bytes) {
             return Ok(Err(e));
         }
-        let reply = round::render(&thread.id, round, &self.secret);
+        let reply = crate::ask::render(&thread.id, round, &self.secret);
         let observed = self.observer.as_ref().map(|_| thread.summary());
         let tool = thread.tool.clone();
         match self.store.create_paused(thread, &owner, self.limits.paused).await {
@@ -737,7 +738,7 @@ impl Engine {
         run.effects = Some(Arc::new(Marks(held.clone())));
         let run = deadline.run(tracing::Instrument::instrument(agent.graph.resume_run(checkpoint, values, run), span));
         let started = std::time::Instant::now();
-        let outcome = self.run_renewing(run, &held).await;
+        let outcome = held.run_renewing(run, self.clock.as_ref(), self.lifetimes.lease).await;
         meter::ran(&agent.name, started);
         let begun_in = *held.begun_in.lock().unwrap_or_else(|p| p.into_inner());
         // The run is over, so the marks it held are dropped: take the thread back
@@ -839,35 +840,6 @@ impl Engine {
         }
     }
 
-    /// Runs the agent while renewing the claim's lease every third of it, so a long step
-    /// does not let a duplicate take the round over.
-    async fn run_renewing<F>(&self, run: F, held: &Held) -> F::Output
-    where
-        F: std::future::Future,
-    {
-        let renew = async {
-            loop {
-                self.clock.sleep(self.lifetimes.lease / 3).await;
-                let until = self.clock.now_ms().saturating_add(self.lifetimes.lease.as_millis() as u64);
-                let renewed = held
-                    .save(|thread| thread.claim = thread.claim.take().map(|c| Claim { until_ms: until, ..c }))
-                    .await;
-                match renewed {
-                    // Someone else holds the round now; our outcome will lose its save.
-                    Err(SaveError::Conflict(_)) => return,
-                    // Try again at the next tick; the lease has time left.
-                    Ok(()) | Err(SaveError::Store(_)) => {}
-                }
-            }
-        };
-        let run = std::pin::pin!(run);
-        let renew = std::pin::pin!(renew);
-        match futures_util::future::select(run, renew).await {
-            futures_util::future::Either::Left((outcome, _)) => outcome,
-            futures_util::future::Either::Right(((), run)) => run.await,
-        }
-    }
-
     /// Ends the thread with `last` (kept for resends) and answers `response`.
     async fn finish(
         &self,
@@ -928,7 +900,7 @@ impl Engine {
         call: &Call,
     ) -> Result<Reply, EngineError> {
         Ok(match self.store.load(thread_id).await? {
-            Some(current) => round::replay(&current, responses, token, &call.capabilities, &self.secret)
+            Some(current) => crate::resend::replay(&current, responses, token, &call.capabilities, &self.secret)
                 .unwrap_or_else(invalid_state),
             None => invalid_state(),
         })
@@ -1027,12 +999,12 @@ impl Engine {
     }
 
     /// Gives each page question of `round` its id and URL.
-    fn place_pages(&self, thread_id: &str, round: &mut Round) -> Result<(), questions::NotAskable> {
+    fn place_pages(&self, thread_id: &str, round: &mut Round) -> Result<(), crate::answers::NotAskable> {
         let now = self.clock.now_ms();
         for (index, question) in round.questions.iter_mut().enumerate() {
             let Some(page) = &mut question.page else { continue };
             let Some(base) = &self.pages else {
-                return Err(questions::NotAskable(format!(
+                return Err(crate::answers::NotAskable(format!(
                     "question {} is answered on hitl's pages, which this server does not serve",
                     question.key
                 )));
@@ -1050,7 +1022,10 @@ impl Engine {
                 crate::PageKind::SignIn => url.url.replace("{state}", &page.id),
             };
             hitl_schema::check_url(&url.url).map_err(|e| {
-                questions::NotAskable(format!("the page of question {} cannot be asked: {}", question.key, e.reason))
+                crate::answers::NotAskable(format!(
+                    "the page of question {} cannot be asked: {}",
+                    question.key, e.reason
+                ))
             })?;
         }
         Ok(())
@@ -1116,63 +1091,6 @@ fn tool_result(output: &Value) -> CallToolResult {
 fn pending(interrupts: &[hitl_graph::Interrupt]) -> String {
     let list: Vec<Value> = interrupts.iter().map(|i| serde_json::json!({ "id": i.id, "value": i.value })).collect();
     Value::Array(list).to_string()
-}
-
-/// The claimed thread while its round's run goes on: lease renewals and effect marks
-/// both save it, one at a time, each on the version the other left.
-struct Held {
-    store: Arc<dyn PausedLedger>,
-    thread: tokio::sync::Mutex<Thread>,
-    round: u32,
-    observer: Option<Arc<dyn crate::Observer>>,
-    /// The last superstep in which this run began an effect.
-    begun_in: std::sync::Mutex<Option<u32>>,
-}
-
-impl Held {
-    /// Saves the thread changed by `change`, compare-and-set on its current version.
-    async fn save(&self, change: impl FnOnce(&mut Thread)) -> Result<(), SaveError> {
-        let mut thread = self.thread.lock().await;
-        let mut changed = thread.clone();
-        change(&mut changed);
-        changed.version += 1;
-        self.store.save(changed.clone(), Some(thread.version)).await?;
-        *thread = changed;
-        Ok(())
-    }
-}
-
-/// Marks the effects a run begins on its held thread.
-struct Marks(Arc<Held>);
-
-impl hitl_graph::Effects for Marks {
-    fn begin(&self, step: &str, superstep: u32) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
-        let held = self.0.clone();
-        let step = step.to_owned();
-        Box::pin(async move {
-            let round = held.round;
-            // The latest: a checkpoint past it holds every effect this run began.
-            {
-                let mut begun_in = held.begun_in.lock().unwrap_or_else(|p| p.into_inner());
-                *begun_in = Some(begun_in.map_or(superstep, |s| s.max(superstep)));
-            }
-            if held.thread.lock().await.begun == Some(round) {
-                return Ok(());
-            }
-            match held.save(|thread| thread.begun = Some(round)).await {
-                Ok(()) => {
-                    if let Some(observer) = &held.observer {
-                        let thread = held.thread.lock().await;
-                        let (thread_id, tool, principal) = (&thread.id, &thread.tool, thread.principal.as_deref());
-                        observer.observe(&crate::Event::Began { thread_id, tool, principal, step: &step });
-                    }
-                    Ok(())
-                }
-                Err(SaveError::Conflict(_)) => Err("another request took this round over, so it acts there".into()),
-                Err(SaveError::Store(e)) => Err(format!("the call could not be recorded before it began: {e}")),
-            }
-        })
-    }
 }
 
 /// A round with the answers that resume it.

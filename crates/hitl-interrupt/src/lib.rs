@@ -40,10 +40,14 @@
 //! ```
 
 mod admin;
+mod answers;
+mod ask;
 mod engine;
+mod lease;
 mod meter;
 mod pages;
 pub mod questions;
+mod resend;
 pub mod review;
 pub mod round;
 mod size;

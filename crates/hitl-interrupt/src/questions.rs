@@ -25,36 +25,15 @@ use hitl_protocol::{
     CallToolResult, CreateMessageResult, ElicitAction, ElicitRequestParams, ElicitResult, ErrorObject, FormElicitation,
     InputRequest, InputResponses, ListRootsResult, Needs, UrlElicitation,
 };
-use hitl_schema::{CannotAsk, FormOptions};
+use hitl_schema::FormOptions;
 use serde_json::{Map, Value, json};
 
+use crate::answers::{CANCELLED, DECLINED, NotAskable};
 use crate::{About, Page, PageKind, Question, QuestionKind, Round, review};
-use hitl_thread::{digest_hex, short_digest};
+use hitl_thread::short_digest;
 
-/// The text every "cannot be asked" error result starts with.
-pub const CANNOT_ASK: &str = "This tool needs input that can't be asked over MCP";
-/// The error result of a declined text or typed question.
-pub const DECLINED: &str = "The request for input was declined.";
-/// The error result of a cancelled text or typed question.
-pub const CANCELLED: &str = "The request for input was cancelled.";
 /// The `-32602` message of an answer that does not fit its form.
 pub const FORM_MISMATCH: &str = "Form content does not match requestedSchema";
-
-/// Why interrupts cannot become questions; the text follows [`CANNOT_ASK`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{CANNOT_ASK}: {0}")]
-pub struct NotAskable(pub String);
-
-impl NotAskable {
-    /// The error result the tool call ends with.
-    pub fn to_result(&self) -> CallToolResult {
-        CallToolResult::error([self.to_string()])
-    }
-
-    pub(crate) fn schema(step: &str, what: &str, e: &CannotAsk) -> Self {
-        Self(format!("the {what} of step {step} cannot be asked: {} (at {})", e.reason, e.pointer))
-    }
-}
 
 /// Turns the pending interrupts into one round's questions. Interrupts that ask the
 /// same text (or typed) question share one question.
@@ -635,20 +614,6 @@ fn answer(question: &Question, raw: &Value) -> Result<Judged, ErrorObject> {
 pub fn form_mismatch(key: &str, violations: &[hitl_schema::Violation]) -> ErrorObject {
     let errors: Vec<Value> = violations.iter().map(|v| json!({ "field": v.field, "message": v.message })).collect();
     ErrorObject::invalid_params(FORM_MISMATCH).with_data(json!({ "inputKey": key, "errors": errors }))
-}
-
-/// Digest of the answers to `keys` (others are ignored), to recognise a resend of the
-/// same answers.
-pub fn answers_digest(keys: &[String], responses: &InputResponses) -> String {
-    let own: Map<String, Value> =
-        keys.iter().filter_map(|k| responses.get(k).map(|v| (k.clone(), v.clone()))).collect();
-    digest_hex(&Value::Object(own))
-}
-
-/// [`answers_digest`] over the round's own keys.
-pub fn answers_digest_of(round: &Round, responses: &InputResponses) -> String {
-    let keys: Vec<String> = round.questions.iter().map(|q| q.key.clone()).collect();
-    answers_digest(&keys, responses)
 }
 
 #[cfg(test)]

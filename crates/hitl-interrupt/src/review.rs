@@ -15,7 +15,7 @@ use hitl_protocol::{ElicitAction, ErrorObject};
 use hitl_schema::Decision;
 use serde_json::{Map, Value, json};
 
-use crate::questions::{CANCELLED, DECLINED, NotAskable};
+use crate::answers::{CANCELLED, DECLINED, NotAskable};
 
 pub use hitl_thread::{Review, ReviewMode};
 

@@ -4,12 +4,11 @@
 
 use std::time::Duration;
 
-use hitl_protocol::{
-    CallToolResponse, CallToolResult, ClientCapabilities, ErrorObject, InputRequests, InputRequiredResult,
-    InputResponses,
-};
+use hitl_protocol::{CallToolResult, ClientCapabilities, ErrorObject, InputResponses};
 
+use crate::ask::{ask, missing_capability, render};
 use crate::questions::{self, Verdict};
+use crate::resend::{last, replay};
 use crate::state::Secret;
 use crate::{Claim, Last, LastOutcome, Reply, Round, THREAD_FORMAT, Thread};
 
@@ -303,86 +302,6 @@ pub fn fits(thread: &Thread, max_record_bytes: usize) -> Result<(), ErrorObject>
         "the paused call's record would take {} bytes, more than the limit of {max_record_bytes} (--max-record-bytes)",
         count.0
     )))
-}
-
-/// A resend of the last round's answers gets what they led to; `None` when these are
-/// not that round's token and answers.
-pub fn replay(
-    thread: &Thread,
-    responses: &InputResponses,
-    token: &str,
-    capabilities: &ClientCapabilities,
-    secret: &Secret,
-) -> Option<Reply> {
-    let last = thread.last.as_ref()?;
-    if !secret.verify(&thread.id, last.round, &last.nonce, token) {
-        return None;
-    }
-    if questions::answers_digest(&last.keys, responses) != last.answers_digest {
-        return None;
-    }
-    Some(match &last.outcome {
-        LastOutcome::Result { result } => Ok(CallToolResponse::Complete(result.clone())),
-        LastOutcome::NextRound => ask(&thread.id, thread.round.as_ref()?, capabilities, secret),
-    })
-}
-
-/// The round as an `input_required` reply, or `-32021` when the client lacks a mode
-/// it needs.
-pub fn ask(thread_id: &str, round: &Round, capabilities: &ClientCapabilities, secret: &Secret) -> Reply {
-    match missing_capability(round, capabilities) {
-        Some(e) => Err(e),
-        None => Ok(render(thread_id, round, secret)),
-    }
-}
-
-/// The answered round, as kept for resends.
-pub fn last(round: &Round, responses: &InputResponses, outcome: LastOutcome) -> Last {
-    Last {
-        round: round.n,
-        nonce: round.nonce.clone(),
-        keys: round.questions.iter().map(|q| q.key.clone()).collect(),
-        answers_digest: questions::answers_digest_of(round, responses),
-        outcome,
-    }
-}
-
-/// `-32021` naming every mode the round needs that the client lacks, if it lacks one.
-pub fn missing_capability(round: &Round, capabilities: &ClientCapabilities) -> Option<ErrorObject> {
-    let needs = questions::needs(&round.questions);
-    let missing = needs.missing_from(capabilities);
-    if missing.is_empty() {
-        return None;
-    }
-    let mode = if missing.form {
-        "form elicitation"
-    } else if missing.url {
-        "url elicitation"
-    } else if missing.sampling {
-        "sampling"
-    } else {
-        "roots"
-    };
-    // Every mode the round needs among the kinds the client misses (so a client that
-    // lacks elicitation altogether learns of both form and url).
-    let elicitation_missing = missing.form || missing.url;
-    let required = hitl_protocol::Needs {
-        form: elicitation_missing && needs.form,
-        url: elicitation_missing && needs.url,
-        sampling: missing.sampling,
-        roots: missing.roots,
-    };
-    Some(ErrorObject::missing_capability(
-        format!("This tool asks for human input and needs {mode}."),
-        &required.to_capabilities(),
-    ))
-}
-
-/// The round's `input_required` result with its `requestState`.
-pub fn render(thread_id: &str, round: &Round, secret: &Secret) -> CallToolResponse {
-    let requests: InputRequests = round.questions.iter().map(|q| (q.key.clone(), q.request.clone())).collect();
-    let request_state = secret.request_state(thread_id, round.n, &round.nonce);
-    CallToolResponse::InputRequired(InputRequiredResult::new(requests, request_state))
 }
 
 #[cfg(test)]

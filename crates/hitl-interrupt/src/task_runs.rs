@@ -194,10 +194,12 @@ impl Engine {
                 Settled::Done(CallToolResponse::Complete(result)) => Ended::Result(result),
                 Settled::Done(CallToolResponse::InputRequired(_)) => unreachable!("settle finishes with a result"),
                 Settled::Failed(error) => Ended::Failed(error),
-                Settled::Paused(checkpoint, round) => match round::missing_capability(&round, &call.capabilities) {
-                    Some(missing) => Ended::Failed(missing),
-                    None => Ended::Paused(checkpoint, round),
-                },
+                Settled::Paused(checkpoint, round) => {
+                    match crate::ask::missing_capability(&round, &call.capabilities) {
+                        Some(missing) => Ended::Failed(missing),
+                        None => Ended::Paused(checkpoint, round),
+                    }
+                }
             },
         };
         loop {

@@ -242,7 +242,7 @@ fn default_ttl_shortens_lifetimes() {
 fn decline_and_cancel_end_the_call() {
     let f = fixture();
     let agent = text_agent("choose_region", &["Which region?"]);
-    for (action, expected) in [("decline", questions::DECLINED), ("cancel", questions::CANCELLED)] {
+    for (action, expected) in [("decline", crate::answers::DECLINED), ("cancel", crate::answers::CANCELLED)] {
         let r = round(run(f.engine.call(&agent, call(None, None))));
         let a = answers(&[(&first_key(&r), json!({ "action": action }))]);
         let done = run(f.engine.call(&agent, call(Some(a), r.request_state.as_deref())));

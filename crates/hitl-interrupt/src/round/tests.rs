@@ -221,7 +221,7 @@ fn every_transition_of_a_paused_thread() {
 fn resends_of_an_answered_round_replay_what_it_led_to() {
     let answered = paused();
     let yes = answers(&answered, accept());
-    let last = super::last(answered.round.as_ref().unwrap(), &yes, LastOutcome::NextRound);
+    let last = crate::resend::last(answered.round.as_ref().unwrap(), &yes, LastOutcome::NextRound);
     // Round 1 led to round 2, still open.
     let mut next_round = paused();
     next_round.last = Some(last.clone());
@@ -235,7 +235,7 @@ fn resends_of_an_answered_round_replay_what_it_led_to() {
     finished.round = None;
     finished.checkpoint = None;
     let outcome = LastOutcome::Result { result: CallToolResult::json(&json!({"region": "eu-west-1"})) };
-    finished.last = Some(super::last(answered.round.as_ref().unwrap(), &yes, outcome));
+    finished.last = Some(crate::resend::last(answered.round.as_ref().unwrap(), &yes, outcome));
     assert_eq!(name(&run(Some(finished.clone()), Some("alice"), &t1, &yes, &elicits())), "replay result");
     // Other answers with the old token, or the old answers with a forged one: invalid.
     let other = answers(&answered, json!({"action": "accept", "content": {"response": "us-east-1"}}));
