@@ -15,11 +15,11 @@ pub(crate) const CANCELLED: &str = "The request for input was cancelled.";
 /// Why interrupts cannot become questions; the text follows [`CANNOT_ASK`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{CANNOT_ASK}: {0}")]
-pub struct NotAskable(pub String);
+pub(crate) struct NotAskable(pub(crate) String);
 
 impl NotAskable {
     /// The error result the tool call ends with.
-    pub fn to_result(&self) -> CallToolResult {
+    pub(crate) fn to_result(&self) -> CallToolResult {
         CallToolResult::error([self.to_string()])
     }
 

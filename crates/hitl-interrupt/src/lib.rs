@@ -42,19 +42,27 @@
 mod admin;
 mod answers;
 mod ask;
+mod call;
 mod engine;
+mod first;
 mod lease;
+mod lifetimes;
 mod meter;
+mod page_answers;
 mod pages;
-pub mod questions;
+mod questions;
 mod resend;
-pub mod review;
-pub mod round;
+mod resume;
+mod review;
+mod round;
+mod running;
+mod shared;
 mod size;
 pub mod state;
 mod task_runs;
 mod tasks;
 mod unsaved;
+mod update;
 mod waiting;
 
 /// An agent: defined in `hitl-graph`, so that a crate of agents needs nothing else.
@@ -72,15 +80,17 @@ pub use hitl_thread::{
     save_finished_in_steps, short_digest,
 };
 
-pub use admin::{PausedCall, PausedCalls};
-pub use engine::{
-    BREAKPOINT, CANNOT_RESUME, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, Lifetimes, Limits,
-    MAX_ROUNDS_PER_REQUEST, NEWER_FORMAT, Reply,
+pub use admin::{Admin, PausedCall, PausedCalls};
+pub use call::{
+    BREAKPOINT, CANNOT_RESUME, Call, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, NEWER_FORMAT, Reply,
 };
+pub use engine::Engine;
+pub use lifetimes::{Lifetimes, Limits, MAX_ROUNDS_PER_REQUEST};
+pub use page_answers::PageAnswers;
 pub use pages::{Event, Observer, PageAnswer, PageInput, PageView};
 pub use state::Secret;
 pub use task_runs::TaskStart;
-pub use tasks::{TaskStatus, TaskView, unknown_task};
+pub use tasks::{TaskStatus, TaskView, Tasks, unknown_task};
 pub use unsaved::{MAX_UNSAVED, OUTCOME_KEPT};
 pub use waiting::{HoldPolicy, Relay};
 

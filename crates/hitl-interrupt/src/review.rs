@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 
 use crate::answers::{CANCELLED, DECLINED, NotAskable};
 
-pub use hitl_thread::{Review, ReviewMode};
+pub(crate) use hitl_thread::{Review, ReviewMode};
 
 /// One call to review, read from an interrupt.
 pub(crate) struct ReviewedCall {

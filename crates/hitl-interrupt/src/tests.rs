@@ -810,7 +810,7 @@ fn operators_list_show_and_cancel_paused_calls() {
     let state = paused.request_state.clone().unwrap();
     let id = state.split_once('.').unwrap().0.to_owned();
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    let page = rt.block_on(f.engine.paused_calls(0, 10)).unwrap();
+    let page = rt.block_on(f.engine.admin().paused_calls(0, 10)).unwrap();
     assert_eq!((page.total, page.unreadable.len()), (1, 0));
     let listed = page.calls;
     let shown = &listed[0];
@@ -824,12 +824,12 @@ fn operators_list_show_and_cancel_paused_calls() {
     let listing = serde_json::to_string(&listed).unwrap();
     assert!(!listing.contains(state.split_once('.').unwrap().1), "never the requestState's token");
     assert!(!listing.contains("Which region"), "never what a question asks");
-    assert_eq!(rt.block_on(f.engine.paused_call(&id)).unwrap().as_ref(), Some(shown));
-    assert_eq!(rt.block_on(f.engine.paused_call("not-a-thread")).unwrap(), None);
+    assert_eq!(rt.block_on(f.engine.admin().paused_call(&id)).unwrap().as_ref(), Some(shown));
+    assert_eq!(rt.block_on(f.engine.admin().paused_call("not-a-thread")).unwrap(), None);
 
-    assert!(rt.block_on(f.engine.cancel_call(&id)).unwrap());
-    assert!(!rt.block_on(f.engine.cancel_call(&id)).unwrap(), "cancelled once");
-    let after = rt.block_on(f.engine.paused_calls(0, 10)).unwrap();
+    assert!(rt.block_on(f.engine.admin().cancel(&id)).unwrap());
+    assert!(!rt.block_on(f.engine.admin().cancel(&id)).unwrap(), "cancelled once");
+    let after = rt.block_on(f.engine.admin().paused_calls(0, 10)).unwrap();
     assert_eq!((after.calls.len(), after.total), (0, 0));
     let key = first_key(&paused);
     let resend = run(f.engine.call(
