@@ -8,7 +8,10 @@
 //! state and the answers resumes the agent once; the result is the next round or the
 //! tool result. Threads live behind the [`ThreadStore`] and [`PausedLedger`] ports of
 //! `hitl-thread` (re-exported here with the record); [`MemoryStore`] is the in-process
-//! default and `hitl-store-redis` the shared one.
+//! default and `hitl-store-redis` the shared one. [`Engine`] serves calls; the other use
+//! cases share its core and are handed out by it: [`Engine::tasks`] ([`Tasks`], calls
+//! followed as tasks), [`Engine::pages`] ([`PageAnswers`], questions answered on hitl's
+//! pages) and [`Engine::admin`] ([`Admin`], paused calls as operators see them).
 //!
 //! ```
 //! use std::sync::Arc;
