@@ -52,3 +52,6 @@ pub(crate) async fn update_from<T>(
     }
     Ok(None)
 }
+
+#[cfg(test)]
+mod tests;
