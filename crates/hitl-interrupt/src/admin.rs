@@ -3,11 +3,14 @@
 //! questions; never its `requestState`, a secret, or what a question asks (a review's
 //! arguments may be sensitive).
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
-use crate::engine::{Engine, EngineError};
-use hitl_thread::Thread;
-use hitl_thread::{SaveError, StoreError};
+use crate::round;
+use crate::shared::Core;
+use crate::update::{Step, update};
+use crate::{EngineError, StoreError, Thread};
 
 /// A paused call as operators see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -83,12 +86,40 @@ fn created_at_ms(id: &str) -> u64 {
     })
 }
 
-impl Engine {
+/// What operators may do with paused calls: list them, show one, cancel one. Handed out
+/// by [`Engine::admin`](crate::Engine::admin).
+#[derive(Clone)]
+pub struct Admin {
+    core: Arc<Core>,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin").finish_non_exhaustive()
+    }
+}
+
+/// What cancelling a paused call comes to.
+enum Cancel {
+    /// Not a paused call.
+    No,
+    /// A call that is not a task: its thread goes, and its owner's count.
+    Delete { owner: Option<String>, tool: String },
+    /// A task: saved cancelled.
+    Ended,
+}
+
+impl Admin {
+    pub(crate) fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+
     /// The paused calls, soonest to expire first: from `offset`, at most `limit`.
     pub async fn paused_calls(&self, offset: usize, limit: usize) -> Result<PausedCalls, EngineError> {
-        let (ids, total) = self.store.paused(offset, limit).await?;
-        let loads = ids.iter().map(|id| self.store.load(id));
-        let now = self.now_ms();
+        let store = &self.core.store;
+        let (ids, total) = store.paused(offset, limit).await?;
+        let loads = ids.iter().map(|id| store.load(id));
+        let now = self.core.now_ms();
         let mut listed = PausedCalls { calls: Vec::with_capacity(ids.len()), total, unreadable: Vec::new() };
         for (id, loaded) in ids.iter().zip(futures_util::future::join_all(loads).await) {
             match loaded {
@@ -106,38 +137,40 @@ impl Engine {
         if uuid::Uuid::try_parse(id).is_err() {
             return Ok(None);
         }
-        Ok(self.store.load(id).await?.as_ref().and_then(|t| PausedCall::of(t, self.now_ms())))
+        Ok(self.core.store.load(id).await?.as_ref().and_then(|t| PausedCall::of(t, self.core.now_ms())))
     }
 
     /// Cancels paused call `id` (`false`: no such paused call): its next resend gets
     /// `Invalid or expired requestState`; a task shows `cancelled` (and a run of this
     /// process stops). A request running its round at that moment loses its outcome.
-    pub async fn cancel_call(&self, id: &str) -> Result<bool, EngineError> {
+    pub async fn cancel(&self, id: &str) -> Result<bool, EngineError> {
         if uuid::Uuid::try_parse(id).is_err() {
             return Ok(false);
         }
-        loop {
-            let Some(thread) = self.store.load(id).await? else { return Ok(false) };
-            if PausedCall::of(&thread, self.now_ms()).is_none() {
-                return Ok(false);
+        let core = &self.core;
+        let cancel = update(core.store.as_ref(), id, |thread| {
+            let now = core.now_ms();
+            if PausedCall::of(thread, now).is_none() {
+                Step::Leave(Cancel::No)
+            } else if thread.task.is_none() {
+                Step::Leave(Cancel::Delete { owner: thread.owner.clone(), tool: thread.tool.clone() })
+            } else {
+                Step::Finish(round::cancelled(thread.clone(), now, &core.lifetimes), Cancel::Ended)
             }
-            let owner = thread.owner.clone();
-            if thread.task.is_none() {
-                self.store.delete(id).await?;
+        })
+        .await?;
+        match cancel.unwrap_or(Cancel::No) {
+            Cancel::No => Ok(false),
+            Cancel::Delete { owner, tool } => {
+                core.store.delete(id).await?;
                 if let Some(owner) = &owner {
-                    self.store.uncount_paused(owner, id, &thread.tool).await?;
+                    core.store.uncount_paused(owner, id, &tool).await?;
                 }
-                return Ok(true);
+                Ok(true)
             }
-            let expected = thread.version;
-            let ended = self.cancelled(thread);
-            match self.store.save_finished(ended, expected, owner.as_deref()).await {
-                Ok(()) => {
-                    self.stop_run(id);
-                    return Ok(true);
-                }
-                Err(SaveError::Conflict(_)) => continue,
-                Err(SaveError::Store(e)) => return Err(e.into()),
+            Cancel::Ended => {
+                core.running.stop(id);
+                Ok(true)
             }
         }
     }

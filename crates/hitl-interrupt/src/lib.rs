@@ -8,7 +8,10 @@
 //! state and the answers resumes the agent once; the result is the next round or the
 //! tool result. Threads live behind the [`ThreadStore`] and [`PausedLedger`] ports of
 //! `hitl-thread` (re-exported here with the record); [`MemoryStore`] is the in-process
-//! default and `hitl-store-redis` the shared one.
+//! default and `hitl-store-redis` the shared one. [`Engine`] serves calls; the other use
+//! cases share its core and are handed out by it: [`Engine::tasks`] ([`Tasks`], calls
+//! followed as tasks), [`Engine::pages`] ([`PageAnswers`], questions answered on hitl's
+//! pages) and [`Engine::admin`] ([`Admin`], paused calls as operators see them).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -40,17 +43,29 @@
 //! ```
 
 mod admin;
+mod answers;
+mod ask;
+mod call;
 mod engine;
+mod first;
+mod lease;
+mod lifetimes;
 mod meter;
+mod page_answers;
 mod pages;
-pub mod questions;
-pub mod review;
-pub mod round;
+mod questions;
+mod resend;
+mod resume;
+mod review;
+mod round;
+mod running;
+mod shared;
 mod size;
 pub mod state;
 mod task_runs;
 mod tasks;
 mod unsaved;
+mod update;
 mod waiting;
 
 /// An agent: defined in `hitl-graph`, so that a crate of agents needs nothing else.
@@ -68,15 +83,17 @@ pub use hitl_thread::{
     save_finished_in_steps, short_digest,
 };
 
-pub use admin::{PausedCall, PausedCalls};
-pub use engine::{
-    BREAKPOINT, CANNOT_RESUME, Call, Engine, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, Lifetimes, Limits,
-    MAX_ROUNDS_PER_REQUEST, NEWER_FORMAT, Reply,
+pub use admin::{Admin, PausedCall, PausedCalls};
+pub use call::{
+    BREAKPOINT, CANNOT_RESUME, Call, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, NEWER_FORMAT, Reply,
 };
+pub use engine::Engine;
+pub use lifetimes::{Lifetimes, Limits, MAX_ROUNDS_PER_REQUEST};
+pub use page_answers::PageAnswers;
 pub use pages::{Event, Observer, PageAnswer, PageInput, PageView};
 pub use state::Secret;
 pub use task_runs::TaskStart;
-pub use tasks::{TaskStatus, TaskView, unknown_task};
+pub use tasks::{TaskStatus, TaskView, Tasks, unknown_task};
 pub use unsaved::{MAX_UNSAVED, OUTCOME_KEPT};
 pub use waiting::{HoldPolicy, Relay};
 

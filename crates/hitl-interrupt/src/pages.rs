@@ -1,16 +1,14 @@
 //! Questions answered on hitl's pages rather than by the MCP client: an approver's
 //! decision on a tool call, a secret typed on a page, a sign-in completed by its
-//! callback. The page's answer is written into the paused thread (compare-and-set, so
-//! one answer wins); the client's next retry resumes the agent with it. And the
-//! [`Observer`] port, which hears what happens to rounds.
+//! callback, as the pages see them ([`PageView`], [`PageInput`], [`PageAnswer`]; the
+//! use case is [`PageAnswers`](crate::PageAnswers)). And the [`Observer`] port, which
+//! hears what happens to rounds.
 
 use hitl_protocol::{CallToolResult, ErrorObject};
 use serde_json::{Map, Value, json};
 
-use crate::engine::Engine;
 use crate::review::Review;
-use crate::{EngineError, Page, PageKind, Question, QuestionKind, Thread};
-use hitl_thread::SaveError;
+use crate::{Page, PageKind, QuestionKind, Thread};
 
 /// What happens to rounds, as an [`Observer`] hears it.
 #[derive(Debug)]
@@ -107,7 +105,7 @@ pub struct PageView {
 impl PageView {
     /// Page `id` of `thread`, when its open round still asks it (the id names its
     /// round, so a later round's question at the same index is another page).
-    fn of(thread: &Thread, id: &str, index: usize) -> Option<Self> {
+    pub(crate) fn of(thread: &Thread, id: &str, index: usize) -> Option<Self> {
         Self::at(thread, index).filter(|view| view.id == id)
     }
 
@@ -179,68 +177,6 @@ pub enum PageAnswer {
     Gone,
     /// The answer does not fit (a bad edit, a decision the call does not offer).
     Refused(ErrorObject),
-}
-
-impl Engine {
-    /// The page `id`, when its call is still paused at that round.
-    pub async fn page(&self, id: &str) -> Result<Option<PageView>, EngineError> {
-        let Some(at) = self.secret().verify_page(id) else { return Ok(None) };
-        let Some(thread) = self.store().load(at.thread).await? else { return Ok(None) };
-        Ok(PageView::of(&thread, id, at.index))
-    }
-
-    /// Answers page `id` with `input`, given by `by`: stored in the thread unless the
-    /// page was answered already (one answer wins).
-    pub async fn answer_page(&self, id: &str, input: PageInput, by: Option<String>) -> Result<PageAnswer, EngineError> {
-        let Some(at) = self.secret().verify_page(id) else { return Ok(PageAnswer::Gone) };
-        loop {
-            let Some(mut thread) = self.store().load(at.thread).await? else { return Ok(PageAnswer::Gone) };
-            let Some(view) = PageView::of(&thread, id, at.index) else { return Ok(PageAnswer::Gone) };
-            if view.page.answer.is_some() {
-                return Ok(PageAnswer::AlreadyAnswered(Box::new(view)));
-            }
-            let question = &thread.round.as_ref().expect("the view has its round").questions[at.index];
-            let answer = match answer_of(question, &view.page, input.clone(), self) {
-                Ok(answer) => answer,
-                Err(e) => return Ok(PageAnswer::Refused(e)),
-            };
-            let round = thread.round.as_mut().expect("the view has its round");
-            let page = round.questions[at.index].page.as_mut().expect("the view has its page");
-            page.answer = Some(answer);
-            page.answered_by = by.clone();
-            page.answered_at_ms = Some(self.now_ms());
-            thread.version += 1;
-            let expected = thread.version - 1;
-            let view = PageView::of(&thread, id, at.index).expect("the page is still there");
-            match self.store().save(thread, Some(expected)).await {
-                Ok(()) => {
-                    self.decided(&view.thread_id);
-                    self.observe(Event::PageAnswered { page: &view });
-                    return Ok(PageAnswer::Taken(Box::new(view)));
-                }
-                Err(SaveError::Conflict(_)) => continue,
-                Err(SaveError::Store(e)) => return Err(e.into()),
-            }
-        }
-    }
-}
-
-/// The value stored as the page's answer, checked against its question.
-fn answer_of(question: &Question, page: &Page, input: PageInput, engine: &Engine) -> Result<Value, ErrorObject> {
-    match (&page.kind, input) {
-        (PageKind::Approval { .. }, PageInput::Decision(content)) => {
-            crate::questions::check_decision(question, &content)?;
-            Ok(Value::Object(content))
-        }
-        (PageKind::Secret { .. }, PageInput::Secret(value)) => {
-            if value.is_empty() {
-                return Err(ErrorObject::invalid_params("The value is empty"));
-            }
-            Ok(json!({ "sealed": engine.secret().seal(&value, &page.id) }))
-        }
-        (PageKind::SignIn, PageInput::Callback(params)) => Ok(Value::Object(params)),
-        _ => Err(ErrorObject::invalid_params("This page does not take that kind of answer")),
-    }
 }
 
 #[cfg(test)]

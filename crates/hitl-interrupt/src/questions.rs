@@ -25,40 +25,19 @@ use hitl_protocol::{
     CallToolResult, CreateMessageResult, ElicitAction, ElicitRequestParams, ElicitResult, ErrorObject, FormElicitation,
     InputRequest, InputResponses, ListRootsResult, Needs, UrlElicitation,
 };
-use hitl_schema::{CannotAsk, FormOptions};
+use hitl_schema::FormOptions;
 use serde_json::{Map, Value, json};
 
+use crate::answers::{CANCELLED, DECLINED, NotAskable};
 use crate::{About, Page, PageKind, Question, QuestionKind, Round, review};
-use hitl_thread::{digest_hex, short_digest};
+use hitl_thread::short_digest;
 
-/// The text every "cannot be asked" error result starts with.
-pub const CANNOT_ASK: &str = "This tool needs input that can't be asked over MCP";
-/// The error result of a declined text or typed question.
-pub const DECLINED: &str = "The request for input was declined.";
-/// The error result of a cancelled text or typed question.
-pub const CANCELLED: &str = "The request for input was cancelled.";
 /// The `-32602` message of an answer that does not fit its form.
-pub const FORM_MISMATCH: &str = "Form content does not match requestedSchema";
-
-/// Why interrupts cannot become questions; the text follows [`CANNOT_ASK`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{CANNOT_ASK}: {0}")]
-pub struct NotAskable(pub String);
-
-impl NotAskable {
-    /// The error result the tool call ends with.
-    pub fn to_result(&self) -> CallToolResult {
-        CallToolResult::error([self.to_string()])
-    }
-
-    pub(crate) fn schema(step: &str, what: &str, e: &CannotAsk) -> Self {
-        Self(format!("the {what} of step {step} cannot be asked: {} (at {})", e.reason, e.pointer))
-    }
-}
+pub(crate) const FORM_MISMATCH: &str = "Form content does not match requestedSchema";
 
 /// Turns the pending interrupts into one round's questions. Interrupts that ask the
 /// same text (or typed) question share one question.
-pub fn build(interrupts: &[Interrupt]) -> Result<Vec<Question>, NotAskable> {
+pub(crate) fn build(interrupts: &[Interrupt]) -> Result<Vec<Question>, NotAskable> {
     let several = interrupts.len() > 1;
     let mut questions: Vec<Question> = Vec::new();
     let mut seen_digests: HashMap<String, usize> = HashMap::new();
@@ -353,7 +332,7 @@ fn relayed_request(
 }
 
 /// What a round needs from the client.
-pub fn needs(questions: &[Question]) -> Needs {
+pub(crate) fn needs(questions: &[Question]) -> Needs {
     let mut needs = Needs::default();
     for q in questions {
         match &q.request {
@@ -368,7 +347,7 @@ pub fn needs(questions: &[Question]) -> Needs {
 
 /// What a set of answers does to a round.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Every question answered: resume the agent with these values.
     Resume(ResumeValues),
     /// The answers end the call with this result (a declined text question).
@@ -381,15 +360,18 @@ pub enum Verdict {
 
 /// Judges `responses` against `round`. Answers to keys the round did not ask are
 /// ignored; an invalid answer wins over a missing one, so the client learns of it.
-pub fn judge(round: &Round, responses: &InputResponses) -> Verdict {
+#[cfg(test)]
+pub(crate) fn judge(round: &Round, responses: &InputResponses) -> Verdict {
     judge_opening(round, responses, &|_, _| None)
 }
 
 /// Opens a page's sealed secret: `(sealed, page id)` to the value.
-pub type Opener<'a> = &'a dyn Fn(&str, &str) -> Option<String>;
+pub(crate) type Opener<'a> = &'a dyn Fn(&str, &str) -> Option<String>;
 
-/// [`judge`], with secrets typed on pages opened by `open`.
-pub fn judge_opening(round: &Round, responses: &InputResponses, open: Opener<'_>) -> Verdict {
+/// Judges `responses` against `round`, with secrets typed on pages opened by `open`.
+/// Answers to keys the round did not ask are ignored; an invalid answer wins over a
+/// missing one, so the client learns of it.
+pub(crate) fn judge_opening(round: &Round, responses: &InputResponses, open: Opener<'_>) -> Verdict {
     let mut gathered = Gathered::default();
     let mut missing = false;
     for question in &round.questions {
@@ -516,7 +498,7 @@ enum Judged {
 }
 
 /// The `-32602` message of a client's answer to a question answered on a page.
-pub const ANSWERED_ON_PAGE: &str = "This question is answered on its page, not by the client";
+pub(crate) const ANSWERED_ON_PAGE: &str = "This question is answered on its page, not by the client";
 
 /// What a client's answer to a page question, and the page, say.
 enum OnPage {
@@ -560,7 +542,7 @@ fn on_page(question: &Question, page: &Page, raw: &Value, open: Opener<'_>) -> R
 /// Checks an approver's decision (the review form's content) against the page's form
 /// and the review's rules, before it is stored: the approver learns of a bad edit on
 /// the page, and the client's retry never meets it.
-pub fn check_decision(question: &Question, content: &Map<String, Value>) -> Result<(), ErrorObject> {
+pub(crate) fn check_decision(question: &Question, content: &Map<String, Value>) -> Result<(), ErrorObject> {
     let (Some(Page { kind: PageKind::Approval { form, .. }, .. }), QuestionKind::Review(review)) =
         (&question.page, &question.kind)
     else {
@@ -632,23 +614,9 @@ fn answer(question: &Question, raw: &Value) -> Result<Judged, ErrorObject> {
 }
 
 /// The `-32602` error of an answer outside its form, naming every field at fault.
-pub fn form_mismatch(key: &str, violations: &[hitl_schema::Violation]) -> ErrorObject {
+pub(crate) fn form_mismatch(key: &str, violations: &[hitl_schema::Violation]) -> ErrorObject {
     let errors: Vec<Value> = violations.iter().map(|v| json!({ "field": v.field, "message": v.message })).collect();
     ErrorObject::invalid_params(FORM_MISMATCH).with_data(json!({ "inputKey": key, "errors": errors }))
-}
-
-/// Digest of the answers to `keys` (others are ignored), to recognise a resend of the
-/// same answers.
-pub fn answers_digest(keys: &[String], responses: &InputResponses) -> String {
-    let own: Map<String, Value> =
-        keys.iter().filter_map(|k| responses.get(k).map(|v| (k.clone(), v.clone()))).collect();
-    digest_hex(&Value::Object(own))
-}
-
-/// [`answers_digest`] over the round's own keys.
-pub fn answers_digest_of(round: &Round, responses: &InputResponses) -> String {
-    let keys: Vec<String> = round.questions.iter().map(|q| q.key.clone()).collect();
-    answers_digest(&keys, responses)
 }
 
 #[cfg(test)]

@@ -15,9 +15,9 @@ use hitl_protocol::{ElicitAction, ErrorObject};
 use hitl_schema::Decision;
 use serde_json::{Map, Value, json};
 
-use crate::questions::{CANCELLED, DECLINED, NotAskable};
+use crate::answers::{CANCELLED, DECLINED, NotAskable};
 
-pub use hitl_thread::{Review, ReviewMode};
+pub(crate) use hitl_thread::{Review, ReviewMode};
 
 /// One call to review, read from an interrupt.
 pub(crate) struct ReviewedCall {

@@ -1,43 +1,55 @@
 //! The round's thread transitions as pure functions of (thread record, request, now,
-//! secret): no store, no clock, no runtime. The engine loads, calls [`decide`], and
-//! carries out what it returns.
+//! nonce, secret): no store, no clock, no runtime. The driver loads, calls them, and
+//! carries out what they return: [`settle`] (how a run's outcome ends the call or makes
+//! its next round), [`open`] and [`first_ask`] (a new call's first pause), [`decide`]
+//! (a request with a `requestState`), [`end_run`] (after a claimed round's run),
+//! [`finished`], and in `task` the transitions of a call followed as a task.
 
 use std::time::Duration;
 
-use hitl_protocol::{
-    CallToolResponse, CallToolResult, ClientCapabilities, ErrorObject, InputRequests, InputRequiredResult,
-    InputResponses,
+use hitl_graph::{Checkpoint, Interrupt, Outcome, RunError};
+use hitl_protocol::{CallToolResponse, CallToolResult, ClientCapabilities, ErrorObject, InputResponses};
+use serde_json::Value;
+
+use crate::answers::NotAskable;
+use crate::ask::{ask, missing_capability, render};
+use crate::call::Call;
+use crate::questions::{self, Verdict};
+use crate::resend::{last, replay};
+use crate::state::Secret;
+use crate::{
+    BREAKPOINT, Claim, Last, LastOutcome, Lifetimes, PageKind, Reply, Round, THREAD_FORMAT, TaskState, Thread,
 };
 
-use crate::questions::{self, Verdict};
-use crate::state::Secret;
-use crate::{Claim, Last, LastOutcome, Reply, Round, THREAD_FORMAT, Thread};
+mod task;
+
+pub(crate) use task::{TaskEnd, TaskNext, cancelled, ready, task_answers, task_ended, task_key, working};
 
 /// What a request that carries a `requestState` brings to its thread.
 #[derive(Debug, Clone, Copy)]
-pub struct Answering<'a> {
+pub(crate) struct Answering<'a> {
     /// The tool (or `prompt:<name>`) the call is made to.
-    pub binding: &'a str,
+    pub(crate) binding: &'a str,
     /// Digest of the call's arguments.
-    pub args_digest: &'a str,
+    pub(crate) args_digest: &'a str,
     /// Who is calling.
-    pub principal: Option<&'a str>,
+    pub(crate) principal: Option<&'a str>,
     /// The token part of the `requestState`.
-    pub token: &'a str,
+    pub(crate) token: &'a str,
     /// The answers, by question key.
-    pub responses: &'a InputResponses,
+    pub(crate) responses: &'a InputResponses,
     /// What the client can do.
-    pub capabilities: &'a ClientCapabilities,
+    pub(crate) capabilities: &'a ClientCapabilities,
 }
 
 /// The error result of a round whose run began an effect that must happen at most once
 /// and never finished (the server running it stopped): it is not run again.
-pub const OUTCOME_UNKNOWN: &str = "The outcome of this call is unknown: the server running it stopped after the \
+pub(crate) const OUTCOME_UNKNOWN: &str = "The outcome of this call is unknown: the server running it stopped after the \
      call began, and it is never run twice. Check its effect before calling again.";
 
 /// What to do with a thread for an answering request.
 #[derive(Debug)]
-pub enum Next {
+pub(crate) enum Next {
     /// No such thread, or not this call's, or the token does not verify:
     /// `-32602 Invalid or expired requestState`.
     Invalid,
@@ -68,18 +80,24 @@ pub enum Next {
 
 /// A call that the answers end.
 #[derive(Debug)]
-pub struct Finishing {
+pub(crate) struct Finishing {
     /// The thread as loaded.
-    pub thread: Thread,
+    pub(crate) thread: Thread,
     /// The answered round, for resends.
-    pub last: Last,
+    pub(crate) last: Last,
     /// The tool's result.
-    pub result: CallToolResult,
+    pub(crate) result: CallToolResult,
 }
 
 /// The transition for `request` on `thread` (as loaded) at `now_ms`; a claim lasts
 /// `lease`.
-pub fn decide(thread: Option<Thread>, request: &Answering<'_>, now_ms: u64, lease: Duration, secret: &Secret) -> Next {
+pub(crate) fn decide(
+    thread: Option<Thread>,
+    request: &Answering<'_>,
+    now_ms: u64,
+    lease: Duration,
+    secret: &Secret,
+) -> Next {
     let Some(mut thread) = thread else { return Next::Invalid };
     if !bound(&thread, request.binding, request.args_digest, request.principal) {
         return Next::Invalid;
@@ -119,14 +137,232 @@ pub fn decide(thread: Option<Thread>, request: &Answering<'_>, now_ms: u64, leas
     }
 }
 
+/// What a run's end needs to make the call's next round: read by the driver (now, a
+/// fresh nonce) and passed in, so the round is made without a clock or a random source.
+#[derive(Debug, Clone)]
+pub(crate) struct Asking<'a> {
+    /// The thread.
+    pub(crate) thread_id: &'a str,
+    /// The number of the round to make.
+    pub(crate) n: u32,
+    /// Now, in ms since the epoch.
+    pub(crate) now_ms: u64,
+    /// The new round's nonce.
+    pub(crate) nonce: String,
+    /// The base URL of hitl's pages, when it serves them.
+    pub(crate) pages: Option<&'a str>,
+    /// Why the call can't be resumed (a legacy client, a deployment without threads),
+    /// when it can't: a pause then ends it with this error result.
+    pub(crate) unresumable: Option<&'static str>,
+    /// The client elicits: a static breakpoint is an error result (else the state).
+    pub(crate) can_elicit: bool,
+}
+
+/// How a run's outcome settles the call.
+#[derive(Debug)]
+pub(crate) enum Settled {
+    /// The call's result.
+    Done(CallToolResult),
+    /// The call is answered with a JSON-RPC error (an agent's
+    /// [`hitl_graph::payload::ErrorReply`]).
+    Failed(ErrorObject),
+    /// The agent paused: its checkpoint and the round that asks its interrupts.
+    Paused(Box<Checkpoint>, Round),
+}
+
+/// How `outcome` settles the call, making round `asking.n` when the agent paused.
+pub(crate) fn settle(outcome: Result<Outcome, RunError>, asking: &Asking<'_>, secret: &Secret) -> Settled {
+    let done = Settled::Done;
+    match outcome {
+        Err(e) => done(CallToolResult::error([format!("The agent failed: {e}")])),
+        Ok(Outcome::Done(output)) => match hitl_graph::payload::ErrorReply::parse(&output) {
+            Some(hitl_graph::payload::ErrorReply(error)) => {
+                Settled::Failed(serde_json::from_value(Value::Object(error)).unwrap_or_else(|e| {
+                    ErrorObject::internal(format!("the agent answered an error that is not valid: {e}"))
+                }))
+            }
+            None => done(tool_result(&output)),
+        },
+        Ok(Outcome::Breakpoint { .. }) if asking.can_elicit => done(CallToolResult::error([BREAKPOINT.to_owned()])),
+        Ok(Outcome::Breakpoint { state, .. }) => done(CallToolResult::json(&state)),
+        Ok(Outcome::Paused { interrupts, .. }) if asking.unresumable.is_some() => {
+            let message = asking.unresumable.unwrap_or_default().to_owned();
+            done(CallToolResult::error([message, pending(&interrupts)]))
+        }
+        Ok(Outcome::Paused { interrupts, checkpoint }) => match new_round(&interrupts, asking, secret) {
+            Err(cannot) => done(cannot.to_result()),
+            Ok(round) => Settled::Paused(Box::new(checkpoint), round),
+        },
+    }
+}
+
+/// Round `asking.n` of the thread, asking `interrupts`: its token's proof, and each page
+/// question's id and URL.
+pub(crate) fn new_round(interrupts: &[Interrupt], asking: &Asking<'_>, secret: &Secret) -> Result<Round, NotAskable> {
+    let questions = questions::build(interrupts)?;
+    let (thread_id, n, nonce) = (asking.thread_id, asking.n, asking.nonce.clone());
+    let proof = crate::state::proof(&secret.token(thread_id, n, &nonce));
+    let mut round = Round { n, nonce, questions, asked_at_ms: asking.now_ms, proof };
+    for (index, question) in round.questions.iter_mut().enumerate() {
+        let Some(page) = &mut question.page else { continue };
+        let Some(base) = asking.pages else {
+            return Err(NotAskable(format!(
+                "question {} is answered on hitl's pages, which this server does not serve",
+                question.key
+            )));
+        };
+        page.id = secret.page_id(thread_id, n, index);
+        page.asked_at_ms = asking.now_ms;
+        let hitl_protocol::InputRequest::Elicit(hitl_protocol::ElicitRequestParams::Url(url)) = &mut question.request
+        else {
+            continue;
+        };
+        url.url = match &page.kind {
+            PageKind::Approval { .. } => format!("{base}/approvals/{}", page.id),
+            PageKind::Secret { .. } => format!("{base}/secrets/{}", page.id),
+            PageKind::SignIn => url.url.replace("{state}", &page.id),
+        };
+        hitl_schema::check_url(&url.url)
+            .map_err(|e| NotAskable(format!("the page of question {} cannot be asked: {}", question.key, e.reason)))?;
+    }
+    Ok(round)
+}
+
+/// What a new thread is made of besides its first state: its id and what binds it.
+#[derive(Debug, Clone)]
+pub(crate) struct NewThread {
+    /// The thread id (a UUIDv7).
+    pub(crate) id: String,
+    /// The tool (or `prompt:<name>`) it is bound to.
+    pub(crate) binding: String,
+    /// Digest of the call's arguments.
+    pub(crate) args_digest: String,
+    /// Now, in ms since the epoch.
+    pub(crate) now_ms: u64,
+}
+
+/// A new call's thread paused at its first round (`round`, made by [`settle`] from the
+/// agent's interrupts with the nonce passed in): unstored, version 1, living the paused
+/// lifetime, a task's when the call is followed as one.
+pub(crate) fn open(checkpoint: Checkpoint, round: Round, call: &Call, new: NewThread, lifetimes: &Lifetimes) -> Thread {
+    let now_ms = new.now_ms;
+    let mut thread = fresh(call, new, now_ms.saturating_add(lifetimes.paused.as_millis() as u64));
+    thread.checkpoint = Some(checkpoint);
+    thread.round = Some(round);
+    thread.task = call.task.then(|| TaskState::new(now_ms, call.capabilities.clone()));
+    thread
+}
+
+/// A thread of `call` with nothing in it yet.
+fn fresh(call: &Call, new: NewThread, expires_at_ms: u64) -> Thread {
+    Thread {
+        format: THREAD_FORMAT,
+        id: new.id,
+        version: 1,
+        tool: new.binding,
+        args_digest: new.args_digest,
+        principal: call.principal.clone(),
+        owner: Some(call.owner()),
+        checkpoint: None,
+        round: None,
+        last: None,
+        claim: None,
+        begun: None,
+        task: None,
+        expires_at_ms,
+    }
+}
+
+/// How a new call's first round is asked.
+#[derive(Debug)]
+pub(crate) enum FirstAsk {
+    /// Store the thread (its format set) and answer the round.
+    Ask(Box<Thread>, CallToolResponse),
+    /// The client lacks a mode the round needs: `-32021`, nothing stored.
+    Lacks(ErrorObject),
+    /// The record would be too large: the error, nothing stored.
+    TooLarge(ErrorObject),
+}
+
+/// A new call's paused `thread` (its first round, or the round its answers led to) as
+/// stored and asked.
+pub(crate) fn first_ask(
+    mut thread: Thread,
+    capabilities: &ClientCapabilities,
+    max_record_bytes: usize,
+    secret: &Secret,
+) -> FirstAsk {
+    thread.format = hitl_thread::format_of(&thread);
+    let round = thread.round.as_ref().expect("a paused thread has its round");
+    if let Some(e) = missing_capability(round, capabilities) {
+        return FirstAsk::Lacks(e);
+    }
+    if let Err(e) = fits(&thread, max_record_bytes) {
+        return FirstAsk::TooLarge(e);
+    }
+    let reply = render(&thread.id, round, secret);
+    FirstAsk::Ask(Box::new(thread), reply)
+}
+
+/// How a resumed run ended (`None`: out of time, `timed_out` the error), its next
+/// round made as `asking` says. `paused`: the call is stored, so a transient failure
+/// gives the round back to be tried again.
+pub(crate) fn ran(
+    outcome: Option<Result<Outcome, RunError>>,
+    paused: bool,
+    timed_out: impl FnOnce() -> ErrorObject,
+    asking: &Asking<'_>,
+    secret: &Secret,
+) -> Ran {
+    match outcome {
+        None => Ran::TimedOut(timed_out()),
+        Some(Err(RunError::Cancelled(kept))) => Ran::Cancelled(kept),
+        Some(Err(e @ RunError::Transient { .. })) if paused => {
+            let message = format!(
+                "The agent failed: {e}. The call is still paused after what it finished: send the same answers again to try again (what was decided and done stands)."
+            );
+            let RunError::Transient { kept, .. } = e else { unreachable!("matched above") };
+            Ran::Retry(kept, CallToolResult::error([message]))
+        }
+        Some(outcome) => match settle(outcome, asking, secret) {
+            Settled::Done(result) => Ran::Done(result),
+            // A resumed round stores a result: the error becomes one, its data (say,
+            // the pages of a `-32042`) as JSON text after its message.
+            Settled::Failed(error) => {
+                let data = error.data.as_ref().map(Value::to_string);
+                Ran::Done(CallToolResult::error([error.message].into_iter().chain(data)))
+            }
+            Settled::Paused(checkpoint, next) => Ran::Paused(checkpoint, next),
+        },
+    }
+}
+
+/// An agent's output as the call's result: an MCP result it returns as is
+/// ([`hitl_graph::payload::ToolResult`]), or its output as JSON.
+fn tool_result(output: &Value) -> CallToolResult {
+    let Some(hitl_graph::payload::ToolResult(result)) = hitl_graph::payload::ToolResult::parse(output) else {
+        return CallToolResult::json(output);
+    };
+    serde_json::from_value(Value::Object(result)).unwrap_or_else(|e: serde_json::Error| {
+        CallToolResult::error([format!("The agent returned a tool result that is not valid: {e}")])
+    })
+}
+
+/// The pending interrupts as JSON text, the second block of the error results of calls
+/// that can't be resumed.
+pub(crate) fn pending(interrupts: &[Interrupt]) -> String {
+    let list: Vec<Value> = interrupts.iter().map(|i| serde_json::json!({ "id": i.id, "value": i.value })).collect();
+    Value::Array(list).to_string()
+}
+
 /// Does `thread` belong to this call: its tool, its arguments, its caller?
-pub fn bound(thread: &Thread, binding: &str, args_digest: &str, principal: Option<&str>) -> bool {
+pub(crate) fn bound(thread: &Thread, binding: &str, args_digest: &str, principal: Option<&str>) -> bool {
     thread.tool == binding && thread.args_digest == args_digest && thread.principal.as_deref() == principal
 }
 
 /// How a claimed round's run ended, as the engine saw it.
 #[derive(Debug)]
-pub enum Ran {
+pub(crate) enum Ran {
     /// The request's time ran out (the run was dropped mid-step).
     TimedOut(ErrorObject),
     /// The client went away; the checkpoint holds every superstep that finished.
@@ -142,7 +378,7 @@ pub enum Ran {
 
 /// What to store after a claimed round's run, and what to answer.
 #[derive(Debug)]
-pub enum Ending {
+pub(crate) enum Ending {
     /// Release the round unanswered (the run is to be done again, or continued from
     /// the kept supersteps): store the thread, fail the call with the error.
     GiveBack(Box<Thread>, ErrorObject),
@@ -158,27 +394,27 @@ pub enum Ending {
 /// What the end of a run decides, given the thread as claimed (its claim already
 /// released and its version the one to compare on).
 #[derive(Debug, Clone, Copy)]
-pub struct EndOf<'a> {
+pub(crate) struct EndOf<'a> {
     /// The answered round.
-    pub round: &'a Round,
+    pub(crate) round: &'a Round,
     /// Its answers.
-    pub responses: &'a InputResponses,
+    pub(crate) responses: &'a InputResponses,
     /// What the client can do.
-    pub capabilities: &'a ClientCapabilities,
+    pub(crate) capabilities: &'a ClientCapabilities,
     /// Now, in ms since the epoch.
-    pub now_ms: u64,
+    pub(crate) now_ms: u64,
     /// How long threads live.
-    pub lifetimes: &'a crate::Lifetimes,
+    pub(crate) lifetimes: &'a crate::Lifetimes,
     /// The largest record stored.
-    pub max_record_bytes: usize,
+    pub(crate) max_record_bytes: usize,
     /// The last superstep in which the run began an effect (`None`: it began none): a
     /// checkpoint kept past it holds every effect, so the round's outcome is known.
-    pub began_in: Option<u32>,
+    pub(crate) began_in: Option<u32>,
 }
 
 /// The transition at the end of a claimed round's run. `thread` is the thread as loaded
 /// at the claim, claim removed; every thread returned has its version bumped past it.
-pub fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Secret) -> Ending {
+pub(crate) fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Secret) -> Ending {
     match ran {
         Ran::TimedOut(error) => {
             thread.version += 1;
@@ -252,7 +488,7 @@ fn keep(thread: &mut Thread, checkpoint: hitl_graph::Checkpoint, end: &EndOf<'_>
 /// `thread` ended with `last`, version bumped, kept for resends for the finished
 /// lifetime. A result too large to keep is replaced, for resends only, by an error
 /// result that says so.
-pub fn finished(
+pub(crate) fn finished(
     mut thread: Thread,
     mut last: Last,
     now_ms: u64,
@@ -279,7 +515,7 @@ pub fn finished(
 
 /// Is the record within `max_record_bytes` as JSON? The error says by how much not.
 /// Records are only serialized when a cheap upper bound of their size passes the limit.
-pub fn fits(thread: &Thread, max_record_bytes: usize) -> Result<(), ErrorObject> {
+pub(crate) fn fits(thread: &Thread, max_record_bytes: usize) -> Result<(), ErrorObject> {
     if crate::size::json_bound(thread).is_some_and(|bound| bound <= max_record_bytes) {
         return Ok(());
     }
@@ -303,86 +539,6 @@ pub fn fits(thread: &Thread, max_record_bytes: usize) -> Result<(), ErrorObject>
         "the paused call's record would take {} bytes, more than the limit of {max_record_bytes} (--max-record-bytes)",
         count.0
     )))
-}
-
-/// A resend of the last round's answers gets what they led to; `None` when these are
-/// not that round's token and answers.
-pub fn replay(
-    thread: &Thread,
-    responses: &InputResponses,
-    token: &str,
-    capabilities: &ClientCapabilities,
-    secret: &Secret,
-) -> Option<Reply> {
-    let last = thread.last.as_ref()?;
-    if !secret.verify(&thread.id, last.round, &last.nonce, token) {
-        return None;
-    }
-    if questions::answers_digest(&last.keys, responses) != last.answers_digest {
-        return None;
-    }
-    Some(match &last.outcome {
-        LastOutcome::Result { result } => Ok(CallToolResponse::Complete(result.clone())),
-        LastOutcome::NextRound => ask(&thread.id, thread.round.as_ref()?, capabilities, secret),
-    })
-}
-
-/// The round as an `input_required` reply, or `-32021` when the client lacks a mode
-/// it needs.
-pub fn ask(thread_id: &str, round: &Round, capabilities: &ClientCapabilities, secret: &Secret) -> Reply {
-    match missing_capability(round, capabilities) {
-        Some(e) => Err(e),
-        None => Ok(render(thread_id, round, secret)),
-    }
-}
-
-/// The answered round, as kept for resends.
-pub fn last(round: &Round, responses: &InputResponses, outcome: LastOutcome) -> Last {
-    Last {
-        round: round.n,
-        nonce: round.nonce.clone(),
-        keys: round.questions.iter().map(|q| q.key.clone()).collect(),
-        answers_digest: questions::answers_digest_of(round, responses),
-        outcome,
-    }
-}
-
-/// `-32021` naming every mode the round needs that the client lacks, if it lacks one.
-pub fn missing_capability(round: &Round, capabilities: &ClientCapabilities) -> Option<ErrorObject> {
-    let needs = questions::needs(&round.questions);
-    let missing = needs.missing_from(capabilities);
-    if missing.is_empty() {
-        return None;
-    }
-    let mode = if missing.form {
-        "form elicitation"
-    } else if missing.url {
-        "url elicitation"
-    } else if missing.sampling {
-        "sampling"
-    } else {
-        "roots"
-    };
-    // Every mode the round needs among the kinds the client misses (so a client that
-    // lacks elicitation altogether learns of both form and url).
-    let elicitation_missing = missing.form || missing.url;
-    let required = hitl_protocol::Needs {
-        form: elicitation_missing && needs.form,
-        url: elicitation_missing && needs.url,
-        sampling: missing.sampling,
-        roots: missing.roots,
-    };
-    Some(ErrorObject::missing_capability(
-        format!("This tool asks for human input and needs {mode}."),
-        &required.to_capabilities(),
-    ))
-}
-
-/// The round's `input_required` result with its `requestState`.
-pub fn render(thread_id: &str, round: &Round, secret: &Secret) -> CallToolResponse {
-    let requests: InputRequests = round.questions.iter().map(|q| (q.key.clone(), q.request.clone())).collect();
-    let request_state = secret.request_state(thread_id, round.n, &round.nonce);
-    CallToolResponse::InputRequired(InputRequiredResult::new(requests, request_state))
 }
 
 #[cfg(test)]

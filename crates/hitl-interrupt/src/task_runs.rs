@@ -10,21 +10,20 @@
 //! started again. `tasks/cancel` stops a run of this process at once, and one of
 //! another replica when it next renews its claim.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hitl_graph::{Outcome, RunError};
 use hitl_protocol::{CallToolResponse, CallToolResult, ErrorObject};
-use tokio::task::{AbortHandle, JoinError, JoinHandle};
+use tokio::task::{JoinError, JoinHandle};
 
-use crate::engine::{Call, Deadline, Engine, EngineError, Settled, checked_arguments};
-use crate::{Agent, THREAD_FORMAT, round};
-use hitl_thread::{Claim, Last, LastOutcome, TaskState, Thread};
-use hitl_thread::{SaveError, StoreError};
-
-/// The runs of this process's working tasks, by task id.
-pub(crate) type Running = Arc<Mutex<HashMap<String, AbortHandle>>>;
+use crate::ask::missing_capability;
+use crate::call::{Call, checked_arguments};
+use crate::first::First;
+use crate::round::{self, NewThread, Settled, TaskEnd};
+use crate::shared::Deadline;
+use crate::update::{Step, update_from};
+use crate::{Agent, EngineError, Tasks, Thread};
+use hitl_thread::{Claim, SaveError, StoreError};
 
 /// How a call made for a client that follows tasks began.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,26 +34,33 @@ pub enum TaskStart {
     Task(String),
 }
 
-/// How a task's first run ended, as the task will show it.
-enum Ended {
-    Result(CallToolResult),
-    Paused(hitl_graph::Checkpoint, crate::Round),
-    Failed(ErrorObject),
+/// What the observer and the ledger learn once a working task's end is stored.
+struct Stored {
+    id: String,
+    tool: String,
+    principal: Option<String>,
+    owner: Option<String>,
+    /// The new expiry: a round's, which the call now counts to.
+    until: u64,
+    /// The round asked, as the observer is shown it (no checkpoint).
+    asked: Option<Thread>,
+    paused: bool,
 }
 
-impl Engine {
+impl Tasks {
     /// Serves a new call of `agent` (no `requestState`, no answers) for a client that
     /// follows tasks. The agent runs on its own; if its run ends within `wait` the call
-    /// is answered as [`Engine::call`] answers it (a pause is a task with its first
-    /// round); otherwise the call is stored as a `working` task, answered as
-    /// [`TaskStart::Task`], and runs on in this process. A zero `wait` always makes a
-    /// task.
-    pub async fn call_as_task(
+    /// is answered as [`Engine::call`](crate::Engine::call) answers it (a pause is a
+    /// task with its first round); otherwise the call is stored as a `working` task,
+    /// answered as [`TaskStart::Task`], and runs on in this process. A zero `wait`
+    /// always makes a task.
+    pub async fn start(
         &self,
         agent: &Agent,
         mut call: Call,
         wait: Duration,
     ) -> Result<Result<TaskStart, ErrorObject>, EngineError> {
+        let core = &self.core;
         let (arguments, args_digest) = match checked_arguments(agent, &call) {
             Ok(checked) => checked,
             Err(error) => return Ok(Err(error)),
@@ -75,62 +81,39 @@ impl Engine {
             && let Ok(joined) = tokio::time::timeout(wait, &mut handle).await
         {
             let outcome = joined.unwrap_or_else(|e| Err(lost(&e)));
-            let deadline = Deadline::after(self.limits.request_timeout);
-            let reply = self.first_outcome(agent, call, id.clone(), args_digest, outcome, deadline).await?;
+            let deadline = Deadline::after(core.limits.request_timeout);
+            let reply = First::new(core).outcome(agent, call, id.clone(), args_digest, outcome, deadline).await?;
             return Ok(reply.map(|response| match response {
                 CallToolResponse::Complete(result) => TaskStart::Complete(result),
                 CallToolResponse::InputRequired(_) => TaskStart::Task(id),
             }));
         }
-        let now = self.now_ms();
-        let owner = call.owner();
-        let mut thread = Thread {
-            format: THREAD_FORMAT,
-            id: id.clone(),
-            version: 1,
-            tool: call.binding(agent),
-            args_digest,
-            principal: call.principal.clone(),
-            owner: Some(owner.clone()),
-            checkpoint: None,
-            round: None,
-            last: None,
-            claim: Some(Claim { round: 0, until_ms: now.saturating_add(self.lifetimes.lease.as_millis() as u64) }),
-            begun: None,
-            task: Some(TaskState::new(now, call.capabilities.clone())),
-            expires_at_ms: now.saturating_add(self.lifetimes.paused.as_millis() as u64),
-        };
-        thread.format = hitl_thread::format_of(&thread);
+        let new = NewThread { id: id.clone(), binding: call.binding(agent), args_digest, now_ms: core.now_ms() };
+        let thread = round::working(&call, new, &core.lifetimes);
         // The task is stored before its id is answered, and counts as a paused call.
-        let created = self.store.create_paused(thread.clone(), &owner, self.limits.paused).await;
+        let created = core.store.create_paused(thread.clone(), &call.owner(), core.limits.paused).await;
         if !matches!(created, Ok(Ok(()))) {
             handle.abort();
         }
         match created {
             Ok(Ok(())) => {}
-            Ok(Err(limit)) => return Ok(Err(self.limit_reached(limit))),
+            Ok(Err(limit)) => return Ok(Err(core.limit_reached(limit))),
             Err(SaveError::Store(e)) => return Err(e.into()),
             Err(SaveError::Conflict(id)) => {
                 return Err(StoreError::Unavailable(format!("new thread {id} already exists")).into());
             }
         }
-        self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), handle.abort_handle());
-        let engine = self.clone();
-        tokio::spawn(async move { engine.run_on(thread, handle, call).await });
+        core.running.insert(&id, handle.abort_handle());
+        let tasks = self.clone();
+        tokio::spawn(async move { tasks.run_on(thread, handle, call).await });
         Ok(Ok(TaskStart::Task(id)))
-    }
-
-    /// Stops this process's run of task `id`, if it has one.
-    pub(crate) fn stop_run(&self, id: &str) {
-        if let Some(run) = self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(id) {
-            run.abort();
-        }
     }
 
     /// Waits for a working task's run, renewing its claim, and stores how it ended.
     async fn run_on(self, mut thread: Thread, mut handle: JoinHandle<Result<Outcome, RunError>>, call: Call) {
+        let core = &self.core;
         let joined = loop {
-            let tick = self.clock.sleep(self.lifetimes.lease / 3);
+            let tick = core.clock.sleep(core.lifetimes.lease / 3);
             match futures_util::future::select(&mut handle, tick).await {
                 futures_util::future::Either::Left((joined, _)) => break Some(joined),
                 futures_util::future::Either::Right(((), _)) => {
@@ -141,7 +124,7 @@ impl Engine {
                 }
             }
         };
-        self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&thread.id);
+        core.running.remove(&thread.id);
         let outcome = match joined {
             // Cancelled (here by `tasks/cancel`, or found cancelled): the task says so.
             None => return,
@@ -155,11 +138,12 @@ impl Engine {
     /// Moves a working task's claim on. `false` when the task is no longer this run's
     /// to finish (cancelled, or gone).
     async fn renew_working(&self, thread: &mut Thread) -> bool {
-        let until = self.now_ms().saturating_add(self.lifetimes.lease.as_millis() as u64);
+        let core = &self.core;
+        let until = core.expiry(core.lifetimes.lease);
         let mut renewed = thread.clone();
         renewed.claim = Some(Claim { round: 0, until_ms: until });
         renewed.version += 1;
-        match self.store.save(renewed.clone(), Some(thread.version)).await {
+        match core.store.save(renewed.clone(), Some(thread.version)).await {
             Ok(()) => {
                 *thread = renewed;
                 true
@@ -167,7 +151,7 @@ impl Engine {
             // The lease has time left: the next tick tries again.
             Err(SaveError::Store(_)) => true,
             // Only a cancellation changes a working task under its run.
-            Err(SaveError::Conflict(_)) => match self.store.load(&thread.id).await {
+            Err(SaveError::Conflict(_)) => match core.store.load(&thread.id).await {
                 Ok(Some(current)) if current.task.as_ref().is_some_and(|t| !t.cancelled) => {
                     *thread = current;
                     true
@@ -181,108 +165,62 @@ impl Engine {
     /// Stores how a working task's run ended, unless the task was cancelled meanwhile.
     async fn store_run(
         &self,
-        mut thread: Thread,
+        thread: Thread,
         outcome: Result<Outcome, RunError>,
         call: &Call,
     ) -> Result<(), EngineError> {
+        let core = &self.core;
         let ended = match outcome {
             // A panic is the server's failure, not the tool's: a JSON-RPC error.
             Err(RunError::StepPanicked { step, message }) => {
-                Ended::Failed(ErrorObject::internal(format!("Internal error: step {step} panicked: {message}")))
+                TaskEnd::Failed(ErrorObject::internal(format!("Internal error: step {step} panicked: {message}")))
             }
-            outcome => match self.settle(outcome, 1, call, &thread.id) {
-                Settled::Done(CallToolResponse::Complete(result)) => Ended::Result(result),
-                Settled::Done(CallToolResponse::InputRequired(_)) => unreachable!("settle finishes with a result"),
-                Settled::Failed(error) => Ended::Failed(error),
-                Settled::Paused(checkpoint, round) => match round::missing_capability(&round, &call.capabilities) {
-                    Some(missing) => Ended::Failed(missing),
-                    None => Ended::Paused(checkpoint, round),
+            outcome => match round::settle(outcome, &core.asking(call, &thread.id, 1), &core.secret) {
+                Settled::Done(result) => TaskEnd::Result(result),
+                Settled::Failed(error) => TaskEnd::Failed(error),
+                Settled::Paused(checkpoint, round) => match missing_capability(&round, &call.capabilities) {
+                    Some(missing) => TaskEnd::Failed(missing),
+                    None => TaskEnd::Paused(checkpoint, round),
                 },
             },
         };
-        loop {
+        let max_record_bytes = core.limits.max_record_bytes;
+        let stored = update_from(core.store.as_ref(), Some(thread), |thread| {
             if thread.task.as_ref().is_none_or(|t| t.cancelled) {
-                return Ok(());
+                return Step::Leave(None);
             }
-            let expected = thread.version;
-            let next = self.ended(&thread, &ended);
-            let owner = next.owner.clone();
-            let (id, until, paused) = (next.id.clone(), next.expires_at_ms, next.round.is_some());
-            // What the observer is shown of a round asked (no checkpoint).
-            let asked = (paused && self.observing()).then(|| next.summary());
-            let saved = if paused {
-                self.store.save(next, Some(expected)).await
-            } else {
-                self.store.save_finished(next, expected, owner.as_deref()).await
+            let next = round::task_ended(thread, &ended, core.now_ms(), &core.lifetimes, max_record_bytes);
+            let paused = next.round.is_some();
+            let stored = Stored {
+                id: next.id.clone(),
+                tool: next.tool.clone(),
+                principal: next.principal.clone(),
+                owner: next.owner.clone(),
+                until: next.expires_at_ms,
+                asked: (paused && core.observing()).then(|| next.summary()),
+                paused,
             };
-            match saved {
-                Ok(()) => {
-                    let (tool, principal) = (&thread.tool, thread.principal.as_deref());
-                    if let Some(thread) = &asked {
-                        self.observe(crate::Event::Asked { thread });
-                    }
-                    if let Ended::Result(result) = &ended {
-                        self.observe(crate::Event::Finished { thread_id: &id, tool, principal, result });
-                    }
-                    if paused {
-                        crate::meter::round(tool, crate::meter::Outcome::Paused);
-                        // Counted since the task was made; it now counts to its round's expiry.
-                        if let Some(owner) = &owner {
-                            let _ = self.store.count_paused(owner, &id, tool, until, self.limits.paused).await;
-                        }
-                    }
-                    return Ok(());
-                }
-                Err(SaveError::Store(e)) => return Err(e.into()),
-                Err(SaveError::Conflict(_)) => match self.store.load(&id).await? {
-                    Some(current) => thread = current,
-                    None => return Ok(()),
-                },
-            }
-        }
-    }
-
-    /// The working task `thread` as its run's end `ended` leaves it.
-    fn ended(&self, thread: &Thread, ended: &Ended) -> Thread {
-        let now = self.now_ms();
-        let mut next = thread.clone();
-        next.claim = None;
-        next.version += 1;
-        next.task.as_mut().expect("a task").updated_at_ms = now;
-        let failed = |mut next: Thread, error: ErrorObject| {
-            next.task.as_mut().expect("a task").error = Some(error);
-            next.expires_at_ms = self.expiry(self.lifetimes.finished);
-            next
+            if paused { Step::Save(next, Some(stored)) } else { Step::Finish(next, Some(stored)) }
+        })
+        .await?;
+        let Some(Stored { id, tool, principal, owner, until, asked, paused }) = stored.flatten() else {
+            return Ok(());
         };
-        match ended {
-            Ended::Result(result) => {
-                next.last = Some(Last {
-                    round: 0,
-                    nonce: String::new(),
-                    keys: Vec::new(),
-                    answers_digest: String::new(),
-                    outcome: LastOutcome::Result { result: result.clone() },
-                });
-                next.expires_at_ms = self.expiry(self.lifetimes.finished);
-                next
-            }
-            Ended::Failed(error) => failed(next, error.clone()),
-            Ended::Paused(checkpoint, round) => {
-                next.checkpoint = Some(checkpoint.clone());
-                next.round = Some(round.clone());
-                next.format = hitl_thread::format_of(&next);
-                next.expires_at_ms = self.expiry(self.lifetimes.paused);
-                // The agent's state is stored with the round: it must fit the record.
-                match round::fits(&next, self.limits.max_record_bytes) {
-                    Ok(()) => next,
-                    Err(too_large) => {
-                        (next.checkpoint, next.round) = (None, None);
-                        next.format = hitl_thread::format_of(&next);
-                        failed(next, too_large)
-                    }
-                }
+        if let Some(thread) = &asked {
+            core.observe(crate::Event::Asked { thread });
+        }
+        if let TaskEnd::Result(result) = &ended {
+            let principal = principal.as_deref();
+            core.observe(crate::Event::Finished { thread_id: &id, tool: &tool, principal, result });
+        }
+        if paused {
+            crate::meter::round(&tool, crate::meter::Outcome::Paused);
+            // Counted since the task was made; it now counts to its round's expiry.
+            if let Some(owner) = &owner {
+                let _ = core.store.count_paused(owner, &id, &tool, until, core.limits.paused).await;
             }
         }
+        Ok(())
     }
 }
 

@@ -242,7 +242,7 @@ fn default_ttl_shortens_lifetimes() {
 fn decline_and_cancel_end_the_call() {
     let f = fixture();
     let agent = text_agent("choose_region", &["Which region?"]);
-    for (action, expected) in [("decline", questions::DECLINED), ("cancel", questions::CANCELLED)] {
+    for (action, expected) in [("decline", crate::answers::DECLINED), ("cancel", crate::answers::CANCELLED)] {
         let r = round(run(f.engine.call(&agent, call(None, None))));
         let a = answers(&[(&first_key(&r), json!({ "action": action }))]);
         let done = run(f.engine.call(&agent, call(Some(a), r.request_state.as_deref())));
@@ -810,7 +810,7 @@ fn operators_list_show_and_cancel_paused_calls() {
     let state = paused.request_state.clone().unwrap();
     let id = state.split_once('.').unwrap().0.to_owned();
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    let page = rt.block_on(f.engine.paused_calls(0, 10)).unwrap();
+    let page = rt.block_on(f.engine.admin().paused_calls(0, 10)).unwrap();
     assert_eq!((page.total, page.unreadable.len()), (1, 0));
     let listed = page.calls;
     let shown = &listed[0];
@@ -824,12 +824,12 @@ fn operators_list_show_and_cancel_paused_calls() {
     let listing = serde_json::to_string(&listed).unwrap();
     assert!(!listing.contains(state.split_once('.').unwrap().1), "never the requestState's token");
     assert!(!listing.contains("Which region"), "never what a question asks");
-    assert_eq!(rt.block_on(f.engine.paused_call(&id)).unwrap().as_ref(), Some(shown));
-    assert_eq!(rt.block_on(f.engine.paused_call("not-a-thread")).unwrap(), None);
+    assert_eq!(rt.block_on(f.engine.admin().paused_call(&id)).unwrap().as_ref(), Some(shown));
+    assert_eq!(rt.block_on(f.engine.admin().paused_call("not-a-thread")).unwrap(), None);
 
-    assert!(rt.block_on(f.engine.cancel_call(&id)).unwrap());
-    assert!(!rt.block_on(f.engine.cancel_call(&id)).unwrap(), "cancelled once");
-    let after = rt.block_on(f.engine.paused_calls(0, 10)).unwrap();
+    assert!(rt.block_on(f.engine.admin().cancel(&id)).unwrap());
+    assert!(!rt.block_on(f.engine.admin().cancel(&id)).unwrap(), "cancelled once");
+    let after = rt.block_on(f.engine.admin().paused_calls(0, 10)).unwrap();
     assert_eq!((after.calls.len(), after.total), (0, 0));
     let key = first_key(&paused);
     let resend = run(f.engine.call(
@@ -866,4 +866,64 @@ fn the_caller_key_comes_from_who_calls_and_their_session() {
     assert_eq!(call.run(&per_caller).metadata["caller"], alice, "steps see it as the run's metadata");
     let plain = call.run(&text_agent("plain", &["q"])).metadata;
     assert!(plain.get("caller").is_none(), "made only for agents that keep something per caller: {plain}");
+}
+
+/// Paused calls as the build before the use cases became types (d734536) stored them
+/// (`greeter`, one text question, `{"n": 1}`, alice, under the secret `[7; 32]`): a plain
+/// call, then one followed as a task.
+const EARLIER_RECORDS: &str = include_str!("../fixtures/records-d734536.jsonl");
+
+fn earlier_records() -> Vec<Thread> {
+    EARLIER_RECORDS.lines().map(|line| serde_json::from_str(line).expect("a record")).collect()
+}
+
+fn greeter_call(task: bool) -> Call {
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("n".into(), json!(1));
+    Call { arguments, capabilities: caps(), principal: Some("alice".into()), task, ..Call::default() }
+}
+
+#[test]
+fn paused_calls_stored_by_the_earlier_build_are_answered() {
+    let f = fixture();
+    let engine = Engine::new(f.store.clone(), f.clock.clone(), Secret::new(&[7; 32]).unwrap(), Lifetimes::default());
+    let agent = text_agent("greeter", &["What is your name?"]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let [plain, task] = <[Thread; 2]>::try_from(earlier_records()).unwrap();
+    let key = plain.round.as_ref().unwrap().questions[0].key.clone();
+    for thread in [&plain, &task] {
+        rt.block_on(f.store.create_paused(thread.clone(), "principal:alice", PausedLimits::default()))
+            .unwrap()
+            .unwrap();
+    }
+    // The plain call: its client's retry.
+    let open = plain.round.as_ref().unwrap();
+    let state = engine.secret().request_state(&plain.id, open.n, &open.nonce);
+    let answers: InputResponses = [(key.clone(), accept("Ada"))].into_iter().collect();
+    let retry = Call { input_responses: Some(answers), request_state: Some(state), ..greeter_call(false) };
+    assert_eq!(text(&run(engine.call(&agent, retry))), (r#"{"n":1,"a0":"Ada"}"#.to_owned(), false));
+    // The task: its update, then its result.
+    let answers: InputResponses = [(format!("1:{key}"), accept("Ada"))].into_iter().collect();
+    let updated = rt.block_on(engine.tasks().update(&agent, &task.id, Some("alice"), &answers)).unwrap();
+    assert_eq!(updated, Ok(()));
+    let view = rt.block_on(engine.tasks().get(&task.id, Some("alice"))).unwrap().expect("alice's task");
+    assert_eq!(view.status, TaskStatus::Completed);
+    assert_eq!(view.result.unwrap().content[0].as_text(), Some(r#"{"n":1,"a0":"Ada"}"#));
+}
+
+#[test]
+fn this_build_stores_a_paused_call_as_the_earlier_build_did() {
+    let f = fixture();
+    let agent = text_agent("greeter", &["What is your name?"]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    for (task, earlier) in [false, true].into_iter().zip(earlier_records()) {
+        let asked = round(run(f.engine.call(&agent, greeter_call(task))));
+        let id = asked.request_state.unwrap().split_once('.').unwrap().0.to_owned();
+        let mut now = rt.block_on(f.store.load(&id)).unwrap().expect("stored");
+        // Only what is drawn at random differs: the id, the nonce and its token's proof.
+        now.id.clone_from(&earlier.id);
+        let (round, before) = (now.round.as_mut().unwrap(), earlier.round.as_ref().unwrap());
+        (round.nonce, round.proof) = (before.nonce.clone(), before.proof.clone());
+        assert_eq!(serde_json::to_value(&now).unwrap(), serde_json::to_value(&earlier).unwrap(), "task: {task}");
+    }
 }

@@ -11,14 +11,13 @@
 //! that died.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hitl_protocol::ErrorObject;
 
-use crate::{Engine, Thread};
-use hitl_thread::SaveError;
+use crate::{Clock, Observer, PausedLedger, PausedLimits, SaveError, StoreError, Thread};
 
 /// The most outcomes one process keeps unsaved; past it an outcome is dropped as
 /// before (the call fails with the store's error, and its resend learns the outcome is
@@ -91,14 +90,20 @@ pub(crate) struct Outcome {
     pub(crate) until_ms: u64,
 }
 
-impl Engine {
+/// What saving a kept outcome takes: the store, the clock for its backoff, the observer
+/// and limits for what follows a next round's save, and the map of the kept.
+pub(crate) struct Saver {
+    pub(crate) store: Arc<dyn PausedLedger>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) observer: Option<Arc<dyn Observer>>,
+    pub(crate) paused: PausedLimits,
+    pub(crate) unsaved: Arc<Unsaved>,
+}
+
+impl Saver {
     /// Keeps `outcome`, whose save failed with `error`, and saves it again from a task of
     /// its own; `Err(error)` when there is no room or no runtime to keep it.
-    pub(crate) fn keep_unsaved(
-        &self,
-        outcome: Outcome,
-        error: crate::StoreError,
-    ) -> Result<ErrorObject, crate::StoreError> {
+    pub(crate) fn keep(self, outcome: Outcome, error: StoreError) -> Result<ErrorObject, StoreError> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return Err(error) };
         let id = outcome.thread.id.clone();
         if !self.unsaved.insert(&id) {
@@ -107,7 +112,7 @@ impl Engine {
             return Err(error);
         }
         tracing::warn!(thread_id = %id, %error, "an outcome could not be saved: kept, and saved again when the store is back");
-        runtime.spawn(self.clone().save_kept(outcome));
+        runtime.spawn(self.save_kept(outcome));
         Ok(ErrorObject::internal(OUTCOME_KEPT))
     }
 
@@ -160,11 +165,11 @@ impl Engine {
         let Kept::NextRound = outcome.kind else { return };
         let thread = &outcome.thread;
         crate::meter::round(&thread.tool, crate::meter::Outcome::Paused);
-        if self.observing() {
-            self.observe(crate::Event::Asked { thread: &thread.summary() });
+        if let Some(observer) = &self.observer {
+            observer.observe(&crate::Event::Asked { thread: &thread.summary() });
         }
         if let Some(owner) = &thread.owner {
-            let limits = self.limits.paused;
+            let limits = self.paused;
             let _ = self.store.count_paused(owner, &thread.id, &thread.tool, thread.expires_at_ms, limits).await;
         }
     }

@@ -8,8 +8,9 @@
 //! [`HoldPolicy::hold`], telling a client that asked for progress every
 //! [`HoldPolicy::progress_every`] that it is still waiting; only then does it get the
 //! question again. A decision stored in this process wakes its held retries at once;
-//! one stored on another replica arrives through [`Engine::relay_decisions`] and
-//! [`Engine::wake`] (on Redis, pub/sub), and a retry looks at its thread again at each
+//! one stored on another replica arrives through
+//! [`Engine::relay_decisions`](crate::Engine::relay_decisions) and
+//! [`Engine::wake`](crate::Engine::wake) (on Redis, pub/sub), and a retry looks at its thread again at each
 //! progress tick in case a wake-up was lost.
 
 use std::collections::HashMap;
@@ -18,7 +19,6 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::engine::Engine;
 use crate::{PageKind, Thread};
 
 /// How retries of calls waiting for an approver are held.
@@ -82,10 +82,51 @@ impl Waiting {
     }
 
     /// Wakes the retries held on `thread_id` here.
-    fn wake(&self, thread_id: &str) {
+    pub(crate) fn wake(&self, thread_id: &str) {
         if let Some(notify) = self.threads.lock().unwrap_or_else(|p| p.into_inner()).get(thread_id) {
             notify.notify_waiters();
         }
+    }
+
+    /// Calls `relay` with the thread's id whenever a page answer is stored in this
+    /// process. Set once; later calls are ignored.
+    pub(crate) fn relay(&self, relay: Relay) {
+        let _ = self.relay.set(relay);
+    }
+
+    /// A page answer for `thread_id` was stored here: wake its held retries here and
+    /// on the other replicas.
+    pub(crate) fn decided(&self, thread_id: &str) {
+        self.wake(thread_id);
+        if let Some(relay) = self.relay.get() {
+            relay(thread_id);
+        }
+    }
+
+    /// Begins holding a retry of `owner`'s call on `thread_id` as `policy` says, to end
+    /// no later than `deadline` (the request's): `None` when it is not to be held.
+    pub(crate) fn hold(
+        self: &Arc<Self>,
+        policy: &HoldPolicy,
+        owner: &str,
+        thread_id: &str,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Option<Holding> {
+        if policy.hold.is_zero() {
+            return None;
+        }
+        let now = tokio::time::Instant::now();
+        let mut until = now + policy.hold;
+        if let Some(deadline) = deadline {
+            // Leave the request time to answer with the question.
+            until = until.min(deadline.checked_sub(Duration::from_millis(500)).unwrap_or(now));
+        }
+        if until <= now {
+            return None;
+        }
+        let held = self.enter(owner, thread_id, policy.max_per_caller)?;
+        let every = policy.progress_every;
+        Some(Holding { held, until, next_report: now + every, every, reports: 0 })
     }
 }
 
@@ -121,6 +162,8 @@ pub(crate) struct Holding {
     pub(crate) held: Held,
     until: tokio::time::Instant,
     next_report: tokio::time::Instant,
+    /// How often a progress report is sent.
+    every: Duration,
     reports: u32,
 }
 
@@ -149,83 +192,29 @@ pub(crate) fn awaited_approvers(thread: &Thread) -> Option<Vec<String>> {
     (!approvers.is_empty()).then_some(approvers)
 }
 
-impl Engine {
-    /// Holds retries of calls waiting for an approver as `policy` says.
-    #[must_use]
-    pub fn with_hold(mut self, policy: HoldPolicy) -> Self {
-        self.hold = policy;
-        self
-    }
-
-    /// Calls `relay` with the thread's id whenever a page answer is stored in this
-    /// process, so other replicas [`wake`](Engine::wake) the retries they hold on it.
-    /// Set once; later calls are ignored.
-    pub fn relay_decisions(&self, relay: Relay) {
-        let _ = self.waiting.relay.set(relay);
-    }
-
-    /// Wakes the retries this process holds on `thread_id` (a page answer was stored,
-    /// here or on another replica).
-    pub fn wake(&self, thread_id: &str) {
-        self.waiting.wake(thread_id);
-    }
-
-    /// A page answer for `thread_id` was stored here: wake its held retries here and
-    /// on the other replicas.
-    pub(crate) fn decided(&self, thread_id: &str) {
-        self.waiting.wake(thread_id);
-        if let Some(relay) = self.waiting.relay.get() {
-            relay(thread_id);
-        }
-    }
-
-    /// Begins holding a retry of `owner`'s call on `thread_id`, to end no later than
-    /// `deadline` (the request's): `None` when it is not to be held.
-    pub(crate) fn begin_hold(
-        &self,
-        owner: &str,
-        thread_id: &str,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Option<Holding> {
-        if self.hold.hold.is_zero() {
-            return None;
-        }
-        let now = tokio::time::Instant::now();
-        let mut until = now + self.hold.hold;
-        if let Some(deadline) = deadline {
-            // Leave the request time to answer with the question.
-            until = until.min(deadline.checked_sub(Duration::from_millis(500)).unwrap_or(now));
-        }
-        if until <= now {
-            return None;
-        }
-        let held = self.waiting.enter(owner, thread_id, self.hold.max_per_caller)?;
-        Some(Holding { held, until, next_report: now + self.hold.progress_every, reports: 0 })
-    }
-
+impl Holding {
     /// Waits (with `woken` enabled before the thread was last read, so no decision
     /// is missed) for a decision, the next progress report or the hold's end.
-    pub(crate) async fn wait_held(
-        &self,
-        holding: &mut Holding,
+    pub(crate) async fn wait(
+        &mut self,
         woken: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
         approvers: &[String],
         progress: Option<&hitl_graph::ProgressFn>,
     ) -> Woken {
-        let next = holding.until.min(holding.next_report);
+        let next = self.until.min(self.next_report);
         if tokio::time::timeout_at(next, woken).await.is_ok() {
             return Woken::Look;
         }
         let now = tokio::time::Instant::now();
-        if now >= holding.until {
+        if now >= self.until {
             return Woken::Over;
         }
-        if now >= holding.next_report {
-            holding.reports += 1;
-            holding.next_report = now + self.hold.progress_every;
+        if now >= self.next_report {
+            self.reports += 1;
+            self.next_report = now + self.every;
             if let Some(progress) = progress {
                 progress(hitl_graph::Progress {
-                    progress: f64::from(holding.reports),
+                    progress: f64::from(self.reports),
                     total: None,
                     message: Some(format!("waiting for approval by {}", approvers.join(", "))),
                     from_step: false,

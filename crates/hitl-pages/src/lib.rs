@@ -1,7 +1,8 @@
 //! Approvals outside the MCP client. When a question is answered on a page (an
 //! approver's decision on a tool call, a secret, a sign-in's callback), the client is
 //! sent to one of these pages by URL; the page writes its answer into the paused thread
-//! (`hitl_interrupt::Engine::answer_page`) and the client's retry resumes the agent.
+//! (`hitl_interrupt::PageAnswers::answer`, from `Engine::pages`) and the client's retry
+//! resumes the agent.
 //!
 //! - **Pages** (server-rendered, no script): `/login` (a token, as for the API, becomes
 //!   a signed `HttpOnly`, `SameSite=Strict` session cookie that lasts while its token
@@ -347,7 +348,7 @@ impl Shared {
     /// listing keeps); once the call has moved on, as listed. Either way with its
     /// `display`.
     pub(crate) async fn approval(&self, engine: &Engine, id: &str) -> Result<Option<Value>, String> {
-        let view = engine.page(id).await.map_err(|e| e.to_string())?;
+        let view = engine.pages().get(id).await.map_err(|e| e.to_string())?;
         if let Some(view) = view.filter(|v| matches!(v.page.kind, PageKind::Approval { .. })) {
             return Ok(Some(ledger::detail(&view, &self.config.base_url)));
         }
@@ -605,7 +606,7 @@ impl Shared {
             let text = "This approval is for its approvers and the person who asked for it.";
             self.message(StatusCode::FORBIDDEN, "Not yours to see", text, visit)
         };
-        let (entry, can) = match engine.page(id).await {
+        let (entry, can) = match engine.pages().get(id).await {
             Ok(Some(view)) if matches!(view.page.kind, PageKind::Approval { .. }) => {
                 if !session.is(view.approvers()) && view.principal.as_deref() != Some(session.principal.as_str()) {
                     return hidden();
@@ -673,7 +674,7 @@ impl Shared {
         who: &Session,
         content: Map<String, Value>,
     ) -> Result<Value, Refusal> {
-        let view = match engine.page(id).await {
+        let view = match engine.pages().get(id).await {
             Ok(Some(view)) if matches!(view.page.kind, PageKind::Approval { .. }) => view,
             Ok(_) => {
                 return Err(match self.records.approval(id).await {
@@ -699,7 +700,7 @@ impl Shared {
             refused(&refusal.1);
             return Err(refusal);
         }
-        match engine.answer_page(id, PageInput::Decision(content), Some(who.principal.clone())).await {
+        match engine.pages().answer(id, PageInput::Decision(content), Some(who.principal.clone())).await {
             Ok(PageAnswer::Taken(view)) => {
                 let entry = ledger::decided_entry(&view, &self.config.base_url).0;
                 let status = ledger::status_of(view.page.answer.as_ref().unwrap_or(&Value::Null));
@@ -728,7 +729,7 @@ impl Shared {
         visit: &Visit,
     ) -> http::Response<Body> {
         let path = parts.uri.path();
-        let view = match engine.page(id).await {
+        let view = match engine.pages().get(id).await {
             Ok(Some(view)) if matches!(view.page.kind, PageKind::Secret { .. }) => view,
             Ok(_) => {
                 let text = "Nothing is waiting here: the link is wrong, or the call ended or expired.";
@@ -757,7 +758,8 @@ impl Shared {
         if let Some(fields) = posted {
             let value = fields.get("value").cloned().unwrap_or_default();
             match engine
-                .answer_page(id, PageInput::Secret(value), visit.session.as_ref().map(|s| s.principal.clone()))
+                .pages()
+                .answer(id, PageInput::Secret(value), visit.session.as_ref().map(|s| s.principal.clone()))
                 .await
             {
                 Ok(PageAnswer::Taken(_) | PageAnswer::AlreadyAnswered(_)) => {
@@ -781,7 +783,7 @@ impl Shared {
     async fn callback(&self, engine: &Engine, query: HashMap<String, String>, visit: &Visit) -> http::Response<Body> {
         let state = query.get("state").cloned().unwrap_or_default();
         let params: Map<String, Value> = query.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
-        match engine.answer_page(&state, PageInput::Callback(params), None).await {
+        match engine.pages().answer(&state, PageInput::Callback(params), None).await {
             Ok(PageAnswer::Taken(_) | PageAnswer::AlreadyAnswered(_)) => {
                 let text = "You are signed in. Go back to your MCP client: the agent continues there.";
                 self.message(StatusCode::OK, "Signed in", text, visit)

@@ -47,7 +47,7 @@ pub(crate) async fn handle(
                 (Ok(offset), Ok(limit)) => (offset, limit.min(PAGE)),
                 (Err(why), _) | (_, Err(why)) => return error(StatusCode::BAD_REQUEST, &why),
             };
-            match engine.paused_calls(offset, limit).await {
+            match engine.admin().paused_calls(offset, limit).await {
                 Ok(page) => {
                     let mut listed = json!(page);
                     listed["offset"] = json!(offset);
@@ -56,12 +56,12 @@ pub(crate) async fn handle(
                 Err(e) => unavailable(e),
             }
         }
-        (&Method::GET, [id]) => match engine.paused_call(id).await {
+        (&Method::GET, [id]) => match engine.admin().paused_call(id).await {
             Ok(Some(call)) => reply(StatusCode::OK, &json!(call)),
             Ok(None) => error(StatusCode::NOT_FOUND, "no paused call has this id"),
             Err(e) => unavailable(e),
         },
-        (&Method::DELETE, [id]) => match engine.cancel_call(id).await {
+        (&Method::DELETE, [id]) => match engine.admin().cancel(id).await {
             Ok(true) => {
                 tracing::info!(thread = %id, admin = %who.principal, "paused call cancelled");
                 reply(StatusCode::OK, &json!({ "cancelled": id }))

@@ -63,7 +63,7 @@ pub(crate) async fn run(args: ThreadsArgs, out: &mut dyn std::io::Write) -> anyh
     let engine = Engine::new(store, Arc::new(SystemClock), Secret::generate(), Lifetimes::default());
     match args.action {
         Action::List { offset, limit, json } => {
-            let page = engine.paused_calls(offset, limit).await?;
+            let page = engine.admin().paused_calls(offset, limit).await?;
             let (calls, total) = (&page.calls, page.total);
             if !page.unreadable.is_empty() {
                 eprintln!(
@@ -89,12 +89,12 @@ pub(crate) async fn run(args: ThreadsArgs, out: &mut dyn std::io::Write) -> anyh
             }
             writeln!(out, "{} shown of {total} paused", calls.len())?;
         }
-        Action::Show { id } => match engine.paused_call(&id).await? {
+        Action::Show { id } => match engine.admin().paused_call(&id).await? {
             Some(call) => writeln!(out, "{}", serde_json::to_string_pretty(&call)?)?,
             None => bail!("no paused call has id {id}"),
         },
         Action::Cancel { id } => {
-            if !engine.cancel_call(&id).await? {
+            if !engine.admin().cancel(&id).await? {
                 bail!("no paused call has id {id}");
             }
             writeln!(out, "cancelled {id}")?;

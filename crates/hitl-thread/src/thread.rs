@@ -134,7 +134,7 @@ pub struct Thread {
 }
 
 impl Thread {
-    /// A task's first run going on in a process (the engine's `call_as_task`): no
+    /// A task's first run going on in a process (the engine's `Tasks::start`): no
     /// round asked yet and no end, while the run's claim holds.
     pub fn working(&self, now_ms: u64) -> bool {
         self.round.is_none() && self.last.is_none() && self.live_claim(now_ms).is_some()

@@ -60,7 +60,7 @@ impl Shared {
     ) -> Result<Value, ErrorObject> {
         let principal = call.principal.clone();
         let wait = if agent.tasks == TaskSupport::Required { Duration::ZERO } else { TASK_WAIT };
-        match self.store_answer(self.engine.call_as_task(agent, call, wait).await)?? {
+        match self.store_answer(self.engine.tasks().start(agent, call, wait).await)?? {
             TaskStart::Complete(result) => crate::to_json(&result),
             TaskStart::Task(id) => self.created(&id, principal.as_deref()).await,
         }
@@ -114,7 +114,7 @@ impl Shared {
                 Ok(json!({}))
             }
             "tasks/cancel" => {
-                let cancelled = self.engine.cancel_task(id, principal).await;
+                let cancelled = self.engine.tasks().cancel(id, principal).await;
                 self.store_answer(cancelled)?.map(|()| json!({}))
             }
             other => Err(ErrorObject::method_not_found(other)),
@@ -133,12 +133,12 @@ impl Shared {
         let Some(agent) = tools.get(&view.tool) else {
             return Err(ErrorObject::invalid_params(format!("The tool of task {id} is no longer served")));
         };
-        self.store_answer(self.engine.update_task(agent, id, caller.principal.as_deref(), responses).await)?
+        self.store_answer(self.engine.tasks().update(agent, id, caller.principal.as_deref(), responses).await)?
     }
 
     /// The task `id` of the caller, or `Unknown task`.
     async fn view(&self, id: &str, principal: Option<&str>) -> Result<TaskView, ErrorObject> {
-        match self.store_answer(self.engine.task(id, principal).await)? {
+        match self.store_answer(self.engine.tasks().get(id, principal).await)? {
             Some(view) => Ok(view),
             None => Err(hitl_interrupt::unknown_task(id)),
         }

@@ -111,7 +111,7 @@ fn an_approval_is_asked_by_url_and_the_retry_takes_the_approvers_decision() {
     assert_eq!(err.message, questions::ANSWERED_ON_PAGE);
 
     // The page shows the call; a bad edit is refused there; the approver's edit wins once.
-    let view = run(engine.page(&id)).unwrap().expect("the page");
+    let view = run(engine.pages().get(&id)).unwrap().expect("the page");
     assert_eq!((view.tool.as_str(), view.principal.as_deref()), ("deploy", Some("user:ada")));
     assert_eq!(view.approvers(), ["group:sre"]);
     assert_eq!(view.review.as_ref().unwrap().args, *args.as_object().unwrap());
@@ -120,13 +120,13 @@ fn an_approval_is_asked_by_url_and_the_retry_takes_the_approvers_decision() {
     assert_eq!((description.as_deref(), upstream.as_deref()), (Some("Deploy it?"), Some("ci")), "what runs it");
     assert_eq!(tool_description.as_deref(), Some("Deploys a version."));
     assert_eq!(annotations.as_ref().and_then(|a| a.get("destructiveHint")), Some(&json!(true)));
-    let bad = run(engine.answer_page(&id, decision(json!({"decision": "edit", "args": "[1]"})), None)).unwrap();
+    let bad = run(engine.pages().answer(&id, decision(json!({"decision": "edit", "args": "[1]"})), None)).unwrap();
     assert!(matches!(bad, PageAnswer::Refused(_)), "{bad:?}");
     let edit = json!({"decision": "edit", "args": "{\"version\": \"1.3\"}"});
-    let taken = run(engine.answer_page(&id, decision(edit.clone()), Some("user:bob".into()))).unwrap();
+    let taken = run(engine.pages().answer(&id, decision(edit.clone()), Some("user:bob".into()))).unwrap();
     assert!(matches!(taken, PageAnswer::Taken(_)), "{taken:?}");
     let twice =
-        run(engine.answer_page(&id, decision(json!({"decision": "approve"})), Some("user:eve".into()))).unwrap();
+        run(engine.pages().answer(&id, decision(json!({"decision": "approve"})), Some("user:eve".into()))).unwrap();
     let PageAnswer::AlreadyAnswered(view) = twice else { panic!("{twice:?}") };
     assert_eq!(view.page.answered_by.as_deref(), Some("user:bob"));
 
@@ -134,8 +134,8 @@ fn an_approval_is_asked_by_url_and_the_retry_takes_the_approvers_decision() {
     let Ok(CallToolResponse::Complete(result)) = done else { panic!("{done:?}") };
     let output: Value = serde_json::from_str(result.content[0].as_text().unwrap()).unwrap();
     assert_eq!(output["decision"]["edited_action"]["args"], json!({"version": "1.3"}));
-    assert!(run(engine.page(&id)).unwrap().is_none(), "the page is gone once the call resumed");
-    assert!(matches!(run(engine.answer_page(&id, decision(edit), None)).unwrap(), PageAnswer::Gone));
+    assert!(run(engine.pages().get(&id)).unwrap().is_none(), "the page is gone once the call resumed");
+    assert!(matches!(run(engine.pages().answer(&id, decision(edit), None)).unwrap(), PageAnswer::Gone));
 }
 
 #[test]
@@ -147,9 +147,9 @@ fn forged_page_ids_lead_nowhere_and_records_with_pages_are_format_2() {
     let thread = run(engine.store().load(thread_id)).unwrap().unwrap();
     assert_eq!(thread.format, 2);
     let forged = format!("{}AAAA", &id[..id.len() - 4]);
-    assert!(run(engine.page(&forged)).unwrap().is_none());
-    assert!(run(engine.page(&format!("{thread_id}.1.1.x"))).unwrap().is_none());
-    assert!(run(engine.page("not-an-id")).unwrap().is_none());
+    assert!(run(engine.pages().get(&forged)).unwrap().is_none());
+    assert!(run(engine.pages().get(&format!("{thread_id}.1.1.x"))).unwrap().is_none());
+    assert!(run(engine.pages().get("not-an-id")).unwrap().is_none());
     // Without pages, the agent's call ends with an error result that says why.
     let clock = Arc::new(ManualClock::new(1));
     let store = Arc::new(MemoryStore::with_clock(clock.clone()));
@@ -194,7 +194,7 @@ fn a_secret_typed_on_its_page_reaches_the_agent_and_only_the_agent() {
     assert!(key.starts_with("secret-"), "{key}");
     assert_eq!(message, "Enter a GitHub token on the page.");
     let id = url.strip_prefix("https://hitl.example.com/secrets/").unwrap().to_owned();
-    let taken = run(engine.answer_page(&id, PageInput::Secret("ghp_s3cr3t".into()), None)).unwrap();
+    let taken = run(engine.pages().answer(&id, PageInput::Secret("ghp_s3cr3t".into()), None)).unwrap();
     let PageAnswer::Taken(view) = taken else { panic!() };
     assert_eq!(view.public_answer(), Some(json!({"entered": true})));
     let stored = serde_json::to_string(&run(engine.store().load(&view.thread_id)).unwrap().unwrap()).unwrap();
@@ -223,9 +223,9 @@ fn a_sign_in_url_carries_the_page_id_as_state_and_the_callback_completes_it() {
     let first = round(run(engine.call(&agent, call(json!({}), None, None, "user:ada"))).unwrap());
     let (key, url, _) = url_of(&first);
     let state = url.split("state=").nth(1).unwrap().to_owned();
-    assert!(run(engine.page(&state)).unwrap().is_some());
+    assert!(run(engine.pages().get(&state)).unwrap().is_some());
     let params: Map<String, Value> = serde_json::from_value(json!({"code": "c0de", "state": state})).unwrap();
-    let taken = run(engine.answer_page(&state, PageInput::Callback(params), None)).unwrap();
+    let taken = run(engine.pages().answer(&state, PageInput::Callback(params), None)).unwrap();
     assert!(matches!(taken, PageAnswer::Taken(_)), "{taken:?}");
     let rs = first.request_state.unwrap();
     let done = run(engine.call(&agent, call(json!({}), Some(look(&key)), Some(&rs), "user:ada")));
@@ -270,7 +270,7 @@ fn a_retry_is_held_until_the_approver_decides() {
         assert!(!held.is_finished(), "the first retry is still held");
 
         let approve = decision(json!({"decision": "approve"}));
-        let taken = engine.answer_page(&id, approve, Some("user:bob".into())).await.unwrap();
+        let taken = engine.pages().answer(&id, approve, Some("user:bob".into())).await.unwrap();
         assert!(matches!(taken, PageAnswer::Taken(_)), "{taken:?}");
         let done = tokio::time::timeout(Duration::from_secs(30), held).await.expect("woken by the decision");
         let Ok(CallToolResponse::Complete(result)) = done.unwrap().unwrap() else { panic!("the call completes") };

@@ -5,6 +5,7 @@ use hitl_graph::Interrupt;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::resend::answers_digest_of;
 
 fn interrupt(id: &str, value: Value, schema: Option<Value>) -> Interrupt {
     Interrupt { id: id.into(), step: "step".into(), value, response_schema: schema }

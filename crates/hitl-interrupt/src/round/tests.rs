@@ -221,7 +221,7 @@ fn every_transition_of_a_paused_thread() {
 fn resends_of_an_answered_round_replay_what_it_led_to() {
     let answered = paused();
     let yes = answers(&answered, accept());
-    let last = super::last(answered.round.as_ref().unwrap(), &yes, LastOutcome::NextRound);
+    let last = crate::resend::last(answered.round.as_ref().unwrap(), &yes, LastOutcome::NextRound);
     // Round 1 led to round 2, still open.
     let mut next_round = paused();
     next_round.last = Some(last.clone());
@@ -235,7 +235,7 @@ fn resends_of_an_answered_round_replay_what_it_led_to() {
     finished.round = None;
     finished.checkpoint = None;
     let outcome = LastOutcome::Result { result: CallToolResult::json(&json!({"region": "eu-west-1"})) };
-    finished.last = Some(super::last(answered.round.as_ref().unwrap(), &yes, outcome));
+    finished.last = Some(crate::resend::last(answered.round.as_ref().unwrap(), &yes, outcome));
     assert_eq!(name(&run(Some(finished.clone()), Some("alice"), &t1, &yes, &elicits())), "replay result");
     // Other answers with the old token, or the old answers with a forged one: invalid.
     let other = answers(&answered, json!({"action": "accept", "content": {"response": "us-east-1"}}));
@@ -379,4 +379,150 @@ fn every_end_of_a_claimed_run() {
     let Ending::GiveBack(thread, error) = end_run(Ran::Paused(moved(1), next), &elicits(), 600) else { panic!() };
     assert_eq!((thread.version, thread.round.unwrap().n), (6, 1));
     assert!(error.message.contains("--max-record-bytes"), "{}", error.message);
+}
+
+const THREAD: &str = "01a22f1a-68fb-738c-b3ca-9f64075178aa";
+
+/// What makes round 2 of `THREAD` now.
+fn asking(unresumable: Option<&'static str>, can_elicit: bool) -> super::Asking<'static> {
+    super::Asking {
+        thread_id: THREAD,
+        n: 2,
+        now_ms: NOW,
+        nonce: "nonce-2".into(),
+        pages: None,
+        unresumable,
+        can_elicit,
+    }
+}
+
+fn paused_at(question: Value) -> hitl_graph::Outcome {
+    let interrupt = Interrupt { id: "1:ask:0".into(), step: "ask".into(), value: question, response_schema: None };
+    hitl_graph::Outcome::Paused { interrupts: vec![interrupt], checkpoint: paused().checkpoint.unwrap() }
+}
+
+/// How a run's outcome settled, for the table.
+fn settled(settled: &super::Settled) -> String {
+    match settled {
+        super::Settled::Done(result) if result.is_error == Some(true) => {
+            format!("error: {}", result.content[0].as_text().unwrap_or_default())
+        }
+        super::Settled::Done(result) => format!("done: {}", result.content[0].as_text().unwrap_or_default()),
+        super::Settled::Failed(e) => format!("failed {}", e.code.0),
+        super::Settled::Paused(_, round) => format!("round {} asked at {}", round.n, round.asked_at_ms),
+    }
+}
+
+#[test]
+fn every_way_a_run_settles_the_call() {
+    use hitl_graph::{Outcome, RunError};
+    let breakpoint = || Outcome::Breakpoint { state: json!({"n": 1}), checkpoint: paused().checkpoint.unwrap() };
+    let failed = RunError::StepFailed { step: "ask".into(), message: "boom".into() };
+    let rows: Vec<(&str, Result<Outcome, RunError>, super::Asking<'_>, String)> = vec![
+        ("done", Ok(Outcome::Done(json!({"region": "eu"}))), asking(None, true), r#"done: {"region":"eu"}"#.into()),
+        ("failed", Err(failed), asking(None, true), "error: The agent failed: step ask failed: boom".into()),
+        (
+            "an agent's error",
+            Ok(Outcome::Done(json!({"type": "mcp_error", "error": {"code": -32042, "message": "go"}}))),
+            asking(None, true),
+            "failed -32042".into(),
+        ),
+        ("a breakpoint, eliciting", Ok(breakpoint()), asking(None, true), format!("error: {}", crate::BREAKPOINT)),
+        ("a breakpoint, not eliciting", Ok(breakpoint()), asking(None, false), r#"done: {"n":1}"#.into()),
+        ("paused", Ok(paused_at(json!("Which region?"))), asking(None, true), format!("round 2 asked at {NOW}")),
+        (
+            "paused, for a client that can't answer",
+            Ok(paused_at(json!("Which region?"))),
+            asking(Some(crate::LEGACY_CANNOT_ANSWER), true),
+            format!("error: {}", crate::LEGACY_CANNOT_ANSWER),
+        ),
+        (
+            "paused on a question that can't be asked",
+            Ok(paused_at(json!({"not": "a question"}))),
+            asking(None, true),
+            "error: This tool needs input that can't be asked over MCP: the interrupt of step ask is not a string \
+             and has no response schema"
+                .into(),
+        ),
+    ];
+    for (case, outcome, asking, expected) in rows {
+        assert_eq!(settled(&super::settle(outcome, &asking, &secret())), expected, "{case}");
+    }
+}
+
+#[test]
+fn a_round_is_made_of_what_is_passed_in() {
+    let make = || super::settle(Ok(paused_at(json!("Which region?"))), &asking(None, true), &secret());
+    let (super::Settled::Paused(_, first), super::Settled::Paused(_, again)) = (make(), make()) else { panic!() };
+    assert_eq!(first, again, "no clock and no random source of its own");
+    assert_eq!((first.n, first.nonce.as_str(), first.asked_at_ms), (2, "nonce-2", NOW));
+    assert_eq!(first.proof, crate::state::proof(&token(&paused(), 2)));
+}
+
+#[test]
+fn a_new_call_opens_its_thread_at_its_first_round() {
+    let lifetimes = crate::Lifetimes::default();
+    let call = crate::Call { principal: Some("alice".into()), capabilities: elicits(), ..Default::default() };
+    let new = || super::NewThread {
+        id: THREAD.into(),
+        binding: "choose_region".into(),
+        args_digest: "digest".into(),
+        now_ms: NOW,
+    };
+    let open = |call: &crate::Call| {
+        super::open(paused().checkpoint.unwrap(), round(1, "Which region?"), call, new(), &lifetimes)
+    };
+    let thread = open(&call);
+    let mut expected = paused();
+    (expected.version, expected.owner, expected.expires_at_ms) =
+        (1, Some("principal:alice".into()), NOW + 24 * 3_600_000);
+    assert_eq!(thread, expected);
+    let task = open(&crate::Call { task: true, ..call.clone() }).task.expect("a task");
+    assert_eq!((task.created_at_ms, task.updated_at_ms, task.capabilities), (NOW, NOW, elicits()));
+
+    // Asked: its requestState, or why not (nothing is stored then).
+    let asked = |caps: &ClientCapabilities, max: usize| match super::first_ask(open(&call), caps, max, &secret()) {
+        super::FirstAsk::Ask(_, CallToolResponse::InputRequired(r)) => r.request_state.unwrap(),
+        super::FirstAsk::Ask(..) => "a result".into(),
+        super::FirstAsk::Lacks(e) => format!("lacks {}", e.code.0),
+        super::FirstAsk::TooLarge(e) => format!("too large {}", e.message.contains("--max-record-bytes")),
+    };
+    assert_eq!(asked(&elicits(), usize::MAX), secret().request_state(THREAD, 1, "nonce-1"));
+    assert_eq!(asked(&Default::default(), usize::MAX), "lacks -32021");
+    assert_eq!(asked(&elicits(), 200), "too large true");
+}
+
+#[test]
+fn how_a_resumed_run_ended() {
+    use hitl_graph::RunError;
+    let transient = || RunError::Transient { step: "ask".into(), message: "down".into(), kept: moved(1) };
+    let late = || hitl_protocol::ErrorObject::internal("late");
+    let ran = |outcome, paused| super::ran(outcome, paused, late, &asking(None, true), &secret());
+    let name = |ran: super::Ran| match ran {
+        super::Ran::TimedOut(e) => format!("timed out: {}", e.message),
+        super::Ran::Cancelled(kept) => format!("cancelled at {}", kept.superstep),
+        super::Ran::Retry(kept, _) => format!("retry from {}", kept.superstep),
+        super::Ran::Done(result) => format!("done error={}", result.is_error == Some(true)),
+        super::Ran::Paused(_, round) => format!("round {}", round.n),
+    };
+    let rows = [
+        ("out of time", name(ran(None, true)), "timed out: late"),
+        ("cancelled", name(ran(Some(Err(RunError::Cancelled(moved(1)))), true)), "cancelled at 1"),
+        ("a transient failure, stored", name(ran(Some(Err(transient())), true)), "retry from 1"),
+        ("a transient failure, not stored", name(ran(Some(Err(transient())), false)), "done error=true"),
+        ("paused again", name(ran(Some(Ok(paused_at(json!("How many?")))), true)), "round 2"),
+        (
+            "an agent's error",
+            name(ran(
+                Some(Ok(hitl_graph::Outcome::Done(
+                    json!({"type": "mcp_error", "error": {"code": -32042, "message": "go"}}),
+                ))),
+                true,
+            )),
+            "done error=true",
+        ),
+    ];
+    for (case, got, expected) in rows {
+        assert_eq!(got, expected, "{case}");
+    }
 }

@@ -47,7 +47,7 @@ fn call(principal: &str) -> Call {
 }
 
 async fn started(engine: &Engine, agent: &Agent, wait: Duration) -> TaskStart {
-    engine.call_as_task(agent, call("alice"), wait).await.unwrap().unwrap()
+    engine.tasks().start(agent, call("alice"), wait).await.unwrap().unwrap()
 }
 
 fn task_id(start: TaskStart) -> String {
@@ -60,7 +60,7 @@ fn task_id(start: TaskStart) -> String {
 /// Polls task `id` until it is no longer `working`.
 async fn settled(engine: &Engine, id: &str) -> TaskView {
     for _ in 0..500 {
-        let view = engine.task(id, Some("alice")).await.unwrap().expect("alice's task");
+        let view = engine.tasks().get(id, Some("alice")).await.unwrap().expect("alice's task");
         if view.status != TaskStatus::Working {
             return view;
         }
@@ -78,7 +78,7 @@ async fn a_quick_call_is_answered_at_once_and_a_quick_pause_is_a_task_with_its_r
     assert_eq!(result.structured_content.unwrap()["done"], true);
 
     let id = task_id(started(&engine, &sleeper(0, true), Duration::from_secs(5)).await);
-    let view = engine.task(&id, Some("alice")).await.unwrap().unwrap();
+    let view = engine.tasks().get(&id, Some("alice")).await.unwrap().unwrap();
     assert_eq!(view.status, TaskStatus::InputRequired, "stored with its round before it is answered");
 }
 
@@ -87,9 +87,9 @@ async fn a_slow_call_runs_on_as_a_working_task_then_pauses_and_completes() {
     let engine = engine();
     let agent = sleeper(150, true);
     let id = task_id(started(&engine, &agent, Duration::from_millis(1)).await);
-    let working = engine.task(&id, Some("alice")).await.unwrap().expect("stored before it is answered");
+    let working = engine.tasks().get(&id, Some("alice")).await.unwrap().expect("stored before it is answered");
     assert_eq!(working.status, TaskStatus::Working);
-    assert_eq!(engine.task(&id, Some("bob")).await.unwrap(), None, "another principal sees no task");
+    assert_eq!(engine.tasks().get(&id, Some("bob")).await.unwrap(), None, "another principal sees no task");
 
     let paused = settled(&engine, &id).await;
     assert_eq!(paused.status, TaskStatus::InputRequired, "{paused:?}");
@@ -97,11 +97,11 @@ async fn a_slow_call_runs_on_as_a_working_task_then_pauses_and_completes() {
     assert!(key.starts_with("1:"), "{key}");
     let answer = json!({"action": "accept", "content": {"response": "yes"}});
     let responses = serde_json::from_value(json!({ key: answer })).unwrap();
-    engine.update_task(&agent, &id, Some("alice"), &responses).await.unwrap().unwrap();
+    engine.tasks().update(&agent, &id, Some("alice"), &responses).await.unwrap().unwrap();
     let done = settled(&engine, &id).await;
     assert_eq!(done.status, TaskStatus::Completed);
     assert_eq!(done.result.unwrap().structured_content.unwrap()["answer"], "yes");
-    assert!(engine.running.lock().unwrap().is_empty(), "the run is over");
+    assert!(engine.core.running.is_empty(), "the run is over");
 }
 
 #[tokio::test]
@@ -120,17 +120,17 @@ async fn a_panic_fails_the_task_with_a_json_rpc_error() {
 async fn cancel_stops_a_working_run_and_the_task_stays_cancelled() {
     let engine = engine();
     let id = task_id(started(&engine, &sleeper(60_000, false), Duration::ZERO).await);
-    engine.cancel_task(&id, Some("alice")).await.unwrap().unwrap();
-    assert_eq!(engine.task(&id, Some("alice")).await.unwrap().unwrap().status, TaskStatus::Cancelled);
+    engine.tasks().cancel(&id, Some("alice")).await.unwrap().unwrap();
+    assert_eq!(engine.tasks().get(&id, Some("alice")).await.unwrap().unwrap().status, TaskStatus::Cancelled);
     for _ in 0..500 {
-        if engine.running.lock().unwrap().is_empty() {
+        if engine.core.running.is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(engine.running.lock().unwrap().is_empty(), "the run was stopped");
-    engine.cancel_task(&id, Some("alice")).await.unwrap().expect("cancelling again is acknowledged");
-    assert_eq!(engine.task(&id, Some("alice")).await.unwrap().unwrap().status, TaskStatus::Cancelled);
+    assert!(engine.core.running.is_empty(), "the run was stopped");
+    engine.tasks().cancel(&id, Some("alice")).await.unwrap().expect("cancelling again is acknowledged");
+    assert_eq!(engine.tasks().get(&id, Some("alice")).await.unwrap().unwrap().status, TaskStatus::Cancelled);
 }
 
 #[tokio::test]
@@ -155,7 +155,7 @@ async fn a_working_task_whose_claim_lapsed_shows_failed() {
         expires_at_ms: now + 60_000,
     };
     engine.store().save(thread, None).await.unwrap();
-    let view = engine.task(&id, Some("alice")).await.unwrap().unwrap();
+    let view = engine.tasks().get(&id, Some("alice")).await.unwrap().unwrap();
     assert_eq!(view.status, TaskStatus::Failed);
     assert!(view.error.unwrap().message.contains("stopped before it finished"));
 }
@@ -166,7 +166,7 @@ async fn a_task_counts_as_a_paused_call() {
     let engine = engine().with_limits(limits);
     let agent = sleeper(60_000, false);
     let first = task_id(started(&engine, &agent, Duration::ZERO).await);
-    let refused = engine.call_as_task(&agent, call("alice"), Duration::ZERO).await.unwrap().unwrap_err();
+    let refused = engine.tasks().start(&agent, call("alice"), Duration::ZERO).await.unwrap().unwrap_err();
     assert!(refused.message.contains("too many paused calls from this caller"), "{}", refused.message);
-    engine.cancel_task(&first, Some("alice")).await.unwrap().unwrap();
+    engine.tasks().cancel(&first, Some("alice")).await.unwrap().unwrap();
 }

@@ -159,7 +159,7 @@ fn an_outcome_the_store_missed_is_kept_and_a_resend_gets_it_once_the_store_is_ba
 
     let first = f.call(&agent, Some(yes.clone()), Some(&state));
     assert!(kept(&first), "the call learns its outcome is kept: {first:?}");
-    assert!(f.engine.unsaved.holds(&thread_id));
+    assert!(f.engine.core.unsaved.holds(&thread_id));
     // An outage longer than the claim's lease: a resend meanwhile waits a lease's time
     // for the kept outcome, then says so again; it never reads the round as abandoned.
     let during = f.call(&agent, Some(yes.clone()), Some(&state));
@@ -171,7 +171,7 @@ fn an_outcome_the_store_missed_is_kept_and_a_resend_gets_it_once_the_store_is_ba
     f.down.store(false, SeqCst);
     let after = f.call(&agent, Some(yes.clone()), Some(&state));
     assert_eq!(result_text(&after), r#"{"go":"yes","done":true}"#, "the real result, not an unknown outcome");
-    assert!(!f.engine.unsaved.holds(&thread_id), "saved, so no longer kept");
+    assert!(!f.engine.core.unsaved.holds(&thread_id), "saved, so no longer kept");
     assert_eq!(f.call(&agent, Some(yes), Some(&state)), after, "resends replay the stored result");
     assert_eq!(effects.load(SeqCst), 1, "the effect ran once");
 }
@@ -221,7 +221,7 @@ fn a_kept_outcome_whose_call_was_taken_over_is_dropped_and_the_store_decides() {
     // The race is the store's to settle: whichever saved first is what every resend gets.
     let here = f.call(&agent, Some(yes), Some(&state));
     assert_eq!(here, elsewhere, "one outcome for the call");
-    assert!(!f.engine.unsaved.holds(&thread_id));
+    assert!(!f.engine.core.unsaved.holds(&thread_id));
     assert_eq!(effects.load(SeqCst), 1);
 }
 

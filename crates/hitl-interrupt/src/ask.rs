@@ -1,0 +1,54 @@
+//! How a round is put to a client: its `input_required` result with the round's
+//! `requestState`, or `-32021` when the client lacks a mode the round needs. Pure.
+
+use hitl_protocol::{CallToolResponse, ClientCapabilities, ErrorObject, InputRequests, InputRequiredResult};
+
+use crate::state::Secret;
+use crate::{Reply, Round, questions};
+
+/// The round as an `input_required` reply, or `-32021` when the client lacks a mode
+/// it needs.
+pub(crate) fn ask(thread_id: &str, round: &Round, capabilities: &ClientCapabilities, secret: &Secret) -> Reply {
+    match missing_capability(round, capabilities) {
+        Some(e) => Err(e),
+        None => Ok(render(thread_id, round, secret)),
+    }
+}
+
+/// `-32021` naming every mode the round needs that the client lacks, if it lacks one.
+pub(crate) fn missing_capability(round: &Round, capabilities: &ClientCapabilities) -> Option<ErrorObject> {
+    let needs = questions::needs(&round.questions);
+    let missing = needs.missing_from(capabilities);
+    if missing.is_empty() {
+        return None;
+    }
+    let mode = if missing.form {
+        "form elicitation"
+    } else if missing.url {
+        "url elicitation"
+    } else if missing.sampling {
+        "sampling"
+    } else {
+        "roots"
+    };
+    // Every mode the round needs among the kinds the client misses (so a client that
+    // lacks elicitation altogether learns of both form and url).
+    let elicitation_missing = missing.form || missing.url;
+    let required = hitl_protocol::Needs {
+        form: elicitation_missing && needs.form,
+        url: elicitation_missing && needs.url,
+        sampling: missing.sampling,
+        roots: missing.roots,
+    };
+    Some(ErrorObject::missing_capability(
+        format!("This tool asks for human input and needs {mode}."),
+        &required.to_capabilities(),
+    ))
+}
+
+/// The round's `input_required` result with its `requestState`.
+pub(crate) fn render(thread_id: &str, round: &Round, secret: &Secret) -> CallToolResponse {
+    let requests: InputRequests = round.questions.iter().map(|q| (q.key.clone(), q.request.clone())).collect();
+    let request_state = secret.request_state(thread_id, round.n, &round.nonce);
+    CallToolResponse::InputRequired(InputRequiredResult::new(requests, request_state))
+}

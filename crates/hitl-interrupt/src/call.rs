@@ -1,0 +1,188 @@
+//! One `tools/call` as the engine sees it, and the checks of its arguments made before
+//! any thread is.
+
+use std::sync::Arc;
+
+use hitl_graph::Agent;
+use hitl_protocol::version::Era;
+use hitl_protocol::{CallToolResponse, ClientCapabilities, ErrorObject, InputResponses};
+use serde_json::{Map, Value};
+
+use crate::StoreError;
+
+/// The message of every `requestState` that does not verify.
+pub const INVALID_STATE: &str = "Invalid or expired requestState";
+
+/// The message of a call whose thread was saved by a newer build.
+pub const NEWER_FORMAT: &str = "this paused call was saved by a newer hitl";
+
+/// The first text block of the error result a legacy client gets when a tool pauses.
+pub const LEGACY_CANNOT_ANSWER: &str = "This tool paused to ask for human input, and this client can't answer it.";
+/// The first text block of the error result when the call cannot keep a thread.
+pub const CANNOT_RESUME: &str = "This tool paused to ask for human input, and this call can't be resumed.";
+/// The error result of a graph that stopped at a static breakpoint, for clients that
+/// can elicit (others get the state at the breakpoint as the result).
+pub const BREAKPOINT: &str =
+    "This tool stopped at a static breakpoint (interrupt_before or interrupt_after), which can't be resumed over MCP.";
+
+/// An infrastructure failure (the store), as opposed to a protocol error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What a call gets: a response, or a JSON-RPC error.
+pub type Reply = Result<CallToolResponse, ErrorObject>;
+
+/// The reply to a `requestState` that does not verify.
+pub(crate) fn invalid_state() -> Reply {
+    Err(ErrorObject::invalid_params(INVALID_STATE))
+}
+
+/// One `tools/call` as the engine sees it.
+#[derive(Clone, Default)]
+pub struct Call {
+    /// The arguments (an object).
+    pub arguments: Map<String, Value>,
+    /// Answers, by question key.
+    pub input_responses: Option<InputResponses>,
+    /// The `requestState` echoed by the client.
+    pub request_state: Option<String>,
+    /// The runtime context for the run.
+    pub context: Option<Value>,
+    /// What the client declared it can do.
+    pub capabilities: ClientCapabilities,
+    /// Who is calling, when an auth layer said so.
+    pub principal: Option<String>,
+    /// The caller's network address, which paused calls count against when there is no
+    /// principal.
+    pub peer: Option<String>,
+    /// The era of the client: a legacy client cannot answer a round.
+    pub era: Era,
+    /// `true` for `prompts/get`: the call is bound to the prompt, not a tool of the
+    /// same name.
+    pub prompt: bool,
+    /// Called as the agent's supersteps finish (for `notifications/progress`).
+    pub progress: Option<hitl_graph::ProgressFn>,
+    /// Set when the client went away: the run stops before its next superstep and the
+    /// round stays as it was.
+    pub cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// The client follows the call as a task (the Tasks extension) if it pauses: its
+    /// rounds are then answered with [`Tasks::update`](crate::Tasks::update), in parts.
+    pub task: bool,
+    /// A 2025-era client's session with hitl (its `Mcp-Session-Id`, which hitl issued
+    /// and checked): state an agent keeps per caller is kept per session.
+    pub session: Option<String>,
+}
+
+impl std::fmt::Debug for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Call")
+            .field("arguments", &self.arguments)
+            .field("input_responses", &self.input_responses)
+            .field("request_state", &self.request_state.as_ref().map(|_| ".."))
+            .field("context", &self.context)
+            .field("capabilities", &self.capabilities)
+            .field("principal", &self.principal)
+            .field("peer", &self.peer)
+            .field("era", &self.era)
+            .field("prompt", &self.prompt)
+            .field("session", &self.session.as_ref().map(|_| ".."))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Call {
+    /// The graph run options of this call: its runtime context, the client's
+    /// capabilities as metadata (so an agent can ask only for what the client takes)
+    /// with the caller's key ([`Call::caller_key`]), progress and cancellation (effects
+    /// are marked only on a stored thread).
+    pub(crate) fn run(&self, agent: &Agent) -> hitl_graph::Run {
+        let mut metadata = serde_json::json!({ "clientCapabilities": self.capabilities });
+        // A 2025-era client (the only kind with a session, pushed to or not) may be
+        // answered otherwise than a 2026-07-28 one (the gateway relays an upstream's
+        // `-32042` to it as that error).
+        if self.era == Era::Legacy || self.session.is_some() {
+            metadata["legacyClient"] = Value::Bool(true);
+        }
+        if agent.per_caller {
+            metadata["caller"] = self.caller_key().into();
+        }
+        hitl_graph::Run {
+            context: self.context.clone().unwrap_or(Value::Null),
+            metadata,
+            progress: self.progress.clone(),
+            cancel: self.cancel.clone(),
+            effects: None,
+        }
+    }
+
+    /// The name a thread is bound to.
+    pub(crate) fn binding(&self, agent: &Agent) -> String {
+        if self.prompt { format!("prompt:{}", agent.name) } else { agent.name.clone() }
+    }
+
+    /// Who the call is made for, as an opaque key (a digest) for what an agent keeps
+    /// per caller (the gateway: an upstream session): the owner (principal, else
+    /// address) with its 2025-era session with hitl, or else with the capabilities it
+    /// declared. It comes from the server's view of the caller, so no caller can name
+    /// another's key; a different session or capabilities give a different key.
+    pub fn caller_key(&self) -> String {
+        let who = match &self.session {
+            Some(session) => serde_json::json!({"owner": self.owner(), "session": session}),
+            None => serde_json::json!({"owner": self.owner(), "capabilities": self.capabilities}),
+        };
+        crate::digest_hex(&who)
+    }
+
+    /// Whose paused calls this call's thread counts among.
+    pub(crate) fn owner(&self) -> String {
+        match (&self.principal, &self.peer) {
+            (Some(principal), _) => format!("principal:{principal}"),
+            (None, Some(peer)) => format!("peer:{peer}"),
+            (None, None) => "anonymous".to_owned(),
+        }
+    }
+}
+
+/// The call's arguments as one JSON value, checked against the agent's input schema,
+/// and their digest (what a thread is bound to).
+pub(crate) fn checked_arguments(agent: &Agent, call: &Call) -> Result<(Value, String), ErrorObject> {
+    if let Some(reserved) = reserved_argument(agent, &call.arguments) {
+        let message = format!("{reserved}: argument names beginning with {RESERVED_PREFIX} are reserved");
+        return Err(ErrorObject::invalid_params(format!("Invalid arguments for tool {}: {message}", agent.name))
+            .with_data(serde_json::json!({ "errors": [{ "path": reserved, "message": message }] })));
+    }
+    let arguments = Value::Object(call.arguments.clone());
+    if let Err(violations) = hitl_schema::validate_value(&agent.input_schema, &arguments) {
+        let details: Vec<String> = violations
+            .iter()
+            .map(|v| if v.field.is_empty() { v.message.clone() } else { format!("{}: {}", v.field, v.message) })
+            .collect();
+        let errors: Vec<Value> =
+            violations.iter().map(|v| serde_json::json!({ "path": v.field, "message": v.message })).collect();
+        let error =
+            ErrorObject::invalid_params(format!("Invalid arguments for tool {}: {}", agent.name, details.join("; ")))
+                .with_data(serde_json::json!({ "errors": errors }));
+        return Err(error);
+    }
+    let digest = hitl_thread::digest_hex(&arguments);
+    Ok((arguments, digest))
+}
+
+/// The prefix of the state keys agents and the gateway keep beside a call's arguments
+/// (a review's decision, a relayed round): a caller may not send them.
+const RESERVED_PREFIX: &str = "hitl:";
+
+/// The first argument that names a reserved state key the agent's input schema does not
+/// itself declare: sent by a caller, it would stand in for a reviewer's decision.
+fn reserved_argument<'a>(agent: &Agent, arguments: &'a serde_json::Map<String, Value>) -> Option<&'a str> {
+    let declared = agent.input_schema.get("properties").and_then(Value::as_object);
+    arguments
+        .keys()
+        .find(|name| name.starts_with(RESERVED_PREFIX) && !declared.is_some_and(|p| p.contains_key(name.as_str())))
+        .map(String::as_str)
+}

@@ -1,0 +1,141 @@
+//! A new call's first run has ended: its result, or its first round stored as a new
+//! paused thread. Answers the call carried (`inputResponses` with no `requestState`)
+//! answer its rounds first, through the same transitions as a retry, before anything
+//! is stored: only the round left open is. Both a call ([`Engine::call`](crate::Engine::call))
+//! and a task's first run that ends within the wait ([`Tasks::start`](crate::Tasks::start))
+//! end here.
+
+use hitl_graph::{Agent, Outcome, RunError};
+use hitl_protocol::{CallToolResponse, InputResponses};
+
+use crate::call::Call;
+use crate::round::{self, Ending, FirstAsk, NewThread, Next, Settled};
+use crate::shared::{Core, Deadline};
+use crate::{EngineError, MAX_ROUNDS_PER_REQUEST, Reply, Thread, meter};
+use hitl_thread::{SaveError, StoreError};
+
+/// Where a first call's answers left it.
+enum Unstored {
+    /// A round to store and ask.
+    Paused(Box<Thread>),
+    /// The call's reply; nothing is stored.
+    Ended(Reply),
+}
+
+/// Ends new calls' first runs over the core.
+pub(crate) struct First<'a> {
+    core: &'a Core,
+}
+
+impl<'a> First<'a> {
+    pub(crate) fn new(core: &'a Core) -> Self {
+        Self { core }
+    }
+
+    /// A new call's first run ended with `outcome`: its result, or its first round
+    /// stored as thread `id` (answered first by answers the call carried).
+    pub(crate) async fn outcome(
+        &self,
+        agent: &Agent,
+        call: Call,
+        id: String,
+        args_digest: String,
+        outcome: Result<Outcome, RunError>,
+        deadline: Deadline,
+    ) -> Result<Reply, EngineError> {
+        let core = self.core;
+        let asking = core.asking(&call, &id, 1);
+        let now_ms = asking.now_ms;
+        let (checkpoint, round) = match round::settle(outcome, &asking, &core.secret) {
+            Settled::Done(result) => return Ok(Ok(CallToolResponse::Complete(result))),
+            Settled::Failed(error) => return Ok(Err(error)),
+            Settled::Paused(checkpoint, round) => (checkpoint, round),
+        };
+        let new = NewThread { id, binding: call.binding(agent), args_digest, now_ms };
+        let mut thread = round::open(*checkpoint, round, &call, new, &core.lifetimes);
+        if let Some(responses) = &call.input_responses {
+            thread = match Box::pin(self.answer_unstored(agent, &call, thread, responses, deadline)).await {
+                Unstored::Paused(thread) => *thread,
+                Unstored::Ended(reply) => return Ok(reply),
+            };
+        }
+        let max_record_bytes = core.limits.max_record_bytes;
+        let (thread, reply) = match round::first_ask(thread, &call.capabilities, max_record_bytes, &core.secret) {
+            FirstAsk::Ask(thread, reply) => (*thread, reply),
+            FirstAsk::Lacks(e) => {
+                meter::round(&call.binding(agent), meter::Outcome::RefusedCapability);
+                return Ok(Err(e));
+            }
+            FirstAsk::TooLarge(e) => return Ok(Err(e)),
+        };
+        let observed = core.observer.as_ref().map(|_| thread.summary());
+        let tool = thread.tool.clone();
+        match core.store.create_paused(thread, &call.owner(), core.limits.paused).await {
+            Ok(Ok(())) => {
+                meter::round(&tool, meter::Outcome::Paused);
+                if let Some(thread) = &observed {
+                    core.observe(crate::Event::Asked { thread });
+                }
+                Ok(Ok(reply))
+            }
+            Ok(Err(limit)) => Ok(Err(core.limit_reached(limit))),
+            Err(SaveError::Store(e)) => Err(e.into()),
+            Err(SaveError::Conflict(id)) => {
+                Err(StoreError::Unavailable(format!("new thread {id} already exists")).into())
+            }
+        }
+    }
+
+    /// A first call's answers resolve its rounds (and the rounds after them that they
+    /// also answer) as [`round::decide`] and [`round::end_run`] say, up to
+    /// [`MAX_ROUNDS_PER_REQUEST`]; the thread is not stored, so an error or a result ends
+    /// it.
+    async fn answer_unstored(
+        &self,
+        agent: &Agent,
+        call: &Call,
+        mut thread: Thread,
+        responses: &InputResponses,
+        deadline: Deadline,
+    ) -> Unstored {
+        let core = self.core;
+        let binding = call.binding(agent);
+        loop {
+            let round = thread.round.as_ref().expect("a paused thread has its round");
+            if round.n > MAX_ROUNDS_PER_REQUEST {
+                return Unstored::Paused(Box::new(thread));
+            }
+            // The round's own token: the answers came with the call that opened it.
+            let token = core.secret.token(&thread.id, round.n, &round.nonce);
+            let request = round::Answering {
+                binding: &binding,
+                args_digest: &thread.args_digest,
+                principal: call.principal.as_deref(),
+                token: &token,
+                responses,
+                capabilities: &call.capabilities,
+            };
+            let now = core.clock.now_ms();
+            let (mut claimed, round, values) =
+                match round::decide(Some(thread.clone()), &request, now, core.lifetimes.lease, &core.secret) {
+                    Next::Claim { thread, round, values } => (*thread, round, values),
+                    Next::Reject(e) => return Unstored::Ended(Err(e)),
+                    Next::Finish(ending) => return Unstored::Ended(Ok(CallToolResponse::Complete(ending.result))),
+                    // Some answer is missing: the round is stored and asked.
+                    _ => return Unstored::Paused(Box::new(thread)),
+                };
+            let checkpoint = claimed.checkpoint.clone().expect("a paused thread has its checkpoint");
+            let outcome = deadline.run(agent.graph.resume_run(checkpoint, values, call.run(agent))).await;
+            claimed.claim = None;
+            let asking = core.asking(call, &claimed.id, round.n + 1);
+            let ran = round::ran(outcome, false, || core.timed_out(false), &asking, &core.secret);
+            match round::end_run(claimed, ran, &core.end_of(&round, responses, call), &core.secret) {
+                Ending::NextRound(next, _) => thread = *next,
+                Ending::Finished(_, result) => return Unstored::Ended(Ok(CallToolResponse::Complete(result))),
+                Ending::GiveBack(_, error) => return Unstored::Ended(Err(error)),
+                // Not given for a call that is not stored (see `ran`): it ends.
+                Ending::Retry(_, result) => return Unstored::Ended(Ok(CallToolResponse::Complete(result))),
+            }
+        }
+    }
+}

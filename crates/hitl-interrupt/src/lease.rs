@@ -1,0 +1,94 @@
+//! The lease of a claimed round while its run goes on: the claim renewed every third
+//! of the lease, and the effects the run begins marked on the thread, both saved on one
+//! version chain ([`Held`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{Claim, Clock, PausedLedger, SaveError, Thread};
+
+/// The claimed thread while its round's run goes on: lease renewals and effect marks
+/// both save it, one at a time, each on the version the other left.
+pub(crate) struct Held {
+    pub(crate) store: Arc<dyn PausedLedger>,
+    pub(crate) thread: tokio::sync::Mutex<Thread>,
+    pub(crate) round: u32,
+    pub(crate) observer: Option<Arc<dyn crate::Observer>>,
+    /// The last superstep in which this run began an effect.
+    pub(crate) begun_in: std::sync::Mutex<Option<u32>>,
+}
+
+impl Held {
+    /// Saves the thread changed by `change`, compare-and-set on its current version.
+    async fn save(&self, change: impl FnOnce(&mut Thread)) -> Result<(), SaveError> {
+        let mut thread = self.thread.lock().await;
+        let mut changed = thread.clone();
+        change(&mut changed);
+        changed.version += 1;
+        self.store.save(changed.clone(), Some(thread.version)).await?;
+        *thread = changed;
+        Ok(())
+    }
+
+    /// Runs the agent while renewing the claim's lease every third of it, so a long step
+    /// does not let a duplicate take the round over.
+    pub(crate) async fn run_renewing<F>(&self, run: F, clock: &dyn Clock, lease: Duration) -> F::Output
+    where
+        F: std::future::Future,
+    {
+        let renew = async {
+            loop {
+                clock.sleep(lease / 3).await;
+                let until = clock.now_ms().saturating_add(lease.as_millis() as u64);
+                let renewed = self
+                    .save(|thread| thread.claim = thread.claim.take().map(|c| Claim { until_ms: until, ..c }))
+                    .await;
+                match renewed {
+                    // Someone else holds the round now; our outcome will lose its save.
+                    Err(SaveError::Conflict(_)) => return,
+                    // Try again at the next tick; the lease has time left.
+                    Ok(()) | Err(SaveError::Store(_)) => {}
+                }
+            }
+        };
+        let run = std::pin::pin!(run);
+        let renew = std::pin::pin!(renew);
+        match futures_util::future::select(run, renew).await {
+            futures_util::future::Either::Left((outcome, _)) => outcome,
+            futures_util::future::Either::Right(((), run)) => run.await,
+        }
+    }
+}
+
+/// Marks the effects a run begins on its held thread.
+pub(crate) struct Marks(pub(crate) Arc<Held>);
+
+impl hitl_graph::Effects for Marks {
+    fn begin(&self, step: &str, superstep: u32) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
+        let held = self.0.clone();
+        let step = step.to_owned();
+        Box::pin(async move {
+            let round = held.round;
+            // The latest: a checkpoint past it holds every effect this run began.
+            {
+                let mut begun_in = held.begun_in.lock().unwrap_or_else(|p| p.into_inner());
+                *begun_in = Some(begun_in.map_or(superstep, |s| s.max(superstep)));
+            }
+            if held.thread.lock().await.begun == Some(round) {
+                return Ok(());
+            }
+            match held.save(|thread| thread.begun = Some(round)).await {
+                Ok(()) => {
+                    if let Some(observer) = &held.observer {
+                        let thread = held.thread.lock().await;
+                        let (thread_id, tool, principal) = (&thread.id, &thread.tool, thread.principal.as_deref());
+                        observer.observe(&crate::Event::Began { thread_id, tool, principal, step: &step });
+                    }
+                    Ok(())
+                }
+                Err(SaveError::Conflict(_)) => Err("another request took this round over, so it acts there".into()),
+                Err(SaveError::Store(e)) => Err(format!("the call could not be recorded before it began: {e}")),
+            }
+        })
+    }
+}

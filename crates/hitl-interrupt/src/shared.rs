@@ -1,0 +1,180 @@
+//! The core every use case of the engine shares: the store, the clock, the secret, the
+//! lifetimes and limits, the observer, and the state of this process (its running
+//! tasks, its held retries, its unsaved outcomes). One [`Core`] behind one `Arc`;
+//! [`Engine`](crate::Engine), [`Tasks`](crate::Tasks), [`PageAnswers`](crate::PageAnswers)
+//! and [`Admin`](crate::Admin) are views of it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hitl_protocol::version::Era;
+use hitl_protocol::{ErrorObject, InputResponses};
+
+use crate::call::Call;
+use crate::round::{Asking, EndOf};
+use crate::running::Running;
+use crate::state::{self, Secret};
+use crate::unsaved::Saver;
+use crate::unsaved::Unsaved;
+use crate::waiting::{HoldPolicy, Waiting};
+use crate::{
+    CANNOT_RESUME, Clock, LEGACY_CANNOT_ANSWER, Lifetimes, LimitReached, Limits, Observer, PausedLedger, Round,
+};
+
+/// What the use cases share. Cloned only while an engine is built (each `with_*`);
+/// the state of the process (`running`, `waiting`, `unsaved`) is shared by the clones.
+#[derive(Clone)]
+pub(crate) struct Core {
+    pub(crate) store: Arc<dyn PausedLedger>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) secret: Secret,
+    pub(crate) lifetimes: Lifetimes,
+    pub(crate) limits: Limits,
+    /// `false`: the deployment keeps no threads, so a pause can't be resumed.
+    pub(crate) threads: bool,
+    /// The base URL of hitl's pages (`https://hitl.example.com`), when it serves them.
+    pub(crate) pages: Option<Arc<str>>,
+    pub(crate) observer: Option<Arc<dyn Observer>>,
+    /// The tasks this process runs on without a request, so `tasks/cancel` can stop them.
+    pub(crate) running: Running,
+    /// How retries of calls waiting for an approver are held, and those held now.
+    pub(crate) hold: HoldPolicy,
+    pub(crate) waiting: Arc<Waiting>,
+    /// Outcomes this process holds but could not save yet (the store was down).
+    pub(crate) unsaved: Arc<Unsaved>,
+}
+
+impl Core {
+    pub(crate) fn new(
+        store: Arc<dyn PausedLedger>,
+        clock: Arc<dyn Clock>,
+        secret: Secret,
+        lifetimes: Lifetimes,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            secret,
+            lifetimes,
+            limits: Limits::default(),
+            threads: true,
+            pages: None,
+            observer: None,
+            running: Running::default(),
+            hold: HoldPolicy::default(),
+            waiting: Arc::default(),
+            unsaved: Arc::default(),
+        }
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// `lifetime` from now, in ms since the epoch.
+    pub(crate) fn expiry(&self, lifetime: Duration) -> u64 {
+        self.now_ms().saturating_add(lifetime.as_millis() as u64)
+    }
+
+    pub(crate) fn observing(&self) -> bool {
+        self.observer.is_some()
+    }
+
+    pub(crate) fn observe(&self, event: crate::Event<'_>) {
+        if let Some(observer) = &self.observer {
+            observer.observe(&event);
+        }
+    }
+
+    /// What makes round `n` of `call`'s thread `thread_id`, now: the clock read and a
+    /// fresh nonce drawn here, so the round logic stays pure.
+    pub(crate) fn asking<'a>(&'a self, call: &Call, thread_id: &'a str, n: u32) -> Asking<'a> {
+        let unresumable = if call.era == Era::Legacy {
+            Some(LEGACY_CANNOT_ANSWER)
+        } else if !self.threads {
+            Some(CANNOT_RESUME)
+        } else {
+            None
+        };
+        Asking {
+            thread_id,
+            n,
+            now_ms: self.now_ms(),
+            nonce: state::nonce(),
+            pages: self.pages.as_deref(),
+            unresumable,
+            can_elicit: call.era == Era::Modern
+                && (call.capabilities.elicits_form() || call.capabilities.elicits_url()),
+        }
+    }
+
+    /// What [`round::end_run`](crate::round::end_run) needs to know of this call and
+    /// now.
+    pub(crate) fn end_of<'a>(&'a self, round: &'a Round, responses: &'a InputResponses, call: &'a Call) -> EndOf<'a> {
+        EndOf {
+            round,
+            responses,
+            capabilities: &call.capabilities,
+            now_ms: self.now_ms(),
+            lifetimes: &self.lifetimes,
+            max_record_bytes: self.limits.max_record_bytes,
+            began_in: None,
+        }
+    }
+
+    /// What saving an outcome kept unsaved takes.
+    pub(crate) fn saver(&self) -> Saver {
+        Saver {
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+            observer: self.observer.clone(),
+            paused: self.limits.paused,
+            unsaved: self.unsaved.clone(),
+        }
+    }
+
+    pub(crate) fn limit_reached(&self, limit: LimitReached) -> ErrorObject {
+        ErrorObject::internal(match limit {
+            LimitReached::PerOwner => format!(
+                "too many paused calls from this caller: the limit is {} (--max-paused-per-caller); \
+                 answer or let some expire first",
+                self.limits.paused.per_owner
+            ),
+            LimitReached::Total => format!(
+                "too many paused calls on this server: the limit is {} (--max-paused-calls)",
+                self.limits.paused.total
+            ),
+        })
+    }
+
+    /// The error of a request whose agent ran out of its time; `paused`: the call stays
+    /// paused (it was stored).
+    pub(crate) fn timed_out(&self, paused: bool) -> ErrorObject {
+        let secs = self.limits.request_timeout.map_or(0, |t| t.as_secs_f64().ceil() as u64);
+        let tail = if paused { "; the call stays paused, send the same answers again to resume it" } else { "" };
+        ErrorObject::internal(format!("the agent did not finish within the request timeout of {secs} s{tail}"))
+    }
+}
+
+/// When the request's agent work must end.
+#[derive(Clone, Copy)]
+pub(crate) struct Deadline(pub(crate) Option<tokio::time::Instant>);
+
+impl Deadline {
+    /// `timeout` from now (`None`: never).
+    pub(crate) fn after(timeout: Option<Duration>) -> Self {
+        Self(timeout.map(|t| tokio::time::Instant::now() + t))
+    }
+
+    /// `fut`'s output, or `None` when the deadline passed first (`fut` is dropped).
+    pub(crate) async fn run<F: std::future::Future>(self, fut: F) -> Option<F::Output> {
+        match self.0 {
+            None => Some(fut.await),
+            Some(at) => tokio::time::timeout_at(at, fut).await.ok(),
+        }
+    }
+
+    pub(crate) fn passed(self) -> bool {
+        self.0.is_some_and(|at| tokio::time::Instant::now() >= at)
+    }
+}
