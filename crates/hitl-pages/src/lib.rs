@@ -821,6 +821,57 @@ fn encode(path: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use hitl_interrupt::{Engine, Secret};
+    use hitl_thread::{MemoryStore, Records, StoreError, SystemClock};
+    use http::{StatusCode, header};
+    use serde_json::Value;
+
+    use crate::{Pages, PagesConfig};
+
+    /// Records out of reach.
+    struct Down;
+
+    #[async_trait::async_trait]
+    impl Records for Down {
+        async fn put_approval(&self, _: &str, _: Value, _: u64) -> Result<(), StoreError> {
+            Err(StoreError::Unavailable("down".into()))
+        }
+        async fn approval(&self, _: &str) -> Result<Option<Value>, StoreError> {
+            Err(StoreError::Unavailable("down".into()))
+        }
+        async fn approvals(&self) -> Result<Vec<Value>, StoreError> {
+            Err(StoreError::Unavailable("down".into()))
+        }
+        async fn remove_approvals(&self, _: &[String]) -> Result<(), StoreError> {
+            Err(StoreError::Unavailable("down".into()))
+        }
+        async fn append_audit(&self, _: Vec<Value>) -> Result<(), StoreError> {
+            Err(StoreError::Unavailable("down".into()))
+        }
+        async fn audit_since(&self, _: u64, _: Option<&str>, _: usize) -> Result<Vec<Value>, StoreError> {
+            Err(StoreError::Unavailable("down".into()))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_approvals_page_answers_503_when_the_store_cannot_list_them_not_an_empty_list() {
+        let memory = Arc::new(MemoryStore::default());
+        let secret = Secret::generate();
+        let pages = Pages::new(PagesConfig::new("http://127.0.0.1:8123"), Arc::new(Down), memory.clone(), &secret);
+        let engine = Engine::new(memory, Arc::new(SystemClock), secret, Default::default());
+        let keys = &pages.shared.keys;
+        let cookie = keys.cookie_of(&keys.open("user:ada", &[], None, None));
+        let request = http::Request::get("/approvals")
+            .header(header::COOKIE, cookie.split(';').next().unwrap())
+            .body(Bytes::new())
+            .unwrap();
+        let response = pages.shared.handle(&engine, request).await;
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+
     #[test]
     fn sign_ins_go_back_only_to_paths_here() {
         assert_eq!(super::safe_next(Some("/approvals/a.1.0.x")), "/approvals/a.1.0.x");

@@ -349,7 +349,7 @@ pub struct Upstream {
     /// The capabilities it declared when its era was negotiated.
     pub(crate) capabilities: std::sync::Mutex<Value>,
     /// Its resource subscriptions ([`crate::subscriptions`]).
-    pub(crate) subscribed: crate::subscriptions::Subscribed,
+    pub(crate) subscribed: crate::subscribed::Subscribed,
 }
 
 /// `call`, a `tools/call` to `upstream`, in `span` and timed (`hitl_upstream_call_seconds`,
@@ -463,7 +463,7 @@ impl Upstream {
             next_id: AtomicI64::new(1),
             reach: std::sync::Mutex::new(None),
             capabilities: std::sync::Mutex::new(Value::Null),
-            subscribed: crate::subscriptions::Subscribed::default(),
+            subscribed: crate::subscribed::Subscribed::default(),
         }
     }
 

@@ -33,6 +33,7 @@ mod http;
 mod sessions;
 mod sse;
 mod stdio;
+mod subscribed;
 mod subscriptions;
 
 pub use client::{Asked, Call, Event, Upstream};
