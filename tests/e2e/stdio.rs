@@ -461,6 +461,19 @@ async fn with_listen_set_another_person_approves_on_the_api_and_the_stdio_call_c
     let client = Client { addr: ([127, 0, 0, 1], port).into() };
     let decision = Bytes::from(json!({"decision": "approve"}).to_string());
     let headers = [("authorization", "Bearer tok-bob"), ("content-type", "application/json")];
+    // The listing is written behind the round (the ledger's queue): bob decides once
+    // he can see the approval, as a person on the page would.
+    let entry = format!("/api/approvals/{id}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen =
+            client.request(http::Method::GET, &entry, &headers[..1], Bytes::new()).await.expect("the API answers");
+        if seen.status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the approval is not listed: {} {}", seen.status, seen.body);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let path = format!("/api/approvals/{id}/decision");
     let decided = client.request(http::Method::POST, &path, &headers, decision).await.expect("the API answers");
     assert_eq!(decided.status, 200, "{}", decided.body);
