@@ -44,6 +44,23 @@ pub struct Checkpoint {
     pub passed_breakpoints: BTreeSet<String>,
 }
 
+impl Checkpoint {
+    /// A run of `state` paused before its first superstep, whose steps are `next`:
+    /// nothing written, asked or answered yet (what a store's or a round's test keeps).
+    pub fn before(state: Value, next: &[&str]) -> Self {
+        Self {
+            format: crate::CHECKPOINT_FORMAT,
+            state,
+            next: next.iter().map(|step| (*step).to_owned()).collect(),
+            superstep: 0,
+            writes: BTreeMap::new(),
+            resume: ResumeValues::default(),
+            interrupts: Vec::new(),
+            passed_breakpoints: BTreeSet::new(),
+        }
+    }
+}
+
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {

@@ -73,16 +73,7 @@ pub async fn threads<S: ThreadStore + ?Sized>(store: &S, prefix: &str, now_ms: u
 
 /// The checkpoint of a graph paused before its first step, `ask`.
 fn paused_checkpoint() -> hitl_graph::Checkpoint {
-    hitl_graph::Checkpoint {
-        format: hitl_graph::CHECKPOINT_FORMAT,
-        state: serde_json::json!({}),
-        next: vec!["ask".into()],
-        superstep: 0,
-        writes: Default::default(),
-        resume: Default::default(),
-        interrupts: Vec::new(),
-        passed_breakpoints: Default::default(),
-    }
+    hitl_graph::Checkpoint::before(serde_json::json!({}), &["ask"])
 }
 
 /// A paused thread whose round 1 a load may claim with `token`.

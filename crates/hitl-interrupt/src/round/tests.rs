@@ -34,16 +34,7 @@ fn round(n: u32, question: &str) -> Round {
 /// A thread paused at round 1, version 3.
 fn paused() -> Thread {
     // A graph paused before its first step, `ask`.
-    let checkpoint = Checkpoint {
-        format: CHECKPOINT_FORMAT,
-        state: json!({}),
-        next: vec!["ask".into()],
-        superstep: 0,
-        writes: Default::default(),
-        resume: Default::default(),
-        interrupts: Vec::new(),
-        passed_breakpoints: Default::default(),
-    };
+    let checkpoint = Checkpoint::before(json!({}), &["ask"]);
     Thread {
         format: THREAD_FORMAT,
         id: "01a22f1a-68fb-738c-b3ca-9f64075178aa".into(),

@@ -1,7 +1,7 @@
 //! Table tests of a task's transitions, on threads written by hand: no runtime, no
 //! store, no clock.
 
-use hitl_graph::{CHECKPOINT_FORMAT, Checkpoint, Interrupt};
+use hitl_graph::{Checkpoint, Interrupt};
 use hitl_protocol::{CallToolResult, ClientCapabilities, ErrorObject, InputResponses};
 use serde_json::{Value, json};
 
@@ -13,16 +13,7 @@ const NOW: u64 = 1_000_000;
 const HOUR: u64 = 3_600_000;
 
 fn checkpoint() -> Checkpoint {
-    Checkpoint {
-        format: CHECKPOINT_FORMAT,
-        state: json!({}),
-        next: vec!["ask".into()],
-        superstep: 0,
-        writes: Default::default(),
-        resume: Default::default(),
-        interrupts: Vec::new(),
-        passed_breakpoints: Default::default(),
-    }
+    Checkpoint::before(json!({}), &["ask"])
 }
 
 /// Round `n` asking two text questions.
