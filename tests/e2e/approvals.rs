@@ -286,10 +286,6 @@ pub(crate) async fn decide(server: &Server, who: &str, id: &str, decision: Value
     api(server, who, http::Method::POST, &format!("/api/approvals/{id}/decision"), Some(decision)).await
 }
 
-fn text(reply: &Reply) -> String {
-    reply.body["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
-}
-
 /// The paused drop's question key, URL and requestState.
 pub(crate) async fn ask(server: &Server, caller: &str, args: &Value) -> (String, String, String, Value) {
     let asked = request_as(
@@ -325,7 +321,7 @@ pub(crate) async fn executions(server: &Server, caller: &str) -> u64 {
         json!({"name": "db.executions", "arguments": {"tool": "drop_partition"}}),
     )
     .await;
-    text(&reply).parse().unwrap_or_else(|_| panic!("a count: {}", reply.body))
+    reply.text().parse().unwrap_or_else(|_| panic!("a count: {}", reply.body))
 }
 
 #[tokio::test]
@@ -413,7 +409,7 @@ async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once
 
     let done = retry(&server, &p.alice, &args, &key, &state, look.clone()).await;
     assert_ne!(done.body["result"]["isError"], json!(true), "{}", done.body);
-    assert!(text(&done).contains("p1"), "{}", done.body);
+    assert!(done.text().contains("p1"), "{}", done.body);
     let resent = retry(&server, &p.alice, &args, &key, &state, look).await;
     assert_eq!(resent.body["result"], done.body["result"], "a resend gets the same result");
     assert_eq!(executions(&server, &p.alice).await, 1, "run exactly once");
@@ -482,11 +478,11 @@ async fn edits_rejections_and_responses_reach_the_caller() {
         let done = retry(&server, &p.alice, &args, &key, &state, json!({"action": "accept"})).await;
         let result = &done.body["result"];
         match status {
-            "edited" => assert!(text(&done).contains("p9") && result["isError"] != true, "{}", done.body),
+            "edited" => assert!(done.text().contains("p9") && result["isError"] != true, "{}", done.body),
             "rejected" => {
-                assert_eq!((text(&done), result["isError"].clone()), ("not during the freeze".into(), json!(true)))
+                assert_eq!((done.text(), result["isError"].clone()), ("not during the freeze".into(), json!(true)))
             }
-            _ => assert_eq!(text(&done), "p2 was dropped yesterday", "{}", done.body),
+            _ => assert_eq!(done.text(), "p2 was dropped yesterday", "{}", done.body),
         }
     }
     let edited = folder.wait_audit("edited", |e| e["event"] == "edited").await;
@@ -689,7 +685,7 @@ async fn pages_need_a_sign_in_and_refuse_forged_forms() {
     let (_, _, html) = server.raw(http::Method::GET, &path, &[("cookie", cookies.as_str())], Bytes::new()).await;
     assert!(html.contains("approved") && !html.contains("id=\"approve\""), "{html}");
     let done = retry(&server, &p.alice, &args, &key, &state, json!({"action": "accept"})).await;
-    assert!(text(&done).contains("p7"), "{}", done.body);
+    assert!(done.text().contains("p7"), "{}", done.body);
 }
 
 #[tokio::test]

@@ -70,13 +70,9 @@ steps = [
 ]
 "#;
 
-fn text(reply: &Reply) -> String {
-    reply.body["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
-}
-
 async fn executions(server: &Server, tool: &str) -> u64 {
     let reply = server.call_tool(90, json!({"name": "db.executions", "arguments": {"tool": tool}})).await;
-    text(&reply).parse().unwrap_or_else(|_| panic!("a count: {}", reply.body))
+    reply.text().parse().unwrap_or_else(|_| panic!("a count: {}", reply.body))
 }
 
 /// A paused call's only question: its key, its request, the requestState.
@@ -125,7 +121,7 @@ async fn the_release_gate_as_a_workflow_confirms_aborts_and_declines() {
 
     let yes = json!({"action": "accept", "content": {"confirm": true}});
     let done = answer(&server, "release", &args, &key, &state, yes.clone()).await;
-    assert_eq!(text(&done), "Released api v1.2.3 to production.", "{}", done.body);
+    assert_eq!(done.text(), "Released api v1.2.3 to production.", "{}", done.body);
     assert_ne!(done.body["result"]["isError"], true);
     let again = answer(&server, "release", &args, &key, &state, yes.clone()).await;
     assert_eq!(again.body["result"], done.body["result"], "a resend gets the stored result");
@@ -160,7 +156,7 @@ async fn the_release_gate_as_a_workflow_confirms_aborts_and_declines() {
     let replayed = server
         .call_tool(7, json!({"name": "release", "arguments": args, "inputResponses": { key.as_str(): yes }}))
         .await;
-    assert_eq!(text(&replayed), "Released api v1.2.3 to production.", "{}", replayed.body);
+    assert_eq!(replayed.text(), "Released api v1.2.3 to production.", "{}", replayed.body);
     assert_eq!(executions(&server, "release").await, 2);
 }
 
@@ -191,7 +187,7 @@ steps = [
     let params = json!({"name": "cleanup", "arguments": args, "requestState": review_state,
                         "inputResponses": { key.as_str(): text_answer, review_key.as_str(): approve() }});
     let done = server.call_tool(3, params.clone()).await;
-    assert_eq!(text(&done), "dropped p9 on orders", "{}", done.body);
+    assert_eq!(done.text(), "dropped p9 on orders", "{}", done.body);
     assert_eq!(server.call_tool(4, params).await.body["result"], done.body["result"]);
     assert_eq!(executions(&server, "drop_partition").await, 1, "approved once, run once");
 }
@@ -254,7 +250,7 @@ async fn a_tool_calling_agent_runs_allowed_calls_reviews_and_denies_through_the_
     assert_eq!(executions(&server, "drop_partition").await, 0, "nothing of the turn runs before the review");
 
     let done = answer(&server, "db_assistant", &args, &key, &state, approve()).await;
-    assert_eq!(text(&done), "Dropped p1 on orders.", "{}", done.body);
+    assert_eq!(done.text(), "Dropped p1 on orders.", "{}", done.body);
     let structured = &done.body["result"]["structuredContent"];
     assert_eq!(structured["usage"], json!({"input_tokens": 140, "output_tokens": 18, "model_turns": 2}));
     let ran: Vec<&str> =
@@ -344,7 +340,7 @@ review_mode = "per_call"
     let params = json!({"name": "ops_assistant", "arguments": args, "requestState": state,
                         "inputResponses": { first_key.as_str(): rejected, second_key.as_str(): approve() }});
     let done = server.call_tool(3, params).await;
-    assert_eq!(text(&done), "Dropped p2; p1 is kept.", "{}", done.body);
+    assert_eq!(done.text(), "Dropped p2; p1 is kept.", "{}", done.body);
     assert_eq!(executions(&server, "drop_partition").await, 1, "the rejected call never ran");
 
     let requests = received.lock().unwrap().clone();
@@ -384,19 +380,19 @@ async fn model_errors_and_timeouts_end_the_call_with_an_error_result_and_keep_th
     let args = json!({"request": "Drop p3 of orders."});
     let failed = server.call_tool(1, json!({"name": "db_assistant", "arguments": args})).await;
     assert_eq!(failed.body["result"]["isError"], true, "{}", failed.body);
-    assert!(text(&failed).contains("answered HTTP 500"), "{}", failed.body);
+    assert!(failed.text().contains("answered HTTP 500"), "{}", failed.body);
 
     let (key, _, state) = question(&server.call_tool(2, json!({"name": "db_assistant", "arguments": args})).await);
     let timed_out = answer(&server, "db_assistant", &args, &key, &state, approve()).await;
     assert_eq!(timed_out.body["result"]["isError"], true, "{}", timed_out.body);
-    let message = text(&timed_out);
+    let message = timed_out.text();
     assert!(message.contains("did not answer within 1 s") && message.contains("still paused"), "{message}");
     assert_eq!(executions(&server, "drop_partition").await, 1, "the approved call ran before the model stalled");
 
     // The round is still there: the same answers try the model again, and the drop is
     // not done twice.
     let done = answer(&server, "db_assistant", &args, &key, &state, approve()).await;
-    assert_eq!(text(&done), "Dropped p3.", "{}", done.body);
+    assert_eq!(done.text(), "Dropped p3.", "{}", done.body);
     assert_eq!(
         answer(&server, "db_assistant", &args, &key, &state, approve()).await.body["result"],
         done.body["result"]
@@ -476,7 +472,7 @@ steps = [
 
     let answers = json!({ key.as_str(): {"action": "accept"}, secret_key.as_str(): {"action": "accept"} });
     let done = call(5, json!({"requestState": state, "inputResponses": answers})).await;
-    assert_eq!(text(&done), crate::auth::sha256_hex(secret), "the call got the secret: {}", done.body);
+    assert_eq!(done.text(), crate::auth::sha256_hex(secret), "the call got the secret: {}", done.body);
     assert!(!format!("{}{}", asked.body, done.body).contains(secret), "and no MCP response shows it");
 }
 
@@ -489,6 +485,6 @@ async fn a_model_that_never_answers_stops_at_max_steps() {
     let (server, _file) = serve(&format!("{}{config}", upstreams(&upstream))).await;
     let stopped = server.call_tool(1, json!({"name": "db_assistant", "arguments": {"request": "Echo forever."}})).await;
     assert_eq!(stopped.body["result"]["isError"], true, "{}", stopped.body);
-    assert!(text(&stopped).contains("2 turns without a final answer (max_steps = 2)"), "{}", stopped.body);
+    assert!(stopped.text().contains("2 turns without a final answer (max_steps = 2)"), "{}", stopped.body);
     assert_eq!(bodies(&received).len(), 2, "the model is not asked a third time");
 }

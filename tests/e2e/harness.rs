@@ -265,3 +265,80 @@ pub(crate) fn modern_meta(capabilities: Value) -> Value {
         "io.modelcontextprotocol/clientInfo": {"name": "hitl-e2e", "version": "0"}
     })
 }
+
+/// A call paused with `input_required`, holding what its retry repeats: the round's
+/// vocabulary for tests (`server.pause(..)`, `.key()`, `.answer(..)`, `.done()`).
+pub(crate) struct Paused {
+    tool: String,
+    arguments: Value,
+    result: Value,
+}
+
+impl Paused {
+    /// `reply`, which must be the `input_required` result of calling `tool` with
+    /// `arguments`.
+    pub(crate) fn of(tool: &str, arguments: Value, reply: &Reply) -> Self {
+        let result = reply.body["result"].clone();
+        assert_eq!(result["resultType"], "input_required", "{}", reply.body);
+        Self { tool: tool.to_owned(), arguments, result }
+    }
+
+    /// The key of the round's first question.
+    pub(crate) fn key(&self) -> &str {
+        self.requests().keys().next().expect("a question")
+    }
+
+    /// The round's first question (its `elicitation/create` request).
+    pub(crate) fn question(&self) -> &Value {
+        self.requests().values().next().expect("a question")
+    }
+
+    /// Every question of the round, by key.
+    pub(crate) fn requests(&self) -> &serde_json::Map<String, Value> {
+        self.result["inputRequests"].as_object().expect("inputRequests")
+    }
+
+    /// The round's `requestState`.
+    pub(crate) fn state(&self) -> &str {
+        self.result["requestState"].as_str().expect("a requestState")
+    }
+
+    /// The retry that answers the first question with `answer`.
+    pub(crate) async fn answer(&self, client: &Client, answer: Value) -> Reply {
+        self.answer_all(client, json!({ self.key(): answer })).await
+    }
+
+    /// The retry with `responses` (`inputResponses`, by key).
+    pub(crate) async fn answer_all(&self, client: &Client, responses: Value) -> Reply {
+        let params = json!({"name": self.tool, "arguments": self.arguments, "inputResponses": responses,
+                            "requestState": self.state()});
+        client.call_tool(2, params).await
+    }
+}
+
+impl Client {
+    /// Calls `tool` with `arguments` as a client with form elicitation; it must pause.
+    pub(crate) async fn pause(&self, tool: &str, arguments: Value) -> Paused {
+        let reply = self.call_tool(1, json!({"name": tool, "arguments": arguments})).await;
+        Paused::of(tool, arguments, &reply)
+    }
+}
+
+impl Reply {
+    /// The `complete` result of a call (an error result included).
+    pub(crate) fn done(&self) -> &Value {
+        let result = &self.body["result"];
+        assert_eq!(result["resultType"], "complete", "{}", self.body);
+        result
+    }
+
+    /// The text of the result's first content block (empty when there is none).
+    pub(crate) fn text(&self) -> String {
+        self.body["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+    }
+}
+
+/// An `accept` answer with `content`.
+pub(crate) fn accept(content: Value) -> Value {
+    json!({"action": "accept", "content": content})
+}

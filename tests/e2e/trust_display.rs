@@ -120,12 +120,8 @@ action = "review"
     async fn executions(&self, tool: &str) -> u64 {
         let params = json!({"name": "db.executions", "arguments": {"tool": tool}});
         let reply = request_as(&self.server, Some(&self.alice), url_client(), 9, "tools/call", params).await;
-        text(&reply).parse().unwrap_or_else(|_| panic!("a count: {}", reply.body))
+        reply.text().parse().unwrap_or_else(|_| panic!("a count: {}", reply.body))
     }
-}
-
-fn text(reply: &Reply) -> String {
-    reply.body["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
 }
 
 /// The message of the first question of `asked`.
@@ -157,7 +153,7 @@ async fn the_clients_review_message_shows_argument_values_as_they_will_run() {
     assert!(!shown.contains('\u{202e}') && !shown.contains('\u{202c}'), "{shown:?}");
     let approve = json!({"action": "accept", "content": {"decision": "approve"}});
     let done = gate.answer("db.digest", &arguments, &asked, approve).await;
-    assert_eq!(text(&done), sha256_hex(BIDI), "what ran is the value shown: {}", done.body);
+    assert_eq!(done.text(), sha256_hex(BIDI), "what ran is the value shown: {}", done.body);
 
     // A description's substitution cannot add lines: its newlines show as `\n`, the
     // policy's own line break stays.
@@ -169,7 +165,7 @@ async fn the_clients_review_message_shows_argument_values_as_they_will_run() {
     );
     let reject = json!({"action": "accept", "content": {"decision": "reject", "message": "not like this"}});
     let rejected = gate.answer("db.release", &arguments, &asked, reject).await;
-    assert_eq!(text(&rejected), "not like this", "{}", rejected.body);
+    assert_eq!(rejected.text(), "not like this", "{}", rejected.body);
     assert_eq!(gate.executions("release").await, 0);
 }
 
@@ -231,7 +227,7 @@ async fn the_approval_api_and_page_show_every_value_whole_and_escaped() {
     .await;
     assert_eq!(decided.status, 200, "{}", decided.body);
     let done = gate.answer("db.drop_partition", &arguments, &asked, json!({"action": "accept"})).await;
-    assert_eq!(text(&done), format!("dropped {BIDI} on {long}"), "{}", done.body);
+    assert_eq!(done.text(), format!("dropped {BIDI} on {long}"), "{}", done.body);
     assert_eq!(gate.executions("drop_partition").await, 1);
 }
 
@@ -273,7 +269,7 @@ async fn questions_an_upstream_asks_are_marked_as_the_upstreams() {
         let params = json!({"name": "db.truncate", "arguments": arguments, "inputResponses": answer,
                             "requestState": asked.body["result"]["requestState"]});
         let done = server.call_tool(2, params).await;
-        assert_eq!(text(&done), "truncated orders", "{protocol}: {}", done.body);
+        assert_eq!(done.text(), "truncated orders", "{protocol}: {}", done.body);
     }
 }
 
