@@ -25,11 +25,14 @@ enum Unstored {
 /// Ends new calls' first runs over the core.
 pub(crate) struct First<'a> {
     core: &'a Core,
+    /// The client follows the call as a task: a pause makes a task.
+    task: bool,
 }
 
 impl<'a> First<'a> {
-    pub(crate) fn new(core: &'a Core) -> Self {
-        Self { core }
+    /// `task`: the client follows the call as a task.
+    pub(crate) fn new(core: &'a Core, task: bool) -> Self {
+        Self { core, task }
     }
 
     /// A new call's first run ended with `outcome`: its result, or its first round
@@ -51,7 +54,7 @@ impl<'a> First<'a> {
             Settled::Failed(error) => return Ok(Err(error)),
             Settled::Paused(checkpoint, round) => (checkpoint, round),
         };
-        let new = NewThread { id, binding: call.binding(agent), args_digest, now_ms };
+        let new = NewThread { id, binding: call.bound_to(agent), args_digest, now_ms, task: self.task };
         let mut thread = round::open(*checkpoint, round, &call, new, &core.lifetimes);
         if let Some(responses) = &call.input_responses {
             thread = match Box::pin(self.answer_unstored(agent, &call, thread, responses, deadline)).await {
@@ -63,7 +66,7 @@ impl<'a> First<'a> {
         let (thread, reply) = match round::first_ask(thread, &call.capabilities, max_record_bytes, &core.secret) {
             FirstAsk::Ask(thread, reply) => (*thread, reply),
             FirstAsk::Lacks(e) => {
-                meter::round(&call.binding(agent), meter::Outcome::RefusedCapability);
+                meter::round(&call.bound_to(agent), meter::Outcome::RefusedCapability);
                 return Ok(Err(e));
             }
             FirstAsk::TooLarge(e) => return Ok(Err(e)),
@@ -99,7 +102,7 @@ impl<'a> First<'a> {
         deadline: Deadline,
     ) -> Unstored {
         let core = self.core;
-        let binding = call.binding(agent);
+        let binding = call.bound_to(agent);
         loop {
             let round = thread.round.as_ref().expect("a paused thread has its round");
             if round.n > MAX_ROUNDS_PER_REQUEST {

@@ -85,7 +85,8 @@ pub use hitl_thread::{
 
 pub use admin::{Admin, PausedCall, PausedCalls};
 pub use call::{
-    BREAKPOINT, CANNOT_RESUME, Call, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, NEWER_FORMAT, Reply,
+    BREAKPOINT, Binding, CANNOT_RESUME, Call, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, NEWER_FORMAT, Reply,
+    Resumable,
 };
 pub use engine::Engine;
 pub use lifetimes::{Lifetimes, Limits, MAX_ROUNDS_PER_REQUEST};

@@ -239,17 +239,20 @@ pub(crate) struct NewThread {
     pub(crate) args_digest: String,
     /// Now, in ms since the epoch.
     pub(crate) now_ms: u64,
+    /// The client follows the call as a task (the Tasks extension): its rounds are
+    /// answered with [`Tasks::update`](crate::Tasks::update), in parts.
+    pub(crate) task: bool,
 }
 
 /// A new call's thread paused at its first round (`round`, made by [`settle`] from the
 /// agent's interrupts with the nonce passed in): unstored, version 1, living the paused
 /// lifetime, a task's when the call is followed as one.
 pub(crate) fn open(checkpoint: Checkpoint, round: Round, call: &Call, new: NewThread, lifetimes: &Lifetimes) -> Thread {
-    let now_ms = new.now_ms;
+    let (now_ms, task) = (new.now_ms, new.task);
     let mut thread = fresh(call, new, now_ms.saturating_add(lifetimes.paused.as_millis() as u64));
     thread.checkpoint = Some(checkpoint);
     thread.round = Some(round);
-    thread.task = call.task.then(|| TaskState::new(now_ms, call.capabilities.clone()));
+    thread.task = task.then(|| TaskState::new(now_ms, call.capabilities.clone()));
     thread
 }
 

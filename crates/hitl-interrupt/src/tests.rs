@@ -537,8 +537,8 @@ fn a_legacy_resend_gets_the_legacy_error_and_leaves_the_thread() {
     let (a, state) = (answers(&[(&first_key(&r), accept("eu-west-1"))]), r.request_state.unwrap());
     let before = load(&f, &state).unwrap();
     let mut legacy = call(Some(a.clone()), Some(&state));
-    legacy.era = hitl_protocol::version::Era::Legacy;
-    let answer = run(f.engine.call(&agent, legacy));
+    legacy.resumable = crate::Resumable::LEGACY;
+    let answer = run(f.engine.peek(&agent, &legacy));
     let Ok(CallToolResponse::Complete(result)) = &answer else { panic!("{answer:?}") };
     assert_eq!(result.content[0].as_text(), Some(LEGACY_CANNOT_ANSWER));
     assert!(result.content[1].as_text().unwrap().contains("Which region?"));
@@ -877,10 +877,10 @@ fn earlier_records() -> Vec<Thread> {
     EARLIER_RECORDS.lines().map(|line| serde_json::from_str(line).expect("a record")).collect()
 }
 
-fn greeter_call(task: bool) -> Call {
+fn greeter_call() -> Call {
     let mut arguments = serde_json::Map::new();
     arguments.insert("n".into(), json!(1));
-    Call { arguments, capabilities: caps(), principal: Some("alice".into()), task, ..Call::default() }
+    Call { arguments, capabilities: caps(), principal: Some("alice".into()), ..Call::default() }
 }
 
 #[test]
@@ -900,7 +900,7 @@ fn paused_calls_stored_by_the_earlier_build_are_answered() {
     let open = plain.round.as_ref().unwrap();
     let state = engine.secret().request_state(&plain.id, open.n, &open.nonce);
     let answers: InputResponses = [(key.clone(), accept("Ada"))].into_iter().collect();
-    let retry = Call { input_responses: Some(answers), request_state: Some(state), ..greeter_call(false) };
+    let retry = Call { input_responses: Some(answers), request_state: Some(state), ..greeter_call() };
     assert_eq!(text(&run(engine.call(&agent, retry))), (r#"{"n":1,"a0":"Ada"}"#.to_owned(), false));
     // The task: its update, then its result.
     let answers: InputResponses = [(format!("1:{key}"), accept("Ada"))].into_iter().collect();
@@ -917,7 +917,12 @@ fn this_build_stores_a_paused_call_as_the_earlier_build_did() {
     let agent = text_agent("greeter", &["What is your name?"]);
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     for (task, earlier) in [false, true].into_iter().zip(earlier_records()) {
-        let asked = round(run(f.engine.call(&agent, greeter_call(task))));
+        let called = if task {
+            run(f.engine.tasks().call(&agent, greeter_call()))
+        } else {
+            run(f.engine.call(&agent, greeter_call()))
+        };
+        let asked = round(called);
         let id = asked.request_state.unwrap().split_once('.').unwrap().0.to_owned();
         let mut now = rt.block_on(f.store.load(&id)).unwrap().expect("stored");
         // Only what is drawn at random differs: the id, the nonce and its token's proof.

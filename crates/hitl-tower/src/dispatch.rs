@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use hitl_graph::TaskSupport;
-use hitl_interrupt::{Agent, Call};
+use hitl_interrupt::{Agent, Binding, Call, Resumable};
 use hitl_protocol::version::{self, Era};
 use hitl_protocol::{
     CacheScope, CallToolResponse, CallToolResult, ClientRequest, ContentBlock, DiscoverResult, ErrorObject,
@@ -78,21 +78,22 @@ impl Shared {
         let unpushed = matches!(request, ClientRequest::CallTool(_))
             .then(|| self.unpushed(era, caller.session.as_deref()))
             .flatten();
-        let call = move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, prompt| Call {
-            arguments: arguments.unwrap_or_default(),
-            input_responses,
-            request_state,
-            context,
-            capabilities: caller.capabilities,
-            principal: caller.principal,
-            peer: caller.peer,
-            era,
-            prompt,
-            progress,
-            cancel,
-            task: task && !prompt,
-            session: caller.session,
-        };
+        let resumable = self.resumable(era);
+        let call =
+            move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, binding| Call {
+                arguments: arguments.unwrap_or_default(),
+                input_responses,
+                request_state,
+                context,
+                capabilities: caller.capabilities,
+                principal: caller.principal,
+                peer: caller.peer,
+                resumable,
+                binding,
+                progress,
+                cancel,
+                session: caller.session,
+            };
         match (request, era) {
             (ClientRequest::Discover(_), Era::Modern) => self.discover(),
             (ClientRequest::ListTools(_), _) => self.list_tools(era, &may),
@@ -133,13 +134,17 @@ impl Shared {
                 // a tool that may run as one.
                 let task = task && params.request_state.is_none() && agent.tasks != TaskSupport::Forbidden;
                 let answers = params.input_responses.is_some();
-                let mut call =
-                    call(params.arguments, params.input_responses, params.request_state, params.context, false);
-                call.task = task;
+                let call =
+                    call(params.arguments, params.input_responses, params.request_state, params.context, Binding::Tool);
                 if task && !answers {
                     return Box::pin(self.call_as_task(agent, call)).await;
                 }
-                match self.run(agent, call).await? {
+                let answered = if task {
+                    self.store_answer(self.engine.tasks().call(agent, call).await)?
+                } else {
+                    self.run(agent, call).await
+                };
+                match answered? {
                     CallToolResponse::Complete(mut r) => {
                         told_why(&mut r, unpushed.as_deref());
                         to_json(&r)
@@ -173,7 +178,7 @@ impl Shared {
                     }
                     return Err(ErrorObject::invalid_params(format!("Unknown prompt: {}", params.name)));
                 };
-                let call = call(params.arguments, params.input_responses, params.request_state, None, true);
+                let call = call(params.arguments, params.input_responses, params.request_state, None, Binding::Prompt);
                 match self.run(agent, call).await? {
                     CallToolResponse::InputRequired(r) => to_json(&r),
                     CallToolResponse::Complete(r) => to_json(&prompt_result(agent, r)?),
@@ -206,8 +211,26 @@ impl Shared {
         }
     }
 
+    /// Whether a call of a client of `era` can be resumed: a 2025-era client can't
+    /// answer a round (push asks its questions otherwise), nor can any client of a
+    /// deployment that keeps no threads.
+    pub(crate) fn resumable(&self, era: Era) -> Resumable {
+        match era {
+            Era::Legacy => Resumable::LEGACY,
+            Era::Modern if !self.options.threads => Resumable::NO_THREADS,
+            Era::Modern => Resumable::Yes,
+        }
+    }
+
+    /// Serves `call` of `agent`. A client that can't answer rounds and sends a
+    /// `requestState` is told the call is paused; the thread is left to a client that can.
     pub(crate) async fn run(&self, agent: &Agent, call: Call) -> Result<CallToolResponse, ErrorObject> {
-        match self.engine.call(agent, call).await {
+        let answered = if call.resumable == Resumable::LEGACY && call.request_state.is_some() {
+            self.engine.peek(agent, &call).await
+        } else {
+            self.engine.call(agent, call).await
+        };
+        match answered {
             Ok(answer) => answer,
             Err(e) => {
                 tracing::error!(error = %e, agent = %agent.name, "call failed");
@@ -493,7 +516,6 @@ pub(crate) fn asker(caller: &Caller) -> crate::Asker {
             principal: caller.principal.clone(),
             peer: caller.peer.clone(),
             session: caller.session.clone(),
-            era: caller.era,
             ..Call::default()
         }
         .caller_key(),

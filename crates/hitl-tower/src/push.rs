@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hitl_interrupt::{Agent, Call};
+use hitl_interrupt::{Agent, Binding, Call};
 use hitl_protocol::version::Era;
 use hitl_protocol::{
     CallToolResponse, ClientRequest, ElicitRequestParams, ErrorObject, InputRequest, InputRequiredResult,
@@ -231,11 +231,10 @@ impl Shared {
                 capabilities: session.capabilities.clone(),
                 principal: caller.principal.clone(),
                 peer: caller.peer.clone(),
-                era: Era::Modern,
-                prompt,
+                resumable: self.resumable(Era::Modern),
+                binding: if prompt { Binding::Prompt } else { Binding::Tool },
                 progress: progress.clone(),
                 cancel: Some(cancel.clone()),
-                task: false,
                 session: Some(session.id.clone()),
             };
             let answered = match self.run(agent, call).await {

@@ -145,7 +145,7 @@ impl Shared {
     }
 
     /// A store failure as the client sees it (the detail goes to the log).
-    fn store_answer<T>(&self, outcome: Result<T, hitl_interrupt::EngineError>) -> Result<T, ErrorObject> {
+    pub(crate) fn store_answer<T>(&self, outcome: Result<T, hitl_interrupt::EngineError>) -> Result<T, ErrorObject> {
         outcome.map_err(|e| {
             tracing::error!(error = %e, "task request failed");
             crate::store_unavailable()
