@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use hitl_graph::Agent;
-use hitl_protocol::{CallToolResponse, ClientCapabilities, ErrorObject, InputResponses};
+use hitl_protocol::{
+    CallToolResponse, CallToolResult, ClientCapabilities, ErrorObject, InputRequiredResult, InputResponses,
+};
 use serde_json::{Map, Value};
 
 use crate::StoreError;
@@ -33,11 +35,50 @@ pub enum EngineError {
     Store(#[from] StoreError),
 }
 
-/// What a call gets: a response, or a JSON-RPC error.
-pub type Reply = Result<CallToolResponse, ErrorObject>;
+/// What a call is answered, typed: its result, the round it paused at (with its
+/// thread, which the endpoint makes a task of for a client that follows tasks), or a
+/// JSON-RPC error.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// The call's result (a tool's error result too).
+    Complete(CallToolResult),
+    /// The call is paused at a round to answer.
+    Paused {
+        /// The paused call's thread.
+        thread_id: String,
+        /// The round (`resultType: "input_required"`, with its `requestState`).
+        round: InputRequiredResult,
+    },
+    /// The call is answered with a JSON-RPC error.
+    Refused(ErrorObject),
+}
+
+impl Reply {
+    /// The reply of `thread_id`'s call that was `answered`.
+    pub(crate) fn of(answered: Answered, thread_id: &str) -> Self {
+        match answered {
+            Ok(CallToolResponse::Complete(result)) => Self::Complete(result),
+            Ok(CallToolResponse::InputRequired(round)) => Self::Paused { thread_id: thread_id.to_owned(), round },
+            Err(error) => Self::Refused(error),
+        }
+    }
+
+    /// The reply as the drivers answer it (tests read it so).
+    #[cfg(test)]
+    pub(crate) fn answered(self) -> Answered {
+        match self {
+            Self::Complete(result) => Ok(CallToolResponse::Complete(result)),
+            Self::Paused { round, .. } => Ok(CallToolResponse::InputRequired(round)),
+            Self::Refused(error) => Err(error),
+        }
+    }
+}
+
+/// What the drivers answer a call: a response, or a JSON-RPC error.
+pub(crate) type Answered = Result<CallToolResponse, ErrorObject>;
 
 /// The reply to a `requestState` that does not verify.
-pub(crate) fn invalid_state() -> Reply {
+pub(crate) fn invalid_state() -> Answered {
     Err(ErrorObject::invalid_params(INVALID_STATE))
 }
 

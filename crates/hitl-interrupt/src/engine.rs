@@ -17,8 +17,8 @@ use crate::shared::{Core, Deadline};
 use crate::state::{self, Secret};
 use crate::waiting::{HoldPolicy, Relay};
 use crate::{
-    Admin, EngineError, LEGACY_CANNOT_ANSWER, Lifetimes, Limits, NEWER_FORMAT, Observer, PageAnswers, Reply, Tasks,
-    meter,
+    Admin, Answered, EngineError, LEGACY_CANNOT_ANSWER, Lifetimes, Limits, NEWER_FORMAT, Observer, PageAnswers, Reply,
+    Tasks, meter,
 };
 use hitl_thread::{Clock, PausedLedger, StoreError};
 
@@ -136,27 +136,30 @@ impl Engine {
     pub(crate) async fn serve(&self, agent: &Agent, call: Call, task: bool) -> Result<Reply, EngineError> {
         let (arguments, args_digest) = match checked_arguments(agent, &call) {
             Ok(checked) => checked,
-            Err(error) => return Ok(Err(error)),
+            Err(error) => return Ok(Reply::Refused(error)),
         };
         let deadline = Deadline::after(self.core.limits.request_timeout);
         // One span per round, with its thread's id (a new call's is made here).
         let span = |thread_id: &str| tracing::info_span!("round", tool = %call.bound_to(agent), thread_id);
-        let answer = match call.request_state.clone() {
+        // Every round a call is answered is of one thread: a new call's (made here), or
+        // the one its `requestState` names.
+        let (answer, thread_id) = match call.request_state.clone() {
             None => {
                 let id = uuid::Uuid::now_v7().to_string();
                 let span = span(&id);
                 // Each branch boxed: the future of a call stays small (it is moved into a box
                 // per request), and each request allocates only the branch it takes.
-                let started = Box::pin(self.start(agent, call, id, (arguments, args_digest), deadline, task));
-                tracing::Instrument::instrument(started, span).await
+                let started = Box::pin(self.start(agent, call, id.clone(), (arguments, args_digest), deadline, task));
+                (tracing::Instrument::instrument(started, span).await, id)
             }
             Some(request_state) => {
-                let span = span(state::split(&request_state).map_or("", |(id, _)| id));
+                let id = state::split(&request_state).map_or("", |(id, _)| id).to_owned();
+                let span = span(&id);
                 let answered = Box::pin(self.answer(agent, &call, &args_digest, &request_state, deadline));
-                tracing::Instrument::instrument(answered, span).await
+                (tracing::Instrument::instrument(answered, span).await, id)
             }
         };
-        newer_format(answer)
+        Ok(Reply::of(newer_format(answer)?, &thread_id))
     }
 
     /// What a client that can't answer rounds gets when it sends a paused call's
@@ -166,16 +169,13 @@ impl Engine {
     pub async fn peek(&self, agent: &Agent, call: &Call) -> Result<Reply, EngineError> {
         let (_, args_digest) = match checked_arguments(agent, call) {
             Ok(checked) => checked,
-            Err(error) => return Ok(Err(error)),
+            Err(error) => return Ok(Reply::Refused(error)),
         };
-        let Some(request_state) = call.request_state.as_deref() else { return Ok(invalid_state()) };
-        let span = tracing::info_span!(
-            "round",
-            tool = %call.bound_to(agent),
-            thread_id = state::split(request_state).map_or("", |(id, _)| id)
-        );
+        let Some(request_state) = call.request_state.as_deref() else { return Ok(Reply::of(invalid_state(), "")) };
+        let thread_id = state::split(request_state).map_or("", |(id, _)| id);
+        let span = tracing::info_span!("round", tool = %call.bound_to(agent), thread_id);
         let peeked = self.legacy_resend(agent, call, &args_digest, request_state);
-        newer_format(tracing::Instrument::instrument(peeked, span).await)
+        Ok(Reply::of(newer_format(tracing::Instrument::instrument(peeked, span).await)?, thread_id))
     }
 
     /// A call without `requestState`: a new thread. Answers sent with it answer its
@@ -188,7 +188,7 @@ impl Engine {
         (arguments, args_digest): (Value, String),
         deadline: Deadline,
         task: bool,
-    ) -> Result<Reply, EngineError> {
+    ) -> Result<Answered, EngineError> {
         let started = std::time::Instant::now();
         let span = tracing::info_span!("agent_run", tool = %agent.name, thread_id = %id);
         let run = tracing::Instrument::instrument(agent.graph.invoke_run(arguments, call.run(agent)), span);
@@ -208,7 +208,7 @@ impl Engine {
         args_digest: &str,
         request_state: &str,
         deadline: Deadline,
-    ) -> Result<Reply, EngineError> {
+    ) -> Result<Answered, EngineError> {
         let binding = call.bound_to(agent);
         let Some((thread_id, token)) = state::split(request_state) else {
             meter::round(&binding, meter::Outcome::InvalidState);
@@ -228,7 +228,7 @@ impl Engine {
         call: &Call,
         args_digest: &str,
         request_state: &str,
-    ) -> Result<Reply, EngineError> {
+    ) -> Result<Answered, EngineError> {
         let core = &self.core;
         let Some((thread_id, token)) = state::split(request_state) else { return Ok(invalid_state()) };
         let Some(thread) = core.store.load(thread_id).await? else { return Ok(invalid_state()) };
@@ -247,7 +247,7 @@ impl Engine {
 }
 
 /// A thread saved by a newer build is answered as an error, not a store failure.
-fn newer_format(answer: Result<Reply, EngineError>) -> Result<Reply, EngineError> {
+fn newer_format(answer: Result<Answered, EngineError>) -> Result<Answered, EngineError> {
     match answer {
         Err(EngineError::Store(StoreError::NewerFormat { .. })) => Ok(Err(ErrorObject::internal(NEWER_FORMAT))),
         other => other,

@@ -11,7 +11,7 @@ use hitl_protocol::{CallToolResponse, InputResponses};
 use crate::call::Call;
 use crate::round::{self, Ending, FirstAsk, NewThread, Next, Settled};
 use crate::shared::{Core, Deadline};
-use crate::{EngineError, MAX_ROUNDS_PER_REQUEST, Reply, Thread, meter};
+use crate::{Answered, EngineError, MAX_ROUNDS_PER_REQUEST, Thread, meter};
 use hitl_thread::{SaveError, StoreError};
 
 /// Where a first call's answers left it.
@@ -19,7 +19,7 @@ enum Unstored {
     /// A round to store and ask.
     Paused(Box<Thread>),
     /// The call's reply; nothing is stored.
-    Ended(Reply),
+    Ended(Answered),
 }
 
 /// Ends new calls' first runs over the core.
@@ -45,7 +45,7 @@ impl<'a> First<'a> {
         args_digest: String,
         outcome: Result<Outcome, RunError>,
         deadline: Deadline,
-    ) -> Result<Reply, EngineError> {
+    ) -> Result<Answered, EngineError> {
         let core = self.core;
         let asking = core.asking(&call, &id, 1);
         let now_ms = asking.now_ms;

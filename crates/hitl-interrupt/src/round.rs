@@ -18,7 +18,7 @@ use crate::questions::{self, Verdict};
 use crate::resend::{last, replay};
 use crate::state::Secret;
 use crate::{
-    BREAKPOINT, Claim, Last, LastOutcome, Lifetimes, PageKind, Reply, Round, THREAD_FORMAT, TaskState, Thread,
+    Answered, BREAKPOINT, Claim, Last, LastOutcome, Lifetimes, PageKind, Round, THREAD_FORMAT, TaskState, Thread,
 };
 
 mod task;
@@ -56,9 +56,9 @@ pub(crate) enum Next {
     /// Written by a newer build: leave it, `-32603`.
     Newer,
     /// A resend of answers already given: what they led to.
-    Replay(Reply),
+    Replay(Answered),
     /// Some answer is missing: the same round again (or `-32021`).
-    Reask(Reply),
+    Reask(Answered),
     /// An answer does not fit its question: the error; the round stays open.
     Reject(ErrorObject),
     /// Another request is resuming this round: look again shortly.
@@ -391,7 +391,7 @@ pub(crate) enum Ending {
     /// The call ended: store the finished thread (and stop counting it), answer.
     Finished(Box<Thread>, CallToolResult),
     /// The next round: store the thread (and count it to its new expiry), answer.
-    NextRound(Box<Thread>, Reply),
+    NextRound(Box<Thread>, Answered),
 }
 
 /// What the end of a run decides, given the thread as claimed (its claim already

@@ -8,6 +8,8 @@ use hitl_protocol::{CallToolResponse, ClientCapabilities, ErrorCode, InputRequir
 use serde_json::{Value, json};
 
 use crate::*;
+// The tests read a reply as the drivers answer it.
+use crate::Answered as Reply;
 
 const HOUR: u64 = 3600 * 1000;
 
@@ -46,8 +48,8 @@ fn accept(text: &str) -> Value {
     json!({"action": "accept", "content": {"response": text}})
 }
 
-fn run(f: impl std::future::Future<Output = Result<Reply, EngineError>>) -> Reply {
-    tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f).expect("no store failure")
+fn run(f: impl std::future::Future<Output = Result<crate::Reply, EngineError>>) -> Reply {
+    tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f).expect("no store failure").answered()
 }
 
 fn round(answer: Reply) -> InputRequiredResult {
@@ -357,7 +359,7 @@ fn concurrently(p: &PausedCount, n: usize) -> Vec<Reply> {
         (0..n).map(|_| p.f.engine.call(&p.agent, call(Some(p.answers.clone()), Some(&p.state)))),
     ))
     .into_iter()
-    .map(|r| r.expect("no store failure"))
+    .map(|r| r.expect("no store failure").answered())
     .collect()
 }
 
@@ -636,13 +638,13 @@ fn a_resume_out_of_time_leaves_the_call_paused() {
         .compile()
         .unwrap();
     let agent = Agent::new("slow", "", json!({"type": "object"}), graph);
-    let r = round(block_on(f.engine.call(&agent, call(None, None))).unwrap());
+    let r = round(block_on(f.engine.call(&agent, call(None, None))).unwrap().answered());
     let (a, state) = (answers(&[(&first_key(&r), accept("yes"))]), r.request_state.unwrap());
-    let err = block_on(f.engine.call(&agent, call(Some(a.clone()), Some(&state)))).unwrap().unwrap_err();
+    let err = block_on(f.engine.call(&agent, call(Some(a.clone()), Some(&state)))).unwrap().answered().unwrap_err();
     assert!(err.message.contains("request timeout"), "{}", err.message);
     let thread = load(&f, &state).unwrap();
     assert_eq!((thread.claim, thread.round.map(|r| r.n)), (None, Some(1)), "the round is open, unclaimed");
-    let done = block_on(f.engine.call(&agent, call(Some(a), Some(&state)))).unwrap();
+    let done = block_on(f.engine.call(&agent, call(Some(a), Some(&state)))).unwrap().answered();
     assert_eq!(text(&done).0, r#"{"answer":"yes"}"#);
 }
 
@@ -724,7 +726,7 @@ fn an_effect_begun_by_a_request_that_died_is_never_run_again() {
     let effects = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let agent = effect_agent(effects.clone(), false);
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-    let r = round(rt.block_on(f.engine.call(&agent, call(None, None))).unwrap());
+    let r = round(rt.block_on(f.engine.call(&agent, call(None, None))).unwrap().answered());
     let (key, state) = (first_key(&r), r.request_state.clone().unwrap());
     let yes = answers(&[(&key, accept("yes"))]);
     rt.block_on(async {
@@ -737,9 +739,9 @@ fn an_effect_begun_by_a_request_that_died_is_never_run_again() {
         }
     });
     f.clock.advance(Lifetimes::default().lease.as_millis() as u64 + 1);
-    let resend = rt.block_on(f.engine.call(&agent, call(Some(yes.clone()), Some(&state)))).unwrap();
+    let resend = rt.block_on(f.engine.call(&agent, call(Some(yes.clone()), Some(&state)))).unwrap().answered();
     assert_eq!(text(&resend), (crate::round::OUTCOME_UNKNOWN.to_owned(), true));
-    let again = rt.block_on(f.engine.call(&agent, call(Some(yes), Some(&state)))).unwrap();
+    let again = rt.block_on(f.engine.call(&agent, call(Some(yes), Some(&state)))).unwrap().answered();
     assert_eq!(text(&again), (crate::round::OUTCOME_UNKNOWN.to_owned(), true), "resends get the same");
     assert_eq!(effects.load(std::sync::atomic::Ordering::SeqCst), 1, "the effect ran once");
 }

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use hitl_graph::TaskSupport;
-use hitl_interrupt::{Agent, Binding, Call, Resumable};
+use hitl_interrupt::{Agent, Binding, Call, Reply, Resumable};
 use hitl_protocol::version::{self, Era};
 use hitl_protocol::{
-    CacheScope, CallToolResponse, CallToolResult, ClientRequest, ContentBlock, DiscoverResult, ErrorObject,
-    GetPromptResult, InitializeResult, ListPromptsResult, ListToolsResult, Prompt, PromptArgument, PromptMessage,
-    RequestId, Response, ResultType, Role, ServerCapabilities, Tool,
+    CacheScope, CallToolResult, ClientRequest, ContentBlock, DiscoverResult, ErrorObject, GetPromptResult,
+    InitializeResult, ListPromptsResult, ListToolsResult, Prompt, PromptArgument, PromptMessage, RequestId, Response,
+    ResultType, Role, ServerCapabilities, Tool,
 };
 use serde_json::{Map, Value, json};
 
@@ -139,23 +139,22 @@ impl Shared {
                 if task && !answers {
                     return Box::pin(self.call_as_task(agent, call)).await;
                 }
-                let answered = if task {
-                    self.store_answer(self.engine.tasks().call(agent, call).await)?
+                let reply = if task {
+                    self.reply_of(agent, self.engine.tasks().call(agent, call).await)
                 } else {
                     self.run(agent, call).await
                 };
-                match answered? {
-                    CallToolResponse::Complete(mut r) => {
+                match reply {
+                    Reply::Complete(mut r) => {
                         told_why(&mut r, unpushed.as_deref());
                         to_json(&r)
                     }
                     // A client that follows tasks gets the paused call as one.
-                    CallToolResponse::InputRequired(r) if task => {
-                        let id =
-                            r.request_state.as_deref().and_then(hitl_interrupt::state::split).map_or("", |(id, _)| id);
-                        Box::pin(self.created(id, task_principal.as_deref())).await
+                    Reply::Paused { thread_id, .. } if task => {
+                        Box::pin(self.created(&thread_id, task_principal.as_deref())).await
                     }
-                    CallToolResponse::InputRequired(r) => to_json(&r),
+                    Reply::Paused { round, .. } => to_json(&round),
+                    Reply::Refused(error) => Err(error),
                 }
             }
             (ClientRequest::GetPrompt(params), _) => {
@@ -179,9 +178,10 @@ impl Shared {
                     return Err(ErrorObject::invalid_params(format!("Unknown prompt: {}", params.name)));
                 };
                 let call = call(params.arguments, params.input_responses, params.request_state, None, Binding::Prompt);
-                match self.run(agent, call).await? {
-                    CallToolResponse::InputRequired(r) => to_json(&r),
-                    CallToolResponse::Complete(r) => to_json(&prompt_result(agent, r)?),
+                match self.run(agent, call).await {
+                    Reply::Paused { round, .. } => to_json(&round),
+                    Reply::Complete(r) => to_json(&prompt_result(agent, r)?),
+                    Reply::Refused(error) => Err(error),
                 }
             }
             (ClientRequest::Subscribe(params), Era::Legacy) => {
@@ -224,19 +224,22 @@ impl Shared {
 
     /// Serves `call` of `agent`. A client that can't answer rounds and sends a
     /// `requestState` is told the call is paused; the thread is left to a client that can.
-    pub(crate) async fn run(&self, agent: &Agent, call: Call) -> Result<CallToolResponse, ErrorObject> {
+    pub(crate) async fn run(&self, agent: &Agent, call: Call) -> Reply {
         let answered = if call.resumable == Resumable::LEGACY && call.request_state.is_some() {
             self.engine.peek(agent, &call).await
         } else {
             self.engine.call(agent, call).await
         };
-        match answered {
-            Ok(answer) => answer,
-            Err(e) => {
-                tracing::error!(error = %e, agent = %agent.name, "call failed");
-                Err(store_unavailable())
-            }
-        }
+        self.reply_of(agent, answered)
+    }
+
+    /// The engine's reply, a store failure refused as unavailable (the detail goes to
+    /// the log).
+    fn reply_of(&self, agent: &Agent, answered: Result<Reply, hitl_interrupt::EngineError>) -> Reply {
+        answered.unwrap_or_else(|e| {
+            tracing::error!(error = %e, agent = %agent.name, "call failed");
+            Reply::Refused(store_unavailable())
+        })
     }
 
     /// Adds `serverInfo` to modern results; strips `resultType` from legacy ones.
