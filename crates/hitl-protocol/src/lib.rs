@@ -37,6 +37,7 @@ pub mod jsonrpc;
 mod meta;
 mod mrtr;
 mod request;
+mod task;
 mod types;
 pub mod version;
 
@@ -52,6 +53,7 @@ pub use request::{
     ClientNotification, ClientRequest, CompleteParams, ListenParams, ReadResourceParams, SetLevelParams,
     SubscriptionFilter, TaskParams, server_request,
 };
+pub use task::{CreateTaskResult, GetTaskResult, Task, TaskStatus};
 pub use types::{
     CacheScope, CallToolParams, CallToolResponse, CallToolResult, ContentBlock, DiscoverResult, EmptyParams,
     GetPromptParams, GetPromptResult, InitializeParams, InitializeResult, ListParams, ListPromptsResult,

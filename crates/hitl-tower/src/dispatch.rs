@@ -38,22 +38,17 @@ impl Shared {
     ) -> Result<Value, ErrorObject> {
         let era = caller.era;
         // The Tasks extension's methods need the whole caller; served before it is split.
-        if era == Era::Modern
-            && matches!(
-                request,
-                ClientRequest::GetTask(_) | ClientRequest::UpdateTask(_) | ClientRequest::CancelTask(_)
-            )
-        {
-            let method = request.method();
-            let (ClientRequest::GetTask(params)
-            | ClientRequest::UpdateTask(params)
-            | ClientRequest::CancelTask(params)) = request
-            else {
-                unreachable!("matched above")
-            };
-            // The task paths are boxed: the future of every request stays small.
-            return Box::pin(self.task_request(method, params, &caller)).await;
-        }
+        // The task paths are boxed: the future of every request stays small.
+        let request = match (request, era) {
+            (ClientRequest::GetTask(params), Era::Modern) => return Box::pin(self.get_task(params, &caller)).await,
+            (ClientRequest::UpdateTask(params), Era::Modern) => {
+                return Box::pin(self.update_task(params, &caller)).await;
+            }
+            (ClientRequest::CancelTask(params), Era::Modern) => {
+                return Box::pin(self.cancel_task(params, &caller)).await;
+            }
+            (request, _) => request,
+        };
         // Who asks, for resources and prompts served from elsewhere.
         let passed = matches!(
             request,

@@ -147,3 +147,20 @@ fn answers_are_read_by_key_with_precise_errors() {
     let ok = ElicitResult::from_value("k", &serde_json::json!({"action": "accept", "content": {"a": 1}})).unwrap();
     assert_eq!(ok.action, ElicitAction::Accept);
 }
+
+#[test]
+fn task_results_keep_their_wire_shape() {
+    let created = serde_json::json!({
+        "taskId": "t1", "status": "working", "createdAt": "2026-01-01T00:00:00Z",
+        "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttlMs": 1000, "pollIntervalMs": 1000, "resultType": "task"
+    });
+    let typed: CreateTaskResult = serde_json::from_value(created.clone()).expect("parses");
+    assert_eq!(typed.task.status, TaskStatus::Working);
+    assert_eq!(serde_json::to_string(&typed).unwrap(), created.to_string(), "same fields, same order");
+    let got = serde_json::json!({
+        "taskId": "t1", "status": "failed", "createdAt": "2026-01-01T00:00:00Z",
+        "lastUpdatedAt": "2026-01-01T00:00:01Z", "ttlMs": 1000, "pollIntervalMs": 1000,
+        "statusMessage": "lost", "error": {"code": -32603, "message": "lost"}
+    });
+    assert_eq!(round_trip::<GetTaskResult>(&got).to_string(), got.to_string());
+}
