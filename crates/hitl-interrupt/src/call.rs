@@ -164,7 +164,9 @@ impl std::fmt::Debug for Call {
 
 impl Call {
     /// The graph run options of this call: its runtime context, the client's
-    /// capabilities as metadata (so an agent can ask only for what the client takes)
+    /// capabilities (so an agent can ask only for what the client takes: typed, as the
+    /// run's `ClientCapabilities` extension, and as JSON in the metadata for agents that
+    /// name no protocol type)
     /// with the caller's key ([`Call::caller_key`]), progress and cancellation (effects
     /// are marked only on a stored thread).
     pub(crate) fn run(&self, agent: &Agent) -> hitl_graph::Run {
@@ -178,9 +180,12 @@ impl Call {
         if agent.per_caller {
             metadata["caller"] = self.caller_key().into();
         }
+        let mut extensions = hitl_graph::Extensions::default();
+        extensions.insert(self.capabilities.clone());
         hitl_graph::Run {
             context: self.context.clone().unwrap_or(Value::Null),
             metadata,
+            extensions,
             progress: self.progress.clone(),
             cancel: self.cancel.clone(),
             effects: None,
