@@ -255,11 +255,11 @@ impl Shared {
                 Reply::Complete(result) => {
                     complete(tx, &pages);
                     let result = if prompt {
-                        crate::to_json(&crate::dispatch::prompt_result(agent, result)?)
+                        hitl_protocol::ServerResult::GetPrompt(crate::dispatch::prompt_result(agent, result)?)
                     } else {
-                        crate::to_json(&result)
+                        hitl_protocol::ServerResult::CallTool(result)
                     };
-                    return Ok(self.message(id, Era::Legacy, result));
+                    return Ok(self.message(id, Era::Legacy, Ok(result)));
                 }
                 Reply::Paused { round, .. } => round,
             };

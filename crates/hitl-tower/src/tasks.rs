@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use hitl_graph::TaskSupport;
 use hitl_interrupt::{TaskStart, TaskStatus, TaskView};
-use hitl_protocol::{ClientCapabilities, CreateTaskResult, ErrorObject, GetTaskResult, Task, TaskParams};
-use serde_json::{Map, Value, json};
+use hitl_protocol::{
+    ClientCapabilities, CreateTaskResult, EmptyResult, ErrorObject, GetTaskResult, ServerResult, Task, TaskParams,
+};
+use serde_json::{Map, json};
 
 use crate::Shared;
 use crate::validate::Caller;
@@ -68,25 +70,25 @@ impl Shared {
         &self,
         agent: &hitl_interrupt::Agent,
         call: hitl_interrupt::Call,
-    ) -> Result<Value, ErrorObject> {
+    ) -> Result<ServerResult, ErrorObject> {
         let principal = call.principal.clone();
         let wait = if agent.tasks == TaskSupport::Required { Duration::ZERO } else { TASK_WAIT };
         match self.store_answer(self.engine.tasks().start(agent, call, wait).await)?? {
-            TaskStart::Complete(result) => crate::to_json(&result),
-            TaskStart::Task(id) => self.created(&id, principal.as_deref()).await,
+            TaskStart::Complete(result) => Ok(ServerResult::CallTool(result)),
+            TaskStart::Task(id) => Ok(ServerResult::CreateTask(self.created(&id, principal.as_deref()).await?)),
         }
     }
 
     /// The `CreateTaskResult` of task `id`.
-    pub(crate) async fn created(&self, id: &str, principal: Option<&str>) -> Result<Value, ErrorObject> {
+    pub(crate) async fn created(&self, id: &str, principal: Option<&str>) -> Result<CreateTaskResult, ErrorObject> {
         let view = self.view(id, principal).await?;
-        crate::to_json(&CreateTaskResult::new(task(&view)))
+        Ok(CreateTaskResult::new(task(&view)))
     }
 
     /// `tasks/get`: the caller's task. A round with every answer in runs when it can
     /// (its page done, its last run failed): polling moves it on. Other polls read the
     /// task once.
-    pub(crate) async fn get_task(&self, params: TaskParams, caller: &Caller) -> Result<Value, ErrorObject> {
+    pub(crate) async fn get_task(&self, params: TaskParams, caller: &Caller) -> Result<ServerResult, ErrorObject> {
         let (id, principal) = (params.task_id.as_str(), follower(caller)?);
         let mut view = self.view(id, principal).await?;
         if view.ready {
@@ -103,22 +105,22 @@ impl Shared {
             result_type: None,
             meta: None,
         };
-        crate::to_json(&result)
+        Ok(ServerResult::GetTask(result))
     }
 
     /// `tasks/update`: answers some of the caller's task's questions.
-    pub(crate) async fn update_task(&self, params: TaskParams, caller: &Caller) -> Result<Value, ErrorObject> {
+    pub(crate) async fn update_task(&self, params: TaskParams, caller: &Caller) -> Result<ServerResult, ErrorObject> {
         let (id, principal) = (params.task_id.as_str(), follower(caller)?);
         let view = self.view(id, principal).await?;
         self.update_viewed(&view, caller, &params.input_responses.unwrap_or_default()).await?;
-        Ok(json!({}))
+        Ok(ServerResult::Empty(EmptyResult::default()))
     }
 
     /// `tasks/cancel`: ends the caller's task.
-    pub(crate) async fn cancel_task(&self, params: TaskParams, caller: &Caller) -> Result<Value, ErrorObject> {
+    pub(crate) async fn cancel_task(&self, params: TaskParams, caller: &Caller) -> Result<ServerResult, ErrorObject> {
         let principal = follower(caller)?;
         let cancelled = self.engine.tasks().cancel(&params.task_id, principal).await;
-        self.store_answer(cancelled)?.map(|()| json!({}))
+        self.store_answer(cancelled)?.map(|()| ServerResult::Empty(EmptyResult::default()))
     }
 
     /// Answers some of task `view`'s questions (none: runs a complete round).

@@ -164,3 +164,33 @@ fn task_results_keep_their_wire_shape() {
     });
     assert_eq!(round_trip::<GetTaskResult>(&got).to_string(), got.to_string());
 }
+
+#[test]
+fn results_are_stamped_for_their_era_on_typed_values() {
+    let info = serde_json::json!({"name": "hitl", "version": "1"});
+    let stamped = |mut result: ServerResult, modern: bool| {
+        result.stamp(modern, &info);
+        serde_json::to_value(&result).unwrap()
+    };
+    let tool = CallToolResult::json(&serde_json::json!({"a": 1}));
+    let modern = stamped(ServerResult::CallTool(tool.clone()), true);
+    assert_eq!(modern["resultType"], "complete");
+    assert_eq!(modern["_meta"]["io.modelcontextprotocol/serverInfo"], info);
+    let legacy = stamped(ServerResult::CallTool(tool), false);
+    assert!(legacy.get("resultType").is_none() && legacy.get("_meta").is_none(), "{legacy}");
+    let empty = stamped(ServerResult::Empty(EmptyResult::default()), true);
+    assert_eq!(
+        empty.to_string(),
+        serde_json::json!({"resultType": "complete", "_meta": {"io.modelcontextprotocol/serverInfo": info}})
+            .to_string()
+    );
+    assert_eq!(stamped(ServerResult::Empty(EmptyResult::default()), false), serde_json::json!({}));
+    let relayed = serde_json::json!({"contents": [], "resultType": "complete", "_meta": {"x": 1}});
+    let legacy = stamped(ServerResult::Other(relayed.clone()), false);
+    assert_eq!(legacy, serde_json::json!({"contents": [], "_meta": {"x": 1}}));
+    let modern = stamped(ServerResult::Other(relayed), true);
+    assert_eq!(modern["_meta"]["x"], 1);
+    assert_eq!(modern["_meta"]["io.modelcontextprotocol/serverInfo"], info);
+    let round = InputRequiredResult::new(Default::default(), "t.s");
+    assert!(stamped(ServerResult::InputRequired(round), false).get("resultType").is_none());
+}
