@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use hitl_graph::payload::{ErrorReply, ToolResult};
 use hitl_graph::{Progress, ProgressFn, StepContext};
-use hitl_protocol::{ErrorCode, ErrorObject};
+use hitl_protocol::{ClientCapabilities, ErrorCode, ErrorObject};
 use hitl_upstream::{Asked, Call, Event, Upstream, UpstreamError};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -73,8 +73,8 @@ struct Held {
 pub(crate) struct Link {
     pub(crate) upstream: Arc<Upstream>,
     pub(crate) hold_timeout: Duration,
-    /// The client's capabilities (`clientCapabilities`).
-    pub(crate) capabilities: Value,
+    /// The client's capabilities (the run's `ClientCapabilities` extension).
+    pub(crate) capabilities: ClientCapabilities,
     /// The client speaks a 2025-era revision (it answers no round).
     pub(crate) legacy_client: bool,
     /// The listed tool, for errors.
@@ -258,21 +258,16 @@ impl Holds {
 }
 
 /// Why the client of a call cannot answer `asked`, given its capabilities.
-fn unanswerable(asked: &Asked, capabilities: &Value) -> Option<ErrorObject> {
+fn unanswerable(asked: &Asked, capabilities: &ClientCapabilities) -> Option<ErrorObject> {
     let needs = match asked.method.as_str() {
         "elicitation/create" => {
             let url = asked.params.get("mode").and_then(Value::as_str) == Some("url");
-            let elicitation = capabilities.get("elicitation");
-            let ok = match elicitation {
-                None => false,
-                // `{}` is form support alone.
-                Some(e) if url => e.get("url").is_some(),
-                Some(_) => true,
-            };
+            // Any elicitation takes a form (`{}` is form support alone).
+            let ok = if url { capabilities.elicits_url() } else { capabilities.elicitation.is_some() };
             (!ok).then_some(if url { "URL-mode elicitation" } else { "elicitation" })
         }
-        "sampling/createMessage" => capabilities.get("sampling").is_none().then_some("sampling"),
-        "roots/list" => capabilities.get("roots").is_none().then_some("roots"),
+        "sampling/createMessage" => (!capabilities.samples()).then_some("sampling"),
+        "roots/list" => (!capabilities.lists_roots()).then_some("roots"),
         _ => Some(asked.method.as_str()),
     };
     let needs = needs?;

@@ -10,7 +10,7 @@ use hitl_graph::payload::{
     ToolResult,
 };
 use hitl_graph::{Agent, END, START, StateGraph, StepContext, StepError};
-use hitl_protocol::display;
+use hitl_protocol::{ClientCapabilities, display};
 use hitl_upstream::Upstream;
 use serde_json::{Map, Value, json};
 
@@ -220,7 +220,7 @@ impl Through {
         Link {
             upstream: self.upstream.clone(),
             hold_timeout: self.hold_timeout,
-            capabilities: ctx.metadata().get("clientCapabilities").cloned().unwrap_or_else(|| json!({})),
+            capabilities: ctx.extension::<ClientCapabilities>().cloned().unwrap_or_default(),
             legacy_client: ctx.metadata().get("legacyClient").and_then(Value::as_bool).unwrap_or(false),
             tool: gated.listed.clone(),
             report: report(ctx),
@@ -353,11 +353,11 @@ fn relay_step(gated: Arc<Gated>, through: Through) -> impl Fn(Value, StepContext
 
 type StepFuture = std::pin::Pin<Box<dyn Future<Output = Result<Value, StepError>> + Send>>;
 
-/// The `_meta` of an upstream call made for the calling client: its capabilities, so
-/// the upstream asks only what the client can answer (the engine passes them as the
-/// run's metadata).
+/// The `_meta` of an upstream call made for the calling client: its capabilities (the
+/// run's typed extension, which the engine gives it), so the upstream asks only what
+/// the client can answer.
 fn on_behalf(ctx: &StepContext) -> Map<String, Value> {
-    let capabilities = ctx.metadata().get("clientCapabilities").cloned().unwrap_or_else(|| json!({}));
+    let capabilities = ctx.extension::<ClientCapabilities>().cloned().unwrap_or_default();
     let meta = json!({ hitl_protocol::meta_keys::CLIENT_CAPABILITIES: capabilities });
     Map::from_iter([("_meta".to_owned(), meta)])
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use crate::{Interrupt, ResumeValues};
+use crate::{Extensions, Interrupt, ResumeValues};
 
 /// The signal a step propagates with `?` when it paused at an `interrupt`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,9 +100,14 @@ pub trait Effects: Send + Sync {
 pub struct Run {
     /// The runtime context steps see ([`StepContext::runtime_context`]); not stored.
     pub context: Value,
-    /// What the caller knows of the request (for MCP: the client's capabilities),
-    /// visible to steps as [`StepContext::metadata`]; not stored.
+    /// What the caller knows of the request, as JSON (for MCP: the client's
+    /// capabilities, for agents that name no protocol type), visible to steps as
+    /// [`StepContext::metadata`]; not stored.
     pub metadata: Value,
+    /// What the caller knows of the request, typed, one value per type (for MCP: the
+    /// client's `ClientCapabilities`), visible to steps as [`StepContext::extension`];
+    /// not stored.
+    pub extensions: Extensions,
     /// Called as supersteps finish.
     pub progress: Option<ProgressFn>,
     /// Set to stop the run before its next superstep ([`RunError::Cancelled`]); a
@@ -170,6 +175,12 @@ impl StepContext {
     /// What the caller knows of the request (for MCP: `{"clientCapabilities": …}`).
     pub fn metadata(&self) -> &Value {
         &self.run.metadata
+    }
+
+    /// The run's typed value of type `T` ([`Run::extensions`]), when the caller gave
+    /// one (for MCP: `ctx.extension::<ClientCapabilities>()`).
+    pub fn extension<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.run.extensions.get()
     }
 
     /// The name of the running step.

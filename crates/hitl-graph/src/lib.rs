@@ -40,6 +40,7 @@ mod agent;
 mod builder;
 mod checkpoint;
 mod context;
+mod extensions;
 mod graph;
 pub mod payload;
 mod runtime;
@@ -48,6 +49,7 @@ pub use agent::{Agent, TaskSupport};
 pub use builder::{CompileError, StateGraph};
 pub use checkpoint::{Checkpoint, Interrupt, Outcome, ResumeValues, RunError};
 pub use context::{Effects, Interrupted, Progress, ProgressFn, Run, StepContext, StepError};
+pub use extensions::Extensions;
 pub use graph::{Graph, Reducer, ReducerFn};
 
 /// The name of the virtual first step.

@@ -4,11 +4,11 @@
 use hitl_protocol::{CallToolResponse, ClientCapabilities, ErrorObject, InputRequests, InputRequiredResult};
 
 use crate::state::Secret;
-use crate::{Reply, Round, questions};
+use crate::{Answered, Round, questions};
 
 /// The round as an `input_required` reply, or `-32021` when the client lacks a mode
 /// it needs.
-pub(crate) fn ask(thread_id: &str, round: &Round, capabilities: &ClientCapabilities, secret: &Secret) -> Reply {
+pub(crate) fn ask(thread_id: &str, round: &Round, capabilities: &ClientCapabilities, secret: &Secret) -> Answered {
     match missing_capability(round, capabilities) {
         Some(e) => Err(e),
         None => Ok(render(thread_id, round, secret)),

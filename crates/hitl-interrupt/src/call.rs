@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use hitl_graph::Agent;
-use hitl_protocol::version::Era;
-use hitl_protocol::{CallToolResponse, ClientCapabilities, ErrorObject, InputResponses};
+use hitl_protocol::{
+    CallToolResponse, CallToolResult, ClientCapabilities, ErrorObject, InputRequiredResult, InputResponses,
+};
 use serde_json::{Map, Value};
 
 use crate::StoreError;
@@ -34,15 +35,85 @@ pub enum EngineError {
     Store(#[from] StoreError),
 }
 
-/// What a call gets: a response, or a JSON-RPC error.
-pub type Reply = Result<CallToolResponse, ErrorObject>;
+/// What a call is answered, typed: its result, the round it paused at (with its
+/// thread, which the endpoint makes a task of for a client that follows tasks), or a
+/// JSON-RPC error.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// The call's result (a tool's error result too).
+    Complete(CallToolResult),
+    /// The call is paused at a round to answer.
+    Paused {
+        /// The paused call's thread.
+        thread_id: String,
+        /// The round (`resultType: "input_required"`, with its `requestState`).
+        round: InputRequiredResult,
+    },
+    /// The call is answered with a JSON-RPC error.
+    Refused(ErrorObject),
+}
+
+impl Reply {
+    /// The reply of `thread_id`'s call that was `answered`.
+    pub(crate) fn of(answered: Answered, thread_id: &str) -> Self {
+        match answered {
+            Ok(CallToolResponse::Complete(result)) => Self::Complete(result),
+            Ok(CallToolResponse::InputRequired(round)) => Self::Paused { thread_id: thread_id.to_owned(), round },
+            Err(error) => Self::Refused(error),
+        }
+    }
+
+    /// The reply as the drivers answer it (tests read it so).
+    #[cfg(test)]
+    pub(crate) fn answered(self) -> Answered {
+        match self {
+            Self::Complete(result) => Ok(CallToolResponse::Complete(result)),
+            Self::Paused { round, .. } => Ok(CallToolResponse::InputRequired(round)),
+            Self::Refused(error) => Err(error),
+        }
+    }
+}
+
+/// What the drivers answer a call: a response, or a JSON-RPC error.
+pub(crate) type Answered = Result<CallToolResponse, ErrorObject>;
 
 /// The reply to a `requestState` that does not verify.
-pub(crate) fn invalid_state() -> Reply {
+pub(crate) fn invalid_state() -> Answered {
     Err(ErrorObject::invalid_params(INVALID_STATE))
 }
 
-/// One `tools/call` as the engine sees it.
+/// What a call's thread is bound to: the agent as a tool (`tools/call`), or as a
+/// prompt (`prompts/get`), whose thread a tool of the same name can't answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Binding {
+    /// The agent as a tool.
+    #[default]
+    Tool,
+    /// The agent as a prompt.
+    Prompt,
+}
+
+/// Whether the client can answer a round it is asked, as the endpoint decides it (the
+/// client's protocol, the deployment's threads): when it can't, a pause ends the call
+/// with an error result whose first text block is the reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Resumable {
+    /// The call can pause and be answered.
+    #[default]
+    Yes,
+    /// It can't: why (the first text block of the error result a pause ends it with).
+    No(&'static str),
+}
+
+impl Resumable {
+    /// A 2025-era client that is not pushed its questions: it can't answer a round.
+    pub const LEGACY: Self = Self::No(LEGACY_CANNOT_ANSWER);
+    /// A deployment that keeps no threads: a pause can't be resumed.
+    pub const NO_THREADS: Self = Self::No(CANNOT_RESUME);
+}
+
+/// One `tools/call` (or `prompts/get`) as the engine sees it: no protocol era, the
+/// endpoint has decided what the call may do ([`Resumable`]).
 #[derive(Clone, Default)]
 pub struct Call {
     /// The arguments (an object).
@@ -60,19 +131,15 @@ pub struct Call {
     /// The caller's network address, which paused calls count against when there is no
     /// principal.
     pub peer: Option<String>,
-    /// The era of the client: a legacy client cannot answer a round.
-    pub era: Era,
-    /// `true` for `prompts/get`: the call is bound to the prompt, not a tool of the
-    /// same name.
-    pub prompt: bool,
+    /// Whether a pause can be answered (else it ends the call with an error result).
+    pub resumable: Resumable,
+    /// What the call's thread is bound to: the agent as a tool, or as a prompt.
+    pub binding: Binding,
     /// Called as the agent's supersteps finish (for `notifications/progress`).
     pub progress: Option<hitl_graph::ProgressFn>,
     /// Set when the client went away: the run stops before its next superstep and the
     /// round stays as it was.
     pub cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
-    /// The client follows the call as a task (the Tasks extension) if it pauses: its
-    /// rounds are then answered with [`Tasks::update`](crate::Tasks::update), in parts.
-    pub task: bool,
     /// A 2025-era client's session with hitl (its `Mcp-Session-Id`, which hitl issued
     /// and checked): state an agent keeps per caller is kept per session.
     pub session: Option<String>,
@@ -88,8 +155,8 @@ impl std::fmt::Debug for Call {
             .field("capabilities", &self.capabilities)
             .field("principal", &self.principal)
             .field("peer", &self.peer)
-            .field("era", &self.era)
-            .field("prompt", &self.prompt)
+            .field("resumable", &self.resumable)
+            .field("binding", &self.binding)
             .field("session", &self.session.as_ref().map(|_| ".."))
             .finish_non_exhaustive()
     }
@@ -97,7 +164,9 @@ impl std::fmt::Debug for Call {
 
 impl Call {
     /// The graph run options of this call: its runtime context, the client's
-    /// capabilities as metadata (so an agent can ask only for what the client takes)
+    /// capabilities (so an agent can ask only for what the client takes: typed, as the
+    /// run's `ClientCapabilities` extension, and as JSON in the metadata for agents that
+    /// name no protocol type)
     /// with the caller's key ([`Call::caller_key`]), progress and cancellation (effects
     /// are marked only on a stored thread).
     pub(crate) fn run(&self, agent: &Agent) -> hitl_graph::Run {
@@ -105,15 +174,18 @@ impl Call {
         // A 2025-era client (the only kind with a session, pushed to or not) may be
         // answered otherwise than a 2026-07-28 one (the gateway relays an upstream's
         // `-32042` to it as that error).
-        if self.era == Era::Legacy || self.session.is_some() {
+        if self.resumable == Resumable::LEGACY || self.session.is_some() {
             metadata["legacyClient"] = Value::Bool(true);
         }
         if agent.per_caller {
             metadata["caller"] = self.caller_key().into();
         }
+        let mut extensions = hitl_graph::Extensions::default();
+        extensions.insert(self.capabilities.clone());
         hitl_graph::Run {
             context: self.context.clone().unwrap_or(Value::Null),
             metadata,
+            extensions,
             progress: self.progress.clone(),
             cancel: self.cancel.clone(),
             effects: None,
@@ -121,8 +193,11 @@ impl Call {
     }
 
     /// The name a thread is bound to.
-    pub(crate) fn binding(&self, agent: &Agent) -> String {
-        if self.prompt { format!("prompt:{}", agent.name) } else { agent.name.clone() }
+    pub(crate) fn bound_to(&self, agent: &Agent) -> String {
+        match self.binding {
+            Binding::Tool => agent.name.clone(),
+            Binding::Prompt => format!("prompt:{}", agent.name),
+        }
     }
 
     /// Who the call is made for, as an opaque key (a digest) for what an agent keeps

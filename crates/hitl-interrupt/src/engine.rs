@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use hitl_graph::Agent;
-use hitl_protocol::version::Era;
 use hitl_protocol::{CallToolResponse, CallToolResult, ErrorObject};
 use serde_json::Value;
 
@@ -18,8 +17,8 @@ use crate::shared::{Core, Deadline};
 use crate::state::{self, Secret};
 use crate::waiting::{HoldPolicy, Relay};
 use crate::{
-    Admin, EngineError, LEGACY_CANNOT_ANSWER, Lifetimes, Limits, NEWER_FORMAT, Observer, PageAnswers, Reply, Tasks,
-    meter,
+    Admin, Answered, EngineError, LEGACY_CANNOT_ANSWER, Lifetimes, Limits, NEWER_FORMAT, Observer, PageAnswers, Reply,
+    Tasks, meter,
 };
 use hitl_thread::{Clock, PausedLedger, StoreError};
 
@@ -75,14 +74,6 @@ impl Engine {
         self
     }
 
-    /// Turns threads off (a deployment that keeps none): a pause then ends the call
-    /// with an error result that says it can't be resumed.
-    #[must_use]
-    pub fn without_threads(mut self) -> Self {
-        self.core_mut().threads = false;
-        self
-    }
-
     /// Holds retries of calls waiting for an approver as `policy` says.
     #[must_use]
     pub fn with_hold(mut self, policy: HoldPolicy) -> Self {
@@ -133,42 +124,58 @@ impl Engine {
         Admin::new(self.core.clone())
     }
 
-    /// Serves one `tools/call` of `agent`.
+    /// Serves one `tools/call` (or `prompts/get`) of `agent`. A pause is answered as a
+    /// round when the call is [`Resumable::Yes`](crate::Resumable), else it ends the
+    /// call with an error result; a `requestState` answers the round it names.
     pub async fn call(&self, agent: &Agent, call: Call) -> Result<Reply, EngineError> {
+        self.serve(agent, call, false).await
+    }
+
+    /// Serves `call` (see [`Engine::call`]); `task`: the client follows it as a task,
+    /// so a new call that pauses makes a task.
+    pub(crate) async fn serve(&self, agent: &Agent, call: Call, task: bool) -> Result<Reply, EngineError> {
         let (arguments, args_digest) = match checked_arguments(agent, &call) {
             Ok(checked) => checked,
-            Err(error) => return Ok(Err(error)),
+            Err(error) => return Ok(Reply::Refused(error)),
         };
         let deadline = Deadline::after(self.core.limits.request_timeout);
         // One span per round, with its thread's id (a new call's is made here).
-        let span = |thread_id: &str| tracing::info_span!("round", tool = %call.binding(agent), thread_id);
-        let answer = match call.request_state.clone() {
+        let span = |thread_id: &str| tracing::info_span!("round", tool = %call.bound_to(agent), thread_id);
+        // Every round a call is answered is of one thread: a new call's (made here), or
+        // the one its `requestState` names.
+        let (answer, thread_id) = match call.request_state.clone() {
             None => {
                 let id = uuid::Uuid::now_v7().to_string();
                 let span = span(&id);
                 // Each branch boxed: the future of a call stays small (it is moved into a box
                 // per request), and each request allocates only the branch it takes.
-                let started = Box::pin(self.start(agent, call, id, args_digest, arguments, deadline));
-                tracing::Instrument::instrument(started, span).await
+                let started = Box::pin(self.start(agent, call, id.clone(), (arguments, args_digest), deadline, task));
+                (tracing::Instrument::instrument(started, span).await, id)
             }
             Some(request_state) => {
-                let span = span(state::split(&request_state).map_or("", |(id, _)| id));
-                let answered = async {
-                    // A client that can't answer rounds learns that the call is paused;
-                    // the thread stays as it is for the client that can.
-                    if call.era == Era::Legacy {
-                        self.legacy_resend(agent, &call, &args_digest, &request_state).await
-                    } else {
-                        Box::pin(self.answer(agent, &call, &args_digest, &request_state, deadline)).await
-                    }
-                };
-                tracing::Instrument::instrument(answered, span).await
+                let id = state::split(&request_state).map_or("", |(id, _)| id).to_owned();
+                let span = span(&id);
+                let answered = Box::pin(self.answer(agent, &call, &args_digest, &request_state, deadline));
+                (tracing::Instrument::instrument(answered, span).await, id)
             }
         };
-        match answer {
-            Err(EngineError::Store(StoreError::NewerFormat { .. })) => Ok(Err(ErrorObject::internal(NEWER_FORMAT))),
-            other => other,
-        }
+        Ok(Reply::of(newer_format(answer)?, &thread_id))
+    }
+
+    /// What a client that can't answer rounds gets when it sends a paused call's
+    /// `requestState` (the endpoint asks this instead of [`Engine::call`]): the error
+    /// result it gets for any pause while the round is open, else `Invalid or expired
+    /// requestState`. Read only: the thread stays as it is for a client that can answer.
+    pub async fn peek(&self, agent: &Agent, call: &Call) -> Result<Reply, EngineError> {
+        let (_, args_digest) = match checked_arguments(agent, call) {
+            Ok(checked) => checked,
+            Err(error) => return Ok(Reply::Refused(error)),
+        };
+        let Some(request_state) = call.request_state.as_deref() else { return Ok(Reply::of(invalid_state(), "")) };
+        let thread_id = state::split(request_state).map_or("", |(id, _)| id);
+        let span = tracing::info_span!("round", tool = %call.bound_to(agent), thread_id);
+        let peeked = self.legacy_resend(agent, call, &args_digest, request_state);
+        Ok(Reply::of(newer_format(tracing::Instrument::instrument(peeked, span).await)?, thread_id))
     }
 
     /// A call without `requestState`: a new thread. Answers sent with it answer its
@@ -178,10 +185,10 @@ impl Engine {
         agent: &Agent,
         call: Call,
         id: String,
-        args_digest: String,
-        arguments: Value,
+        (arguments, args_digest): (Value, String),
         deadline: Deadline,
-    ) -> Result<Reply, EngineError> {
+        task: bool,
+    ) -> Result<Answered, EngineError> {
         let started = std::time::Instant::now();
         let span = tracing::info_span!("agent_run", tool = %agent.name, thread_id = %id);
         let run = tracing::Instrument::instrument(agent.graph.invoke_run(arguments, call.run(agent)), span);
@@ -190,7 +197,7 @@ impl Engine {
         let Some(outcome) = outcome else {
             return Ok(Err(self.core.timed_out(false)));
         };
-        Box::pin(First::new(&self.core).outcome(agent, call, id, args_digest, outcome, deadline)).await
+        Box::pin(First::new(&self.core, task).outcome(agent, call, id, args_digest, outcome, deadline)).await
     }
 
     /// A call with `requestState`: answer the open round, or resend the last answers.
@@ -201,23 +208,15 @@ impl Engine {
         args_digest: &str,
         request_state: &str,
         deadline: Deadline,
-    ) -> Result<Reply, EngineError> {
-        let binding = call.binding(agent);
+    ) -> Result<Answered, EngineError> {
+        let binding = call.bound_to(agent);
         let Some((thread_id, token)) = state::split(request_state) else {
             meter::round(&binding, meter::Outcome::InvalidState);
             return Ok(invalid_state());
         };
         let responses = call.input_responses.clone().unwrap_or_default();
-        let answer = Answer {
-            agent,
-            call,
-            binding: &binding,
-            args_digest,
-            thread_id,
-            token,
-            responses: &responses,
-            hold: !call.task,
-        };
+        let answer =
+            Answer { agent, call, binding: &binding, args_digest, thread_id, token, responses: &responses, hold: true };
         Resume::new(&self.core).answer(answer, deadline).await
     }
 
@@ -229,11 +228,11 @@ impl Engine {
         call: &Call,
         args_digest: &str,
         request_state: &str,
-    ) -> Result<Reply, EngineError> {
+    ) -> Result<Answered, EngineError> {
         let core = &self.core;
         let Some((thread_id, token)) = state::split(request_state) else { return Ok(invalid_state()) };
         let Some(thread) = core.store.load(thread_id).await? else { return Ok(invalid_state()) };
-        if !round::bound(&thread, &call.binding(agent), args_digest, call.principal.as_deref()) {
+        if !round::bound(&thread, &call.bound_to(agent), args_digest, call.principal.as_deref()) {
             return Ok(invalid_state());
         }
         let open = thread.round.as_ref().filter(|r| core.secret.verify(&thread.id, r.n, &r.nonce, token));
@@ -244,5 +243,13 @@ impl Engine {
             ])))),
             _ => Ok(invalid_state()),
         }
+    }
+}
+
+/// A thread saved by a newer build is answered as an error, not a store failure.
+fn newer_format(answer: Result<Answered, EngineError>) -> Result<Answered, EngineError> {
+    match answer {
+        Err(EngineError::Store(StoreError::NewerFormat { .. })) => Ok(Err(ErrorObject::internal(NEWER_FORMAT))),
+        other => other,
     }
 }

@@ -11,7 +11,7 @@ use hitl_protocol::{CallToolResponse, InputResponses};
 use crate::call::Call;
 use crate::round::{self, Ending, FirstAsk, NewThread, Next, Settled};
 use crate::shared::{Core, Deadline};
-use crate::{EngineError, MAX_ROUNDS_PER_REQUEST, Reply, Thread, meter};
+use crate::{Answered, EngineError, MAX_ROUNDS_PER_REQUEST, Thread, meter};
 use hitl_thread::{SaveError, StoreError};
 
 /// Where a first call's answers left it.
@@ -19,17 +19,20 @@ enum Unstored {
     /// A round to store and ask.
     Paused(Box<Thread>),
     /// The call's reply; nothing is stored.
-    Ended(Reply),
+    Ended(Answered),
 }
 
 /// Ends new calls' first runs over the core.
 pub(crate) struct First<'a> {
     core: &'a Core,
+    /// The client follows the call as a task: a pause makes a task.
+    task: bool,
 }
 
 impl<'a> First<'a> {
-    pub(crate) fn new(core: &'a Core) -> Self {
-        Self { core }
+    /// `task`: the client follows the call as a task.
+    pub(crate) fn new(core: &'a Core, task: bool) -> Self {
+        Self { core, task }
     }
 
     /// A new call's first run ended with `outcome`: its result, or its first round
@@ -42,7 +45,7 @@ impl<'a> First<'a> {
         args_digest: String,
         outcome: Result<Outcome, RunError>,
         deadline: Deadline,
-    ) -> Result<Reply, EngineError> {
+    ) -> Result<Answered, EngineError> {
         let core = self.core;
         let asking = core.asking(&call, &id, 1);
         let now_ms = asking.now_ms;
@@ -51,7 +54,7 @@ impl<'a> First<'a> {
             Settled::Failed(error) => return Ok(Err(error)),
             Settled::Paused(checkpoint, round) => (checkpoint, round),
         };
-        let new = NewThread { id, binding: call.binding(agent), args_digest, now_ms };
+        let new = NewThread { id, binding: call.bound_to(agent), args_digest, now_ms, task: self.task };
         let mut thread = round::open(*checkpoint, round, &call, new, &core.lifetimes);
         if let Some(responses) = &call.input_responses {
             thread = match Box::pin(self.answer_unstored(agent, &call, thread, responses, deadline)).await {
@@ -63,7 +66,7 @@ impl<'a> First<'a> {
         let (thread, reply) = match round::first_ask(thread, &call.capabilities, max_record_bytes, &core.secret) {
             FirstAsk::Ask(thread, reply) => (*thread, reply),
             FirstAsk::Lacks(e) => {
-                meter::round(&call.binding(agent), meter::Outcome::RefusedCapability);
+                meter::round(&call.bound_to(agent), meter::Outcome::RefusedCapability);
                 return Ok(Err(e));
             }
             FirstAsk::TooLarge(e) => return Ok(Err(e)),
@@ -99,7 +102,7 @@ impl<'a> First<'a> {
         deadline: Deadline,
     ) -> Unstored {
         let core = self.core;
-        let binding = call.binding(agent);
+        let binding = call.bound_to(agent);
         loop {
             let round = thread.round.as_ref().expect("a paused thread has its round");
             if round.n > MAX_ROUNDS_PER_REQUEST {

@@ -16,8 +16,8 @@
 //! ```
 //! use std::sync::Arc;
 //! use hitl_graph::{START, StateGraph};
-//! use hitl_interrupt::{Agent, Call, Engine, Lifetimes, MemoryStore, Secret, SystemClock};
-//! use hitl_protocol::{CallToolResponse, ClientCapabilities};
+//! use hitl_interrupt::{Agent, Call, Engine, Lifetimes, MemoryStore, Reply, Secret, SystemClock};
+//! use hitl_protocol::ClientCapabilities;
 //! use serde_json::json;
 //!
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
@@ -32,12 +32,12 @@
 //! let engine = Engine::new(Arc::new(MemoryStore::default()), Arc::new(SystemClock), Secret::generate(), Lifetimes::default());
 //! let capabilities: ClientCapabilities = serde_json::from_value(json!({"elicitation": {}})).unwrap();
 //!
-//! let first = engine.call(&agent, Call { capabilities: capabilities.clone(), ..Call::default() }).await.unwrap().unwrap();
-//! let CallToolResponse::InputRequired(round) = first else { panic!() };
+//! let first = engine.call(&agent, Call { capabilities: capabilities.clone(), ..Call::default() }).await.unwrap();
+//! let Reply::Paused { round, .. } = first else { panic!() };
 //! let key = round.input_requests.unwrap().keys().next().unwrap().clone();
 //! let answers = [(key, json!({"action": "accept", "content": {"response": "eu-west-1"}}))].into_iter().collect();
 //! let call = Call { input_responses: Some(answers), request_state: round.request_state, capabilities, ..Call::default() };
-//! let CallToolResponse::Complete(result) = engine.call(&agent, call).await.unwrap().unwrap() else { panic!() };
+//! let Reply::Complete(result) = engine.call(&agent, call).await.unwrap() else { panic!() };
 //! assert_eq!(result.content[0].as_text(), Some(r#"{"region":"eu-west-1"}"#));
 //! # });
 //! ```
@@ -61,7 +61,7 @@ mod round;
 mod running;
 mod shared;
 mod size;
-pub mod state;
+mod state;
 mod task_runs;
 mod tasks;
 mod unsaved;
@@ -84,14 +84,16 @@ pub use hitl_thread::{
 };
 
 pub use admin::{Admin, PausedCall, PausedCalls};
+pub(crate) use call::Answered;
 pub use call::{
-    BREAKPOINT, CANNOT_RESUME, Call, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, NEWER_FORMAT, Reply,
+    BREAKPOINT, Binding, CANNOT_RESUME, Call, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, NEWER_FORMAT, Reply,
+    Resumable,
 };
 pub use engine::Engine;
 pub use lifetimes::{Lifetimes, Limits, MAX_ROUNDS_PER_REQUEST};
 pub use page_answers::PageAnswers;
 pub use pages::{Event, Observer, PageAnswer, PageInput, PageView};
-pub use state::Secret;
+pub use state::{PageId, Secret, WeakSecret};
 pub use task_runs::TaskStart;
 pub use tasks::{TaskStatus, TaskView, Tasks, unknown_task};
 pub use unsaved::{MAX_UNSAVED, OUTCOME_KEPT};

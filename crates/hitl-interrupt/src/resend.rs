@@ -6,7 +6,7 @@ use hitl_protocol::{CallToolResponse, ClientCapabilities, InputResponses};
 use serde_json::{Map, Value};
 
 use crate::state::Secret;
-use crate::{Last, LastOutcome, Reply, Round, Thread, ask};
+use crate::{Answered, Last, LastOutcome, Round, Thread, ask};
 use hitl_thread::digest_hex;
 
 /// A resend of the last round's answers gets what they led to; `None` when these are
@@ -17,7 +17,7 @@ pub(crate) fn replay(
     token: &str,
     capabilities: &ClientCapabilities,
     secret: &Secret,
-) -> Option<Reply> {
+) -> Option<Answered> {
     let last = thread.last.as_ref()?;
     if !secret.verify(&thread.id, last.round, &last.nonce, token) {
         return None;

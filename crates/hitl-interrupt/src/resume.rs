@@ -18,7 +18,7 @@ use crate::round::{self, Ending, Next};
 use crate::shared::{Core, Deadline};
 use crate::unsaved::{self, Kept};
 use crate::waiting::{Holding, Woken, awaited_approvers};
-use crate::{EngineError, Last, NEWER_FORMAT, Reply, Round, Thread, meter, resend};
+use crate::{Answered, EngineError, Last, NEWER_FORMAT, Round, Thread, meter, resend};
 use hitl_thread::{ClaimAttempt, Loaded, SaveError, StoreError};
 
 /// A request's answers to a stored round.
@@ -54,7 +54,7 @@ impl<'a> Resume<'a> {
 
     /// Answers the round of `answer` (or replays the last answers), as
     /// [`round::decide`] says.
-    pub(crate) async fn answer(&self, answer: Answer<'_>, deadline: Deadline) -> Result<Reply, EngineError> {
+    pub(crate) async fn answer(&self, answer: Answer<'_>, deadline: Deadline) -> Result<Answered, EngineError> {
         let core = self.core;
         let Answer { call, binding, args_digest, thread_id, token, responses, .. } = answer;
         let request = round::Answering {
@@ -219,7 +219,7 @@ impl<'a> Resume<'a> {
         round: Round,
         values: hitl_graph::ResumeValues,
         deadline: Deadline,
-    ) -> Result<Reply, EngineError> {
+    ) -> Result<Answered, EngineError> {
         let core = self.core;
         let Answer { agent, call, responses, .. } = *answer;
         let Some(checkpoint) = thread.checkpoint.clone() else {
@@ -348,7 +348,7 @@ impl<'a> Resume<'a> {
         last: Last,
         response: CallToolResponse,
         answer: &Answer<'_>,
-    ) -> Result<Reply, EngineError> {
+    ) -> Result<Answered, EngineError> {
         let core = self.core;
         let expected = thread.version;
         let now = core.clock.now_ms();
@@ -370,7 +370,7 @@ impl<'a> Resume<'a> {
 
     /// Another request answered the same round first: when it sent the same answers,
     /// its outcome is the answer; otherwise the state is stale.
-    async fn after_conflict(&self, thread_id: &str, answer: &Answer<'_>) -> Result<Reply, EngineError> {
+    async fn after_conflict(&self, thread_id: &str, answer: &Answer<'_>) -> Result<Answered, EngineError> {
         let (core, capabilities) = (self.core, &answer.call.capabilities);
         Ok(match core.store.load(thread_id).await? {
             Some(current) => resend::replay(&current, answer.responses, answer.token, capabilities, &core.secret)

@@ -18,7 +18,7 @@ use crate::questions::{self, Verdict};
 use crate::resend::{last, replay};
 use crate::state::Secret;
 use crate::{
-    BREAKPOINT, Claim, Last, LastOutcome, Lifetimes, PageKind, Reply, Round, THREAD_FORMAT, TaskState, Thread,
+    Answered, BREAKPOINT, Claim, Last, LastOutcome, Lifetimes, PageKind, Round, THREAD_FORMAT, TaskState, Thread,
 };
 
 mod task;
@@ -56,9 +56,9 @@ pub(crate) enum Next {
     /// Written by a newer build: leave it, `-32603`.
     Newer,
     /// A resend of answers already given: what they led to.
-    Replay(Reply),
+    Replay(Answered),
     /// Some answer is missing: the same round again (or `-32021`).
-    Reask(Reply),
+    Reask(Answered),
     /// An answer does not fit its question: the error; the round stays open.
     Reject(ErrorObject),
     /// Another request is resuming this round: look again shortly.
@@ -239,17 +239,20 @@ pub(crate) struct NewThread {
     pub(crate) args_digest: String,
     /// Now, in ms since the epoch.
     pub(crate) now_ms: u64,
+    /// The client follows the call as a task (the Tasks extension): its rounds are
+    /// answered with [`Tasks::update`](crate::Tasks::update), in parts.
+    pub(crate) task: bool,
 }
 
 /// A new call's thread paused at its first round (`round`, made by [`settle`] from the
 /// agent's interrupts with the nonce passed in): unstored, version 1, living the paused
 /// lifetime, a task's when the call is followed as one.
 pub(crate) fn open(checkpoint: Checkpoint, round: Round, call: &Call, new: NewThread, lifetimes: &Lifetimes) -> Thread {
-    let now_ms = new.now_ms;
+    let (now_ms, task) = (new.now_ms, new.task);
     let mut thread = fresh(call, new, now_ms.saturating_add(lifetimes.paused.as_millis() as u64));
     thread.checkpoint = Some(checkpoint);
     thread.round = Some(round);
-    thread.task = call.task.then(|| TaskState::new(now_ms, call.capabilities.clone()));
+    thread.task = task.then(|| TaskState::new(now_ms, call.capabilities.clone()));
     thread
 }
 
@@ -388,7 +391,7 @@ pub(crate) enum Ending {
     /// The call ended: store the finished thread (and stop counting it), answer.
     Finished(Box<Thread>, CallToolResult),
     /// The next round: store the thread (and count it to its new expiry), answer.
-    NextRound(Box<Thread>, Reply),
+    NextRound(Box<Thread>, Answered),
 }
 
 /// What the end of a run decides, given the thread as claimed (its claim already

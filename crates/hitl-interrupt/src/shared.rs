@@ -7,19 +7,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hitl_protocol::version::Era;
 use hitl_protocol::{ErrorObject, InputResponses};
 
-use crate::call::Call;
+use crate::call::{Call, Resumable};
 use crate::round::{Asking, EndOf};
 use crate::running::Running;
 use crate::state::{self, Secret};
 use crate::unsaved::Saver;
 use crate::unsaved::Unsaved;
 use crate::waiting::{HoldPolicy, Waiting};
-use crate::{
-    CANNOT_RESUME, Clock, LEGACY_CANNOT_ANSWER, Lifetimes, LimitReached, Limits, Observer, PausedLedger, Round,
-};
+use crate::{Clock, Lifetimes, LimitReached, Limits, Observer, PausedLedger, Round};
 
 /// What the use cases share. Cloned only while an engine is built (each `with_*`);
 /// the state of the process (`running`, `waiting`, `unsaved`) is shared by the clones.
@@ -30,8 +27,6 @@ pub(crate) struct Core {
     pub(crate) secret: Secret,
     pub(crate) lifetimes: Lifetimes,
     pub(crate) limits: Limits,
-    /// `false`: the deployment keeps no threads, so a pause can't be resumed.
-    pub(crate) threads: bool,
     /// The base URL of hitl's pages (`https://hitl.example.com`), when it serves them.
     pub(crate) pages: Option<Arc<str>>,
     pub(crate) observer: Option<Arc<dyn Observer>>,
@@ -57,7 +52,6 @@ impl Core {
             secret,
             lifetimes,
             limits: Limits::default(),
-            threads: true,
             pages: None,
             observer: None,
             running: Running::default(),
@@ -89,12 +83,9 @@ impl Core {
     /// What makes round `n` of `call`'s thread `thread_id`, now: the clock read and a
     /// fresh nonce drawn here, so the round logic stays pure.
     pub(crate) fn asking<'a>(&'a self, call: &Call, thread_id: &'a str, n: u32) -> Asking<'a> {
-        let unresumable = if call.era == Era::Legacy {
-            Some(LEGACY_CANNOT_ANSWER)
-        } else if !self.threads {
-            Some(CANNOT_RESUME)
-        } else {
-            None
+        let unresumable = match call.resumable {
+            Resumable::Yes => None,
+            Resumable::No(why) => Some(why),
         };
         Asking {
             thread_id,
@@ -103,7 +94,7 @@ impl Core {
             nonce: state::nonce(),
             pages: self.pages.as_deref(),
             unresumable,
-            can_elicit: call.era == Era::Modern
+            can_elicit: call.resumable != Resumable::LEGACY
                 && (call.capabilities.elicits_form() || call.capabilities.elicits_url()),
         }
     }

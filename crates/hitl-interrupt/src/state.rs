@@ -196,17 +196,17 @@ fn message(thread: &str, round: u32, nonce: &str) -> String {
     format!("hitl/request-state/v1\n{thread}\n{round}\n{nonce}")
 }
 
-pub use hitl_thread::proof;
+pub(crate) use hitl_thread::proof;
 
 /// A fresh nonce for a round: 16 random bytes, base64url.
-pub fn nonce() -> String {
+pub(crate) fn nonce() -> String {
     let mut bytes = [0u8; 16];
     SystemRandom::new().fill(&mut bytes).expect("the system random source works");
     URL_SAFE_NO_PAD.encode(bytes)
 }
 
 /// Splits a `requestState` into thread id and token; `None` when it is not of that shape.
-pub fn split(request_state: &str) -> Option<(&str, &str)> {
+pub(crate) fn split(request_state: &str) -> Option<(&str, &str)> {
     let (thread, token) = request_state.split_once('.')?;
     let valid_id = uuid::Uuid::try_parse(thread).is_ok();
     (valid_id && !token.is_empty() && token.len() <= 64).then_some((thread, token))

@@ -22,7 +22,7 @@ use crate::first::First;
 use crate::round::{self, NewThread, Settled, TaskEnd};
 use crate::shared::Deadline;
 use crate::update::{Step, update_from};
-use crate::{Agent, EngineError, Tasks, Thread};
+use crate::{Agent, EngineError, Reply, Tasks, Thread};
 use hitl_thread::{Claim, SaveError, StoreError};
 
 /// How a call made for a client that follows tasks began.
@@ -48,6 +48,14 @@ struct Stored {
 }
 
 impl Tasks {
+    /// Serves a new call of `agent` that carries answers (`inputResponses`, no
+    /// `requestState`) for a client that follows tasks: answered as
+    /// [`Engine::call`](crate::Engine::call) answers it, but a round left open is a
+    /// task's, answered with [`Tasks::update`].
+    pub async fn call(&self, agent: &Agent, call: Call) -> Result<Reply, EngineError> {
+        crate::Engine { core: self.core.clone() }.serve(agent, call, true).await
+    }
+
     /// Serves a new call of `agent` (no `requestState`, no answers) for a client that
     /// follows tasks. The agent runs on its own; if its run ends within `wait` the call
     /// is answered as [`Engine::call`](crate::Engine::call) answers it (a pause is a
@@ -67,7 +75,7 @@ impl Tasks {
         };
         // The run may outlive the request: its client going away does not stop it, and
         // there is no stream for progress once it has.
-        (call.task, call.cancel, call.progress) = (true, None, None);
+        (call.cancel, call.progress) = (None, None);
         let (graph, tool) = (agent.graph.clone(), agent.name.clone());
         let run = call.run(agent);
         let mut handle = tokio::spawn(async move {
@@ -82,13 +90,14 @@ impl Tasks {
         {
             let outcome = joined.unwrap_or_else(|e| Err(lost(&e)));
             let deadline = Deadline::after(core.limits.request_timeout);
-            let reply = First::new(core).outcome(agent, call, id.clone(), args_digest, outcome, deadline).await?;
+            let reply = First::new(core, true).outcome(agent, call, id.clone(), args_digest, outcome, deadline).await?;
             return Ok(reply.map(|response| match response {
                 CallToolResponse::Complete(result) => TaskStart::Complete(result),
                 CallToolResponse::InputRequired(_) => TaskStart::Task(id),
             }));
         }
-        let new = NewThread { id: id.clone(), binding: call.binding(agent), args_digest, now_ms: core.now_ms() };
+        let binding = call.bound_to(agent);
+        let new = NewThread { id: id.clone(), binding, args_digest, now_ms: core.now_ms(), task: true };
         let thread = round::working(&call, new, &core.lifetimes);
         // The task is stored before its id is answered, and counts as a paused call.
         let created = core.store.create_paused(thread.clone(), &call.owner(), core.limits.paused).await;

@@ -16,7 +16,6 @@
 
 use std::sync::Arc;
 
-use hitl_protocol::version::Era;
 use hitl_protocol::{CallToolResult, ErrorObject, InputRequests, InputResponses};
 
 use crate::call::Call;
@@ -267,8 +266,6 @@ fn task_call(thread: &Thread, principal: Option<&str>) -> Call {
         capabilities: task.capabilities.clone(),
         principal: principal.map(str::to_owned),
         peer: thread.owner.as_deref().and_then(|owner| owner.strip_prefix("peer:")).map(str::to_owned),
-        era: Era::Modern,
-        task: true,
         ..Call::default()
     }
 }

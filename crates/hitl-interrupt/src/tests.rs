@@ -8,6 +8,8 @@ use hitl_protocol::{CallToolResponse, ClientCapabilities, ErrorCode, InputRequir
 use serde_json::{Value, json};
 
 use crate::*;
+// The tests read a reply as the drivers answer it.
+use crate::Answered as Reply;
 
 const HOUR: u64 = 3600 * 1000;
 
@@ -46,8 +48,8 @@ fn accept(text: &str) -> Value {
     json!({"action": "accept", "content": {"response": text}})
 }
 
-fn run(f: impl std::future::Future<Output = Result<Reply, EngineError>>) -> Reply {
-    tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f).expect("no store failure")
+fn run(f: impl std::future::Future<Output = Result<crate::Reply, EngineError>>) -> Reply {
+    tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f).expect("no store failure").answered()
 }
 
 fn round(answer: Reply) -> InputRequiredResult {
@@ -357,7 +359,7 @@ fn concurrently(p: &PausedCount, n: usize) -> Vec<Reply> {
         (0..n).map(|_| p.f.engine.call(&p.agent, call(Some(p.answers.clone()), Some(&p.state)))),
     ))
     .into_iter()
-    .map(|r| r.expect("no store failure"))
+    .map(|r| r.expect("no store failure").answered())
     .collect()
 }
 
@@ -537,8 +539,8 @@ fn a_legacy_resend_gets_the_legacy_error_and_leaves_the_thread() {
     let (a, state) = (answers(&[(&first_key(&r), accept("eu-west-1"))]), r.request_state.unwrap());
     let before = load(&f, &state).unwrap();
     let mut legacy = call(Some(a.clone()), Some(&state));
-    legacy.era = hitl_protocol::version::Era::Legacy;
-    let answer = run(f.engine.call(&agent, legacy));
+    legacy.resumable = crate::Resumable::LEGACY;
+    let answer = run(f.engine.peek(&agent, &legacy));
     let Ok(CallToolResponse::Complete(result)) = &answer else { panic!("{answer:?}") };
     assert_eq!(result.content[0].as_text(), Some(LEGACY_CANNOT_ANSWER));
     assert!(result.content[1].as_text().unwrap().contains("Which region?"));
@@ -636,13 +638,13 @@ fn a_resume_out_of_time_leaves_the_call_paused() {
         .compile()
         .unwrap();
     let agent = Agent::new("slow", "", json!({"type": "object"}), graph);
-    let r = round(block_on(f.engine.call(&agent, call(None, None))).unwrap());
+    let r = round(block_on(f.engine.call(&agent, call(None, None))).unwrap().answered());
     let (a, state) = (answers(&[(&first_key(&r), accept("yes"))]), r.request_state.unwrap());
-    let err = block_on(f.engine.call(&agent, call(Some(a.clone()), Some(&state)))).unwrap().unwrap_err();
+    let err = block_on(f.engine.call(&agent, call(Some(a.clone()), Some(&state)))).unwrap().answered().unwrap_err();
     assert!(err.message.contains("request timeout"), "{}", err.message);
     let thread = load(&f, &state).unwrap();
     assert_eq!((thread.claim, thread.round.map(|r| r.n)), (None, Some(1)), "the round is open, unclaimed");
-    let done = block_on(f.engine.call(&agent, call(Some(a), Some(&state)))).unwrap();
+    let done = block_on(f.engine.call(&agent, call(Some(a), Some(&state)))).unwrap().answered();
     assert_eq!(text(&done).0, r#"{"answer":"yes"}"#);
 }
 
@@ -724,7 +726,7 @@ fn an_effect_begun_by_a_request_that_died_is_never_run_again() {
     let effects = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let agent = effect_agent(effects.clone(), false);
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-    let r = round(rt.block_on(f.engine.call(&agent, call(None, None))).unwrap());
+    let r = round(rt.block_on(f.engine.call(&agent, call(None, None))).unwrap().answered());
     let (key, state) = (first_key(&r), r.request_state.clone().unwrap());
     let yes = answers(&[(&key, accept("yes"))]);
     rt.block_on(async {
@@ -737,9 +739,9 @@ fn an_effect_begun_by_a_request_that_died_is_never_run_again() {
         }
     });
     f.clock.advance(Lifetimes::default().lease.as_millis() as u64 + 1);
-    let resend = rt.block_on(f.engine.call(&agent, call(Some(yes.clone()), Some(&state)))).unwrap();
+    let resend = rt.block_on(f.engine.call(&agent, call(Some(yes.clone()), Some(&state)))).unwrap().answered();
     assert_eq!(text(&resend), (crate::round::OUTCOME_UNKNOWN.to_owned(), true));
-    let again = rt.block_on(f.engine.call(&agent, call(Some(yes), Some(&state)))).unwrap();
+    let again = rt.block_on(f.engine.call(&agent, call(Some(yes), Some(&state)))).unwrap().answered();
     assert_eq!(text(&again), (crate::round::OUTCOME_UNKNOWN.to_owned(), true), "resends get the same");
     assert_eq!(effects.load(std::sync::atomic::Ordering::SeqCst), 1, "the effect ran once");
 }
@@ -877,10 +879,10 @@ fn earlier_records() -> Vec<Thread> {
     EARLIER_RECORDS.lines().map(|line| serde_json::from_str(line).expect("a record")).collect()
 }
 
-fn greeter_call(task: bool) -> Call {
+fn greeter_call() -> Call {
     let mut arguments = serde_json::Map::new();
     arguments.insert("n".into(), json!(1));
-    Call { arguments, capabilities: caps(), principal: Some("alice".into()), task, ..Call::default() }
+    Call { arguments, capabilities: caps(), principal: Some("alice".into()), ..Call::default() }
 }
 
 #[test]
@@ -900,7 +902,7 @@ fn paused_calls_stored_by_the_earlier_build_are_answered() {
     let open = plain.round.as_ref().unwrap();
     let state = engine.secret().request_state(&plain.id, open.n, &open.nonce);
     let answers: InputResponses = [(key.clone(), accept("Ada"))].into_iter().collect();
-    let retry = Call { input_responses: Some(answers), request_state: Some(state), ..greeter_call(false) };
+    let retry = Call { input_responses: Some(answers), request_state: Some(state), ..greeter_call() };
     assert_eq!(text(&run(engine.call(&agent, retry))), (r#"{"n":1,"a0":"Ada"}"#.to_owned(), false));
     // The task: its update, then its result.
     let answers: InputResponses = [(format!("1:{key}"), accept("Ada"))].into_iter().collect();
@@ -917,7 +919,12 @@ fn this_build_stores_a_paused_call_as_the_earlier_build_did() {
     let agent = text_agent("greeter", &["What is your name?"]);
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     for (task, earlier) in [false, true].into_iter().zip(earlier_records()) {
-        let asked = round(run(f.engine.call(&agent, greeter_call(task))));
+        let called = if task {
+            run(f.engine.tasks().call(&agent, greeter_call()))
+        } else {
+            run(f.engine.call(&agent, greeter_call()))
+        };
+        let asked = round(called);
         let id = asked.request_state.unwrap().split_once('.').unwrap().0.to_owned();
         let mut now = rt.block_on(f.store.load(&id)).unwrap().expect("stored");
         // Only what is drawn at random differs: the id, the nonce and its token's proof.

@@ -13,6 +13,7 @@ use http_body::Frame;
 use http_body_util::{BodyExt as _, StreamBody};
 use serde_json::{Map, Value, json};
 
+use crate::entry::ApprovalStatus;
 use crate::respond::{error, reply};
 use crate::session::Session;
 use crate::{Refusal, Shared, form};
@@ -28,6 +29,11 @@ pub(crate) fn may_see(who: &Session, entry: &Value) -> bool {
         .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
         .unwrap_or_default();
     who.is(&approvers)
+}
+
+/// Is listing `entry` an approval still waiting for an approver?
+fn pending(entry: &Value) -> bool {
+    ApprovalStatus::of_entry(entry).is_some_and(ApprovalStatus::is_pending)
 }
 
 pub(crate) async fn handle(
@@ -65,8 +71,8 @@ pub(crate) async fn handle(
                         .into_iter()
                         .filter(|e| shared.sees(&who, e))
                         .filter(|e| match status {
-                            "pending" => e["status"] == "pending",
-                            "decided" => e["status"] != "pending",
+                            "pending" => pending(e),
+                            "decided" => !pending(e),
                             _ => true,
                         })
                         .filter(|e| after.as_ref().is_none_or(|(ms, id)| position(e) > (*ms, id.as_str())));
@@ -289,7 +295,7 @@ async fn events(shared: &Shared, who: Session) -> http::Response<Body> {
         .await
         .unwrap_or_default()
         .into_iter()
-        .filter(|e| e["status"] == "pending" && shared.sees(&who, e))
+        .filter(|e| pending(e) && shared.sees(&who, e))
         .collect();
     let frame = |event: &str, entry: &Value| Bytes::from(format!("event: {event}\ndata: {entry}\n\n"));
     let first: Vec<Bytes> = std::iter::once(Bytes::from_static(b": hitl approvals\n\n"))

@@ -123,7 +123,7 @@ pub(crate) fn approval(
     session: Option<&Session>,
     chrome: &Chrome<'_>,
 ) -> Markup {
-    let status = entry["status"].as_str().unwrap_or("pending");
+    let status = crate::ApprovalStatus::of_entry(entry).map_or("pending", crate::ApprovalStatus::as_str);
     let shown = &entry["display"];
     let tool = shown["tool"].as_str().or(entry["tool"].as_str()).unwrap_or_default();
     let args = entry.get("arguments").cloned().unwrap_or(Value::Null);

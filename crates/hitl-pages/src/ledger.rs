@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{broadcast, mpsc};
 
+use crate::entry::{ApprovalEntry, ApprovalStatus};
 use crate::notify::Notifier;
 
 /// How much of ended approvals the listing keeps, and how much of each argument value
@@ -253,7 +254,7 @@ pub(crate) struct Worker {
     pub(crate) unstored: Unstored,
     /// The status of each listed approval as this replica's events stream last told
     /// it (`None` until the listing was first read).
-    pub(crate) seen: Option<std::collections::HashMap<String, String>>,
+    pub(crate) seen: Option<std::collections::HashMap<String, ApprovalStatus>>,
     pub(crate) records: Arc<dyn Records>,
     /// Where an approval's expiry is marked announced, once across replicas.
     pub(crate) marks: Arc<dyn Notes>,
@@ -345,29 +346,30 @@ pub fn diff(before: &Map<String, Value>, after: &Map<String, Value>) -> Value {
 }
 
 /// The listing entry of an approval question, pending.
-pub(crate) fn pending_entry(view: &PageView, base_url: &str) -> Value {
+pub(crate) fn pending_entry(view: &PageView, base_url: &str) -> ApprovalEntry {
     let (policy, approvers) = match &view.page.kind {
         PageKind::Approval { policy, approvers, .. } => (policy.clone(), approvers.clone()),
         _ => (String::new(), Vec::new()),
     };
     let review = view.review.as_ref();
-    json!({
-        "id": view.id,
-        "status": "pending",
-        "tool": review.map_or_else(|| tool_name(&view.tool).to_owned(), |r| r.tool.clone()),
-        "arguments": review.map(|r| Value::Object(r.args.clone())),
-        "decisions": review.map(|r| r.offered.clone()),
-        "policy": policy,
-        "approvers": approvers,
-        "caller": view.principal,
-        "thread": view.thread_id,
-        "requested_at_ms": view.page.asked_at_ms,
-        "expires_at_ms": view.expires_at_ms,
-        "link": format!("{base_url}/approvals/{}", view.id),
-        "decided_by": null,
-        "decided_at_ms": null,
-        "decision": null,
-    })
+    ApprovalEntry {
+        id: view.id.clone(),
+        status: ApprovalStatus::Pending,
+        tool: review.map_or_else(|| tool_name(&view.tool).to_owned(), |r| r.tool.clone()),
+        arguments: review.map(|r| Value::Object(r.args.clone())),
+        decisions: review.map(|r| json!(r.offered)),
+        policy,
+        approvers,
+        caller: view.principal.clone(),
+        thread: view.thread_id.clone(),
+        requested_at_ms: view.page.asked_at_ms,
+        expires_at_ms: view.expires_at_ms,
+        link: format!("{base_url}/approvals/{}", view.id),
+        decided_by: None,
+        decided_at_ms: None,
+        decision: None,
+        other: Map::new(),
+    }
 }
 
 /// Approval `view` as its page and `GET /api/approvals/<id>` show it, read from the
@@ -380,12 +382,12 @@ pub(crate) fn detail(view: &PageView, base_url: &str) -> Value {
         None => pending_entry(view, base_url),
     };
     if let PageKind::Approval { about: Some(about), .. } = &view.page.kind {
-        entry["description"] = json!(about.description);
-        entry["upstream"] = json!(about.upstream);
-        entry["tool_description"] = json!(about.tool_description);
-        entry["annotations"] = json!(about.annotations);
+        entry.other.insert("description".into(), json!(about.description));
+        entry.other.insert("upstream".into(), json!(about.upstream));
+        entry.other.insert("tool_description".into(), json!(about.tool_description));
+        entry.other.insert("annotations".into(), json!(about.annotations));
     }
-    with_display(entry)
+    with_display(entry.to_value())
 }
 
 /// `entry` with `display`: its text as a person must read it to know what runs, every
@@ -417,19 +419,19 @@ pub(crate) fn with_display(mut entry: Value) -> Value {
 /// The listing entry of an approval just decided, and its audit entry (the decision,
 /// with an edit's argument diff; its arguments redacted and capped when
 /// [`Worker::audit`] takes it).
-pub(crate) fn decided_entry(view: &PageView, base_url: &str) -> (Value, Value) {
+pub(crate) fn decided_entry(view: &PageView, base_url: &str) -> (ApprovalEntry, Value) {
     let mut entry = pending_entry(view, base_url);
     let answer = view.page.answer.clone().unwrap_or_default();
-    let status = status_of(&answer);
+    let status = ApprovalStatus::of_decision(&answer);
     let before = view.review.as_ref().map(|r| r.args.clone()).unwrap_or_default();
     let mut decision = answer.clone();
     let mut audit = json!({
-        "event": status,
-        "thread": view.thread_id, "tool": entry["tool"], "principal": view.principal,
+        "event": status.as_str(),
+        "thread": view.thread_id, "tool": entry.tool, "principal": view.principal,
         "approver": view.page.answered_by, "approval": view.id, "approvers": view.approvers(),
         "args_digest": view.args_digest, "arguments": Value::Object(before.clone()),
     });
-    if status == "edited"
+    if status == ApprovalStatus::Edited
         && let Some(Value::Object(after)) =
             answer.get("args").and_then(Value::as_str).and_then(|a| serde_json::from_str(a).ok())
     {
@@ -439,22 +441,11 @@ pub(crate) fn decided_entry(view: &PageView, base_url: &str) -> (Value, Value) {
     if let Some(message) = answer.get("message") {
         audit["message"] = message.clone();
     }
-    entry["status"] = status.into();
-    entry["decided_by"] = json!(view.page.answered_by);
-    entry["decided_at_ms"] = view.page.answered_at_ms.unwrap_or_else(now_ms).into();
-    entry["decision"] = decision;
+    entry.status = status;
+    entry.decided_by.clone_from(&view.page.answered_by);
+    entry.decided_at_ms = Some(view.page.answered_at_ms.unwrap_or_else(now_ms));
+    entry.decision = Some(decision);
     (entry, audit)
-}
-
-/// The status a decision gives its approval.
-pub(crate) fn status_of(decision: &Value) -> &'static str {
-    match decision.get("decision").and_then(Value::as_str) {
-        Some("approve") => "approved",
-        Some("edit") => "edited",
-        Some("reject") => "rejected",
-        Some("respond") => "responded",
-        _ => "decided",
-    }
 }
 
 impl Worker {
@@ -508,8 +499,8 @@ impl Worker {
                 self.audit(entry);
                 for view in withdrawn {
                     let mut entry = pending_entry(&view, &self.base_url);
-                    entry["status"] = "withdrawn".into();
-                    entry["decided_at_ms"] = now_ms().into();
+                    entry.status = ApprovalStatus::Withdrawn;
+                    entry.decided_at_ms = Some(now_ms());
                     let mut audit = call.entry("withdrawn");
                     audit["approval"] = view.id.clone().into();
                     audit["approvers"] = json!(view.approvers());
@@ -564,12 +555,12 @@ impl Worker {
 
     /// Lists `entry` (kept `keep_ended` past `from_ms`), notifies and streams it, its
     /// arguments as listings show them ([`shown_arguments`]).
-    async fn publish(&mut self, event: &str, mut entry: Value, from_ms: u64) {
+    async fn publish(&mut self, event: &str, mut entry: ApprovalEntry, from_ms: u64) {
         let max = self.retention.max_argument_bytes;
-        if !entry["arguments"].is_null() {
-            entry["arguments"] = shown_arguments(&entry["arguments"], max);
+        if let Some(arguments) = &mut entry.arguments {
+            *arguments = shown_arguments(arguments, max);
         }
-        if let Some(decision) = entry.get_mut("decision").and_then(Value::as_object_mut) {
+        if let Some(decision) = entry.decision.as_mut().and_then(Value::as_object_mut) {
             if let Some(arguments) = decision.get_mut("arguments") {
                 *arguments = shown_arguments(arguments, max);
                 // The edit's own text says the same, unredacted.
@@ -578,10 +569,11 @@ impl Worker {
                 *args = capped(args, max);
             }
         }
-        let id = entry["id"].as_str().unwrap_or_default().to_owned();
+        let id = entry.id.clone();
         if let Some(seen) = &mut self.seen {
-            seen.insert(id.clone(), entry["status"].as_str().unwrap_or_default().to_owned());
+            seen.insert(id.clone(), entry.status);
         }
+        let entry = entry.to_value();
         let until = from_ms.max(now_ms()).saturating_add(self.retention.keep_ended.as_millis() as u64);
         if let Err(error) = self.records.put_approval(&id, entry.clone(), until).await {
             tracing::error!(%error, approval = %id, "the approval could not be listed");
@@ -595,40 +587,41 @@ impl Worker {
     /// last look goes to this replica's events stream.
     async fn sweep(&mut self) {
         let Ok(listed) = self.records.approvals().await else { return };
+        // Entries hitl did not write are left as they are.
+        let listed: Vec<ApprovalEntry> = listed.iter().filter_map(ApprovalEntry::from_value).collect();
         let now = now_ms();
         let first = self.seen.is_none();
         let mut seen = self.seen.take().unwrap_or_default();
-        seen.retain(|id, _| listed.iter().any(|e| e["id"] == id.as_str()));
+        seen.retain(|id, _| listed.iter().any(|e| e.id == *id));
         let mut expired = Vec::new();
         // Each ended approval's caller, end and id.
         let mut listed_ended = Vec::new();
         for entry in listed {
-            let id = entry["id"].as_str().unwrap_or_default().to_owned();
-            let status = entry["status"].as_str().unwrap_or_default().to_owned();
-            if status != "pending" {
-                let caller = entry["caller"].as_str().unwrap_or_default().to_owned();
-                listed_ended.push((caller, entry["decided_at_ms"].as_u64().unwrap_or(0), id.clone()));
+            let (id, status) = (entry.id.clone(), entry.status);
+            if !status.is_pending() {
+                let caller = entry.caller.clone().unwrap_or_default();
+                listed_ended.push((caller, entry.decided_at_ms.unwrap_or(0), id.clone()));
             }
-            let lapsed = status == "pending" && entry["expires_at_ms"].as_u64().is_some_and(|at| at <= now);
+            let lapsed = status.is_pending() && entry.expires_at_ms <= now;
             let until = now.saturating_add(self.retention.keep_ended.as_millis() as u64);
             if lapsed && self.marks.use_once(&format!("expired:{id}"), until).await.unwrap_or(false) {
                 expired.push(entry);
                 continue;
             }
             if !first && seen.get(&id) != Some(&status) {
-                let event = if status == "pending" { "approval.pending" } else { "approval.decided" };
-                let _ = self.events.send(json!({ "event": event, "approval": entry }));
+                let event = if status.is_pending() { "approval.pending" } else { "approval.decided" };
+                let _ = self.events.send(json!({ "event": event, "approval": entry.to_value() }));
             }
             seen.insert(id, status);
         }
         self.seen = Some(seen);
         self.drop_past_share(&listed_ended).await;
         for mut entry in expired {
-            entry["status"] = "expired".into();
-            entry["decided_at_ms"] = now.into();
+            entry.status = ApprovalStatus::Expired;
+            entry.decided_at_ms = Some(now);
             self.audit(json!({
-                "event": "expired", "thread": entry["thread"], "tool": entry["tool"], "principal": entry["caller"],
-                "approval": entry["id"], "approvers": entry["approvers"],
+                "event": "expired", "thread": entry.thread, "tool": entry.tool, "principal": entry.caller,
+                "approval": entry.id, "approvers": entry.approvers,
             }));
             self.publish("approval.decided", entry, now).await;
         }

@@ -33,6 +33,7 @@
 //! ```
 
 mod api;
+mod entry;
 mod html;
 mod ledger;
 pub mod notify;
@@ -56,6 +57,7 @@ use http::{HeaderValue, Method, StatusCode, header};
 use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc};
 
+pub use entry::{ApprovalEntry, ApprovalStatus};
 pub use ledger::{AuditFile, Retention, capped, diff, redact, rfc3339, shown_arguments};
 use respond::respond;
 use session::{Keys, Session};
@@ -627,7 +629,9 @@ impl Shared {
                     return hidden();
                 }
                 Ok(Some(entry)) => {
-                    let status = entry["status"].as_str().unwrap_or("decided").to_owned();
+                    let status = crate::ApprovalStatus::of_entry(&entry)
+                        .map_or("decided", crate::ApprovalStatus::as_str)
+                        .to_owned();
                     let can = html::Can::Not(format!("This approval is {status}: nothing is left to decide."));
                     (ledger::with_display(entry), can)
                 }
@@ -680,7 +684,10 @@ impl Shared {
                 return Err(match self.records.approval(id).await {
                     Ok(Some(entry)) if api::may_see(who, &entry) => Refusal(
                         StatusCode::CONFLICT,
-                        format!("This approval is already {}.", entry["status"].as_str().unwrap_or("decided")),
+                        format!(
+                            "This approval is already {}.",
+                            crate::ApprovalStatus::of_entry(&entry).map_or("decided", crate::ApprovalStatus::as_str)
+                        ),
                     ),
                     _ => Refusal(StatusCode::NOT_FOUND, "No approval is waiting under this id.".into()),
                 });
@@ -703,9 +710,8 @@ impl Shared {
         match engine.pages().answer(id, PageInput::Decision(content), Some(who.principal.clone())).await {
             Ok(PageAnswer::Taken(view)) => {
                 let entry = ledger::decided_entry(&view, &self.config.base_url).0;
-                let status = ledger::status_of(view.page.answer.as_ref().unwrap_or(&Value::Null));
-                metrics::counter!("hitl_approvals_decided_total", "status" => status).increment(1);
-                Ok(entry)
+                metrics::counter!("hitl_approvals_decided_total", "status" => entry.status.as_str()).increment(1);
+                Ok(entry.to_value())
             }
             Ok(PageAnswer::AlreadyAnswered(view)) => {
                 let by = view.page.answered_by.unwrap_or_else(|| "someone".into());

@@ -118,7 +118,7 @@ fn slack_text(event: &str, approval: &Value) -> String {
             format!("{caller} asks to run {tool}: <{link}|review it>")
         }
         _ => {
-            let status = approval["status"].as_str().unwrap_or("decided");
+            let status = crate::ApprovalStatus::of_entry(approval).map_or("decided", crate::ApprovalStatus::as_str);
             let by = approval["decided_by"].as_str().unwrap_or("no one");
             format!("{tool}: {status} by {by} (<{link}|details>)")
         }

@@ -37,6 +37,8 @@ pub mod jsonrpc;
 mod meta;
 mod mrtr;
 mod request;
+mod result;
+mod task;
 mod types;
 pub mod version;
 
@@ -52,6 +54,8 @@ pub use request::{
     ClientNotification, ClientRequest, CompleteParams, ListenParams, ReadResourceParams, SetLevelParams,
     SubscriptionFilter, TaskParams, server_request,
 };
+pub use result::{EmptyResult, ServerResult};
+pub use task::{CreateTaskResult, GetTaskResult, Task, TaskStatus};
 pub use types::{
     CacheScope, CallToolParams, CallToolResponse, CallToolResult, ContentBlock, DiscoverResult, EmptyParams,
     GetPromptParams, GetPromptResult, InitializeParams, InitializeResult, ListParams, ListPromptsResult,

@@ -310,9 +310,6 @@ impl ServerBuilder {
         let mut engine = Engine::new(store.clone(), Arc::new(SystemClock), secret, self.lifetimes)
             .with_limits(self.limits)
             .with_hold(self.hold);
-        if !self.threads {
-            engine = engine.without_threads();
-        }
         if let Some((pages, base)) = &pages {
             engine = engine.with_pages(base).with_observer(pages.observer());
         }
@@ -320,6 +317,7 @@ impl ServerBuilder {
         let engine_handle = engine.clone();
         let tools = Tools::new(self.tools);
         let mut options = self.options;
+        options.threads = self.threads;
         // A dropped push stream's notes are timed as the store's other operations.
         options.notes = Some(Arc::new(hitl_interrupt::MeteredStore::new(notes)));
         // Who asks is known, so what is listed may depend on it.

@@ -1,18 +1,18 @@
 //! Dispatch of a valid request: `server/discover`, `tools/*`, `prompts/*` (agents as
 //! prompts, then a [`crate::Passthrough`]'s), `completion/complete`, `resources/*`
 //! (a passthrough's, else empty), and the legacy `initialize`/`ping`/`logging/setLevel`;
-//! results stamped for their era.
+//! typed results (`ServerResult`) stamped for their era.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use hitl_graph::TaskSupport;
-use hitl_interrupt::{Agent, Call};
+use hitl_interrupt::{Agent, Binding, Call, Reply, Resumable};
 use hitl_protocol::version::{self, Era};
 use hitl_protocol::{
-    CacheScope, CallToolResponse, CallToolResult, ClientRequest, ContentBlock, DiscoverResult, ErrorObject,
-    GetPromptResult, InitializeResult, ListPromptsResult, ListToolsResult, Prompt, PromptArgument, PromptMessage,
-    RequestId, Response, ResultType, Role, ServerCapabilities, Tool,
+    CacheScope, CallToolResult, ClientRequest, ContentBlock, DiscoverResult, EmptyResult, ErrorObject, GetPromptResult,
+    InitializeResult, ListPromptsResult, ListToolsResult, Prompt, PromptArgument, PromptMessage, RequestId, Response,
+    ResultType, Role, ServerCapabilities, ServerResult, Tool,
 };
 use serde_json::{Map, Value, json};
 
@@ -21,9 +21,13 @@ use crate::{Shared, store_unavailable, to_json};
 
 impl Shared {
     /// The response message of a dispatched request.
-    pub(crate) fn message(&self, id: RequestId, era: Era, result: Result<Value, ErrorObject>) -> Response {
-        match result {
-            Ok(result) => Response::Result { id, result: self.stamp(result, era) },
+    pub(crate) fn message(&self, id: RequestId, era: Era, result: Result<ServerResult, ErrorObject>) -> Response {
+        let stamped = result.and_then(|mut result| {
+            result.stamp(era == Era::Modern, &self.server_info);
+            to_json(&result)
+        });
+        match stamped {
+            Ok(result) => Response::Result { id, result },
             Err(error) => Response::Error { id: Some(id), error },
         }
     }
@@ -35,25 +39,20 @@ impl Shared {
         caller: Caller,
         progress: Option<hitl_graph::ProgressFn>,
         cancel: Option<Arc<AtomicBool>>,
-    ) -> Result<Value, ErrorObject> {
+    ) -> Result<ServerResult, ErrorObject> {
         let era = caller.era;
         // The Tasks extension's methods need the whole caller; served before it is split.
-        if era == Era::Modern
-            && matches!(
-                request,
-                ClientRequest::GetTask(_) | ClientRequest::UpdateTask(_) | ClientRequest::CancelTask(_)
-            )
-        {
-            let method = request.method();
-            let (ClientRequest::GetTask(params)
-            | ClientRequest::UpdateTask(params)
-            | ClientRequest::CancelTask(params)) = request
-            else {
-                unreachable!("matched above")
-            };
-            // The task paths are boxed: the future of every request stays small.
-            return Box::pin(self.task_request(method, params, &caller)).await;
-        }
+        // The task paths are boxed: the future of every request stays small.
+        let request = match (request, era) {
+            (ClientRequest::GetTask(params), Era::Modern) => return Box::pin(self.get_task(params, &caller)).await,
+            (ClientRequest::UpdateTask(params), Era::Modern) => {
+                return Box::pin(self.update_task(params, &caller)).await;
+            }
+            (ClientRequest::CancelTask(params), Era::Modern) => {
+                return Box::pin(self.cancel_task(params, &caller)).await;
+            }
+            (request, _) => request,
+        };
         // Who asks, for resources and prompts served from elsewhere.
         let passed = matches!(
             request,
@@ -78,26 +77,29 @@ impl Shared {
         let unpushed = matches!(request, ClientRequest::CallTool(_))
             .then(|| self.unpushed(era, caller.session.as_deref()))
             .flatten();
-        let call = move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, prompt| Call {
-            arguments: arguments.unwrap_or_default(),
-            input_responses,
-            request_state,
-            context,
-            capabilities: caller.capabilities,
-            principal: caller.principal,
-            peer: caller.peer,
-            era,
-            prompt,
-            progress,
-            cancel,
-            task: task && !prompt,
-            session: caller.session,
-        };
+        let resumable = self.resumable(era);
+        let call =
+            move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, binding| Call {
+                arguments: arguments.unwrap_or_default(),
+                input_responses,
+                request_state,
+                context,
+                capabilities: caller.capabilities,
+                principal: caller.principal,
+                peer: caller.peer,
+                resumable,
+                binding,
+                progress,
+                cancel,
+                session: caller.session,
+            };
         match (request, era) {
             (ClientRequest::Discover(_), Era::Modern) => self.discover(),
             (ClientRequest::ListTools(_), _) => self.list_tools(era, &may),
             (ClientRequest::ListPrompts(_), _) => self.list_prompts(era, &may, asker.as_ref()),
-            (ClientRequest::Complete(_), _) => Ok(json!({"completion": {"values": [], "total": 0, "hasMore": false}})),
+            (ClientRequest::Complete(_), _) => {
+                Ok(other(json!({"completion": {"values": [], "total": 0, "hasMore": false}})))
+            }
             // Without a passthrough hitl serves no resources: the lists are empty (and
             // cacheable), reads fail.
             (ClientRequest::ListResources(_), _) => {
@@ -116,7 +118,7 @@ impl Shared {
                     {
                         self.cacheable(map);
                     }
-                    Ok(result)
+                    Ok(other(result))
                 }
                 _ => Err(ErrorObject::invalid_params(format!("Resource not found: {}", params.uri))
                     .with_data(json!({ "uri": params.uri }))),
@@ -133,24 +135,28 @@ impl Shared {
                 // a tool that may run as one.
                 let task = task && params.request_state.is_none() && agent.tasks != TaskSupport::Forbidden;
                 let answers = params.input_responses.is_some();
-                let mut call =
-                    call(params.arguments, params.input_responses, params.request_state, params.context, false);
-                call.task = task;
+                let call =
+                    call(params.arguments, params.input_responses, params.request_state, params.context, Binding::Tool);
                 if task && !answers {
                     return Box::pin(self.call_as_task(agent, call)).await;
                 }
-                match self.run(agent, call).await? {
-                    CallToolResponse::Complete(mut r) => {
+                let reply = if task {
+                    self.reply_of(agent, self.engine.tasks().call(agent, call).await)
+                } else {
+                    self.run(agent, call).await
+                };
+                match reply {
+                    Reply::Complete(mut r) => {
                         told_why(&mut r, unpushed.as_deref());
-                        to_json(&r)
+                        Ok(ServerResult::CallTool(r))
                     }
                     // A client that follows tasks gets the paused call as one.
-                    CallToolResponse::InputRequired(r) if task => {
-                        let id =
-                            r.request_state.as_deref().and_then(hitl_interrupt::state::split).map_or("", |(id, _)| id);
-                        Box::pin(self.created(id, task_principal.as_deref())).await
+                    Reply::Paused { thread_id, .. } if task => {
+                        let created = Box::pin(self.created(&thread_id, task_principal.as_deref())).await?;
+                        Ok(ServerResult::CreateTask(created))
                     }
-                    CallToolResponse::InputRequired(r) => to_json(&r),
+                    Reply::Paused { round, .. } => Ok(ServerResult::InputRequired(round)),
+                    Reply::Refused(error) => Err(error),
                 }
             }
             (ClientRequest::GetPrompt(params), _) => {
@@ -168,15 +174,16 @@ impl Shared {
                             sent.insert("requestState".into(), Value::String(state));
                         }
                         if let Some(answer) = passthrough.0.get_prompt(&name, sent, asker).await {
-                            return answer;
+                            return answer.map(other);
                         }
                     }
                     return Err(ErrorObject::invalid_params(format!("Unknown prompt: {}", params.name)));
                 };
-                let call = call(params.arguments, params.input_responses, params.request_state, None, true);
-                match self.run(agent, call).await? {
-                    CallToolResponse::InputRequired(r) => to_json(&r),
-                    CallToolResponse::Complete(r) => to_json(&prompt_result(agent, r)?),
+                let call = call(params.arguments, params.input_responses, params.request_state, None, Binding::Prompt);
+                match self.run(agent, call).await {
+                    Reply::Paused { round, .. } => Ok(ServerResult::InputRequired(round)),
+                    Reply::Complete(r) => Ok(ServerResult::GetPrompt(prompt_result(agent, r)?)),
+                    Reply::Refused(error) => Err(error),
                 }
             }
             (ClientRequest::Subscribe(params), Era::Legacy) => {
@@ -185,12 +192,12 @@ impl Shared {
                 passthrough.subscribe(&client, &params.uri, &asker).await?;
                 self.options.notifier.sessions.subscribed(&client);
                 self.forget_expired();
-                Ok(Value::Object(Map::new()))
+                Ok(ServerResult::Empty(EmptyResult::default()))
             }
             (ClientRequest::Unsubscribe(params), Era::Legacy) => {
                 let (passthrough, client) = self.subscriber(session.as_deref(), "resources/unsubscribe")?;
                 passthrough.unsubscribe(&client, &params.uri).await;
-                Ok(Value::Object(Map::new()))
+                Ok(ServerResult::Empty(EmptyResult::default()))
             }
             (ClientRequest::Initialize(params), Era::Legacy) => {
                 let result = InitializeResult {
@@ -199,40 +206,44 @@ impl Shared {
                     server_info: self.options.server_info.clone(),
                     instructions: self.options.instructions.clone(),
                 };
-                to_json(&result)
+                Ok(ServerResult::Initialize(result))
             }
-            (ClientRequest::Ping(_) | ClientRequest::SetLevel(_), Era::Legacy) => Ok(Value::Object(Map::new())),
+            (ClientRequest::Ping(_) | ClientRequest::SetLevel(_), Era::Legacy) => {
+                Ok(ServerResult::Empty(EmptyResult::default()))
+            }
             (other, _) => Err(ErrorObject::method_not_found(other.method())),
         }
     }
 
-    pub(crate) async fn run(&self, agent: &Agent, call: Call) -> Result<CallToolResponse, ErrorObject> {
-        match self.engine.call(agent, call).await {
-            Ok(answer) => answer,
-            Err(e) => {
-                tracing::error!(error = %e, agent = %agent.name, "call failed");
-                Err(store_unavailable())
-            }
+    /// Whether a call of a client of `era` can be resumed: a 2025-era client can't
+    /// answer a round (push asks its questions otherwise), nor can any client of a
+    /// deployment that keeps no threads.
+    pub(crate) fn resumable(&self, era: Era) -> Resumable {
+        match era {
+            Era::Legacy => Resumable::LEGACY,
+            Era::Modern if !self.options.threads => Resumable::NO_THREADS,
+            Era::Modern => Resumable::Yes,
         }
     }
 
-    /// Adds `serverInfo` to modern results; strips `resultType` from legacy ones.
-    fn stamp(&self, mut result: Value, era: Era) -> Value {
-        if let Value::Object(map) = &mut result {
-            match era {
-                Era::Modern => {
-                    map.entry("resultType").or_insert_with(|| Value::from("complete"));
-                    let meta = map.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
-                    if let Value::Object(meta) = meta {
-                        meta.insert(hitl_protocol::meta_keys::SERVER_INFO.into(), self.server_info.clone());
-                    }
-                }
-                Era::Legacy => {
-                    map.remove("resultType");
-                }
-            }
-        }
-        result
+    /// Serves `call` of `agent`. A client that can't answer rounds and sends a
+    /// `requestState` is told the call is paused; the thread is left to a client that can.
+    pub(crate) async fn run(&self, agent: &Agent, call: Call) -> Reply {
+        let answered = if call.resumable == Resumable::LEGACY && call.request_state.is_some() {
+            self.engine.peek(agent, &call).await
+        } else {
+            self.engine.call(agent, call).await
+        };
+        self.reply_of(agent, answered)
+    }
+
+    /// The engine's reply, a store failure refused as unavailable (the detail goes to
+    /// the log).
+    fn reply_of(&self, agent: &Agent, answered: Result<Reply, hitl_interrupt::EngineError>) -> Reply {
+        answered.unwrap_or_else(|e| {
+            tracing::error!(error = %e, agent = %agent.name, "call failed");
+            Reply::Refused(store_unavailable())
+        })
     }
 
     /// The passthrough that takes subscriptions, and the client a 2025-era session's
@@ -308,7 +319,7 @@ impl Shared {
         caps
     }
 
-    fn discover(&self) -> Result<Value, ErrorObject> {
+    fn discover(&self) -> Result<ServerResult, ErrorObject> {
         let result = DiscoverResult {
             result_type: ResultType::Complete,
             supported_versions: version::SUPPORTED.iter().map(|v| (*v).to_owned()).collect(),
@@ -318,10 +329,10 @@ impl Shared {
             cache_scope: CacheScope::Public,
             meta: None,
         };
-        to_json(&result)
+        Ok(ServerResult::Discover(result))
     }
 
-    fn list_tools(&self, era: Era, may: &dyn Fn(&str) -> bool) -> Result<Value, ErrorObject> {
+    fn list_tools(&self, era: Era, may: &dyn Fn(&str) -> bool) -> Result<ServerResult, ErrorObject> {
         let (tools, listings) = self.tools.listed();
         let tools = tools
             .values()
@@ -350,7 +361,7 @@ impl Shared {
             cache_scope: modern.then(|| self.list_scope()),
             meta: None,
         };
-        to_json(&result)
+        Ok(ServerResult::ListTools(result))
     }
 
     /// The cache scope of the tool and prompt lists: private when they depend on who asks.
@@ -376,13 +387,13 @@ impl Shared {
 
     /// A list result (`{key: items}`), cacheable on the modern wire: public when
     /// empty and nothing is passed through (as it always was), else as tools are.
-    fn list(&self, key: &str, items: Vec<Map<String, Value>>, era: Era) -> Value {
+    fn list(&self, key: &str, items: Vec<Map<String, Value>>, era: Era) -> ServerResult {
         let items: Vec<Value> = items.into_iter().map(Value::Object).collect();
         let mut result = Map::from_iter([(key.to_owned(), Value::Array(items))]);
         if era == Era::Modern {
             self.cacheable(&mut result);
         }
-        Value::Object(result)
+        ServerResult::Other(Value::Object(result))
     }
 
     /// Adds the caching hints of a modern list or read result: its own `ttlMs` (else
@@ -400,7 +411,7 @@ impl Shared {
         era: Era,
         may: &dyn Fn(&str) -> bool,
         asker: Option<&crate::Asker>,
-    ) -> Result<Value, ErrorObject> {
+    ) -> Result<ServerResult, ErrorObject> {
         let prompts = self
             .prompts
             .values()
@@ -440,14 +451,22 @@ impl Shared {
             cache_scope: modern.then(|| self.list_scope()),
             meta: None,
         };
-        let mut result = to_json(&result)?;
         // The passthrough's prompts follow hitl's own, as their upstreams list them.
         let passed = self.passed(asker, |p, a| p.prompts(a));
+        if passed.is_empty() {
+            return Ok(ServerResult::ListPrompts(result));
+        }
+        let mut result = to_json(&result)?;
         if let Some(Value::Array(prompts)) = result.get_mut("prompts") {
             prompts.extend(passed.into_iter().map(Value::Object));
         }
-        Ok(result)
+        Ok(other(result))
     }
+}
+
+/// A result relayed or made as JSON.
+fn other(result: Value) -> ServerResult {
+    ServerResult::Other(result)
 }
 
 /// An agent's final output as prompt messages: its `messages` when it returns some
@@ -493,7 +512,6 @@ pub(crate) fn asker(caller: &Caller) -> crate::Asker {
             principal: caller.principal.clone(),
             peer: caller.peer.clone(),
             session: caller.session.clone(),
-            era: caller.era,
             ..Call::default()
         }
         .caller_key(),

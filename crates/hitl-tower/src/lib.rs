@@ -122,6 +122,9 @@ pub struct ServerOptions {
     /// identical call, which then resumes it (`None`: nowhere, and that call starts
     /// anew). Give the store the replicas share, so the call resumes on any of them.
     pub notes: Option<Arc<dyn Notes>>,
+    /// Whether the deployment keeps threads (off: a tool that pauses ends the call with
+    /// an error result saying it can't be resumed).
+    pub threads: bool,
 }
 
 impl Default for ServerOptions {
@@ -137,6 +140,7 @@ impl Default for ServerOptions {
             max_listeners: 256,
             notifier: Notifier::default(),
             notes: None,
+            threads: true,
         }
     }
 }

@@ -20,11 +20,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hitl_interrupt::{Agent, Call};
+use hitl_interrupt::{Agent, Binding, Call, Reply};
 use hitl_protocol::version::Era;
 use hitl_protocol::{
-    CallToolResponse, ClientRequest, ElicitRequestParams, ErrorObject, InputRequest, InputRequiredResult,
-    InputResponses, RequestId, Response,
+    ClientRequest, ElicitRequestParams, ErrorObject, InputRequest, InputRequiredResult, InputResponses, RequestId,
+    Response,
 };
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
@@ -231,42 +231,39 @@ impl Shared {
                 capabilities: session.capabilities.clone(),
                 principal: caller.principal.clone(),
                 peer: caller.peer.clone(),
-                era: Era::Modern,
-                prompt,
+                resumable: self.resumable(Era::Modern),
+                binding: if prompt { Binding::Prompt } else { Binding::Tool },
                 progress: progress.clone(),
                 cancel: Some(cancel.clone()),
-                task: false,
                 session: Some(session.id.clone()),
             };
-            let answered = match self.run(agent, call).await {
+            let answered = self.run(agent, call).await;
+            let round = match answered {
                 // A noted round that is gone (finished, expired): the call starts anew.
-                Err(error)
+                Reply::Refused(error)
                     if resumed && responses.is_none() && error.code == hitl_protocol::ErrorCode::INVALID_PARAMS =>
                 {
                     (request_state, resumed) = (None, false);
                     continue;
                 }
-                Ok(answered) => answered,
-                Err(error) => {
+                Reply::Refused(error) => {
                     // A refused answer leaves the round open: the next identical call
                     // asks again.
                     self.note(&note, request_state.as_ref()).await;
                     return Err(error);
                 }
-            };
-            resumed = false;
-            let round = match answered {
-                CallToolResponse::Complete(result) => {
+                Reply::Complete(result) => {
                     complete(tx, &pages);
                     let result = if prompt {
-                        crate::to_json(&crate::dispatch::prompt_result(agent, result)?)
+                        hitl_protocol::ServerResult::GetPrompt(crate::dispatch::prompt_result(agent, result)?)
                     } else {
-                        crate::to_json(&result)
+                        hitl_protocol::ServerResult::CallTool(result)
                     };
-                    return Ok(self.message(id, Era::Legacy, result));
+                    return Ok(self.message(id, Era::Legacy, Ok(result)));
                 }
-                CallToolResponse::InputRequired(round) => round,
+                Reply::Paused { round, .. } => round,
             };
+            resumed = false;
             // The same round asked again after its answers: a page is not done yet.
             if round.request_state.is_some() && round.request_state == asked_state && !pages.is_empty() {
                 if page_wait.get_or_insert_with(tokio::time::Instant::now).elapsed() > ANSWER_TIMEOUT {

@@ -8,9 +8,11 @@
 use std::time::Duration;
 
 use hitl_graph::TaskSupport;
-use hitl_interrupt::{TaskStart, TaskView};
-use hitl_protocol::{ClientCapabilities, ErrorObject, TaskParams};
-use serde_json::{Map, Value, json};
+use hitl_interrupt::{TaskStart, TaskStatus, TaskView};
+use hitl_protocol::{
+    ClientCapabilities, CreateTaskResult, EmptyResult, ErrorObject, GetTaskResult, ServerResult, Task, TaskParams,
+};
+use serde_json::{Map, json};
 
 use crate::Shared;
 use crate::validate::Caller;
@@ -37,16 +39,27 @@ pub(crate) fn undeclared() -> ErrorObject {
     ErrorObject::missing_capability("Missing required client capability", &required)
 }
 
-/// The task's fields every shape carries.
-fn task_fields(view: &TaskView) -> Map<String, Value> {
-    let mut task = Map::new();
-    task.insert("taskId".into(), json!(view.id));
-    task.insert("status".into(), json!(view.status.as_str()));
-    task.insert("createdAt".into(), json!(hitl_protocol::rfc3339(view.created_at_ms)));
-    task.insert("lastUpdatedAt".into(), json!(hitl_protocol::rfc3339(view.updated_at_ms)));
-    task.insert("ttlMs".into(), json!(view.expires_at_ms.saturating_sub(view.created_at_ms)));
-    task.insert("pollIntervalMs".into(), json!(POLL_INTERVAL_MS));
-    task
+/// Task `view` as every result shows it.
+fn task(view: &TaskView) -> Task {
+    Task {
+        task_id: view.id.clone(),
+        status: match view.status {
+            TaskStatus::Working => hitl_protocol::TaskStatus::Working,
+            TaskStatus::InputRequired => hitl_protocol::TaskStatus::InputRequired,
+            TaskStatus::Completed => hitl_protocol::TaskStatus::Completed,
+            TaskStatus::Cancelled => hitl_protocol::TaskStatus::Cancelled,
+            TaskStatus::Failed => hitl_protocol::TaskStatus::Failed,
+        },
+        created_at: hitl_protocol::rfc3339(view.created_at_ms),
+        last_updated_at: hitl_protocol::rfc3339(view.updated_at_ms),
+        ttl_ms: view.expires_at_ms.saturating_sub(view.created_at_ms),
+        poll_interval_ms: POLL_INTERVAL_MS,
+    }
+}
+
+/// The principal of a caller that follows tasks, or the error of one that does not.
+fn follower(caller: &Caller) -> Result<Option<&str>, ErrorObject> {
+    if declared(&caller.capabilities) { Ok(caller.principal.as_deref()) } else { Err(undeclared()) }
 }
 
 impl Shared {
@@ -57,68 +70,57 @@ impl Shared {
         &self,
         agent: &hitl_interrupt::Agent,
         call: hitl_interrupt::Call,
-    ) -> Result<Value, ErrorObject> {
+    ) -> Result<ServerResult, ErrorObject> {
         let principal = call.principal.clone();
         let wait = if agent.tasks == TaskSupport::Required { Duration::ZERO } else { TASK_WAIT };
         match self.store_answer(self.engine.tasks().start(agent, call, wait).await)?? {
-            TaskStart::Complete(result) => crate::to_json(&result),
-            TaskStart::Task(id) => self.created(&id, principal.as_deref()).await,
+            TaskStart::Complete(result) => Ok(ServerResult::CallTool(result)),
+            TaskStart::Task(id) => Ok(ServerResult::CreateTask(self.created(&id, principal.as_deref()).await?)),
         }
     }
 
     /// The `CreateTaskResult` of task `id`.
-    pub(crate) async fn created(&self, id: &str, principal: Option<&str>) -> Result<Value, ErrorObject> {
+    pub(crate) async fn created(&self, id: &str, principal: Option<&str>) -> Result<CreateTaskResult, ErrorObject> {
         let view = self.view(id, principal).await?;
-        let mut task = task_fields(&view);
-        task.insert("resultType".into(), json!("task"));
-        Ok(Value::Object(task))
+        Ok(CreateTaskResult::new(task(&view)))
     }
 
-    /// `tasks/get`, `tasks/update`, `tasks/cancel`.
-    pub(crate) async fn task_request(
-        &self,
-        method: &str,
-        params: TaskParams,
-        caller: &Caller,
-    ) -> Result<Value, ErrorObject> {
-        if !declared(&caller.capabilities) {
-            return Err(undeclared());
+    /// `tasks/get`: the caller's task. A round with every answer in runs when it can
+    /// (its page done, its last run failed): polling moves it on. Other polls read the
+    /// task once.
+    pub(crate) async fn get_task(&self, params: TaskParams, caller: &Caller) -> Result<ServerResult, ErrorObject> {
+        let (id, principal) = (params.task_id.as_str(), follower(caller)?);
+        let mut view = self.view(id, principal).await?;
+        if view.ready {
+            self.update_viewed(&view, caller, &Default::default()).await?;
+            view = self.view(id, principal).await?;
         }
-        let principal = caller.principal.as_deref();
-        let id = params.task_id.as_str();
-        match method {
-            "tasks/get" => {
-                // A round with every answer in runs when it can (its page done, its last
-                // run failed): polling moves it on. Other polls read the task once.
-                let mut view = self.view(id, principal).await?;
-                if view.ready {
-                    self.update_viewed(&view, caller, &Default::default()).await?;
-                    view = self.view(id, principal).await?;
-                }
-                let mut task = task_fields(&view);
-                if let Some(requests) = &view.input_requests {
-                    task.insert("inputRequests".into(), json!(requests));
-                }
-                if let Some(result) = &view.result {
-                    task.insert("result".into(), serde_json::to_value(result).unwrap_or_default());
-                }
-                if let Some(error) = &view.error {
-                    task.insert("statusMessage".into(), json!(error.message));
-                    task.insert("error".into(), json!(error));
-                }
-                Ok(Value::Object(task))
-            }
-            "tasks/update" => {
-                let view = self.view(id, principal).await?;
-                self.update_viewed(&view, caller, &params.input_responses.unwrap_or_default()).await?;
-                Ok(json!({}))
-            }
-            "tasks/cancel" => {
-                let cancelled = self.engine.tasks().cancel(id, principal).await;
-                self.store_answer(cancelled)?.map(|()| json!({}))
-            }
-            other => Err(ErrorObject::method_not_found(other)),
-        }
+        let error = view.error.clone();
+        let result = GetTaskResult {
+            task: task(&view),
+            input_requests: view.input_requests,
+            result: view.result,
+            status_message: error.as_ref().map(|e| e.message.clone()),
+            error,
+            result_type: None,
+            meta: None,
+        };
+        Ok(ServerResult::GetTask(result))
+    }
+
+    /// `tasks/update`: answers some of the caller's task's questions.
+    pub(crate) async fn update_task(&self, params: TaskParams, caller: &Caller) -> Result<ServerResult, ErrorObject> {
+        let (id, principal) = (params.task_id.as_str(), follower(caller)?);
+        let view = self.view(id, principal).await?;
+        self.update_viewed(&view, caller, &params.input_responses.unwrap_or_default()).await?;
+        Ok(ServerResult::Empty(EmptyResult::default()))
+    }
+
+    /// `tasks/cancel`: ends the caller's task.
+    pub(crate) async fn cancel_task(&self, params: TaskParams, caller: &Caller) -> Result<ServerResult, ErrorObject> {
+        let principal = follower(caller)?;
+        let cancelled = self.engine.tasks().cancel(&params.task_id, principal).await;
+        self.store_answer(cancelled)?.map(|()| ServerResult::Empty(EmptyResult::default()))
     }
 
     /// Answers some of task `view`'s questions (none: runs a complete round).
@@ -145,7 +147,7 @@ impl Shared {
     }
 
     /// A store failure as the client sees it (the detail goes to the log).
-    fn store_answer<T>(&self, outcome: Result<T, hitl_interrupt::EngineError>) -> Result<T, ErrorObject> {
+    pub(crate) fn store_answer<T>(&self, outcome: Result<T, hitl_interrupt::EngineError>) -> Result<T, ErrorObject> {
         outcome.map_err(|e| {
             tracing::error!(error = %e, "task request failed");
             crate::store_unavailable()

@@ -9,6 +9,8 @@ use hitl_protocol::{CallToolResponse, ClientCapabilities, ElicitRequestParams, I
 use serde_json::{Map, Value, json};
 
 use crate::*;
+// The tests read a reply as the drivers answer it.
+use crate::Answered as Reply;
 
 fn engine() -> Engine {
     let clock = Arc::new(ManualClock::new(1_000_000));
@@ -93,7 +95,7 @@ fn an_approval_is_asked_by_url_and_the_retry_takes_the_approvers_decision() {
     let engine = engine();
     let agent = gated();
     let args = json!({"version": "1.2"});
-    let first = round(run(engine.call(&agent, call(args.clone(), None, None, "user:ada"))).unwrap());
+    let first = round(run(engine.call(&agent, call(args.clone(), None, None, "user:ada"))).unwrap().answered());
     let (key, url, message) = url_of(&first);
     assert_eq!(message, "Waiting for approval by group:sre to run deploy");
     let id = url.strip_prefix("https://hitl.example.com/approvals/").expect("hitl's page").to_owned();
@@ -101,13 +103,15 @@ fn an_approval_is_asked_by_url_and_the_retry_takes_the_approvers_decision() {
 
     // Before the decision, the retry is asked the same URL question, same state.
     let retry = call(args.clone(), Some(look(&key)), Some(&state), "user:ada");
-    let again = round(run(engine.call(&agent, retry.clone())).unwrap());
+    let again = round(run(engine.call(&agent, retry.clone())).unwrap().answered());
     assert_eq!(url_of(&again).1, url);
     assert_eq!(again.request_state.as_deref(), Some(state.as_str()));
     // The client cannot decide for the approver.
     let forged = json!({ &key: {"action": "accept", "content": {"decision": "approve"}} });
-    let err =
-        run(engine.call(&agent, call(args.clone(), Some(forged), Some(&state), "user:ada"))).unwrap().unwrap_err();
+    let err = run(engine.call(&agent, call(args.clone(), Some(forged), Some(&state), "user:ada")))
+        .unwrap()
+        .answered()
+        .unwrap_err();
     assert_eq!(err.message, questions::ANSWERED_ON_PAGE);
 
     // The page shows the call; a bad edit is refused there; the approver's edit wins once.
@@ -130,7 +134,7 @@ fn an_approval_is_asked_by_url_and_the_retry_takes_the_approvers_decision() {
     let PageAnswer::AlreadyAnswered(view) = twice else { panic!("{twice:?}") };
     assert_eq!(view.page.answered_by.as_deref(), Some("user:bob"));
 
-    let done = run(engine.call(&agent, retry)).unwrap();
+    let done = run(engine.call(&agent, retry)).unwrap().answered();
     let Ok(CallToolResponse::Complete(result)) = done else { panic!("{done:?}") };
     let output: Value = serde_json::from_str(result.content[0].as_text().unwrap()).unwrap();
     assert_eq!(output["decision"]["edited_action"]["args"], json!({"version": "1.3"}));
@@ -141,7 +145,7 @@ fn an_approval_is_asked_by_url_and_the_retry_takes_the_approvers_decision() {
 #[test]
 fn forged_page_ids_lead_nowhere_and_records_with_pages_are_format_2() {
     let engine = engine();
-    let first = round(run(engine.call(&gated(), call(json!({}), None, None, "user:ada"))).unwrap());
+    let first = round(run(engine.call(&gated(), call(json!({}), None, None, "user:ada"))).unwrap().answered());
     let id = url_of(&first).1.rsplit('/').next().unwrap().to_owned();
     let thread_id = id.split('.').next().unwrap();
     let thread = run(engine.store().load(thread_id)).unwrap().unwrap();
@@ -154,7 +158,7 @@ fn forged_page_ids_lead_nowhere_and_records_with_pages_are_format_2() {
     let clock = Arc::new(ManualClock::new(1));
     let store = Arc::new(MemoryStore::with_clock(clock.clone()));
     let bare = Engine::new(store, clock, Secret::generate(), Lifetimes::default());
-    let reply = run(bare.call(&gated(), call(json!({}), None, None, "user:ada"))).unwrap();
+    let reply = run(bare.call(&gated(), call(json!({}), None, None, "user:ada"))).unwrap().answered();
     let Ok(CallToolResponse::Complete(result)) = reply else { panic!("{reply:?}") };
     assert!(result.content[0].as_text().unwrap().contains("hitl's pages"), "{result:?}");
 }
@@ -189,7 +193,7 @@ fn a_secret_typed_on_its_page_reaches_the_agent_and_only_the_agent() {
         .compile()
         .unwrap();
     let agent = Agent::new("connect_github", "", json!({}), graph);
-    let first = round(run(engine.call(&agent, call(json!({}), None, None, "user:ada"))).unwrap());
+    let first = round(run(engine.call(&agent, call(json!({}), None, None, "user:ada"))).unwrap().answered());
     let (key, url, message) = url_of(&first);
     assert!(key.starts_with("secret-"), "{key}");
     assert_eq!(message, "Enter a GitHub token on the page.");
@@ -201,7 +205,7 @@ fn a_secret_typed_on_its_page_reaches_the_agent_and_only_the_agent() {
     assert!(!stored.contains("ghp_s3cr3t"), "the thread keeps it sealed");
     let state = first.request_state.unwrap();
     let done = run(engine.call(&agent, call(json!({}), Some(look(&key)), Some(&state), "user:ada")));
-    let Ok(Ok(CallToolResponse::Complete(result))) = done else { panic!("{done:?}") };
+    let Ok(crate::Reply::Complete(result)) = done else { panic!("{done:?}") };
     assert_eq!(result.content[0].as_text(), Some(r#"{"connected":true}"#));
     let heard = heard.0.lock().unwrap().clone();
     assert_eq!(heard, ["asked 1", r#"page {"entered":true}"#, "answered 1", "finished false"]);
@@ -220,7 +224,7 @@ fn a_sign_in_url_carries_the_page_id_as_state_and_the_callback_completes_it() {
         .compile()
         .unwrap();
     let agent = Agent::new("sign_in", "", json!({}), graph);
-    let first = round(run(engine.call(&agent, call(json!({}), None, None, "user:ada"))).unwrap());
+    let first = round(run(engine.call(&agent, call(json!({}), None, None, "user:ada"))).unwrap().answered());
     let (key, url, _) = url_of(&first);
     let state = url.split("state=").nth(1).unwrap().to_owned();
     assert!(run(engine.pages().get(&state)).unwrap().is_some());
@@ -229,7 +233,7 @@ fn a_sign_in_url_carries_the_page_id_as_state_and_the_callback_completes_it() {
     assert!(matches!(taken, PageAnswer::Taken(_)), "{taken:?}");
     let rs = first.request_state.unwrap();
     let done = run(engine.call(&agent, call(json!({}), Some(look(&key)), Some(&rs), "user:ada")));
-    let Ok(Ok(CallToolResponse::Complete(result))) = done else { panic!("{done:?}") };
+    let Ok(crate::Reply::Complete(result)) = done else { panic!("{done:?}") };
     assert_eq!(result.content[0].as_text(), Some(r#"{"code":"c0de"}"#));
 }
 
@@ -245,7 +249,7 @@ fn a_retry_is_held_until_the_approver_decides() {
     let agent = gated();
     let args = json!({"version": "1.2"});
     run(async {
-        let first = round(engine.call(&agent, call(args.clone(), None, None, "user:ada")).await.unwrap());
+        let first = round(engine.call(&agent, call(args.clone(), None, None, "user:ada")).await.unwrap().answered());
         let (key, url, _) = url_of(&first);
         let id = url.rsplit('/').next().unwrap().to_owned();
         let state = first.request_state.clone().unwrap();
@@ -266,14 +270,14 @@ fn a_retry_is_held_until_the_approver_decides() {
         // The same caller's second retry finds no place: the question again, at once.
         let other = call(args.clone(), Some(look(&key)), Some(&state), "user:ada");
         let again = tokio::time::timeout(Duration::from_secs(30), engine.call(&agent, other)).await.expect("not held");
-        assert_eq!(url_of(&round(again.unwrap())).1, url);
+        assert_eq!(url_of(&round(again.unwrap().answered())).1, url);
         assert!(!held.is_finished(), "the first retry is still held");
 
         let approve = decision(json!({"decision": "approve"}));
         let taken = engine.pages().answer(&id, approve, Some("user:bob".into())).await.unwrap();
         assert!(matches!(taken, PageAnswer::Taken(_)), "{taken:?}");
         let done = tokio::time::timeout(Duration::from_secs(30), held).await.expect("woken by the decision");
-        let Ok(CallToolResponse::Complete(result)) = done.unwrap().unwrap() else { panic!("the call completes") };
+        let crate::Reply::Complete(result) = done.unwrap().unwrap() else { panic!("the call completes") };
         assert!(result.is_error != Some(true), "{result:?}");
         // The hold's reports come first (the run's own progress follows the decision).
         let heard = heard.lock().unwrap();

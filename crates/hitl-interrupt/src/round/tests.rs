@@ -454,21 +454,23 @@ fn a_round_is_made_of_what_is_passed_in() {
 fn a_new_call_opens_its_thread_at_its_first_round() {
     let lifetimes = crate::Lifetimes::default();
     let call = crate::Call { principal: Some("alice".into()), capabilities: elicits(), ..Default::default() };
-    let new = || super::NewThread {
+    let new = |task| super::NewThread {
         id: THREAD.into(),
         binding: "choose_region".into(),
         args_digest: "digest".into(),
         now_ms: NOW,
+        task,
     };
-    let open = |call: &crate::Call| {
-        super::open(paused().checkpoint.unwrap(), round(1, "Which region?"), call, new(), &lifetimes)
+    let open_as = |call: &crate::Call, task| {
+        super::open(paused().checkpoint.unwrap(), round(1, "Which region?"), call, new(task), &lifetimes)
     };
+    let open = |call: &crate::Call| open_as(call, false);
     let thread = open(&call);
     let mut expected = paused();
     (expected.version, expected.owner, expected.expires_at_ms) =
         (1, Some("principal:alice".into()), NOW + 24 * 3_600_000);
     assert_eq!(thread, expected);
-    let task = open(&crate::Call { task: true, ..call.clone() }).task.expect("a task");
+    let task = open_as(&call, true).task.expect("a task");
     assert_eq!((task.created_at_ms, task.updated_at_ms, task.capabilities), (NOW, NOW, elicits()));
 
     // Asked: its requestState, or why not (nothing is stored then).

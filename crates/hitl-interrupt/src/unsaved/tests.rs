@@ -11,6 +11,8 @@ use hitl_protocol::{CallToolResponse, ClientCapabilities, InputResponses};
 use serde_json::{Value, json};
 
 use crate::*;
+// The tests read a reply as the drivers answer it.
+use crate::Answered as Reply;
 use hitl_thread::{ClaimAttempt, LimitReached, Loaded, PausedLedger, PausedLimits, SaveError, StoreError, ThreadStore};
 
 /// The memory store, out of reach while `down` is set.
@@ -102,7 +104,7 @@ impl Fixture {
             capabilities,
             ..Call::default()
         };
-        self.rt.block_on(self.engine.call(agent, call)).expect("no store failure reaches the caller as one")
+        self.rt.block_on(self.engine.call(agent, call)).expect("no store failure reaches the caller as one").answered()
     }
 
     /// The paused call's first round: its answers (`yes` to its question) and state.
@@ -217,7 +219,7 @@ fn a_kept_outcome_whose_call_was_taken_over_is_dropped_and_the_store_decides() {
         capabilities,
         ..Call::default()
     };
-    let elsewhere = f.rt.block_on(other.call(&agent, resend)).unwrap();
+    let elsewhere = f.rt.block_on(other.call(&agent, resend)).unwrap().answered();
     // The race is the store's to settle: whichever saved first is what every resend gets.
     let here = f.call(&agent, Some(yes), Some(&state));
     assert_eq!(here, elsewhere, "one outcome for the call");

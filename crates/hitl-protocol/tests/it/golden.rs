@@ -147,3 +147,50 @@ fn answers_are_read_by_key_with_precise_errors() {
     let ok = ElicitResult::from_value("k", &serde_json::json!({"action": "accept", "content": {"a": 1}})).unwrap();
     assert_eq!(ok.action, ElicitAction::Accept);
 }
+
+#[test]
+fn task_results_keep_their_wire_shape() {
+    let created = serde_json::json!({
+        "taskId": "t1", "status": "working", "createdAt": "2026-01-01T00:00:00Z",
+        "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttlMs": 1000, "pollIntervalMs": 1000, "resultType": "task"
+    });
+    let typed: CreateTaskResult = serde_json::from_value(created.clone()).expect("parses");
+    assert_eq!(typed.task.status, TaskStatus::Working);
+    assert_eq!(serde_json::to_string(&typed).unwrap(), created.to_string(), "same fields, same order");
+    let got = serde_json::json!({
+        "taskId": "t1", "status": "failed", "createdAt": "2026-01-01T00:00:00Z",
+        "lastUpdatedAt": "2026-01-01T00:00:01Z", "ttlMs": 1000, "pollIntervalMs": 1000,
+        "statusMessage": "lost", "error": {"code": -32603, "message": "lost"}
+    });
+    assert_eq!(round_trip::<GetTaskResult>(&got).to_string(), got.to_string());
+}
+
+#[test]
+fn results_are_stamped_for_their_era_on_typed_values() {
+    let info = serde_json::json!({"name": "hitl", "version": "1"});
+    let stamped = |mut result: ServerResult, modern: bool| {
+        result.stamp(modern, &info);
+        serde_json::to_value(&result).unwrap()
+    };
+    let tool = CallToolResult::json(&serde_json::json!({"a": 1}));
+    let modern = stamped(ServerResult::CallTool(tool.clone()), true);
+    assert_eq!(modern["resultType"], "complete");
+    assert_eq!(modern["_meta"]["io.modelcontextprotocol/serverInfo"], info);
+    let legacy = stamped(ServerResult::CallTool(tool), false);
+    assert!(legacy.get("resultType").is_none() && legacy.get("_meta").is_none(), "{legacy}");
+    let empty = stamped(ServerResult::Empty(EmptyResult::default()), true);
+    assert_eq!(
+        empty.to_string(),
+        serde_json::json!({"resultType": "complete", "_meta": {"io.modelcontextprotocol/serverInfo": info}})
+            .to_string()
+    );
+    assert_eq!(stamped(ServerResult::Empty(EmptyResult::default()), false), serde_json::json!({}));
+    let relayed = serde_json::json!({"contents": [], "resultType": "complete", "_meta": {"x": 1}});
+    let legacy = stamped(ServerResult::Other(relayed.clone()), false);
+    assert_eq!(legacy, serde_json::json!({"contents": [], "_meta": {"x": 1}}));
+    let modern = stamped(ServerResult::Other(relayed), true);
+    assert_eq!(modern["_meta"]["x"], 1);
+    assert_eq!(modern["_meta"]["io.modelcontextprotocol/serverInfo"], info);
+    let round = InputRequiredResult::new(Default::default(), "t.s");
+    assert!(stamped(ServerResult::InputRequired(round), false).get("resultType").is_none());
+}

@@ -164,7 +164,13 @@ fn every_way_answers_reach_a_task() {
 fn a_working_task_and_how_its_first_run_ends() {
     let lifetimes = Lifetimes::default();
     let call = crate::Call { principal: Some("alice".into()), capabilities: elicits(), ..Default::default() };
-    let new = NewThread { id: task().id, binding: "choose_region".into(), args_digest: "digest".into(), now_ms: NOW };
+    let new = NewThread {
+        id: task().id,
+        binding: "choose_region".into(),
+        args_digest: "digest".into(),
+        now_ms: NOW,
+        task: true,
+    };
     let working = working(&call, new, &lifetimes);
     assert_eq!((working.version, working.round.is_none(), working.checkpoint.is_none()), (1, true, true));
     assert_eq!(working.claim, Some(Claim { round: 0, until_ms: NOW + 30_000 }), "held by its run's lease");
