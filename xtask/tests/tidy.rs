@@ -302,3 +302,37 @@ fn the_libraries_are_layered_as_the_architecture_table_says() {
     }
     assert!(problems.is_empty(), "{problems:#?}");
 }
+
+#[test]
+fn the_engine_stays_a_short_driver_that_names_no_era() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("crates/hitl-interrupt/src");
+    let mut problems = Vec::new();
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    for line in lib.lines().filter(|l| l.starts_with("pub mod ")) {
+        problems.push(format!("hitl-interrupt exports a module ({line}): export its types instead"));
+    }
+    let engine = std::fs::read_to_string(src.join("engine.rs")).unwrap();
+    if engine.lines().count() >= 500 {
+        problems.push(format!("engine.rs has {} lines (under 500)", engine.lines().count()));
+    }
+    let mut todo = vec![src.clone()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let name = path.strip_prefix(&src).unwrap().display().to_string();
+            if name != "engine.rs" && text.lines().any(|l| l.trim_start().starts_with("impl Engine")) {
+                problems.push(format!("{name} has an impl Engine block (only engine.rs may)"));
+            }
+            // The engine speaks rounds; the transport's era stays in hitl-tower.
+            if text.contains("Era::") || text.contains("version::Era") {
+                problems.push(format!("{name} names the protocol era"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
