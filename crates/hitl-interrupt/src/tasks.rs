@@ -25,33 +25,8 @@ use crate::shared::{Core, Deadline};
 use crate::update::{Step, update, update_from};
 use crate::{Agent, EngineError, LastOutcome, Thread};
 
-/// What a task is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskStatus {
-    /// A request is running it.
-    Working,
-    /// It waits for answers.
-    InputRequired,
-    /// It ended with a result (a tool error too).
-    Completed,
-    /// Its client cancelled it.
-    Cancelled,
-    /// Its run ended with a JSON-RPC error (not a tool's error result).
-    Failed,
-}
-
-impl TaskStatus {
-    /// Its name on the wire.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Working => "working",
-            Self::InputRequired => "input_required",
-            Self::Completed => "completed",
-            Self::Cancelled => "cancelled",
-            Self::Failed => "failed",
-        }
-    }
-}
+/// What a task is doing: the protocol's own statuses.
+pub use hitl_protocol::TaskStatus;
 
 /// A task as `tasks/get` shows it.
 #[derive(Debug, Clone, PartialEq)]

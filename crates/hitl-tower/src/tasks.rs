@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use hitl_graph::TaskSupport;
-use hitl_interrupt::{TaskStart, TaskStatus, TaskView};
+use hitl_interrupt::{TaskStart, TaskView};
 use hitl_protocol::{
     ClientCapabilities, CreateTaskResult, EmptyResult, ErrorObject, GetTaskResult, ServerResult, Task, TaskParams,
 };
@@ -43,13 +43,7 @@ pub(crate) fn undeclared() -> ErrorObject {
 fn task(view: &TaskView) -> Task {
     Task {
         task_id: view.id.clone(),
-        status: match view.status {
-            TaskStatus::Working => hitl_protocol::TaskStatus::Working,
-            TaskStatus::InputRequired => hitl_protocol::TaskStatus::InputRequired,
-            TaskStatus::Completed => hitl_protocol::TaskStatus::Completed,
-            TaskStatus::Cancelled => hitl_protocol::TaskStatus::Cancelled,
-            TaskStatus::Failed => hitl_protocol::TaskStatus::Failed,
-        },
+        status: view.status,
         created_at: hitl_protocol::rfc3339(view.created_at_ms),
         last_updated_at: hitl_protocol::rfc3339(view.updated_at_ms),
         ttl_ms: view.expires_at_ms.saturating_sub(view.created_at_ms),
