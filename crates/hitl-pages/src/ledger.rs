@@ -64,7 +64,7 @@ impl AuditFile {
 
 /// The thread of an event, as much of it as the trail needs (a thread's checkpoint is
 /// never copied off the request's path).
-pub(crate) struct Call {
+pub(crate) struct CallRef {
     thread: String,
     tool: String,
     principal: Option<String>,
@@ -72,7 +72,7 @@ pub(crate) struct Call {
     args_digest: Option<String>,
 }
 
-impl Call {
+impl CallRef {
     fn of(thread: &Thread) -> Self {
         Self {
             thread: thread.id.clone(),
@@ -103,7 +103,7 @@ impl Call {
 pub(crate) enum Note {
     /// A round was asked: its number and keys, and its approvals.
     Asked {
-        call: Call,
+        call: CallRef,
         round: u32,
         keys: Vec<String>,
         approvals: Vec<PageView>,
@@ -111,18 +111,18 @@ pub(crate) enum Note {
     },
     /// A round was answered; `withdrawn` are its approvals no one decided.
     Answered {
-        call: Call,
+        call: CallRef,
         round: u32,
         keys: Vec<String>,
         withdrawn: Vec<PageView>,
     },
     Page(Box<PageView>),
     Began {
-        call: Call,
+        call: CallRef,
         step: String,
     },
     Finished {
-        call: Call,
+        call: CallRef,
         is_error: bool,
     },
     /// An audit entry made by the pages themselves (a refused decision or link, a
@@ -135,7 +135,7 @@ pub(crate) enum Note {
 pub(crate) const QUEUE: usize = 65_536;
 
 /// Hands events to the worker.
-pub(crate) struct Ears(pub(crate) mpsc::Sender<Note>);
+pub(crate) struct LedgerObserver(pub(crate) mpsc::Sender<Note>);
 
 /// The approval questions of `thread`'s round (`unanswered`: only those no one
 /// decided), as their pages show them.
@@ -147,13 +147,13 @@ fn approvals(thread: &Thread, unanswered: bool) -> Vec<PageView> {
         .collect()
 }
 
-impl Observer for Ears {
+impl Observer for LedgerObserver {
     fn observe(&self, event: &Event<'_>) {
         let keys = |round: &hitl_thread::Round| round.questions.iter().map(|q| q.key.clone()).collect();
         let note = match event {
             Event::Asked { thread } => match &thread.round {
                 Some(round) => Note::Asked {
-                    call: Call::of(thread),
+                    call: CallRef::of(thread),
                     round: round.n,
                     keys: keys(round),
                     approvals: approvals(thread, false),
@@ -162,7 +162,7 @@ impl Observer for Ears {
                 None => return,
             },
             Event::Answered { thread, round } => Note::Answered {
-                call: Call::of(thread),
+                call: CallRef::of(thread),
                 round: round.n,
                 keys: keys(round),
                 withdrawn: approvals(thread, true),
@@ -173,10 +173,10 @@ impl Observer for Ears {
                 "reason": reason,
             })),
             Event::Began { thread_id, tool, principal, step } => {
-                Note::Began { call: Call::named(thread_id, tool, *principal), step: (*step).to_owned() }
+                Note::Began { call: CallRef::named(thread_id, tool, *principal), step: (*step).to_owned() }
             }
             Event::Finished { thread_id, tool, principal, result } => Note::Finished {
-                call: Call::named(thread_id, tool, *principal),
+                call: CallRef::named(thread_id, tool, *principal),
                 is_error: result.is_error == Some(true),
             },
             _ => return,

@@ -180,7 +180,7 @@ impl Pages {
 
     /// The engine's observer: feeds the listing, the trail and the webhooks.
     pub fn observer(&self) -> Arc<dyn Observer> {
-        Arc::new(ledger::Ears(self.notes.clone()))
+        Arc::new(ledger::LedgerObserver(self.notes.clone()))
     }
 
     /// The service of every page and API route, answering with `engine` (which must
