@@ -611,30 +611,34 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
             builder.build()
         }
     };
-    if args.legacy_elicitation && args.store != "memory" {
+    // Replicas sharing a Redis store tell each other over its pub/sub channels.
+    let channels = match args.store.as_str() {
+        "memory" => None,
+        url => {
+            let ca = args.redis_ca_file.as_deref().map(std::fs::read).transpose().context("reading the Redis CA")?;
+            Some(hitl_store_redis::Channels::new(url, ca).map_err(anyhow::Error::msg)?)
+        }
+    };
+    if args.legacy_elicitation
+        && let Some(channels) = &channels
+    {
         // A client's response may reach another replica than the stream that asked.
-        let ca = args.redis_ca_file.as_deref().map(std::fs::read).transpose().context("reading the Redis CA")?;
-        let channels = hitl_store_redis::Channels::new(&args.store, ca).map_err(anyhow::Error::msg)?;
-        if let Err(error) = server.listen_for_answers(Arc::new(crate::bus::RedisPushBus(channels))).await {
+        if let Err(error) = server.listen_for_answers(Arc::new(crate::bus::RedisPushBus(channels.clone()))).await {
             tracing::warn!(%error, "cannot listen for answers other replicas forward yet; trying again");
         }
     }
-    if args.store != "memory" {
+    if let Some(channels) = &channels {
         // A decision stored on one replica wakes the retries every replica holds for it.
-        let ca = args.redis_ca_file.as_deref().map(std::fs::read).transpose().context("reading the Redis CA")?;
-        let channels = hitl_store_redis::Channels::new(&args.store, ca).map_err(anyhow::Error::msg)?;
-        if let Err(error) = crate::bus::share_decisions(server.engine(), channels).await {
+        if let Err(error) = crate::bus::share_decisions(server.engine(), channels.clone()).await {
             tracing::warn!(%error, "cannot hear decisions stored by other replicas yet; trying again");
         }
     }
     if let Some(gateway) = gateway {
         let tools = server.tools();
         let publish: hitl_gateway::Publish = Arc::new(move |source, agents| tools.replace_listed(source, agents));
-        if args.store != "memory" {
+        if let Some(channels) = &channels {
             // Answers to calls another replica holds go to it over the store's Redis.
-            let ca = args.redis_ca_file.as_deref().map(std::fs::read).transpose().context("reading the Redis CA")?;
-            let channels = hitl_store_redis::Channels::new(&args.store, ca).map_err(anyhow::Error::msg)?;
-            let bus = Arc::new(crate::bus::RedisBus(channels));
+            let bus = Arc::new(crate::bus::RedisBus(channels.clone()));
             if let Err(error) = gateway.listen(bus).await {
                 tracing::warn!(%error, "cannot listen for answers forwarded by other replicas yet; trying again");
             }
