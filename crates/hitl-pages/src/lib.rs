@@ -219,10 +219,7 @@ fn harden(response: &mut http::Response<Body>) {
 /// The path of `base_url` without its last slash: where the pages are mounted
 /// (`https://example.com/hitl/` → `/hitl`; a URL naming no path → empty).
 fn mount_path(base_url: &str) -> String {
-    let after_scheme = base_url.split_once("://").map_or(base_url, |(_, rest)| rest);
-    let path = after_scheme.find('/').map_or("", |slash| &after_scheme[slash..]);
-    let path = path.split(['?', '#']).next().unwrap_or_default();
-    path.trim_end_matches('/').to_owned()
+    base_url.parse::<http::Uri>().map(|uri| uri.path().trim_end_matches('/').to_owned()).unwrap_or_default()
 }
 
 fn see_other(location: &str) -> http::Response<Body> {
