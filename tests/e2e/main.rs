@@ -22,6 +22,7 @@ mod redis_faults;
 mod redis_tls;
 mod reference;
 mod relay;
+mod reload;
 mod replicas;
 mod review;
 mod rules;

@@ -52,6 +52,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     (
         "hitl-server",
         &[
+            "hitl-protocol",
             "hitl-graph",
             "hitl-interrupt",
             "hitl-store-redis",

@@ -20,8 +20,19 @@ const VERDICT: &str = "hitl:verdict";
 /// `agent` under `policies`: as it is when they allow it, else behind its gate. Fails
 /// when the agent's graph already has a step of the guard's name.
 pub fn gate(agent: Agent, policies: &Policies) -> Result<Agent, String> {
+    gate_with(agent, policies, false)
+}
+
+/// [`gate`] for a server whose rules may be reloaded: the guard is there even when the
+/// policies allow the agent, so that a call paused for review under earlier rules
+/// resumes on it and its answer is carried out under the rules then in force.
+pub fn gate_reloadable(agent: Agent, policies: &Policies) -> Result<Agent, String> {
+    gate_with(agent, policies, true)
+}
+
+fn gate_with(agent: Agent, policies: &Policies, always: bool) -> Result<Agent, String> {
     let decided = policies.decide(&agent.name);
-    if decided.action == Action::Allow {
+    if decided.action == Action::Allow && !always {
         return Ok(agent);
     }
     let mut spec = Map::new();
@@ -43,17 +54,20 @@ pub fn gate(agent: Agent, policies: &Policies) -> Result<Agent, String> {
 /// call's (those the edit leaves out become null), a rejection or a response is the
 /// verdict.
 fn guard(gated: &Gated, state: &Value, ctx: &StepContext) -> Result<Value, StepError> {
-    if gated.action == Action::Deny {
-        return Ok(json!({ VERDICT: gated.denied().to_value() }));
-    }
-    let decision = gated.review(state, ctx)?;
-    match gated.carry_out(Some(&decision))? {
-        Carried::Run(None) => Ok(json!({})),
-        Carried::Run(Some(edited)) => {
+    let answer = match gated.action {
+        Action::Review => Some(gated.review(state, ctx)?),
+        // Asked under earlier rules (a reload changed them since): the answer stands.
+        Action::Allow | Action::Deny => ctx.answered(),
+    };
+    let carried = answer.as_ref().map(|answer| gated.carry_out(Some(answer))).transpose()?;
+    match carried {
+        Some(Carried::Answer(result)) => Ok(json!({ VERDICT: result.to_value() })),
+        _ if gated.action == Action::Deny => Ok(json!({ VERDICT: gated.denied().to_value() })),
+        None | Some(Carried::Run(None)) => Ok(json!({})),
+        Some(Carried::Run(Some(edited))) => {
             let mut update: Map<String, Value> = arguments(state).into_iter().map(|(k, _)| (k, Value::Null)).collect();
             update.extend(edited);
             Ok(Value::Object(update))
         }
-        Carried::Answer(result) => Ok(json!({ VERDICT: result.to_value() })),
     }
 }

@@ -51,7 +51,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub use agents::gate;
+pub use agents::{gate, gate_reloadable};
 pub use catalog::{Catalog, Gate, Listed, result_text};
 use hitl_graph::Agent;
 use hitl_upstream::Upstream;
@@ -102,7 +102,7 @@ pub struct Gateway {
     /// Told when a listing changes one of hitl's lists.
     changed: Option<Changed>,
     /// hitl's clients' resource subscriptions.
-    subscriptions: Mutex<subscriptions::Table>,
+    subscriptions: Arc<Mutex<subscriptions::Table>>,
     /// Told when a subscribed resource is updated.
     updates: Option<Updates>,
 }
@@ -153,9 +153,25 @@ impl Gateway {
             served: Mutex::new(BTreeMap::new()),
             collisions: Collisions::default(),
             changed: None,
-            subscriptions: Mutex::default(),
+            subscriptions: Arc::default(),
             updates: None,
         })
+    }
+
+    /// This gateway taking over from `previous` (a reload of the configuration): an
+    /// upstream whose settings did not change keeps its connection, sessions and
+    /// child process, and the calls `previous` holds and its clients' resource
+    /// subscriptions carry over.
+    #[must_use]
+    pub fn succeeding(mut self, previous: &Gateway) -> Self {
+        for (spec, upstream) in &mut self.upstreams {
+            if let Some((_, kept)) = previous.upstreams.iter().find(|(old, _)| old == spec) {
+                *upstream = kept.clone();
+            }
+        }
+        self.holds = previous.holds.clone();
+        self.subscriptions = previous.subscriptions.clone();
+        self
     }
 
     /// Tells `changed` when a listing changes the tools, resources or prompts hitl

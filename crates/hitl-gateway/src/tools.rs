@@ -82,30 +82,24 @@ impl Gated {
         }
         let gated = Arc::new(self);
         let through = Through { upstream, holds, hold_timeout };
+        // One shape whatever the policy says, so that a call paused for review resumes
+        // on the graph the rules in force list (a reload may have changed its action):
+        // `review` decides, then `call` runs unless it wrote the result. An allowed
+        // call starts at `call`.
+        let gate = gated.clone();
+        let graph = StateGraph::new()
+            .add_step("review", move |state, ctx| {
+                let gate = gate.clone();
+                async move { gate.gate(&state, &ctx) }
+            })
+            .add_conditional_edges("review", |state: &Value| {
+                let ended = state.get(RESULT).is_some_and(|v| !v.is_null());
+                vec![if ended { END } else { "call" }.to_owned()]
+            });
+        let graph = relaying(graph, &gated, &through);
         let graph = match gated.action {
-            Action::Deny => {
-                let denied = gated.clone();
-                StateGraph::new().add_step("deny", move |_, _| {
-                    let result = denied.denied().to_value();
-                    async move { Ok(json!({ RESULT: result })) }
-                })
-            }
-            Action::Allow => relaying(StateGraph::new(), &gated, &through),
-            Action::Review => {
-                let reviewed = gated.clone();
-                let graph = StateGraph::new()
-                    .add_step("review", move |state, ctx| {
-                        let reviewed = reviewed.clone();
-                        async move { Ok(json!({ DECISION: reviewed.review(&state, &ctx)? })) }
-                    })
-                    .add_edge("review", "call");
-                relaying(graph, &gated, &through)
-            }
-        };
-        let graph = match gated.action {
-            Action::Deny => graph.add_edge(START, "deny").add_edge("deny", END),
             Action::Allow => graph.add_edge(START, "call"),
-            Action::Review => graph.add_edge(START, "review"),
+            Action::Deny | Action::Review => graph.add_edge(START, "review"),
         };
         let graph = graph.output_key(RESULT);
         let graph = graph.compile().unwrap_or_else(|e| panic!("the gateway graph of {} compiles: {e}", gated.listed));
@@ -150,6 +144,27 @@ impl Gated {
             *message = Value::String(format!("{upstream}: {text}"));
         }
         RelayedRequest::method(method, params)
+    }
+
+    /// The `review` step under the rules in force: `deny` fails the call, `review`
+    /// asks, `allow` lets it through. A call that was asked before the rules changed
+    /// carries its answer: a rejection or response ends it as the answer says whatever
+    /// the rules now are; an approval or edit runs it unless it is now denied.
+    fn gate(&self, state: &Value, ctx: &StepContext) -> Result<Value, StepError> {
+        match self.action {
+            Action::Review => Ok(json!({ DECISION: self.review(state, ctx)? })),
+            Action::Allow => Ok(ctx.answered().map_or_else(|| json!({}), |answer| json!({ DECISION: answer }))),
+            Action::Deny => {
+                let result = match ctx.answered() {
+                    Some(answer) => match self.carry_out(Some(&answer))? {
+                        Carried::Answer(result) => result,
+                        Carried::Run(_) => self.denied(),
+                    },
+                    None => self.denied(),
+                };
+                Ok(json!({ RESULT: result.to_value() }))
+            }
+        }
     }
 
     /// The error result of a denied call, naming the policy.

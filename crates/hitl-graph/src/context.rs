@@ -248,6 +248,18 @@ impl StepContext {
         })
     }
 
+    /// The answer the run was resumed with for this step's next question, taken as
+    /// [`StepContext::interrupt`] would take it, or `None` (and nothing asked) when there
+    /// is none: a step whose rules changed while it waited (a reload made its tool
+    /// allowed) still carries out the answer it was given.
+    pub fn answered(&self) -> Option<Value> {
+        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let id = format!("{}:{}:{}", self.superstep, self.step, calls.next_index);
+        let answer = calls.resume.get(&id).cloned()?;
+        calls.next_index += 1;
+        Some(answer)
+    }
+
     fn ask(&self, value: Value, response_schema: Option<Value>) -> Result<Value, Interrupted> {
         let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         let index = calls.next_index;

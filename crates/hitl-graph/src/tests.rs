@@ -49,6 +49,24 @@ fn code_before_interrupt_reruns_and_code_after_runs_once() {
 }
 
 #[test]
+fn a_step_that_no_longer_asks_still_takes_the_answer_it_was_given() {
+    // The same step under two rules: the first asks, the second (after a reload)
+    // takes an answer only if the run was resumed with one.
+    let step = |asks: bool| {
+        move |_: Value, ctx: StepContext| async move {
+            let answer = if asks { Some(ctx.interrupt(json!("q"))?) } else { ctx.answered() };
+            Ok(json!({ "answer": answer }))
+        }
+    };
+    let graph = |asks: bool| StateGraph::new().add_step("gate", step(asks)).add_edge(START, "gate").compile().unwrap();
+    let (interrupts, cp) = paused(block(graph(true).invoke(json!({}), Value::Null)).unwrap());
+    let done = block(graph(false).resume(cp, answer(&interrupts, json!("yes")), Value::Null)).unwrap();
+    assert_eq!(done, Outcome::Done(json!({"answer": "yes"})));
+    let fresh = block(graph(false).invoke(json!({}), Value::Null)).unwrap();
+    assert_eq!(fresh, Outcome::Done(json!({"answer": null})), "nothing asked, nothing answered");
+}
+
+#[test]
 fn parallel_interrupts_pause_together_and_finished_steps_do_not_rerun() {
     let quick_runs = Arc::new(AtomicUsize::new(0));
     let q = quick_runs.clone();

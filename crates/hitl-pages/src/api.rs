@@ -116,7 +116,7 @@ pub(crate) async fn handle(
         }
         (&Method::GET, ["audit"]) => {
             let admin = who.is(&shared.config.admins);
-            if !admin && !who.is(&shared.config.auditors) {
+            if !admin && !who.is(&shared.reload.now().auditors) {
                 return error(StatusCode::FORBIDDEN, "only approvers and admins may read the audit trail");
             }
             let (limit, after) = match page(&query) {
@@ -277,7 +277,7 @@ fn decision(body: &[u8]) -> Result<Map<String, Value>, String> {
 /// it runs), within `max_event_streams_per_principal` each and `max_event_streams` in
 /// all; past either, 429.
 async fn events(shared: &Shared, who: Session) -> http::Response<Body> {
-    if !(who.is(&shared.config.auditors) || who.is(&shared.config.admins)) {
+    if !(who.is(&shared.reload.now().auditors) || who.is(&shared.config.admins)) {
         return error(StatusCode::FORBIDDEN, "only approvers and admins may follow the approvals");
     }
     let place = match shared.streams.open(&who.principal) {

@@ -841,7 +841,7 @@ mod tests {
             marks: records,
             base_url: "http://127.0.0.1".into(),
             audit_file: None,
-            notifier: Notifier::new(Vec::new(), keys),
+            notifier: Notifier::new(crate::Reload::new(crate::Reloaded::default()), keys),
             events: broadcast::channel(4).0,
             retention: Retention::default(),
         }

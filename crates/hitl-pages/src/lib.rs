@@ -37,6 +37,7 @@ mod entry;
 mod html;
 mod ledger;
 pub mod notify;
+mod reload;
 mod respond;
 pub mod session;
 mod streams;
@@ -59,11 +60,12 @@ use tokio::sync::{broadcast, mpsc};
 
 pub use entry::{ApprovalEntry, ApprovalStatus};
 pub use ledger::{AuditFile, Retention, capped, diff, redact, rfc3339, shown_arguments};
+pub use reload::{ApproversFn, Reload, Reloaded};
 use respond::respond;
 use session::{Keys, Session};
 
 /// How the pages are set up.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PagesConfig {
     /// The base of the links hitl hands out (`https://hitl.example.com`).
     pub base_url: String,
@@ -93,6 +95,9 @@ pub struct PagesConfig {
     /// How long a page session lasts, in seconds (`[approvals] session_ttl`; 8 hours by
     /// default).
     pub session_ttl: u64,
+    /// Who decides a call under the rules in force, when they may change while the
+    /// pages serve (see [`ApproversFn`]).
+    pub approvers_now: Option<ApproversFn>,
 }
 
 impl PagesConfig {
@@ -111,6 +116,7 @@ impl PagesConfig {
             max_event_streams: 256,
             retention: Retention::default(),
             session_ttl: session::SESSION_SECONDS,
+            approvers_now: None,
         }
     }
 }
@@ -141,9 +147,17 @@ struct Shared {
     notes: mpsc::Sender<ledger::Note>,
     streams: streams::EventStreams,
     throttle: throttle::Throttle,
+    /// What a reload of the configuration replaces.
+    reload: Reload,
 }
 
 impl Pages {
+    /// The handle a reload of the configuration puts new notification targets,
+    /// auditors and approvers through.
+    pub fn reload(&self) -> Reload {
+        self.shared.reload.clone()
+    }
+
     /// Every path the pages serve under (mount each on the HTTP app).
     pub const PREFIXES: [&'static str; 7] =
         ["/approvals", "/secrets", "/login", "/logout", "/oauth/callback", "/pages", "/api"];
@@ -159,6 +173,11 @@ impl Pages {
             .with_path(&mount);
         let (events, _) = broadcast::channel(256);
         let (notes, received) = mpsc::channel(ledger::QUEUE);
+        let reload = Reload::new(Reloaded {
+            notify: config.notify.clone(),
+            auditors: config.auditors.clone(),
+            approvers: config.approvers_now.clone(),
+        });
         let worker = ledger::Worker {
             batch: Vec::new(),
             unstored: ledger::Unstored::default(),
@@ -167,14 +186,24 @@ impl Pages {
             marks: marks.clone(),
             base_url: config.base_url.clone(),
             audit_file: config.audit_file.clone(),
-            notifier: notify::Notifier::new(config.notify.clone(), keys.clone()),
+            notifier: notify::Notifier::new(reload.clone(), keys.clone()),
             events: events.clone(),
             retention: config.retention,
         };
         let streams = streams::EventStreams::new(config.max_event_streams_per_principal, config.max_event_streams);
         let throttle = throttle::Throttle::default();
-        let shared =
-            Arc::new(Shared { config, mount, records, marks, keys, events, notes: notes.clone(), streams, throttle });
+        let shared = Arc::new(Shared {
+            config,
+            mount,
+            records,
+            marks,
+            keys,
+            events,
+            notes: notes.clone(),
+            streams,
+            throttle,
+            reload,
+        });
         Self { shared, worker: Mutex::new(Some((worker, received))), notes }
     }
 
@@ -321,7 +350,7 @@ impl Shared {
                 return false;
             }
         }
-        if session.approver && !session.is(&self.config.auditors) {
+        if session.approver && !session.is(&self.reload.now().auditors) {
             tracing::info!(principal = %session.principal, "a page session ended: no policy names it an approver");
             return false;
         }
@@ -485,7 +514,7 @@ impl Shared {
             })),
         );
         let mut session = self.keys.open(&ticket.principal, &[], Some(&Credential::Until(ticket.expires)), Some(id));
-        session.approver = session.is(&self.config.auditors);
+        session.approver = session.is(&self.reload.now().auditors);
         let mut response = self.see_other(path);
         if let Ok(value) = HeaderValue::from_str(&self.keys.cookie_of(&session)) {
             response.headers_mut().append(header::SET_COOKIE, value);
@@ -505,7 +534,7 @@ impl Shared {
             Ok(identity) => {
                 let mut session =
                     self.keys.open(&identity.principal, &identity.groups, Some(&identity.credential), None);
-                session.approver = session.is(&self.config.auditors);
+                session.approver = session.is(&self.reload.now().auditors);
                 let mut response = self.see_other(next);
                 if let Ok(value) = HeaderValue::from_str(&self.keys.cookie_of(&session)) {
                     response.headers_mut().append(header::SET_COOKIE, value);
@@ -607,7 +636,8 @@ impl Shared {
         };
         let (entry, can) = match engine.pages().get(id).await {
             Ok(Some(view)) if matches!(view.page.kind, PageKind::Approval { .. }) => {
-                if !session.is(view.approvers()) && view.principal.as_deref() != Some(session.principal.as_str()) {
+                let approvers = self.reload.approvers(&view.tool, view.approvers());
+                if !session.is(&approvers) && view.principal.as_deref() != Some(session.principal.as_str()) {
                     return hidden();
                 }
                 let can = match (self.may_decide(&view, session), &view.page.answer) {
@@ -649,15 +679,14 @@ impl Shared {
         self.message(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", text, visit)
     }
 
-    /// May `session` decide `view`? Its approvers, never the caller (unless the
-    /// two-person rule is off).
+    /// May `session` decide `view`? Its approvers (those the rules in force name, when
+    /// a reload changed them since it paused), never the caller (unless the two-person
+    /// rule is off).
     fn may_decide(&self, view: &PageView, session: &Session) -> Result<(), Refusal> {
-        if !session.is(view.approvers()) {
-            let why = format!(
-                "{} is not among the approvers of this call ({}).",
-                session.principal,
-                view.approvers().join(", ")
-            );
+        let approvers = self.reload.approvers(&view.tool, view.approvers());
+        if !session.is(&approvers) {
+            let why =
+                format!("{} is not among the approvers of this call ({}).", session.principal, approvers.join(", "));
             return Err(Refusal(StatusCode::FORBIDDEN, why));
         }
         if self.config.two_person && view.principal.as_deref() == Some(session.principal.as_str()) {

@@ -58,22 +58,26 @@ pub struct Target {
 /// Delivers notifications to every target.
 #[derive(Clone)]
 pub(crate) struct Notifier {
-    targets: Arc<[Target]>,
+    /// The targets in force (a reload replaces them).
+    targets: crate::Reload,
     keys: crate::session::Keys,
-    /// Made only when there are webhooks (it reads the system's CA roots).
-    client: Option<Client<hitl_tls::Connector, Full<Bytes>>>,
+    /// Made at the first webhook (it reads the system's CA roots).
+    client: Arc<std::sync::OnceLock<Client<hitl_tls::Connector, Full<Bytes>>>>,
 }
 
 impl Notifier {
-    pub(crate) fn new(targets: Vec<Target>, keys: crate::session::Keys) -> Self {
-        let client = (!targets.is_empty()).then(https_client);
-        Self { targets: targets.into(), keys, client }
+    pub(crate) fn new(targets: crate::Reload, keys: crate::session::Keys) -> Self {
+        Self { targets, keys, client: Arc::default() }
     }
 
     /// Sends `event` about `approval` to every target, each in its own task.
     pub(crate) fn send(&self, event: &str, approval: &Value) {
-        let Some(client) = &self.client else { return };
-        for target in self.targets.iter() {
+        let reloaded = self.targets.now();
+        if reloaded.notify.is_empty() {
+            return;
+        }
+        let client = self.client.get_or_init(https_client);
+        for target in reloaded.notify.iter() {
             let body = match target.format {
                 Format::Json if target.single_use_links && event == "approval.pending" => {
                     let links = self.links(approval);

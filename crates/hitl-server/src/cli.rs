@@ -15,7 +15,12 @@ use hitl_store_redis::redact_url;
 use hitl_tower::{AllowedHosts, BodyLimits};
 use tokio::net::TcpListener;
 
+use crate::reload::Live;
 use crate::{HttpLimits, Server, ServerBuilder, config, secrets};
+
+mod rules;
+
+pub(crate) use rules::Rules;
 
 #[derive(Parser)]
 #[command(name = "hitl", version, about = "Human-in-the-loop over MCP for agent graphs")]
@@ -154,6 +159,9 @@ pub(crate) struct ServeArgs {
     /// the two-person rule apply to it.
     #[arg(long, env = "HITL_STDIO_PRINCIPAL", value_name = "PRINCIPAL", default_value = "user:local")]
     stdio_principal: String,
+    /// Made for a check of the file (a reload's): token files and keys are not watched.
+    #[arg(skip)]
+    checking: bool,
     /// Whether `--listen` or `[server] listen` was given (`--stdio` serves HTTP only then).
     #[arg(skip)]
     listen_set: bool,
@@ -266,14 +274,17 @@ impl ServeArgs {
     }
 
     /// Everything the server needs but its store and listener, checked: the secret,
-    /// the limits, hosts, header names and the gateway (not connected yet). `store` is
-    /// the store it will use.
+    /// the limits, hosts, header names and the rules (the gateway not connected yet).
+    /// `store` is the store it will use; `own` hitl's own agents besides the
+    /// examples and fixtures; a reload passes the `previous` rules.
     fn prepare(
         &self,
         store: Arc<dyn Store>,
-        agents: Vec<Agent>,
+        own: &[Agent],
         local: SocketAddr,
-    ) -> anyhow::Result<(ServerBuilder, Served)> {
+        previous: Option<&Rules>,
+        notifier: &hitl_tower::Notifier,
+    ) -> anyhow::Result<(ServerBuilder, Live)> {
         if let Some(url) = &self.public_url {
             let uri: http::Uri = url.parse().with_context(|| format!("--public-url {url:?}"))?;
             if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
@@ -313,62 +324,29 @@ impl ServeArgs {
                 max_concurrent_requests: self.max_concurrent_requests,
             })
             .hold(self.hold_policy());
-        let mut served = Vec::new();
         if self.conformance_fixtures {
-            served.extend(hitl_agents::conformance::tools());
             builder = builder.prompts(hitl_agents::conformance::prompts());
         }
-        if !self.no_examples {
-            served.extend(hitl_agents::examples());
+        let rules = self.rules(&self.own_agents(own), notifier, previous)?;
+        let file = match &self.config {
+            Some(path) => Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?),
+            None => None,
+        };
+        let policies = rules.policies.clone();
+        let reloadable = self.config.is_some();
+        // A file that may be reloaded may bring upstreams (and their resources and
+        // prompts, and list changes) where there were none.
+        let passed = rules.gateway.is_some() || reloadable;
+        let limit_callers = policies.limit_callers();
+        builder = builder.agents(rules.agents.clone());
+        let live = Live::new(rules, file.as_deref(), self.authenticates());
+        if self.authenticates() {
+            live.verifiers.set(self.verifiers()?);
         }
-        served.extend(agents);
-        // Declared agents call the gateway's tools as it lists them.
-        let gateway = self.gateway.gateway()?;
-        let catalog = gateway.as_ref().map(|g| g.catalog()).unwrap_or_default();
-        let env = |name: &str| std::env::var(name).ok();
-        let declared = hitl_declared::build(&self.declared, &catalog, env).map_err(|problem| {
-            let file = self.config.as_deref().map_or_else(String::new, |f| format!("{}: ", f.display()));
-            anyhow::anyhow!("{file}{problem}")
-        })?;
-        for agent in &declared {
-            if served.iter().any(|a| a.name == agent.name) {
-                bail!(
-                    "[[agent]] {:?}: a built-in agent has this name (rename it, or serve with --no-examples)",
-                    agent.name
-                );
-            }
+        if passed {
+            let relayed = hitl_tower::Relayed(Arc::new(crate::passthrough::Upstreams(live.clone())));
+            builder = builder.passthrough(relayed, notifier.clone());
         }
-        served.extend(declared);
-        // Policies apply to agents too: review and deny act before an agent starts.
-        let policies = Arc::new(self.gateway.policies()?);
-        let served: Vec<Agent> = served
-            .into_iter()
-            .map(|a| hitl_gateway::gate(a, &policies))
-            .collect::<Result<_, _>>()
-            .map_err(anyhow::Error::msg)?;
-        // A policy glob that matches none of these and no upstream tool guards nothing.
-        let agent_names: Vec<String> = served.iter().map(|a| a.name.clone()).collect();
-        let mode = self.gateway.gateway.unmatched.unwrap_or_default();
-        let notifier = hitl_tower::Notifier::default();
-        let gateway = gateway.map(|g| {
-            let told = notifier.clone();
-            let changes: hitl_gateway::Changed = Arc::new(move |changed| {
-                told.notify(match changed {
-                    hitl_gateway::ListChanged::Tools => hitl_tower::ListKind::Tools,
-                    hitl_gateway::ListChanged::Resources => hitl_tower::ListKind::Resources,
-                    hitl_gateway::ListChanged::Prompts => hitl_tower::ListKind::Prompts,
-                });
-            });
-            let told = notifier.clone();
-            let updates: hitl_gateway::Updates = Arc::new(move |uri, clients| told.updated(uri, clients));
-            Arc::new(g.with_agents(agent_names.clone(), mode).with_changes(changes).with_updates(updates))
-        });
-        if let Some(gateway) = &gateway {
-            let relayed = hitl_tower::Relayed(Arc::new(crate::passthrough::Upstreams(gateway.clone())));
-            builder = builder.passthrough(relayed, notifier);
-        }
-        let judged = gateway.is_none().then(|| policies.judge(&agent_names, &[]));
-        builder = builder.agents(served);
         if self.no_threads {
             builder = builder.without_threads();
         }
@@ -385,43 +363,28 @@ impl ServeArgs {
                 http::HeaderName::try_from(name.as_str()).with_context(|| format!("--principal-header {name:?}"))?;
             builder = builder.principal_header(header);
         }
-        builder = self.authentication(builder)?;
-        if policies.limit_callers() {
-            if !self.authenticates() && self.principal_header.is_none() && !self.stdio {
-                bail!(
-                    "a [[policy]] names callers, but callers are not known: set [auth] tokens_file (--tokens-file) or --principal-header"
-                );
-            }
-            let access = policies.clone();
-            builder = builder.access(hitl_tower::Access(Arc::new(move |name, principal, groups| {
-                access.may_call(name, principal, groups)
-            })));
+        builder = self.authentication(builder, &live)?;
+        if limit_callers || reloadable {
+            let access = live.clone();
+            let personal = live.clone();
+            builder = builder.access(hitl_tower::Access(
+                Arc::new(move |name, principal, groups| access.now().rules.policies.may_call(name, principal, groups)),
+                // Lists differ by caller only while a policy names callers.
+                Some(Arc::new(move || personal.now().rules.policies.limit_callers())),
+            ));
         }
-        builder = builder.pages(self.pages_config(&policies, local)?);
-        let unmatched: Arc<dyn Fn() -> hitl_gateway::Judgement + Send + Sync> = match (&gateway, judged.clone()) {
-            (Some(gateway), _) => {
-                let gateway = gateway.clone();
-                Arc::new(move || gateway.unmatched())
-            }
-            (None, judged) => {
-                let judged = judged.unwrap_or_default();
-                Arc::new(move || judged.clone())
-            }
-        };
-        match gateway.clone() {
-            Some(gateway) => builder = builder.health(Arc::new(move || gateway.health())),
-            None => {
-                let count = judged.as_ref().map_or(0, hitl_gateway::Judgement::unmatched_policies);
-                builder = builder.health(Arc::new(move || {
-                    serde_json::Map::from_iter([("unmatched_policies".to_owned(), count.into())])
-                }));
-            }
-        }
-        let listing = unmatched.clone();
+        builder = builder.pages(self.pages_config(&policies, local, &live)?);
+        let health = live.clone();
+        builder = builder.health(Arc::new(move || health.health()));
+        let listing = live.clone();
         builder = builder.admin_document(
             UNMATCHED_PATH,
             Arc::new(move || {
-                let judged = listing();
+                let loaded = listing.now();
+                let judged = match &loaded.rules.gateway {
+                    Some(gateway) => gateway.unmatched(),
+                    None => loaded.rules.judged.clone().unwrap_or_default(),
+                };
                 serde_json::json!({
                     "unmatched_policies": judged.unmatched_policies(),
                     "unmatched": judged.unmatched,
@@ -429,7 +392,36 @@ impl ServeArgs {
                 })
             }),
         );
-        Ok((builder, Served { gateway, judged, mode }))
+        Ok((builder, live))
+    }
+
+    /// The examples and conformance fixtures the flags ask for, then `own`.
+    fn own_agents(&self, own: &[Agent]) -> Vec<Agent> {
+        let mut agents = Vec::new();
+        if self.conformance_fixtures {
+            agents.extend(hitl_agents::conformance::tools());
+        }
+        if !self.no_examples {
+            agents.extend(hitl_agents::examples());
+        }
+        agents.extend(own.iter().cloned());
+        agents
+    }
+
+    /// The rules of the file as it is now, checked as `hitl check` checks it, for a
+    /// reload from `previous`.
+    pub(crate) fn checked_rules(
+        mut self,
+        own: &[Agent],
+        notifier: &hitl_tower::Notifier,
+        previous: &Rules,
+        local: SocketAddr,
+    ) -> anyhow::Result<Rules> {
+        // Token files and keys are not watched again for a check.
+        self.checking = true;
+        let store: Arc<dyn Store> = Arc::new(hitl_interrupt::MemoryStore::default());
+        let (_, live) = self.prepare(store, own, local, Some(previous), notifier)?;
+        Ok(live.now().rules.clone())
     }
 }
 
@@ -440,15 +432,11 @@ impl ServeArgs {
         &self,
         policies: &hitl_gateway::Policies,
         local: SocketAddr,
+        live: &Live,
     ) -> anyhow::Result<hitl_pages::PagesConfig> {
         if !self.pages.admin.principals.is_empty() && !self.authenticates() {
             bail!(
                 "[admin] principals sign in with bearer tokens: set [auth] tokens_file (--tokens-file) or [auth.jwt]"
-            );
-        }
-        if policies.have_approvers() && !self.authenticates() {
-            bail!(
-                "a [[policy]] names approvers, who sign in to decide: set [auth] tokens_file (--tokens-file) or [auth.jwt]"
             );
         }
         let base = match &self.public_url {
@@ -467,7 +455,9 @@ impl ServeArgs {
             );
         }
         let mut config = hitl_pages::PagesConfig::new(&base);
-        config.verifiers = self.verifiers()?;
+        config.verifiers = live.verifiers_if(self.authenticates());
+        let approvers = live.clone();
+        config.approvers_now = Some(Arc::new(move |tool| approvers.approvers(tool)));
         config.two_person = self.pages.approvals.two_person_rule.unwrap_or(true);
         if let Some(ttl) = self.pages.approvals.session_ttl {
             if ttl == 0 {
@@ -519,14 +509,14 @@ impl ServeArgs {
     }
 
     /// Bearer authentication as `--tokens-file` and `[auth]` say (none without them).
-    fn authentication(&self, builder: ServerBuilder) -> anyhow::Result<ServerBuilder> {
+    fn authentication(&self, builder: ServerBuilder, live: &Live) -> anyhow::Result<ServerBuilder> {
         if !self.authenticates() {
             return Ok(builder);
         }
         if self.principal_header.is_some() {
             bail!("--principal-header and [auth] exclude each other: the caller comes from one of them");
         }
-        let verifiers = self.verifiers()?;
+        let verifiers = live.verifiers_if(true);
         let resource = match &self.public_url {
             Some(url) => hitl_auth::Resource::at(url),
             None => hitl_auth::Resource::from_request(),
@@ -537,12 +527,12 @@ impl ServeArgs {
 
     /// The token checkers `--tokens-file` and `[auth.jwt]` name, made once and shared by
     /// the MCP endpoint and the pages.
-    fn verifiers(&self) -> anyhow::Result<Vec<Arc<dyn hitl_auth::Verify>>> {
+    pub(crate) fn verifiers(&self) -> anyhow::Result<Vec<Arc<dyn hitl_auth::Verify>>> {
         if let Some(made) = self.verifiers.get() {
             return Ok(made.clone());
         }
         // Keys and tokens are read again while the server runs (not by `hitl check`).
-        let watch = tokio::runtime::Handle::try_current().is_ok();
+        let watch = !self.checking && tokio::runtime::Handle::try_current().is_ok();
         let mut verifiers: Vec<Arc<dyn hitl_auth::Verify>> = Vec::new();
         if let Some(path) = &self.tokens_file {
             let tokens = hitl_auth::TokenFile::load(path).map_err(anyhow::Error::msg)?;
@@ -561,14 +551,19 @@ impl ServeArgs {
         Ok(self.verifiers.get_or_init(|| verifiers).clone())
     }
 
+    /// The `[[notify]]` webhooks, checked.
+    pub(crate) fn notify_targets(&self) -> anyhow::Result<Vec<hitl_pages::notify::Target>> {
+        self.pages.targets()
+    }
+
     /// Whether callers must present a bearer token.
-    fn authenticates(&self) -> bool {
+    pub(crate) fn authenticates(&self) -> bool {
         self.tokens_file.is_some() || self.auth.jwt.is_some()
     }
 }
 
 /// Serves `agents` (besides the examples and fixtures the flags ask for) as `args` say.
-pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result<()> {
+pub(crate) async fn serve(args: ServeArgs, matches: ArgMatches, agents: Vec<Agent>) -> anyhow::Result<()> {
     let store = crate::store_from_url(&args.store, args.redis_ca_file.as_deref())?;
     let principal = args.stdio.then(|| stdio_principal(&args.stdio_principal)).transpose()?;
     // Read from the start: a host that gives up while hitl still lists its upstreams
@@ -584,9 +579,12 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
         Some(listener) => listener.local_addr()?,
         None => args.listen,
     };
-    let (builder, Served { gateway, judged, mode }) = args.prepare(store.clone(), agents, local)?;
-    if let Some(judged) = judged {
+    let notifier = hitl_tower::Notifier::default();
+    let (builder, live) = args.prepare(store.clone(), &agents, local, None, &notifier)?;
+    let loaded = live.now();
+    if let Some(judged) = &loaded.rules.judged {
         // No upstream: the policies are judged on hitl's own agents alone, now.
+        let mode = loaded.rules.mode;
         for found in &judged.unmatched {
             found.log(mode);
         }
@@ -633,11 +631,13 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
             tracing::warn!(%error, "cannot hear decisions stored by other replicas yet; trying again");
         }
     }
-    if let Some(gateway) = gateway {
+    let mut fresh = None;
+    if let Some(gateway) = &loaded.rules.gateway {
         let tools = server.tools();
         let publish: hitl_gateway::Publish = Arc::new(move |source, agents| tools.replace_listed(source, agents));
         if let Some(channels) = &channels {
-            // Answers to calls another replica holds go to it over the store's Redis.
+            // Answers to calls another replica holds go to it over the store's Redis
+            // (the held calls carry over to the gateway of a reloaded file).
             let bus = Arc::new(crate::bus::RedisBus(channels.clone()));
             if let Err(error) = gateway.listen(bus).await {
                 tracing::warn!(%error, "cannot listen for answers forwarded by other replicas yet; trying again");
@@ -657,7 +657,23 @@ pub(crate) async fn serve(args: ServeArgs, agents: Vec<Agent>) -> anyhow::Result
         for unmet in hitl_declared::unmet(&args.declared, &gateway.catalog()) {
             tracing::warn!("{unmet} yet: its calls fail until an upstream lists it");
         }
-        tokio::spawn(gateway.keep_fresh(publish));
+        fresh = crate::reload::keep_fresh(Some(gateway), &server.tools());
+    }
+    drop(loaded);
+    if let Some(path) = &args.config {
+        let reloader = crate::reload::Reloader {
+            path: path.clone(),
+            matches,
+            own: agents,
+            notifier,
+            tools: server.tools(),
+            pages: server.pages_reload(),
+            attempted: live.now().digest.clone(),
+            live,
+            local,
+            fresh,
+        };
+        tokio::spawn(reloader.run());
     }
     // Start even when the store is down: /healthz says so, and service resumes with it.
     if let Err(e) = store.ping().await {
@@ -729,14 +745,6 @@ fn stdio_principal(given: &str) -> anyhow::Result<String> {
 /// Where `[admin]` principals read the policy globs that match nothing.
 pub(crate) const UNMATCHED_PATH: &str = "/api/policies/unmatched";
 
-/// What [`ServeArgs::prepare`] made besides the builder: the gateway, or (without
-/// upstreams) the policies judged on hitl's own agents, and `[gateway] unmatched`.
-pub(crate) struct Served {
-    gateway: Option<Arc<hitl_gateway::Gateway>>,
-    judged: Option<hitl_gateway::Judgement>,
-    mode: hitl_gateway::UnmatchedMode,
-}
-
 /// `hitl check --config F`: what `hitl serve --config F` would check before it binds;
 /// with `--connect`, every upstream listed and the policies applied to its tools.
 pub(crate) fn check(args: CheckArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()> {
@@ -745,9 +753,10 @@ pub(crate) fn check(args: CheckArgs, runtime: &tokio::runtime::Runtime) -> anyho
     let serve_matches = matches.subcommand_matches("serve").expect("the serve subcommand");
     let serve = ServeArgs::from_arg_matches(serve_matches)?.with_file(serve_matches)?;
     let store = crate::store_from_url(&serve.store, serve.redis_ca_file.as_deref())?;
-    let (_, Served { gateway, judged, .. }) = serve.prepare(store, Vec::new(), serve.listen)?;
+    let (_, live) = serve.prepare(store, &[], serve.listen, None, &hitl_tower::Notifier::default())?;
+    let loaded = live.now();
     if args.connect {
-        let judged = match gateway {
+        let judged = match &loaded.rules.gateway {
             Some(gateway) => runtime.block_on(async {
                 let publish: hitl_gateway::Publish = Arc::new(|_, _| Ok(()));
                 gateway.start(&publish).await.map_err(anyhow::Error::msg)?;
@@ -760,7 +769,7 @@ pub(crate) fn check(args: CheckArgs, runtime: &tokio::runtime::Runtime) -> anyho
                 }
                 anyhow::Ok(gateway.unmatched())
             })?,
-            None => judged.unwrap_or_default(),
+            None => loaded.rules.judged.clone().unwrap_or_default(),
         };
         let problems = judged.problems();
         if !problems.is_empty() {

@@ -31,6 +31,7 @@ mod config;
 mod listener;
 mod metrics;
 mod passthrough;
+mod reload;
 mod secrets;
 mod server;
 mod telemetry;
@@ -69,7 +70,7 @@ pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
             let stdio = args.stdio;
             let served = runtime.block_on(async {
                 let telemetry = telemetry::init(args.log_format, args.otlp_endpoint.as_deref())?;
-                let served = cli::serve(args, agents).await;
+                let served = cli::serve(args, serve_matches.clone(), agents).await;
                 telemetry.shutdown();
                 served
             });

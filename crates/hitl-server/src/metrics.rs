@@ -91,6 +91,11 @@ fn describe() {
         "Audit entries dropped because a queue was full, by reason: behind (the ledger's events), store (entries \
          waiting for an unreachable store)."
     );
+    describe_counter!(
+        "hitl_config_reloads_total",
+        "Reloads of the configuration file (SIGHUP or a change of the file), by result: success, error (the \
+         rules in force stayed)."
+    );
 }
 
 /// What a scrape reads: the recorder, and the store for the paused-calls gauge.

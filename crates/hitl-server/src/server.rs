@@ -428,6 +428,11 @@ impl Server {
         self.tools.clone()
     }
 
+    /// The pages' part of the configuration a reload replaces (none without pages).
+    pub fn pages_reload(&self) -> Option<hitl_pages::Reload> {
+        self.pages.as_ref().map(|(pages, _)| pages.reload())
+    }
+
     /// The engine that runs the agents: to [wake](Engine::wake) retries held here when
     /// another replica stores a decision, and [relay](Engine::relay_decisions) this
     /// one's.

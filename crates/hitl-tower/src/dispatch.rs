@@ -366,7 +366,7 @@ impl Shared {
 
     /// The cache scope of the tool and prompt lists: private when they depend on who asks.
     fn list_scope(&self) -> CacheScope {
-        if self.options.private_lists || self.options.access.is_some() {
+        if self.options.private_lists || self.options.access.as_ref().is_some_and(crate::Access::personal) {
             CacheScope::Private
         } else {
             CacheScope::Public

@@ -58,7 +58,7 @@ pub use hitl_http::{
 pub use passthrough::{Asker, ListKind, Notifier, PassFuture, Passed, Passthrough, Relayed, Subscribed};
 pub use push::PushBus;
 pub use stdio::{StdioOptions, serve_stdio};
-pub use tools::{Listing, Listings, Tools};
+pub use tools::{Listing, Listings, Sets, Tools};
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -80,7 +80,23 @@ pub type McpBody = hitl_http::Body;
 /// caller may not use is not listed to it, and calling it fails as for a tool that
 /// does not exist (`Unknown tool`), so names do not leak.
 #[derive(Clone)]
-pub struct Access(pub AccessFn);
+pub struct Access(pub AccessFn, pub Option<PersonalFn>);
+
+/// Whether an [`Access`] rule depends on who asks now (rules that are reloaded may
+/// start or stop naming callers); without one it always may.
+pub type PersonalFn = Arc<dyn Fn() -> bool + Send + Sync>;
+
+impl Access {
+    /// Access by `rule`, which may depend on who asks.
+    pub fn new(rule: AccessFn) -> Self {
+        Self(rule, None)
+    }
+
+    /// Whether what is listed may differ from one caller to another now.
+    pub fn personal(&self) -> bool {
+        self.1.as_ref().is_none_or(|personal| personal())
+    }
+}
 
 /// The rule of an [`Access`]: `(name, principal, groups) -> allowed`.
 pub type AccessFn = Arc<dyn Fn(&str, Option<&str>, &[String]) -> bool + Send + Sync>;

@@ -13,6 +13,10 @@ use serde_json::{Map, Value};
 /// `outputSchema`, `icons`, `_meta`): a gateway's upstream tools, listed as they are.
 pub type Listing = Map<String, Value>;
 
+/// Named sets of tools, each with its tools' extra listings (a gateway's upstreams,
+/// by name).
+pub type Sets = BTreeMap<String, Vec<(Agent, Listing)>>;
+
 /// The extra listings of the tools that have them, by name.
 pub type Listings = Arc<BTreeMap<String, Listing>>;
 
@@ -25,7 +29,7 @@ pub struct Tools {
 #[derive(Default)]
 struct Registry {
     fixed: Vec<Agent>,
-    sets: BTreeMap<String, Vec<(Agent, Listing)>>,
+    sets: Sets,
     merged: Arc<IndexMap<String, Agent>>,
     listings: Listings,
 }
@@ -69,30 +73,71 @@ impl Tools {
     /// [`Tools::replace`] with each tool's extra `tools/list` fields.
     pub fn replace_listed(&self, source: &str, agents: Vec<(Agent, Listing)>) -> Result<(), String> {
         let mut registry = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        let mut names: BTreeMap<&str, &str> = BTreeMap::new();
-        let others = registry.sets.iter().filter(|(name, _)| name.as_str() != source);
-        let from_sets = others.flat_map(|(s, set)| set.iter().map(move |(a, _)| (s.as_str(), a)));
-        for (owner, agent) in registry.fixed.iter().map(|a| ("an agent", a)).chain(from_sets) {
-            names.insert(&agent.name, owner);
-        }
-        for (agent, _) in &agents {
-            if let Some(owner) = names.insert(&agent.name, source) {
-                return Err(format!("{source} lists {:?}, which {owner} already serves", agent.name));
+        let mut sets = registry.sets.clone();
+        match agents.is_empty() {
+            true => sets.remove(source),
+            false => sets.insert(source.to_owned(), agents),
+        };
+        let fixed = std::mem::take(&mut registry.fixed);
+        match Registry::checked(fixed, sets, Some(source)) {
+            Ok(replaced) => {
+                *registry = replaced;
+                Ok(())
+            }
+            Err((fixed, error)) => {
+                registry.fixed = fixed;
+                Err(error)
             }
         }
-        if agents.is_empty() {
-            registry.sets.remove(source);
-        } else {
-            registry.sets.insert(source.to_owned(), agents);
-        }
-        registry.merged = Arc::new(merge(&registry.fixed, &registry.sets));
-        let listings = registry.sets.values().flatten().filter(|(_, l)| !l.is_empty());
-        registry.listings = Arc::new(listings.map(|(a, l)| (a.name.clone(), l.clone())).collect());
+    }
+
+    /// Replaces every tool at once, the fixed ones and every named set (a reload of
+    /// the configuration): a request sees the old tools or the new, never a mix.
+    /// Refused, and nothing changes, when a name is served twice.
+    pub fn replace_all(&self, fixed: Vec<Agent>, sets: Sets) -> Result<(), String> {
+        let replaced = Registry::checked(fixed, sets, None).map_err(|(_, error)| error)?;
+        *self.inner.write().unwrap_or_else(|p| p.into_inner()) = replaced;
         Ok(())
     }
 }
 
-fn merge(fixed: &[Agent], sets: &BTreeMap<String, Vec<(Agent, Listing)>>) -> IndexMap<String, Agent> {
+impl Registry {
+    /// The registry of `fixed` and `sets`, or why not (a name served twice; blamed on
+    /// `changed` when that set is the newcomer), with `fixed` handed back.
+    fn checked(fixed: Vec<Agent>, sets: Sets, changed: Option<&str>) -> Result<Self, (Vec<Agent>, String)> {
+        let mut names: BTreeMap<&str, &str> = BTreeMap::new();
+        for agent in &fixed {
+            if names.insert(&agent.name, "an agent").is_some() {
+                let error = format!("the agent {:?} is served twice", agent.name);
+                return Err((fixed, error));
+            }
+        }
+        // The set that changed comes last, so a clash is said of it.
+        let is_changed = |source: &String| Some(source.as_str()) == changed;
+        let order = sets.iter().filter(|(s, _)| !is_changed(s)).chain(sets.iter().filter(|(s, _)| is_changed(s)));
+        let mut clash = None;
+        for (source, set) in order {
+            for (agent, _) in set {
+                if let Some(owner) = names.insert(&agent.name, source) {
+                    clash = Some(format!("{source} lists {:?}, which {owner} already serves", agent.name));
+                    break;
+                }
+            }
+            if clash.is_some() {
+                break;
+            }
+        }
+        if let Some(error) = clash {
+            return Err((fixed, error));
+        }
+        let merged = Arc::new(merge(&fixed, &sets));
+        let listings = sets.values().flatten().filter(|(_, l)| !l.is_empty());
+        let listings = Arc::new(listings.map(|(a, l)| (a.name.clone(), l.clone())).collect());
+        Ok(Self { fixed, sets, merged, listings })
+    }
+}
+
+fn merge(fixed: &[Agent], sets: &Sets) -> IndexMap<String, Agent> {
     let from_sets = sets.values().flatten().map(|(a, _)| a);
     fixed.iter().chain(from_sets).map(|a| (a.name.clone(), a.clone())).collect()
 }
@@ -133,5 +178,25 @@ mod tests {
             .replace_listed("upstream db", vec![(agent("db.a"), listing.clone()), (agent("db.b"), Listing::new())])
             .unwrap();
         assert_eq!(*tools.listed().1, BTreeMap::from([("db.a".to_owned(), listing)]));
+    }
+
+    #[test]
+    fn everything_is_replaced_at_once_or_not_at_all() {
+        let tools = Tools::new(vec![agent("greeter")]);
+        tools.replace("upstream db", vec![agent("db.a")]).unwrap();
+        let sets = BTreeMap::from([("upstream git".to_owned(), vec![(agent("git.log"), Listing::new())])]);
+        tools.replace_all(vec![agent("hello")], sets).unwrap();
+        assert_eq!(tools.snapshot().keys().collect::<Vec<_>>(), ["hello", "git.log"]);
+
+        let clash = BTreeMap::from([("upstream git".to_owned(), vec![(agent("hello"), Listing::new())])]);
+        let error = tools.replace_all(vec![agent("hello")], clash).unwrap_err();
+        assert!(error.contains("an agent already serves"), "{error}");
+        let error = tools.replace_all(vec![agent("x"), agent("x")], BTreeMap::new()).unwrap_err();
+        assert!(error.contains("served twice"), "{error}");
+        assert_eq!(
+            tools.snapshot().keys().collect::<Vec<_>>(),
+            ["hello", "git.log"],
+            "a refused reload changes nothing"
+        );
     }
 }

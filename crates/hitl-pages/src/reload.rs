@@ -1,0 +1,54 @@
+//! What a reload of the server's configuration changes in the pages while they serve:
+//! where notifications go, who may read the audit trail, and who decides a call that
+//! paused under earlier rules.
+
+use std::sync::{Arc, RwLock};
+
+use crate::notify::Target;
+
+/// The approvers the rules in force name for a call of `tool` (none: the approvers
+/// named when it paused still decide).
+pub type ApproversFn = Arc<dyn Fn(&str) -> Option<Vec<String>> + Send + Sync>;
+
+/// The pages' part of a configuration that a reload replaces whole.
+#[derive(Clone, Default)]
+pub struct Reloaded {
+    /// The `[[notify]]` webhooks.
+    pub notify: Vec<Target>,
+    /// Who may read `GET /api/audit` (every policy's approvers).
+    pub auditors: Vec<String>,
+    /// Who decides a call now; see [`ApproversFn`].
+    pub approvers: Option<ApproversFn>,
+}
+
+impl std::fmt::Debug for Reloaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloaded").field("notify", &self.notify.len()).field("auditors", &self.auditors).finish()
+    }
+}
+
+/// A handle on the pages' [`Reloaded`] part ([`crate::Pages::reload`]): each request
+/// and notification reads what is in force when it starts.
+#[derive(Clone, Debug)]
+pub struct Reload(Arc<RwLock<Arc<Reloaded>>>);
+
+impl Reload {
+    pub(crate) fn new(reloaded: Reloaded) -> Self {
+        Self(Arc::new(RwLock::new(Arc::new(reloaded))))
+    }
+
+    /// What is in force now.
+    pub fn now(&self) -> Arc<Reloaded> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Puts `reloaded` in force.
+    pub fn set(&self, reloaded: Reloaded) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(reloaded);
+    }
+
+    /// Who decides a call of `tool` that paused for `named`.
+    pub(crate) fn approvers(&self, tool: &str, named: &[String]) -> Vec<String> {
+        self.now().approvers.as_ref().and_then(|now| now(tool)).unwrap_or_else(|| named.to_vec())
+    }
+}

@@ -1,0 +1,106 @@
+//! The rules a configuration file gives (`[[policy]]`, `[[upstream]]`, `[[agent]]`),
+//! made in one piece so that a reload replaces them whole ([`crate::reload`]).
+
+use std::sync::Arc;
+
+use anyhow::bail;
+use hitl_gateway::{Gateway, Judgement, Policies, UnmatchedMode};
+use hitl_interrupt::Agent;
+
+use super::ServeArgs;
+
+/// What the policies, the upstreams and the declared agents of one configuration make.
+#[derive(Clone)]
+pub(crate) struct Rules {
+    pub(crate) policies: Arc<Policies>,
+    /// The gateway, configured but not started (none without `[[upstream]]`).
+    pub(crate) gateway: Option<Arc<Gateway>>,
+    /// hitl's own agents and the declared ones, each under the policies.
+    pub(crate) agents: Vec<Agent>,
+    /// Without upstreams: the policies judged on the agents alone.
+    pub(crate) judged: Option<Judgement>,
+    /// `[gateway] unmatched`.
+    pub(crate) mode: UnmatchedMode,
+}
+
+impl std::fmt::Debug for Rules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rules").field("agents", &self.agents.len()).field("gateway", &self.gateway).finish()
+    }
+}
+
+impl ServeArgs {
+    /// The rules of these arguments for `own` agents (the examples, fixtures and a
+    /// program's own, not gated yet), telling `notifier` of list changes. A reload
+    /// passes the `previous` rules, whose unchanged upstreams and held calls carry over.
+    pub(crate) fn rules(
+        &self,
+        own: &[Agent],
+        notifier: &hitl_tower::Notifier,
+        previous: Option<&Rules>,
+    ) -> anyhow::Result<Rules> {
+        // Declared agents call the gateway's tools as it lists them.
+        let gateway = self.gateway.gateway()?;
+        let gateway = match (gateway, previous.and_then(|p| p.gateway.as_deref())) {
+            (Some(gateway), Some(previous)) => Some(gateway.succeeding(previous)),
+            (gateway, _) => gateway,
+        };
+        let catalog = gateway.as_ref().map(|g| g.catalog()).unwrap_or_default();
+        let env = |name: &str| std::env::var(name).ok();
+        let declared = hitl_declared::build(&self.declared, &catalog, env).map_err(|problem| {
+            let file = self.config.as_deref().map_or_else(String::new, |f| format!("{}: ", f.display()));
+            anyhow::anyhow!("{file}{problem}")
+        })?;
+        for agent in &declared {
+            if own.iter().any(|a| a.name == agent.name) {
+                bail!(
+                    "[[agent]] {:?}: a built-in agent has this name (rename it, or serve with --no-examples)",
+                    agent.name
+                );
+            }
+        }
+        // Policies apply to agents too: review and deny act before an agent starts.
+        // With a file that may be reloaded, every agent has its guard, so a call paused
+        // under earlier rules resumes under the rules then in force.
+        let policies = Arc::new(self.gateway.policies()?);
+        let gate = match self.config.is_some() {
+            true => hitl_gateway::gate_reloadable,
+            false => hitl_gateway::gate,
+        };
+        let agents: Vec<Agent> = own
+            .iter()
+            .cloned()
+            .chain(declared)
+            .map(|a| gate(a, &policies))
+            .collect::<Result<_, _>>()
+            .map_err(anyhow::Error::msg)?;
+        if policies.limit_callers() && !self.authenticates() && self.principal_header.is_none() && !self.stdio {
+            bail!(
+                "a [[policy]] names callers, but callers are not known: set [auth] tokens_file (--tokens-file) or --principal-header"
+            );
+        }
+        if policies.have_approvers() && !self.authenticates() {
+            bail!(
+                "a [[policy]] names approvers, who sign in to decide: set [auth] tokens_file (--tokens-file) or [auth.jwt]"
+            );
+        }
+        // A policy glob that matches none of these and no upstream tool guards nothing.
+        let agent_names: Vec<String> = agents.iter().map(|a| a.name.clone()).collect();
+        let mode = self.gateway.gateway.unmatched.unwrap_or_default();
+        let gateway = gateway.map(|g| {
+            let told = notifier.clone();
+            let changes: hitl_gateway::Changed = Arc::new(move |changed| {
+                told.notify(match changed {
+                    hitl_gateway::ListChanged::Tools => hitl_tower::ListKind::Tools,
+                    hitl_gateway::ListChanged::Resources => hitl_tower::ListKind::Resources,
+                    hitl_gateway::ListChanged::Prompts => hitl_tower::ListKind::Prompts,
+                });
+            });
+            let told = notifier.clone();
+            let updates: hitl_gateway::Updates = Arc::new(move |uri, clients| told.updated(uri, clients));
+            Arc::new(g.with_agents(agent_names.clone(), mode).with_changes(changes).with_updates(updates))
+        });
+        let judged = gateway.is_none().then(|| policies.judge(&agent_names, &[]));
+        Ok(Rules { policies, gateway, agents, judged, mode })
+    }
+}
