@@ -13,6 +13,7 @@ mod fixtures;
 mod gateway;
 mod harness;
 mod held;
+mod library;
 mod metrics;
 mod outages;
 mod passthrough;

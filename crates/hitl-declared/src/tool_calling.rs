@@ -8,7 +8,7 @@ use hitl_gateway::{Action, Catalog, Listed, result_text};
 use hitl_graph::payload::ToolResult;
 use hitl_graph::{Agent, StepError};
 use hitl_model::ModelClient;
-use hitl_schema::Decision;
+use hitl_schema::DecisionKind;
 use hitl_toolcall::ChatModel;
 use hitl_toolcall::tool_agent::{self, Answer, InterruptMode, Model, Pending, Tool, ToolReview, Toolbox};
 use serde_json::{Value, json};
@@ -75,7 +75,8 @@ impl Toolbox for Gatewayed {
 /// the model with the policy's error.
 fn tool(listed: Arc<Listed>) -> Tool {
     let review = (listed.action() == Action::Review).then(|| {
-        let decisions = Decision::ALL.iter().copied().filter(|d| listed.decisions().contains(&d.as_str())).collect();
+        let decisions =
+            DecisionKind::ALL.iter().copied().filter(|d| listed.decisions().contains(&d.as_str())).collect();
         let described = listed.clone();
         let describe = listed.describes().then(|| {
             Arc::new(move |call: &tool_agent::ToolCall| described.describe(&call.args).unwrap_or_default())

@@ -60,7 +60,7 @@ use hold::Holds;
 pub use passthrough::{Changed, ListChanged, Who};
 use passthrough::{Collisions, Served};
 pub use policy::{
-    Action, Decided, Decision, GatewaySection, Judgement, Kind, Policies, Policy, UnmatchedGlob, UnmatchedMode,
+    Action, Decided, DecisionKind, GatewaySection, Judgement, Kind, Policies, Policy, UnmatchedGlob, UnmatchedMode,
     UpstreamTools, glob_match,
 };
 use serde_json::{Map, Value};

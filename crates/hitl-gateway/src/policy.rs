@@ -6,7 +6,7 @@
 //! with `allow` or `deny` only; one no policy matches follows the default action, a
 //! default of `review` denying it (a read cannot be reviewed).
 
-pub use hitl_schema::Decision;
+pub use hitl_schema::DecisionKind;
 use serde::Deserialize;
 
 /// What a policy does with the calls it matches.
@@ -39,7 +39,7 @@ pub struct Policy {
     pub action: Action,
     /// The review's allowed decisions (absent: all four).
     #[serde(default)]
-    pub decisions: Option<Vec<Decision>>,
+    pub decisions: Option<Vec<DecisionKind>>,
     /// The review text, with `{argument}` replaced by the call's arguments.
     #[serde(default)]
     pub description: Option<String>,
@@ -56,7 +56,7 @@ pub struct Policy {
 impl Policy {
     /// The decisions a review under this policy offers.
     pub fn allowed(&self) -> Vec<&'static str> {
-        self.decisions.as_deref().unwrap_or(&Decision::ALL).iter().map(|d| d.as_str()).collect()
+        self.decisions.as_deref().unwrap_or(&DecisionKind::ALL).iter().map(|d| d.as_str()).collect()
     }
 
     /// How the policy is named in errors: its globs.

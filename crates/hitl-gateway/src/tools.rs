@@ -60,7 +60,7 @@ impl Gated {
             upstream: upstream.map(str::to_owned),
             action: decided.action,
             decisions: decided.policy.map_or_else(
-                || hitl_schema::Decision::ALL.map(hitl_schema::Decision::as_str).to_vec(),
+                || hitl_schema::DecisionKind::ALL.map(hitl_schema::DecisionKind::as_str).to_vec(),
                 |p| p.allowed(),
             ),
             description: decided.policy.and_then(|p| p.description.clone()),

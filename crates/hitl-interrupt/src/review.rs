@@ -12,7 +12,7 @@
 use hitl_graph::Interrupt;
 use hitl_graph::payload::{self, ActionRequest, EditedAction, ReviewConfig, ReviewRequest, ToolApproval};
 use hitl_protocol::{ElicitAction, ErrorObject};
-use hitl_schema::Decision;
+use hitl_schema::DecisionKind;
 use serde_json::{Map, Value, json};
 
 use crate::answers::{CANCELLED, DECLINED, NotAskable};
@@ -24,7 +24,7 @@ pub(crate) struct ReviewedCall {
     pub(crate) tool: String,
     pub(crate) args: Map<String, Value>,
     pub(crate) description: Option<String>,
-    pub(crate) allowed: Vec<Decision>,
+    pub(crate) allowed: Vec<DecisionKind>,
     pub(crate) mode: ReviewMode,
     /// Who decides on hitl's approval page, when not the client's user.
     pub(crate) approval: Option<payload::ApprovalBy>,
@@ -75,9 +75,9 @@ fn call(
         Value::Null => Map::new(),
         _ => return Err(NotAskable(format!("the arguments of the {tool} call in step {step} are not an object"))),
     };
-    let allowed: Vec<Decision> = match config.and_then(ReviewConfig::allowed) {
-        Some(names) => names.into_iter().filter_map(Decision::parse).collect(),
-        None => Decision::ALL.to_vec(),
+    let allowed: Vec<DecisionKind> = match config.and_then(ReviewConfig::allowed) {
+        Some(names) => names.into_iter().filter_map(DecisionKind::parse).collect(),
+        None => DecisionKind::ALL.to_vec(),
     };
     let description = request.description.clone();
     Ok(ReviewedCall { tool: tool.clone(), args, description, allowed, mode, approval: None })

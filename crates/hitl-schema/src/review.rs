@@ -10,10 +10,12 @@ use crate::CannotAsk;
 /// asked without the `edit` choice.
 pub const MAX_PREFILL_BYTES: usize = 16 * 1024;
 
-/// A decision a reviewer can take (in configuration files, its wire name).
+/// The kind of decision a reviewer can take (in configuration files, its wire name):
+/// what a policy allows and a review form offers. The decision taken, with its edited
+/// arguments or message, is `hitl_graph::payload::Decision`, the one decision type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Decision {
+pub enum DecisionKind {
     /// Run the call as proposed.
     Approve,
     /// Run it with other arguments.
@@ -24,9 +26,9 @@ pub enum Decision {
     Respond,
 }
 
-impl Decision {
+impl DecisionKind {
     /// Every decision, in the order the form lists them.
-    pub const ALL: [Decision; 4] = [Self::Approve, Self::Edit, Self::Reject, Self::Respond];
+    pub const ALL: [DecisionKind; 4] = [Self::Approve, Self::Edit, Self::Reject, Self::Respond];
 
     /// The wire name.
     pub fn as_str(self) -> &'static str {
@@ -59,16 +61,16 @@ impl Decision {
 /// `args` prefilled with the arguments as JSON text when `edit` is allowed and they fit
 /// in [`MAX_PREFILL_BYTES`]. Returns the form and the decisions it offers.
 pub fn review_form(
-    allowed: &[Decision],
+    allowed: &[DecisionKind],
     args: &Map<String, Value>,
-) -> Result<(RequestedSchema, Vec<Decision>), CannotAsk> {
+) -> Result<(RequestedSchema, Vec<DecisionKind>), CannotAsk> {
     let prefill = serde_json::to_string(args).unwrap_or_default();
-    let mut offered: Vec<Decision> = Decision::ALL.into_iter().filter(|d| allowed.contains(d)).collect();
+    let mut offered: Vec<DecisionKind> = DecisionKind::ALL.into_iter().filter(|d| allowed.contains(d)).collect();
     if prefill.len() > MAX_PREFILL_BYTES {
-        offered.retain(|d| *d != Decision::Edit);
+        offered.retain(|d| *d != DecisionKind::Edit);
     }
     if offered.is_empty() {
-        let why = if allowed.contains(&Decision::Edit) {
+        let why = if allowed.contains(&DecisionKind::Edit) {
             format!("the call allows only edit, and its arguments ({} bytes) are too large to prefill", prefill.len())
         } else {
             "the call allows no decision".to_owned()
@@ -78,14 +80,14 @@ pub fn review_form(
     let choices: Vec<Value> = offered.iter().map(|d| json!({"const": d.as_str(), "title": d.title()})).collect();
     let mut properties = Map::new();
     properties.insert("decision".into(), json!({"type": "string", "title": "Decision", "oneOf": choices}));
-    if offered.iter().any(|d| matches!(d, Decision::Reject | Decision::Respond)) {
+    if offered.iter().any(|d| matches!(d, DecisionKind::Reject | DecisionKind::Respond)) {
         properties.insert(
             "message".into(),
             json!({"type": "string", "title": "Message",
                    "description": "Why you reject the call, or the answer to send in its place"}),
         );
     }
-    if offered.contains(&Decision::Edit) {
+    if offered.contains(&DecisionKind::Edit) {
         properties.insert(
             "args".into(),
             json!({"type": "string", "title": "Arguments",

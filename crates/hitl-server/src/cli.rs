@@ -279,6 +279,7 @@ impl ServeArgs {
     /// examples and fixtures; a reload passes the `previous` rules.
     fn prepare(
         &self,
+        base: ServerBuilder,
         store: Arc<dyn Store>,
         own: &[Agent],
         local: SocketAddr,
@@ -305,7 +306,7 @@ impl ServeArgs {
         if self.max_connections == 0 || self.max_concurrent_requests == 0 {
             bail!("--max-connections and --max-concurrent-requests must be at least 1");
         }
-        let mut builder = Server::builder()
+        let mut builder = base
             .store(store)
             .secret(secret)
             .lifetimes(Lifetimes::with_default_ttl(self.default_ttl.map(Duration::from_secs)))
@@ -408,6 +409,60 @@ impl ServeArgs {
         agents
     }
 
+    /// `base` as these arguments and the file under them say, serving the agents
+    /// given to it (under the policies) on `store`, its pages at `local`; with the
+    /// command line it was parsed from, it reloads the file while serving.
+    pub(crate) fn configure(
+        &self,
+        mut base: ServerBuilder,
+        store: Arc<dyn Store>,
+        local: SocketAddr,
+        matches: Option<ArgMatches>,
+    ) -> anyhow::Result<ServerBuilder> {
+        let own = base.take_tools();
+        let notifier = hitl_tower::Notifier::default();
+        let (builder, live) = self.prepare(base, store, &own, local, None, &notifier)?;
+        let loaded = live.now();
+        if let Some(judged) = &loaded.rules.judged {
+            // No upstream: the policies are judged on hitl's own agents alone, now.
+            let mode = loaded.rules.mode;
+            for found in &judged.unmatched {
+                found.log(mode);
+            }
+            let problems = judged.problems();
+            if mode == hitl_gateway::UnmatchedMode::Error && !problems.is_empty() {
+                bail!(
+                    "[gateway] unmatched = \"error\": {} policy glob(s) guard nothing:\n  {}",
+                    problems.len(),
+                    problems.join("\n  ")
+                );
+            }
+        }
+        drop(loaded);
+        let startup = crate::configured::Startup {
+            own,
+            live,
+            notifier,
+            local,
+            store: self.store.clone(),
+            redis_ca_file: self.redis_ca_file.clone(),
+            push: self.legacy_elicitation,
+            declared: self.declared.clone(),
+            reload: self.config.clone().zip(matches),
+        };
+        Ok(builder.startup(startup))
+    }
+
+    /// These arguments for `hitl serve --config path` (the environment applies as to
+    /// the binary), checked.
+    pub(crate) fn for_file(path: &std::path::Path) -> anyhow::Result<(Self, ArgMatches)> {
+        let argv = [OsString::from("hitl"), "serve".into(), "--config".into(), path.as_os_str().to_owned()];
+        let matches = Cli::command().try_get_matches_from(argv)?;
+        let serve = matches.subcommand_matches("serve").expect("the serve subcommand").clone();
+        let args = ServeArgs::from_arg_matches(&serve)?.with_file(&serve)?;
+        Ok((args, serve))
+    }
+
     /// The rules of the file as it is now, checked as `hitl check` checks it, for a
     /// reload from `previous`.
     pub(crate) fn checked_rules(
@@ -420,7 +475,7 @@ impl ServeArgs {
         // Token files and keys are not watched again for a check.
         self.checking = true;
         let store: Arc<dyn Store> = Arc::new(hitl_interrupt::MemoryStore::default());
-        let (_, live) = self.prepare(store, own, local, Some(previous), notifier)?;
+        let (_, live) = self.prepare(Server::builder(), store, own, local, Some(previous), notifier)?;
         Ok(live.now().rules.clone())
     }
 }
@@ -551,6 +606,22 @@ impl ServeArgs {
         Ok(self.verifiers.get_or_init(|| verifiers).clone())
     }
 
+    /// The store's URL (`memory`, or Redis).
+    pub(crate) fn store_url(&self) -> String {
+        self.store.clone()
+    }
+
+    /// The CA that signs a `rediss://` store's certificate, when not a public one.
+    pub(crate) fn redis_ca_file(&self) -> Option<&std::path::Path> {
+        self.redis_ca_file.as_deref()
+    }
+
+    /// Where the server listens (`--listen`, `[server] listen`): its pages' address
+    /// when no `public_url` is given.
+    pub(crate) fn listen_addr(&self) -> SocketAddr {
+        self.listen
+    }
+
     /// The `[[notify]]` webhooks, checked.
     pub(crate) fn notify_targets(&self) -> anyhow::Result<Vec<hitl_pages::notify::Target>> {
         self.pages.targets()
@@ -579,25 +650,8 @@ pub(crate) async fn serve(args: ServeArgs, matches: ArgMatches, agents: Vec<Agen
         Some(listener) => listener.local_addr()?,
         None => args.listen,
     };
-    let notifier = hitl_tower::Notifier::default();
-    let (builder, live) = args.prepare(store.clone(), &agents, local, None, &notifier)?;
-    let loaded = live.now();
-    if let Some(judged) = &loaded.rules.judged {
-        // No upstream: the policies are judged on hitl's own agents alone, now.
-        let mode = loaded.rules.mode;
-        for found in &judged.unmatched {
-            found.log(mode);
-        }
-        let problems = judged.problems();
-        if mode == hitl_gateway::UnmatchedMode::Error && !problems.is_empty() {
-            bail!(
-                "[gateway] unmatched = \"error\": {} policy glob(s) guard nothing:\n  {}",
-                problems.len(),
-                problems.join("\n  ")
-            );
-        }
-    }
-    let server = match args.metrics_listen {
+    let builder = args.configure(Server::builder().agents(agents), store.clone(), local, Some(matches))?;
+    let mut server = match args.metrics_listen {
         None => builder.metrics().build(),
         Some(addr) => {
             let metrics = TcpListener::bind(addr).await.with_context(|| format!("binding {addr} for /metrics"))?;
@@ -609,71 +663,17 @@ pub(crate) async fn serve(args: ServeArgs, matches: ArgMatches, agents: Vec<Agen
             builder.build()
         }
     };
-    // Replicas sharing a Redis store tell each other over its pub/sub channels.
-    let channels = match args.store.as_str() {
-        "memory" => None,
-        url => {
-            let ca = args.redis_ca_file.as_deref().map(std::fs::read).transpose().context("reading the Redis CA")?;
-            Some(hitl_store_redis::Channels::new(url, ca).map_err(anyhow::Error::msg)?)
-        }
-    };
-    if args.legacy_elicitation
-        && let Some(channels) = &channels
-    {
-        // A client's response may reach another replica than the stream that asked.
-        if let Err(error) = server.listen_for_answers(Arc::new(crate::bus::RedisPushBus(channels.clone()))).await {
-            tracing::warn!(%error, "cannot listen for answers other replicas forward yet; trying again");
-        }
-    }
-    if let Some(channels) = &channels {
-        // A decision stored on one replica wakes the retries every replica holds for it.
-        if let Err(error) = crate::bus::share_decisions(server.engine(), channels.clone()).await {
-            tracing::warn!(%error, "cannot hear decisions stored by other replicas yet; trying again");
-        }
-    }
-    let mut fresh = None;
-    if let Some(gateway) = &loaded.rules.gateway {
-        let tools = server.tools();
-        let publish: hitl_gateway::Publish = Arc::new(move |source, agents| tools.replace_listed(source, agents));
-        if let Some(channels) = &channels {
-            // Answers to calls another replica holds go to it over the store's Redis
-            // (the held calls carry over to the gateway of a reloaded file).
-            let bus = Arc::new(crate::bus::RedisBus(channels.clone()));
-            if let Err(error) = gateway.listen(bus).await {
-                tracing::warn!(%error, "cannot listen for answers forwarded by other replicas yet; trying again");
+    // The upstreams are listed before serving.
+    let started = server.start();
+    match &mut stdin {
+        Some(pump) => tokio::select! {
+            started = started => started?,
+            () = pump.closed() => {
+                tracing::info!("standard input closed before hitl was ready; exiting");
+                return Ok(());
             }
-        }
-        let started = gateway.start(&publish);
-        match &mut stdin {
-            Some(pump) => tokio::select! {
-                started = started => started.map_err(anyhow::Error::msg)?,
-                () = pump.closed() => {
-                    tracing::info!("standard input closed before hitl was ready; exiting");
-                    return Ok(());
-                }
-            },
-            None => started.await.map_err(anyhow::Error::msg)?,
-        }
-        for unmet in hitl_declared::unmet(&args.declared, &gateway.catalog()) {
-            tracing::warn!("{unmet} yet: its calls fail until an upstream lists it");
-        }
-        fresh = crate::reload::keep_fresh(Some(gateway), &server.tools());
-    }
-    drop(loaded);
-    if let Some(path) = &args.config {
-        let reloader = crate::reload::Reloader {
-            path: path.clone(),
-            matches,
-            own: agents,
-            notifier,
-            tools: server.tools(),
-            pages: server.pages_reload(),
-            attempted: live.now().digest.clone(),
-            live,
-            local,
-            fresh,
-        };
-        tokio::spawn(reloader.run());
+        },
+        None => started.await?,
     }
     // Start even when the store is down: /healthz says so, and service resumes with it.
     if let Err(e) = store.ping().await {
@@ -748,12 +748,10 @@ pub(crate) const UNMATCHED_PATH: &str = "/api/policies/unmatched";
 /// `hitl check --config F`: what `hitl serve --config F` would check before it binds;
 /// with `--connect`, every upstream listed and the policies applied to its tools.
 pub(crate) fn check(args: CheckArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()> {
-    let argv = [OsString::from("hitl"), "serve".into(), "--config".into(), args.config.clone().into()];
-    let matches = Cli::command().try_get_matches_from(argv)?;
-    let serve_matches = matches.subcommand_matches("serve").expect("the serve subcommand");
-    let serve = ServeArgs::from_arg_matches(serve_matches)?.with_file(serve_matches)?;
+    let (serve, _) = ServeArgs::for_file(&args.config)?;
     let store = crate::store_from_url(&serve.store, serve.redis_ca_file.as_deref())?;
-    let (_, live) = serve.prepare(store, &[], serve.listen, None, &hitl_tower::Notifier::default())?;
+    let notifier = hitl_tower::Notifier::default();
+    let (_, live) = serve.prepare(Server::builder(), store, &[], serve.listen, None, &notifier)?;
     let loaded = live.now();
     if args.connect {
         let judged = match &loaded.rules.gateway {

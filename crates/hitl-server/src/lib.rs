@@ -28,6 +28,7 @@
 mod bus;
 mod cli;
 mod config;
+mod configured;
 mod listener;
 mod metrics;
 mod passthrough;

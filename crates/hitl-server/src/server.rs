@@ -69,6 +69,9 @@ pub struct ServerBuilder {
     health: Option<HealthFn>,
     metrics: bool,
     documents: Vec<(String, DocumentFn)>,
+    /// What a configuration file makes at start ([`ServerBuilder::config_file`]), and
+    /// how many of `tools` it put under its policies.
+    startup: Option<(crate::configured::Startup, usize)>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -94,6 +97,42 @@ impl ServerBuilder {
     #[must_use]
     pub fn agents(mut self, agents: impl IntoIterator<Item = Agent>) -> Self {
         self.tools.extend(agents);
+        self
+    }
+
+    /// Everything the configuration file at `path` says, as `hitl serve --config path`
+    /// serves it (the `HITL_*` environment over it, as for the binary): its
+    /// `[server]` options (the store, limits, hosts, secret), the gateway and its
+    /// upstreams (listed when the server starts), the policies over every tool, the
+    /// `[[agent]]`s, approvals by other people and their pages, `[auth]`, and reloads
+    /// of the file while serving (`SIGHUP`, or a change). Every agent given to this
+    /// builder, before or after, is under the file's policies. Builder calls after this
+    /// one override the file. Fails as `hitl check` would.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> anyhow::Result<()> {
+    /// let server = hitl_server::Server::builder().config_file("hitl.toml")?.build();
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8123").await?;
+    /// server.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn config_file(self, path: impl AsRef<std::path::Path>) -> anyhow::Result<Self> {
+        let (args, matches) = crate::cli::ServeArgs::for_file(path.as_ref())?;
+        let store = match self.store.clone() {
+            Some(store) => store,
+            None => crate::store_from_url(&args.store_url(), args.redis_ca_file())?,
+        };
+        args.configure(self, store, args.listen_addr(), Some(matches))
+    }
+
+    /// The agents given so far (a configuration puts them under its policies).
+    pub(crate) fn take_tools(&mut self) -> Vec<Agent> {
+        std::mem::take(&mut self.tools)
+    }
+
+    /// What a configuration makes at start; the tools given so far are under it.
+    pub(crate) fn startup(mut self, startup: crate::configured::Startup) -> Self {
+        self.startup = Some((startup, self.tools.len()));
         self
     }
 
@@ -292,7 +331,17 @@ impl ServerBuilder {
     }
 
     /// The server, ready to serve.
-    pub fn build(self) -> Server {
+    pub fn build(mut self) -> Server {
+        let startup = self.startup.take().map(|(mut startup, configured)| {
+            // Agents given after the configuration go under its policies too.
+            let later = self.tools.split_off(configured.min(self.tools.len()));
+            for agent in later {
+                if let Some(gated) = startup.adopt(agent, &self.tools) {
+                    self.tools.push(gated);
+                }
+            }
+            startup
+        });
         // Each part not given lives in the whole store, or else in this process's memory.
         let memory = Arc::new(MemoryStore::default());
         let whole: Arc<dyn Store> = self.store.unwrap_or(memory);
@@ -343,6 +392,7 @@ impl ServerBuilder {
             records,
             admins,
             documents: self.documents,
+            startup,
         }
     }
 }
@@ -386,6 +436,8 @@ pub struct Server {
     /// authentication is on.
     admins: Vec<String>,
     documents: Vec<(String, DocumentFn)>,
+    /// What a configuration file makes as the server starts ([`Server::start`]).
+    startup: Option<crate::configured::Startup>,
 }
 
 impl std::fmt::Debug for Server {
@@ -419,6 +471,7 @@ impl Server {
             health: None,
             metrics: false,
             documents: Vec::new(),
+            startup: None,
         }
     }
 
@@ -446,13 +499,36 @@ impl Server {
         self.service.listen_for_answers(bus).await
     }
 
+    /// What a [configuration file](ServerBuilder::config_file) makes as the server
+    /// starts: lists its upstreams (failing as `[gateway] unmatched = "error"` says),
+    /// hears other replicas on a shared Redis store, and watches the file for reloads.
+    /// [`Server::serve`] and [`Server::serve_stdio`] call it first, and
+    /// [`Server::into_app`] runs it in the background when it was not called; once
+    /// done, it does nothing.
+    pub async fn start(&mut self) -> anyhow::Result<()> {
+        match self.startup.take() {
+            Some(startup) => startup.run(self.handles()).await,
+            None => Ok(()),
+        }
+    }
+
+    fn handles(&self) -> crate::configured::Handles {
+        crate::configured::Handles {
+            tools: self.tools.clone(),
+            engine: self.engine.clone(),
+            service: self.service.clone(),
+            pages: self.pages_reload(),
+        }
+    }
+
     /// Serves `listener` until `shutdown` resolves, then lets open connections finish
     /// for up to 10 s.
     pub async fn serve(
-        self,
+        mut self,
         listener: TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send,
     ) -> std::io::Result<()> {
+        self.start().await.map_err(|e| std::io::Error::other(format!("{e:#}")))?;
         let local = listener.local_addr()?;
         let http = self.http;
         let app = self.into_app(Some(local));
@@ -466,7 +542,7 @@ impl Server {
     /// other people). The client is `options.principal`; the HTTP layers of
     /// authentication do not apply to it.
     pub async fn serve_stdio<R, W>(
-        self,
+        mut self,
         options: hitl_tower::StdioOptions,
         input: R,
         output: W,
@@ -477,6 +553,7 @@ impl Server {
         R: tokio::io::AsyncBufRead + Unpin,
         W: tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
+        self.start().await.map_err(|e| std::io::Error::other(format!("{e:#}")))?;
         // Requests in flight are bounded as over HTTP (503's error, as a line).
         let limit = MaxConcurrentRequestsLayer::new(self.http.max_concurrent_requests.max(1));
         let mcp = Endpoint::new(limit.layer(self.mcp.clone()));
@@ -516,7 +593,16 @@ impl Server {
     /// address admits only loopback host names, unless
     /// [`ServerBuilder::allowed_hosts`] says otherwise; mounted (`None`), every host
     /// name is admitted unless `allowed_hosts` is set (your app checks its own).
-    pub fn into_app(self, local: Option<std::net::SocketAddr>) -> HttpApp {
+    pub fn into_app(mut self, local: Option<std::net::SocketAddr>) -> HttpApp {
+        if let Some(startup) = self.startup.take() {
+            // Not started by its owner: the upstreams are listed in the background.
+            let handles = self.handles();
+            tokio::spawn(async move {
+                if let Err(error) = startup.run(handles).await {
+                    tracing::error!("the configuration could not start: {error:#}");
+                }
+            });
+        }
         let allowed = self.allowed_hosts.unwrap_or_else(|| match local {
             Some(local) if local.ip().is_loopback() => AllowedHosts::loopback(local.port()),
             _ => AllowedHosts::any(),

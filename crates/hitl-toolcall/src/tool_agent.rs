@@ -15,7 +15,7 @@ use std::sync::Arc;
 use hitl_graph::Agent;
 use hitl_graph::payload::{self, ActionRequest, ReviewConfig, ReviewReply, ReviewRequest, ToolApproval};
 use hitl_graph::{END, START, StateGraph, StepContext, StepError};
-use hitl_schema::Decision;
+use hitl_schema::DecisionKind;
 use serde_json::{Map, Value, json};
 
 /// A boxed future, as models and tools return.
@@ -91,7 +91,7 @@ pub type Describe = Arc<dyn Fn(&ToolCall) -> String + Send + Sync>;
 #[derive(Clone)]
 pub struct ToolReview {
     /// The decisions a reviewer may make.
-    pub decisions: Vec<Decision>,
+    pub decisions: Vec<DecisionKind>,
     /// The description of a call shown to the reviewer, from its arguments; `None`:
     /// the middleware's (`Tool execution requires approval`, the tool, the arguments
     /// as a Python dict).
@@ -104,7 +104,7 @@ pub struct ToolReview {
 impl ToolReview {
     /// Every decision allowed, described as the middleware does.
     pub fn all_decisions() -> Self {
-        Self { decisions: Decision::ALL.to_vec(), describe: None, approval: None }
+        Self { decisions: DecisionKind::ALL.to_vec(), describe: None, approval: None }
     }
 
     fn description(&self, call: &ToolCall) -> String {
@@ -149,7 +149,7 @@ pub enum InterruptMode {
 #[derive(Debug, Clone)]
 pub struct HumanInTheLoop {
     /// Tool name to allowed decisions.
-    pub interrupt_on: HashMap<String, Vec<Decision>>,
+    pub interrupt_on: HashMap<String, Vec<DecisionKind>>,
     /// The interrupt mode.
     pub mode: InterruptMode,
     /// Prefix of the default description of a call.
@@ -160,7 +160,7 @@ impl HumanInTheLoop {
     /// Review `tools` with every decision allowed, in `mode`.
     pub fn all_decisions(tools: &[&str], mode: InterruptMode) -> Self {
         Self {
-            interrupt_on: tools.iter().map(|t| ((*t).to_owned(), Decision::ALL.to_vec())).collect(),
+            interrupt_on: tools.iter().map(|t| ((*t).to_owned(), DecisionKind::ALL.to_vec())).collect(),
             mode,
             description_prefix: DEFAULT_PREFIX.to_owned(),
         }

@@ -124,18 +124,21 @@ impl Connection {
     /// Serves one message: `initialize` before the next line is read (its session is
     /// what later messages carry), anything else in a task of its own.
     async fn message(&mut self, bytes: Vec<u8>) {
-        let peek: Option<Value> = serde_json::from_slice(&bytes).ok();
-        let method = peek.as_ref().and_then(|m| m.get("method")).and_then(Value::as_str).map(str::to_owned);
-        let id = peek.as_ref().and_then(|m| m.get("id")).filter(|id| !id.is_null()).map(Value::to_string);
+        // Only what routes the line is read here (no JSON tree): the endpoint parses it.
+        let peek: Peek = serde_json::from_slice(&bytes).unwrap_or_default();
+        let method = peek.method;
+        let id = peek.id.filter(|id| !id.is_null()).map(|id| id.to_string());
+        let params = peek.params.unwrap_or_default();
         if method.as_deref() == Some("notifications/cancelled") {
-            let cancelled = peek.as_ref().and_then(|m| m.pointer("/params/requestId")).map(Value::to_string);
+            let cancelled = params.request_id.map(|id| id.to_string());
             if let Some(task) =
                 cancelled.and_then(|id| self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&id))
             {
                 task.abort();
             }
         }
-        let request = self.request(Method::POST, peek.as_ref(), Bytes::from(bytes));
+        let version = params.meta.and_then(|meta| meta.version);
+        let request = self.request(Method::POST, version.as_deref(), Bytes::from(bytes));
         let (endpoint, tx) = (self.endpoint.clone(), self.tx.clone());
         if method.as_deref() == Some("initialize") {
             let response = call(endpoint, request).await;
@@ -183,17 +186,13 @@ impl Connection {
     }
 
     /// The HTTP request an HTTP client would send with `body`.
-    fn request(&self, method: Method, message: Option<&Value>, body: Bytes) -> http::Request<Bytes> {
+    fn request(&self, method: Method, version: Option<&str>, body: Bytes) -> http::Request<Bytes> {
         let mut request = http::Request::new(body);
         *request.method_mut() = method;
         *request.uri_mut() = http::Uri::from_static("/mcp");
         let headers = request.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
-        let version = message
-            .and_then(|m| m.pointer("/params/_meta"))
-            .and_then(|meta| meta.get(hitl_protocol::meta_keys::PROTOCOL_VERSION))
-            .and_then(Value::as_str);
         if let Some(value) = version.and_then(|v| HeaderValue::from_str(&hitl_protocol::headers::encode_value(v)).ok())
         {
             headers.insert(hitl_protocol::headers::PROTOCOL_VERSION, value);
@@ -206,6 +205,29 @@ impl Connection {
         request.extensions_mut().insert(FromStdio { push: self.options.push });
         request
     }
+}
+
+/// What the stdio loop reads of a message to route it; the rest is skipped.
+#[derive(Default, serde::Deserialize)]
+struct Peek {
+    method: Option<String>,
+    id: Option<Value>,
+    params: Option<PeekParams>,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct PeekParams {
+    #[serde(rename = "_meta")]
+    meta: Option<PeekMeta>,
+    /// A cancellation's request.
+    #[serde(rename = "requestId")]
+    request_id: Option<Value>,
+}
+
+#[derive(serde::Deserialize)]
+struct PeekMeta {
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion")]
+    version: Option<String>,
 }
 
 async fn call(endpoint: Endpoint, request: http::Request<Bytes>) -> http::Response<McpBody> {

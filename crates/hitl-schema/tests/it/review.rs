@@ -1,6 +1,6 @@
 //! The review form and the 2025-06-18 downgrade.
 
-use hitl_schema::{Decision, MAX_PREFILL_BYTES, downgrade_2025_06_18, review_form};
+use hitl_schema::{DecisionKind, MAX_PREFILL_BYTES, downgrade_2025_06_18, review_form};
 use serde_json::{Map, Value, json};
 
 fn args(v: Value) -> Map<String, Value> {
@@ -10,8 +10,8 @@ fn args(v: Value) -> Map<String, Value> {
 #[test]
 fn seed_review_form_is_exact() {
     let (form, offered) =
-        review_form(&Decision::ALL, &args(json!({"to": "ada@example.com", "subject": "Launch"}))).unwrap();
-    assert_eq!(offered, Decision::ALL.to_vec());
+        review_form(&DecisionKind::ALL, &args(json!({"to": "ada@example.com", "subject": "Launch"}))).unwrap();
+    assert_eq!(offered, DecisionKind::ALL.to_vec());
     // The seed's own example, kept once in hitl-protocol's golden fixtures.
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../hitl-protocol/tests/fixtures/seed_review_question.json");
     let fixture: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
@@ -23,25 +23,25 @@ fn seed_review_form_is_exact() {
 
 #[test]
 fn review_fields_follow_the_allowed_decisions() {
-    let (form, _) = review_form(&[Decision::Approve], &Map::new()).unwrap();
+    let (form, _) = review_form(&[DecisionKind::Approve], &Map::new()).unwrap();
     assert_eq!(form.properties.keys().collect::<Vec<_>>(), ["decision"]);
-    let (form, _) = review_form(&[Decision::Approve, Decision::Edit], &Map::new()).unwrap();
+    let (form, _) = review_form(&[DecisionKind::Approve, DecisionKind::Edit], &Map::new()).unwrap();
     assert_eq!(form.properties.keys().collect::<Vec<_>>(), ["decision", "args"]);
 }
 
 #[test]
 fn large_arguments_drop_the_edit_choice() {
     let big = args(json!({"body": "x".repeat(MAX_PREFILL_BYTES)}));
-    let (form, offered) = review_form(&Decision::ALL, &big).unwrap();
-    assert!(!offered.contains(&Decision::Edit));
+    let (form, offered) = review_form(&DecisionKind::ALL, &big).unwrap();
+    assert!(!offered.contains(&DecisionKind::Edit));
     assert!(!form.properties.contains_key("args"));
-    let err = review_form(&[Decision::Edit], &big).unwrap_err();
+    let err = review_form(&[DecisionKind::Edit], &big).unwrap_err();
     assert!(err.reason.contains("only edit"), "{err}");
 }
 
 #[test]
 fn downgrade_keeps_boolean_defaults_and_uses_enum_names() {
-    let (form, _) = review_form(&Decision::ALL, &Map::new()).unwrap();
+    let (form, _) = review_form(&DecisionKind::ALL, &Map::new()).unwrap();
     let old = downgrade_2025_06_18(&form).unwrap();
     let decision = &old.properties["decision"];
     assert_eq!(decision["enum"], json!(["approve", "edit", "reject", "respond"]));
