@@ -17,6 +17,7 @@ mod library;
 mod metrics;
 mod outages;
 mod passthrough;
+mod policies;
 mod push;
 mod python_sdk;
 mod redis_faults;

@@ -19,26 +19,31 @@ const VERDICT: &str = "hitl:verdict";
 
 /// `agent` under `policies`: as it is when they allow it, else behind its gate. Fails
 /// when the agent's graph already has a step of the guard's name.
-pub fn gate(agent: Agent, policies: &Policies) -> Result<Agent, String> {
+pub fn gate(agent: Agent, policies: &Arc<Policies>) -> Result<Agent, String> {
     gate_with(agent, policies, false)
 }
 
 /// [`gate`] for a server whose rules may be reloaded: the guard is there even when the
 /// policies allow the agent, so that a call paused for review under earlier rules
 /// resumes on it and its answer is carried out under the rules then in force.
-pub fn gate_reloadable(agent: Agent, policies: &Policies) -> Result<Agent, String> {
+pub fn gate_reloadable(agent: Agent, policies: &Arc<Policies>) -> Result<Agent, String> {
     gate_with(agent, policies, true)
 }
 
-fn gate_with(agent: Agent, policies: &Policies, always: bool) -> Result<Agent, String> {
+fn gate_with(agent: Agent, policies: &Arc<Policies>, always: bool) -> Result<Agent, String> {
     let decided = policies.decide(&agent.name);
-    if decided.action == Action::Allow && !always {
+    let conditional = policies.conditional(&agent.name);
+    if decided.action == Action::Allow && !always && !conditional {
         return Ok(agent);
     }
     let mut spec = Map::new();
     spec.insert("name".into(), json!(agent.name));
     spec.insert("inputSchema".into(), agent.input_schema.clone());
-    let gated = Arc::new(Gated::new(agent.name.clone(), spec, None, decided));
+    let mut gated = Gated::new(agent.name.clone(), spec, None, decided);
+    if conditional {
+        gated = gated.with_conditions(policies.clone());
+    }
+    let gated = Arc::new(gated);
     let guard = move |state: Value, ctx: StepContext| {
         let gated = gated.clone();
         async move { guard(&gated, &state, &ctx) }
@@ -54,11 +59,17 @@ fn gate_with(agent: Agent, policies: &Policies, always: bool) -> Result<Agent, S
 /// call's (those the edit leaves out become null), a rejection or a response is the
 /// verdict.
 fn guard(gated: &Gated, state: &Value, ctx: &StepContext) -> Result<Value, StepError> {
+    let gated = gated.for_call(&arguments(state), ctx);
     let answer = match gated.action {
         Action::Review => Some(gated.review(state, ctx)?),
         // Asked under earlier rules (a reload changed them since): the answer stands.
         Action::Allow | Action::Deny => ctx.answered(),
     };
+    if let Some(answer) = &answer
+        && let Some(denied) = gated.edit_denied(answer, ctx)?
+    {
+        return Ok(json!({ VERDICT: denied.to_value() }));
+    }
     let carried = answer.as_ref().map(|answer| gated.carry_out(Some(answer))).transpose()?;
     match carried {
         Some(Carried::Answer(result)) => Ok(json!({ VERDICT: result.to_value() })),

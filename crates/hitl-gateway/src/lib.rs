@@ -26,6 +26,7 @@
 //!         description: None,
 //!         callers: Some(vec!["group:ops".into()]),
 //!         approvers: Some(vec!["group:dba".into()]),
+//!         when: None,
 //!     }],
 //!     GatewaySection::default(),
 //! )?;
@@ -46,6 +47,7 @@ mod policy;
 mod subscriptions;
 mod tools;
 mod upstream;
+pub mod when;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -82,7 +84,7 @@ pub const HOLD_TIMEOUT: Duration = Duration::from_secs(600);
 /// The upstreams, the policies their tools are listed under, and each one's state.
 pub struct Gateway {
     upstreams: Vec<(UpstreamSpec, Arc<Upstream>)>,
-    policies: Policies,
+    policies: Arc<Policies>,
     states: Mutex<BTreeMap<String, State>>,
     holds: Arc<Holds>,
     hold_timeout: Duration,
@@ -141,7 +143,7 @@ impl Gateway {
         }
         Ok(Self {
             upstreams,
-            policies,
+            policies: Arc::new(policies),
             states: Mutex::new(BTreeMap::new()),
             holds: Arc::new(Holds::new()),
             hold_timeout: HOLD_TIMEOUT,
@@ -427,7 +429,10 @@ impl Gateway {
                         listing.remove(served);
                     }
                     let decided = self.policies.decide(&listed_name);
-                    let gated = tools::Gated::new(listed_name.clone(), tool, Some(&spec.name), decided);
+                    let mut gated = tools::Gated::new(listed_name.clone(), tool, Some(&spec.name), decided);
+                    if self.policies.conditional(&listed_name) {
+                        gated = gated.with_conditions(self.policies.clone());
+                    }
                     catalog.push(Arc::new(Listed { gated: gated.clone(), upstream: upstream.clone() }));
                     agents.push((gated.agent(upstream.clone(), self.holds.clone(), hold_timeout), listing));
                 }

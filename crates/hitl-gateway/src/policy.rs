@@ -51,6 +51,10 @@ pub struct Policy {
     /// entries (absent: the MCP client's user, in the client).
     #[serde(default)]
     pub approvers: Option<Vec<String>>,
+    /// A CEL expression over the call (`tool`, `upstream`, `args`, `caller`, `now`):
+    /// the policy applies only to the calls it is true for (absent: every call).
+    #[serde(default)]
+    pub when: Option<String>,
 }
 
 impl Policy {
@@ -126,6 +130,8 @@ pub enum UnmatchedMode {
 #[derive(Debug, Clone, Default)]
 pub struct Policies {
     policies: Vec<Policy>,
+    /// Each policy's `when`, compiled once.
+    conditions: Vec<Option<crate::when::Condition>>,
     default_action: Option<Action>,
     /// Where each policy is written (`hitl.toml:12`), for the messages that name it.
     locations: Vec<String>,
@@ -262,6 +268,11 @@ impl Policies {
                     "policy[{i}].action: a policy that names resources or prompts may only allow or deny (reading a resource or getting a prompt cannot be reviewed)"
                 ));
             }
+            if policy.when.is_some() && (!policy.resources.is_empty() || !policy.prompts.is_empty()) {
+                return Err(format!(
+                    "policy[{i}].when: a condition is about a tool call; name resources and prompts in a policy of their own"
+                ));
+            }
             if policy.decisions.as_ref().is_some_and(Vec::is_empty) {
                 return Err(format!("policy[{i}].decisions: a review needs at least one decision"));
             }
@@ -282,7 +293,15 @@ impl Policies {
                 }
             }
         }
-        Ok(Self { policies, default_action: gateway.default_action, locations: Vec::new() })
+        let conditions = policies
+            .iter()
+            .enumerate()
+            .map(|(i, policy)| {
+                let Some(text) = &policy.when else { return Ok(None) };
+                crate::when::Condition::compile(text).map(Some).map_err(|why| format!("policy[{i}].when: {why}"))
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Self { policies, conditions, default_action: gateway.default_action, locations: Vec::new() })
     }
 
     /// Names each policy, in file order, by where it is written (`hitl.toml:12`).
@@ -364,9 +383,75 @@ impl Policies {
         callers.iter().any(|c| Some(c.as_str()) == principal || groups.contains(c))
     }
 
-    /// The first policy that matches `tool`, or the default.
+    /// The first policy that matches `tool`, or the default, whatever the call (a
+    /// policy with `when` counts as matching: [`Policies::decide_call`] decides a call).
     pub fn decide(&self, tool: &str) -> Decided<'_> {
         self.decide_for(Kind::Tool, tool)
+    }
+
+    /// Whether a call of `tool` is decided by what it carries: a policy with `when`
+    /// matches its name before any policy without.
+    pub fn conditional(&self, tool: &str) -> bool {
+        let matching = self
+            .policies
+            .iter()
+            .zip(&self.conditions)
+            .filter(|(p, _)| p.globs(Kind::Tool).iter().any(|g| glob_match(g, tool)));
+        matching.take_while(|(_, c)| c.is_some()).next().is_some()
+    }
+
+    /// The first policy whose globs match the call's tool and whose `when` is true
+    /// for it (or absent), or the default. An expression that fails (a missing field, a
+    /// wrong type) counts as true for a `review` or `deny` policy and false for an
+    /// `allow` one, and is logged at `WARN` with the policy's place.
+    pub fn decide_call(&self, call: &crate::when::CallFacts<'_>) -> Decided<'_> {
+        self.explain_call(call, None)
+    }
+
+    /// [`Policies::decide_call`], telling `skipped` why each earlier policy did not
+    /// decide (`hitl policy explain`).
+    pub fn explain_call<'a>(
+        &'a self,
+        call: &crate::when::CallFacts<'_>,
+        mut skipped: Option<&mut Vec<crate::when::Skipped>>,
+    ) -> Decided<'a> {
+        let mut vars = None;
+        for (index, (policy, condition)) in self.policies.iter().zip(&self.conditions).enumerate() {
+            let mut skip = |reason: &str, detail: String| {
+                if let Some(skipped) = skipped.as_deref_mut() {
+                    skipped.push(crate::when::Skipped { policy: self.place(index), reason: reason.to_owned(), detail });
+                }
+            };
+            if !policy.tools.iter().any(|glob| glob_match(glob, call.tool)) {
+                skip("glob", format!("{} does not match {:?}", policy.label(), call.tool));
+                continue;
+            }
+            let Some(condition) = condition else { return Decided { action: policy.action, policy: Some(policy) } };
+            let vars = vars.get_or_insert_with(|| call.variables());
+            match condition.eval(vars) {
+                Ok(true) => return Decided { action: policy.action, policy: Some(policy) },
+                Ok(false) => skip("when_false", format!("when = {:?} is false", condition.text())),
+                Err(why) => {
+                    tracing::warn!(policy = %self.place(index), tool = call.tool, error = %why, "a policy's `when` failed; it counts as {}", if policy.action == Action::Allow { "false (allow fails closed)" } else { "true (review and deny fail closed)" });
+                    if policy.action != Action::Allow {
+                        return Decided { action: policy.action, policy: Some(policy) };
+                    }
+                    skip("error", why);
+                }
+            }
+        }
+        self.decide_for_default(Kind::Tool)
+    }
+
+    /// Where policy `index` is written (`hitl.toml:12`), else its position.
+    pub fn place(&self, index: usize) -> String {
+        self.locations.get(index).cloned().unwrap_or_else(|| format!("policy[{index}]"))
+    }
+
+    /// Where `policy` (one of these) is written.
+    pub fn place_of(&self, policy: &Policy) -> Option<String> {
+        let index = self.policies.iter().position(|p| std::ptr::eq(p, policy))?;
+        Some(self.place(index))
     }
 
     /// The first policy whose `kind` globs match `name`, or the default. A resource or
@@ -374,14 +459,17 @@ impl Policies {
     pub fn decide_for(&self, kind: Kind, name: &str) -> Decided<'_> {
         match self.policies.iter().find(|p| p.globs(kind).iter().any(|glob| glob_match(glob, name))) {
             Some(policy) => Decided { action: policy.action, policy: Some(policy) },
-            None => {
-                let action = match (kind, self.default_action.unwrap_or(Action::Allow)) {
-                    (Kind::Resource | Kind::Prompt, Action::Review) => Action::Deny,
-                    (_, action) => action,
-                };
-                Decided { action, policy: None }
-            }
+            None => self.decide_for_default(kind),
         }
+    }
+
+    /// The default action for `kind` (a resource or prompt is never reviewed).
+    fn decide_for_default(&self, kind: Kind) -> Decided<'_> {
+        let action = match (kind, self.default_action.unwrap_or(Action::Allow)) {
+            (Kind::Resource | Kind::Prompt, Action::Review) => Action::Deny,
+            (_, action) => action,
+        };
+        Decided { action, policy: None }
     }
 
     /// Whether the caller named `principal`, in `groups`, may use resource or prompt
@@ -526,6 +614,7 @@ mod tests {
             description: None,
             callers: None,
             approvers: None,
+            when: None,
         }
     }
 
@@ -572,6 +661,7 @@ mod passed_through {
             description: None,
             callers: callers.map(|c| c.iter().map(|c| (*c).to_owned()).collect()),
             approvers: None,
+            when: None,
         }
     }
 
@@ -692,6 +782,7 @@ mod callers {
             description: None,
             callers: Some(vec!["group:ops".into(), "user:alice".into()]),
             approvers: None,
+            when: None,
         };
         let policies = Policies::new(vec![ops.clone()], GatewaySection::default()).unwrap();
         assert!(policies.limit_callers());
@@ -730,6 +821,7 @@ mod unmatched {
                 description: None,
                 callers: None,
                 approvers: None,
+                when: None,
             })
             .collect();
         Policies::new(list, GatewaySection::default()).unwrap()
@@ -784,5 +876,103 @@ mod unmatched {
         assert_eq!(edits("fs.writefile", "fs.write_file"), 1);
         assert_eq!(edits("", "abc"), 3);
         assert_eq!(edits("kitten", "sitting"), 3);
+    }
+}
+
+#[cfg(test)]
+mod when_tests {
+    use serde_json::{Map, Value, json};
+
+    use super::*;
+    use crate::when::CallFacts;
+
+    fn policies(toml_like: &[(&str, Action, Option<&str>)]) -> Result<Policies, String> {
+        let policies = toml_like
+            .iter()
+            .map(|(glob, action, when)| Policy {
+                tools: vec![(*glob).to_owned()],
+                resources: vec![],
+                prompts: vec![],
+                action: *action,
+                decisions: None,
+                description: None,
+                callers: None,
+                approvers: None,
+                when: when.map(str::to_owned),
+            })
+            .collect();
+        Policies::new(policies, GatewaySection::default())
+    }
+
+    fn decide(policies: &Policies, tool: &str, args: Value, groups: &[&str]) -> (Action, Option<usize>) {
+        let caller = hitl_graph::Caller {
+            principal: Some("user:alice".into()),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+        };
+        let args: Map<String, Value> = args.as_object().cloned().unwrap();
+        let decided = policies.decide_call(&CallFacts::new(tool, "db", &args, Some(&caller)));
+        let index = decided.policy.and_then(|p| policies.policies.iter().position(|q| std::ptr::eq(p, q)));
+        (decided.action, index)
+    }
+
+    #[test]
+    fn the_first_policy_whose_glob_matches_and_whose_when_is_true_decides() {
+        let set = policies(&[
+            ("db.drop_*", Action::Review, Some(r#"args.database == "prod" && !("group:dba" in caller.groups)"#)),
+            ("payments.refund", Action::Review, Some("args.amount > 1000")),
+            ("db.*", Action::Allow, None),
+            ("payments.*", Action::Allow, None),
+        ])
+        .unwrap();
+        assert_eq!(decide(&set, "db.drop_partition", json!({"database": "prod"}), &[]), (Action::Review, Some(0)));
+        assert_eq!(
+            decide(&set, "db.drop_partition", json!({"database": "prod"}), &["group:dba"]),
+            (Action::Allow, Some(2))
+        );
+        assert_eq!(decide(&set, "db.drop_partition", json!({"database": "staging"}), &[]), (Action::Allow, Some(2)));
+        assert_eq!(decide(&set, "payments.refund", json!({"amount": 50000}), &[]), (Action::Review, Some(1)));
+        assert_eq!(decide(&set, "payments.refund", json!({"amount": 5}), &[]), (Action::Allow, Some(3)));
+        assert!(set.conditional("db.drop_partition") && !set.conditional("db.select"));
+    }
+
+    #[test]
+    fn an_expression_that_fails_fails_closed() {
+        let set = policies(&[
+            ("db.select", Action::Allow, Some("args.limit < 100")),
+            ("db.select", Action::Review, None),
+            ("db.drop", Action::Review, Some("args.database == 'prod'")),
+            ("db.*", Action::Allow, None),
+        ])
+        .unwrap();
+        // A missing field: false for the allow policy (the review after it decides),
+        // true for the review policy.
+        assert_eq!(decide(&set, "db.select", json!({}), &[]), (Action::Review, Some(1)));
+        assert_eq!(decide(&set, "db.select", json!({"limit": "many"}), &[]), (Action::Review, Some(1)));
+        assert_eq!(decide(&set, "db.select", json!({"limit": 5}), &[]), (Action::Allow, Some(0)));
+        assert_eq!(decide(&set, "db.drop", json!({}), &[]), (Action::Review, Some(2)));
+        let mut skipped = Vec::new();
+        let args = Map::new();
+        set.explain_call(&CallFacts::new("db.select", "db", &args, None), Some(&mut skipped));
+        assert_eq!(skipped.len(), 1);
+        assert_eq!(skipped[0].reason, "error");
+    }
+
+    #[test]
+    fn a_syntax_error_or_an_unknown_variable_is_refused_where_it_is_written() {
+        let error = policies(&[("db.*", Action::Review, Some("args.amount >"))]).unwrap_err();
+        assert!(error.starts_with("policy[0].when: not a CEL expression"), "{error}");
+        assert!(error.contains("at 1:14 of the expression"), "{error}");
+        let error = policies(&[("db.*", Action::Review, Some("arguments.amount > 1"))]).unwrap_err();
+        assert_eq!(
+            error,
+            r#"policy[0].when: unknown variable "arguments" (an expression may name tool, upstream, args, caller, now)"#
+        );
+        let time = policies(&[(
+            "db.*",
+            Action::Deny,
+            Some("now > timestamp('2020-01-01T00:00:00Z') && tool == 'db.x' && upstream == 'db'"),
+        )])
+        .unwrap();
+        assert_eq!(decide(&time, "db.x", json!({}), &[]), (Action::Deny, Some(0)));
     }
 }

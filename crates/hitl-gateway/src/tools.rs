@@ -9,13 +9,16 @@ use hitl_graph::payload::{
     self, ActionRequest, ApprovalBy, Decision, Relay, RelayReply, RelayedRequest, ReviewConfig, ToolApproval,
     ToolResult,
 };
-use hitl_graph::{Agent, END, START, StateGraph, StepContext, StepError};
+use std::borrow::Cow;
+
+use hitl_graph::{Agent, Caller, END, START, StateGraph, StepContext, StepError};
 use hitl_protocol::{ClientCapabilities, display};
 use hitl_upstream::Upstream;
 use serde_json::{Map, Value, json};
 
 use crate::hold::{ASKED, HELD, Holds, Link, PAGES, RESULT, report};
-use crate::policy::{Action, Decided};
+use crate::policy::{Action, Decided, Policies};
+use crate::when::CallFacts;
 
 /// State keys the gateway writes next to the call's arguments: the reviewer's decision
 /// (the result, the upstream's open round, the hold and the pages are
@@ -48,6 +51,9 @@ pub(crate) struct Gated {
     pub(crate) approvers: Option<Vec<String>>,
     /// Whether the policy names who may call the tool.
     pub(crate) limits_callers: bool,
+    /// The policies, when a `when` decides this tool's calls one by one (the fields
+    /// above are then the rule for its name alone).
+    pub(crate) conditions: Option<Arc<Policies>>,
 }
 
 impl Gated {
@@ -67,7 +73,41 @@ impl Gated {
             policy: decided.policy.map_or_else(|| "[gateway] default_action".to_owned(), |p| p.label()),
             approvers: decided.policy.and_then(|p| p.approvers.clone()),
             limits_callers: decided.policy.is_some_and(|p| p.callers.is_some()),
+            conditions: None,
         }
+    }
+
+    /// This tool with its calls decided one by one under `policies` (a `when` decides
+    /// them).
+    #[must_use]
+    pub(crate) fn with_conditions(mut self, policies: Arc<Policies>) -> Self {
+        self.conditions = Some(policies);
+        self
+    }
+
+    /// This tool under the policy that decides a call with `args` by the caller of
+    /// `ctx`: itself, unless a `when` decides its calls.
+    pub(crate) fn for_call(&self, args: &Map<String, Value>, ctx: &StepContext) -> Cow<'_, Gated> {
+        let Some(policies) = &self.conditions else { return Cow::Borrowed(self) };
+        let decided = policies.decide_call(&self.facts(args, ctx));
+        let gated = Gated::new(self.listed.clone(), self.spec.clone(), self.upstream.as_deref(), decided);
+        Cow::Owned(gated.with_conditions(policies.clone()))
+    }
+
+    fn facts<'a>(&'a self, args: &'a Map<String, Value>, ctx: &'a StepContext) -> CallFacts<'a> {
+        CallFacts::new(&self.listed, self.upstream.as_deref().unwrap_or(""), args, ctx.extension::<Caller>())
+    }
+
+    /// The deny error when `decision` is an edit whose arguments the policies in force
+    /// deny (a `when` on the arguments): what runs is what is judged.
+    pub(crate) fn edit_denied(&self, decision: &Value, ctx: &StepContext) -> Result<Option<ToolResult>, StepError> {
+        let Some(policies) = &self.conditions else { return Ok(None) };
+        let Carried::Run(Some(edited)) = self.carry_out(Some(decision))? else { return Ok(None) };
+        let decided = policies.decide_call(&self.facts(&edited, ctx));
+        if decided.action != Action::Deny {
+            return Ok(None);
+        }
+        Ok(Some(Gated::new(self.listed.clone(), self.spec.clone(), self.upstream.as_deref(), decided).denied()))
     }
 
     /// The agent that serves this tool through `upstream`; calls that ask mid-call are
@@ -97,9 +137,9 @@ impl Gated {
                 vec![if ended { END } else { "call" }.to_owned()]
             });
         let graph = relaying(graph, &gated, &through);
-        let graph = match gated.action {
-            Action::Allow => graph.add_edge(START, "call"),
-            Action::Deny | Action::Review => graph.add_edge(START, "review"),
+        let graph = match (gated.action, &gated.conditions) {
+            (Action::Allow, None) => graph.add_edge(START, "call"),
+            _ => graph.add_edge(START, "review"),
         };
         let graph = graph.output_key(RESULT);
         let graph = graph.compile().unwrap_or_else(|e| panic!("the gateway graph of {} compiles: {e}", gated.listed));
@@ -151,19 +191,26 @@ impl Gated {
     /// carries its answer: a rejection or response ends it as the answer says whatever
     /// the rules now are; an approval or edit runs it unless it is now denied.
     fn gate(&self, state: &Value, ctx: &StepContext) -> Result<Value, StepError> {
-        match self.action {
-            Action::Review => Ok(json!({ DECISION: self.review(state, ctx)? })),
-            Action::Allow => Ok(ctx.answered().map_or_else(|| json!({}), |answer| json!({ DECISION: answer }))),
+        let args = arguments(state);
+        let gated = self.for_call(&args, ctx);
+        let decision = match gated.action {
+            Action::Review => Some(gated.review(state, ctx)?),
+            Action::Allow => ctx.answered(),
             Action::Deny => {
                 let result = match ctx.answered() {
-                    Some(answer) => match self.carry_out(Some(&answer))? {
+                    Some(answer) => match gated.carry_out(Some(&answer))? {
                         Carried::Answer(result) => result,
-                        Carried::Run(_) => self.denied(),
+                        Carried::Run(_) => gated.denied(),
                     },
-                    None => self.denied(),
+                    None => gated.denied(),
                 };
-                Ok(json!({ RESULT: result.to_value() }))
+                return Ok(json!({ RESULT: result.to_value() }));
             }
+        };
+        let Some(decision) = decision else { return Ok(json!({})) };
+        match gated.edit_denied(&decision, ctx)? {
+            Some(denied) => Ok(json!({ RESULT: denied.to_value() })),
+            None => Ok(json!({ DECISION: decision })),
         }
     }
 
@@ -492,6 +539,7 @@ mod tests {
             description: description.map(str::to_owned),
             callers: None,
             approvers,
+            when: None,
         };
         let decided = Decided { action: Action::Review, policy: Some(&policy) };
         Gated::new("db.drop_table".into(), spec.as_object().cloned().unwrap(), Some("db"), decided)

@@ -135,6 +135,17 @@ impl Run {
     }
 }
 
+/// Who makes a call, as the server knows them (for MCP: the principal an auth layer
+/// or the stdio host named, and its groups), visible to steps as
+/// `ctx.extension::<Caller>()`; not stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller {
+    /// `user:<id>`, when known.
+    pub principal: Option<String>,
+    /// `group:<name>` entries.
+    pub groups: Vec<String>,
+}
+
 /// What a step sees besides the state: the runtime context and `interrupt`.
 #[derive(Clone)]
 pub struct StepContext {

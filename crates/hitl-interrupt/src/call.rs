@@ -128,6 +128,8 @@ pub struct Call {
     pub capabilities: ClientCapabilities,
     /// Who is calling, when an auth layer said so.
     pub principal: Option<String>,
+    /// The caller's groups (`group:<name>`), as its auth layer said.
+    pub groups: Vec<String>,
     /// The caller's network address, which paused calls count against when there is no
     /// principal.
     pub peer: Option<String>,
@@ -182,6 +184,7 @@ impl Call {
         }
         let mut extensions = hitl_graph::Extensions::default();
         extensions.insert(self.capabilities.clone());
+        extensions.insert(hitl_graph::Caller { principal: self.principal.clone(), groups: self.groups.clone() });
         hitl_graph::Run {
             context: self.context.clone().unwrap_or(Value::Null),
             metadata,

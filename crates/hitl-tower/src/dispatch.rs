@@ -86,6 +86,7 @@ impl Shared {
                 context,
                 capabilities: caller.capabilities,
                 principal: caller.principal,
+                groups: caller.groups,
                 peer: caller.peer,
                 resumable,
                 binding,

@@ -230,6 +230,7 @@ impl Shared {
                 context: None,
                 capabilities: session.capabilities.clone(),
                 principal: caller.principal.clone(),
+                groups: caller.groups.clone(),
                 peer: caller.peer.clone(),
                 resumable: self.resumable(Era::Modern),
                 binding: if prompt { Binding::Prompt } else { Binding::Tool },

@@ -1,0 +1,148 @@
+//! `[[policy]] when`: policies that see the call's arguments and its caller, against a
+//! real upstream (the Python SDK's server of the gateway tests), served by the hitl
+//! program from a config file. The upstream counts its executions; every test asserts
+//! the count.
+
+use serde_json::{Value, json};
+
+use crate::approvals::{Folder, people};
+use crate::auth::request_as;
+use crate::gateway::{ConfigFile, executions_of, text};
+use crate::harness::{Paused, accept};
+use crate::upstream::PythonUpstream;
+
+fn drop_args(database: &str) -> Value {
+    json!({"partition": "p1", "database": database})
+}
+
+#[tokio::test]
+async fn a_policy_on_the_arguments_reviews_prod_and_lets_staging_through() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let config = ConfigFile::write(&format!(
+        r#"[[upstream]]
+name = "db"
+url = "{}"
+
+[[policy]]
+tools = ["db.drop_*"]
+when = 'args.database == "prod"'
+action = "review"
+
+[[policy]]
+tools = ["db.drop_*"]
+when = 'args.database.startsWith("tmp_")'
+action = "deny"
+
+[[policy]]
+tools = ["db.*"]
+action = "allow"
+"#,
+        upstream.url
+    ));
+    let server = config.serve().await;
+    let staging = server.call_tool(1, json!({"name": "db.drop_partition", "arguments": drop_args("staging")})).await;
+    assert_eq!(text(&staging), "dropped p1 on staging", "{}", staging.body);
+    let denied = server.call_tool(2, json!({"name": "db.drop_partition", "arguments": drop_args("tmp_1")})).await;
+    assert_eq!(denied.body["result"]["isError"], true, "{}", denied.body);
+    assert!(text(&denied).contains("is denied by the policy"), "{}", denied.body);
+    assert_eq!(executions_of(&server, "drop_partition").await, 1);
+
+    // Prod pauses for review; an approval runs it once.
+    let prod = server.call_tool(3, json!({"name": "db.drop_partition", "arguments": drop_args("prod")})).await;
+    let paused = Paused::of("db.drop_partition", drop_args("prod"), &prod);
+    assert!(paused.question()["params"]["message"].as_str().unwrap().contains("Tool execution requires approval"));
+    let ran = paused.answer(&server, accept(json!({"decision": "approve"}))).await;
+    assert_eq!(text(&ran), "dropped p1 on prod", "{}", ran.body);
+    assert_eq!(executions_of(&server, "drop_partition").await, 2);
+
+    // An edit to arguments the rules deny is not run: what runs is what is judged.
+    let prod = server.call_tool(4, json!({"name": "db.drop_partition", "arguments": drop_args("prod")})).await;
+    let paused = Paused::of("db.drop_partition", drop_args("prod"), &prod);
+    let edit = json!({"decision": "edit", "args": r#"{"partition": "p1", "database": "tmp_9"}"#});
+    let edited = paused.answer(&server, accept(edit)).await;
+    assert!(text(&edited).contains("is denied by the policy"), "{}", edited.body);
+    assert_eq!(executions_of(&server, "drop_partition").await, 2, "the denied edit did not run");
+}
+
+#[tokio::test]
+async fn an_expression_that_fails_counts_as_true_for_review_and_false_for_allow() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let config = ConfigFile::write(&format!(
+        r#"[[upstream]]
+name = "db"
+url = "{}"
+
+[[policy]]
+tools = ["db.echo"]
+when = "args.missing == 1"
+action = "allow"
+
+[[policy]]
+tools = ["db.echo"]
+action = "deny"
+
+[[policy]]
+tools = ["db.drop_*"]
+when = "args.partition > 3"
+action = "review"
+"#,
+        upstream.url
+    ));
+    let server = config.serve().await;
+    // `args.missing` is no field: the allow policy does not apply, the deny after it does.
+    let echoed = server.call_tool(1, json!({"name": "db.echo", "arguments": {"text": "hi"}})).await;
+    assert!(text(&echoed).contains("db.echo is denied by the policy"), "{}", echoed.body);
+    // A string compared with a number fails: the review applies.
+    let dropped = server.call_tool(2, json!({"name": "db.drop_partition", "arguments": drop_args("orders")})).await;
+    Paused::of("db.drop_partition", drop_args("orders"), &dropped);
+    assert_eq!(executions_of(&server, "drop_partition").await, 0);
+}
+
+#[tokio::test]
+async fn a_policy_on_the_callers_groups_reviews_those_outside_the_group() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let folder = Folder::new(&format!(
+        r#"[auth.jwt]
+issuer = "https://idp.example"
+audience = "hitl"
+jwks_file = "jwks.json"
+
+[[upstream]]
+name = "db"
+url = "{}"
+
+[[policy]]
+tools = ["db.drop_*"]
+when = '!("group:sre" in caller.groups) && caller.authenticated'
+action = "review"
+"#,
+        upstream.url
+    ));
+    let server = folder.serve(&[]).await;
+    let p = people();
+    let call = json!({"name": "db.drop_partition", "arguments": drop_args("orders")});
+    let by_bob = request_as(&server, Some(&p.bob), json!({"elicitation": {}}), 1, "tools/call", call.clone()).await;
+    assert_eq!(by_bob.text(), "dropped p1 on orders", "bob is in group:sre: {}", by_bob.body);
+    let by_carol = request_as(&server, Some(&p.carol), json!({"elicitation": {}}), 2, "tools/call", call).await;
+    assert_eq!(by_carol.body["result"]["resultType"], "input_required", "carol is not: {}", by_carol.body);
+}
+
+#[test]
+fn a_when_that_does_not_compile_is_refused_at_its_line_and_column() {
+    let config = ConfigFile::write("[[policy]]\ntools = [\"db.*\"]\nwhen = \"args.amount >\"\naction = \"review\"\n");
+    let out = std::process::Command::new(crate::harness::Server::program())
+        .args(["check", "--config", config.0.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains(":3:8: policy[0].when: not a CEL expression"), "{said}");
+    let config =
+        ConfigFile::write("[[policy]]\ntools = [\"db.*\"]\nwhen = \"request.amount > 1\"\naction = \"review\"\n");
+    let out = std::process::Command::new(crate::harness::Server::program())
+        .args(["check", "--config", config.0.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains(r#"policy[0].when: unknown variable "request""#), "{said}");
+}
