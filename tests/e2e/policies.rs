@@ -146,3 +146,101 @@ fn a_when_that_does_not_compile_is_refused_at_its_line_and_column() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains(r#"policy[0].when: unknown variable "request""#), "{said}");
 }
+
+/// The rules `explain_cli_and_api` asks about (line numbers matter).
+const EXPLAINED: &str = r#"[auth]
+tokens_file = "tokens.txt"
+
+[admin]
+principals = ["user:bob"]
+
+[[upstream]]
+name = "db"
+url = "http://127.0.0.1:9/mcp"
+
+[[policy]]
+tools = ["payments.*"]
+action = "allow"
+
+[[policy]]
+tools = ["db.drop_*"]
+when = 'args.database == "prod" && !("group:dba" in caller.groups)'
+action = "review"
+
+[[policy]]
+tools = ["db.drop_*"]
+when = "args.rows > 10"
+action = "allow"
+
+[[policy]]
+tools = ["db.*"]
+action = "review"
+"#;
+
+#[tokio::test]
+async fn explain_cli_and_api() {
+    let folder = crate::approvals::tokens_folder(EXPLAINED);
+    let file = folder.config();
+    let explain = |extra: &[&str]| {
+        let mut args = vec!["policy", "explain", "--config", file.as_str()];
+        args.extend_from_slice(extra);
+        std::process::Command::new(crate::harness::Server::program()).args(&args).output().unwrap()
+    };
+    let out = explain(&[
+        "--tool",
+        "db.drop_partition",
+        "--args",
+        r#"{"database":"prod"}"#,
+        "--caller",
+        "user:alice",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said["policy"], format!("{file}:15"), "{said}");
+    assert_eq!(said["action"], "review");
+    assert_eq!(
+        said["skipped"],
+        json!([{"policy": format!("{file}:11"), "reason": "glob",
+        "detail": "tools = [\"payments.*\"] does not match \"db.drop_partition\""}])
+    );
+
+    // A DBA's drop of prod: the first `when` is false, the second fails (no `rows`) on
+    // an allow policy, so the catch-all review decides.
+    let out = explain(&[
+        "--tool",
+        "db.drop_partition",
+        "--args",
+        r#"{"database":"prod"}"#,
+        "--caller",
+        "user:dana",
+        "--groups",
+        "group:dba",
+        "--json",
+    ]);
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said["policy"], format!("{file}:25"), "{said}");
+    let reasons: Vec<&str> =
+        said["skipped"].as_array().unwrap().iter().map(|s| s["reason"].as_str().unwrap()).collect();
+    assert_eq!(reasons, ["glob", "when_false", "error"], "{said}");
+    let text = explain(&["--tool", "other", "--caller", "user:alice"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.ends_with("[gateway] default_action: decides: allow\n"), "{text}");
+
+    // The same over the API, for [admin] principals only.
+    let server = folder.serve(&[]).await;
+    let ask = |token: &'static str, body: Value| {
+        let server = &server;
+        async move { crate::approvals::api(server, token, http::Method::POST, "/api/policy/explain", Some(body)).await }
+    };
+    let body = json!({"tool": "db.drop_partition", "args": {"database": "prod"}, "caller": "user:alice", "groups": []});
+    let answered = ask("tok-bob", body.clone()).await;
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    assert_eq!(answered.body["policy"], format!("{file}:15"));
+    assert_eq!(answered.body["action"], "review");
+    let refused = ask("tok-alice", body).await;
+    assert_eq!(refused.status, 403, "alice is no admin: {}", refused.body);
+    assert!(refused.body.to_string().contains("/api/policy/explain is for [admin] principals"), "{}", refused.body);
+    let bad = ask("tok-bob", json!({"args": {}})).await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+}

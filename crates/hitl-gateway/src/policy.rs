@@ -10,7 +10,7 @@ pub use hitl_schema::DecisionKind;
 use serde::Deserialize;
 
 /// What a policy does with the calls it matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
     /// Forward the call.
@@ -408,18 +408,20 @@ impl Policies {
         self.explain_call(call, None)
     }
 
-    /// [`Policies::decide_call`], telling `skipped` why each earlier policy did not
-    /// decide (`hitl policy explain`).
+    /// [`Policies::decide_call`], telling `explained` why each earlier policy did not
+    /// decide, and whether the one that did decided by its expression failing
+    /// (`hitl policy explain`).
     pub fn explain_call<'a>(
         &'a self,
         call: &crate::when::CallFacts<'_>,
-        mut skipped: Option<&mut Vec<crate::when::Skipped>>,
+        mut explained: Option<&mut crate::when::Explanation>,
     ) -> Decided<'a> {
         let mut vars = None;
         for (index, (policy, condition)) in self.policies.iter().zip(&self.conditions).enumerate() {
             let mut skip = |reason: &str, detail: String| {
-                if let Some(skipped) = skipped.as_deref_mut() {
-                    skipped.push(crate::when::Skipped { policy: self.place(index), reason: reason.to_owned(), detail });
+                if let Some(explained) = explained.as_deref_mut() {
+                    let skipped = crate::when::Skipped { policy: self.place(index), reason: reason.to_owned(), detail };
+                    explained.skipped.push(skipped);
                 }
             };
             if !policy.tools.iter().any(|glob| glob_match(glob, call.tool)) {
@@ -434,6 +436,9 @@ impl Policies {
                 Err(why) => {
                     tracing::warn!(policy = %self.place(index), tool = call.tool, error = %why, "a policy's `when` failed; it counts as {}", if policy.action == Action::Allow { "false (allow fails closed)" } else { "true (review and deny fail closed)" });
                     if policy.action != Action::Allow {
+                        if let Some(explained) = explained.as_deref_mut() {
+                            explained.failed = Some(why);
+                        }
                         return Decided { action: policy.action, policy: Some(policy) };
                     }
                     skip("error", why);
@@ -950,11 +955,14 @@ mod when_tests {
         assert_eq!(decide(&set, "db.select", json!({"limit": "many"}), &[]), (Action::Review, Some(1)));
         assert_eq!(decide(&set, "db.select", json!({"limit": 5}), &[]), (Action::Allow, Some(0)));
         assert_eq!(decide(&set, "db.drop", json!({}), &[]), (Action::Review, Some(2)));
-        let mut skipped = Vec::new();
+        let mut explained = crate::when::Explanation::default();
         let args = Map::new();
-        set.explain_call(&CallFacts::new("db.select", "db", &args, None), Some(&mut skipped));
-        assert_eq!(skipped.len(), 1);
-        assert_eq!(skipped[0].reason, "error");
+        set.explain_call(&CallFacts::new("db.select", "db", &args, None), Some(&mut explained));
+        assert_eq!(explained.skipped.len(), 1);
+        assert_eq!((explained.skipped[0].reason.as_str(), &explained.failed), ("error", &None));
+        let mut explained = crate::when::Explanation::default();
+        set.explain_call(&CallFacts::new("db.drop", "db", &args, None), Some(&mut explained));
+        assert!(explained.failed.is_some_and(|why| why.contains("database")), "the review decided by failing");
     }
 
     #[test]

@@ -15,6 +15,7 @@
 
 use std::sync::Arc;
 
+pub use hitl_graph::Caller;
 use serde_json::{Map, Value, json};
 
 /// The variables an expression may name.
@@ -125,6 +126,15 @@ impl<'a> CallFacts<'a> {
 /// The variables of one call, made once and shared by the policies that look at it.
 pub struct Variables(cel::Context<'static, 'static>);
 
+/// How the policies came to their decision on a call, for `hitl policy explain`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Explanation {
+    /// The policies before the one that decided, each with why it did not.
+    pub skipped: Vec<Skipped>,
+    /// Why the deciding policy's expression failed, when it decided by failing closed.
+    pub failed: Option<String>,
+}
+
 /// Why a policy did not decide a call, for `hitl policy explain`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Skipped {
@@ -134,4 +144,30 @@ pub struct Skipped {
     pub reason: String,
     /// What was found.
     pub detail: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The examples of docs/policies.md compile and run on a call that has their fields.
+    #[test]
+    fn the_documented_examples_compile_and_run() {
+        let args = json!({"database": "prod", "amount": 5, "path": "/etc/passwd", "force": true});
+        let caller = Caller { principal: Some("user:alice".into()), groups: vec!["group:oncall".into()] };
+        let call = CallFacts::new("s3.delete", "s3", args.as_object().unwrap(), Some(&caller));
+        let vars = call.variables();
+        for (text, expected) in [
+            (r#"args.database == "prod""#, true),
+            ("args.amount > 1000 && !caller.authenticated", false),
+            (r#""group:oncall" in caller.groups"#, true),
+            (r#"args.path.startsWith("/etc/") || args.path.contains("..")"#, true),
+            ("has(args.force) && args.force == true", true),
+            (r#"now.getHours("Europe/Paris") >= 0"#, true),
+            (r#"tool.endsWith(".delete") && upstream == "s3""#, true),
+        ] {
+            let condition = Condition::compile(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(condition.eval(&vars), Ok(expected), "{text}");
+        }
+    }
 }

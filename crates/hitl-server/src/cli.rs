@@ -38,6 +38,83 @@ pub(crate) enum Command {
     Check(CheckArgs),
     /// List, show or cancel the paused calls of a shared store.
     Threads(crate::threads::ThreadsArgs),
+    /// Ask the policies of a configuration file.
+    Policy(PolicyArgs),
+}
+
+#[derive(Parser)]
+pub(crate) struct PolicyArgs {
+    #[command(subcommand)]
+    pub(crate) command: PolicyCommand,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum PolicyCommand {
+    /// Which policy decides a call (file:line), its action, and why each earlier
+    /// policy did not (its glob, its `when` false, or its expression failing); the
+    /// call is not made.
+    Explain(ExplainArgs),
+}
+
+#[derive(Parser)]
+pub(crate) struct ExplainArgs {
+    /// The configuration file.
+    #[arg(long, env = "HITL_CONFIG", value_name = "FILE")]
+    config: PathBuf,
+    /// The tool's listed name (`db.drop_partition`).
+    #[arg(long)]
+    tool: String,
+    /// The call's arguments, a JSON object.
+    #[arg(long, default_value = "{}")]
+    args: String,
+    /// The caller (`user:<id>`); none: an anonymous caller.
+    #[arg(long)]
+    caller: Option<String>,
+    /// The caller's groups (`group:<name>`), repeated or comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    groups: Vec<String>,
+    /// Print `{"policy", "action", "skipped": [{"policy", "reason", "detail"}]}`.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `hitl policy explain`: what the policies of `--config` would do with the call.
+pub(crate) fn explain(args: &ExplainArgs, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+    let (serve, _) = ServeArgs::for_file(&args.config)?;
+    let policies = serve.gateway.policies()?;
+    let call: serde_json::Value =
+        serde_json::from_str(&args.args).with_context(|| format!("--args {:?}: not JSON", args.args))?;
+    let serde_json::Value::Object(call) = call else { bail!("--args: give a JSON object") };
+    let explained = crate::explain::explain(
+        &policies,
+        &serve.gateway.upstream,
+        &args.tool,
+        &call,
+        args.caller.as_deref(),
+        &args.groups,
+    );
+    if args.json {
+        writeln!(out, "{explained}")?;
+        return Ok(());
+    }
+    for skipped in explained["skipped"].as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "{}: skipped ({}): {}",
+            skipped["policy"].as_str().unwrap_or_default(),
+            skipped["reason"].as_str().unwrap_or_default(),
+            skipped["detail"].as_str().unwrap_or_default()
+        )?;
+    }
+    let failed = explained["error"].as_str().map(|why| format!(" (its `when` failed, which counts as true: {why})"));
+    writeln!(
+        out,
+        "{}: decides: {}{}",
+        explained["policy"].as_str().unwrap_or_default(),
+        explained["action"].as_str().unwrap_or_default(),
+        failed.unwrap_or_default()
+    )?;
+    Ok(())
 }
 
 #[derive(Parser)]
@@ -377,6 +454,14 @@ impl ServeArgs {
         builder = builder.pages(self.pages_config(&policies, local, &live)?);
         let health = live.clone();
         builder = builder.health(Arc::new(move || health.health()));
+        let explaining = live.clone();
+        builder = builder.admin_query(
+            EXPLAIN_PATH,
+            Arc::new(move |body| {
+                let rules = &explaining.now().rules;
+                crate::explain::explain_request(&rules.policies, &rules.upstreams, body)
+            }),
+        );
         let listing = live.clone();
         builder = builder.admin_document(
             UNMATCHED_PATH,
@@ -741,6 +826,9 @@ fn stdio_principal(given: &str) -> anyhow::Result<String> {
         _ => bail!("--stdio-principal {given:?}: give user:<id> (no spaces)"),
     }
 }
+
+/// Where `[admin]` principals ask which policy decides a call.
+pub(crate) const EXPLAIN_PATH: &str = "/api/policy/explain";
 
 /// Where `[admin]` principals read the policy globs that match nothing.
 pub(crate) const UNMATCHED_PATH: &str = "/api/policies/unmatched";

@@ -29,6 +29,7 @@ mod bus;
 mod cli;
 mod config;
 mod configured;
+mod explain;
 mod listener;
 mod metrics;
 mod passthrough;
@@ -45,7 +46,7 @@ pub use hitl_tower::{BodyLimits, Endpoint};
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/embedding.md")]
 pub struct Embedding;
-pub use server::{DocumentFn, HttpLimits, Server, ServerBuilder};
+pub use server::{DocumentFn, HttpLimits, QueryFn, Server, ServerBuilder};
 
 use std::sync::Arc;
 
@@ -86,6 +87,14 @@ pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
             telemetry::init(telemetry::LogFormat::Text, None)?;
             // A verdict, not a crash: the reason on stderr, exit status 1.
             if let Err(e) = cli::check(args, &runtime) {
+                eprintln!("error: {e:#}");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        cli::Command::Policy(cli::PolicyArgs { command: cli::PolicyCommand::Explain(args) }) => {
+            telemetry::init(telemetry::LogFormat::Text, None)?;
+            if let Err(e) = cli::explain(&args, &mut std::io::stdout()) {
                 eprintln!("error: {e:#}");
                 std::process::exit(1);
             }

@@ -151,8 +151,8 @@ impl Scrape {
 }
 
 /// Lets only `[admin] principals` (a `user:` entry, or a `group:` the caller is in)
-/// through to `/metrics` on the main listener; the caller was named by the bearer
-/// layer in front of it. Others get 403.
+/// through to `/metrics` on the main listener and the admin documents and queries; the
+/// caller was named by the bearer layer in front of it. Others get 403.
 #[derive(Clone)]
 pub(crate) struct AdminsOnly(pub(crate) Arc<[String]>);
 
@@ -164,8 +164,14 @@ impl hitl_tower::Admission for AdminsOnly {
         if admin {
             return Ok(());
         }
-        let why = "/metrics on this listener is for [admin] principals (or serve it apart with --metrics-listen)";
-        Err(Box::new(hitl_tower::forbidden(why)))
+        let why = match request.uri().path() {
+            "/metrics" => {
+                "/metrics on this listener is for [admin] principals (or serve it apart with --metrics-listen)"
+                    .to_owned()
+            }
+            path => format!("{path} is for [admin] principals"),
+        };
+        Err(Box::new(hitl_tower::forbidden(&why)))
     }
 }
 
@@ -194,6 +200,36 @@ pub(crate) fn document(document: crate::DocumentFn) -> hitl_tower::Endpoint {
             let mut response = http::Response::new(hitl_tower::body("only GET is served here\n"));
             *response.status_mut() = http::StatusCode::METHOD_NOT_ALLOWED;
             response.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static("GET"));
+            response
+        };
+        std::future::ready(Ok::<_, std::convert::Infallible>(response))
+    }))
+}
+
+/// `POST` of a JSON body answered by `query` (400 with `{"error"}` when the body is not
+/// JSON or `query` refuses it); other methods get 405.
+pub(crate) fn query(query: crate::QueryFn) -> hitl_tower::Endpoint {
+    hitl_tower::Endpoint::new(tower::service_fn(move |request: http::Request<bytes::Bytes>| {
+        let json = |status: http::StatusCode, body: serde_json::Value| {
+            let mut response = http::Response::new(hitl_tower::body(body.to_string()));
+            *response.status_mut() = status;
+            response
+                .headers_mut()
+                .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+            response
+        };
+        let response = if request.method() == http::Method::POST {
+            let answered = serde_json::from_slice::<serde_json::Value>(request.body())
+                .map_err(|e| format!("the body is not JSON: {e}"))
+                .and_then(|body| query(&body));
+            match answered {
+                Ok(answer) => json(http::StatusCode::OK, answer),
+                Err(error) => json(http::StatusCode::BAD_REQUEST, serde_json::json!({ "error": error })),
+            }
+        } else {
+            let mut response =
+                json(http::StatusCode::METHOD_NOT_ALLOWED, serde_json::json!({"error": "only POST is served here"}));
+            response.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
             response
         };
         std::future::ready(Ok::<_, std::convert::Infallible>(response))

@@ -46,6 +46,10 @@ type Wrap = Box<dyn FnOnce(Endpoint) -> Endpoint + Send>;
 /// A JSON document made at each request, for [`ServerBuilder::admin_document`].
 pub type DocumentFn = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
 
+/// An answer to a JSON request, or why the request is not valid (a 400), for
+/// [`ServerBuilder::admin_query`].
+pub type QueryFn = Arc<dyn Fn(&serde_json::Value) -> Result<serde_json::Value, String> + Send + Sync>;
+
 /// Builds a [`Server`]; see [`Server::builder`].
 pub struct ServerBuilder {
     tools: Vec<Agent>,
@@ -69,6 +73,7 @@ pub struct ServerBuilder {
     health: Option<HealthFn>,
     metrics: bool,
     documents: Vec<(String, DocumentFn)>,
+    queries: Vec<(String, QueryFn)>,
     /// What a configuration file makes at start ([`ServerBuilder::config_file`]), and
     /// how many of `tools` it put under its policies.
     startup: Option<(crate::configured::Startup, usize)>,
@@ -151,6 +156,15 @@ impl ServerBuilder {
     #[must_use]
     pub fn admin_document(mut self, path: impl Into<String>, document: DocumentFn) -> Self {
         self.documents.push((path.into(), document));
+        self
+    }
+
+    /// Answers `POST path` (a JSON body) with `query`'s JSON, to `[admin] principals`
+    /// only, as [`ServerBuilder::admin_document`]; a body that is not JSON, or that
+    /// `query` refuses, gets 400 with `{"error": …}`.
+    #[must_use]
+    pub fn admin_query(mut self, path: impl Into<String>, query: QueryFn) -> Self {
+        self.queries.push((path.into(), query));
         self
     }
 
@@ -392,6 +406,7 @@ impl ServerBuilder {
             records,
             admins,
             documents: self.documents,
+            queries: self.queries,
             startup,
         }
     }
@@ -436,6 +451,7 @@ pub struct Server {
     /// authentication is on.
     admins: Vec<String>,
     documents: Vec<(String, DocumentFn)>,
+    queries: Vec<(String, QueryFn)>,
     /// What a configuration file makes as the server starts ([`Server::start`]).
     startup: Option<crate::configured::Startup>,
 }
@@ -471,6 +487,7 @@ impl Server {
             health: None,
             metrics: false,
             documents: Vec::new(),
+            queries: Vec::new(),
             startup: None,
         }
     }
@@ -652,6 +669,9 @@ impl Server {
         // Before the pages, which serve the rest of /api.
         for (path, document) in self.documents {
             app = app.mount(path, limited(for_admins(crate::metrics::document(document))));
+        }
+        for (path, query) in self.queries {
+            app = app.mount(path, limited(for_admins(crate::metrics::query(query))));
         }
         if let Some((pages, engine)) = self.pages {
             let service = limited(pages.service(engine));

@@ -21,6 +21,8 @@ pub(crate) struct Rules {
     pub(crate) judged: Option<Judgement>,
     /// `[gateway] unmatched`.
     pub(crate) mode: UnmatchedMode,
+    /// The `[[upstream]]`s, as written.
+    pub(crate) upstreams: Vec<hitl_gateway::UpstreamSpec>,
 }
 
 impl std::fmt::Debug for Rules {
@@ -101,6 +103,6 @@ impl ServeArgs {
             Arc::new(g.with_agents(agent_names.clone(), mode).with_changes(changes).with_updates(updates))
         });
         let judged = gateway.is_none().then(|| policies.judge(&agent_names, &[]));
-        Ok(Rules { policies, gateway, agents, judged, mode })
+        Ok(Rules { policies, gateway, agents, judged, mode, upstreams: self.gateway.upstream.clone() })
     }
 }
