@@ -244,3 +244,85 @@ async fn explain_cli_and_api() {
     let bad = ask("tok-bob", json!({"args": {}})).await;
     assert_eq!(bad.status, 400, "{}", bad.body);
 }
+
+/// `db` at `url`, its drops allowed 30 times a minute per caller, `db.delete_*`
+/// reviewed twice a minute.
+fn limited(url: &str) -> String {
+    format!(
+        r#"[[upstream]]
+name = "db"
+url = "{url}"
+
+[[policy]]
+tools = ["db.drop_*"]
+action = "allow"
+rate_limit = "30/minute"
+
+[[policy]]
+tools = ["db.echo"]
+action = "review"
+rate_limit = "2/minute"
+"#
+    )
+}
+
+fn limit_text(reply: &crate::harness::Reply) -> String {
+    assert_eq!(reply.body["result"]["isError"], true, "{}", reply.body);
+    text(reply)
+}
+
+#[tokio::test]
+async fn a_rate_limit_refuses_the_31st_call_in_a_minute_and_counts_a_review_as_it_pauses() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let config = ConfigFile::write(&limited(&upstream.url));
+    let server = crate::harness::Server::start(&["--config", config.0.to_str().unwrap(), "--store", "memory"]).await;
+    for n in 0..30 {
+        let ran = server.call_tool(n, json!({"name": "db.drop_partition", "arguments": drop_args("orders")})).await;
+        assert_eq!(text(&ran), "dropped p1 on orders", "call {n}: {}", ran.body);
+    }
+    let refused = server.call_tool(31, json!({"name": "db.drop_partition", "arguments": drop_args("orders")})).await;
+    let said = limit_text(&refused);
+    assert!(said.starts_with(r#"rate limit of 30/minute for tools = ["db.drop_*"] reached; retry in "#), "{said}");
+    let seconds: u64 = said.rsplit("retry in ").next().unwrap().trim_end_matches(" s").parse().unwrap();
+    assert!((1..=60).contains(&seconds), "{said}");
+    assert_eq!(executions_of(&server, "drop_partition").await, 30, "the 31st never reached the upstream");
+
+    // A reviewed call is counted as it pauses: the third in the minute does not pause,
+    // and an approval of a paused one is never refused afterwards.
+    let echo = |id: u64| server.call_tool(id, json!({"name": "db.echo", "arguments": {"text": "hi"}}));
+    let first = Paused::of("db.echo", json!({"text": "hi"}), &echo(40).await);
+    Paused::of("db.echo", json!({"text": "hi"}), &echo(41).await);
+    let third = echo(42).await;
+    assert!(
+        limit_text(&third).starts_with(r#"rate limit of 2/minute for tools = ["db.echo"] reached"#),
+        "{}",
+        third.body
+    );
+    let approved = first.answer(&server, accept(json!({"decision": "approve"}))).await;
+    assert_eq!(text(&approved), "hi", "{}", approved.body);
+    let (_, _, metrics) = server.raw(http::Method::GET, "/metrics", &[], bytes::Bytes::new()).await;
+    assert!(metrics.contains("hitl_rate_limited_total{policy=\"tools = [\\\"db.drop_*\\\"]\"} 1"), "{metrics}");
+}
+
+#[tokio::test]
+async fn replicas_on_redis_share_a_rate_limit() {
+    let Some(redis) = crate::harness::redis_url("policies") else { return };
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    // A policy of its own text: counts left by another run do not apply.
+    let run = format!("{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    let config = ConfigFile::write(&format!("{}\ndescription = \"run {run}\"\n", limited(&upstream.url)));
+    let args = ["--config", config.0.to_str().unwrap()];
+    let (one, two) =
+        (crate::harness::Server::start_on(&redis, &args).await, crate::harness::Server::start_on(&redis, &args).await);
+    for n in 0..30 {
+        let replica = if n % 2 == 0 { &one } else { &two };
+        let ran = replica.call_tool(n, json!({"name": "db.drop_partition", "arguments": drop_args("orders")})).await;
+        assert_eq!(text(&ran), "dropped p1 on orders", "call {n}: {}", ran.body);
+    }
+    for replica in [&one, &two] {
+        let refused =
+            replica.call_tool(31, json!({"name": "db.drop_partition", "arguments": drop_args("orders")})).await;
+        assert!(limit_text(&refused).contains("rate limit of 30/minute"), "{}", refused.body);
+    }
+    assert_eq!(executions_of(&one, "drop_partition").await, 30);
+}

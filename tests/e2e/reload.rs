@@ -92,6 +92,12 @@ fn sha256_hex(bytes: &[u8]) -> String {
     ring::digest::digest(&ring::digest::SHA256, bytes).as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Sends the server `SIGHUP`.
+fn hangup(server: &Server) {
+    let sent = std::process::Command::new("kill").args(["-HUP", &server.pid().to_string()]).status().unwrap();
+    assert!(sent.success());
+}
+
 const DROP: &str = "db.drop_partition";
 
 fn drop_args() -> Value {
@@ -189,8 +195,7 @@ async fn sighup_reloads_and_a_paused_review_is_judged_by_the_rules_then_in_force
     // rejection ends as it says.
     let denied = config(&upstream.url, "deny", "");
     std::fs::write(&file, &denied).unwrap();
-    let hangup = std::process::Command::new("kill").args(["-HUP", &server.pid().to_string()]).status().unwrap();
-    assert!(hangup.success());
+    hangup(&server);
     reloaded(&server, &sha256_hex(reviewed.as_bytes())).await;
     let after = one.answer(&server, accept(approve.clone())).await;
     assert!(text(&after).contains("db.drop_partition is denied by the policy"), "{}", after.body);
@@ -201,8 +206,7 @@ async fn sighup_reloads_and_a_paused_review_is_judged_by_the_rules_then_in_force
     // Allowed again: the approval stands and runs the call once.
     let allowed = config(&upstream.url, "allow", "");
     std::fs::write(&file, &allowed).unwrap();
-    let hangup = std::process::Command::new("kill").args(["-HUP", &server.pid().to_string()]).status().unwrap();
-    assert!(hangup.success());
+    hangup(&server);
     reloaded(&server, &sha256_hex(denied.as_bytes())).await;
     let ran = three.answer(&server, accept(approve)).await;
     assert_eq!(text(&ran), "dropped p1 on orders", "{}", ran.body);

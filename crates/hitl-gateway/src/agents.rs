@@ -9,6 +9,7 @@ use std::sync::Arc;
 use hitl_graph::{Agent, StepContext, StepError};
 use serde_json::{Map, Value, json};
 
+use crate::limit::Limiter;
 use crate::policy::{Action, Policies};
 use crate::tools::{Carried, Gated, arguments};
 
@@ -17,36 +18,46 @@ use crate::tools::{Carried, Gated, arguments};
 const GUARD: &str = "hitl:gate";
 const VERDICT: &str = "hitl:verdict";
 
-/// `agent` under `policies`: as it is when they allow it, else behind its gate. Fails
-/// when the agent's graph already has a step of the guard's name.
-pub fn gate(agent: Agent, policies: &Arc<Policies>) -> Result<Agent, String> {
-    gate_with(agent, policies, false)
+/// `agent` under `policies`: as it is when they allow it, else behind its gate (which
+/// counts its calls in `limiter` when its policy has a `rate_limit`). Fails when the
+/// agent's graph already has a step of the guard's name.
+pub fn gate(agent: Agent, policies: &Arc<Policies>, limiter: Option<&Arc<dyn Limiter>>) -> Result<Agent, String> {
+    gate_with(agent, policies, limiter, false)
 }
 
 /// [`gate`] for a server whose rules may be reloaded: the guard is there even when the
 /// policies allow the agent, so that a call paused for review under earlier rules
 /// resumes on it and its answer is carried out under the rules then in force.
-pub fn gate_reloadable(agent: Agent, policies: &Arc<Policies>) -> Result<Agent, String> {
-    gate_with(agent, policies, true)
+pub fn gate_reloadable(
+    agent: Agent,
+    policies: &Arc<Policies>,
+    limiter: Option<&Arc<dyn Limiter>>,
+) -> Result<Agent, String> {
+    gate_with(agent, policies, limiter, true)
 }
 
-fn gate_with(agent: Agent, policies: &Arc<Policies>, always: bool) -> Result<Agent, String> {
+fn gate_with(
+    agent: Agent,
+    policies: &Arc<Policies>,
+    limiter: Option<&Arc<dyn Limiter>>,
+    always: bool,
+) -> Result<Agent, String> {
     let decided = policies.decide(&agent.name);
-    let conditional = policies.conditional(&agent.name);
-    if decided.action == Action::Allow && !always && !conditional {
-        return Ok(agent);
-    }
     let mut spec = Map::new();
     spec.insert("name".into(), json!(agent.name));
     spec.insert("inputSchema".into(), agent.input_schema.clone());
     let mut gated = Gated::new(agent.name.clone(), spec, None, decided);
-    if conditional {
+    if policies.conditional(&agent.name) {
         gated = gated.with_conditions(policies.clone());
+    }
+    gated.limiter = limiter.cloned();
+    if !gated.guarded() && !always {
+        return Ok(agent);
     }
     let gated = Arc::new(gated);
     let guard = move |state: Value, ctx: StepContext| {
         let gated = gated.clone();
-        async move { guard(&gated, &state, &ctx) }
+        async move { guard(&gated, &state, &ctx).await }
     };
     let graph = agent
         .graph
@@ -58,8 +69,11 @@ fn gate_with(agent: Agent, policies: &Arc<Policies>, always: bool) -> Result<Age
 /// Denies, or asks and carries out the decision: the edited arguments replace the
 /// call's (those the edit leaves out become null), a rejection or a response is the
 /// verdict.
-fn guard(gated: &Gated, state: &Value, ctx: &StepContext) -> Result<Value, StepError> {
+async fn guard(gated: &Gated, state: &Value, ctx: &StepContext) -> Result<Value, StepError> {
     let gated = gated.for_call(&arguments(state), ctx);
+    if let Some(refused) = gated.over_limit(ctx).await {
+        return Ok(json!({ VERDICT: refused.to_value() }));
+    }
     let answer = match gated.action {
         Action::Review => Some(gated.review(state, ctx)?),
         // Asked under earlier rules (a reload changed them since): the answer stands.

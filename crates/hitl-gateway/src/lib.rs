@@ -27,6 +27,7 @@
 //!         callers: Some(vec!["group:ops".into()]),
 //!         approvers: Some(vec!["group:dba".into()]),
 //!         when: None,
+//!         rate_limit: None,
 //!     }],
 //!     GatewaySection::default(),
 //! )?;
@@ -42,6 +43,7 @@
 mod agents;
 mod catalog;
 mod hold;
+pub mod limit;
 mod passthrough;
 mod policy;
 mod subscriptions;
@@ -107,6 +109,8 @@ pub struct Gateway {
     subscriptions: Arc<Mutex<subscriptions::Table>>,
     /// Told when a subscribed resource is updated.
     updates: Option<Updates>,
+    /// Where calls are counted against `rate_limit`s (none: they are not limited).
+    limiter: Option<Arc<dyn limit::Limiter>>,
 }
 
 /// What the gateway knows of one upstream.
@@ -157,6 +161,7 @@ impl Gateway {
             changed: None,
             subscriptions: Arc::default(),
             updates: None,
+            limiter: None,
         })
     }
 
@@ -181,6 +186,14 @@ impl Gateway {
     #[must_use]
     pub fn with_changes(mut self, changed: Changed) -> Self {
         self.changed = Some(changed);
+        self
+    }
+
+    /// Counts calls against the policies' `rate_limit`s in `limiter` (shared by the
+    /// replicas when it is in their store).
+    #[must_use]
+    pub fn with_limiter(mut self, limiter: Arc<dyn limit::Limiter>) -> Self {
+        self.limiter = Some(limiter);
         self
     }
 
@@ -433,6 +446,7 @@ impl Gateway {
                     if self.policies.conditional(&listed_name) {
                         gated = gated.with_conditions(self.policies.clone());
                     }
+                    gated.limiter = self.limiter.clone();
                     catalog.push(Arc::new(Listed { gated: gated.clone(), upstream: upstream.clone() }));
                     agents.push((gated.agent(upstream.clone(), self.holds.clone(), hold_timeout), listing));
                 }

@@ -55,12 +55,22 @@ pub struct Policy {
     /// the policy applies only to the calls it is true for (absent: every call).
     #[serde(default)]
     pub when: Option<String>,
+    /// Calls each caller may make under this policy per window (`"30/minute"`).
+    #[serde(default)]
+    pub rate_limit: Option<crate::limit::RateLimit>,
 }
 
 impl Policy {
     /// The decisions a review under this policy offers.
     pub fn allowed(&self) -> Vec<&'static str> {
         self.decisions.as_deref().unwrap_or(&DecisionKind::ALL).iter().map(|d| d.as_str()).collect()
+    }
+
+    /// What its rate limits are counted under: a digest of the policy's text, so that
+    /// a reload that moves it keeps the counts and one that changes it starts anew.
+    pub fn key(&self) -> String {
+        let digest = ring::digest::digest(&ring::digest::SHA256, format!("{self:?}").as_bytes());
+        digest.as_ref()[..12].iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// How the policy is named in errors: its globs.
@@ -268,9 +278,15 @@ impl Policies {
                     "policy[{i}].action: a policy that names resources or prompts may only allow or deny (reading a resource or getting a prompt cannot be reviewed)"
                 ));
             }
-            if policy.when.is_some() && (!policy.resources.is_empty() || !policy.prompts.is_empty()) {
+            if policy.rate_limit.is_some() && policy.action == Action::Deny {
+                return Err(format!("policy[{i}].rate_limit: a deny policy admits no call to count"));
+            }
+            if (policy.when.is_some() || policy.rate_limit.is_some())
+                && (!policy.resources.is_empty() || !policy.prompts.is_empty())
+            {
+                let key = if policy.when.is_some() { "when" } else { "rate_limit" };
                 return Err(format!(
-                    "policy[{i}].when: a condition is about a tool call; name resources and prompts in a policy of their own"
+                    "policy[{i}].{key}: it is about tool calls; name resources and prompts in a policy of their own"
                 ));
             }
             if policy.decisions.as_ref().is_some_and(Vec::is_empty) {
@@ -620,6 +636,7 @@ mod tests {
             callers: None,
             approvers: None,
             when: None,
+            rate_limit: None,
         }
     }
 
@@ -667,6 +684,7 @@ mod passed_through {
             callers: callers.map(|c| c.iter().map(|c| (*c).to_owned()).collect()),
             approvers: None,
             when: None,
+            rate_limit: None,
         }
     }
 
@@ -788,6 +806,7 @@ mod callers {
             callers: Some(vec!["group:ops".into(), "user:alice".into()]),
             approvers: None,
             when: None,
+            rate_limit: None,
         };
         let policies = Policies::new(vec![ops.clone()], GatewaySection::default()).unwrap();
         assert!(policies.limit_callers());
@@ -827,6 +846,7 @@ mod unmatched {
                 callers: None,
                 approvers: None,
                 when: None,
+                rate_limit: None,
             })
             .collect();
         Policies::new(list, GatewaySection::default()).unwrap()
@@ -904,6 +924,7 @@ mod when_tests {
                 callers: None,
                 approvers: None,
                 when: when.map(str::to_owned),
+                rate_limit: None,
             })
             .collect();
         Policies::new(policies, GatewaySection::default())
@@ -913,6 +934,7 @@ mod when_tests {
         let caller = hitl_graph::Caller {
             principal: Some("user:alice".into()),
             groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+            peer: None,
         };
         let args: Map<String, Value> = args.as_object().cloned().unwrap();
         let decided = policies.decide_call(&CallFacts::new(tool, "db", &args, Some(&caller)));

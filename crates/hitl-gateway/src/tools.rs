@@ -17,6 +17,7 @@ use hitl_upstream::Upstream;
 use serde_json::{Map, Value, json};
 
 use crate::hold::{ASKED, HELD, Holds, Link, PAGES, RESULT, report};
+use crate::limit::{Limiter, RateLimit};
 use crate::policy::{Action, Decided, Policies};
 use crate::when::CallFacts;
 
@@ -54,6 +55,10 @@ pub(crate) struct Gated {
     /// The policies, when a `when` decides this tool's calls one by one (the fields
     /// above are then the rule for its name alone).
     pub(crate) conditions: Option<Arc<Policies>>,
+    /// The policy's rate limit and the key it is counted under.
+    pub(crate) rate: Option<(RateLimit, String)>,
+    /// Where calls are counted against it.
+    pub(crate) limiter: Option<Arc<dyn Limiter>>,
 }
 
 impl Gated {
@@ -74,6 +79,49 @@ impl Gated {
             approvers: decided.policy.and_then(|p| p.approvers.clone()),
             limits_callers: decided.policy.is_some_and(|p| p.callers.is_some()),
             conditions: None,
+            rate: decided.policy.and_then(|p| Some((p.rate_limit?, p.key()))),
+            limiter: None,
+        }
+    }
+
+    /// Whether the call must pass the `review` step before it runs: it may be denied
+    /// or reviewed, decided one by one, or counted.
+    pub(crate) fn guarded(&self) -> bool {
+        self.action != Action::Allow || self.conditions.is_some() || (self.rate.is_some() && self.limiter.is_some())
+    }
+
+    /// The error result of a call past its policy's rate limit, when it is: counted
+    /// otherwise (per caller: its principal, else its address). Counted when the policy
+    /// first admits the call: an allowed call as it runs, a reviewed one as it pauses
+    /// (an answer carried back is not counted again, so an approved call is never
+    /// refused after). A count that cannot be read refuses the call.
+    pub(crate) async fn over_limit(&self, ctx: &StepContext) -> Option<ToolResult> {
+        if self.action == Action::Deny || ctx.has_answer() {
+            return None;
+        }
+        let (Some((limit, policy_key)), Some(limiter)) = (&self.rate, &self.limiter) else { return None };
+        let caller = ctx.extension::<Caller>();
+        let who = caller.and_then(|c| c.principal.as_deref().or(c.peer.as_deref())).unwrap_or("");
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
+        let key = format!("{policy_key}:{who}");
+        match limiter.admit(&key, *limit, now_ms).await {
+            Ok(None) => None,
+            Ok(Some(wait_ms)) => {
+                metrics::counter!("hitl_rate_limited_total", "policy" => self.policy.clone()).increment(1);
+                Some(ToolResult::error(format!(
+                    "rate limit of {limit} for {} reached; retry in {} s",
+                    self.policy,
+                    wait_ms.div_ceil(1000)
+                )))
+            }
+            Err(error) => {
+                tracing::error!(policy = %self.policy, %error, "a rate limit could not be counted; the call is refused");
+                Some(ToolResult::error(format!(
+                    "the rate limit of {limit} for {} cannot be counted now; retry shortly",
+                    self.policy
+                )))
+            }
         }
     }
 
@@ -90,7 +138,8 @@ impl Gated {
     pub(crate) fn for_call(&self, args: &Map<String, Value>, ctx: &StepContext) -> Cow<'_, Gated> {
         let Some(policies) = &self.conditions else { return Cow::Borrowed(self) };
         let decided = policies.decide_call(&self.facts(args, ctx));
-        let gated = Gated::new(self.listed.clone(), self.spec.clone(), self.upstream.as_deref(), decided);
+        let mut gated = Gated::new(self.listed.clone(), self.spec.clone(), self.upstream.as_deref(), decided);
+        gated.limiter = self.limiter.clone();
         Cow::Owned(gated.with_conditions(policies.clone()))
     }
 
@@ -130,16 +179,16 @@ impl Gated {
         let graph = StateGraph::new()
             .add_step("review", move |state, ctx| {
                 let gate = gate.clone();
-                async move { gate.gate(&state, &ctx) }
+                async move { gate.gate(&state, &ctx).await }
             })
             .add_conditional_edges("review", |state: &Value| {
                 let ended = state.get(RESULT).is_some_and(|v| !v.is_null());
                 vec![if ended { END } else { "call" }.to_owned()]
             });
         let graph = relaying(graph, &gated, &through);
-        let graph = match (gated.action, &gated.conditions) {
-            (Action::Allow, None) => graph.add_edge(START, "call"),
-            _ => graph.add_edge(START, "review"),
+        let graph = match gated.guarded() {
+            false => graph.add_edge(START, "call"),
+            true => graph.add_edge(START, "review"),
         };
         let graph = graph.output_key(RESULT);
         let graph = graph.compile().unwrap_or_else(|e| panic!("the gateway graph of {} compiles: {e}", gated.listed));
@@ -190,9 +239,12 @@ impl Gated {
     /// asks, `allow` lets it through. A call that was asked before the rules changed
     /// carries its answer: a rejection or response ends it as the answer says whatever
     /// the rules now are; an approval or edit runs it unless it is now denied.
-    fn gate(&self, state: &Value, ctx: &StepContext) -> Result<Value, StepError> {
+    async fn gate(&self, state: &Value, ctx: &StepContext) -> Result<Value, StepError> {
         let args = arguments(state);
         let gated = self.for_call(&args, ctx);
+        if let Some(refused) = gated.over_limit(ctx).await {
+            return Ok(json!({ RESULT: refused.to_value() }));
+        }
         let decision = match gated.action {
             Action::Review => Some(gated.review(state, ctx)?),
             Action::Allow => ctx.answered(),
@@ -540,6 +592,7 @@ mod tests {
             callers: None,
             approvers,
             when: None,
+            rate_limit: None,
         };
         let decided = Decided { action: Action::Review, policy: Some(&policy) };
         Gated::new("db.drop_table".into(), spec.as_object().cloned().unwrap(), Some("db"), decided)

@@ -154,7 +154,7 @@ mod tests {
     #[test]
     fn the_documented_examples_compile_and_run() {
         let args = json!({"database": "prod", "amount": 5, "path": "/etc/passwd", "force": true});
-        let caller = Caller { principal: Some("user:alice".into()), groups: vec!["group:oncall".into()] };
+        let caller = Caller { principal: Some("user:alice".into()), groups: vec!["group:oncall".into()], peer: None };
         let call = CallFacts::new("s3.delete", "s3", args.as_object().unwrap(), Some(&caller));
         let vars = call.variables();
         for (text, expected) in [

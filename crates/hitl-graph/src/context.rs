@@ -144,6 +144,9 @@ pub struct Caller {
     pub principal: Option<String>,
     /// `group:<name>` entries.
     pub groups: Vec<String>,
+    /// The client's network address, when known: an anonymous caller's name for
+    /// counts kept per caller.
+    pub peer: Option<String>,
 }
 
 /// What a step sees besides the state: the runtime context and `interrupt`.
@@ -257,6 +260,14 @@ impl StepContext {
             (Some("accept"), Some(Value::Object(params))) => Some(params.clone()),
             _ => None,
         })
+    }
+
+    /// Whether the run was resumed with an answer for this step's next question (the
+    /// step asked it before), without taking it.
+    pub fn has_answer(&self) -> bool {
+        let calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let id = format!("{}:{}:{}", self.superstep, self.step, calls.next_index);
+        calls.resume.contains_key(&id)
     }
 
     /// The answer the run was resumed with for this step's next question, taken as

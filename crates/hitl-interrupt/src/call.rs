@@ -184,7 +184,11 @@ impl Call {
         }
         let mut extensions = hitl_graph::Extensions::default();
         extensions.insert(self.capabilities.clone());
-        extensions.insert(hitl_graph::Caller { principal: self.principal.clone(), groups: self.groups.clone() });
+        extensions.insert(hitl_graph::Caller {
+            principal: self.principal.clone(),
+            groups: self.groups.clone(),
+            peer: self.peer.clone(),
+        });
         hitl_graph::Run {
             context: self.context.clone().unwrap_or(Value::Null),
             metadata,

@@ -23,7 +23,7 @@ pub(crate) fn explain(
         .filter(|spec| tool.starts_with(&spec.listed_name("")))
         .max_by_key(|spec| spec.listed_name("").len())
         .map_or("", |spec| spec.name.as_str());
-    let who = hitl_gateway::when::Caller { principal: caller.map(str::to_owned), groups: groups.to_vec() };
+    let who = hitl_gateway::when::Caller { principal: caller.map(str::to_owned), groups: groups.to_vec(), peer: None };
     let facts = hitl_gateway::when::CallFacts::new(tool, upstream, args, Some(&who));
     let mut explained = hitl_gateway::when::Explanation::default();
     let decided = policies.explain_call(&facts, Some(&mut explained));

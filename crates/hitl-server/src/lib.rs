@@ -30,6 +30,7 @@ mod cli;
 mod config;
 mod configured;
 mod explain;
+mod limits;
 mod listener;
 mod metrics;
 mod passthrough;

@@ -140,6 +140,21 @@ end
 
 /// Counts a paused call (KEYS: the owner's set, the set of all, the tool's set, the set
 /// of tools; ARGV: now, id, expiry, per-owner limit, total limit, tool).
+/// One call counted in a rate limit's sliding window (KEYS: the sorted set of the
+/// admitted calls' times; ARGV: now, the window, the limit, a unique member): -1 when
+/// counted, else the ms until the oldest call leaves the window (nothing counted).
+const WINDOW: &str = r"
+local now, window, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if redis.call('ZCARD', KEYS[1]) >= limit then
+  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return math.max(1, tonumber(oldest[2]) + window - now)
+end
+redis.call('ZADD', KEYS[1], now, ARGV[4])
+redis.call('PEXPIRE', KEYS[1], window)
+return -1
+";
+
 const COUNT: &str = concat!(
     count_function!(),
     "return count(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])"
@@ -188,6 +203,7 @@ pub struct RedisStore {
     count: redis::Script,
     create: redis::Script,
     finish: redis::Script,
+    window: redis::Script,
 }
 
 #[derive(Clone)]
@@ -405,7 +421,33 @@ impl RedisStore {
             count: redis::Script::new(COUNT),
             create: redis::Script::new(CREATE),
             finish: redis::Script::new(FINISH),
+            window: redis::Script::new(WINDOW),
         })
+    }
+
+    /// Counts one call under `key` at `now_ms`, unless `limit` calls were counted under
+    /// it in the `window_ms` before (then nothing is counted): `None` when counted,
+    /// else how long until the oldest of them leaves the window (ms). One script over
+    /// a sorted set of the calls' times, so replicas sharing this Redis share the count.
+    pub async fn count_in_window(
+        &self,
+        key: &str,
+        limit: u64,
+        window_ms: u64,
+        now_ms: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut connection = self.connection().await?;
+        let wait: i64 = self
+            .window
+            .key(format!("hitl:rate:{key}"))
+            .arg(now_ms)
+            .arg(window_ms.max(1))
+            .arg(limit)
+            .arg(uuid::Uuid::now_v7().to_string())
+            .invoke_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        Ok(u64::try_from(wait).ok().map(|wait| wait.max(1)))
     }
 
     /// A store for `url`, connected now: fails when Redis cannot be reached.

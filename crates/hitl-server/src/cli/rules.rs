@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::bail;
+use hitl_gateway::limit::Limiter;
 use hitl_gateway::{Gateway, Judgement, Policies, UnmatchedMode};
 use hitl_interrupt::Agent;
 
@@ -23,6 +24,9 @@ pub(crate) struct Rules {
     pub(crate) mode: UnmatchedMode,
     /// The `[[upstream]]`s, as written.
     pub(crate) upstreams: Vec<hitl_gateway::UpstreamSpec>,
+    /// Where calls are counted against `rate_limit`s: this process's memory, or the
+    /// Redis store the replicas share (kept across reloads).
+    pub(crate) limiter: Arc<dyn Limiter>,
 }
 
 impl std::fmt::Debug for Rules {
@@ -47,6 +51,11 @@ impl ServeArgs {
             (Some(gateway), Some(previous)) => Some(gateway.succeeding(previous)),
             (gateway, _) => gateway,
         };
+        let limiter = match previous {
+            Some(previous) => previous.limiter.clone(),
+            None => self.limiter()?,
+        };
+        let gateway = gateway.map(|g| g.with_limiter(limiter.clone()));
         let catalog = gateway.as_ref().map(|g| g.catalog()).unwrap_or_default();
         let env = |name: &str| std::env::var(name).ok();
         let declared = hitl_declared::build(&self.declared, &catalog, env).map_err(|problem| {
@@ -73,7 +82,7 @@ impl ServeArgs {
             .iter()
             .cloned()
             .chain(declared)
-            .map(|a| gate(a, &policies))
+            .map(|a| gate(a, &policies, Some(&limiter)))
             .collect::<Result<_, _>>()
             .map_err(anyhow::Error::msg)?;
         if policies.limit_callers() && !self.authenticates() && self.principal_header.is_none() && !self.stdio {
@@ -103,6 +112,16 @@ impl ServeArgs {
             Arc::new(g.with_agents(agent_names.clone(), mode).with_changes(changes).with_updates(updates))
         });
         let judged = gateway.is_none().then(|| policies.judge(&agent_names, &[]));
-        Ok(Rules { policies, gateway, agents, judged, mode, upstreams: self.gateway.upstream.clone() })
+        Ok(Rules { policies, gateway, agents, judged, mode, upstreams: self.gateway.upstream.clone(), limiter })
+    }
+
+    /// Where rate limits are counted: memory, or the Redis store's server.
+    fn limiter(&self) -> anyhow::Result<Arc<dyn Limiter>> {
+        if self.store == "memory" {
+            return Ok(Arc::new(hitl_gateway::limit::MemoryLimiter::default()));
+        }
+        let ca = self.redis_ca_file.as_deref().map(std::fs::read).transpose()?;
+        let store = hitl_store_redis::RedisStore::with_tls_roots(&self.store, ca).map_err(anyhow::Error::msg)?;
+        Ok(Arc::new(crate::limits::RedisLimiter(store)))
     }
 }
