@@ -294,6 +294,16 @@ async fn approvers_and_webhooks_follow_a_reload() {
     let (_, url, _, _) = ask(&server, &p.alice, &json!({"partition": "p2", "database": "orders"})).await;
     let next = url.rsplit('/').next().unwrap().to_owned();
     second_hook.wait_for("of the approval after the reload", |h| h.body["approval"]["id"] == next.as_str()).await;
+
+    // The audit trail names the version of the rules each approval was asked under.
+    let approved = folder.wait_audit("approved", |e| e["event"] == "approved" && e["approval"] == id.as_str()).await;
+    let asked = folder.wait_audit("asked after", |e| e["event"] == "asked" && e["approvals"][0] == next.as_str()).await;
+    let place = format!("{}:10", folder.config());
+    for entry in [&approved, &asked] {
+        assert_eq!(entry["policy_at"], place.as_str(), "{entry}");
+        assert!(entry["policy_digest"].as_str().is_some_and(|d| d.len() == 24), "{entry}");
+    }
+    assert_ne!(approved["policy_digest"], asked["policy_digest"], "the policy's text changed between them");
     assert!(
         !first_hook.got().iter().any(|h| h.body["approval"]["id"] == next.as_str()),
         "the old webhook hears of nothing after the reload"

@@ -253,6 +253,8 @@ pub struct Decided<'a> {
     pub action: Action,
     /// The policy that matched (`None`: the default).
     pub policy: Option<&'a Policy>,
+    /// Where that policy is written (`hitl.toml:12`), when known.
+    pub place: Option<&'a str>,
 }
 
 impl Policies {
@@ -444,10 +446,12 @@ impl Policies {
                 skip("glob", format!("{} does not match {:?}", policy.label(), call.tool));
                 continue;
             }
-            let Some(condition) = condition else { return Decided { action: policy.action, policy: Some(policy) } };
+            let place = self.locations.get(index).map(String::as_str);
+            let decided = Decided { action: policy.action, policy: Some(policy), place };
+            let Some(condition) = condition else { return decided };
             let vars = vars.get_or_insert_with(|| call.variables());
             match condition.eval(vars) {
-                Ok(true) => return Decided { action: policy.action, policy: Some(policy) },
+                Ok(true) => return decided,
                 Ok(false) => skip("when_false", format!("when = {:?} is false", condition.text())),
                 Err(why) => {
                     tracing::warn!(policy = %self.place(index), tool = call.tool, error = %why, "a policy's `when` failed; it counts as {}", if policy.action == Action::Allow { "false (allow fails closed)" } else { "true (review and deny fail closed)" });
@@ -455,7 +459,7 @@ impl Policies {
                         if let Some(explained) = explained.as_deref_mut() {
                             explained.failed = Some(why);
                         }
-                        return Decided { action: policy.action, policy: Some(policy) };
+                        return decided;
                     }
                     skip("error", why);
                 }
@@ -478,8 +482,12 @@ impl Policies {
     /// The first policy whose `kind` globs match `name`, or the default. A resource or
     /// prompt is never reviewed: a default of `review` denies it.
     pub fn decide_for(&self, kind: Kind, name: &str) -> Decided<'_> {
-        match self.policies.iter().find(|p| p.globs(kind).iter().any(|glob| glob_match(glob, name))) {
-            Some(policy) => Decided { action: policy.action, policy: Some(policy) },
+        match self.policies.iter().enumerate().find(|(_, p)| p.globs(kind).iter().any(|glob| glob_match(glob, name))) {
+            Some((index, policy)) => Decided {
+                action: policy.action,
+                policy: Some(policy),
+                place: self.locations.get(index).map(String::as_str),
+            },
             None => self.decide_for_default(kind),
         }
     }
@@ -490,7 +498,7 @@ impl Policies {
             (Kind::Resource | Kind::Prompt, Action::Review) => Action::Deny,
             (_, action) => action,
         };
-        Decided { action, policy: None }
+        Decided { action, policy: None, place: None }
     }
 
     /// Whether the caller named `principal`, in `groups`, may use resource or prompt

@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 
 use crate::hold::{ASKED, HELD, Holds, Link, PAGES, RESULT, report};
 use crate::limit::{Limiter, RateLimit};
-use crate::policy::{Action, Decided, Policies};
+use crate::policy::{Action, Decided, Policies, Policy};
 use crate::when::CallFacts;
 
 /// State keys the gateway writes next to the call's arguments: the reviewer's decision
@@ -59,6 +59,10 @@ pub(crate) struct Gated {
     pub(crate) rate: Option<(RateLimit, String)>,
     /// Where calls are counted against it.
     pub(crate) limiter: Option<Arc<dyn Limiter>>,
+    /// Where the policy is written, and a digest of its text: the version of the rules
+    /// an approval was asked under, for the audit trail.
+    pub(crate) policy_at: Option<String>,
+    pub(crate) policy_digest: Option<String>,
 }
 
 impl Gated {
@@ -81,6 +85,8 @@ impl Gated {
             conditions: None,
             rate: decided.policy.and_then(|p| Some((p.rate_limit?, p.key()))),
             limiter: None,
+            policy_at: decided.place.map(str::to_owned),
+            policy_digest: decided.policy.map(Policy::key),
         }
     }
 
@@ -220,6 +226,8 @@ impl Gated {
             upstream: self.upstream.clone(),
             tool_description: self.spec.get("description").and_then(Value::as_str).map(str::to_owned),
             annotations: self.spec.get("annotations").and_then(Value::as_object).cloned(),
+            policy_at: self.policy_at.clone(),
+            policy_digest: self.policy_digest.clone(),
         })
     }
 
@@ -594,7 +602,7 @@ mod tests {
             when: None,
             rate_limit: None,
         };
-        let decided = Decided { action: Action::Review, policy: Some(&policy) };
+        let decided = Decided { action: Action::Review, policy: Some(&policy), place: Some("hitl.toml:7") };
         Gated::new("db.drop_table".into(), spec.as_object().cloned().unwrap(), Some("db"), decided)
     }
 

@@ -385,6 +385,12 @@ pub struct ApprovalBy {
     /// The tool's annotations, as its server lists them (`destructiveHint`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Map<String, Value>>,
+    /// Where the policy is written (`hitl.toml:12`), for the audit trail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_at: Option<String>,
+    /// A digest of the policy's text: which version of the rules asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_digest: Option<String>,
 }
 
 /// `Some` when `value` is an interrupt of `type` `kind`: it read as `T`, or why not.

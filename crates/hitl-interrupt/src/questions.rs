@@ -131,6 +131,8 @@ fn review_questions(
                             upstream: by.upstream,
                             tool_description: by.tool_description,
                             annotations: by.annotations,
+                            policy_at: by.policy_at,
+                            policy_digest: by.policy_digest,
                         })),
                     };
                     (url_request(waiting), Some(unanswered(kind)))

@@ -345,6 +345,34 @@ pub fn diff(before: &Map<String, Value>, after: &Map<String, Value>) -> Value {
     redact(&Value::Object(changed))
 }
 
+/// The policy an approval was asked under, as audit entries name it: its globs
+/// (`policy`), where it is written (`policy_at`) and a digest of its text
+/// (`policy_digest`), so a reader can tell which version of the rules asked.
+fn policy_of(view: &PageView) -> Map<String, Value> {
+    let mut named = Map::new();
+    if let PageKind::Approval { policy, about, .. } = &view.page.kind {
+        named.insert("policy".into(), policy.clone().into());
+        let about = about.as_deref();
+        for (key, value) in [
+            ("policy_at", about.and_then(|a| a.policy_at.clone())),
+            ("policy_digest", about.and_then(|a| a.policy_digest.clone())),
+        ] {
+            if let Some(value) = value {
+                named.insert(key.into(), value.into());
+            }
+        }
+    }
+    named
+}
+
+/// Adds `named` (see [`policy_of`]) to an audit entry.
+fn naming(mut entry: Value, named: &Map<String, Value>) -> Value {
+    if let Value::Object(fields) = &mut entry {
+        fields.extend(named.clone());
+    }
+    entry
+}
+
 /// The listing entry of an approval question, pending.
 pub(crate) fn pending_entry(view: &PageView, base_url: &str) -> ApprovalEntry {
     let (policy, approvers) = match &view.page.kind {
@@ -368,7 +396,9 @@ pub(crate) fn pending_entry(view: &PageView, base_url: &str) -> ApprovalEntry {
         decided_by: None,
         decided_at_ms: None,
         decision: None,
-        other: Map::new(),
+        // Where the policy is written and the digest of its text, kept for the entry
+        // the listing writes when the approval expires.
+        other: policy_of(view).into_iter().filter(|(key, _)| key != "policy").collect(),
     }
 }
 
@@ -445,7 +475,7 @@ pub(crate) fn decided_entry(view: &PageView, base_url: &str) -> (ApprovalEntry, 
     entry.decided_by.clone_from(&view.page.answered_by);
     entry.decided_at_ms = Some(view.page.answered_at_ms.unwrap_or_else(now_ms));
     entry.decision = Some(decision);
-    (entry, audit)
+    (entry, naming(audit, &policy_of(view)))
 }
 
 impl Worker {
@@ -486,6 +516,7 @@ impl Worker {
                         Value::Object(first.review.as_ref().map(|r| r.args.clone()).unwrap_or_default());
                     entry["approvals"] = approvals.iter().map(|a| Value::String(a.id.clone())).collect();
                     entry["approvers"] = json!(first.approvers());
+                    entry = naming(entry, &policy_of(first));
                 }
                 self.audit(entry);
                 for view in approvals {
@@ -504,7 +535,7 @@ impl Worker {
                     let mut audit = call.entry("withdrawn");
                     audit["approval"] = view.id.clone().into();
                     audit["approvers"] = json!(view.approvers());
-                    self.audit(audit);
+                    self.audit(naming(audit, &policy_of(&view)));
                     self.publish("approval.decided", entry, now_ms()).await;
                 }
             }
@@ -619,10 +650,17 @@ impl Worker {
         for mut entry in expired {
             entry.status = ApprovalStatus::Expired;
             entry.decided_at_ms = Some(now);
-            self.audit(json!({
+            let mut named = Map::from_iter([("policy".to_owned(), Value::String(entry.policy.clone()))]);
+            for key in ["policy_at", "policy_digest"] {
+                if let Some(value) = entry.other.get(key) {
+                    named.insert(key.to_owned(), value.clone());
+                }
+            }
+            let audit = json!({
                 "event": "expired", "thread": entry.thread, "tool": entry.tool, "principal": entry.caller,
                 "approval": entry.id, "approvers": entry.approvers,
-            }));
+            });
+            self.audit(naming(audit, &named));
             self.publish("approval.decided", entry, now).await;
         }
     }

@@ -300,6 +300,13 @@ pub struct About {
     /// The tool's annotations, as its server lists them (`destructiveHint`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Where the policy that asks is written (`hitl.toml:12`), and a digest of its
+    /// text (absent in records of builds before they were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_at: Option<String>,
+    /// A digest of the policy's text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_digest: Option<String>,
 }
 
 /// How a question's answer is turned into what the agent resumes with.

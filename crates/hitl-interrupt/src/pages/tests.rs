@@ -47,6 +47,8 @@ fn gated() -> Agent {
                     upstream: Some("ci".into()),
                     tool_description: Some("Deploys a version.".into()),
                     annotations: serde_json::from_value(json!({"destructiveHint": true})).ok(),
+                    policy_at: Some("hitl.toml:7".into()),
+                    policy_digest: Some("5e0c0ffee5e0c0ffee5e0c0f".into()),
                 }),
             };
             Ok(json!({ "decision": ctx.interrupt(approval.to_value())? }))
@@ -120,7 +122,11 @@ fn an_approval_is_asked_by_url_and_the_retry_takes_the_approvers_decision() {
     assert_eq!(view.approvers(), ["group:sre"]);
     assert_eq!(view.review.as_ref().unwrap().args, *args.as_object().unwrap());
     let PageKind::Approval { about: Some(about), .. } = &view.page.kind else { panic!("{view:?}") };
-    let About { description, upstream, tool_description, annotations } = about.as_ref();
+    let About { description, upstream, tool_description, annotations, policy_at, policy_digest } = about.as_ref();
+    assert_eq!(
+        (policy_at.as_deref(), policy_digest.as_deref()),
+        (Some("hitl.toml:7"), Some("5e0c0ffee5e0c0ffee5e0c0f"))
+    );
     assert_eq!((description.as_deref(), upstream.as_deref()), (Some("Deploy it?"), Some("ci")), "what runs it");
     assert_eq!(tool_description.as_deref(), Some("Deploys a version."));
     assert_eq!(annotations.as_ref().and_then(|a| a.get("destructiveHint")), Some(&json!(true)));
