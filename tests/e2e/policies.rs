@@ -326,3 +326,46 @@ async fn replicas_on_redis_share_a_rate_limit() {
     }
     assert_eq!(executions_of(&one, "drop_partition").await, 30);
 }
+
+#[tokio::test]
+async fn the_approvers_of_the_policy_whose_when_decided_the_call_decide_it() {
+    use crate::approvals::{ask, decide, executions, retry};
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let folder = Folder::new(&format!(
+        r#"[auth.jwt]
+issuer = "https://idp.example"
+audience = "hitl"
+jwks_file = "jwks.json"
+
+[[upstream]]
+name = "db"
+url = "{}"
+
+[[policy]]
+tools = ["db.drop_*"]
+when = 'args.database == "prod"'
+action = "review"
+approvers = ["user:carol"]
+
+[[policy]]
+tools = ["db.drop_*"]
+when = 'args.database == "staging"'
+action = "review"
+approvers = ["user:bob"]
+"#,
+        upstream.url
+    ));
+    let server = folder.serve(&[]).await;
+    let p = people();
+    let args = drop_args("staging");
+    let (key, url, state, question) = ask(&server, &p.alice, &args).await;
+    assert_eq!(question["params"]["message"], "Waiting for approval by user:bob to run db.drop_partition");
+    let id = url.rsplit('/').next().unwrap().to_owned();
+    let carol = decide(&server, &p.carol, &id, json!({"decision": "approve"})).await;
+    assert_eq!(carol.status, 403, "carol approves prod drops only: {}", carol.body);
+    let bob = decide(&server, &p.bob, &id, json!({"decision": "approve"})).await;
+    assert_eq!(bob.status, 200, "{}", bob.body);
+    let ran = retry(&server, &p.alice, &args, &key, &state, json!({"action": "accept"})).await;
+    assert_eq!(ran.text(), "dropped p1 on staging", "{}", ran.body);
+    assert_eq!(executions(&server, &p.alice).await, 1);
+}

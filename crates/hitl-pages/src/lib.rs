@@ -636,7 +636,7 @@ impl Shared {
         };
         let (entry, can) = match engine.pages().get(id).await {
             Ok(Some(view)) if matches!(view.page.kind, PageKind::Approval { .. }) => {
-                let approvers = self.reload.approvers(&view.tool, view.approvers());
+                let approvers = self.reload.approvers(&view);
                 if !session.is(&approvers) && view.principal.as_deref() != Some(session.principal.as_str()) {
                     return hidden();
                 }
@@ -683,7 +683,7 @@ impl Shared {
     /// a reload changed them since it paused), never the caller (unless the two-person
     /// rule is off).
     fn may_decide(&self, view: &PageView, session: &Session) -> Result<(), Refusal> {
-        let approvers = self.reload.approvers(&view.tool, view.approvers());
+        let approvers = self.reload.approvers(view);
         if !session.is(&approvers) {
             let why =
                 format!("{} is not among the approvers of this call ({}).", session.principal, approvers.join(", "));

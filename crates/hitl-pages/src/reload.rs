@@ -4,11 +4,13 @@
 
 use std::sync::{Arc, RwLock};
 
+use hitl_interrupt::PageView;
+
 use crate::notify::Target;
 
-/// The approvers the rules in force name for a call of `tool` (none: the approvers
-/// named when it paused still decide).
-pub type ApproversFn = Arc<dyn Fn(&str) -> Option<Vec<String>> + Send + Sync>;
+/// The approvers the rules in force name for a paused call (none: the approvers named
+/// when it paused still decide).
+pub type ApproversFn = Arc<dyn Fn(&PageView) -> Option<Vec<String>> + Send + Sync>;
 
 /// The pages' part of a configuration that a reload replaces whole.
 #[derive(Clone, Default)]
@@ -47,8 +49,9 @@ impl Reload {
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(reloaded);
     }
 
-    /// Who decides a call of `tool` that paused for `named`.
-    pub(crate) fn approvers(&self, tool: &str, named: &[String]) -> Vec<String> {
-        self.now().approvers.as_ref().and_then(|now| now(tool)).unwrap_or_else(|| named.to_vec())
+    /// Who decides the paused call of `view`: the approvers the rules in force name,
+    /// else those named when it paused.
+    pub(crate) fn approvers(&self, view: &PageView) -> Vec<String> {
+        self.now().approvers.as_ref().and_then(|now| now(view)).unwrap_or_else(|| view.approvers().to_vec())
     }
 }

@@ -597,7 +597,7 @@ impl ServeArgs {
         let mut config = hitl_pages::PagesConfig::new(&base);
         config.verifiers = live.verifiers_if(self.authenticates());
         let approvers = live.clone();
-        config.approvers_now = Some(Arc::new(move |tool| approvers.approvers(tool)));
+        config.approvers_now = Some(Arc::new(move |view| approvers.approvers(view)));
         config.two_person = self.pages.approvals.two_person_rule.unwrap_or(true);
         if let Some(ttl) = self.pages.approvals.session_ttl {
             if ttl == 0 {

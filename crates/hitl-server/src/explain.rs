@@ -17,12 +17,7 @@ pub(crate) fn explain(
     caller: Option<&str>,
     groups: &[String],
 ) -> Value {
-    // The upstream whose prefix the listed name carries (empty: one of hitl's agents).
-    let upstream = upstreams
-        .iter()
-        .filter(|spec| tool.starts_with(&spec.listed_name("")))
-        .max_by_key(|spec| spec.listed_name("").len())
-        .map_or("", |spec| spec.name.as_str());
+    let upstream = upstream_of(upstreams, tool);
     let who = hitl_gateway::when::Caller { principal: caller.map(str::to_owned), groups: groups.to_vec(), peer: None };
     let facts = hitl_gateway::when::CallFacts::new(tool, upstream, args, Some(&who));
     let mut explained = hitl_gateway::when::Explanation::default();
@@ -35,6 +30,16 @@ pub(crate) fn explain(
         answer["error"] = why.into();
     }
     answer
+}
+
+/// The upstream whose prefix the listed name `tool` carries (empty: one of hitl's
+/// agents).
+pub(crate) fn upstream_of<'a>(upstreams: &'a [UpstreamSpec], tool: &str) -> &'a str {
+    upstreams
+        .iter()
+        .filter(|spec| tool.starts_with(&spec.listed_name("")))
+        .max_by_key(|spec| spec.listed_name("").len())
+        .map_or("", |spec| spec.name.as_str())
 }
 
 /// The request `POST /api/policy/explain` takes: `{"tool", "args", "caller", "groups"}`.

@@ -75,11 +75,24 @@ impl Live {
         }
     }
 
-    /// Who decides a call of `tool` on the pages under the rules in force (none: not
-    /// people named by a policy now, so those named when it paused still do).
-    pub(crate) fn approvers(&self, tool: &str) -> Option<Vec<String>> {
+    /// Who decides a paused call on the pages under the rules in force (none: not
+    /// people named by a policy now, so those named when it paused still do). A policy
+    /// with `when` is judged on the call's arguments and caller (its groups are not
+    /// known here: they count as none).
+    pub(crate) fn approvers(&self, view: &hitl_interrupt::PageView) -> Option<Vec<String>> {
         let loaded = self.now();
-        let decided = loaded.rules.policies.decide(tool);
+        let rules = &loaded.rules;
+        let tool = view.tool.as_str();
+        let decided = match rules.policies.conditional(tool) {
+            false => rules.policies.decide(tool),
+            true => {
+                let args = view.review.as_ref().map(|r| r.args.clone()).unwrap_or_default();
+                let caller =
+                    hitl_gateway::when::Caller { principal: view.principal.clone(), groups: Vec::new(), peer: None };
+                let upstream = crate::explain::upstream_of(&rules.upstreams, tool);
+                rules.policies.decide_call(&hitl_gateway::when::CallFacts::new(tool, upstream, &args, Some(&caller)))
+            }
+        };
         match decided.action {
             hitl_gateway::Action::Review => decided.policy.and_then(|p| p.approvers.clone()),
             _ => None,
@@ -309,7 +322,7 @@ impl Reloader {
         }
         if let Some(pages) = &self.pages {
             let live = self.live.clone();
-            let approvers: hitl_pages::ApproversFn = Arc::new(move |tool| live.approvers(tool));
+            let approvers: hitl_pages::ApproversFn = Arc::new(move |view| live.approvers(view));
             let auditors = loaded.rules.policies.approvers();
             pages.set(hitl_pages::Reloaded { notify, auditors, approvers: Some(approvers) });
         }
