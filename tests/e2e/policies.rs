@@ -11,6 +11,22 @@ use crate::gateway::{ConfigFile, executions_of, text};
 use crate::harness::{Paused, accept};
 use crate::upstream::PythonUpstream;
 
+/// JWT sign-in (the people of the approvals tests), `db` at `url`, then `policies`.
+fn signed_in(url: &str, policies: &str) -> String {
+    format!(
+        r#"[auth.jwt]
+issuer = "https://idp.example"
+audience = "hitl"
+jwks_file = "jwks.json"
+
+[[upstream]]
+name = "db"
+url = "{url}"
+
+{policies}"#
+    )
+}
+
 fn drop_args(database: &str) -> Value {
     json!({"partition": "p1", "database": database})
 }
@@ -101,22 +117,13 @@ action = "review"
 #[tokio::test]
 async fn a_policy_on_the_callers_groups_reviews_those_outside_the_group() {
     let Some(upstream) = PythonUpstream::start(&[]) else { return };
-    let folder = Folder::new(&format!(
-        r#"[auth.jwt]
-issuer = "https://idp.example"
-audience = "hitl"
-jwks_file = "jwks.json"
-
-[[upstream]]
-name = "db"
-url = "{}"
-
-[[policy]]
+    let folder = Folder::new(&signed_in(
+        &upstream.url,
+        r#"[[policy]]
 tools = ["db.drop_*"]
 when = '!("group:sre" in caller.groups) && caller.authenticated'
 action = "review"
 "#,
-        upstream.url
     ));
     let server = folder.serve(&[]).await;
     let p = people();
@@ -331,17 +338,9 @@ async fn replicas_on_redis_share_a_rate_limit() {
 async fn the_approvers_of_the_policy_whose_when_decided_the_call_decide_it() {
     use crate::approvals::{ask, decide, executions, retry};
     let Some(upstream) = PythonUpstream::start(&[]) else { return };
-    let folder = Folder::new(&format!(
-        r#"[auth.jwt]
-issuer = "https://idp.example"
-audience = "hitl"
-jwks_file = "jwks.json"
-
-[[upstream]]
-name = "db"
-url = "{}"
-
-[[policy]]
+    let folder = Folder::new(&signed_in(
+        &upstream.url,
+        r#"[[policy]]
 tools = ["db.drop_*"]
 when = 'args.database == "prod"'
 action = "review"
@@ -353,7 +352,6 @@ when = 'args.database == "staging"'
 action = "review"
 approvers = ["user:bob"]
 "#,
-        upstream.url
     ));
     let server = folder.serve(&[]).await;
     let p = people();

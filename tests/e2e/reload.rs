@@ -49,6 +49,17 @@ action = "{action}"
     )
 }
 
+/// The hitl program on a file of its own folder reviewing `db`'s drops: the folder, the
+/// file, its text and the server.
+async fn reviewed(upstream: &PythonUpstream) -> (Folder, PathBuf, String, Server) {
+    let folder = Folder::new();
+    let file = folder.join("hitl.toml");
+    let first = config(&upstream.url, "review", "");
+    std::fs::write(&file, &first).unwrap();
+    let server = serve(&file).await;
+    (folder, file, first, server)
+}
+
 async fn serve(file: &Path) -> Server {
     Server::start(&["--config", file.to_str().unwrap()]).await
 }
@@ -111,11 +122,7 @@ async fn drop_call(server: &Server, id: u64) -> Reply {
 #[tokio::test]
 async fn a_changed_file_is_applied_and_a_broken_one_keeps_the_rules_in_force() {
     let Some(upstream) = PythonUpstream::start(&[]) else { return };
-    let folder = Folder::new();
-    let file = folder.join("hitl.toml");
-    let first = config(&upstream.url, "review", "");
-    std::fs::write(&file, &first).unwrap();
-    let server = serve(&file).await;
+    let (_folder, file, first, server) = reviewed(&upstream).await;
     let shown = health(&server).await;
     assert_eq!(shown["config_digest"], sha256_hex(first.as_bytes()), "{shown}");
     assert!(shown["config_loaded_at"].as_str().is_some_and(|t| t.ends_with('Z')), "{shown}");
@@ -216,11 +223,7 @@ async fn sighup_reloads_and_a_paused_review_is_judged_by_the_rules_then_in_force
 #[tokio::test]
 async fn upstreams_and_agents_come_and_go_with_the_file_and_a_paused_call_of_a_removed_tool_names_it() {
     let Some(upstream) = PythonUpstream::start(&[]) else { return };
-    let folder = Folder::new();
-    let file = folder.join("hitl.toml");
-    let first = config(&upstream.url, "review", "");
-    std::fs::write(&file, &first).unwrap();
-    let server = serve(&file).await;
+    let (_folder, file, first, server) = reviewed(&upstream).await;
     let paused = Paused::of(DROP, drop_args(), &drop_call(&server, 1).await);
     let names = |reply: &Reply| -> Vec<String> {
         let tools = reply.body["result"]["tools"].as_array().cloned().unwrap_or_default();
