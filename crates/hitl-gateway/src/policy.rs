@@ -401,8 +401,10 @@ impl Policies {
         callers.iter().any(|c| Some(c.as_str()) == principal || groups.contains(c))
     }
 
-    /// The first policy that matches `tool`, or the default, whatever the call (a
-    /// policy with `when` counts as matching: [`Policies::decide_call`] decides a call).
+    /// The first policy that matches `tool`, or the default, whatever the call: what
+    /// the arguments cannot change. It fails closed: a `review` or `deny` policy with
+    /// `when` counts as matching, an `allow` one does not ([`Policies::decide_call`]
+    /// decides a call).
     pub fn decide(&self, tool: &str) -> Decided<'_> {
         self.decide_for(Kind::Tool, tool)
     }
@@ -482,7 +484,10 @@ impl Policies {
     /// The first policy whose `kind` globs match `name`, or the default. A resource or
     /// prompt is never reviewed: a default of `review` denies it.
     pub fn decide_for(&self, kind: Kind, name: &str) -> Decided<'_> {
-        match self.policies.iter().enumerate().find(|(_, p)| p.globs(kind).iter().any(|glob| glob_match(glob, name))) {
+        let matches = |p: &Policy| {
+            p.globs(kind).iter().any(|glob| glob_match(glob, name)) && !(p.when.is_some() && p.action == Action::Allow)
+        };
+        match self.policies.iter().enumerate().find(|(_, p)| matches(p)) {
             Some((index, policy)) => Decided {
                 action: policy.action,
                 policy: Some(policy),
@@ -968,6 +973,13 @@ mod when_tests {
         assert_eq!(decide(&set, "payments.refund", json!({"amount": 50000}), &[]), (Action::Review, Some(1)));
         assert_eq!(decide(&set, "payments.refund", json!({"amount": 5}), &[]), (Action::Allow, Some(3)));
         assert!(set.conditional("db.drop_partition") && !set.conditional("db.select"));
+        // Whatever the call, it fails closed: a reviewing `when` counts, an allowing one
+        // does not.
+        assert_eq!(set.decide("db.drop_partition").action, Action::Review);
+        let allow_first =
+            policies(&[("db.select", Action::Allow, Some("args.limit < 100")), ("db.*", Action::Review, None)])
+                .unwrap();
+        assert_eq!(allow_first.decide("db.select").action, Action::Review);
     }
 
     #[test]
