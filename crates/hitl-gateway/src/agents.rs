@@ -70,7 +70,7 @@ fn gate_with(
 /// call's (those the edit leaves out become null), a rejection or a response is the
 /// verdict.
 async fn guard(gated: &Gated, state: &Value, ctx: &StepContext) -> Result<Value, StepError> {
-    let gated = gated.for_call(&arguments(state), ctx);
+    let gated = gated.for_call(state, ctx);
     if let Some(refused) = gated.over_limit(ctx).await {
         return Ok(json!({ VERDICT: refused.to_value() }));
     }

@@ -142,6 +142,8 @@ pub struct Policies {
     policies: Vec<Policy>,
     /// Each policy's `when`, compiled once.
     conditions: Vec<Option<crate::when::Condition>>,
+    /// Each policy's [`Policy::key`], computed once.
+    keys: Vec<String>,
     default_action: Option<Action>,
     /// Where each policy is written (`hitl.toml:12`), for the messages that name it.
     locations: Vec<String>,
@@ -255,6 +257,8 @@ pub struct Decided<'a> {
     pub policy: Option<&'a Policy>,
     /// Where that policy is written (`hitl.toml:12`), when known.
     pub place: Option<&'a str>,
+    /// That policy's [`Policy::key`].
+    pub key: Option<&'a str>,
 }
 
 impl Policies {
@@ -319,7 +323,8 @@ impl Policies {
                 crate::when::Condition::compile(text).map(Some).map_err(|why| format!("policy[{i}].when: {why}"))
             })
             .collect::<Result<_, String>>()?;
-        Ok(Self { policies, conditions, default_action: gateway.default_action, locations: Vec::new() })
+        let keys = policies.iter().map(Policy::key).collect();
+        Ok(Self { policies, conditions, keys, default_action: gateway.default_action, locations: Vec::new() })
     }
 
     /// Names each policy, in file order, by where it is written (`hitl.toml:12`).
@@ -448,8 +453,7 @@ impl Policies {
                 skip("glob", format!("{} does not match {:?}", policy.label(), call.tool));
                 continue;
             }
-            let place = self.locations.get(index).map(String::as_str);
-            let decided = Decided { action: policy.action, policy: Some(policy), place };
+            let decided = self.decided(index);
             let Some(condition) = condition else { return decided };
             let vars = vars.get_or_insert_with(|| call.variables());
             match condition.eval(vars) {
@@ -488,11 +492,7 @@ impl Policies {
             p.globs(kind).iter().any(|glob| glob_match(glob, name)) && !(p.when.is_some() && p.action == Action::Allow)
         };
         match self.policies.iter().enumerate().find(|(_, p)| matches(p)) {
-            Some((index, policy)) => Decided {
-                action: policy.action,
-                policy: Some(policy),
-                place: self.locations.get(index).map(String::as_str),
-            },
+            Some((index, _)) => self.decided(index),
             None => self.decide_for_default(kind),
         }
     }
@@ -503,7 +503,18 @@ impl Policies {
             (Kind::Resource | Kind::Prompt, Action::Review) => Action::Deny,
             (_, action) => action,
         };
-        Decided { action, policy: None, place: None }
+        Decided { action, policy: None, place: None, key: None }
+    }
+
+    /// Policy `index` deciding.
+    fn decided(&self, index: usize) -> Decided<'_> {
+        let policy = &self.policies[index];
+        Decided {
+            action: policy.action,
+            policy: Some(policy),
+            place: self.locations.get(index).map(String::as_str),
+            key: self.keys.get(index).map(String::as_str),
+        }
     }
 
     /// Whether the caller named `principal`, in `groups`, may use resource or prompt

@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 
 use crate::hold::{ASKED, HELD, Holds, Link, PAGES, RESULT, report};
 use crate::limit::{Limiter, RateLimit};
-use crate::policy::{Action, Decided, Policies, Policy};
+use crate::policy::{Action, Decided, Policies};
 use crate::when::CallFacts;
 
 /// State keys the gateway writes next to the call's arguments: the reviewer's decision
@@ -83,10 +83,10 @@ impl Gated {
             approvers: decided.policy.and_then(|p| p.approvers.clone()),
             limits_callers: decided.policy.is_some_and(|p| p.callers.is_some()),
             conditions: None,
-            rate: decided.policy.and_then(|p| Some((p.rate_limit?, p.key()))),
+            rate: decided.policy.and_then(|p| Some((p.rate_limit?, decided.key?.to_owned()))),
             limiter: None,
             policy_at: decided.place.map(str::to_owned),
-            policy_digest: decided.policy.map(Policy::key),
+            policy_digest: decided.key.map(str::to_owned),
         }
     }
 
@@ -139,11 +139,12 @@ impl Gated {
         self
     }
 
-    /// This tool under the policy that decides a call with `args` by the caller of
-    /// `ctx`: itself, unless a `when` decides its calls.
-    pub(crate) fn for_call(&self, args: &Map<String, Value>, ctx: &StepContext) -> Cow<'_, Gated> {
+    /// This tool under the policy that decides the call whose step state is `state`
+    /// by the caller of `ctx`: itself, unless a `when` decides its calls (only then
+    /// are the arguments read).
+    pub(crate) fn for_call(&self, state: &Value, ctx: &StepContext) -> Cow<'_, Gated> {
         let Some(policies) = &self.conditions else { return Cow::Borrowed(self) };
-        let decided = policies.decide_call(&self.facts(args, ctx));
+        let decided = policies.decide_call(&self.facts(&arguments(state), ctx));
         let mut gated = Gated::new(self.listed.clone(), self.spec.clone(), self.upstream.as_deref(), decided);
         gated.limiter = self.limiter.clone();
         Cow::Owned(gated.with_conditions(policies.clone()))
@@ -248,8 +249,7 @@ impl Gated {
     /// carries its answer: a rejection or response ends it as the answer says whatever
     /// the rules now are; an approval or edit runs it unless it is now denied.
     async fn gate(&self, state: &Value, ctx: &StepContext) -> Result<Value, StepError> {
-        let args = arguments(state);
-        let gated = self.for_call(&args, ctx);
+        let gated = self.for_call(state, ctx);
         if let Some(refused) = gated.over_limit(ctx).await {
             return Ok(json!({ RESULT: refused.to_value() }));
         }
@@ -602,7 +602,7 @@ mod tests {
             when: None,
             rate_limit: None,
         };
-        let decided = Decided { action: Action::Review, policy: Some(&policy), place: Some("hitl.toml:7") };
+        let decided = Decided { action: Action::Review, policy: Some(&policy), place: Some("hitl.toml:7"), key: None };
         Gated::new("db.drop_table".into(), spec.as_object().cloned().unwrap(), Some("db"), decided)
     }
 

@@ -466,11 +466,7 @@ impl ServeArgs {
         builder = builder.admin_document(
             UNMATCHED_PATH,
             Arc::new(move || {
-                let loaded = listing.now();
-                let judged = match &loaded.rules.gateway {
-                    Some(gateway) => gateway.unmatched(),
-                    None => loaded.rules.judged.clone().unwrap_or_default(),
-                };
+                let judged = listing.now().rules.unmatched();
                 serde_json::json!({
                     "unmatched_policies": judged.unmatched_policies(),
                     "unmatched": judged.unmatched,
@@ -842,8 +838,8 @@ pub(crate) fn check(args: CheckArgs, runtime: &tokio::runtime::Runtime) -> anyho
     let (_, live) = serve.prepare(Server::builder(), store, &[], serve.listen, None, &notifier)?;
     let loaded = live.now();
     if args.connect {
-        let judged = match &loaded.rules.gateway {
-            Some(gateway) => runtime.block_on(async {
+        if let Some(gateway) = &loaded.rules.gateway {
+            runtime.block_on(async {
                 let publish: hitl_gateway::Publish = Arc::new(|_, _| Ok(()));
                 gateway.start(&publish).await.map_err(anyhow::Error::msg)?;
                 let health = gateway.health();
@@ -853,10 +849,10 @@ pub(crate) fn check(args: CheckArgs, runtime: &tokio::runtime::Runtime) -> anyho
                         None => println!("upstream {name}: not listed: {}", state["error"].as_str().unwrap_or("")),
                     }
                 }
-                anyhow::Ok(gateway.unmatched())
-            })?,
-            None => loaded.rules.judged.clone().unwrap_or_default(),
-        };
+                anyhow::Ok(())
+            })?;
+        }
+        let judged = loaded.rules.unmatched();
         let problems = judged.problems();
         if !problems.is_empty() {
             bail!(

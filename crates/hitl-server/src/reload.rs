@@ -103,10 +103,10 @@ impl Live {
     /// and the loaded file's digest and load time.
     pub(crate) fn health(&self) -> Map<String, Value> {
         let loaded = self.now();
-        let mut health = match (&loaded.rules.gateway, &loaded.rules.judged) {
-            (Some(gateway), _) => gateway.health(),
-            (None, judged) => {
-                let count = judged.as_ref().map_or(0, hitl_gateway::Judgement::unmatched_policies);
+        let mut health = match &loaded.rules.gateway {
+            Some(gateway) => gateway.health(),
+            None => {
+                let count = loaded.rules.unmatched().unmatched_policies();
                 Map::from_iter([("unmatched_policies".to_owned(), count.into())])
             }
         };

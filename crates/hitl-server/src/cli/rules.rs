@@ -35,6 +35,17 @@ impl std::fmt::Debug for Rules {
     }
 }
 
+impl Rules {
+    /// The policies' globs that match nothing: as the gateway judged them at its last
+    /// listing, else as judged on hitl's own agents.
+    pub(crate) fn unmatched(&self) -> Judgement {
+        match &self.gateway {
+            Some(gateway) => gateway.unmatched(),
+            None => self.judged.clone().unwrap_or_default(),
+        }
+    }
+}
+
 impl ServeArgs {
     /// The rules of these arguments for `own` agents (the examples, fixtures and a
     /// program's own, not gated yet), telling `notifier` of list changes. A reload
