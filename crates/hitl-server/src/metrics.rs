@@ -187,15 +187,19 @@ impl hitl_tower::Admission for NoAdmins {
     }
 }
 
+/// `body` as a JSON response with `status`.
+fn json_response(status: http::StatusCode, body: &serde_json::Value) -> http::Response<hitl_tower::McpBody> {
+    let mut response = http::Response::new(hitl_tower::body(body.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response
+}
+
 /// `document` as JSON to `GET`; other methods get 405.
 pub(crate) fn document(document: crate::DocumentFn) -> hitl_tower::Endpoint {
     hitl_tower::Endpoint::new(tower::service_fn(move |request: http::Request<bytes::Bytes>| {
         let response = if request.method() == http::Method::GET {
-            let mut response = http::Response::new(hitl_tower::body(document().to_string()));
-            response
-                .headers_mut()
-                .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
-            response
+            json_response(http::StatusCode::OK, &document())
         } else {
             let mut response = http::Response::new(hitl_tower::body("only GET is served here\n"));
             *response.status_mut() = http::StatusCode::METHOD_NOT_ALLOWED;
@@ -210,14 +214,7 @@ pub(crate) fn document(document: crate::DocumentFn) -> hitl_tower::Endpoint {
 /// JSON or `query` refuses it); other methods get 405.
 pub(crate) fn query(query: crate::QueryFn) -> hitl_tower::Endpoint {
     hitl_tower::Endpoint::new(tower::service_fn(move |request: http::Request<bytes::Bytes>| {
-        let json = |status: http::StatusCode, body: serde_json::Value| {
-            let mut response = http::Response::new(hitl_tower::body(body.to_string()));
-            *response.status_mut() = status;
-            response
-                .headers_mut()
-                .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
-            response
-        };
+        let json = |status, body: serde_json::Value| json_response(status, &body);
         let response = if request.method() == http::Method::POST {
             let answered = serde_json::from_slice::<serde_json::Value>(request.body())
                 .map_err(|e| format!("the body is not JSON: {e}"))
