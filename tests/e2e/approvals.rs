@@ -12,7 +12,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
 use crate::auth::{jwt_fixture, request_as, token};
-use crate::harness::{Client, Reply, Server, TEST_SECRET};
+use crate::harness::{Client, Paused, Reply, Server, TEST_SECRET};
 use crate::upstream::PythonUpstream;
 
 /// The webhook secret the tests' servers sign with.
@@ -286,29 +286,13 @@ pub(crate) async fn decide(server: &Server, who: &str, id: &str, decision: Value
     api(server, who, http::Method::POST, &format!("/api/approvals/{id}/decision"), Some(decision)).await
 }
 
-/// The paused drop's question key, URL and requestState.
-pub(crate) async fn ask(server: &Server, caller: &str, args: &Value) -> (String, String, String, Value) {
-    let asked = request_as(
-        server,
-        Some(caller),
-        url_client(),
-        1,
-        "tools/call",
-        json!({"name": "db.drop_partition", "arguments": args}),
-    )
-    .await;
-    let result = &asked.body["result"];
-    assert_eq!(result["resultType"], "input_required", "{}", asked.body);
-    let (key, question) = result["inputRequests"].as_object().unwrap().iter().next().unwrap();
-    assert_eq!(question["params"]["mode"], "url", "{question}");
-    let url = question["params"]["url"].as_str().unwrap().to_owned();
-    (key.clone(), url, result["requestState"].as_str().unwrap().to_owned(), question.clone())
-}
-
-pub(crate) async fn retry(server: &Server, caller: &str, args: &Value, key: &str, state: &str, answer: Value) -> Reply {
-    let params = json!({"name": "db.drop_partition", "arguments": args, "requestState": state,
-                        "inputResponses": { key: answer }});
-    request_as(server, Some(caller), url_client(), 2, "tools/call", params).await
+/// The drop of `args` by the holder of `caller`, paused at its approval, and the URL
+/// of the approval's page.
+pub(crate) async fn ask(server: &Server, caller: &str, args: &Value) -> (Paused, String) {
+    let paused = server.pause_as(caller, url_client(), "db.drop_partition", args.clone()).await;
+    assert_eq!(paused.question()["params"]["mode"], "url", "{}", paused.question());
+    let url = paused.question()["params"]["url"].as_str().unwrap().to_owned();
+    (paused, url)
 }
 
 pub(crate) async fn executions(server: &Server, caller: &str) -> u64 {
@@ -331,17 +315,18 @@ async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once
     let p = people();
     let args = json!({"partition": "p1", "database": "orders"});
 
-    let (key, url, state, question) = ask(&server, &p.alice, &args).await;
+    let (paused, url) = ask(&server, &p.alice, &args).await;
+    let (key, question) = (paused.key(), paused.question());
     assert_eq!(question["params"]["message"], "Waiting for approval by group:sre to run db.drop_partition");
     let id = url.strip_prefix(&format!("http://{}/approvals/", server.addr)).expect("hitl's page").to_owned();
 
     // Before the decision: the same URL question; the caller cannot answer it herself.
     let look = json!({"action": "accept"});
-    let early = retry(&server, &p.alice, &args, &key, &state, look.clone()).await;
+    let early = paused.answer(&server, look.clone()).await;
     assert_eq!(early.body["result"]["inputRequests"][&key]["params"]["url"], url.as_str(), "{}", early.body);
-    assert_eq!(early.body["result"]["requestState"], state.as_str());
+    assert_eq!(early.body["result"]["requestState"], paused.state());
     let forged = json!({"action": "accept", "content": {"decision": "approve"}});
-    let refused = retry(&server, &p.alice, &args, &key, &state, forged).await;
+    let refused = paused.answer(&server, forged).await;
     assert_eq!(refused.body["error"]["code"], -32602, "{}", refused.body);
     assert_eq!(refused.body["error"]["message"], "This question is answered on its page, not by the client");
 
@@ -407,10 +392,10 @@ async fn an_approver_decides_on_the_api_and_the_callers_retry_runs_the_call_once
     let again = decide(&server, &p.bob, &id, json!({"decision": "reject"})).await;
     assert_eq!(again.status, 409, "{}", again.body);
 
-    let done = retry(&server, &p.alice, &args, &key, &state, look.clone()).await;
+    let done = paused.answer(&server, look.clone()).await;
     assert_ne!(done.body["result"]["isError"], json!(true), "{}", done.body);
     assert!(done.text().contains("p1"), "{}", done.body);
-    let resent = retry(&server, &p.alice, &args, &key, &state, look).await;
+    let resent = paused.answer(&server, look).await;
     assert_eq!(resent.body["result"], done.body["result"], "a resend gets the same result");
     assert_eq!(executions(&server, &p.alice).await, 1, "run exactly once");
     let after = scrape().await;
@@ -471,11 +456,11 @@ async fn edits_rejections_and_responses_reach_the_caller() {
     ];
     for (n, (decision, status)) in cases.into_iter().enumerate() {
         let args = json!({"partition": format!("p{}", n + 2), "database": "orders"});
-        let (key, url, state, _) = ask(&server, &p.alice, &args).await;
+        let (paused, url) = ask(&server, &p.alice, &args).await;
         let id = url.rsplit('/').next().unwrap();
         let decided = decide(&server, &p.bob, id, decision).await;
         assert_eq!(decided.body["status"], status, "{}", decided.body);
-        let done = retry(&server, &p.alice, &args, &key, &state, json!({"action": "accept"})).await;
+        let done = paused.answer(&server, json!({"action": "accept"})).await;
         let result = &done.body["result"];
         match status {
             "edited" => assert!(done.text().contains("p9") && result["isError"] != true, "{}", done.body),
@@ -533,7 +518,7 @@ async fn the_events_stream_shows_pending_and_decided_approvals_to_approvers() {
     });
     ready.await.unwrap();
     let args = json!({"partition": "p5", "database": "orders"});
-    let (_, url, _, _) = ask(&server, &p.alice, &args).await;
+    let (_, url) = ask(&server, &p.alice, &args).await;
     let id = url.rsplit('/').next().unwrap().to_owned();
     let decided = decide(&server, &p.bob, &id, json!({"decision": "reject"})).await;
     assert_eq!(decided.status, 200, "{}", decided.body);
@@ -617,7 +602,7 @@ async fn pages_need_a_sign_in_and_refuse_forged_forms() {
     };
     let p = people();
     let args = json!({"partition": "p7", "database": "orders"});
-    let (key, url, state, _) = ask(&server, &p.alice, &args).await;
+    let (paused, url) = ask(&server, &p.alice, &args).await;
     let path = url.strip_prefix(&format!("http://{}", server.addr)).unwrap().to_owned();
 
     // Not signed in: to the login form, which comes back here.
@@ -684,7 +669,7 @@ async fn pages_need_a_sign_in_and_refuse_forged_forms() {
     assert_eq!(approved.0, 303, "{}", approved.2);
     let (_, _, html) = server.raw(http::Method::GET, &path, &[("cookie", cookies.as_str())], Bytes::new()).await;
     assert!(html.contains("approved") && !html.contains("id=\"approve\""), "{html}");
-    let done = retry(&server, &p.alice, &args, &key, &state, json!({"action": "accept"})).await;
+    let done = paused.answer(&server, json!({"action": "accept"})).await;
     assert!(done.text().contains("p7"), "{}", done.body);
 }
 
@@ -760,23 +745,7 @@ async fn an_agent_starts_only_once_its_approver_said_yes() {
 
 /// A `tools/call` of `params` by the holder of `token`, from a client with URL mode.
 pub(crate) async fn request_as_client(server: &Client, token: &str, id: u64, params: Value) -> Reply {
-    let bearer = format!("Bearer {token}");
-    let name = params["name"].as_str().unwrap_or_default().to_owned();
-    let mut full = json!({ "_meta": crate::harness::modern_meta(url_client()) });
-    full.as_object_mut().unwrap().extend(params.as_object().cloned().unwrap_or_default());
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": full});
-    let headers = [
-        ("content-type", "application/json"),
-        ("accept", "application/json, text/event-stream"),
-        ("mcp-protocol-version", "2026-07-28"),
-        ("mcp-method", "tools/call"),
-        ("mcp-name", name.as_str()),
-        ("authorization", bearer.as_str()),
-    ];
-    server
-        .request(http::Method::POST, "/mcp", &headers, Bytes::from(body.to_string()))
-        .await
-        .expect("the call completes")
+    server.modern_as(Some(token), id, "tools/call", params, url_client()).await
 }
 
 #[tokio::test]

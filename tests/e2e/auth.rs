@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::harness::{Reply, Server, modern_meta};
+use crate::harness::{Reply, Server};
 
 /// A folder with a tokens file (alice plain, bob hashed) and a config, removed when
 /// dropped.
@@ -67,26 +67,7 @@ pub(crate) async fn request_as(
     method: &str,
     params: Value,
 ) -> Reply {
-    let mut full = json!({ "_meta": modern_meta(capabilities) });
-    full.as_object_mut().unwrap().extend(params.as_object().cloned().unwrap_or_default());
-    let name = full.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": full});
-    let bearer = token.map(|t| format!("Bearer {t}"));
-    let mut headers = vec![
-        ("content-type", "application/json"),
-        ("accept", "application/json, text/event-stream"),
-        ("mcp-protocol-version", "2026-07-28"),
-        ("mcp-method", method),
-    ];
-    if !name.is_empty() {
-        headers.push(("mcp-name", name.as_str()));
-    }
-    if let Some(bearer) = &bearer {
-        headers.push(("authorization", bearer.as_str()));
-    }
-    let (status, headers, text) = server.raw(http::Method::POST, "/mcp", &headers, Bytes::from(body.to_string())).await;
-    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    Reply { status, headers, body }
+    server.modern_as(token, id, method, params, capabilities).await
 }
 
 const CONFIG: &str = "[auth]\ntokens_file = \"tokens.txt\"\nauthorization_servers = [\"https://idp.example\"]\n";

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::approvals::{Folder, Receiver};
 use crate::auth::{request_as, token};
-use crate::harness::{Server, cannot_run};
+use crate::harness::{Paused, Server, cannot_run};
 use crate::upstream::PythonUpstream;
 
 /// chromedriver on a free port, stopped on drop.
@@ -101,19 +101,17 @@ pub(crate) async fn sign_in(browser: &Browser, token: &str) {
     browser.find(Locator::Css("button[type=submit].primary")).await.unwrap().click().await.unwrap();
 }
 
-/// The drop call of `partition` by alice: its key, page URL and requestState.
-async fn ask(server: &Server, alice: &str, partition: &str) -> (String, String, String) {
-    let params = json!({"name": "db.drop_partition", "arguments": {"partition": partition, "database": "orders"}});
-    let asked = request_as(server, Some(alice), url_client(), 1, "tools/call", params).await;
-    let (key, question) = asked.body["result"]["inputRequests"].as_object().unwrap().iter().next().unwrap();
-    let url = question["params"]["url"].as_str().unwrap().to_owned();
-    (key.clone(), url, asked.body["result"]["requestState"].as_str().unwrap().to_owned())
+/// The drop call of `partition` by alice, paused, and its page's URL.
+async fn ask(server: &Server, alice: &str, partition: &str) -> (Paused, String) {
+    let args = json!({"partition": partition, "database": "orders"});
+    let paused = server.pause_as(alice, url_client(), "db.drop_partition", args).await;
+    let url = paused.question()["params"]["url"].as_str().unwrap().to_owned();
+    (paused, url)
 }
 
-async fn retry(server: &Server, alice: &str, partition: &str, key: &str, state: &str) -> Value {
-    let params = json!({"name": "db.drop_partition", "arguments": {"partition": partition, "database": "orders"},
-                        "requestState": state, "inputResponses": { key: {"action": "accept"} }});
-    request_as(server, Some(alice), url_client(), 2, "tools/call", params).await.body
+/// Alice's retry after a visit to the page.
+async fn retry(server: &Server, paused: &Paused) -> Value {
+    paused.answer(server, json!({"action": "accept"})).await.body
 }
 
 #[tokio::test]
@@ -128,23 +126,23 @@ async fn an_approver_approves_edits_and_rejects_in_chromium() {
     let browser = browser(&driver, false).await;
 
     // Approve: the link leads to the sign-in, then back to the approval.
-    let (key, url, state) = ask(&server, &alice, "p1").await;
+    let (paused, url) = ask(&server, &alice, "p1").await;
     browser.goto(&url).await.unwrap();
     sign_in(&browser, &bob).await;
     let approve = browser.wait().for_element(Locator::Css("#approve")).await.expect("the approval page");
     let page = text_of(&browser).await;
     assert!(page.contains("db.drop_partition") && page.contains("user:alice") && page.contains("group:sre"), "{page}");
     screenshot(&browser, "approval").await;
-    let still = retry(&server, &alice, "p1", &key, &state).await;
+    let still = retry(&server, &paused).await;
     assert_eq!(still["result"]["resultType"], "input_required", "not yet: {still}");
     approve.click().await.unwrap();
     browser.wait().for_element(Locator::Css(".status.approved")).await.expect("approved");
     screenshot(&browser, "approved").await;
-    let done = retry(&server, &alice, "p1", &key, &state).await;
+    let done = retry(&server, &paused).await;
     assert_eq!(done["result"]["content"][0]["text"], "dropped p1 on orders", "{done}");
 
     // Edit: the arguments in the text area, changed.
-    let (key, url, state) = ask(&server, &alice, "p2").await;
+    let (paused, url) = ask(&server, &alice, "p2").await;
     browser.goto(&url).await.unwrap();
     let args = browser.wait().for_element(Locator::Css("#args")).await.expect("the edit form");
     args.clear().await.unwrap();
@@ -152,18 +150,18 @@ async fn an_approver_approves_edits_and_rejects_in_chromium() {
     screenshot(&browser, "edit").await;
     browser.find(Locator::Css("#edit")).await.unwrap().click().await.unwrap();
     browser.wait().for_element(Locator::Css(".status.edited")).await.expect("edited");
-    let done = retry(&server, &alice, "p2", &key, &state).await;
+    let done = retry(&server, &paused).await;
     assert_eq!(done["result"]["content"][0]["text"], "dropped p2-archive on orders", "{done}");
 
     // Reject, with a reason the caller gets.
-    let (key, url, state) = ask(&server, &alice, "p3").await;
+    let (paused, url) = ask(&server, &alice, "p3").await;
     browser.goto(&url).await.unwrap();
     let reason = browser.wait().for_element(Locator::Css("#reject-message")).await.expect("the reject form");
     reason.send_keys("Not during the freeze").await.unwrap();
     browser.find(Locator::Css("#reject")).await.unwrap().click().await.unwrap();
     browser.wait().for_element(Locator::Css(".status.rejected")).await.expect("rejected");
     screenshot(&browser, "rejected").await;
-    let done = retry(&server, &alice, "p3", &key, &state).await;
+    let done = retry(&server, &paused).await;
     assert_eq!(done["result"]["content"][0]["text"], "Not during the freeze", "{done}");
     assert_eq!(done["result"]["isError"], true);
 
@@ -172,7 +170,7 @@ async fn an_approver_approves_edits_and_rejects_in_chromium() {
     screenshot(&browser, "list").await;
     browser.close().await.unwrap();
     let phone = self::browser(&driver, true).await;
-    let (_, url, _) = ask(&server, &alice, "p4").await;
+    let (_, url) = ask(&server, &alice, "p4").await;
     phone.goto(&url).await.unwrap();
     sign_in(&phone, &bob).await;
     phone.wait().for_element(Locator::Css("#approve")).await.expect("the approval page on a phone");

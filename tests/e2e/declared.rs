@@ -10,7 +10,7 @@ use hitl_model::testing::{Received, Scripted, server as model_server};
 use serde_json::{Value, json};
 
 use crate::gateway::ConfigFile;
-use crate::harness::{Reply, Server, TEST_SECRET};
+use crate::harness::{Paused, Server, TEST_SECRET};
 use crate::upstream::PythonUpstream;
 
 /// The key the model's API key is read from, and its value.
@@ -75,23 +75,6 @@ async fn executions(server: &Server, tool: &str) -> u64 {
     reply.text().parse().unwrap_or_else(|_| panic!("a count: {}", reply.body))
 }
 
-/// A paused call's only question: its key, its request, the requestState.
-fn question(reply: &Reply) -> (String, Value, String) {
-    let result = &reply.body["result"];
-    assert_eq!(result["resultType"], "input_required", "{}", reply.body);
-    let requests = result["inputRequests"].as_object().unwrap();
-    assert_eq!(requests.len(), 1, "one question: {requests:?}");
-    let (key, request) = requests.iter().next().unwrap();
-    (key.clone(), request.clone(), result["requestState"].as_str().unwrap().to_owned())
-}
-
-/// Calls `tool` with `arguments` and the answer `answer` to round `(key, state)`.
-async fn answer(server: &Server, tool: &str, arguments: &Value, key: &str, state: &str, answer: Value) -> Reply {
-    let params =
-        json!({"name": tool, "arguments": arguments, "inputResponses": { key: answer }, "requestState": state});
-    server.call_tool(2, params).await
-}
-
 fn approve() -> Value {
     json!({"action": "accept", "content": {"decision": "approve"}})
 }
@@ -108,8 +91,8 @@ async fn the_release_gate_as_a_workflow_confirms_aborts_and_declines() {
 
     let args = json!({"service": "api", "version": "1.2.3"});
     let start = || server.call_tool(1, json!({"name": "release", "arguments": args}));
-    let paused = start().await;
-    let (key, request, state) = question(&paused);
+    let paused = Paused::of("release", args.clone(), &start().await).only();
+    let (key, request) = (paused.key().to_owned(), paused.question());
     assert!(key.starts_with("answer-") && key.len() == "answer-".len() + 16, "keyed by the question: {key}");
     assert_eq!(request["method"], "elicitation/create");
     assert_eq!(request["params"]["message"], "Deploying api to PRODUCTION (1.2.3). Confirm release?");
@@ -120,10 +103,10 @@ async fn the_release_gate_as_a_workflow_confirms_aborts_and_declines() {
     assert_eq!(executions(&server, "release").await, 0, "nothing runs before the answer");
 
     let yes = json!({"action": "accept", "content": {"confirm": true}});
-    let done = answer(&server, "release", &args, &key, &state, yes.clone()).await;
+    let done = paused.answer(&server, yes.clone()).await;
     assert_eq!(done.text(), "Released api v1.2.3 to production.", "{}", done.body);
     assert_ne!(done.body["result"]["isError"], true);
-    let again = answer(&server, "release", &args, &key, &state, yes.clone()).await;
+    let again = paused.answer(&server, yes.clone()).await;
     assert_eq!(again.body["result"], done.body["result"], "a resend gets the stored result");
     assert_eq!(executions(&server, "release").await, 1, "confirmed once, released once");
 
@@ -133,9 +116,9 @@ async fn the_release_gate_as_a_workflow_confirms_aborts_and_declines() {
         ("decline", json!({"action": "decline"})),
         ("cancel", json!({"action": "cancel"})),
     ] {
-        let (again_key, _, state) = question(&start().await);
-        assert_eq!(again_key, key, "the same question, the same key");
-        let aborted = answer(&server, "release", &args, &key, &state, reply).await;
+        let again = Paused::of("release", args.clone(), &start().await).only();
+        assert_eq!(again.key(), key, "the same question, the same key");
+        let aborted = again.answer(&server, reply).await;
         assert_eq!(
             aborted.body["result"]["structuredContent"],
             json!({"result": "Deployment aborted by user."}),
@@ -175,17 +158,16 @@ steps = [
 "#;
     let (server, _file) = serve(&format!("{}{agent}", upstreams(&upstream))).await;
     let args = json!({"partition": "p9"});
-    let (key, request, state) = question(&server.call_tool(1, json!({"name": "cleanup", "arguments": args})).await);
-    assert_eq!(key, "database", "a key given is the question's key");
-    assert_eq!(request["params"]["message"], "Which database holds p9?");
+    let asked = server.pause("cleanup", args.clone()).await.only();
+    assert_eq!(asked.key(), "database", "a key given is the question's key");
+    assert_eq!(asked.question()["params"]["message"], "Which database holds p9?");
     let text_answer = json!({"action": "accept", "content": {"response": "orders"}});
-    let review = answer(&server, "cleanup", &args, &key, &state, text_answer.clone()).await;
-    let (review_key, review_request, review_state) = question(&review);
-    assert!(review_key.starts_with("review-"), "the drop's policy asks for a review: {review_key}");
-    assert_eq!(review_request["params"]["message"], "Drop p9 on orders?");
+    let review = Paused::of("cleanup", args.clone(), &asked.answer(&server, text_answer.clone()).await).only();
+    assert!(review.key().starts_with("review-"), "the drop's policy asks for a review: {}", review.key());
+    assert_eq!(review.question()["params"]["message"], "Drop p9 on orders?");
     assert_eq!(executions(&server, "drop_partition").await, 0);
-    let params = json!({"name": "cleanup", "arguments": args, "requestState": review_state,
-                        "inputResponses": { key.as_str(): text_answer, review_key.as_str(): approve() }});
+    let params = json!({"name": "cleanup", "arguments": args, "requestState": review.state(),
+                        "inputResponses": { asked.key(): text_answer, review.key(): approve() }});
     let done = server.call_tool(3, params.clone()).await;
     assert_eq!(done.text(), "dropped p9 on orders", "{}", done.body);
     assert_eq!(server.call_tool(4, params).await.body["result"], done.body["result"]);
@@ -243,20 +225,20 @@ async fn a_tool_calling_agent_runs_allowed_calls_reviews_and_denies_through_the_
     let (base, received) = model_server(script).await;
     let (server, _file) = serve(&format!("{}{}", upstreams(&upstream), db_assistant(&base, ""))).await;
     let args = json!({"request": "Say hi, then drop p1 of orders."});
-    let paused = server.call_tool(1, json!({"name": "db_assistant", "arguments": args})).await;
-    let (key, request, state) = question(&paused);
+    let paused = server.pause("db_assistant", args.clone()).await.only();
+    let (key, request) = (paused.key(), paused.question());
     assert!(key.starts_with("review-") && key.ends_with(".1"), "one batched review question: {key}");
     assert_eq!(request["params"]["message"], "Drop p1 on orders?", "the policy's text: {request}");
     assert_eq!(executions(&server, "drop_partition").await, 0, "nothing of the turn runs before the review");
 
-    let done = answer(&server, "db_assistant", &args, &key, &state, approve()).await;
+    let done = paused.answer(&server, approve()).await;
     assert_eq!(done.text(), "Dropped p1 on orders.", "{}", done.body);
     let structured = &done.body["result"]["structuredContent"];
     assert_eq!(structured["usage"], json!({"input_tokens": 140, "output_tokens": 18, "model_turns": 2}));
     let ran: Vec<&str> =
         structured["tool_calls"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
     assert_eq!(ran, ["db.echo", "db.drop_partition"], "the denied call never ran");
-    let again = answer(&server, "db_assistant", &args, &key, &state, approve()).await;
+    let again = paused.answer(&server, approve()).await;
     assert_eq!(again.body["result"], done.body["result"], "a resend gets the stored result");
     assert_eq!(executions(&server, "drop_partition").await, 1, "approved once, run once");
 
@@ -330,15 +312,13 @@ review_mode = "per_call"
     );
     let (server, _file) = serve(&format!("{}{agent}", upstreams(&upstream))).await;
     let args = json!({"request": "Drop p1 and p2 of orders."});
-    let (first_key, first, state) =
-        question(&server.call_tool(1, json!({"name": "ops_assistant", "arguments": args})).await);
-    assert_eq!(first["params"]["message"], "Drop p1 on orders?");
+    let first = server.pause("ops_assistant", args.clone()).await.only();
+    assert_eq!(first.question()["params"]["message"], "Drop p1 on orders?");
     let rejected = json!({"action": "accept", "content": {"decision": "reject", "message": "p1 is still in use"}});
-    let next = answer(&server, "ops_assistant", &args, &first_key, &state, rejected.clone()).await;
-    let (second_key, second, state) = question(&next);
-    assert_eq!(second["params"]["message"], "Drop p2 on orders?", "per call: one round per call");
-    let params = json!({"name": "ops_assistant", "arguments": args, "requestState": state,
-                        "inputResponses": { first_key.as_str(): rejected, second_key.as_str(): approve() }});
+    let second = Paused::of("ops_assistant", args.clone(), &first.answer(&server, rejected.clone()).await).only();
+    assert_eq!(second.question()["params"]["message"], "Drop p2 on orders?", "per call: one round per call");
+    let params = json!({"name": "ops_assistant", "arguments": args, "requestState": second.state(),
+                        "inputResponses": { first.key(): rejected, second.key(): approve() }});
     let done = server.call_tool(3, params).await;
     assert_eq!(done.text(), "Dropped p2; p1 is kept.", "{}", done.body);
     assert_eq!(executions(&server, "drop_partition").await, 1, "the rejected call never ran");
@@ -382,8 +362,8 @@ async fn model_errors_and_timeouts_end_the_call_with_an_error_result_and_keep_th
     assert_eq!(failed.body["result"]["isError"], true, "{}", failed.body);
     assert!(failed.text().contains("answered HTTP 500"), "{}", failed.body);
 
-    let (key, _, state) = question(&server.call_tool(2, json!({"name": "db_assistant", "arguments": args})).await);
-    let timed_out = answer(&server, "db_assistant", &args, &key, &state, approve()).await;
+    let paused = server.pause("db_assistant", args.clone()).await.only();
+    let timed_out = paused.answer(&server, approve()).await;
     assert_eq!(timed_out.body["result"]["isError"], true, "{}", timed_out.body);
     let message = timed_out.text();
     assert!(message.contains("did not answer within 1 s") && message.contains("still paused"), "{message}");
@@ -391,12 +371,9 @@ async fn model_errors_and_timeouts_end_the_call_with_an_error_result_and_keep_th
 
     // The round is still there: the same answers try the model again, and the drop is
     // not done twice.
-    let done = answer(&server, "db_assistant", &args, &key, &state, approve()).await;
+    let done = paused.answer(&server, approve()).await;
     assert_eq!(done.text(), "Dropped p3.", "{}", done.body);
-    assert_eq!(
-        answer(&server, "db_assistant", &args, &key, &state, approve()).await.body["result"],
-        done.body["result"]
-    );
+    assert_eq!(paused.answer(&server, approve()).await.body["result"], done.body["result"]);
     assert_eq!(executions(&server, "drop_partition").await, 1);
     assert_eq!(bodies(&received).len(), 4, "the failed turn, the call, the stalled turn, its retry");
 }
@@ -443,20 +420,21 @@ steps = [
         params.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
         server.modern(id, "tools/call", params, client.clone())
     };
-    let (key, visit, state) = question(&call(1, json!({})).await);
+    let sign_in = Paused::of("connect_orders", json!({}), &call(1, json!({})).await).only();
+    let (key, visit, state) = (sign_in.key(), sign_in.question(), sign_in.state());
     assert_eq!(key, "signed_in");
     assert_eq!(
         (&visit["params"]["mode"], &visit["params"]["url"]),
         (&json!("url"), &json!("https://console.example.com/login"))
     );
-    let declined =
-        call(2, json!({"requestState": state, "inputResponses": { key.as_str(): {"action": "decline"} }})).await;
+    let declined = call(2, json!({"requestState": state, "inputResponses": { key: {"action": "decline"} }})).await;
     assert_eq!(declined.body["result"]["structuredContent"], json!({"result": "Not signed in."}), "{}", declined.body);
 
-    let (key, _, state) = question(&call(3, json!({})).await);
-    let visited = json!({ key.as_str(): {"action": "accept"} });
-    let asked = call(4, json!({"requestState": state, "inputResponses": visited})).await;
-    let (secret_key, page, state) = question(&asked);
+    let visit = Paused::of("connect_orders", json!({}), &call(3, json!({})).await).only();
+    let visited = json!({ visit.key(): {"action": "accept"} });
+    let asked = call(4, json!({"requestState": visit.state(), "inputResponses": visited})).await;
+    let typed = Paused::of("connect_orders", json!({}), &asked).only();
+    let (secret_key, page) = (typed.key(), typed.question());
     let url = page["params"]["url"].as_str().unwrap();
     let path = url.strip_prefix(&format!("http://{}", server.addr)).expect("hitl's secret page").to_owned();
     assert!(path.starts_with("/secrets/"), "{path}");
@@ -470,8 +448,8 @@ steps = [
     let (status, _, saved) = server.raw(http::Method::POST, &path, &form, body).await;
     assert_eq!(status, 200, "{saved}");
 
-    let answers = json!({ key.as_str(): {"action": "accept"}, secret_key.as_str(): {"action": "accept"} });
-    let done = call(5, json!({"requestState": state, "inputResponses": answers})).await;
+    let answers = json!({ visit.key(): {"action": "accept"}, secret_key: {"action": "accept"} });
+    let done = call(5, json!({"requestState": typed.state(), "inputResponses": answers})).await;
     assert_eq!(done.text(), crate::auth::sha256_hex(secret), "the call got the secret: {}", done.body);
     assert!(!format!("{}{}", asked.body, done.body).contains(secret), "and no MCP response shows it");
 }

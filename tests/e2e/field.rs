@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::gateway::{ConfigFile, text};
+use crate::gateway::ConfigFile;
 use crate::harness::cannot_run;
 
 /// server-everything over Streamable HTTP on `port`, stopped when dropped.
@@ -62,14 +62,14 @@ async fn an_http_upstream_that_restarts_is_reconnected() {
         async move { server.call_tool(1, json!({"name": "ev.echo", "arguments": {"message": message}})).await }
     };
     let before = echo("before").await;
-    assert_eq!(text(&before), "Echo: before", "{}", before.body);
+    assert_eq!(before.text(), "Echo: before", "{}", before.body);
 
     drop(upstream);
     let _upstream = Everything::start(port).await.expect("started again");
     let after = echo("after").await;
-    assert_eq!(text(&after), "Echo: after", "the next call succeeds: {}", after.body);
+    assert_eq!(after.text(), "Echo: after", "the next call succeeds: {}", after.body);
     let again = echo("again").await;
-    assert_eq!(text(&again), "Echo: again", "{}", again.body);
+    assert_eq!(again.text(), "Echo: again", "{}", again.body);
     let health = server.request(http::Method::GET, "/healthz", &[], bytes::Bytes::new()).await.unwrap();
     assert_eq!(health.body["upstreams"]["ev"]["status"], "ok", "{}", health.body);
 }
@@ -146,5 +146,5 @@ async fn healthz_tells_of_a_stdio_upstream_whose_process_died() {
     // The next probe (or call) starts it again.
     upstream_becomes(&server, "local", "ok").await;
     let echoed = server.call_tool(1, json!({"name": "local.echo", "arguments": {"text": "back"}})).await;
-    assert_eq!(text(&echoed), "back", "{}", echoed.body);
+    assert_eq!(echoed.text(), "back", "{}", echoed.body);
 }

@@ -9,7 +9,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::gateway::{ConfigFile, text};
+use crate::gateway::ConfigFile;
 use crate::harness::{Server, cannot_run};
 use crate::relay::Folder;
 
@@ -98,7 +98,7 @@ async fn a_write_sent_when_the_stdio_server_died_is_not_sent_again() {
     // The wrapper kills the server the moment the write reaches it.
     let done = server.call_tool(2, approve.clone()).await;
     assert_eq!(done.body["result"]["isError"], true, "{}", done.body);
-    let said = text(&done);
+    let said = done.text();
     assert!(said.contains("upstream fs is unreachable") && said.contains("exited before it answered"), "{said}");
     assert!(!said.contains("not sent"), "the request was sent: {said}");
     let again = server.call_tool(3, approve).await;

@@ -73,17 +73,13 @@ async fn drop_approved_once(server: &Server, prefix: &str, partition: &str) {
     let params = json!({"name": tool, "arguments": arguments, "inputResponses": answer,
                         "requestState": result["requestState"]});
     let done = server.call_tool(3, params.clone()).await;
-    assert_eq!(text(&done), format!("dropped {partition} on orders"), "{}", done.body);
+    assert_eq!(done.text(), format!("dropped {partition} on orders"), "{}", done.body);
     let again = server.call_tool(4, params).await;
     assert_eq!(again.body["result"], done.body["result"]);
     let count = server
         .call_tool(5, json!({"name": format!("{prefix}.executions"), "arguments": {"tool": "drop_partition"}}))
         .await;
-    assert_eq!(text(&count), "1");
-}
-
-pub(crate) fn text(reply: &Reply) -> String {
-    reply.body["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+    assert_eq!(count.text(), "1");
 }
 
 async fn executions(server: &Server) -> u64 {
@@ -92,7 +88,7 @@ async fn executions(server: &Server) -> u64 {
 
 pub(crate) async fn executions_of(server: &Server, tool: &str) -> u64 {
     let reply = server.call_tool(90, json!({"name": "db.executions", "arguments": {"tool": tool}})).await;
-    text(&reply).parse().unwrap_or_else(|_| panic!("a count: {}", reply.body))
+    reply.text().parse().unwrap_or_else(|_| panic!("a count: {}", reply.body))
 }
 
 const DROP: &str = r#"{"partition": "p1", "database": "orders"}"#;
@@ -136,12 +132,12 @@ async fn allowed_calls_pass_through_and_denied_ones_name_the_policy() {
     assert_eq!(drop["annotations"]["destructiveHint"], true, "upstream listings pass through: {drop}");
     assert!(listed("greeter").unwrap().get("annotations").is_none());
     let echoed = server.call_tool(2, json!({"name": "db.echo", "arguments": {"text": "through"}})).await;
-    assert_eq!(text(&echoed), "through", "{}", echoed.body);
+    assert_eq!(echoed.text(), "through", "{}", echoed.body);
     assert_ne!(echoed.body["result"]["isError"], true, "the upstream's result, unchanged: {}", echoed.body);
 
     let denied = server.call_tool(3, json!({"name": "db.fail", "arguments": {"reason": "x"}})).await;
     assert_eq!(denied.body["result"]["isError"], true);
-    assert_eq!(text(&denied), r#"db.fail is denied by the policy tools = ["db.fail"]"#);
+    assert_eq!(denied.text(), r#"db.fail is denied by the policy tools = ["db.fail"]"#);
 
     let bad = server.call_tool(4, json!({"name": "db.echo", "arguments": {"text": 7}})).await;
     assert_eq!(bad.body["error"]["code"], -32602, "the upstream's schema is checked first: {}", bad.body);
@@ -158,7 +154,7 @@ async fn a_reviewed_call_runs_once_when_approved() {
     assert_eq!(executions(&server).await, 0, "nothing runs before the review");
 
     let done = decide(&server, &key, &state, json!({"decision": "approve"})).await;
-    assert_eq!(text(&done), "dropped p1 on orders", "{}", done.body);
+    assert_eq!(done.text(), "dropped p1 on orders", "{}", done.body);
     let again = decide(&server, &key, &state, json!({"decision": "approve"})).await;
     assert_eq!(again.body["result"], done.body["result"], "a resend gets the stored result");
     assert_eq!(executions(&server).await, 1, "approved once, run once");
@@ -175,14 +171,14 @@ async fn edit_reject_and_respond_do_what_the_reviewer_said() {
     assert_eq!(refused.body["error"]["code"], -32602, "an edit may not add arguments: {}", refused.body);
     let edited = r#"{"partition": "p2", "database": "orders"}"#;
     let done = decide(&server, &key, &state, json!({"decision": "edit", "args": edited})).await;
-    assert_eq!(text(&done), "dropped p2 on orders", "{}", done.body);
+    assert_eq!(done.text(), "dropped p2 on orders", "{}", done.body);
     assert_eq!(executions(&server).await, 1);
 
     let (key, _, state) = ask_drop(&server).await;
     let rejected =
         decide(&server, &key, &state, json!({"decision": "reject", "message": "not during business hours"})).await;
     assert_eq!(rejected.body["result"]["isError"], true);
-    assert_eq!(text(&rejected), "not during business hours");
+    assert_eq!(rejected.text(), "not during business hours");
 
     // drop_partition declares an outputSchema ({"result": string}): a respond is its
     // structured content when it fits, else an error result with the reviewer's text.
@@ -191,11 +187,11 @@ async fn edit_reject_and_respond_do_what_the_reviewer_said() {
     let responded = decide(&server, &key, &state, json!({"decision": "respond", "message": fits})).await;
     assert_ne!(responded.body["result"]["isError"], true, "{}", responded.body);
     assert_eq!(responded.body["result"]["structuredContent"], json!({"result": "already dropped"}));
-    assert_eq!(text(&responded), fits);
+    assert_eq!(responded.text(), fits);
     let (key, _, state) = ask_drop(&server).await;
     let responded = decide(&server, &key, &state, json!({"decision": "respond", "message": "already dropped"})).await;
     assert_eq!(responded.body["result"]["isError"], true, "{}", responded.body);
-    assert_eq!(text(&responded), "already dropped");
+    assert_eq!(responded.text(), "already dropped");
     assert_eq!(executions(&server).await, 1, "reject and respond never run the tool");
 }
 
@@ -205,7 +201,7 @@ async fn the_default_action_and_limited_decisions_apply() {
     let extra = "\n[gateway]\ndefault_action = \"deny\"\n";
     let (server, _dir) = gateway(&upstream, extra).await;
     let echoed = server.call_tool(2, json!({"name": "db.echo", "arguments": {"text": "x"}})).await;
-    assert_eq!(text(&echoed), "db.echo is denied by the policy [gateway] default_action");
+    assert_eq!(echoed.text(), "db.echo is denied by the policy [gateway] default_action");
     // Counting goes through the upstream directly: db.executions is denied here.
     let client = upstream.client("db", None);
     let count = client.call_tool("executions", serde_json::Map::from_iter([("tool".into(), json!("drop_partition"))]));
@@ -233,7 +229,7 @@ async fn fifty_concurrent_approvals_over_two_replicas_run_the_call_once() {
     });
     let replies = futures_join(approvals).await;
     for reply in &replies {
-        assert_eq!(text(reply), "dropped p1 on orders", "{}", reply.body);
+        assert_eq!(reply.text(), "dropped p1 on orders", "{}", reply.body);
     }
     assert_eq!(executions(&b).await, 1, "fifty approvals, one execution");
 }
@@ -300,7 +296,7 @@ async fn a_replica_killed_during_the_upstream_call_never_runs_it_twice() {
     // Replica B waits out A's lease, then knows the outcome is unknown: it never calls again.
     let resend = b.call_tool(3, params.clone()).await;
     assert_eq!(resend.body["result"]["isError"], true, "{}", resend.body);
-    assert!(text(&resend).starts_with("The outcome of this call is unknown"), "{}", resend.body);
+    assert!(resend.text().starts_with("The outcome of this call is unknown"), "{}", resend.body);
     let again = b.call_tool(4, params).await;
     assert_eq!(again.body["result"], resend.body["result"], "resends get the same answer");
     assert_eq!(executions_of(&b, "slow_drop").await, 1, "run once, never again");
@@ -319,7 +315,7 @@ async fn a_stdio_upstream_is_gated_too() {
     ));
     let server = file.serve().await;
     let echoed = server.call_tool(1, json!({"name": "local.echo", "arguments": {"text": "over stdio"}})).await;
-    assert_eq!(text(&echoed), "over stdio", "{}", echoed.body);
+    assert_eq!(echoed.text(), "over stdio", "{}", echoed.body);
     drop_approved_once(&server, "local", "p3").await;
 }
 
@@ -338,7 +334,7 @@ async fn an_upstream_that_asks_is_relayed_to_the_client() {
     let params = json!({"name": "db.truncate", "arguments": arguments, "inputResponses": answer,
                         "requestState": result["requestState"]});
     let done = server.call_tool(2, params.clone()).await;
-    assert_eq!(text(&done), "truncated orders", "{}", done.body);
+    assert_eq!(done.text(), "truncated orders", "{}", done.body);
     let again = server.call_tool(3, params).await;
     assert_eq!(again.body["result"], done.body["result"], "a resend gets the stored result");
     assert_eq!(executions_of(&server, "truncate").await, 1);
@@ -383,7 +379,7 @@ async fn a_2025_upstream_that_asks_mid_call_is_held_until_the_client_answers() {
     assert_eq!(request["params"]["message"], "db: Really truncate orders?", "the upstream's own: {request}");
     assert_eq!(healthz(&server).await["upstreams"]["db"]["held"], 1, "the upstream call is held open");
     let done = server.call_tool(2, answering(confirm())).await;
-    assert_eq!(text(&done), "truncated orders", "{}", done.body);
+    assert_eq!(done.text(), "truncated orders", "{}", done.body);
     let again = server.call_tool(3, answering(confirm())).await;
     assert_eq!(again.body["result"], done.body["result"], "a resend gets the stored result");
     assert_eq!(healthz(&server).await["upstreams"]["db"]["held"], 0);
@@ -391,7 +387,7 @@ async fn a_2025_upstream_that_asks_mid_call_is_held_until_the_client_answers() {
     // Declined: the upstream hears it and keeps the table.
     let (_, answering) = held_truncate(&server, "users").await;
     let kept = server.call_tool(4, answering(json!({"action": "decline"}))).await;
-    assert!(!text(&kept).contains("truncated"), "{}", kept.body);
+    assert!(!kept.text().contains("truncated"), "{}", kept.body);
 
     // A client that cannot answer elicitations: the question is refused for it at once.
     let call = json!({"name": "db.truncate", "arguments": {"table": "audit"}});
@@ -412,14 +408,14 @@ async fn an_answer_at_another_replica_reaches_the_held_call_and_a_dead_holder_is
 
     let (_, answering) = held_truncate(&a, "orders").await;
     let done = b.call_tool(2, answering(confirm())).await;
-    assert_eq!(text(&done), "truncated orders", "B forwarded the answer to A, which holds the call: {}", done.body);
+    assert_eq!(done.text(), "truncated orders", "B forwarded the answer to A, which holds the call: {}", done.body);
     assert_eq!(healthz(&a).await["upstreams"]["db"]["held"], 0);
 
     let (_, answering) = held_truncate(&a, "users").await;
     a.kill();
     let orphan = b.call_tool(3, answering(confirm())).await;
     assert_eq!(orphan.body["result"]["isError"], true, "{}", orphan.body);
-    let said = text(&orphan);
+    let said = orphan.text();
     assert!(said.contains("replica that held the upstream call is gone") && said.contains("unknown"), "{said}");
     assert_eq!(executions_of(&b, "truncate").await, 1, "the orphaned call never ran");
 }
@@ -439,7 +435,7 @@ async fn a_held_call_is_given_up_after_hold_timeout() {
     }
     let late = server.call_tool(2, answering(confirm())).await;
     assert_eq!(late.body["result"]["isError"], true, "{}", late.body);
-    assert!(text(&late).contains("longer than hold_timeout"), "{}", late.body);
+    assert!(late.text().contains("longer than hold_timeout"), "{}", late.body);
     assert_eq!(executions_of(&server, "truncate").await, 0);
 }
 
@@ -488,7 +484,7 @@ async fn an_upstream_down_at_start_is_reported_and_listed_once_it_answers() {
     assert_eq!(health["upstreams"]["db"]["status"], "ok", "{health}");
     assert!(health["upstreams"]["db"]["tools"].as_u64().unwrap() >= 4, "{health}");
     let echoed = server.call_tool(2, json!({"name": "db.echo", "arguments": {"text": "late"}})).await;
-    assert_eq!(text(&echoed), "late");
+    assert_eq!(echoed.text(), "late");
 }
 
 #[tokio::test]
@@ -559,7 +555,7 @@ async fn a_typescript_sdk_v1_upstream_is_gated_too() {
     let health = healthz(&server).await;
     assert_eq!(health["upstreams"]["ts"]["status"], "ok", "{health}");
     let echoed = server.call_tool(1, json!({"name": "ts.echo", "arguments": {"text": "via TypeScript"}})).await;
-    assert_eq!(text(&echoed), "via TypeScript", "{}", echoed.body);
+    assert_eq!(echoed.text(), "via TypeScript", "{}", echoed.body);
     drop_approved_once(&server, "ts", "p5").await;
 
     // Its mid-call elicitation reaches the client as a round, and the answer goes back.
@@ -572,13 +568,13 @@ async fn a_typescript_sdk_v1_upstream_is_gated_too() {
     let params = json!({"name": "ts.truncate", "arguments": arguments, "requestState": result["requestState"],
                         "inputResponses": { key.as_str(): confirm() }});
     let done = server.call_tool(7, params).await;
-    assert_eq!(text(&done), "truncated orders", "{}", done.body);
+    assert_eq!(done.text(), "truncated orders", "{}", done.body);
     let count = server.call_tool(8, json!({"name": "ts.executions", "arguments": {"tool": "truncate"}})).await;
-    assert_eq!(text(&count), "1");
+    assert_eq!(count.text(), "1");
 
     // A tool added at run time is listed once the SDK says the list changed.
     let grown = server.call_tool(9, json!({"name": "ts.grow", "arguments": {"name": "sprout"}})).await;
-    assert_eq!(text(&grown), "added sprout", "{}", grown.body);
+    assert_eq!(grown.text(), "added sprout", "{}", grown.body);
     listed_soon(&server, "ts.sprout").await;
 }
 
@@ -590,7 +586,7 @@ async fn policies_gate_agents_before_they_start() {
     let server = file.serve().await;
     let denied = server.call_tool(1, json!({"name": "greeter", "arguments": {}})).await;
     assert_eq!(denied.body["result"]["isError"], true, "{}", denied.body);
-    assert_eq!(text(&denied), r#"greeter is denied by the policy tools = ["greeter"]"#);
+    assert_eq!(denied.text(), r#"greeter is denied by the policy tools = ["greeter"]"#);
 
     let tool = "deploy_production_release";
     let arguments = json!({"service": "api", "version": "1.2"});
@@ -633,7 +629,7 @@ async fn policies_gate_agents_before_they_start() {
     let reject = json!({"decision": "reject", "message": "freeze until Monday"});
     let rejected = server.call_tool(5, answer(&key, &state, reject)).await;
     assert_eq!(rejected.body["result"]["isError"], true, "{}", rejected.body);
-    assert_eq!(text(&rejected), "freeze until Monday");
+    assert_eq!(rejected.text(), "freeze until Monday");
 
     // An edit that adds an argument the agent does not declare is refused; the round stays open.
     let (key, state) = review(&server).await;
@@ -663,7 +659,7 @@ async fn an_https_upstream_is_reached_with_its_ca() {
     ));
     let server = file.serve().await;
     let echoed = server.call_tool(1, json!({"name": "db.echo", "arguments": {"text": "over TLS"}})).await;
-    assert_eq!(text(&echoed), "over TLS", "{}", echoed.body);
+    assert_eq!(echoed.text(), "over TLS", "{}", echoed.body);
     drop_approved_once(&server, "db", "p4").await;
 
     // Without its CA, the system's roots do not trust it: the upstream is reported down.
@@ -707,11 +703,11 @@ async fn a_changed_tool_list_is_listed_again_at_once() {
     for (id, upstream) in ["new", "old", "local", "piped"].into_iter().enumerate() {
         let call = json!({"name": format!("{upstream}.grow"), "arguments": {"name": "sprout"}});
         let grown = server.call_tool(id as u64 + 1, call).await;
-        assert_eq!(text(&grown), "added sprout", "{}", grown.body);
+        assert_eq!(grown.text(), "added sprout", "{}", grown.body);
         let added = format!("{upstream}.sprout");
         listed_soon(&server, &added).await;
         let called = server.call_tool(10 + id as u64, json!({"name": added, "arguments": {}})).await;
-        assert_eq!(text(&called), "I am sprout", "{}", called.body);
+        assert_eq!(called.text(), "I am sprout", "{}", called.body);
     }
 }
 
@@ -769,12 +765,12 @@ async fn a_2025_upstream_asking_for_sampling_or_roots_is_relayed_too() {
     let params = json!({"name": "db.summarize", "arguments": {"text": "a long story"},
                         "requestState": result["requestState"], "inputResponses": {"input": sampled}});
     let done = call(2, params).await;
-    assert_eq!(text(&done), "summary: short", "{}", done.body);
+    assert_eq!(done.text(), "summary: short", "{}", done.body);
 
     // roots/list comes on the session's own (GET) stream, not the call's: it is open
     // once a list change has been heard on it.
     let grown = call(3, json!({"name": "db.grow", "arguments": {"name": "bud"}})).await;
-    assert_eq!(text(&grown), "added bud", "{}", grown.body);
+    assert_eq!(grown.text(), "added bud", "{}", grown.body);
     listed_soon(&server, "db.bud").await;
     let asked = call(4, json!({"name": "db.where", "arguments": {}})).await;
     let result = asked.body["result"].clone();
@@ -783,7 +779,7 @@ async fn a_2025_upstream_asking_for_sampling_or_roots_is_relayed_too() {
     let params = json!({"name": "db.where", "arguments": {}, "requestState": result["requestState"],
                         "inputResponses": {"input": roots}});
     let done = call(5, params).await;
-    assert_eq!(text(&done), "file:///srv/orders", "{}", done.body);
+    assert_eq!(done.text(), "file:///srv/orders", "{}", done.body);
 }
 
 #[tokio::test]

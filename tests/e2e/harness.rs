@@ -235,6 +235,18 @@ impl Client {
     /// A 2026-07-28 request with correct headers and `_meta`; `params` are merged over
     /// the `_meta`.
     pub(crate) async fn modern(&self, id: u64, method: &str, params: Value, capabilities: Value) -> Reply {
+        self.modern_as(None, id, method, params, capabilities).await
+    }
+
+    /// [`Client::modern`] with `Authorization: Bearer <token>` when a token is given.
+    pub(crate) async fn modern_as(
+        &self,
+        token: Option<&str>,
+        id: u64,
+        method: &str,
+        params: Value,
+        capabilities: Value,
+    ) -> Reply {
         let mut full = json!({ "_meta": modern_meta(capabilities) });
         full.as_object_mut().unwrap().extend(params.as_object().cloned().unwrap_or_default());
         let name = full
@@ -243,12 +255,24 @@ impl Client {
             .or_else(|| full.get("taskId"))
             .and_then(Value::as_str)
             .map(str::to_owned);
+        let bearer = token.map(|t| format!("Bearer {t}"));
         let mut headers = vec![("mcp-protocol-version", "2026-07-28"), ("mcp-method", method)];
         if let Some(name) = name.as_deref() {
             headers.push(("mcp-name", name));
         }
+        if let Some(bearer) = bearer.as_deref() {
+            headers.push(("authorization", bearer));
+        }
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": full});
-        self.post_raw(&headers, body.to_string()).await
+        let mut all = vec![("content-type", "application/json"), ("accept", "application/json, text/event-stream")];
+        all.extend_from_slice(&headers);
+        let (status, headers, text) = self.raw(http::Method::POST, "/mcp", &all, Bytes::from(body.to_string())).await;
+        // A refusal may be plain text, and a stream is text: kept as a string.
+        let body = match text.as_str() {
+            "" => Value::Null,
+            text => serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned())),
+        };
+        Reply { status, headers, body }
     }
 
     /// A 2026-07-28 `tools/call` from a client with form elicitation.
@@ -272,6 +296,9 @@ pub(crate) struct Paused {
     tool: String,
     arguments: Value,
     result: Value,
+    /// Who retries (a bearer token; none: no `Authorization`) and what their client
+    /// declares.
+    caller: (Option<String>, Value),
 }
 
 impl Paused {
@@ -280,7 +307,18 @@ impl Paused {
     pub(crate) fn of(tool: &str, arguments: Value, reply: &Reply) -> Self {
         let result = reply.body["result"].clone();
         assert_eq!(result["resultType"], "input_required", "{}", reply.body);
-        Self { tool: tool.to_owned(), arguments, result }
+        Self { tool: tool.to_owned(), arguments, result, caller: (None, json!({"elicitation": {}})) }
+    }
+
+    /// The same, retried by the holder of `token` from a client with `capabilities`.
+    pub(crate) fn by(self, token: Option<&str>, capabilities: Value) -> Self {
+        Self { caller: (token.map(str::to_owned), capabilities), ..self }
+    }
+
+    /// The same, asserting that the round asks one question.
+    pub(crate) fn only(self) -> Self {
+        assert_eq!(self.requests().len(), 1, "one question: {:?}", self.requests());
+        self
     }
 
     /// The key of the round's first question.
@@ -312,7 +350,8 @@ impl Paused {
     pub(crate) async fn answer_all(&self, client: &Client, responses: Value) -> Reply {
         let params = json!({"name": self.tool, "arguments": self.arguments, "inputResponses": responses,
                             "requestState": self.state()});
-        client.call_tool(2, params).await
+        let (token, capabilities) = &self.caller;
+        client.modern_as(token.as_deref(), 2, "tools/call", params, capabilities.clone()).await
     }
 }
 
@@ -321,6 +360,13 @@ impl Client {
     pub(crate) async fn pause(&self, tool: &str, arguments: Value) -> Paused {
         let reply = self.call_tool(1, json!({"name": tool, "arguments": arguments})).await;
         Paused::of(tool, arguments, &reply)
+    }
+
+    /// [`Client::pause`] by the holder of `token` from a client with `capabilities`.
+    pub(crate) async fn pause_as(&self, token: &str, capabilities: Value, tool: &str, arguments: Value) -> Paused {
+        let params = json!({"name": tool, "arguments": arguments});
+        let reply = self.modern_as(Some(token), 1, "tools/call", params, capabilities.clone()).await;
+        Paused::of(tool, arguments, &reply).by(Some(token), capabilities)
     }
 }
 
@@ -335,6 +381,47 @@ impl Reply {
     /// The text of the result's first content block (empty when there is none).
     pub(crate) fn text(&self) -> String {
         self.body["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// The text of a `complete` result, which must have one.
+    pub(crate) fn done_text(&self) -> String {
+        self.done()["content"][0]["text"].as_str().unwrap_or_else(|| panic!("a text result: {}", self.body)).to_owned()
+    }
+
+    /// The JSON-RPC result of an HTTP 200 reply.
+    pub(crate) fn result(&self) -> &Value {
+        assert_eq!(self.status, 200, "{:?}", self.body);
+        &self.body["result"]
+    }
+
+    /// Is the result an error result?
+    pub(crate) fn is_error(&self) -> bool {
+        self.result()["isError"] == true
+    }
+
+    /// The questions of an `input_required` result, by key.
+    pub(crate) fn requests(&self) -> serde_json::Map<String, Value> {
+        let result = self.result();
+        assert_eq!(result["resultType"], "input_required", "{result}");
+        result["inputRequests"].as_object().cloned().expect("inputRequests")
+    }
+
+    /// The `requestState` of an `input_required` result.
+    pub(crate) fn state(&self) -> String {
+        self.result()["requestState"].as_str().expect("a requestState").to_owned()
+    }
+
+    /// The key of the one question an `input_required` result asks.
+    pub(crate) fn only_key(&self) -> String {
+        let requests = self.requests();
+        assert_eq!(requests.len(), 1, "one question: {requests:?}");
+        requests.keys().next().expect("a question").clone()
+    }
+
+    /// A JSON-RPC error reply: its HTTP status, code and message.
+    pub(crate) fn error(&self) -> (u16, i64, String) {
+        let e = &self.body["error"];
+        (self.status, e["code"].as_i64().unwrap_or_default(), e["message"].as_str().unwrap_or_default().to_owned())
     }
 }
 

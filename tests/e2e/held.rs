@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::approvals::{Folder, Receiver, api, ask, config, decide, eventually, executions, now_ms, people, retry};
+use crate::approvals::{Folder, Receiver, api, ask, config, decide, eventually, executions, now_ms, people};
 use crate::auth::token;
 use crate::harness::{Server, redis_url};
 use crate::upstream::PythonUpstream;
@@ -113,24 +113,24 @@ async fn a_held_retry_answers_as_soon_as_the_decision_is_stored_and_a_caller_hol
     let people = people();
     let partition = fresh_partition("held");
     let args = json!({"partition": partition, "database": "orders"});
-    let (key, _, state, _) = ask(&server, &people.alice, &args).await;
+    let (paused, _) = ask(&server, &people.alice, &args).await;
+    let paused = Arc::new(paused);
     let id = pending(&server, &people.bob, &partition).await["id"].as_str().unwrap().to_owned();
 
     let started = Instant::now();
     let held = tokio::spawn({
-        let (server, alice, args, key, state) =
-            (server.clone(), people.alice.clone(), args.clone(), key.clone(), state.clone());
+        let (server, paused) = (server.clone(), paused.clone());
         async move {
-            let reply = retry(&server, &alice, &args, &key, &state, json!({"action": "accept"})).await;
+            let reply = paused.answer(&server, json!({"action": "accept"})).await;
             (reply, Instant::now())
         }
     });
     // Once the first retry is held, the same caller's next one finds no place to wait:
     // the question again, at once.
     wait_held(&server, 1).await;
-    let again = retry(&server, &people.alice, &args, &key, &state, json!({"action": "accept"})).await;
+    let again = paused.answer(&server, json!({"action": "accept"})).await;
     assert_eq!(again.body["result"]["resultType"], "input_required", "{}", again.body);
-    assert_eq!(again.body["result"]["requestState"], state.as_str());
+    assert_eq!(again.body["result"]["requestState"], paused.state());
     assert!(!held.is_finished(), "the first retry is held, not answered");
 
     // The approver decides 3 s after the call.
@@ -158,12 +158,12 @@ async fn a_decision_on_one_replica_wakes_the_retry_held_on_another() {
     let people = people();
     let partition = fresh_partition("replicas");
     let args = json!({"partition": partition, "database": "orders"});
-    let (key, _, state, _) = ask(&first, &people.alice, &args).await;
+    let (paused, _) = ask(&first, &people.alice, &args).await;
     let id = pending(&second, &people.bob, &partition).await["id"].as_str().unwrap().to_owned();
     let held = tokio::spawn({
-        let (server, alice, args) = (first.clone(), people.alice.clone(), args.clone());
+        let server = first.clone();
         async move {
-            let reply = retry(&server, &alice, &args, &key, &state, json!({"action": "accept"})).await;
+            let reply = paused.answer(&server, json!({"action": "accept"})).await;
             (reply, Instant::now())
         }
     });

@@ -69,10 +69,6 @@ async fn call(server: &crate::harness::Client, id: u64, params: &Value) -> Reply
     server.post_raw(&headers, body.to_string()).await
 }
 
-fn text(reply: &Reply) -> String {
-    reply.body["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
-}
-
 fn kept(reply: &Reply) -> bool {
     reply.body["error"]["code"] == -32603
         && reply.body["error"]["message"].as_str().is_some_and(|m| m.starts_with(KEPT))
@@ -81,7 +77,7 @@ fn kept(reply: &Reply) -> bool {
 /// How many times `slow_drop` ran (an allowed call: it needs no store).
 async fn executions(server: &Server) -> u64 {
     let reply = call(server, 90, &json!({"name": "db.executions", "arguments": {"tool": "slow_drop"}})).await;
-    text(&reply).parse().unwrap_or_else(|_| panic!("a count: {}", reply.body))
+    reply.text().parse().unwrap_or_else(|_| panic!("a count: {}", reply.body))
 }
 
 /// The audit events of `thread`, as the admin reads them from `/api/audit`.
@@ -164,7 +160,7 @@ async fn through_an_outage(server: &Server, redis: &mut Redis, answered: &Value,
     let again = call(server, 5, answered).await;
     assert_eq!(again.body["result"], reply.body["result"], "resends replay the stored result");
     assert_eq!(executions(server).await, 1, "the upstream ran the call once");
-    text(&reply)
+    reply.text()
 }
 
 /// Every audit entry of `thread`'s call reaches `/api/audit`: asked, answered, executed,

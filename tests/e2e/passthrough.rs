@@ -12,7 +12,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
 use crate::field::Everything;
-use crate::gateway::{ConfigFile, text};
+use crate::gateway::ConfigFile;
 use crate::harness::{Client, Server, cannot_run};
 use crate::upstream::PythonUpstream;
 
@@ -247,7 +247,7 @@ async fn list_changes_reach_both_eras_notification_streams() {
     assert_eq!(status, 405, "any other GET is refused as before");
 
     let grown = server.call_tool(1, json!({"name": "db.grow", "arguments": {"name": "sprout"}})).await;
-    assert_eq!(text(&grown), "added sprout", "{}", grown.body);
+    assert_eq!(grown.text(), "added sprout", "{}", grown.body);
     let changed = modern.next().await;
     assert_eq!(changed["method"], "notifications/tools/list_changed", "{changed}");
     assert_eq!(changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "listen-1", "{changed}");

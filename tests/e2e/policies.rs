@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::approvals::{Folder, people};
 use crate::auth::request_as;
-use crate::gateway::{ConfigFile, executions_of, text};
+use crate::gateway::{ConfigFile, executions_of};
 use crate::harness::{Paused, accept};
 use crate::upstream::PythonUpstream;
 
@@ -57,10 +57,10 @@ action = "allow"
     ));
     let server = config.serve().await;
     let staging = server.call_tool(1, json!({"name": "db.drop_partition", "arguments": drop_args("staging")})).await;
-    assert_eq!(text(&staging), "dropped p1 on staging", "{}", staging.body);
+    assert_eq!(staging.text(), "dropped p1 on staging", "{}", staging.body);
     let denied = server.call_tool(2, json!({"name": "db.drop_partition", "arguments": drop_args("tmp_1")})).await;
     assert_eq!(denied.body["result"]["isError"], true, "{}", denied.body);
-    assert!(text(&denied).contains("is denied by the policy"), "{}", denied.body);
+    assert!(denied.text().contains("is denied by the policy"), "{}", denied.body);
     assert_eq!(executions_of(&server, "drop_partition").await, 1);
 
     // Prod pauses for review; an approval runs it once.
@@ -68,7 +68,7 @@ action = "allow"
     let paused = Paused::of("db.drop_partition", drop_args("prod"), &prod);
     assert!(paused.question()["params"]["message"].as_str().unwrap().contains("Tool execution requires approval"));
     let ran = paused.answer(&server, accept(json!({"decision": "approve"}))).await;
-    assert_eq!(text(&ran), "dropped p1 on prod", "{}", ran.body);
+    assert_eq!(ran.text(), "dropped p1 on prod", "{}", ran.body);
     assert_eq!(executions_of(&server, "drop_partition").await, 2);
 
     // An edit to arguments the rules deny is not run: what runs is what is judged.
@@ -76,7 +76,7 @@ action = "allow"
     let paused = Paused::of("db.drop_partition", drop_args("prod"), &prod);
     let edit = json!({"decision": "edit", "args": r#"{"partition": "p1", "database": "tmp_9"}"#});
     let edited = paused.answer(&server, accept(edit)).await;
-    assert!(text(&edited).contains("is denied by the policy"), "{}", edited.body);
+    assert!(edited.text().contains("is denied by the policy"), "{}", edited.body);
     assert_eq!(executions_of(&server, "drop_partition").await, 2, "the denied edit did not run");
 }
 
@@ -107,7 +107,7 @@ action = "review"
     let server = config.serve().await;
     // `args.missing` is no field: the allow policy does not apply, the deny after it does.
     let echoed = server.call_tool(1, json!({"name": "db.echo", "arguments": {"text": "hi"}})).await;
-    assert!(text(&echoed).contains("db.echo is denied by the policy"), "{}", echoed.body);
+    assert!(echoed.text().contains("db.echo is denied by the policy"), "{}", echoed.body);
     // A string compared with a number fails: the review applies.
     let dropped = server.call_tool(2, json!({"name": "db.drop_partition", "arguments": drop_args("orders")})).await;
     Paused::of("db.drop_partition", drop_args("orders"), &dropped);
@@ -275,7 +275,7 @@ rate_limit = "2/minute"
 
 fn limit_text(reply: &crate::harness::Reply) -> String {
     assert_eq!(reply.body["result"]["isError"], true, "{}", reply.body);
-    text(reply)
+    reply.text()
 }
 
 #[tokio::test]
@@ -285,7 +285,7 @@ async fn a_rate_limit_refuses_the_31st_call_in_a_minute_and_counts_a_review_as_i
     let server = crate::harness::Server::start(&["--config", config.0.to_str().unwrap(), "--store", "memory"]).await;
     for n in 0..30 {
         let ran = server.call_tool(n, json!({"name": "db.drop_partition", "arguments": drop_args("orders")})).await;
-        assert_eq!(text(&ran), "dropped p1 on orders", "call {n}: {}", ran.body);
+        assert_eq!(ran.text(), "dropped p1 on orders", "call {n}: {}", ran.body);
     }
     let refused = server.call_tool(31, json!({"name": "db.drop_partition", "arguments": drop_args("orders")})).await;
     let said = limit_text(&refused);
@@ -306,7 +306,7 @@ async fn a_rate_limit_refuses_the_31st_call_in_a_minute_and_counts_a_review_as_i
         third.body
     );
     let approved = first.answer(&server, accept(json!({"decision": "approve"}))).await;
-    assert_eq!(text(&approved), "hi", "{}", approved.body);
+    assert_eq!(approved.text(), "hi", "{}", approved.body);
     let (_, _, metrics) = server.raw(http::Method::GET, "/metrics", &[], bytes::Bytes::new()).await;
     assert!(metrics.contains("hitl_rate_limited_total{policy=\"tools = [\\\"db.drop_*\\\"]\"} 1"), "{metrics}");
 }
@@ -324,7 +324,7 @@ async fn replicas_on_redis_share_a_rate_limit() {
     for n in 0..30 {
         let replica = if n % 2 == 0 { &one } else { &two };
         let ran = replica.call_tool(n, json!({"name": "db.drop_partition", "arguments": drop_args("orders")})).await;
-        assert_eq!(text(&ran), "dropped p1 on orders", "call {n}: {}", ran.body);
+        assert_eq!(ran.text(), "dropped p1 on orders", "call {n}: {}", ran.body);
     }
     for replica in [&one, &two] {
         let refused =
@@ -336,7 +336,7 @@ async fn replicas_on_redis_share_a_rate_limit() {
 
 #[tokio::test]
 async fn the_approvers_of_the_policy_whose_when_decided_the_call_decide_it() {
-    use crate::approvals::{ask, decide, executions, retry};
+    use crate::approvals::{ask, decide, executions};
     let Some(upstream) = PythonUpstream::start(&[]) else { return };
     let folder = Folder::new(&signed_in(
         &upstream.url,
@@ -356,14 +356,15 @@ approvers = ["user:bob"]
     let server = folder.serve(&[]).await;
     let p = people();
     let args = drop_args("staging");
-    let (key, url, state, question) = ask(&server, &p.alice, &args).await;
+    let (paused, url) = ask(&server, &p.alice, &args).await;
+    let question = paused.question();
     assert_eq!(question["params"]["message"], "Waiting for approval by user:bob to run db.drop_partition");
     let id = url.rsplit('/').next().unwrap().to_owned();
     let carol = decide(&server, &p.carol, &id, json!({"decision": "approve"})).await;
     assert_eq!(carol.status, 403, "carol approves prod drops only: {}", carol.body);
     let bob = decide(&server, &p.bob, &id, json!({"decision": "approve"})).await;
     assert_eq!(bob.status, 200, "{}", bob.body);
-    let ran = retry(&server, &p.alice, &args, &key, &state, json!({"action": "accept"})).await;
+    let ran = paused.answer(&server, json!({"action": "accept"})).await;
     assert_eq!(ran.text(), "dropped p1 on staging", "{}", ran.body);
     assert_eq!(executions(&server, &p.alice).await, 1);
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::gateway::{executions_of, text};
+use crate::gateway::executions_of;
 use crate::harness::{Paused, Reply, Server, accept};
 use crate::upstream::PythonUpstream;
 
@@ -136,17 +136,17 @@ async fn a_changed_file_is_applied_and_a_broken_one_keeps_the_rules_in_force() {
     assert_eq!(reloads(&server, "success").await, 1);
     let denied = drop_call(&server, 2).await;
     assert_eq!(denied.body["result"]["isError"], true, "{}", denied.body);
-    assert!(text(&denied).contains("is denied by the policy"), "{}", denied.body);
+    assert!(denied.text().contains("is denied by the policy"), "{}", denied.body);
 
     // A file `hitl check` refuses (a policy with no action) is not applied.
     std::fs::write(&file, format!("{second}\n[[policy]]\ntools = [\"db.echo\"]\n")).unwrap();
     wait_reloads(&server, "error", 1).await;
     assert_eq!(health(&server).await["config_digest"], digest, "the rules in force stay");
-    assert!(text(&drop_call(&server, 3).await).contains("is denied by the policy"));
+    assert!(drop_call(&server, 3).await.text().contains("is denied by the policy"));
     // And a file that does not parse.
     std::fs::write(&file, "[[policy]\n").unwrap();
     wait_reloads(&server, "error", 2).await;
-    assert!(text(&drop_call(&server, 4).await).contains("is denied by the policy"));
+    assert!(drop_call(&server, 4).await.text().contains("is denied by the policy"));
     assert_eq!(executions_of(&server, "drop_partition").await, 0);
 }
 
@@ -165,7 +165,7 @@ async fn a_configmap_symlink_swap_is_seen() {
     std::os::unix::fs::symlink("..2026_12_02_10_00_00.1", folder.join("..data")).unwrap();
     std::os::unix::fs::symlink("..data/hitl.toml", folder.join("hitl.toml")).unwrap();
     let server = serve(&folder.join("hitl.toml")).await;
-    assert!(text(&drop_call(&server, 1).await).contains("is denied by the policy"));
+    assert!(drop_call(&server, 1).await.text().contains("is denied by the policy"));
 
     let second = config(&upstream.url, "allow", "");
     version("..2026_12_02_10_05_00.2", &second);
@@ -174,7 +174,7 @@ async fn a_configmap_symlink_swap_is_seen() {
     std::fs::remove_dir_all(folder.join("..2026_12_02_10_00_00.1")).unwrap();
     assert_eq!(reloaded(&server, &sha256_hex(first.as_bytes())).await, sha256_hex(second.as_bytes()));
     let ran = drop_call(&server, 2).await;
-    assert_eq!(text(&ran), "dropped p1 on orders", "{}", ran.body);
+    assert_eq!(ran.text(), "dropped p1 on orders", "{}", ran.body);
     assert_eq!(executions_of(&server, "drop_partition").await, 1);
 }
 
@@ -205,9 +205,9 @@ async fn sighup_reloads_and_a_paused_review_is_judged_by_the_rules_then_in_force
     hangup(&server);
     reloaded(&server, &sha256_hex(reviewed.as_bytes())).await;
     let after = one.answer(&server, accept(approve.clone())).await;
-    assert!(text(&after).contains("db.drop_partition is denied by the policy"), "{}", after.body);
+    assert!(after.text().contains("db.drop_partition is denied by the policy"), "{}", after.body);
     let rejected = two.answer(&server, accept(reject.clone())).await;
-    assert_eq!(text(&rejected), "not today", "{}", rejected.body);
+    assert_eq!(rejected.text(), "not today", "{}", rejected.body);
     assert_eq!(executions_of(&server, "drop_partition").await, 0, "the upstream is not called");
 
     // Allowed again: the approval stands and runs the call once.
@@ -216,7 +216,7 @@ async fn sighup_reloads_and_a_paused_review_is_judged_by_the_rules_then_in_force
     hangup(&server);
     reloaded(&server, &sha256_hex(denied.as_bytes())).await;
     let ran = three.answer(&server, accept(approve)).await;
-    assert_eq!(text(&ran), "dropped p1 on orders", "{}", ran.body);
+    assert_eq!(ran.text(), "dropped p1 on orders", "{}", ran.body);
     assert_eq!(executions_of(&server, "drop_partition").await, 1);
 }
 
@@ -265,9 +265,7 @@ steps = [
 
 #[tokio::test]
 async fn approvers_and_webhooks_follow_a_reload() {
-    use crate::approvals::{
-        Folder as Signed, Receiver, ask, config as signed_config, decide, executions, people, retry,
-    };
+    use crate::approvals::{Folder as Signed, Receiver, ask, config as signed_config, decide, executions, people};
     let Some(upstream) = PythonUpstream::start(&[]) else { return };
     let (first_hook, second_hook) = (Receiver::start(0).await, Receiver::start(0).await);
     let first = signed_config(&upstream.url, &first_hook.url);
@@ -275,7 +273,7 @@ async fn approvers_and_webhooks_follow_a_reload() {
     let server = folder.serve(&[]).await;
     let p = people();
     let args = json!({"partition": "p1", "database": "orders"});
-    let (key, url, state, _) = ask(&server, &p.alice, &args).await;
+    let (paused, url) = ask(&server, &p.alice, &args).await;
     let id = url.rsplit('/').next().unwrap().to_owned();
     first_hook.wait_for("of the first approval", |h| h.body["approval"]["id"] == id.as_str()).await;
 
@@ -290,11 +288,11 @@ async fn approvers_and_webhooks_follow_a_reload() {
     assert!(bob.body.to_string().contains("user:carol"), "{}", bob.body);
     let carol = decide(&server, &p.carol, &id, json!({"decision": "approve"})).await;
     assert_eq!(carol.status, 200, "{}", carol.body);
-    let ran = retry(&server, &p.alice, &args, &key, &state, json!({"action": "accept"})).await;
+    let ran = paused.answer(&server, json!({"action": "accept"})).await;
     assert_eq!(ran.text(), "dropped p1 on orders", "{}", ran.body);
     assert_eq!(executions(&server, &p.alice).await, 1);
 
-    let (_, url, _, _) = ask(&server, &p.alice, &json!({"partition": "p2", "database": "orders"})).await;
+    let (_, url) = ask(&server, &p.alice, &json!({"partition": "p2", "database": "orders"})).await;
     let next = url.rsplit('/').next().unwrap().to_owned();
     second_hook.wait_for("of the approval after the reload", |h| h.body["approval"]["id"] == next.as_str()).await;
 

@@ -3,47 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Reply, Server};
-
-fn result(reply: &Reply) -> &Value {
-    assert_eq!(reply.status, 200, "{:?}", reply.body);
-    &reply.body["result"]
-}
-
-fn requests(reply: &Reply) -> serde_json::Map<String, Value> {
-    let r = result(reply);
-    assert_eq!(r["resultType"], "input_required", "{r}");
-    r["inputRequests"].as_object().cloned().unwrap()
-}
-
-fn state(reply: &Reply) -> String {
-    result(reply)["requestState"].as_str().unwrap().to_owned()
-}
-
-fn only_key(reply: &Reply) -> String {
-    let requests = requests(reply);
-    assert_eq!(requests.len(), 1, "{requests:?}");
-    requests.keys().next().unwrap().clone()
-}
-
-fn text(reply: &Reply) -> String {
-    let r = result(reply);
-    assert_eq!(r["resultType"], "complete", "{r}");
-    r["content"][0]["text"].as_str().unwrap().to_owned()
-}
-
-fn is_error(reply: &Reply) -> bool {
-    result(reply)["isError"] == true
-}
-
-fn error(reply: &Reply) -> (u16, i64, String) {
-    let e = &reply.body["error"];
-    (reply.status, e["code"].as_i64().unwrap_or_default(), e["message"].as_str().unwrap_or_default().to_owned())
-}
-
-fn accept(content: Value) -> Value {
-    json!({"action": "accept", "content": content})
-}
+use crate::harness::{Reply, Server, accept};
 
 fn call(name: &str, arguments: Value) -> Value {
     json!({"name": name, "arguments": arguments})
@@ -66,7 +26,7 @@ async fn pause_and_resume_a_tool_call() {
     let server = Server::start(&[]).await;
     let first = server.call_tool(1, call("greeter", json!({}))).await;
     assert_eq!(
-        requests(&first),
+        first.requests(),
         *json!({"user_name": {"method": "elicitation/create", "params": {
             "message": "What is your name?", "mode": "form",
             "requestedSchema": {"properties": {"name": {"type": "string"}}, "required": ["name"], "type": "object"}
@@ -74,39 +34,39 @@ async fn pause_and_resume_a_tool_call() {
         .as_object()
         .unwrap()
     );
-    let s = state(&first);
+    let s = first.state();
     let done = server
         .call_tool(2, answer("greeter", json!({}), json!({"user_name": accept(json!({"name": "Ada"}))}), Some(&s)))
         .await;
-    assert_eq!(text(&done), r#"{"greeting":"Hello, Ada!"}"#);
-    assert_eq!(result(&done)["structuredContent"], json!({"greeting": "Hello, Ada!"}));
+    assert_eq!(done.done_text(), r#"{"greeting":"Hello, Ada!"}"#);
+    assert_eq!(done.result()["structuredContent"], json!({"greeting": "Hello, Ada!"}));
 }
 
 #[tokio::test]
 async fn several_questions_are_asked_in_one_round() {
     let server = Server::start(&[]).await;
     let first = server.call_tool(1, call("survey", json!({}))).await;
-    let asked = requests(&first);
+    let asked = first.requests();
     assert_eq!(asked.len(), 2);
     let mut responses = json!({});
     for (key, request) in &asked {
         let reply = if request["params"]["message"] == "What is your quest?" { "grail" } else { "blue" };
         responses[key] = accept(json!({"response": reply}));
     }
-    let done = server.call_tool(2, answer("survey", json!({}), responses, Some(&state(&first)))).await;
-    assert_eq!(text(&done), r#"{"color":"blue","quest":"grail"}"#);
+    let done = server.call_tool(2, answer("survey", json!({}), responses, Some(&first.state()))).await;
+    assert_eq!(done.done_text(), r#"{"color":"blue","quest":"grail"}"#);
 }
 
 #[tokio::test]
 async fn missing_answers_ask_the_same_questions_with_the_same_state() {
     let server = Server::start(&[]).await;
     let first = server.call_tool(1, call("survey", json!({}))).await;
-    let s = state(&first);
-    let key = requests(&first).keys().next().unwrap().clone();
+    let s = first.state();
+    let key = first.requests().keys().next().unwrap().clone();
     let partial = json!({ key: accept(json!({"response": "blue"})), "not_asked": accept(json!({"response": "x"})) });
     let again = server.call_tool(2, answer("survey", json!({}), partial, Some(&s))).await;
-    assert_eq!(requests(&again), requests(&first));
-    assert_eq!(state(&again), s);
+    assert_eq!(again.requests(), first.requests());
+    assert_eq!(again.state(), s);
 }
 
 #[tokio::test]
@@ -114,8 +74,8 @@ async fn answers_to_questions_not_asked_are_ignored() {
     let server = Server::start(&[]).await;
     let first = server.call_tool(1, call("greeter", json!({}))).await;
     let responses = json!({"user_name": accept(json!({"name": "Ada"})), "unknown_extra_key": {"action": "accept"}});
-    let done = server.call_tool(2, answer("greeter", json!({}), responses, Some(&state(&first)))).await;
-    assert_eq!(text(&done), r#"{"greeting":"Hello, Ada!"}"#);
+    let done = server.call_tool(2, answer("greeter", json!({}), responses, Some(&first.state()))).await;
+    assert_eq!(done.done_text(), r#"{"greeting":"Hello, Ada!"}"#);
 }
 
 #[tokio::test]
@@ -124,26 +84,26 @@ async fn answers_in_the_first_call_answer_the_first_round() {
     let done = server
         .call_tool(1, answer("greeter", json!({}), json!({"user_name": accept(json!({"name": "Ada"}))}), None))
         .await;
-    assert_eq!(text(&done), r#"{"greeting":"Hello, Ada!"}"#);
-    let key = only_key(&server.call_tool(2, call("choose_region", json!({}))).await);
+    assert_eq!(done.done_text(), r#"{"greeting":"Hello, Ada!"}"#);
+    let key = (server.call_tool(2, call("choose_region", json!({}))).await).only_key();
     let done = server
         .call_tool(
             3,
             answer("choose_region", json!({}), json!({ key: accept(json!({"response": "eu-west-1"})) }), None),
         )
         .await;
-    assert_eq!(text(&done), r#"{"region":"eu-west-1"}"#);
+    assert_eq!(done.done_text(), r#"{"region":"eu-west-1"}"#);
 }
 
 #[tokio::test]
 async fn repeated_answers_resume_the_agent_once() {
     let server = Server::start(&[]).await;
     let first = server.call_tool(1, call("issue_ticket", json!({}))).await;
-    let s = state(&first);
+    let s = first.state();
     let responses = json!({"approve": accept(json!({"approve": true}))});
     let params = answer("issue_ticket", json!({}), responses, Some(&s));
-    let one = text(&server.call_tool(2, params.clone()).await);
-    let two = text(&server.call_tool(3, params.clone()).await);
+    let one = (server.call_tool(2, params.clone()).await).done_text();
+    let two = (server.call_tool(3, params.clone()).await).done_text();
     assert_eq!(one, two, "a resend gets the same ticket");
     let ticket: Value = serde_json::from_str(&one).unwrap();
     assert!(ticket["ticket"].is_string());
@@ -154,9 +114,9 @@ async fn concurrent_repeated_answers_resume_the_agent_once() {
     let server = Server::start(&[]).await;
     let first = server.call_tool(1, call("issue_ticket", json!({}))).await;
     let params =
-        answer("issue_ticket", json!({}), json!({"approve": accept(json!({"approve": true}))}), Some(&state(&first)));
+        answer("issue_ticket", json!({}), json!({"approve": accept(json!({"approve": true}))}), Some(&first.state()));
     let replies = futures_join(&server, &params, 8).await;
-    let tickets: std::collections::BTreeSet<String> = replies.iter().map(text).collect();
+    let tickets: std::collections::BTreeSet<String> = replies.iter().map(Reply::done_text).collect();
     assert_eq!(tickets.len(), 1, "{tickets:?}");
 }
 
@@ -202,7 +162,7 @@ async fn join_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) 
 async fn invalid_answers_with_a_state_fail_and_keep_the_round_open() {
     let server = Server::start(&[]).await;
     let first = server.call_tool(1, call("plan_deployment", json!({}))).await;
-    let (key, s) = (only_key(&first), state(&first));
+    let (key, s) = (first.only_key(), first.state());
     let bad = server
         .call_tool(
             2,
@@ -214,7 +174,7 @@ async fn invalid_answers_with_a_state_fail_and_keep_the_round_open() {
             ),
         )
         .await;
-    assert_eq!(error(&bad), (400, -32602, "Form content does not match requestedSchema".to_owned()));
+    assert_eq!(bad.error(), (400, -32602, "Form content does not match requestedSchema".to_owned()));
     assert_eq!(bad.body["error"]["data"]["errors"][0]["field"], "replicas");
     let good = server
         .call_tool(
@@ -227,7 +187,7 @@ async fn invalid_answers_with_a_state_fail_and_keep_the_round_open() {
             ),
         )
         .await;
-    assert_eq!(text(&good), r#"{"region":"eu-west-1","replicas":3}"#);
+    assert_eq!(good.done_text(), r#"{"region":"eu-west-1","replicas":3}"#);
 }
 
 #[tokio::test]
@@ -235,13 +195,13 @@ async fn invalid_answers_in_a_first_call_fail_and_start_over() {
     let server = Server::start(&[]).await;
     let bad =
         server.call_tool(1, answer("greeter", json!({}), json!({"user_name": accept(json!({"name": 5}))}), None)).await;
-    assert_eq!(error(&bad).0, 400);
-    assert_eq!(error(&bad).1, -32602);
+    assert_eq!(bad.error().0, 400);
+    assert_eq!(bad.error().1, -32602);
     let malformed = server.call_tool(2, answer("greeter", json!({}), json!({"user_name": 12345}), None)).await;
-    assert_eq!(error(&malformed).1, -32602);
+    assert_eq!(malformed.error().1, -32602);
     // The call starts over from the start.
     let again = server.call_tool(3, call("greeter", json!({}))).await;
-    assert_eq!(only_key(&again), "user_name");
+    assert_eq!(again.only_key(), "user_name");
 }
 
 #[tokio::test]
@@ -249,7 +209,7 @@ async fn invalid_state_fails_with_32602() {
     let server = Server::start(&[]).await;
     let first =
         server.call_tool(1, call("deploy_production_release", json!({"service": "api", "version": "1.0"}))).await;
-    let s = state(&first);
+    let s = first.state();
     let responses = json!({"confirm_release": accept(json!({"confirm": true}))});
     let mut modified = s.clone();
     let last = modified.pop().unwrap();
@@ -263,7 +223,7 @@ async fn invalid_state_fails_with_32602() {
     ];
     for (i, (tool, args, st)) in cases.into_iter().enumerate() {
         let reply = server.call_tool(2 + i as u64, answer(tool, args, responses.clone(), Some(&st))).await;
-        assert_eq!(error(&reply), (400, -32602, "Invalid or expired requestState".to_owned()), "case {i}");
+        assert_eq!(reply.error(), (400, -32602, "Invalid or expired requestState".to_owned()), "case {i}");
     }
     // The real state still works: failures changed nothing.
     let done = server
@@ -272,7 +232,7 @@ async fn invalid_state_fails_with_32602() {
             answer("deploy_production_release", json!({"service": "api", "version": "1.0"}), responses, Some(&s)),
         )
         .await;
-    assert_eq!(text(&done), r#"{"result":"Successfully released api v1.0 to prod."}"#);
+    assert_eq!(done.done_text(), r#"{"result":"Successfully released api v1.0 to prod."}"#);
 }
 
 #[tokio::test]
@@ -283,12 +243,12 @@ async fn runtime_context_of_the_resuming_request_reaches_the_agent() {
     let mut params = answer(
         "echo_context",
         json!({}),
-        json!({ only_key(&first): accept(json!({"response": "hi"})) }),
-        Some(&state(&first)),
+        json!({ first.only_key(): accept(json!({"response": "hi"})) }),
+        Some(&first.state()),
     );
     params["context"] = json!({"user": "second"});
     let done = server.call_tool(2, params).await;
-    assert_eq!(text(&done), r#"{"answer":"hi","context":{"user":"second"}}"#);
+    assert_eq!(done.done_text(), r#"{"answer":"hi","context":{"user":"second"}}"#);
 }
 
 #[tokio::test]
@@ -298,12 +258,12 @@ async fn lifetime_a_finished_call_answers_resends_with_the_same_result() {
     let params = answer(
         "choose_region",
         json!({}),
-        json!({ only_key(&first): accept(json!({"response": "eu-west-1"})) }),
-        Some(&state(&first)),
+        json!({ first.only_key(): accept(json!({"response": "eu-west-1"})) }),
+        Some(&first.state()),
     );
     let one = server.call_tool(2, params.clone()).await;
     let two = server.call_tool(3, params).await;
-    assert_eq!(result(&one), result(&two));
+    assert_eq!(one.result(), two.result());
 }
 
 // --- Ask a text question ------------------------------------------------------------
@@ -313,11 +273,11 @@ async fn text_question_is_a_one_field_form_with_a_stable_key() {
     let server = Server::start(&[]).await;
     let first = server.call_tool(1, call("choose_region", json!({}))).await;
     let second = server.call_tool(2, call("choose_region", json!({}))).await;
-    let key = only_key(&first);
-    assert_eq!(key, only_key(&second), "the key is derived from the question");
+    let key = first.only_key();
+    assert_eq!(key, second.only_key(), "the key is derived from the question");
     assert!(key.starts_with("answer-") && key[7..].len() == 16 && key[7..].chars().all(|c| c.is_ascii_hexdigit()));
     assert_eq!(
-        requests(&first)[&key],
+        first.requests()[&key],
         json!({"method": "elicitation/create", "params": {
             "message": "Which region should the service deploy to?", "mode": "form",
             "requestedSchema": {"properties": {"response": {"type": "string"}}, "required": ["response"], "type": "object"}
@@ -338,13 +298,13 @@ async fn text_question_declined_or_cancelled_ends_with_an_error_result() {
                 answer(
                     "choose_region",
                     json!({}),
-                    json!({ only_key(&first): {"action": action} }),
-                    Some(&state(&first)),
+                    json!({ first.only_key(): {"action": action} }),
+                    Some(&first.state()),
                 ),
             )
             .await;
-        assert!(is_error(&done));
-        assert_eq!(text(&done), expected);
+        assert!(done.is_error());
+        assert_eq!(done.done_text(), expected);
     }
 }
 
@@ -352,7 +312,7 @@ async fn text_question_declined_or_cancelled_ends_with_an_error_result() {
 async fn text_question_asked_twice_is_answered_once() {
     let server = Server::start(&[]).await;
     let first = server.call_tool(1, call("twin_questions", json!({}))).await;
-    let key = only_key(&first);
+    let key = first.only_key();
     let done = server
         .call_tool(
             2,
@@ -360,11 +320,11 @@ async fn text_question_asked_twice_is_answered_once() {
                 "twin_questions",
                 json!({}),
                 json!({ key: accept(json!({"response": "eu-west-1"})) }),
-                Some(&state(&first)),
+                Some(&first.state()),
             ),
         )
         .await;
-    assert_eq!(text(&done), r#"{"primary":"eu-west-1","secondary":"eu-west-1"}"#);
+    assert_eq!(done.done_text(), r#"{"primary":"eu-west-1","secondary":"eu-west-1"}"#);
 }
 
 // --- Ask for typed input ------------------------------------------------------------
@@ -373,10 +333,10 @@ async fn text_question_asked_twice_is_answered_once() {
 async fn typed_question_form_matches_the_seed() {
     let server = Server::start(&[]).await;
     let first = server.call_tool(1, call("plan_deployment", json!({}))).await;
-    let key = only_key(&first);
+    let key = first.only_key();
     assert!(key.starts_with("answer-"));
     assert_eq!(
-        requests(&first)[&key]["params"],
+        first.requests()[&key]["params"],
         json!({
             "message": "Where should the service deploy?", "mode": "form",
             "requestedSchema": {
@@ -400,31 +360,31 @@ async fn typed_question_with_a_non_object_schema_asks_one_response_field() {
             answer(
                 "onboarding",
                 json!({}),
-                json!({ only_key(&first): accept(json!({"response": "Ada"})) }),
-                Some(&state(&first)),
+                json!({ first.only_key(): accept(json!({"response": "Ada"})) }),
+                Some(&first.state()),
             ),
         )
         .await;
-    let key = only_key(&second);
+    let key = second.only_key();
     assert_eq!(
-        requests(&second)[&key]["params"]["requestedSchema"],
+        second.requests()[&key]["params"]["requestedSchema"],
         json!({"type": "object", "properties": {"response": {"type": "integer", "minimum": 0, "maximum": 150}}, "required": ["response"]})
     );
-    assert_ne!(state(&first), state(&second), "a new round has a new requestState");
+    assert_ne!(first.state(), second.state(), "a new round has a new requestState");
     let bad = server
         .call_tool(
             3,
-            answer("onboarding", json!({}), json!({ &key: accept(json!({"response": 200})) }), Some(&state(&second))),
+            answer("onboarding", json!({}), json!({ &key: accept(json!({"response": 200})) }), Some(&second.state())),
         )
         .await;
-    assert_eq!(error(&bad).1, -32602);
+    assert_eq!(bad.error().1, -32602);
     let done = server
         .call_tool(
             4,
-            answer("onboarding", json!({}), json!({ &key: accept(json!({"response": 36})) }), Some(&state(&second))),
+            answer("onboarding", json!({}), json!({ &key: accept(json!({"response": 36})) }), Some(&second.state())),
         )
         .await;
-    assert_eq!(text(&done), r#"{"name":"Ada","age":36}"#);
+    assert_eq!(done.done_text(), r#"{"name":"Ada","age":36}"#);
 }
 
 #[tokio::test]
@@ -432,8 +392,8 @@ async fn unaskable_interrupts_end_with_an_error_result() {
     let server = Server::start(&[]).await;
     for variant in ["object", "pattern", "too_many_fields", "bad_url", "nested"] {
         let reply = server.call_tool(1, call("unaskable", json!({ "variant": variant }))).await;
-        assert!(is_error(&reply), "{variant}");
-        let t = text(&reply);
+        assert!(reply.is_error(), "{variant}");
+        let t = reply.done_text();
         assert!(t.starts_with("This tool needs input that can't be asked over MCP"), "{variant}: {t}");
     }
 }
@@ -444,19 +404,19 @@ async fn unaskable_interrupts_end_with_an_error_result() {
 async fn relayed_requests_keep_the_agents_keys_and_pass_declines_to_the_agent() {
     let server = Server::start(&[]).await;
     let first = server.call_tool(1, call("greeter", json!({}))).await;
-    assert_eq!(only_key(&first), "user_name");
+    assert_eq!(first.only_key(), "user_name");
     let done = server
-        .call_tool(2, answer("greeter", json!({}), json!({"user_name": {"action": "decline"}}), Some(&state(&first))))
+        .call_tool(2, answer("greeter", json!({}), json!({"user_name": {"action": "decline"}}), Some(&first.state())))
         .await;
-    assert!(!is_error(&done));
-    assert_eq!(text(&done), r#"{"greeting":"Hello, stranger!"}"#);
+    assert!(!done.is_error());
+    assert_eq!(done.done_text(), r#"{"greeting":"Hello, stranger!"}"#);
 }
 
 #[tokio::test]
 async fn relayed_keys_are_prefixed_when_several_interrupts_are_pending() {
     let server = Server::start(&[]).await;
     let first = server.call_tool(1, call("relay_pair", json!({}))).await;
-    let asked = requests(&first);
+    let asked = first.requests();
     assert_eq!(asked.len(), 2);
     let mut responses = json!({});
     for (key, request) in &asked {
@@ -466,8 +426,8 @@ async fn relayed_keys_are_prefixed_when_several_interrupts_are_pending() {
         let name = if request["params"]["message"] == "What is your name?" { "Ada" } else { "Charles" };
         responses[key] = accept(json!({"name": name}));
     }
-    let done = server.call_tool(2, answer("relay_pair", json!({}), responses, Some(&state(&first)))).await;
-    assert_eq!(text(&done), r#"{"first":"Ada","second":"Charles"}"#);
+    let done = server.call_tool(2, answer("relay_pair", json!({}), responses, Some(&first.state()))).await;
+    assert_eq!(done.done_text(), r#"{"first":"Ada","second":"Charles"}"#);
 }
 
 // --- Send the user to a URL ---------------------------------------------------------
@@ -478,7 +438,7 @@ async fn url_question_is_relayed_and_accept_means_done() {
     let caps: Value = serde_json::from_str(URL_CAPS).unwrap();
     let first = server.modern(1, "tools/call", call("connect_calendar", json!({})), caps.clone()).await;
     assert_eq!(
-        requests(&first),
+        first.requests(),
         *json!({"calendar_auth": {"method": "elicitation/create", "params": {
             "message": "Connect your calendar to continue.", "mode": "url",
             "url": "https://example.com/oauth/calendar/start"
@@ -490,11 +450,11 @@ async fn url_question_is_relayed_and_accept_means_done() {
         .modern(
             2,
             "tools/call",
-            answer("connect_calendar", json!({}), json!({"calendar_auth": {"action": "accept"}}), Some(&state(&first))),
+            answer("connect_calendar", json!({}), json!({"calendar_auth": {"action": "accept"}}), Some(&first.state())),
             caps,
         )
         .await;
-    assert_eq!(text(&done), r#"{"status":"connected"}"#);
+    assert_eq!(done.done_text(), r#"{"status":"connected"}"#);
 }
 
 #[tokio::test]
@@ -518,7 +478,7 @@ async fn url_question_needs_the_url_capability() {
 async fn clients_without_elicitation_get_32021() {
     let server = Server::start(&[]).await;
     let reply = server.modern(1, "tools/call", call("choose_region", json!({})), json!({})).await;
-    assert_eq!(error(&reply), (400, -32021, "This tool asks for human input and needs form elicitation.".to_owned()));
+    assert_eq!(reply.error(), (400, -32021, "This tool asks for human input and needs form elicitation.".to_owned()));
     assert_eq!(reply.body["error"]["data"], json!({"requiredCapabilities": {"elicitation": {"form": {}}}}));
 }
 
@@ -526,7 +486,7 @@ async fn clients_without_elicitation_get_32021() {
 async fn clients_declaring_elicitation_without_modes_support_form() {
     let server = Server::start(&[]).await;
     let reply = server.modern(1, "tools/call", call("choose_region", json!({})), json!({"elicitation": {}})).await;
-    assert_eq!(result(&reply)["resultType"], "input_required");
+    assert_eq!(reply.result()["resultType"], "input_required");
 }
 
 #[tokio::test]
@@ -536,7 +496,7 @@ async fn legacy_clients_get_an_error_result_listing_the_interrupts() {
     for headers in [vec![], vec![("mcp-protocol-version", "2025-11-25")], vec![("mcp-protocol-version", "2025-06-18")]]
     {
         let reply = server.post_raw(&headers, body.to_string()).await;
-        let r = result(&reply);
+        let r = reply.result();
         assert_eq!(r["isError"], true);
         assert!(r.get("resultType").is_none(), "legacy results carry no resultType");
         assert_eq!(
@@ -554,7 +514,7 @@ async fn legacy_clients_initialize_ping_and_list() {
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
     let reply = server.post_raw(&[], init.to_string()).await;
-    assert_eq!(result(&reply)["protocolVersion"], "2025-11-25");
+    assert_eq!(reply.result()["protocolVersion"], "2025-11-25");
     let initialized =
         server.post_raw(&[], json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string()).await;
     assert_eq!(initialized.status, 202);
@@ -564,29 +524,29 @@ async fn legacy_clients_initialize_ping_and_list() {
             json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string(),
         )
         .await;
-    assert_eq!(result(&ping), &json!({}));
+    assert_eq!(ping.result(), &json!({}));
     let list = server.post_raw(&[], json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string()).await;
-    assert!(result(&list)["tools"].as_array().unwrap().len() >= 10);
-    assert!(result(&list).get("ttlMs").is_none());
+    assert!(list.result()["tools"].as_array().unwrap().len() >= 10);
+    assert!(list.result().get("ttlMs").is_none());
 }
 
 #[tokio::test]
 async fn calls_that_cannot_keep_a_thread_end_with_an_error_result() {
     let server = Server::start(&["--no-threads"]).await;
     let reply = server.call_tool(1, call("choose_region", json!({}))).await;
-    assert!(is_error(&reply));
-    assert_eq!(text(&reply), "This tool paused to ask for human input, and this call can't be resumed.");
+    assert!(reply.is_error());
+    assert_eq!(reply.done_text(), "This tool paused to ask for human input, and this call can't be resumed.");
 }
 
 #[tokio::test]
 async fn static_breakpoints_end_eliciting_calls_and_give_others_the_state() {
     let server = Server::start(&[]).await;
     let eliciting = server.call_tool(1, call("release_gate", json!({}))).await;
-    assert!(is_error(&eliciting));
-    assert!(text(&eliciting).contains("static breakpoint"));
+    assert!(eliciting.is_error());
+    assert!(eliciting.done_text().contains("static breakpoint"));
     let plain = server.modern(2, "tools/call", call("release_gate", json!({})), json!({})).await;
-    assert!(!is_error(&plain));
-    assert_eq!(text(&plain), r#"{"prepared":true}"#);
+    assert!(!plain.is_error());
+    assert_eq!(plain.done_text(), r#"{"prepared":true}"#);
     let legacy = server
         .post_raw(
             &[],
@@ -594,7 +554,7 @@ async fn static_breakpoints_end_eliciting_calls_and_give_others_the_state() {
                 .to_string(),
         )
         .await;
-    assert_eq!(result(&legacy)["content"][0]["text"], r#"{"prepared":true}"#);
+    assert_eq!(legacy.result()["content"][0]["text"], r#"{"prepared":true}"#);
 }
 
 // --- Endpoint -----------------------------------------------------------------------
@@ -603,15 +563,15 @@ async fn static_breakpoints_end_eliciting_calls_and_give_others_the_state() {
 async fn unknown_tools_and_bad_arguments_are_32602() {
     let server = Server::start(&[]).await;
     let reply = server.call_tool(1, call("no_such_tool", json!({}))).await;
-    assert_eq!(error(&reply), (400, -32602, "Unknown tool: no_such_tool".to_owned()));
+    assert_eq!(reply.error(), (400, -32602, "Unknown tool: no_such_tool".to_owned()));
     let reply = server.call_tool(2, call("deploy_production_release", json!({"service": "api"}))).await;
-    let (status, code, message) = error(&reply);
+    let (status, code, message) = reply.error();
     assert_eq!((status, code), (400, -32602));
     assert!(message.contains("version"), "{message}");
     let reply = server.call_tool(3, call("deploy_production_release", json!({"service": 1, "version": "1"}))).await;
-    assert!(error(&reply).2.contains("/service"), "{:?}", reply.body);
+    assert!(reply.error().2.contains("/service"), "{:?}", reply.body);
     let reply = server.call_tool(4, json!({"name": "greeter", "arguments": [1]})).await;
-    assert_eq!(error(&reply).1, -32602);
+    assert_eq!(reply.error().1, -32602);
 }
 
 #[tokio::test]
@@ -624,7 +584,7 @@ async fn every_result_names_the_server_and_its_type() {
         server.call_tool(4, call("unaskable", json!({"variant": "object"}))).await,
     ];
     for reply in &replies {
-        let r = result(reply);
+        let r = reply.result();
         assert!(r["resultType"].is_string(), "{r}");
         assert_eq!(r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "hitl");
         assert_eq!(r["_meta"]["io.modelcontextprotocol/serverInfo"]["version"], env!("CARGO_PKG_VERSION"));
@@ -636,7 +596,7 @@ async fn tools_list_lists_every_example_agent() {
     let server = Server::start(&[]).await;
     let list = server.modern(1, "tools/list", json!({}), json!({})).await;
     let names: Vec<&str> =
-        result(&list)["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+        list.result()["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     for name in [
         "greeter",
         "choose_region",
@@ -658,7 +618,7 @@ async fn tools_list_lists_every_example_agent() {
     let without = Server::start(&["--no-examples"]).await;
     let list = without.modern(1, "tools/list", json!({}), json!({})).await;
     let names: Vec<&str> =
-        result(&list)["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+        list.result()["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["test_nag", "test_send_once"]);
 }
 
@@ -683,13 +643,13 @@ async fn a_request_state_works_only_for_its_caller() {
         }
     };
     let first = call_as(Some("alice"), 1, call("greeter", json!({}))).await;
-    let s = state(&first);
+    let s = first.state();
     let answer_params = answer("greeter", json!({}), json!({"user_name": accept(json!({"name": "Ada"}))}), Some(&s));
     let reply = call_as(Some("bob"), 2, answer_params.clone()).await;
-    assert_eq!(error(&reply), (400, -32602, "Invalid or expired requestState".to_owned()));
+    assert_eq!(reply.error(), (400, -32602, "Invalid or expired requestState".to_owned()));
     // Without the header there is no caller at all: refused before any thread is read.
     let reply = call_as(None, 3, answer_params.clone()).await;
     assert_eq!(reply.status, 401, "{:?}", reply.body);
     let done = call_as(Some("alice"), 4, answer_params).await;
-    assert_eq!(text(&done), r#"{"greeting":"Hello, Ada!"}"#);
+    assert_eq!(done.done_text(), r#"{"greeting":"Hello, Ada!"}"#);
 }

@@ -6,8 +6,8 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::auth::{Setup, request};
-use crate::gateway::{ConfigFile, executions_of, text};
-use crate::harness::Server;
+use crate::gateway::{ConfigFile, executions_of};
+use crate::harness::{Paused, Server};
 use crate::upstream::PythonUpstream;
 
 /// A reviewer's decision sent by the caller as an argument: refused with `-32602`
@@ -51,7 +51,7 @@ async fn a_caller_cannot_send_a_reviewers_decision_as_an_argument() {
     let ok = server
         .call_tool(12, json!({"name": "db.drop_partition", "arguments": {"partition": "p1", "database": "orders"}}))
         .await;
-    assert_eq!(text(&ok), "dropped p1 on orders", "{}", ok.body);
+    assert_eq!(ok.text(), "dropped p1 on orders", "{}", ok.body);
     assert_eq!(executions_of(&server, "drop_partition").await, 1);
 }
 
@@ -360,7 +360,7 @@ async fn an_upstreams_answer_is_read_up_to_max_response_bytes() {
         // The upstream still serves the next call.
         let echoed =
             server.call_tool(3, json!({"name": format!("{upstream}.echo"), "arguments": {"text": "after"}})).await;
-        assert_eq!(text(&echoed), "after", "{upstream}: {}", echoed.body);
+        assert_eq!(echoed.text(), "after", "{upstream}: {}", echoed.body);
     }
     let peak = peak_memory(server.pid());
     assert!(peak < 80 * 1024 * 1024, "three 100 MiB answers left hitl's peak memory at {peak} bytes");
@@ -465,17 +465,9 @@ async fn eventually<T, F: std::future::Future<Output = Option<T>>>(what: &str, m
     }
 }
 
-/// alice calls `tool` with `arguments` from a client that opens URLs: the paused
-/// call's key and requestState.
-async fn paused(server: &Server, tool: &str, arguments: &Value) -> (String, String) {
-    let params = json!({"name": tool, "arguments": arguments});
-    let reply =
-        crate::auth::request_as(server, Some("tok-alice"), crate::approvals::url_client(), 1, "tools/call", params)
-            .await;
-    let result = &reply.body["result"];
-    assert_eq!(result["resultType"], "input_required", "{}", reply.body);
-    let key = result["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
-    (key, result["requestState"].as_str().unwrap().to_owned())
+/// alice calls `tool` with `arguments` from a client that opens URLs: the paused call.
+async fn paused(server: &Server, tool: &str, arguments: &Value) -> Paused {
+    server.pause_as("tok-alice", crate::approvals::url_client(), tool, arguments.clone()).await
 }
 
 /// The attack: a caller pauses a reviewed call with ~255 KB of arguments and declines
@@ -496,21 +488,11 @@ async fn a_caller_who_withdraws_big_calls_again_and_again_grows_nothing() {
     let big = "p".repeat(255 * 1024);
     let arguments = json!({"partition": big, "database": "orders", "api_token": "s3cret"});
     for _ in 0..8 {
-        let (key, state) = paused(&server, "db.drop_partition", &arguments).await;
-        let params = json!({"name": "db.drop_partition", "arguments": arguments, "requestState": state,
-                            "inputResponses": { key: {"action": "decline"} }});
-        let declined = crate::auth::request_as(
-            &server,
-            Some("tok-alice"),
-            crate::approvals::url_client(),
-            2,
-            "tools/call",
-            params,
-        )
-        .await;
+        let asked = paused(&server, "db.drop_partition", &arguments).await;
+        let declined = asked.answer(&server, json!({"action": "decline"})).await;
         assert!(declined.body["result"].is_object(), "{}", declined.body);
     }
-    let (_, _) = paused(&server, "db.drop_partition", &arguments).await;
+    paused(&server, "db.drop_partition", &arguments).await;
 
     let listed = eventually("the listing never came down to 3 ended and 1 pending", || async {
         let reply = api_get(&server, "tok-bob", "/api/approvals").await;

@@ -34,12 +34,6 @@ action = "review"
     )
 }
 
-/// The text of a reply's tool result.
-fn text(reply: &Reply) -> String {
-    let text = reply.body["result"]["content"][0]["text"].as_str();
-    text.unwrap_or_else(|| panic!("a text result: {}", reply.body)).to_owned()
-}
-
 /// A 2026-07-28 caller: its token (none without auth) and declared capabilities.
 #[derive(Clone, Copy)]
 struct Modern<'a> {
@@ -58,7 +52,7 @@ impl Modern<'_> {
 
     /// The text `tool` answers with.
     async fn text(&self, server: &Server, tool: &str, arguments: Value) -> String {
-        text(&self.call(server, tool, arguments).await)
+        self.call(server, tool, arguments).await.text()
     }
 }
 
@@ -85,7 +79,7 @@ impl<'a> Legacy<'a> {
                           "params": {"name": tool, "arguments": arguments}});
         let reply = post(server, self.token, Some(&self.session), &call).await;
         assert_eq!(reply.status, 200, "{tool}: {}", reply.body);
-        text(&reply)
+        reply.text()
     }
 }
 
@@ -155,7 +149,7 @@ async fn recall(server: &Server, caller: Modern<'_>) -> String {
                         "requestState": result["requestState"]});
     let done = request_as(server, caller.token, capabilities, 2, "tools/call", params).await;
     assert_ne!(done.body["result"]["isError"], true, "{}", done.body);
-    text(&done)
+    done.text()
 }
 
 #[tokio::test]
@@ -230,7 +224,7 @@ async fn a_reviewed_call_resumed_on_another_replica_runs_in_its_callers_session_
     let params = json!({"name": "db.recall", "arguments": {}, "inputResponses": answer,
                         "requestState": result["requestState"]});
     let done = request_as(&two, None, json!({"elicitation": {}}), 2, "tools/call", params).await;
-    assert_eq!(text(&done), "alice on two", "{}", done.body);
+    assert_eq!(done.text(), "alice on two", "{}", done.body);
 }
 
 /// The text of an upstream's tool result, from `hitl-upstream` directly.

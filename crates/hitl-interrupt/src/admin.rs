@@ -42,11 +42,12 @@ impl PausedCall {
     fn of(thread: &Thread, now_ms: u64) -> Option<Self> {
         let task = thread.task.as_ref();
         let running = thread.live_claim(now_ms).is_some();
-        if task.is_some_and(|t| t.cancelled || t.error.is_some()) || (thread.round.is_none() && !thread.working(now_ms))
+        if task.is_some_and(|t| t.cancelled || t.error.is_some())
+            || (thread.paused().is_none() && !thread.working(now_ms))
         {
             return None;
         }
-        let pending = thread.round.as_ref().map_or_else(Vec::new, |round| {
+        let pending = thread.round().map_or_else(Vec::new, |round| {
             let answered = |key: &str| task.is_some_and(|t| t.partial.contains_key(key));
             round.questions.iter().filter(|q| !answered(&q.key)).map(|q| q.key.clone()).collect()
         });
@@ -56,7 +57,7 @@ impl PausedCall {
             principal: thread.principal.clone(),
             created_at_ms: created_at_ms(&thread.id),
             expires_at_ms: thread.expires_at_ms,
-            round: thread.round.as_ref().map(|r| r.n),
+            round: thread.round().map(|r| r.n),
             pending,
             state: if running { "running" } else { "waiting" },
             task: task.is_some(),

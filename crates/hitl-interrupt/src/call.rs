@@ -115,7 +115,7 @@ impl Resumable {
 /// One `tools/call` (or `prompts/get`) as the engine sees it: no protocol era, the
 /// endpoint has decided what the call may do ([`Resumable`]).
 #[derive(Clone, Default)]
-pub struct Call {
+pub struct ToolCall {
     /// The arguments (an object).
     pub arguments: Map<String, Value>,
     /// Answers, by question key.
@@ -147,9 +147,9 @@ pub struct Call {
     pub session: Option<String>,
 }
 
-impl std::fmt::Debug for Call {
+impl std::fmt::Debug for ToolCall {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Call")
+        f.debug_struct("ToolCall")
             .field("arguments", &self.arguments)
             .field("input_responses", &self.input_responses)
             .field("request_state", &self.request_state.as_ref().map(|_| ".."))
@@ -164,12 +164,12 @@ impl std::fmt::Debug for Call {
     }
 }
 
-impl Call {
+impl ToolCall {
     /// The graph run options of this call: its runtime context, the client's
     /// capabilities (so an agent can ask only for what the client takes: typed, as the
     /// run's `ClientCapabilities` extension, and as JSON in the metadata for agents that
     /// name no protocol type)
-    /// with the caller's key ([`Call::caller_key`]), progress and cancellation (effects
+    /// with the caller's key ([`ToolCall::caller_key`]), progress and cancellation (effects
     /// are marked only on a stored thread).
     pub(crate) fn run(&self, agent: &Agent) -> hitl_graph::Run {
         let mut metadata = serde_json::json!({ "clientCapabilities": self.capabilities });
@@ -232,7 +232,7 @@ impl Call {
 
 /// The call's arguments as one JSON value, checked against the agent's input schema,
 /// and their digest (what a thread is bound to).
-pub(crate) fn checked_arguments(agent: &Agent, call: &Call) -> Result<(Value, String), ErrorObject> {
+pub(crate) fn checked_arguments(agent: &Agent, call: &ToolCall) -> Result<(Value, String), ErrorObject> {
     if let Some(reserved) = reserved_argument(agent, &call.arguments) {
         let message = format!("{reserved}: argument names beginning with {RESERVED_PREFIX} are reserved");
         return Err(ErrorObject::invalid_params(format!("Invalid arguments for tool {}: {message}", agent.name))

@@ -9,7 +9,7 @@ use hitl_graph::Agent;
 use hitl_protocol::{CallToolResponse, CallToolResult, ErrorObject};
 use serde_json::Value;
 
-use crate::call::{Call, checked_arguments, invalid_state};
+use crate::call::{ToolCall, checked_arguments, invalid_state};
 use crate::first::First;
 use crate::resume::{Answer, Resume};
 use crate::round;
@@ -127,13 +127,13 @@ impl Engine {
     /// Serves one `tools/call` (or `prompts/get`) of `agent`. A pause is answered as a
     /// round when the call is [`Resumable::Yes`](crate::Resumable), else it ends the
     /// call with an error result; a `requestState` answers the round it names.
-    pub async fn call(&self, agent: &Agent, call: Call) -> Result<Reply, EngineError> {
+    pub async fn call(&self, agent: &Agent, call: ToolCall) -> Result<Reply, EngineError> {
         self.serve(agent, call, false).await
     }
 
     /// Serves `call` (see [`Engine::call`]); `task`: the client follows it as a task,
     /// so a new call that pauses makes a task.
-    pub(crate) async fn serve(&self, agent: &Agent, call: Call, task: bool) -> Result<Reply, EngineError> {
+    pub(crate) async fn serve(&self, agent: &Agent, call: ToolCall, task: bool) -> Result<Reply, EngineError> {
         let (arguments, args_digest) = match checked_arguments(agent, &call) {
             Ok(checked) => checked,
             Err(error) => return Ok(Reply::Refused(error)),
@@ -166,7 +166,7 @@ impl Engine {
     /// `requestState` (the endpoint asks this instead of [`Engine::call`]): the error
     /// result it gets for any pause while the round is open, else `Invalid or expired
     /// requestState`. Read only: the thread stays as it is for a client that can answer.
-    pub async fn peek(&self, agent: &Agent, call: &Call) -> Result<Reply, EngineError> {
+    pub async fn peek(&self, agent: &Agent, call: &ToolCall) -> Result<Reply, EngineError> {
         let (_, args_digest) = match checked_arguments(agent, call) {
             Ok(checked) => checked,
             Err(error) => return Ok(Reply::Refused(error)),
@@ -183,7 +183,7 @@ impl Engine {
     async fn start(
         &self,
         agent: &Agent,
-        call: Call,
+        call: ToolCall,
         id: String,
         (arguments, args_digest): (Value, String),
         deadline: Deadline,
@@ -204,7 +204,7 @@ impl Engine {
     async fn answer(
         &self,
         agent: &Agent,
-        call: &Call,
+        call: &ToolCall,
         args_digest: &str,
         request_state: &str,
         deadline: Deadline,
@@ -225,7 +225,7 @@ impl Engine {
     async fn legacy_resend(
         &self,
         agent: &Agent,
-        call: &Call,
+        call: &ToolCall,
         args_digest: &str,
         request_state: &str,
     ) -> Result<Answered, EngineError> {
@@ -235,13 +235,13 @@ impl Engine {
         if !round::bound(&thread, &call.bound_to(agent), args_digest, call.principal.as_deref()) {
             return Ok(invalid_state());
         }
-        let open = thread.round.as_ref().filter(|r| core.secret.verify(&thread.id, r.n, &r.nonce, token));
-        match (open, &thread.checkpoint) {
-            (Some(_), Some(checkpoint)) => Ok(Ok(CallToolResponse::Complete(CallToolResult::error([
+        let open = thread.paused().filter(|p| core.secret.verify(&thread.id, p.round.n, &p.round.nonce, token));
+        match open {
+            Some(paused) => Ok(Ok(CallToolResponse::Complete(CallToolResult::error([
                 LEGACY_CANNOT_ANSWER.to_owned(),
-                round::pending(&checkpoint.interrupts),
+                round::pending(&paused.checkpoint.interrupts),
             ])))),
-            _ => Ok(invalid_state()),
+            None => Ok(invalid_state()),
         }
     }
 }

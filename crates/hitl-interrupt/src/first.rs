@@ -8,7 +8,7 @@
 use hitl_graph::{Agent, Outcome, RunError};
 use hitl_protocol::{CallToolResponse, InputResponses};
 
-use crate::call::Call;
+use crate::call::ToolCall;
 use crate::round::{self, Ending, FirstAsk, NewThread, Next, Settled};
 use crate::shared::{Core, Deadline};
 use crate::{Answered, EngineError, MAX_ROUNDS_PER_REQUEST, Thread, meter};
@@ -40,7 +40,7 @@ impl<'a> First<'a> {
     pub(crate) async fn outcome(
         &self,
         agent: &Agent,
-        call: Call,
+        call: ToolCall,
         id: String,
         args_digest: String,
         outcome: Result<Outcome, RunError>,
@@ -71,7 +71,7 @@ impl<'a> First<'a> {
             }
             FirstAsk::TooLarge(e) => return Ok(Err(e)),
         };
-        let observed = core.observer.as_ref().map(|_| thread.summary());
+        let observed = core.observer.as_ref().map(|_| thread.clone());
         let tool = thread.tool.clone();
         match core.store.create_paused(thread, &call.owner(), core.limits.paused).await {
             Ok(Ok(())) => {
@@ -96,7 +96,7 @@ impl<'a> First<'a> {
     async fn answer_unstored(
         &self,
         agent: &Agent,
-        call: &Call,
+        call: &ToolCall,
         mut thread: Thread,
         responses: &InputResponses,
         deadline: Deadline,
@@ -104,7 +104,7 @@ impl<'a> First<'a> {
         let core = self.core;
         let binding = call.bound_to(agent);
         loop {
-            let round = thread.round.as_ref().expect("a paused thread has its round");
+            let round = thread.round().expect("a thread answered unstored is paused");
             if round.n > MAX_ROUNDS_PER_REQUEST {
                 return Unstored::Paused(Box::new(thread));
             }
@@ -127,9 +127,9 @@ impl<'a> First<'a> {
                     // Some answer is missing: the round is stored and asked.
                     _ => return Unstored::Paused(Box::new(thread)),
                 };
-            let checkpoint = claimed.checkpoint.clone().expect("a paused thread has its checkpoint");
+            let checkpoint = claimed.paused().map(|p| (*p.checkpoint).clone()).expect("a claimed thread is paused");
             let outcome = deadline.run(agent.graph.resume_run(checkpoint, values, call.run(agent))).await;
-            claimed.claim = None;
+            claimed.set_claim(None);
             let asking = core.asking(call, &claimed.id, round.n + 1);
             let ran = round::ran(outcome, false, || core.timed_out(false), &asking, &core.secret);
             match round::end_run(claimed, ran, &core.end_of(&round, responses, call), &core.secret) {

@@ -41,7 +41,10 @@ impl Held {
                 clock.sleep(lease / 3).await;
                 let until = clock.now_ms().saturating_add(lease.as_millis() as u64);
                 let renewed = self
-                    .save(|thread| thread.claim = thread.claim.take().map(|c| Claim { until_ms: until, ..c }))
+                    .save(|thread| {
+                        let renewed = thread.take_claim().map(|c| Claim { until_ms: until, ..c });
+                        thread.set_claim(renewed);
+                    })
                     .await;
                 match renewed {
                     // Someone else holds the round now; our outcome will lose its save.
@@ -74,10 +77,15 @@ impl hitl_graph::Effects for Marks {
                 let mut begun_in = held.begun_in.lock().unwrap_or_else(|p| p.into_inner());
                 *begun_in = Some(begun_in.map_or(superstep, |s| s.max(superstep)));
             }
-            if held.thread.lock().await.begun == Some(round) {
+            if held.thread.lock().await.paused().is_some_and(|p| p.begun && p.round.n == round) {
                 return Ok(());
             }
-            match held.save(|thread| thread.begun = Some(round)).await {
+            let mark = |thread: &mut Thread| {
+                if let Some(paused) = thread.paused_mut() {
+                    paused.begun = true;
+                }
+            };
+            match held.save(mark).await {
                 Ok(()) => {
                     if let Some(observer) = &held.observer {
                         let thread = held.thread.lock().await;

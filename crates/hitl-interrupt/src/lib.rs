@@ -16,7 +16,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use hitl_graph::{START, StateGraph};
-//! use hitl_interrupt::{Agent, Call, Engine, Lifetimes, MemoryStore, Reply, Secret, SystemClock};
+//! use hitl_interrupt::{Agent, ToolCall, Engine, Lifetimes, MemoryStore, Reply, Secret, SystemClock};
 //! use hitl_protocol::ClientCapabilities;
 //! use serde_json::json;
 //!
@@ -32,11 +32,11 @@
 //! let engine = Engine::new(Arc::new(MemoryStore::default()), Arc::new(SystemClock), Secret::generate(), Lifetimes::default());
 //! let capabilities: ClientCapabilities = serde_json::from_value(json!({"elicitation": {}})).unwrap();
 //!
-//! let first = engine.call(&agent, Call { capabilities: capabilities.clone(), ..Call::default() }).await.unwrap();
+//! let first = engine.call(&agent, ToolCall { capabilities: capabilities.clone(), ..ToolCall::default() }).await.unwrap();
 //! let Reply::Paused { round, .. } = first else { panic!() };
 //! let key = round.input_requests.unwrap().keys().next().unwrap().clone();
 //! let answers = [(key, json!({"action": "accept", "content": {"response": "eu-west-1"}}))].into_iter().collect();
-//! let call = Call { input_responses: Some(answers), request_state: round.request_state, capabilities, ..Call::default() };
+//! let call = ToolCall { input_responses: Some(answers), request_state: round.request_state, capabilities, ..ToolCall::default() };
 //! let Reply::Complete(result) = engine.call(&agent, call).await.unwrap() else { panic!() };
 //! assert_eq!(result.content[0].as_text(), Some(r#"{"region":"eu-west-1"}"#));
 //! # });
@@ -77,17 +77,17 @@ pub use hitl_thread::conformance;
 /// needs nothing else.
 pub use hitl_thread::{
     AUDIT_KEPT, AUDIT_KEPT_IN_MEMORY, About, CLAIM_BESIDE_FORMAT, Claim, ClaimAttempt, Clock, Last, LastOutcome,
-    LimitReached, Loaded, ManualClock, MemoryStore, MeteredStore, Notes, Page, PageKind, PausedLedger, PausedLimits,
-    Question, QuestionKind, Records, Round, SaveError, Sleep, Store, StoreError, SystemClock, THREAD_FORMAT, TaskState,
-    Thread, ThreadStore, binding_digest, canonical, create_paused_in_steps, digest_hex, format_of, hex,
-    save_finished_in_steps, short_digest,
+    LimitReached, Loaded, ManualClock, MemoryStore, MeteredStore, Notes, Page, PageKind, Paused, PausedLedger,
+    PausedLimits, Question, QuestionKind, Records, Round, SaveError, Sleep, Store, StoreError, SystemClock,
+    THREAD_FORMAT, TaskState, Thread, ThreadState, ThreadStore, binding_digest, canonical, create_paused_in_steps,
+    digest_hex, format_of, hex, save_finished_in_steps, short_digest,
 };
 
 pub use admin::{Admin, PausedCall, PausedCalls};
 pub(crate) use call::Answered;
 pub use call::{
-    BREAKPOINT, Binding, CANNOT_RESUME, Call, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, NEWER_FORMAT, Reply,
-    Resumable,
+    BREAKPOINT, Binding, CANNOT_RESUME, EngineError, INVALID_STATE, LEGACY_CANNOT_ANSWER, NEWER_FORMAT, Reply,
+    Resumable, ToolCall,
 };
 pub use engine::Engine;
 pub use lifetimes::{Lifetimes, Limits, MAX_ROUNDS_PER_REQUEST};

@@ -47,13 +47,13 @@ impl PageAnswers {
             if view.page.answer.is_some() {
                 return Step::Leave(PageAnswer::AlreadyAnswered(Box::new(view)));
             }
-            let question = &thread.round.as_ref().expect("the view has its round").questions[at.index];
+            let question = &thread.round().expect("the view has its round").questions[at.index];
             let answer = match answer_of(question, &view.page, input.clone(), core) {
                 Ok(answer) => answer,
                 Err(e) => return Step::Leave(PageAnswer::Refused(e)),
             };
             let mut thread = thread.clone();
-            let round = thread.round.as_mut().expect("the view has its round");
+            let round = &mut thread.paused_mut().expect("the view has its round").round;
             let page = round.questions[at.index].page.as_mut().expect("the view has its page");
             page.answer = Some(answer);
             page.answered_by = by.clone();

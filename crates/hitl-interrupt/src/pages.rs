@@ -16,7 +16,7 @@ use crate::{Page, PageKind, QuestionKind, Thread};
 pub enum Event<'a> {
     /// A round was stored and asked (a new call's, or the next one of a call).
     Asked {
-        /// The thread, with its open round ([`Thread::summary`]: no checkpoint).
+        /// The thread, paused at the round asked.
         thread: &'a Thread,
     },
     /// A round's answers were taken: the agent resumes with them.
@@ -111,7 +111,7 @@ impl PageView {
 
     /// The page of question `index` of `thread`'s open round, if it has one.
     pub fn at(thread: &Thread, index: usize) -> Option<Self> {
-        let round = thread.round.as_ref()?;
+        let round = thread.round()?;
         let question = round.questions.get(index)?;
         let page = question.page.clone()?;
         let message = match &question.request {

@@ -27,7 +27,7 @@ pub(crate) fn replay(
     }
     Some(match &last.outcome {
         LastOutcome::Result { result } => Ok(CallToolResponse::Complete(result.clone())),
-        LastOutcome::NextRound => ask::ask(&thread.id, thread.round.as_ref()?, capabilities, secret),
+        LastOutcome::NextRound => ask::ask(&thread.id, thread.round()?, capabilities, secret),
     })
 }
 

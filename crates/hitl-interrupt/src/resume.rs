@@ -12,7 +12,7 @@ use std::time::Duration;
 use hitl_graph::Agent;
 use hitl_protocol::{CallToolResponse, ErrorObject, InputResponses};
 
-use crate::call::{Call, invalid_state};
+use crate::call::{ToolCall, invalid_state};
 use crate::lease::{Held, Marks};
 use crate::round::{self, Ending, Next};
 use crate::shared::{Core, Deadline};
@@ -27,7 +27,7 @@ pub(crate) struct Answer<'a> {
     /// The agent the round resumes.
     pub(crate) agent: &'a Agent,
     /// The call the run is made for: its caller, capabilities and run options.
-    pub(crate) call: &'a Call,
+    pub(crate) call: &'a ToolCall,
     /// The tool (or `prompt:<name>`) the call is made to.
     pub(crate) binding: &'a str,
     /// Digest of the call's arguments.
@@ -222,8 +222,8 @@ impl<'a> Resume<'a> {
     ) -> Result<Answered, EngineError> {
         let core = self.core;
         let Answer { agent, call, responses, .. } = *answer;
-        let Some(checkpoint) = thread.checkpoint.clone() else {
-            let reason = "a paused thread has no checkpoint".to_owned();
+        let Some(checkpoint) = thread.paused().map(|p| (*p.checkpoint).clone()) else {
+            let reason = "a claimed thread is not paused".to_owned();
             return Err(StoreError::Corrupt { id: thread.id.clone(), reason }.into());
         };
         let span = tracing::info_span!("agent_run", tool = %agent.name, thread_id = %thread.id);
@@ -247,7 +247,7 @@ impl<'a> Resume<'a> {
             Ok(held) => held.thread.into_inner(),
             Err(held) => held.thread.lock().await.clone(),
         };
-        thread.claim = None;
+        thread.set_claim(None);
         let expected = thread.version;
         // Until when the store keeps the call as it stands: an outcome kept unsaved is
         // saved again until then.
@@ -302,7 +302,7 @@ impl<'a> Resume<'a> {
             Ending::NextRound(thread, reply) => {
                 let (id, owner, until) = (thread.id.clone(), thread.owner.clone(), thread.expires_at_ms);
                 let tool = thread.tool.clone();
-                let observed = core.observer.as_ref().map(|_| thread.summary());
+                let observed = core.observer.as_ref().map(|_| (*thread).clone());
                 let copy = core.store.can_be_unreachable().then(|| (*thread).clone());
                 let saved = match (core.store.save(*thread, Some(expected)).await, copy) {
                     (Err(SaveError::Store(e)), Some(thread)) => {

@@ -5,6 +5,7 @@
 //! (a request with a `requestState`), [`end_run`] (after a claimed round's run),
 //! [`finished`], and in `task` the transitions of a call followed as a task.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use hitl_graph::{Checkpoint, Interrupt, Outcome, RunError};
@@ -13,12 +14,13 @@ use serde_json::Value;
 
 use crate::answers::NotAskable;
 use crate::ask::{ask, missing_capability, render};
-use crate::call::Call;
+use crate::call::ToolCall;
 use crate::questions::{self, Verdict};
 use crate::resend::{last, replay};
 use crate::state::Secret;
 use crate::{
-    Answered, BREAKPOINT, Claim, Last, LastOutcome, Lifetimes, PageKind, Round, THREAD_FORMAT, TaskState, Thread,
+    Answered, BREAKPOINT, Claim, Last, LastOutcome, Lifetimes, PageKind, Paused, Round, THREAD_FORMAT, TaskState,
+    Thread, ThreadState,
 };
 
 mod task;
@@ -102,14 +104,18 @@ pub(crate) fn decide(
     if !bound(&thread, request.binding, request.args_digest, request.principal) {
         return Next::Invalid;
     }
-    let newer_checkpoint = thread.checkpoint.as_ref().is_some_and(|c| c.format > hitl_graph::CHECKPOINT_FORMAT);
+    let newer_checkpoint = thread.paused().is_some_and(|p| p.checkpoint.format > hitl_graph::CHECKPOINT_FORMAT);
     if thread.format > THREAD_FORMAT || newer_checkpoint {
         return Next::Newer;
     }
-    let Some(round) = thread.round.clone().filter(|r| secret.verify(&thread.id, r.n, &r.nonce, request.token)) else {
+    let open = thread.paused().filter(|p| secret.verify(&thread.id, p.round.n, &p.round.nonce, request.token));
+    let Some(Paused { round, claim, begun, .. }) = open else {
         return replay(&thread, request.responses, request.token, request.capabilities, secret)
             .map_or(Next::Invalid, Next::Replay);
     };
+    // Resume once: a live claim on this round means another request runs it.
+    let claimed = claim.as_ref().is_some_and(|c| c.until_ms > now_ms && c.round == round.n);
+    let (round, begun) = (round.clone(), *begun);
     let open = |sealed: &str, page: &str| secret.open(sealed, page);
     match questions::judge_opening(&round, request.responses, &open) {
         Verdict::Missing => Next::Reask(ask(&thread.id, &round, request.capabilities, secret)),
@@ -118,19 +124,16 @@ pub(crate) fn decide(
             let last = last(&round, request.responses, LastOutcome::Result { result: result.clone() });
             Next::Finish(Box::new(Finishing { thread, last, result }))
         }
+        Verdict::Resume(_) if claimed => Next::Wait,
+        // Its run began an effect and then stopped (the server died): never again.
+        Verdict::Resume(_) if begun => {
+            let result = CallToolResult::error([OUTCOME_UNKNOWN.to_owned()]);
+            let last = last(&round, request.responses, LastOutcome::Result { result: result.clone() });
+            Next::Finish(Box::new(Finishing { thread, last, result }))
+        }
         Verdict::Resume(values) => {
-            // Resume once: a live claim on this round means another request runs it.
-            if thread.live_claim(now_ms).is_some_and(|c| c.round == round.n) {
-                return Next::Wait;
-            }
-            // Its run began an effect and then stopped (the server died): never again.
-            if thread.begun == Some(round.n) {
-                let result = CallToolResult::error([OUTCOME_UNKNOWN.to_owned()]);
-                let last = last(&round, request.responses, LastOutcome::Result { result: result.clone() });
-                return Next::Finish(Box::new(Finishing { thread, last, result }));
-            }
             let until_ms = now_ms.saturating_add(lease.as_millis() as u64);
-            thread.claim = Some(Claim { round: round.n, until_ms });
+            thread.set_claim(Some(Claim { round: round.n, until_ms }));
             thread.version += 1;
             Next::Claim { thread: Box::new(thread), round, values }
         }
@@ -247,17 +250,22 @@ pub(crate) struct NewThread {
 /// A new call's thread paused at its first round (`round`, made by [`settle`] from the
 /// agent's interrupts with the nonce passed in): unstored, version 1, living the paused
 /// lifetime, a task's when the call is followed as one.
-pub(crate) fn open(checkpoint: Checkpoint, round: Round, call: &Call, new: NewThread, lifetimes: &Lifetimes) -> Thread {
+pub(crate) fn open(
+    checkpoint: Checkpoint,
+    round: Round,
+    call: &ToolCall,
+    new: NewThread,
+    lifetimes: &Lifetimes,
+) -> Thread {
     let (now_ms, task) = (new.now_ms, new.task);
-    let mut thread = fresh(call, new, now_ms.saturating_add(lifetimes.paused.as_millis() as u64));
-    thread.checkpoint = Some(checkpoint);
-    thread.round = Some(round);
+    let expires_at_ms = now_ms.saturating_add(lifetimes.paused.as_millis() as u64);
+    let mut thread = fresh(call, new, ThreadState::paused(checkpoint, round), expires_at_ms);
     thread.task = task.then(|| TaskState::new(now_ms, call.capabilities.clone()));
     thread
 }
 
-/// A thread of `call` with nothing in it yet.
-fn fresh(call: &Call, new: NewThread, expires_at_ms: u64) -> Thread {
+/// A thread of `call` in `state`, with no round answered yet.
+fn fresh(call: &ToolCall, new: NewThread, state: ThreadState, expires_at_ms: u64) -> Thread {
     Thread {
         format: THREAD_FORMAT,
         id: new.id,
@@ -266,11 +274,8 @@ fn fresh(call: &Call, new: NewThread, expires_at_ms: u64) -> Thread {
         args_digest: new.args_digest,
         principal: call.principal.clone(),
         owner: Some(call.owner()),
-        checkpoint: None,
-        round: None,
+        state,
         last: None,
-        claim: None,
-        begun: None,
         task: None,
         expires_at_ms,
     }
@@ -296,7 +301,7 @@ pub(crate) fn first_ask(
     secret: &Secret,
 ) -> FirstAsk {
     thread.format = hitl_thread::format_of(&thread);
-    let round = thread.round.as_ref().expect("a paused thread has its round");
+    let round = thread.round().expect("a new call's thread is paused");
     if let Some(e) = missing_capability(round, capabilities) {
         return FirstAsk::Lacks(e);
     }
@@ -438,15 +443,18 @@ pub(crate) fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Se
         Ran::Paused(checkpoint, next) => {
             let missing = missing_capability(&next, end.capabilities);
             let lifetime = if missing.is_some() { end.lifetimes.waiting_for_capability } else { end.lifetimes.paused };
+            let reply = match missing {
+                Some(e) => Err(e),
+                None => Ok(render(&thread.id, &next, secret)),
+            };
             thread.version += 1;
             // The fields a next round changes, kept to give the round back unchanged
-            // when the new record would be too large.
+            // when the new record would be too large (the new state has no claim and has
+            // begun nothing).
             let kept_last = thread.last.replace(last(end.round, end.responses, LastOutcome::NextRound));
-            let kept_checkpoint = thread.checkpoint.replace(*checkpoint);
+            let kept_state = std::mem::replace(&mut thread.state, ThreadState::paused(*checkpoint, next));
             let kept_expiry =
                 std::mem::replace(&mut thread.expires_at_ms, end.now_ms.saturating_add(lifetime.as_millis() as u64));
-            let kept_round = thread.round.replace(next);
-            let kept_begun = thread.begun.take();
             // A task's answers were for the round just answered.
             let kept_task = thread.task.clone();
             if let Some(task) = &mut thread.task {
@@ -455,15 +463,10 @@ pub(crate) fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Se
             }
             thread.format = hitl_thread::format_of(&thread);
             if let Err(e) = fits(&thread, end.max_record_bytes) {
-                (thread.last, thread.checkpoint, thread.expires_at_ms, thread.round, thread.begun, thread.task) =
-                    (kept_last, kept_checkpoint, kept_expiry, kept_round, kept_begun, kept_task);
+                (thread.last, thread.state, thread.expires_at_ms, thread.task) =
+                    (kept_last, kept_state, kept_expiry, kept_task);
                 return Ending::GiveBack(Box::new(thread), e);
             }
-            let round = thread.round.as_ref().expect("the next round was just set");
-            let reply = match missing {
-                Some(e) => Err(e),
-                None => Ok(render(&thread.id, round, secret)),
-            };
             Ending::NextRound(Box::new(thread), reply)
         }
     }
@@ -475,16 +478,16 @@ pub(crate) fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Se
 /// no longer unknown.
 fn keep(thread: &mut Thread, checkpoint: hitl_graph::Checkpoint, end: &EndOf<'_>) {
     thread.version += 1;
-    if thread.checkpoint.as_ref().is_none_or(|before| checkpoint.superstep <= before.superstep) {
-        return;
-    }
+    let Some(paused) = thread.paused_mut().filter(|p| checkpoint.superstep > p.checkpoint.superstep) else { return };
     let superstep = checkpoint.superstep;
-    let before = (thread.checkpoint.replace(checkpoint), thread.begun);
+    let before = (std::mem::replace(&mut paused.checkpoint, Arc::new(checkpoint)), paused.begun);
     if end.began_in.is_some_and(|began| superstep > began) {
-        thread.begun = None;
+        paused.begun = false;
     }
-    if fits(thread, end.max_record_bytes).is_err() {
-        (thread.checkpoint, thread.begun) = before;
+    if fits(thread, end.max_record_bytes).is_err()
+        && let Some(paused) = thread.paused_mut()
+    {
+        (paused.checkpoint, paused.begun) = before;
     }
 }
 
@@ -499,10 +502,7 @@ pub(crate) fn finished(
     max_record_bytes: usize,
 ) -> Thread {
     thread.version += 1;
-    thread.checkpoint = None;
-    thread.round = None;
-    thread.claim = None;
-    thread.begun = None;
+    thread.state = ThreadState::Finished;
     if let Some(task) = &mut thread.task {
         task.partial.clear();
         task.updated_at_ms = now_ms;

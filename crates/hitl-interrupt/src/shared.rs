@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hitl_protocol::{ErrorObject, InputResponses};
 
-use crate::call::{Call, Resumable};
+use crate::call::{Resumable, ToolCall};
 use crate::round::{Asking, EndOf};
 use crate::running::Running;
 use crate::state::{self, Secret};
@@ -82,7 +82,7 @@ impl Core {
 
     /// What makes round `n` of `call`'s thread `thread_id`, now: the clock read and a
     /// fresh nonce drawn here, so the round logic stays pure.
-    pub(crate) fn asking<'a>(&'a self, call: &Call, thread_id: &'a str, n: u32) -> Asking<'a> {
+    pub(crate) fn asking<'a>(&'a self, call: &ToolCall, thread_id: &'a str, n: u32) -> Asking<'a> {
         let unresumable = match call.resumable {
             Resumable::Yes => None,
             Resumable::No(why) => Some(why),
@@ -101,7 +101,12 @@ impl Core {
 
     /// What [`round::end_run`](crate::round::end_run) needs to know of this call and
     /// now.
-    pub(crate) fn end_of<'a>(&'a self, round: &'a Round, responses: &'a InputResponses, call: &'a Call) -> EndOf<'a> {
+    pub(crate) fn end_of<'a>(
+        &'a self,
+        round: &'a Round,
+        responses: &'a InputResponses,
+        call: &'a ToolCall,
+    ) -> EndOf<'a> {
         EndOf {
             round,
             responses,

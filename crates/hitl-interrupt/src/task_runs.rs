@@ -17,7 +17,7 @@ use hitl_protocol::{CallToolResponse, CallToolResult, ErrorObject};
 use tokio::task::{JoinError, JoinHandle};
 
 use crate::ask::missing_capability;
-use crate::call::{Call, checked_arguments};
+use crate::call::{ToolCall, checked_arguments};
 use crate::first::First;
 use crate::round::{self, NewThread, Settled, TaskEnd};
 use crate::shared::Deadline;
@@ -52,7 +52,7 @@ impl Tasks {
     /// `requestState`) for a client that follows tasks: answered as
     /// [`Engine::call`](crate::Engine::call) answers it, but a round left open is a
     /// task's, answered with [`Tasks::update`].
-    pub async fn call(&self, agent: &Agent, call: Call) -> Result<Reply, EngineError> {
+    pub async fn call(&self, agent: &Agent, call: ToolCall) -> Result<Reply, EngineError> {
         crate::Engine { core: self.core.clone() }.serve(agent, call, true).await
     }
 
@@ -65,7 +65,7 @@ impl Tasks {
     pub async fn start(
         &self,
         agent: &Agent,
-        mut call: Call,
+        mut call: ToolCall,
         wait: Duration,
     ) -> Result<Result<TaskStart, ErrorObject>, EngineError> {
         let core = &self.core;
@@ -119,7 +119,7 @@ impl Tasks {
     }
 
     /// Waits for a working task's run, renewing its claim, and stores how it ended.
-    async fn run_on(self, mut thread: Thread, mut handle: JoinHandle<Result<Outcome, RunError>>, call: Call) {
+    async fn run_on(self, mut thread: Thread, mut handle: JoinHandle<Result<Outcome, RunError>>, call: ToolCall) {
         let core = &self.core;
         let joined = loop {
             let tick = core.clock.sleep(core.lifetimes.lease / 3);
@@ -150,7 +150,7 @@ impl Tasks {
         let core = &self.core;
         let until = core.expiry(core.lifetimes.lease);
         let mut renewed = thread.clone();
-        renewed.claim = Some(Claim { round: 0, until_ms: until });
+        renewed.set_claim(Some(Claim { round: 0, until_ms: until }));
         renewed.version += 1;
         match core.store.save(renewed.clone(), Some(thread.version)).await {
             Ok(()) => {
@@ -176,7 +176,7 @@ impl Tasks {
         &self,
         thread: Thread,
         outcome: Result<Outcome, RunError>,
-        call: &Call,
+        call: &ToolCall,
     ) -> Result<(), EngineError> {
         let core = &self.core;
         let ended = match outcome {
@@ -199,14 +199,14 @@ impl Tasks {
                 return Step::Leave(None);
             }
             let next = round::task_ended(thread, &ended, core.now_ms(), &core.lifetimes, max_record_bytes);
-            let paused = next.round.is_some();
+            let paused = next.paused().is_some();
             let stored = Stored {
                 id: next.id.clone(),
                 tool: next.tool.clone(),
                 principal: next.principal.clone(),
                 owner: next.owner.clone(),
                 until: next.expires_at_ms,
-                asked: (paused && core.observing()).then(|| next.summary()),
+                asked: (paused && core.observing()).then(|| next.clone()),
                 paused,
             };
             if paused { Step::Save(next, Some(stored)) } else { Step::Finish(next, Some(stored)) }

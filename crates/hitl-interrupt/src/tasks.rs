@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use hitl_protocol::{CallToolResult, ErrorObject, InputRequests, InputResponses};
 
-use crate::call::Call;
+use crate::call::ToolCall;
 use crate::resume::{Answer, Resume};
 use crate::round::{self, TaskNext, task_key};
 use crate::shared::{Core, Deadline};
@@ -136,7 +136,7 @@ impl Tasks {
             Updated::Refused(e) => return Ok(Err(e)),
             Updated::Run(thread, fresh) => (thread, fresh),
         };
-        let round = thread.round.as_ref().expect("a task ready to run has its round");
+        let round = thread.round().expect("a task ready to run has its round");
         let task = thread.task.as_ref().expect("a task");
         // The round's own token: the task is this caller's, checked above.
         let token = core.secret.token(&thread.id, round.n, &round.nonce);
@@ -174,8 +174,8 @@ impl Tasks {
             }
             let now = core.now_ms();
             let task = thread.task.as_ref().expect("own tasks are tasks");
-            let answering = thread.round.is_some() && thread.live_claim(now).is_some();
-            let over = thread.round.is_none() && !thread.working(now);
+            let answering = thread.paused().is_some() && thread.live_claim(now).is_some();
+            let over = thread.paused().is_none() && !thread.working(now);
             if task.cancelled || task.error.is_some() || answering || over {
                 return Step::Leave(Some(false));
             }
@@ -214,7 +214,7 @@ impl Tasks {
             return Ok(());
         }
         update(self.core.store.as_ref(), id, |thread| {
-            if !own(thread, principal) || thread.round.as_ref().is_none_or(|r| r.n != n) {
+            if !own(thread, principal) || thread.round().is_none_or(|r| r.n != n) {
                 return Step::Leave(());
             }
             let mut updated = thread.clone();
@@ -235,13 +235,13 @@ fn own(thread: &Thread, principal: Option<&str>) -> bool {
 /// The call a task's round runs for: the caller of its first request (its principal,
 /// or the address it counts against, so the run has that request's caller key: an
 /// agent's per-caller state, an upstream session) with the capabilities it declared.
-fn task_call(thread: &Thread, principal: Option<&str>) -> Call {
+fn task_call(thread: &Thread, principal: Option<&str>) -> ToolCall {
     let task = thread.task.as_ref().expect("a task");
-    Call {
+    ToolCall {
         capabilities: task.capabilities.clone(),
         principal: principal.map(str::to_owned),
         peer: thread.owner.as_deref().and_then(|owner| owner.strip_prefix("peer:")).map(str::to_owned),
-        ..Call::default()
+        ..ToolCall::default()
     }
 }
 
@@ -252,7 +252,7 @@ fn view(thread: &Thread, now: u64) -> TaskView {
     // Every answer is in, and no request runs the round: it is about to run (its page
     // is not done yet, or the run before failed and is tried again).
     let ready = round::ready(thread, now);
-    let (status, input_requests, result) = match (&thread.round, &thread.last) {
+    let (status, input_requests, result) = match (thread.round(), &thread.last) {
         _ if task.cancelled => (TaskStatus::Cancelled, None, None),
         _ if task.error.is_some() => (TaskStatus::Failed, None, None),
         (Some(round), _) if claimed(round) => (TaskStatus::Working, None, None),

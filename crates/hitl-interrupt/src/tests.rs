@@ -74,12 +74,12 @@ fn first_key(r: &InputRequiredResult) -> String {
     r.input_requests.as_ref().unwrap().keys().next().unwrap().clone()
 }
 
-fn call(responses: Option<InputResponses>, state: Option<&str>) -> Call {
-    Call {
+fn call(responses: Option<InputResponses>, state: Option<&str>) -> ToolCall {
+    ToolCall {
         input_responses: responses,
         request_state: state.map(str::to_owned),
         capabilities: caps(),
-        ..Call::default()
+        ..ToolCall::default()
     }
 }
 
@@ -379,7 +379,7 @@ fn a_lapsed_claim_lets_another_request_take_the_round_over() {
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let mut thread = rt.block_on(p.f.store.load(&id)).unwrap().unwrap();
     let version = thread.version;
-    thread.claim = Some(Claim { round: 1, until_ms: p.f.clock.now_ms() + 30_000 });
+    thread.set_claim(Some(Claim { round: 1, until_ms: p.f.clock.now_ms() + 30_000 }));
     thread.version += 1;
     rt.block_on(p.f.store.save(thread, Some(version))).unwrap();
     let done = run(p.f.engine.call(&p.agent, call(Some(p.answers.clone()), Some(&p.state))));
@@ -441,8 +441,8 @@ fn a_cancelled_resume_leaves_the_round_open() {
     let id = p.state.split_once('.').unwrap().0;
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let thread = rt.block_on(p.f.store.load(id)).unwrap().unwrap();
-    assert_eq!(thread.checkpoint.unwrap().interrupts.len(), 1, "the checkpoint still names its question");
-    assert_eq!((thread.claim, thread.round.map(|r| r.n)), (None, Some(1)));
+    assert_eq!(thread.paused().unwrap().checkpoint.interrupts.len(), 1, "the checkpoint still names its question");
+    assert_eq!((thread.claim(), thread.round().map(|r| r.n)), (None, Some(1)));
     let done = run(p.f.engine.call(&p.agent, call(Some(p.answers.clone()), Some(&p.state))));
     assert_eq!(text(&done).0, r#"{"answer":"yes","run":1}"#);
 }
@@ -497,8 +497,8 @@ fn a_cancelled_resume_keeps_the_steps_that_finished() {
     first.cancel = Some(cancel);
     assert!(run(f.engine.call(&agent, first)).is_err(), "the cancelled request fails");
     let thread = load(&f, &state).unwrap();
-    assert_eq!(thread.claim, None);
-    assert_eq!(thread.checkpoint.unwrap().next, vec!["report".to_owned()], "the finished superstep is kept");
+    assert_eq!(thread.claim(), None);
+    assert_eq!(thread.paused().unwrap().checkpoint.next, vec!["report".to_owned()], "the finished superstep is kept");
     let done = run(f.engine.call(&agent, call(Some(a), Some(&state))));
     assert_eq!(text(&done).0, r#"{"ok":"yes","sent":1,"report":1}"#);
     assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 1, "the email went once");
@@ -528,7 +528,7 @@ fn answers_in_a_first_call_resolve_at_most_ten_rounds() {
     let key = first_key(&round(run(f.engine.call(&agent, call(None, None)))));
     let r = round(run(f.engine.call(&agent, call(Some(answers(&[(&key, accept("yes"))])), None))));
     assert!(r.request_state.is_some(), "the call pauses after the bound");
-    assert_eq!(load(&f, r.request_state.as_ref().unwrap()).unwrap().round.unwrap().n, MAX_ROUNDS_PER_REQUEST + 1);
+    assert_eq!(load(&f, r.request_state.as_ref().unwrap()).unwrap().round().unwrap().n, MAX_ROUNDS_PER_REQUEST + 1);
 }
 
 #[test]
@@ -566,7 +566,7 @@ fn a_record_of_a_newer_format_is_left_untouched() {
     // A checkpoint of a newer format too.
     let mut checkpoint_newer = newer.clone();
     checkpoint_newer.format = THREAD_FORMAT;
-    checkpoint_newer.checkpoint.as_mut().unwrap().format = hitl_graph::CHECKPOINT_FORMAT + 1;
+    Arc::make_mut(&mut checkpoint_newer.paused_mut().unwrap().checkpoint).format = hitl_graph::CHECKPOINT_FORMAT + 1;
     checkpoint_newer.version += 1;
     block_on(f.store.save(checkpoint_newer.clone(), Some(newer.version))).unwrap();
     let err = run(f.engine.call(&agent, call(Some(a), Some(&state)))).unwrap_err();
@@ -584,7 +584,7 @@ fn paused_calls_are_limited_per_caller_and_in_all() {
     let paused = PausedLimits { per_owner: 2, total: 3 };
     let f = limited(Limits { paused, ..Limits::default() });
     let agent = text_agent("choose_region", &["Which region?"]);
-    let from = |peer: &str| Call { peer: Some(peer.to_owned()), ..call(None, None) };
+    let from = |peer: &str| ToolCall { peer: Some(peer.to_owned()), ..call(None, None) };
     let first = round(run(f.engine.call(&agent, from("10.0.0.1"))));
     round(run(f.engine.call(&agent, from("10.0.0.1"))));
     let err = run(f.engine.call(&agent, from("10.0.0.1"))).unwrap_err();
@@ -594,7 +594,7 @@ fn paused_calls_are_limited_per_caller_and_in_all() {
     let err = run(f.engine.call(&agent, from("10.0.0.3"))).unwrap_err();
     assert!(err.message.contains("--max-paused-calls"), "{}", err.message);
     // A principal is its own owner, whatever its address.
-    let alice = Call { principal: Some("alice".into()), ..from("10.0.0.1") };
+    let alice = ToolCall { principal: Some("alice".into()), ..from("10.0.0.1") };
     assert!(run(f.engine.call(&agent, alice)).unwrap_err().message.contains("--max-paused-calls"));
     // Finishing a call frees its place.
     let key = first_key(&first);
@@ -643,7 +643,7 @@ fn a_resume_out_of_time_leaves_the_call_paused() {
     let err = block_on(f.engine.call(&agent, call(Some(a.clone()), Some(&state)))).unwrap().answered().unwrap_err();
     assert!(err.message.contains("request timeout"), "{}", err.message);
     let thread = load(&f, &state).unwrap();
-    assert_eq!((thread.claim, thread.round.map(|r| r.n)), (None, Some(1)), "the round is open, unclaimed");
+    assert_eq!((thread.claim(), thread.round().map(|r| r.n)), (None, Some(1)), "the round is open, unclaimed");
     let done = block_on(f.engine.call(&agent, call(Some(a), Some(&state)))).unwrap().answered();
     assert_eq!(text(&done).0, r#"{"answer":"yes"}"#);
 }
@@ -808,7 +808,7 @@ fn a_transient_failure_after_an_effect_keeps_the_round_and_repeats_nothing() {
 fn operators_list_show_and_cancel_paused_calls() {
     let f = fixture();
     let agent = text_agent("choose_region", &["Which region should the service deploy to?"]);
-    let paused = round(run(f.engine.call(&agent, Call { principal: Some("user:ada".into()), ..call(None, None) })));
+    let paused = round(run(f.engine.call(&agent, ToolCall { principal: Some("user:ada".into()), ..call(None, None) })));
     let state = paused.request_state.clone().unwrap();
     let id = state.split_once('.').unwrap().0.to_owned();
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
@@ -836,21 +836,21 @@ fn operators_list_show_and_cancel_paused_calls() {
     let key = first_key(&paused);
     let resend = run(f.engine.call(
         &agent,
-        Call { principal: Some("user:ada".into()), ..call(Some(answers(&[(&key, accept("eu"))])), Some(&state)) },
+        ToolCall { principal: Some("user:ada".into()), ..call(Some(answers(&[(&key, accept("eu"))])), Some(&state)) },
     ));
     assert_eq!(resend.unwrap_err().message, INVALID_STATE);
 }
 
 #[test]
 fn the_caller_key_comes_from_who_calls_and_their_session() {
-    let as_who = |principal: Option<&str>, peer: &str, session: Option<&str>, capabilities: Value| Call {
+    let as_who = |principal: Option<&str>, peer: &str, session: Option<&str>, capabilities: Value| ToolCall {
         principal: principal.map(str::to_owned),
         peer: Some(peer.to_owned()),
         session: session.map(str::to_owned),
         capabilities: serde_json::from_value(capabilities).unwrap(),
-        ..Call::default()
+        ..ToolCall::default()
     };
-    let key = |call: Call| call.caller_key();
+    let key = |call: ToolCall| call.caller_key();
     let alice = key(as_who(Some("user:alice"), "10.0.0.1", None, json!({"elicitation": {}})));
     assert_eq!(alice.len(), 64, "a digest: {alice}");
     assert_eq!(alice, key(as_who(Some("user:alice"), "10.0.0.9", None, json!({"elicitation": {}}))), "any address");
@@ -879,10 +879,10 @@ fn earlier_records() -> Vec<Thread> {
     EARLIER_RECORDS.lines().map(|line| serde_json::from_str(line).expect("a record")).collect()
 }
 
-fn greeter_call() -> Call {
+fn greeter_call() -> ToolCall {
     let mut arguments = serde_json::Map::new();
     arguments.insert("n".into(), json!(1));
-    Call { arguments, capabilities: caps(), principal: Some("alice".into()), ..Call::default() }
+    ToolCall { arguments, capabilities: caps(), principal: Some("alice".into()), ..ToolCall::default() }
 }
 
 #[test]
@@ -892,17 +892,17 @@ fn paused_calls_stored_by_the_earlier_build_are_answered() {
     let agent = text_agent("greeter", &["What is your name?"]);
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     let [plain, task] = <[Thread; 2]>::try_from(earlier_records()).unwrap();
-    let key = plain.round.as_ref().unwrap().questions[0].key.clone();
+    let key = plain.round().unwrap().questions[0].key.clone();
     for thread in [&plain, &task] {
         rt.block_on(f.store.create_paused(thread.clone(), "principal:alice", PausedLimits::default()))
             .unwrap()
             .unwrap();
     }
     // The plain call: its client's retry.
-    let open = plain.round.as_ref().unwrap();
+    let open = plain.round().unwrap();
     let state = engine.secret().request_state(&plain.id, open.n, &open.nonce);
     let answers: InputResponses = [(key.clone(), accept("Ada"))].into_iter().collect();
-    let retry = Call { input_responses: Some(answers), request_state: Some(state), ..greeter_call() };
+    let retry = ToolCall { input_responses: Some(answers), request_state: Some(state), ..greeter_call() };
     assert_eq!(text(&run(engine.call(&agent, retry))), (r#"{"n":1,"a0":"Ada"}"#.to_owned(), false));
     // The task: its update, then its result.
     let answers: InputResponses = [(format!("1:{key}"), accept("Ada"))].into_iter().collect();
@@ -929,7 +929,7 @@ fn this_build_stores_a_paused_call_as_the_earlier_build_did() {
         let mut now = rt.block_on(f.store.load(&id)).unwrap().expect("stored");
         // Only what is drawn at random differs: the id, the nonce and its token's proof.
         now.id.clone_from(&earlier.id);
-        let (round, before) = (now.round.as_mut().unwrap(), earlier.round.as_ref().unwrap());
+        let (round, before) = (&mut now.paused_mut().unwrap().round, earlier.round().unwrap());
         (round.nonce, round.proof) = (before.nonce.clone(), before.proof.clone());
         assert_eq!(serde_json::to_value(&now).unwrap(), serde_json::to_value(&earlier).unwrap(), "task: {task}");
     }

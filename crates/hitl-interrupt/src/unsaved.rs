@@ -138,7 +138,7 @@ impl Saver {
                 // A save whose reply was lost may have landed: the record says.
                 Err(SaveError::Conflict(_)) => match self.store.load(&id).await {
                     Ok(stored) => stored.is_some_and(|s| {
-                        s.version == outcome.thread.version && s.last == outcome.thread.last && s.claim.is_none()
+                        s.version == outcome.thread.version && s.last == outcome.thread.last && s.claim().is_none()
                     }),
                     Err(_) => continue,
                 },
@@ -166,7 +166,7 @@ impl Saver {
         let thread = &outcome.thread;
         crate::meter::round(&thread.tool, crate::meter::Outcome::Paused);
         if let Some(observer) = &self.observer {
-            observer.observe(&crate::Event::Asked { thread: &thread.summary() });
+            observer.observe(&crate::Event::Asked { thread });
         }
         if let Some(owner) = &thread.owner {
             let limits = self.paused;

@@ -178,7 +178,7 @@ pub(crate) enum Woken {
 /// The approvers `thread`'s open round waits for, when every question of it is an
 /// approval no one has decided yet (a round a retry can only wait on).
 pub(crate) fn awaited_approvers(thread: &Thread) -> Option<Vec<String>> {
-    let round = thread.round.as_ref()?;
+    let round = thread.round()?;
     let mut approvers = Vec::new();
     for question in &round.questions {
         match &question.page {

@@ -13,6 +13,7 @@ use http_body::Frame;
 use http_body_util::{BodyExt as _, StreamBody};
 use serde_json::{Map, Value, json};
 
+use crate::audit::AuditEvent;
 use crate::entry::ApprovalStatus;
 use crate::respond::{error, reply};
 use crate::session::Session;
@@ -197,18 +198,28 @@ fn read_cursor(cursor: &str) -> Option<(u64, String)> {
 }
 
 /// The audit entries of calls `who` may decide: those naming them among the approvers,
-/// and the other entries of those calls' threads (and of `threads`).
+/// and the other entries of those calls' threads (and of `threads`). An entry hitl did
+/// not write is shown to admins only.
 fn decidable(who: &Session, entries: Vec<Value>, mut threads: std::collections::HashSet<String>) -> Vec<Value> {
-    threads.extend(entries.iter().filter(|e| may_see(who, e)).filter_map(|e| e["thread"].as_str().map(str::to_owned)));
+    let read: Vec<(Value, Option<AuditEvent>)> = entries
+        .into_iter()
+        .map(|entry| {
+            let typed = AuditEvent::from_value(&entry);
+            (entry, typed)
+        })
+        .collect();
+    let approver = |e: &AuditEvent| e.approvers.as_deref().is_some_and(|a| who.is(a));
+    let theirs = read.iter().filter_map(|(_, e)| e.as_ref()).filter(|e| approver(e));
+    threads.extend(theirs.filter_map(|e| e.thread.clone()));
     // An entry about one approval (it names its approvers) only to them: a thread may
     // hold approvals for different people.
-    let about_approval = |e: &Value| e.get("approvers").is_some_and(|a| !a.is_null());
-    entries
-        .into_iter()
-        .filter(|e| match about_approval(e) {
-            true => may_see(who, e),
-            false => e["thread"].as_str().is_some_and(|t| threads.contains(t)),
+    read.into_iter()
+        .filter(|(_, typed)| match typed {
+            Some(e) if e.about_approval() => approver(e),
+            Some(e) => e.thread.as_ref().is_some_and(|t| threads.contains(t)),
+            None => false,
         })
+        .map(|(entry, _)| entry)
         .collect()
 }
 

@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{broadcast, mpsc};
 
+use crate::audit::{AuditEvent, AuditKind, AuditPage};
 use crate::entry::{ApprovalEntry, ApprovalStatus};
 use crate::notify::Notifier;
 
@@ -93,9 +94,14 @@ impl CallRef {
     }
 
     /// An audit entry about this call.
-    fn entry(&self, event: &str) -> Value {
-        json!({"event": event, "thread": self.thread, "tool": self.tool, "principal": self.principal,
-               "args_digest": self.args_digest})
+    fn entry(&self, event: AuditKind) -> AuditEvent {
+        AuditEvent {
+            thread: Some(self.thread.clone()),
+            tool: Some(self.tool.clone()),
+            principal: self.principal.clone(),
+            args_digest: self.args_digest.clone(),
+            ..AuditEvent::new(event)
+        }
     }
 }
 
@@ -127,7 +133,7 @@ pub(crate) enum Note {
     },
     /// An audit entry made by the pages themselves (a refused decision or link, a
     /// sign-in by link).
-    Audit(Value),
+    Audit(Box<AuditEvent>),
 }
 
 /// How many notes may wait for the worker; past it new ones are dropped (the request
@@ -140,7 +146,7 @@ pub(crate) struct LedgerObserver(pub(crate) mpsc::Sender<Note>);
 /// The approval questions of `thread`'s round (`unanswered`: only those no one
 /// decided), as their pages show them.
 fn approvals(thread: &Thread, unanswered: bool) -> Vec<PageView> {
-    let asked = thread.round.as_ref().map_or(0, |r| r.questions.len());
+    let asked = thread.round().map_or(0, |r| r.questions.len());
     (0..asked)
         .filter_map(|i| PageView::at(thread, i))
         .filter(|v| matches!(v.page.kind, PageKind::Approval { .. }) && !(unanswered && v.page.answer.is_some()))
@@ -151,7 +157,7 @@ impl Observer for LedgerObserver {
     fn observe(&self, event: &Event<'_>) {
         let keys = |round: &hitl_thread::Round| round.questions.iter().map(|q| q.key.clone()).collect();
         let note = match event {
-            Event::Asked { thread } => match &thread.round {
+            Event::Asked { thread } => match thread.round() {
                 Some(round) => Note::Asked {
                     call: CallRef::of(thread),
                     round: round.n,
@@ -168,10 +174,11 @@ impl Observer for LedgerObserver {
                 withdrawn: approvals(thread, true),
             },
             Event::PageAnswered { page } => Note::Page(Box::new((*page).clone())),
-            Event::Refused { thread_id, tool, principal, reason } => Note::Audit(json!({
-                "event": "refused", "thread": thread_id, "tool": tool_name(tool), "principal": principal,
-                "reason": reason,
-            })),
+            Event::Refused { thread_id, tool, principal, reason } => {
+                let mut entry = CallRef::named(thread_id, tool, *principal).entry(AuditKind::Refused);
+                entry.reason = Some((*reason).to_owned());
+                Note::Audit(Box::new(entry))
+            }
             Event::Began { thread_id, tool, principal, step } => {
                 Note::Began { call: CallRef::named(thread_id, tool, *principal), step: (*step).to_owned() }
             }
@@ -249,7 +256,7 @@ impl Unstored {
 /// The worker's state.
 pub(crate) struct Worker {
     /// Audit entries of the notes taken, written together.
-    pub(crate) batch: Vec<Value>,
+    pub(crate) batch: Vec<AuditEvent>,
     /// Entries the store missed, stored again when it is back.
     pub(crate) unstored: Unstored,
     /// The status of each listed approval as this replica's events stream last told
@@ -348,29 +355,22 @@ pub fn diff(before: &Map<String, Value>, after: &Map<String, Value>) -> Value {
 /// The policy an approval was asked under, as audit entries name it: its globs
 /// (`policy`), where it is written (`policy_at`) and a digest of its text
 /// (`policy_digest`), so a reader can tell which version of the rules asked.
-fn policy_of(view: &PageView) -> Map<String, Value> {
-    let mut named = Map::new();
+fn name_policy(entry: &mut AuditEvent, view: &PageView) {
     if let PageKind::Approval { policy, about, .. } = &view.page.kind {
-        named.insert("policy".into(), policy.clone().into());
+        entry.policy = Some(policy.clone());
         let about = about.as_deref();
-        for (key, value) in [
-            ("policy_at", about.and_then(|a| a.policy_at.clone())),
-            ("policy_digest", about.and_then(|a| a.policy_digest.clone())),
-        ] {
-            if let Some(value) = value {
-                named.insert(key.into(), value.into());
-            }
-        }
+        entry.policy_at = about.and_then(|a| a.policy_at.clone());
+        entry.policy_digest = about.and_then(|a| a.policy_digest.clone());
     }
-    named
 }
 
-/// Adds `named` (see [`policy_of`]) to an audit entry.
-fn naming(mut entry: Value, named: &Map<String, Value>) -> Value {
-    if let Value::Object(fields) = &mut entry {
-        fields.extend(named.clone());
-    }
-    entry
+/// Where the policy of approval `view` is written and the digest of its text, as its
+/// listing entry keeps them (`policy_at`, `policy_digest`).
+fn policy_written(view: &PageView) -> Map<String, Value> {
+    let mut named = AuditEvent::new(AuditKind::Asked);
+    name_policy(&mut named, view);
+    let fields = [("policy_at", named.policy_at), ("policy_digest", named.policy_digest)];
+    fields.into_iter().filter_map(|(key, value)| Some((key.to_owned(), Value::String(value?)))).collect()
 }
 
 /// The listing entry of an approval question, pending.
@@ -398,7 +398,7 @@ pub(crate) fn pending_entry(view: &PageView, base_url: &str) -> ApprovalEntry {
         decision: None,
         // Where the policy is written and the digest of its text, kept for the entry
         // the listing writes when the approval expires.
-        other: policy_of(view).into_iter().filter(|(key, _)| key != "policy").collect(),
+        other: policy_written(view),
     }
 }
 
@@ -449,33 +449,37 @@ pub(crate) fn with_display(mut entry: Value) -> Value {
 /// The listing entry of an approval just decided, and its audit entry (the decision,
 /// with an edit's argument diff; its arguments redacted and capped when
 /// [`Worker::audit`] takes it).
-pub(crate) fn decided_entry(view: &PageView, base_url: &str) -> (ApprovalEntry, Value) {
+pub(crate) fn decided_entry(view: &PageView, base_url: &str) -> (ApprovalEntry, AuditEvent) {
     let mut entry = pending_entry(view, base_url);
     let answer = view.page.answer.clone().unwrap_or_default();
     let status = ApprovalStatus::of_decision(&answer);
     let before = view.review.as_ref().map(|r| r.args.clone()).unwrap_or_default();
     let mut decision = answer.clone();
-    let mut audit = json!({
-        "event": status.as_str(),
-        "thread": view.thread_id, "tool": entry.tool, "principal": view.principal,
-        "approver": view.page.answered_by, "approval": view.id, "approvers": view.approvers(),
-        "args_digest": view.args_digest, "arguments": Value::Object(before.clone()),
-    });
+    let mut audit = AuditEvent {
+        thread: Some(view.thread_id.clone()),
+        tool: Some(entry.tool.clone()),
+        principal: view.principal.clone(),
+        approver: view.page.answered_by.clone(),
+        approval: Some(view.id.clone()),
+        approvers: Some(view.approvers().to_vec()),
+        args_digest: Some(view.args_digest.clone()),
+        arguments: Some(Value::Object(before.clone())),
+        message: answer.get("message").cloned(),
+        ..AuditEvent::new(AuditKind::of_decision(status))
+    };
     if status == ApprovalStatus::Edited
         && let Some(Value::Object(after)) =
             answer.get("args").and_then(Value::as_str).and_then(|a| serde_json::from_str(a).ok())
     {
-        audit["diff"] = diff(&before, &after);
+        audit.diff = Some(diff(&before, &after));
         decision["arguments"] = Value::Object(after);
     }
-    if let Some(message) = answer.get("message") {
-        audit["message"] = message.clone();
-    }
+    name_policy(&mut audit, view);
     entry.status = status;
     entry.decided_by.clone_from(&view.page.answered_by);
     entry.decided_at_ms = Some(view.page.answered_at_ms.unwrap_or_else(now_ms));
     entry.decision = Some(decision);
-    (entry, naming(audit, &policy_of(view)))
+    (entry, audit)
 }
 
 impl Worker {
@@ -507,16 +511,15 @@ impl Worker {
     async fn take(&mut self, note: Note) {
         match note {
             Note::Asked { call, round, keys, approvals, expires_at_ms } => {
-                let mut entry = call.entry("asked");
-                entry["round"] = round.into();
-                entry["keys"] = json!(keys);
+                let mut entry = call.entry(AuditKind::Asked);
+                (entry.round, entry.keys) = (Some(round), Some(keys));
                 if let Some(first) = approvals.first() {
                     // Redacted and capped by `audit`, as every entry's arguments are.
-                    entry["arguments"] =
-                        Value::Object(first.review.as_ref().map(|r| r.args.clone()).unwrap_or_default());
-                    entry["approvals"] = approvals.iter().map(|a| Value::String(a.id.clone())).collect();
-                    entry["approvers"] = json!(first.approvers());
-                    entry = naming(entry, &policy_of(first));
+                    let arguments = first.review.as_ref().map(|r| r.args.clone()).unwrap_or_default();
+                    entry.arguments = Some(Value::Object(arguments));
+                    entry.approvals = Some(approvals.iter().map(|a| a.id.clone()).collect());
+                    entry.approvers = Some(first.approvers().to_vec());
+                    name_policy(&mut entry, first);
                 }
                 self.audit(entry);
                 for view in approvals {
@@ -524,44 +527,45 @@ impl Worker {
                 }
             }
             Note::Answered { call, round, keys, withdrawn } => {
-                let mut entry = call.entry("answered");
-                entry["round"] = round.into();
-                entry["keys"] = json!(keys);
+                let mut entry = call.entry(AuditKind::Answered);
+                (entry.round, entry.keys) = (Some(round), Some(keys));
                 self.audit(entry);
                 for view in withdrawn {
                     let mut entry = pending_entry(&view, &self.base_url);
                     entry.status = ApprovalStatus::Withdrawn;
                     entry.decided_at_ms = Some(now_ms());
-                    let mut audit = call.entry("withdrawn");
-                    audit["approval"] = view.id.clone().into();
-                    audit["approvers"] = json!(view.approvers());
-                    self.audit(naming(audit, &policy_of(&view)));
+                    let mut audit = call.entry(AuditKind::Withdrawn);
+                    (audit.approval, audit.approvers) = (Some(view.id.clone()), Some(view.approvers().to_vec()));
+                    name_policy(&mut audit, &view);
+                    self.audit(audit);
                     self.publish("approval.decided", entry, now_ms()).await;
                 }
             }
             Note::Page(view) => self.page_answered(&view).await,
             Note::Began { call, step } => {
-                let mut entry = call.entry("executed");
-                entry["step"] = step.into();
+                let mut entry = call.entry(AuditKind::Executed);
+                entry.step = Some(step);
                 self.audit(entry);
             }
             Note::Finished { call, is_error } => {
-                let mut entry = call.entry("finished");
-                entry["is_error"] = is_error.into();
+                let mut entry = call.entry(AuditKind::Finished);
+                entry.is_error = Some(is_error);
                 self.audit(entry);
             }
-            Note::Audit(entry) => self.audit(entry),
+            Note::Audit(entry) => self.audit(*entry),
         }
     }
 
     async fn page_answered(&mut self, view: &PageView) {
-        let base = json!({
-            "thread": view.thread_id, "tool": tool_name(&view.tool), "principal": view.principal,
-            "approver": view.page.answered_by, "key": view.key,
-        });
         if view.page.answer.is_none() {
             return;
         }
+        let answered = |page| AuditEvent {
+            approver: view.page.answered_by.clone(),
+            key: Some(view.key.clone()),
+            page: Some(page),
+            ..CallRef::named(&view.thread_id, &view.tool, view.principal.as_deref()).entry(AuditKind::Answered)
+        };
         match &view.page.kind {
             PageKind::Approval { .. } => {
                 let (entry, audit) = decided_entry(view, &self.base_url);
@@ -569,18 +573,8 @@ impl Worker {
                 self.publish("approval.decided", entry, now_ms()).await;
             }
             // What a secret or sign-in page took is never written down.
-            PageKind::Secret { label } => {
-                let mut audit = base;
-                audit["event"] = "answered".into();
-                audit["page"] = json!({"type": "secret", "label": label});
-                self.audit(audit);
-            }
-            PageKind::SignIn => {
-                let mut audit = base;
-                audit["event"] = "answered".into();
-                audit["page"] = json!({"type": "sign_in"});
-                self.audit(audit);
-            }
+            PageKind::Secret { label } => self.audit(answered(AuditPage::Secret { label: label.clone() })),
+            PageKind::SignIn => self.audit(answered(AuditPage::SignIn)),
         }
     }
 
@@ -650,17 +644,19 @@ impl Worker {
         for mut entry in expired {
             entry.status = ApprovalStatus::Expired;
             entry.decided_at_ms = Some(now);
-            let mut named = Map::from_iter([("policy".to_owned(), Value::String(entry.policy.clone()))]);
-            for key in ["policy_at", "policy_digest"] {
-                if let Some(value) = entry.other.get(key) {
-                    named.insert(key.to_owned(), value.clone());
-                }
-            }
-            let audit = json!({
-                "event": "expired", "thread": entry.thread, "tool": entry.tool, "principal": entry.caller,
-                "approval": entry.id, "approvers": entry.approvers,
-            });
-            self.audit(naming(audit, &named));
+            let written = |key: &str| entry.other.get(key).and_then(Value::as_str).map(str::to_owned);
+            let audit = AuditEvent {
+                thread: Some(entry.thread.clone()),
+                tool: Some(entry.tool.clone()),
+                principal: entry.caller.clone(),
+                approval: Some(entry.id.clone()),
+                approvers: Some(entry.approvers.clone()),
+                policy: Some(entry.policy.clone()),
+                policy_at: written("policy_at"),
+                policy_digest: written("policy_digest"),
+                ..AuditEvent::new(AuditKind::Expired)
+            };
+            self.audit(audit);
             self.publish("approval.decided", entry, now).await;
         }
     }
@@ -689,19 +685,18 @@ impl Worker {
 
     /// Adds `entry`, with its time, to the entries to write; its arguments and an
     /// edit's diff as listings show them.
-    fn audit(&mut self, mut entry: Value) {
+    fn audit(&mut self, mut entry: AuditEvent) {
         let max = self.retention.max_argument_bytes;
-        if let Some(arguments) = entry.get_mut("arguments").filter(|a| !a.is_null()) {
+        if let Some(arguments) = entry.arguments.as_mut().filter(|a| !a.is_null()) {
             *arguments = shown_arguments(arguments, max);
         }
-        if let Some(Value::Object(diff)) = entry.get_mut("diff") {
+        if let Some(Value::Object(diff)) = &mut entry.diff {
             for change in diff.values_mut() {
                 *change = capped(change, max);
             }
         }
-        let at = now_ms();
-        entry["at_ms"] = at.into();
-        entry["at"] = rfc3339(at).into();
+        entry.at_ms = now_ms();
+        entry.at = rfc3339(entry.at_ms);
         self.batch.push(entry);
     }
 
@@ -710,7 +705,7 @@ impl Worker {
         if self.batch.is_empty() {
             return;
         }
-        let batch = std::mem::take(&mut self.batch);
+        let batch: Vec<Value> = self.batch.drain(..).map(|entry| entry.to_value()).collect();
         // The file's lines, when there is a file, written before the store takes them.
         let lines = self.audit_file.as_ref().map(|_| {
             let mut lines = String::new();
@@ -917,14 +912,17 @@ mod tests {
     fn an_audit_entry_the_full_queue_cannot_take_is_counted_not_lost_silently() {
         let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (notes, mut queued) = mpsc::channel(1);
-        let entry = |n: u32| Note::Audit(json!({ "event": "refused", "n": n }));
+        let entry = |n: u32| {
+            let refused = AuditEvent { round: Some(n), ..AuditEvent::new(AuditKind::Refused) };
+            Note::Audit(Box::new(refused))
+        };
         metrics::with_local_recorder(&Dropped(dropped.clone()), || {
             send(&notes, entry(1));
             send(&notes, entry(2));
             send(&notes, entry(3));
         });
         assert_eq!(dropped.load(std::sync::atomic::Ordering::SeqCst), 2, "the two the queue had no room for");
-        assert!(matches!(queued.try_recv(), Ok(Note::Audit(e)) if e["n"] == 1), "the first is queued");
+        assert!(matches!(queued.try_recv(), Ok(Note::Audit(e)) if e.round == Some(1)), "the first is queued");
         assert!(queued.try_recv().is_err(), "and nothing else");
     }
 
@@ -932,9 +930,10 @@ mod tests {
     async fn audit_entries_the_store_missed_are_stored_in_order_once_it_is_back() {
         let records = Arc::new(Flaky { inner: Default::default(), down: true.into() });
         let mut worker = worker(records.clone());
-        worker.audit(json!({"event": "executed", "thread": "t"}));
+        let about_t = |event| AuditEvent { thread: Some("t".into()), ..AuditEvent::new(event) };
+        worker.audit(about_t(AuditKind::Executed));
         worker.flush().await;
-        worker.audit(json!({"event": "finished", "thread": "t"}));
+        worker.audit(about_t(AuditKind::Finished));
         worker.flush().await;
         assert!(stored(&records).await.is_empty());
         assert_eq!(worker.unstored.entries.len(), 2, "kept for the store");

@@ -33,6 +33,7 @@
 //! ```
 
 mod api;
+mod audit;
 mod entry;
 mod html;
 mod ledger;
@@ -55,9 +56,10 @@ use hitl_http::{Body, Endpoint};
 use hitl_interrupt::{Engine, Observer, PageAnswer, PageInput, PageView, Secret};
 use hitl_thread::{Notes, PageKind, Records};
 use http::{HeaderValue, Method, StatusCode, header};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tokio::sync::{broadcast, mpsc};
 
+pub use audit::{AuditEvent, AuditKind, AuditPage};
 pub use entry::{ApprovalEntry, ApprovalStatus};
 pub use ledger::{AuditFile, Retention, capped, diff, redact, rfc3339, shown_arguments};
 pub use reload::{ApproversFn, Reload, Reloaded};
@@ -478,9 +480,12 @@ impl Shared {
             Ok(Some(entry)) if entry["caller"].as_str() == Some(ticket.principal.as_str()) => {
                 ledger::send(
                     &self.notes,
-                    ledger::Note::Audit(json!({
-                        "event": "refused", "principal": ticket.principal, "approver": ticket.principal,
-                        "approval": id, "reason": "a single-use link never signs in the caller",
+                    ledger::Note::Audit(Box::new(AuditEvent {
+                        principal: Some(ticket.principal.clone()),
+                        approver: Some(ticket.principal.clone()),
+                        approval: Some(id.to_owned()),
+                        reason: Some("a single-use link never signs in the caller".into()),
+                        ..AuditEvent::new(AuditKind::Refused)
                     })),
                 );
                 tracing::warn!(principal = %ticket.principal, approval = %id, "the caller's single-use link was refused");
@@ -509,8 +514,11 @@ impl Shared {
         }
         ledger::send(
             &self.notes,
-            ledger::Note::Audit(json!({
-                "event": "signed_in", "approver": ticket.principal, "approval": id, "via": "single-use link",
+            ledger::Note::Audit(Box::new(AuditEvent {
+                approver: Some(ticket.principal.clone()),
+                approval: Some(id.to_owned()),
+                via: Some("single-use link".into()),
+                ..AuditEvent::new(AuditKind::SignedIn)
             })),
         );
         let mut session = self.keys.open(&ticket.principal, &[], Some(&Credential::Until(ticket.expires)), Some(id));
@@ -723,9 +731,14 @@ impl Shared {
         let refused = |why: &str| {
             ledger::send(
                 &self.notes,
-                ledger::Note::Audit(json!({
-                    "event": "refused", "thread": view.thread_id, "tool": view.review.as_ref().map(|r| r.tool.clone()),
-                    "principal": view.principal, "approver": who.principal, "approval": id, "reason": why,
+                ledger::Note::Audit(Box::new(AuditEvent {
+                    thread: Some(view.thread_id.clone()),
+                    tool: view.review.as_ref().map(|r| r.tool.clone()),
+                    principal: view.principal.clone(),
+                    approver: Some(who.principal.clone()),
+                    approval: Some(id.to_owned()),
+                    reason: Some(why.to_owned()),
+                    ..AuditEvent::new(AuditKind::Refused)
                 })),
             );
         };

@@ -270,10 +270,10 @@ struct Encoded {
 fn encode(thread: &mut Thread) -> Result<Encoded, StoreError> {
     let claimable = thread.claimable().map(|(n, proof)| (n.to_string(), proof.to_owned(), thread.binding_digest()));
     let (round, proof, binding) = claimable.unwrap_or_default();
-    let beside = !round.is_empty() || thread.claim.is_some() || thread.format >= CLAIM_BESIDE_FORMAT;
+    let beside = !round.is_empty() || thread.claim().is_some() || thread.format >= CLAIM_BESIDE_FORMAT;
     let claim = if beside {
         thread.format = CLAIM_BESIDE_FORMAT;
-        thread.claim.take().map(|c| format!("{}:{}", c.round, c.until_ms)).unwrap_or_default()
+        thread.take_claim().map(|c| format!("{}:{}", c.round, c.until_ms)).unwrap_or_default()
     } else {
         String::new()
     };
@@ -299,13 +299,14 @@ fn decode(id: &str, version: &str, json: &str, claim: &str) -> Result<Thread, St
         Ok(mut thread) if thread.format == CLAIM_BESIDE_FORMAT => {
             // The fields beside the record are what counts.
             thread.version = version.parse().map_err(|_| corrupt(format!("bad version {version:?}")))?;
-            thread.claim = None;
+            let mut beside = None;
             if !claim.is_empty() {
                 let (round, until) = claim.split_once(':').unwrap_or_default();
                 let parsed = round.parse().ok().zip(until.parse().ok());
                 let (round, until_ms) = parsed.ok_or_else(|| corrupt(format!("bad claim {claim:?}")))?;
-                thread.claim = Some(Claim { round, until_ms });
+                beside = Some(Claim { round, until_ms });
             }
+            thread.set_claim(beside);
             Ok(thread)
         }
         Ok(thread) => Ok(thread),
@@ -730,13 +731,18 @@ mod tests {
 
     #[test]
     fn a_record_kept_beside_its_claim_starts_as_the_claiming_script_expects() {
-        let json = r#"{"format":1,"id":"t","version":7,"tool":"x","args_digest":"d","claim":{"round":1,"until_ms":9},"expires_at_ms":1}"#;
+        let json = r#"{"format":1,"id":"t","version":7,"tool":"x","args_digest":"d","claim":{"round":1,"until_ms":9},"task":{"created_at_ms":1,"updated_at_ms":1},"expires_at_ms":1}"#;
         let mut thread: Thread = serde_json::from_str(json).unwrap();
+        assert!(matches!(thread.state, hitl_thread::ThreadState::Working { .. }), "a task's first run");
         let fields = encode(&mut thread).unwrap();
         assert!(fields.json.starts_with(&claimable_record_start()), "{}", fields.json);
         assert_eq!((fields.claim.as_str(), fields.round.as_str()), ("1:9", ""), "the claim beside, no open round");
         let loaded = decode("t", "8", &fields.json, &fields.claim).unwrap();
-        assert_eq!((loaded.version, loaded.claim), (8, Some(Claim { round: 1, until_ms: 9 })), "`v` and `c` are read");
+        assert_eq!(
+            (loaded.version, loaded.claim()),
+            (8, Some(&Claim { round: 1, until_ms: 9 })),
+            "`v` and `c` are read"
+        );
         assert!(matches!(decode("t", "8", &fields.json, "1:x"), Err(StoreError::Corrupt { .. })), "a bad claim");
     }
 }

@@ -6,7 +6,7 @@
 
 use crate::{
     Claim, ClaimAttempt, LimitReached, Notes, PausedLedger, PausedLimits, Records, Round, SaveError, THREAD_FORMAT,
-    Thread, ThreadStore,
+    Thread, ThreadState, ThreadStore,
 };
 
 fn thread(id: &str, version: u64, expires_at_ms: u64) -> Thread {
@@ -18,11 +18,8 @@ fn thread(id: &str, version: u64, expires_at_ms: u64) -> Thread {
         args_digest: "d".into(),
         principal: None,
         owner: None,
-        checkpoint: None,
-        round: None,
+        state: ThreadState::Finished,
         last: None,
-        claim: None,
-        begun: None,
         task: None,
         expires_at_ms,
     }
@@ -79,7 +76,7 @@ fn paused_checkpoint() -> hitl_graph::Checkpoint {
 /// A paused thread whose round 1 a load may claim with `token`.
 fn claimable(id: &str, token: &str, expires_at_ms: u64) -> Thread {
     let round = Round { n: 1, nonce: "n".into(), questions: Vec::new(), asked_at_ms: 0, proof: crate::proof(token) };
-    Thread { checkpoint: Some(paused_checkpoint()), round: Some(round), ..thread(id, 1, expires_at_ms) }
+    Thread { state: ThreadState::paused(paused_checkpoint(), round), ..thread(id, 1, expires_at_ms) }
 }
 
 /// Claims made as a thread loads ([`ThreadStore::load_claiming`]): only with the open
@@ -113,7 +110,7 @@ pub async fn claims<S: ThreadStore + ?Sized>(store: &S, prefix: &str, now_ms: u6
     }
     let claimed = store.load(&id).await.unwrap().expect("still there");
     assert_eq!(claimed.version, 2, "a claim bumps the version");
-    assert_eq!(claimed.claim, Some(Claim { round: 1, until_ms }), "the claim is the round's, to until_ms");
+    assert_eq!(claimed.claim(), Some(&Claim { round: 1, until_ms }), "the claim is the round's, to until_ms");
     let again = store.load_claiming(&id, attempt("t0ken")).await.unwrap();
     assert!(!again.claimed, "a live claim is not claimed again");
     assert_eq!(again.thread.as_ref(), Some(&claimed), "and the thread is returned with it");
@@ -121,15 +118,16 @@ pub async fn claims<S: ThreadStore + ?Sized>(store: &S, prefix: &str, now_ms: u6
     assert!(store.release_claim(&id, 2).await.unwrap(), "the claim is given back");
     assert!(!store.release_claim(&id, 2).await.unwrap(), "once");
     let released = store.load(&id).await.unwrap().expect("still there");
-    assert_eq!((released.version, released.claim), (3, None), "given back: no claim, the version bumped");
+    assert_eq!((released.version, released.claim()), (3, None), "given back: no claim, the version bumped");
 
     let mut lapsed = claimable(&id, "t0ken", later);
-    (lapsed.version, lapsed.claim) = (4, Some(Claim { round: 1, until_ms: now_ms }));
+    lapsed.version = 4;
+    lapsed.set_claim(Some(Claim { round: 1, until_ms: now_ms }));
     store.save(lapsed, Some(3)).await.expect("saved with a lapsed claim");
     assert!(store.load_claiming(&id, attempt("t0ken")).await.unwrap().claimed, "a lapsed claim is taken over");
     let mut finished = store.load(&id).await.unwrap().expect("still there");
-    assert_eq!((finished.version, finished.claim.as_ref().map(|c| c.until_ms)), (5, Some(until_ms)));
-    (finished.checkpoint, finished.round, finished.claim, finished.version) = (None, None, None, 6);
+    assert_eq!((finished.version, finished.claim().map(|c| c.until_ms)), (5, Some(until_ms)));
+    (finished.state, finished.version) = (ThreadState::Finished, 6);
     store.save(finished.clone(), Some(5)).await.expect("the claimer saves on the claimed version");
     assert_eq!(store.load(&id).await.unwrap().as_ref(), Some(&finished), "a finished thread loads unchanged");
     assert!(!store.load_claiming(&id, attempt("t0ken")).await.unwrap().claimed, "no open round, no claim");

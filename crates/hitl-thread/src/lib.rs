@@ -17,7 +17,7 @@
 //! The round logic that uses the record is `hitl-interrupt`'s.
 //!
 //! ```
-//! use hitl_thread::{MemoryStore, THREAD_FORMAT, Thread, ThreadStore};
+//! use hitl_thread::{MemoryStore, THREAD_FORMAT, Thread, ThreadState, ThreadStore};
 //!
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! let store = MemoryStore::default();
@@ -29,11 +29,8 @@
 //!     args_digest: hitl_thread::digest_hex(&serde_json::json!({})),
 //!     principal: None,
 //!     owner: None,
-//!     checkpoint: None,
-//!     round: None,
+//!     state: ThreadState::Finished,
 //!     last: None,
-//!     claim: None,
-//!     begun: None,
 //!     task: None,
 //!     expires_at_ms: u64::MAX,
 //! };
@@ -62,6 +59,6 @@ pub use store::{
     StoreError, SystemClock, ThreadStore, create_paused_in_steps, save_finished_in_steps,
 };
 pub use thread::{
-    About, CLAIM_BESIDE_FORMAT, Claim, Last, LastOutcome, Page, PageKind, Question, QuestionKind, Review, ReviewMode,
-    Round, THREAD_FORMAT, TaskState, Thread, binding_digest, format_of, proof,
+    About, CLAIM_BESIDE_FORMAT, Claim, Last, LastOutcome, Page, PageKind, Paused, Question, QuestionKind, Review,
+    ReviewMode, Round, THREAD_FORMAT, TaskState, Thread, ThreadState, binding_digest, format_of, proof,
 };

@@ -214,7 +214,8 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
         // Parsed outside the shard's lock.
         let corrupt = |e: serde_json::Error| StoreError::Corrupt { id: id.to_owned(), reason: e.to_string() };
         let mut thread: Thread = serde_json::from_slice(&json).map_err(corrupt)?;
-        (thread.version, thread.claim) = (version, claim);
+        thread.version = version;
+        thread.set_claim(claim);
         Ok(Some(thread))
     }
 
@@ -251,7 +252,7 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
 
     async fn save(&self, mut thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
         // Written outside the shard's lock; the claim is kept beside the JSON.
-        let claim = thread.claim.take();
+        let claim = thread.take_claim();
         let mut json = Vec::with_capacity(1024);
         serde_json::to_writer(&mut json, &thread)
             .map_err(|e| StoreError::Corrupt { id: thread.id.clone(), reason: e.to_string() })?;

@@ -2,6 +2,8 @@
 
 use hitl_graph::Checkpoint;
 use hitl_protocol::{CallToolResult, InputRequest};
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -40,7 +42,7 @@ pub fn proof(token: &str) -> String {
 /// The format a record needs: 3 for a task (the Tasks extension), 2 when its open round
 /// has a page question, else 1.
 pub fn format_of(thread: &Thread) -> u32 {
-    let paged = thread.round.as_ref().is_some_and(|r| r.questions.iter().any(|q| q.page.is_some()));
+    let paged = thread.round().is_some_and(|r| r.questions.iter().any(|q| q.page.is_some()));
     if thread.task.is_some() {
         3
     } else if paged {
@@ -90,7 +92,12 @@ impl TaskState {
 }
 
 /// One paused or recently finished tool call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Stores keep it as one flat JSON object, as written since format 1 ([`Record`]):
+/// [`ThreadState`] is that object read as the one state the call is in, so the record's
+/// JSON did not change when the state became an enum, and builds before it and after
+/// it read each other's records.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Thread {
     /// [`THREAD_FORMAT`] when written.
     pub format: u32,
@@ -103,47 +110,116 @@ pub struct Thread {
     /// Digest of the canonical JSON of the call's arguments.
     pub args_digest: String,
     /// Who made the call, when the server knows.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
     /// Whose paused calls this one counts among (the principal, or the caller's
     /// address), while it is counted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
-    /// Where the agent stopped, while it is paused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checkpoint: Option<Checkpoint>,
-    /// The open round, while the agent is paused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub round: Option<Round>,
+    /// Where the call stands: paused at a round, run before its first round, or ended.
+    pub state: ThreadState,
     /// The last round answered and what it led to, for resends.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last: Option<Last>,
-    /// A request resuming the open round, while it runs the agent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claim: Option<Claim>,
-    /// The open round whose run began an effect that must happen at most once
-    /// ([`hitl_graph::StepContext::begin_effect`]): if that run never finishes, the
-    /// round ends with its outcome unknown instead of running again.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub begun: Option<u32>,
     /// The call as a task, when its client follows it as one (the Tasks extension).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<TaskState>,
     /// When the record expires (ms since the epoch).
     pub expires_at_ms: u64,
 }
 
+/// Where a call stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ThreadState {
+    /// The agent stopped at a round of questions.
+    Paused(Paused),
+    /// A task's first run, going on in a process before it asked any round (the
+    /// engine's `Tasks::start`) while its claim holds; a run whose claim lapsed died.
+    Working {
+        /// The run's claim, on round 0.
+        claim: Option<Claim>,
+    },
+    /// The call ended: [`Thread::last`] holds its result (a task's holds none when it
+    /// failed or was cancelled, as its [`TaskState`] says).
+    Finished,
+}
+
+/// A call paused at a round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Paused {
+    /// Where the agent stopped. Shared: copies of the thread (for observers, for a
+    /// transition that may be given back) do not copy the agent's state.
+    pub checkpoint: Arc<Checkpoint>,
+    /// The open round.
+    pub round: Round,
+    /// A request resuming the round, while it runs the agent.
+    pub claim: Option<Claim>,
+    /// The round's run began an effect that must happen at most once
+    /// ([`hitl_graph::StepContext::begin_effect`]): if that run never finishes, the
+    /// round ends with its outcome unknown instead of running again.
+    pub begun: bool,
+}
+
+impl ThreadState {
+    /// Paused at `round` with `checkpoint`, nothing claimed or begun.
+    pub fn paused(checkpoint: impl Into<Arc<Checkpoint>>, round: Round) -> Self {
+        Self::Paused(Paused { checkpoint: checkpoint.into(), round, claim: None, begun: false })
+    }
+}
+
 impl Thread {
+    /// The state, while paused.
+    pub fn paused(&self) -> Option<&Paused> {
+        match &self.state {
+            ThreadState::Paused(paused) => Some(paused),
+            _ => None,
+        }
+    }
+
+    /// The state, while paused, to change.
+    pub fn paused_mut(&mut self) -> Option<&mut Paused> {
+        match &mut self.state {
+            ThreadState::Paused(paused) => Some(paused),
+            _ => None,
+        }
+    }
+
+    /// The open round, while paused.
+    pub fn round(&self) -> Option<&Round> {
+        self.paused().map(|p| &p.round)
+    }
+
+    /// The claim of a request (or a task's first run) running the call, live or lapsed.
+    pub fn claim(&self) -> Option<&Claim> {
+        match &self.state {
+            ThreadState::Paused(Paused { claim, .. }) | ThreadState::Working { claim } => claim.as_ref(),
+            ThreadState::Finished => None,
+        }
+    }
+
+    /// Sets the claim (a store keeping it beside the record puts it back); an ended
+    /// call has nothing to claim and keeps none.
+    pub fn set_claim(&mut self, claim: Option<Claim>) {
+        match &mut self.state {
+            ThreadState::Paused(Paused { claim: slot, .. }) | ThreadState::Working { claim: slot } => *slot = claim,
+            ThreadState::Finished => {}
+        }
+    }
+
+    /// Takes the claim out (a store that keeps it beside the record).
+    pub fn take_claim(&mut self) -> Option<Claim> {
+        match &mut self.state {
+            ThreadState::Paused(Paused { claim, .. }) | ThreadState::Working { claim } => claim.take(),
+            ThreadState::Finished => None,
+        }
+    }
+
     /// A task's first run going on in a process (the engine's `Tasks::start`): no
     /// round asked yet and no end, while the run's claim holds.
     pub fn working(&self, now_ms: u64) -> bool {
-        self.round.is_none() && self.last.is_none() && self.live_claim(now_ms).is_some()
+        matches!(&self.state, ThreadState::Working { claim: Some(c) } if c.until_ms > now_ms)
     }
 
     /// The claim, while it holds at `now_ms` (a request is running the call); a claim
     /// that lasts until then or before has lapsed.
     pub fn live_claim(&self, now_ms: u64) -> Option<&Claim> {
-        self.claim.as_ref().filter(|c| c.until_ms > now_ms)
+        self.claim().filter(|c| c.until_ms > now_ms)
     }
 
     /// [`binding_digest`] of this thread's call.
@@ -156,32 +232,102 @@ impl Thread {
     /// task's) round with a proof, whose run has begun no effect, in a record this build
     /// reads (a newer one is left untouched).
     pub fn claimable(&self) -> Option<(u32, &str)> {
-        let round = self.round.as_ref().filter(|r| !r.proof.is_empty())?;
-        let readable = self.format <= THREAD_FORMAT
-            && self.checkpoint.as_ref().is_some_and(|c| c.format <= hitl_graph::CHECKPOINT_FORMAT);
-        let plain = readable && self.task.is_none() && self.begun != Some(round.n);
-        plain.then_some((round.n, round.proof.as_str()))
+        let paused = self.paused().filter(|p| !p.round.proof.is_empty() && !p.begun)?;
+        let readable = self.format <= THREAD_FORMAT && paused.checkpoint.format <= hitl_graph::CHECKPOINT_FORMAT;
+        (readable && self.task.is_none()).then_some((paused.round.n, paused.round.proof.as_str()))
     }
+}
 
-    /// The record without its checkpoint and last round: what observers are shown,
-    /// copied without the agent's state.
-    pub fn summary(&self) -> Thread {
-        Thread {
+/// A [`Thread`] as stores keep it: one flat object whose optional fields say the state
+/// (a round and its checkpoint while paused; neither once ended), unchanged since
+/// format 1. Written from a borrowed thread, read into an owned one (a field left out
+/// reads as none).
+#[derive(Serialize, Deserialize)]
+struct Record<C, R, L, K, T, S> {
+    format: u32,
+    id: S,
+    version: u64,
+    tool: S,
+    args_digest: S,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    principal: Option<S>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<S>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    checkpoint: Option<C>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    round: Option<R>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last: Option<L>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    claim: Option<K>,
+    /// The round whose run began an effect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    begun: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task: Option<T>,
+    expires_at_ms: u64,
+}
+
+impl Serialize for Thread {
+    fn serialize<Z: serde::Serializer>(&self, serializer: Z) -> Result<Z::Ok, Z::Error> {
+        let paused = self.paused();
+        let record = Record {
             format: self.format,
-            id: self.id.clone(),
+            id: self.id.as_str(),
             version: self.version,
-            tool: self.tool.clone(),
-            args_digest: self.args_digest.clone(),
-            principal: self.principal.clone(),
-            owner: self.owner.clone(),
-            checkpoint: None,
-            round: self.round.clone(),
-            last: None,
-            claim: self.claim.clone(),
-            begun: self.begun,
-            task: None,
+            tool: self.tool.as_str(),
+            args_digest: self.args_digest.as_str(),
+            principal: self.principal.as_deref(),
+            owner: self.owner.as_deref(),
+            checkpoint: paused.map(|p| &*p.checkpoint),
+            round: paused.map(|p| &p.round),
+            last: self.last.as_ref(),
+            claim: self.claim(),
+            begun: paused.filter(|p| p.begun).map(|p| p.round.n),
+            task: self.task.as_ref(),
             expires_at_ms: self.expires_at_ms,
-        }
+        };
+        record.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Thread {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let record = Record::<Checkpoint, Round, Last, Claim, TaskState, String>::deserialize(deserializer)?;
+        let state = match (record.checkpoint, record.round) {
+            (Some(checkpoint), Some(round)) => ThreadState::Paused(Paused {
+                begun: record.begun == Some(round.n),
+                checkpoint: Arc::new(checkpoint),
+                round,
+                claim: record.claim,
+            }),
+            (None, Some(round)) => {
+                return Err(serde::de::Error::custom(format!("round {} has no checkpoint", round.n)));
+            }
+            (Some(_), None) => return Err(serde::de::Error::custom("a checkpoint without its round")),
+            (None, None) => {
+                let running = record.task.as_ref().is_some_and(|t| !t.cancelled && t.error.is_none());
+                if running && record.last.is_none() {
+                    ThreadState::Working { claim: record.claim }
+                } else {
+                    ThreadState::Finished
+                }
+            }
+        };
+        Ok(Thread {
+            format: record.format,
+            id: record.id,
+            version: record.version,
+            tool: record.tool,
+            args_digest: record.args_digest,
+            principal: record.principal,
+            owner: record.owner,
+            state,
+            last: record.last,
+            task: record.task,
+            expires_at_ms: record.expires_at_ms,
+        })
     }
 }
 
@@ -394,4 +540,76 @@ pub enum LastOutcome {
     },
     /// The thread's current round.
     NextRound,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record with `fields` besides its identity.
+    fn record(fields: &str) -> String {
+        let sep = if fields.is_empty() { "" } else { "," };
+        format!(r#"{{"format":1,"id":"t","version":2,"tool":"x","args_digest":"d"{sep}{fields},"expires_at_ms":9}}"#)
+    }
+
+    const PAUSED: &str = r#""checkpoint":{"format":1,"state":{},"next":["ask"],"superstep":0,"writes":{},"resume":{},"interrupts":[]},"round":{"n":2,"nonce":"n","questions":[]}"#;
+    const TASK: &str = r#""task":{"created_at_ms":1,"updated_at_ms":1}"#;
+
+    #[test]
+    fn a_records_fields_read_as_one_state_and_write_back_unchanged() {
+        let claim = r#""claim":{"round":2,"until_ms":5}"#;
+        let rows: [(&str, String, &str); 7] = [
+            ("a round and its checkpoint", record(PAUSED), "paused"),
+            ("claimed, its effect begun", record(&format!(r#"{PAUSED},{claim},"begun":2"#)), "paused claimed begun"),
+            ("an effect begun in an earlier round", record(&format!(r#"{PAUSED},"begun":1"#)), "paused"),
+            ("a task's first run", record(&format!(r#"{claim},{TASK}"#)), "working claimed"),
+            ("a task whose first run lost its claim", record(TASK), "working"),
+            (
+                "an answered call",
+                record(
+                    r#""last":{"round":1,"nonce":"n","keys":[],"answers_digest":"a","outcome":{"type":"next_round"}}"#,
+                ),
+                "finished",
+            ),
+            (
+                "a cancelled task",
+                record(r#""task":{"created_at_ms":1,"updated_at_ms":1,"cancelled":true}"#),
+                "finished",
+            ),
+        ];
+        for (case, json, expected) in rows {
+            let thread: Thread = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{case}: {e}"));
+            let state = match &thread.state {
+                ThreadState::Paused(p) => {
+                    format!(
+                        "paused{}{}",
+                        if p.claim.is_some() { " claimed" } else { "" },
+                        if p.begun { " begun" } else { "" }
+                    )
+                }
+                ThreadState::Working { claim } => format!("working{}", if claim.is_some() { " claimed" } else { "" }),
+                ThreadState::Finished => "finished".into(),
+            };
+            assert_eq!(state, expected, "{case}");
+            let again: Thread = serde_json::from_str(&serde_json::to_string(&thread).unwrap()).unwrap();
+            assert_eq!(again, thread, "{case}: written and read again");
+        }
+        // What is written is what was read, field for field (an earlier round's `begun`
+        // says nothing of this one, and is not kept).
+        let json = record(&format!(r#"{PAUSED},{claim},"begun":2"#));
+        let thread: Thread = serde_json::from_str(&json).unwrap();
+        let written: serde_json::Value = serde_json::to_value(&thread).unwrap();
+        assert_eq!(written, serde_json::from_str::<serde_json::Value>(&json).unwrap());
+        assert!(serde_json::to_string(&thread).unwrap().starts_with(r#"{"format":1,"#), "the format comes first");
+    }
+
+    #[test]
+    fn a_record_with_half_a_pause_is_refused() {
+        let round_only = record(r#""round":{"n":2,"nonce":"n","questions":[]}"#);
+        let error = serde_json::from_str::<Thread>(&round_only).unwrap_err().to_string();
+        assert!(error.contains("round 2 has no checkpoint"), "{error}");
+        let (checkpoint, _) = PAUSED.split_once(r#","round""#).unwrap();
+        let error = serde_json::from_str::<Thread>(&record(checkpoint)).unwrap_err().to_string();
+        assert!(error.contains("a checkpoint without its round"), "{error}");
+    }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use hitl_graph::TaskSupport;
-use hitl_interrupt::{Agent, Binding, Call, Reply, Resumable};
+use hitl_interrupt::{Agent, Binding, Reply, Resumable, ToolCall};
 use hitl_protocol::version::{self, Era};
 use hitl_protocol::{
     CacheScope, CallToolResult, ClientRequest, ContentBlock, DiscoverResult, EmptyResult, ErrorObject, GetPromptResult,
@@ -79,7 +79,7 @@ impl Shared {
             .flatten();
         let resumable = self.resumable(era);
         let call =
-            move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, binding| Call {
+            move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, binding| ToolCall {
                 arguments: arguments.unwrap_or_default(),
                 input_responses,
                 request_state,
@@ -229,7 +229,7 @@ impl Shared {
 
     /// Serves `call` of `agent`. A client that can't answer rounds and sends a
     /// `requestState` is told the call is paused; the thread is left to a client that can.
-    pub(crate) async fn run(&self, agent: &Agent, call: Call) -> Reply {
+    pub(crate) async fn run(&self, agent: &Agent, call: ToolCall) -> Reply {
         let answered = if call.resumable == Resumable::LEGACY && call.request_state.is_some() {
             self.engine.peek(agent, &call).await
         } else {
@@ -508,12 +508,12 @@ pub(crate) fn asker(caller: &Caller) -> crate::Asker {
     crate::Asker {
         principal: caller.principal.clone(),
         groups: caller.groups.clone(),
-        caller: Call {
+        caller: ToolCall {
             capabilities: caller.capabilities.clone(),
             principal: caller.principal.clone(),
             peer: caller.peer.clone(),
             session: caller.session.clone(),
-            ..Call::default()
+            ..ToolCall::default()
         }
         .caller_key(),
     }

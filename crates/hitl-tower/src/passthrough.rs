@@ -27,7 +27,7 @@ pub struct Asker {
     pub principal: Option<String>,
     /// Its groups.
     pub groups: Vec<String>,
-    /// Its key (`hitl_interrupt::Call::caller_key`).
+    /// Its key (`hitl_interrupt::ToolCall::caller_key`).
     pub caller: String,
 }
 

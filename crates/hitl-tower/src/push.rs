@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hitl_interrupt::{Agent, Binding, Call, Reply};
+use hitl_interrupt::{Agent, Binding, Reply, ToolCall};
 use hitl_protocol::version::Era;
 use hitl_protocol::{
     ClientRequest, ElicitRequestParams, ErrorObject, InputRequest, InputRequiredResult, InputResponses, RequestId,
@@ -223,7 +223,7 @@ impl Shared {
         let mut pushed: u32 = 0;
         let mut page_wait: Option<tokio::time::Instant> = None;
         loop {
-            let call = Call {
+            let call = ToolCall {
                 arguments: arguments.clone(),
                 input_responses: responses.clone(),
                 request_state: request_state.clone(),

@@ -63,7 +63,7 @@ impl Shared {
     pub(crate) async fn call_as_task(
         &self,
         agent: &hitl_interrupt::Agent,
-        call: hitl_interrupt::Call,
+        call: hitl_interrupt::ToolCall,
     ) -> Result<ServerResult, ErrorObject> {
         let principal = call.principal.clone();
         let wait = if agent.tasks == TaskSupport::Required { Duration::ZERO } else { TASK_WAIT };

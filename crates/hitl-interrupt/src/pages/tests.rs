@@ -60,14 +60,14 @@ fn gated() -> Agent {
     Agent::new("deploy", "", schema, graph)
 }
 
-fn call(args: Value, responses: Option<Value>, state: Option<&str>, principal: &str) -> Call {
-    Call {
+fn call(args: Value, responses: Option<Value>, state: Option<&str>, principal: &str) -> ToolCall {
+    ToolCall {
         arguments: args.as_object().cloned().unwrap(),
         input_responses: responses.map(|r| serde_json::from_value(r).unwrap()),
         request_state: state.map(str::to_owned),
         capabilities: caps(),
         principal: Some(principal.into()),
-        ..Call::default()
+        ..ToolCall::default()
     }
 }
 
@@ -175,7 +175,7 @@ struct Heard(Mutex<Vec<String>>);
 impl Observer for Heard {
     fn observe(&self, event: &Event<'_>) {
         let said = match event {
-            Event::Asked { thread } => format!("asked {}", thread.round.as_ref().unwrap().n),
+            Event::Asked { thread } => format!("asked {}", thread.round().unwrap().n),
             Event::Answered { round, .. } => format!("answered {}", round.n),
             Event::PageAnswered { page } => format!("page {}", page.public_answer().unwrap()),
             Event::Began { step, .. } => format!("began {step}"),

@@ -6,8 +6,8 @@ use hitl_graph::Checkpoint;
 use hitl_protocol::{CallToolResult, ErrorObject, InputResponses};
 
 use super::{NewThread, fits, fresh};
-use crate::call::Call;
-use crate::{Claim, Last, LastOutcome, Lifetimes, Round, TaskState, Thread};
+use crate::call::ToolCall;
+use crate::{Claim, Last, LastOutcome, Lifetimes, Round, TaskState, Thread, ThreadState};
 
 /// The task key of question `key` of round `n`: unique over the task's life, as the
 /// extension requires, even when two rounds ask the same question.
@@ -17,10 +17,11 @@ pub(crate) fn task_key(n: u32, key: &str) -> String {
 
 /// A new call's task whose first run goes on past the wait: no round, a claim on round
 /// 0 for a lease (its run renews it), living the paused lifetime.
-pub(crate) fn working(call: &Call, new: NewThread, lifetimes: &Lifetimes) -> Thread {
+pub(crate) fn working(call: &ToolCall, new: NewThread, lifetimes: &Lifetimes) -> Thread {
     let now_ms = new.now_ms;
-    let mut thread = fresh(call, new, now_ms.saturating_add(lifetimes.paused.as_millis() as u64));
-    thread.claim = Some(Claim { round: 0, until_ms: now_ms.saturating_add(lifetimes.lease.as_millis() as u64) });
+    let claim = Claim { round: 0, until_ms: now_ms.saturating_add(lifetimes.lease.as_millis() as u64) };
+    let expires_at_ms = now_ms.saturating_add(lifetimes.paused.as_millis() as u64);
+    let mut thread = fresh(call, new, ThreadState::Working { claim: Some(claim) }, expires_at_ms);
     thread.task = Some(TaskState::new(now_ms, call.capabilities.clone()));
     thread.format = hitl_thread::format_of(&thread);
     thread
@@ -58,7 +59,7 @@ pub(crate) fn task_answers(
     max_record_bytes: usize,
 ) -> TaskNext {
     let Some(task) = &thread.task else { return TaskNext::Idle };
-    let Some(round) = thread.round.as_ref().filter(|_| !task.cancelled) else { return TaskNext::Idle };
+    let Some(round) = thread.round().filter(|_| !task.cancelled) else { return TaskNext::Idle };
     let fresh: InputResponses = round
         .questions
         .iter()
@@ -86,7 +87,7 @@ pub(crate) fn task_answers(
 pub(crate) fn ready(thread: &Thread, now_ms: u64) -> bool {
     let Some(task) = &thread.task else { return false };
     let over = task.cancelled || task.error.is_some();
-    let Some(round) = thread.round.as_ref().filter(|_| !over) else { return false };
+    let Some(round) = thread.round().filter(|_| !over) else { return false };
     let claimed = thread.live_claim(now_ms).is_some_and(|c| c.round == round.n);
     !claimed && round.questions.iter().all(|q| task.partial.contains_key(&q.key))
 }
@@ -113,7 +114,8 @@ pub(crate) fn task_ended(
 ) -> Thread {
     let expiry = |lifetime: std::time::Duration| now_ms.saturating_add(lifetime.as_millis() as u64);
     let mut next = thread.clone();
-    next.claim = None;
+    // Ended, unless it paused (below).
+    next.state = ThreadState::Finished;
     next.version += 1;
     next.task.as_mut().expect("a task").updated_at_ms = now_ms;
     let failed = |mut next: Thread, error: ErrorObject| {
@@ -135,15 +137,14 @@ pub(crate) fn task_ended(
         }
         TaskEnd::Failed(error) => failed(next, error.clone()),
         TaskEnd::Paused(checkpoint, round) => {
-            next.checkpoint = Some((**checkpoint).clone());
-            next.round = Some(round.clone());
+            next.state = ThreadState::paused((**checkpoint).clone(), round.clone());
             next.format = hitl_thread::format_of(&next);
             next.expires_at_ms = expiry(lifetimes.paused);
             // The agent's state is stored with the round: it must fit the record.
             match fits(&next, max_record_bytes) {
                 Ok(()) => next,
                 Err(too_large) => {
-                    (next.checkpoint, next.round) = (None, None);
+                    next.state = ThreadState::Finished;
                     next.format = hitl_thread::format_of(&next);
                     failed(next, too_large)
                 }
@@ -158,7 +159,7 @@ pub(crate) fn cancelled(mut thread: Thread, now_ms: u64, lifetimes: &Lifetimes) 
     let task = thread.task.as_mut().expect("a task");
     (task.cancelled, task.updated_at_ms) = (true, now_ms);
     task.partial.clear();
-    (thread.round, thread.checkpoint, thread.begun, thread.claim) = (None, None, None, None);
+    thread.state = ThreadState::Finished;
     thread.version += 1;
     thread.expires_at_ms = now_ms.saturating_add(lifetimes.finished.as_millis() as u64);
     thread

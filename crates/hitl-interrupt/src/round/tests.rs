@@ -1,6 +1,7 @@
 //! Table tests of the round's transitions: one row per transition of [`decide`], each
 //! on a thread written by hand, with no runtime and no store.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use hitl_graph::{CHECKPOINT_FORMAT, Checkpoint, Interrupt};
@@ -9,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{Answering, Next, decide};
 use crate::state::Secret;
-use crate::{Claim, LastOutcome, Round, THREAD_FORMAT, Thread, questions};
+use crate::{Claim, LastOutcome, Round, THREAD_FORMAT, Thread, ThreadState, questions};
 
 const NOW: u64 = 1_000_000;
 const LEASE: Duration = Duration::from_secs(30);
@@ -43,14 +44,28 @@ fn paused() -> Thread {
         args_digest: "digest".into(),
         principal: Some("alice".into()),
         owner: None,
-        checkpoint: Some(checkpoint),
-        round: Some(round(1, "Which region?")),
+        state: ThreadState::paused(checkpoint, round(1, "Which region?")),
         last: None,
-        claim: None,
-        begun: None,
         task: None,
         expires_at_ms: NOW + 3_600_000,
     }
+}
+
+/// The paused state of `thread`, to change.
+fn paused_of(thread: &mut Thread) -> &mut crate::Paused {
+    thread.paused_mut().expect("paused")
+}
+
+/// `thread` as read from a record that says its run began an effect in round `n`.
+fn begun_in(thread: &Thread, n: u32) -> Thread {
+    let mut record = serde_json::to_value(thread).unwrap();
+    record["begun"] = json!(n);
+    serde_json::from_value(record).unwrap()
+}
+
+/// A copy of the agent's state in paused `thread`.
+fn checkpoint_of(thread: &Thread) -> Checkpoint {
+    (*thread.paused().expect("paused").checkpoint).clone()
 }
 
 fn token(thread: &Thread, n: u32) -> String {
@@ -59,7 +74,7 @@ fn token(thread: &Thread, n: u32) -> String {
 }
 
 fn key(thread: &Thread) -> String {
-    thread.round.as_ref().map_or_else(|| round(1, "Which region?"), Clone::clone).questions[0].key.clone()
+    thread.round().map_or_else(|| round(1, "Which region?"), Clone::clone).questions[0].key.clone()
 }
 
 fn answers(thread: &Thread, answer: Value) -> InputResponses {
@@ -101,7 +116,7 @@ fn name(next: &Next) -> String {
         Next::Wait => "wait".into(),
         Next::Finish(ending) => format!("finish error={}", ending.result.is_error == Some(true)),
         Next::Claim { thread, .. } => {
-            format!("claim v{} until {}", thread.version, thread.claim.as_ref().unwrap().until_ms)
+            format!("claim v{} until {}", thread.version, thread.claim().unwrap().until_ms)
         }
     }
 }
@@ -134,7 +149,7 @@ fn every_transition_of_a_paused_thread() {
         (
             "a newer checkpoint",
             run(
-                with(|t| t.checkpoint.as_mut().unwrap().format = CHECKPOINT_FORMAT + 1),
+                with(|t| Arc::make_mut(&mut paused_of(t).checkpoint).format = CHECKPOINT_FORMAT + 1),
                 alice,
                 &good,
                 &yes,
@@ -167,18 +182,20 @@ fn every_transition_of_a_paused_thread() {
         ("answered", run(Some(paused()), alice, &good, &yes, &elicits()), format!("claim v4 until {claimed_until}")),
         (
             "answered while another request resumes it",
-            run(with(|t| t.claim = Some(Claim { round: 1, until_ms: NOW + 1 })), alice, &good, &yes, &elicits()),
+            run(with(|t| t.set_claim(Some(Claim { round: 1, until_ms: NOW + 1 }))), alice, &good, &yes, &elicits()),
             "wait".into(),
         ),
         (
             "answered after that request's lease lapsed",
-            run(with(|t| t.claim = Some(Claim { round: 1, until_ms: NOW })), alice, &good, &yes, &elicits()),
+            run(with(|t| t.set_claim(Some(Claim { round: 1, until_ms: NOW }))), alice, &good, &yes, &elicits()),
             format!("claim v4 until {claimed_until}"),
         ),
         (
             "answered while the request that began the round's effect still holds it",
             run(
-                with(|t| (t.claim, t.begun) = (Some(Claim { round: 1, until_ms: NOW + 1 }), Some(1))),
+                with(|t| {
+                    (paused_of(t).claim, paused_of(t).begun) = (Some(Claim { round: 1, until_ms: NOW + 1 }), true)
+                }),
                 alice,
                 &good,
                 &yes,
@@ -189,7 +206,7 @@ fn every_transition_of_a_paused_thread() {
         (
             "answered after the request that began the round's effect died",
             run(
-                with(|t| (t.claim, t.begun) = (Some(Claim { round: 1, until_ms: NOW }), Some(1))),
+                with(|t| (paused_of(t).claim, paused_of(t).begun) = (Some(Claim { round: 1, until_ms: NOW }), true)),
                 alice,
                 &good,
                 &yes,
@@ -198,8 +215,8 @@ fn every_transition_of_a_paused_thread() {
             "finish error=true".into(),
         ),
         (
-            "an effect begun in an earlier round does not stop this one",
-            run(with(|t| t.begun = Some(0)), alice, &good, &yes, &elicits()),
+            "an effect begun in an earlier round (as a record says) does not stop this one",
+            run(with(|t| *t = begun_in(t, 0)), alice, &good, &yes, &elicits()),
             format!("claim v4 until {claimed_until}"),
         ),
     ];
@@ -212,21 +229,20 @@ fn every_transition_of_a_paused_thread() {
 fn resends_of_an_answered_round_replay_what_it_led_to() {
     let answered = paused();
     let yes = answers(&answered, accept());
-    let last = crate::resend::last(answered.round.as_ref().unwrap(), &yes, LastOutcome::NextRound);
+    let last = crate::resend::last(answered.round().unwrap(), &yes, LastOutcome::NextRound);
     // Round 1 led to round 2, still open.
     let mut next_round = paused();
     next_round.last = Some(last.clone());
-    next_round.round = Some(round(2, "How many replicas?"));
+    paused_of(&mut next_round).round = round(2, "How many replicas?");
     let t1 = token(&next_round, 1);
     let next = run(Some(next_round.clone()), Some("alice"), &t1, &yes, &elicits());
     let Next::Replay(Ok(CallToolResponse::InputRequired(result))) = &next else { panic!("{}", name(&next)) };
     assert_eq!(result.request_state.as_deref(), Some(secret().request_state(&next_round.id, 2, "nonce-2").as_str()));
     // Round 1 finished the call.
     let mut finished = paused();
-    finished.round = None;
-    finished.checkpoint = None;
+    finished.state = ThreadState::Finished;
     let outcome = LastOutcome::Result { result: CallToolResult::json(&json!({"region": "eu-west-1"})) };
-    finished.last = Some(crate::resend::last(answered.round.as_ref().unwrap(), &yes, outcome));
+    finished.last = Some(crate::resend::last(answered.round().unwrap(), &yes, outcome));
     assert_eq!(name(&run(Some(finished.clone()), Some("alice"), &t1, &yes, &elicits())), "replay result");
     // Other answers with the old token, or the old answers with a forged one: invalid.
     let other = answers(&answered, json!({"action": "accept", "content": {"response": "us-east-1"}}));
@@ -237,7 +253,7 @@ fn resends_of_an_answered_round_replay_what_it_led_to() {
 #[test]
 fn a_round_whose_effect_began_and_died_ends_unknown_and_replays_so() {
     let mut died = paused();
-    (died.claim, died.begun) = (Some(Claim { round: 1, until_ms: NOW }), Some(1));
+    (paused_of(&mut died).claim, paused_of(&mut died).begun) = (Some(Claim { round: 1, until_ms: NOW }), true);
     let yes = answers(&died, accept());
     let next = run(Some(died), Some("alice"), &token(&paused(), 1), &yes, &elicits());
     let Next::Finish(ending) = next else { panic!("{}", name(&next)) };
@@ -245,7 +261,7 @@ fn a_round_whose_effect_began_and_died_ends_unknown_and_replays_so() {
     assert_eq!(ending.last.outcome, LastOutcome::Result { result: ending.result.clone() }, "resends get the same");
     let lifetimes = crate::Lifetimes::default();
     let finished = super::finished(ending.thread, ending.last, NOW, &lifetimes, usize::MAX);
-    assert_eq!((finished.begun, finished.claim, finished.round), (None, None, None));
+    assert_eq!(finished.state, ThreadState::Finished);
 }
 
 #[test]
@@ -254,7 +270,7 @@ fn a_claim_keeps_the_thread_and_bumps_its_version() {
     let Next::Claim { thread, round, values } = next else { panic!("a claim") };
     let mut expected = paused();
     expected.version = 4;
-    expected.claim = Some(Claim { round: 1, until_ms: NOW + 30_000 });
+    expected.set_claim(Some(Claim { round: 1, until_ms: NOW + 30_000 }));
     assert_eq!(*thread, expected, "only the claim and the version change");
     assert_eq!(round.n, 1);
     assert_eq!(values.values().next(), Some(&json!("eu-west-1")));
@@ -269,7 +285,7 @@ fn claimed() -> Thread {
 
 fn end_run(ran: super::Ran, capabilities: &ClientCapabilities, max_record_bytes: usize) -> super::Ending {
     let thread = claimed();
-    let round = thread.round.clone().unwrap();
+    let round = thread.round().unwrap().clone();
     let responses = answers(&thread, accept());
     let lifetimes = crate::Lifetimes::default();
     let end = super::EndOf {
@@ -285,7 +301,7 @@ fn end_run(ran: super::Ran, capabilities: &ClientCapabilities, max_record_bytes:
 }
 
 fn moved(superstep: u32) -> Box<Checkpoint> {
-    let mut checkpoint = paused().checkpoint.unwrap();
+    let mut checkpoint = checkpoint_of(&paused());
     checkpoint.superstep = superstep;
     checkpoint.next = vec!["report".into()];
     Box::new(checkpoint)
@@ -303,20 +319,20 @@ fn every_end_of_a_claimed_run() {
     else {
         panic!("a timeout gives the round back")
     };
-    assert_eq!((thread.version, thread.round, thread.checkpoint.unwrap().superstep), (6, paused().round, 0));
+    assert_eq!((thread.version, thread.round(), checkpoint_of(&thread).superstep), (6, paused().round(), 0));
     assert_eq!(error.message, "late");
 
     // Cancelled before a superstep finished: the old checkpoint; after: the new one.
     let Ending::GiveBack(thread, _) = end_run(Ran::Cancelled(moved(0)), &elicits(), big) else { panic!() };
-    assert_eq!(thread.checkpoint.unwrap().next, vec!["ask".to_owned()]);
+    assert_eq!(checkpoint_of(&thread).next, vec!["ask".to_owned()]);
     let Ending::GiveBack(thread, error) = end_run(Ran::Cancelled(moved(1)), &elicits(), big) else { panic!() };
-    assert_eq!(thread.checkpoint.unwrap().next, vec!["report".to_owned()], "finished supersteps are kept");
-    assert_eq!((thread.round.unwrap().n, error.message.as_str()), (1, "the request was cancelled"));
+    assert_eq!(checkpoint_of(&thread).next, vec!["report".to_owned()], "finished supersteps are kept");
+    assert_eq!((thread.round().unwrap().n, error.message.as_str()), (1, "the request was cancelled"));
 
     // Done: finished, kept 10 minutes with the result for resends.
     let result = CallToolResult::json(&json!({"region": "eu-west-1"}));
     let Ending::Finished(thread, reply) = end_run(Ran::Done(result.clone()), &elicits(), big) else { panic!() };
-    assert_eq!((thread.version, thread.round.is_none(), thread.checkpoint.is_none()), (6, true, true));
+    assert_eq!((thread.version, &thread.state), (6, &ThreadState::Finished));
     assert_eq!(thread.expires_at_ms, NOW + 600_000);
     assert_eq!(thread.last.unwrap().outcome, LastOutcome::Result { result: result.clone() });
     assert_eq!(reply, result);
@@ -331,7 +347,7 @@ fn every_end_of_a_claimed_run() {
     let Ending::NextRound(thread, reply) = end_run(Ran::Paused(moved(1), next.clone()), &elicits(), big) else {
         panic!()
     };
-    assert_eq!((thread.version, thread.round.as_ref(), thread.expires_at_ms), (6, Some(&next), hours(24)));
+    assert_eq!((thread.version, thread.round(), thread.expires_at_ms), (6, Some(&next), hours(24)));
     assert_eq!(thread.last.unwrap().outcome, LastOutcome::NextRound);
     let Ok(CallToolResponse::InputRequired(asked)) = reply else { panic!("the next round is asked") };
     assert_eq!(asked.request_state.unwrap(), secret().request_state(&paused().id, 2, "nonce-2"));
@@ -343,8 +359,8 @@ fn every_end_of_a_claimed_run() {
     assert_eq!((reply.unwrap_err().code.0, thread.expires_at_ms), (-32021, NOW + 600_000));
     // The next round starts with no effect begun.
     let mut begun = claimed();
-    begun.begun = Some(1);
-    let round = begun.round.clone().unwrap();
+    paused_of(&mut begun).begun = true;
+    let round = begun.round().unwrap().clone();
     let responses = answers(&begun, accept());
     let lifetimes = crate::Lifetimes::default();
     let end = super::EndOf {
@@ -361,14 +377,14 @@ fn every_end_of_a_claimed_run() {
     else {
         panic!()
     };
-    assert_eq!(thread.begun, None);
+    assert!(!thread.paused().unwrap().begun);
     // ... but a round given back (out of time) keeps its mark: it never runs again.
     let late = Ran::TimedOut(hitl_protocol::ErrorObject::internal("late"));
     let Ending::GiveBack(thread, _) = super::end_run(begun, late, &end, &secret()) else { panic!() };
-    assert_eq!(thread.begun, Some(1));
+    assert!(thread.paused().unwrap().begun);
     // A next round too large to keep: the round given back as it was.
     let Ending::GiveBack(thread, error) = end_run(Ran::Paused(moved(1), next), &elicits(), 600) else { panic!() };
-    assert_eq!((thread.version, thread.round.unwrap().n), (6, 1));
+    assert_eq!((thread.version, thread.round().unwrap().n), (6, 1));
     assert!(error.message.contains("--max-record-bytes"), "{}", error.message);
 }
 
@@ -389,7 +405,7 @@ fn asking(unresumable: Option<&'static str>, can_elicit: bool) -> super::Asking<
 
 fn paused_at(question: Value) -> hitl_graph::Outcome {
     let interrupt = Interrupt { id: "1:ask:0".into(), step: "ask".into(), value: question, response_schema: None };
-    hitl_graph::Outcome::Paused { interrupts: vec![interrupt], checkpoint: paused().checkpoint.unwrap() }
+    hitl_graph::Outcome::Paused { interrupts: vec![interrupt], checkpoint: checkpoint_of(&paused()) }
 }
 
 /// How a run's outcome settled, for the table.
@@ -407,7 +423,7 @@ fn settled(settled: &super::Settled) -> String {
 #[test]
 fn every_way_a_run_settles_the_call() {
     use hitl_graph::{Outcome, RunError};
-    let breakpoint = || Outcome::Breakpoint { state: json!({"n": 1}), checkpoint: paused().checkpoint.unwrap() };
+    let breakpoint = || Outcome::Breakpoint { state: json!({"n": 1}), checkpoint: checkpoint_of(&paused()) };
     let failed = RunError::StepFailed { step: "ask".into(), message: "boom".into() };
     let rows: Vec<(&str, Result<Outcome, RunError>, super::Asking<'_>, String)> = vec![
         ("done", Ok(Outcome::Done(json!({"region": "eu"}))), asking(None, true), r#"done: {"region":"eu"}"#.into()),
@@ -453,7 +469,7 @@ fn a_round_is_made_of_what_is_passed_in() {
 #[test]
 fn a_new_call_opens_its_thread_at_its_first_round() {
     let lifetimes = crate::Lifetimes::default();
-    let call = crate::Call { principal: Some("alice".into()), capabilities: elicits(), ..Default::default() };
+    let call = crate::ToolCall { principal: Some("alice".into()), capabilities: elicits(), ..Default::default() };
     let new = |task| super::NewThread {
         id: THREAD.into(),
         binding: "choose_region".into(),
@@ -461,10 +477,10 @@ fn a_new_call_opens_its_thread_at_its_first_round() {
         now_ms: NOW,
         task,
     };
-    let open_as = |call: &crate::Call, task| {
-        super::open(paused().checkpoint.unwrap(), round(1, "Which region?"), call, new(task), &lifetimes)
+    let open_as = |call: &crate::ToolCall, task| {
+        super::open(checkpoint_of(&paused()), round(1, "Which region?"), call, new(task), &lifetimes)
     };
-    let open = |call: &crate::Call| open_as(call, false);
+    let open = |call: &crate::ToolCall| open_as(call, false);
     let thread = open(&call);
     let mut expected = paused();
     (expected.version, expected.owner, expected.expires_at_ms) =

@@ -41,9 +41,9 @@ fn crasher() -> Agent {
     Agent::new("crasher", "", json!({"type": "object"}), graph.compile().unwrap())
 }
 
-fn call(principal: &str) -> Call {
+fn call(principal: &str) -> ToolCall {
     let capabilities: ClientCapabilities = serde_json::from_value(json!({"elicitation": {"form": {}}})).unwrap();
-    Call { capabilities, principal: Some(principal.into()), ..Call::default() }
+    ToolCall { capabilities, principal: Some(principal.into()), ..ToolCall::default() }
 }
 
 async fn started(engine: &Engine, agent: &Agent, wait: Duration) -> TaskStart {
@@ -146,11 +146,8 @@ async fn a_working_task_whose_claim_lapsed_shows_failed() {
         args_digest: "d".into(),
         principal: Some("alice".into()),
         owner: None,
-        checkpoint: None,
-        round: None,
+        state: ThreadState::Working { claim: Some(Claim { round: 0, until_ms: now - 1 }) },
         last: None,
-        claim: Some(Claim { round: 0, until_ms: now - 1 }),
-        begun: None,
         task: Some(TaskState::new(now - 60_000, ClientCapabilities::default())),
         expires_at_ms: now + 60_000,
     };

@@ -98,11 +98,11 @@ fn fixture() -> Fixture {
 impl Fixture {
     fn call(&self, agent: &Agent, responses: Option<InputResponses>, state: Option<&str>) -> Reply {
         let capabilities: ClientCapabilities = serde_json::from_value(json!({"elicitation": {}})).unwrap();
-        let call = Call {
+        let call = ToolCall {
             input_responses: responses,
             request_state: state.map(str::to_owned),
             capabilities,
-            ..Call::default()
+            ..ToolCall::default()
         };
         self.rt.block_on(self.engine.call(agent, call)).expect("no store failure reaches the caller as one").answered()
     }
@@ -213,11 +213,11 @@ fn a_kept_outcome_whose_call_was_taken_over_is_dropped_and_the_store_decides() {
     f.down.store(false, SeqCst);
     let other = Engine::new(f.engine.store().clone(), f.clock.clone(), f.engine.secret().clone(), Lifetimes::default());
     let capabilities: ClientCapabilities = serde_json::from_value(json!({"elicitation": {}})).unwrap();
-    let resend = Call {
+    let resend = ToolCall {
         input_responses: Some(yes.clone()),
         request_state: Some(state.clone()),
         capabilities,
-        ..Call::default()
+        ..ToolCall::default()
     };
     let elsewhere = f.rt.block_on(other.call(&agent, resend)).unwrap().answered();
     // The race is the store's to settle: whichever saved first is what every resend gets.

@@ -15,11 +15,8 @@ fn thread(version: u64) -> Thread {
         args_digest: "digest".into(),
         principal: None,
         owner: Some("anonymous".into()),
-        checkpoint: None,
-        round: None,
+        state: crate::ThreadState::Finished,
         last: None,
-        claim: None,
-        begun: None,
         task: None,
         expires_at_ms: u64::MAX / 2,
     }

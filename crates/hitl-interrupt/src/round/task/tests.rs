@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::{TaskEnd, TaskNext, cancelled, task_answers, task_ended, task_key, working};
 use crate::round::NewThread;
-use crate::{Claim, Lifetimes, Round, TaskState, Thread, questions};
+use crate::{Claim, Lifetimes, Round, TaskState, Thread, ThreadState, questions};
 
 const NOW: u64 = 1_000_000;
 const HOUR: u64 = 3_600_000;
@@ -47,14 +47,16 @@ fn task() -> Thread {
         args_digest: "digest".into(),
         principal: Some("alice".into()),
         owner: Some("principal:alice".into()),
-        checkpoint: Some(checkpoint()),
-        round: Some(round(1)),
+        state: ThreadState::paused(checkpoint(), round(1)),
         last: None,
-        claim: None,
-        begun: None,
         task: Some(TaskState::new(0, elicits())),
         expires_at_ms: NOW + 24 * HOUR,
     }
+}
+
+/// `thread` as a store gives it back: its record, read.
+fn stored(thread: &Thread) -> Thread {
+    serde_json::from_str(&serde_json::to_string(thread).unwrap()).unwrap()
 }
 
 fn key(i: usize) -> String {
@@ -135,7 +137,7 @@ fn every_way_answers_reach_a_task() {
                 let partial = &mut t.task.as_mut().unwrap().partial;
                 partial.insert(key(0), accept("eu"));
                 partial.insert(key(1), accept("3"));
-                t.claim = Some(Claim { round: 1, until_ms: NOW + 1 });
+                t.set_claim(Some(Claim { round: 1, until_ms: NOW + 1 }));
             }),
             InputResponses::new(),
             usize::MAX,
@@ -148,7 +150,13 @@ fn every_way_answers_reach_a_task() {
             usize::MAX,
             "idle",
         ),
-        ("a task whose first run goes on", with(|t| t.round = None), sent(&[(0, "eu")]), usize::MAX, "idle"),
+        (
+            "a task whose first run goes on",
+            with(|t| t.state = ThreadState::Working { claim: None }),
+            sent(&[(0, "eu")]),
+            usize::MAX,
+            "idle",
+        ),
         ("not a task", with(|t| t.task = None), sent(&[(0, "eu")]), usize::MAX, "idle"),
     ];
     for (case, thread, responses, max, expected) in rows {
@@ -163,7 +171,7 @@ fn every_way_answers_reach_a_task() {
 #[test]
 fn a_working_task_and_how_its_first_run_ends() {
     let lifetimes = Lifetimes::default();
-    let call = crate::Call { principal: Some("alice".into()), capabilities: elicits(), ..Default::default() };
+    let call = crate::ToolCall { principal: Some("alice".into()), capabilities: elicits(), ..Default::default() };
     let new = NewThread {
         id: task().id,
         binding: "choose_region".into(),
@@ -172,8 +180,9 @@ fn a_working_task_and_how_its_first_run_ends() {
         task: true,
     };
     let working = working(&call, new, &lifetimes);
-    assert_eq!((working.version, working.round.is_none(), working.checkpoint.is_none()), (1, true, true));
-    assert_eq!(working.claim, Some(Claim { round: 0, until_ms: NOW + 30_000 }), "held by its run's lease");
+    let lease = Claim { round: 0, until_ms: NOW + 30_000 };
+    assert_eq!((working.version, &working.state), (1, &ThreadState::Working { claim: Some(lease) }), "its run's lease");
+    assert_eq!(stored(&working), working, "a working task's record reads back as working");
     assert_eq!((working.expires_at_ms, working.owner.as_deref()), (NOW + 24 * HOUR, Some("principal:alice")));
     assert!(working.working(NOW));
 
@@ -182,18 +191,21 @@ fn a_working_task_and_how_its_first_run_ends() {
     // A result: kept for `tasks/get` for the finished lifetime.
     let result = CallToolResult::json(&json!({"region": "eu"}));
     let done = end(&TaskEnd::Result(result.clone()), usize::MAX);
-    assert_eq!((done.version, done.claim, done.expires_at_ms), (2, None, later + 600_000));
+    assert_eq!((done.version, &done.state, done.expires_at_ms), (2, &ThreadState::Finished, later + 600_000));
+    assert_eq!(stored(&done), done, "as its record reads");
     assert_eq!(done.last.unwrap().outcome, crate::LastOutcome::Result { result });
     // Its first round: paused, 24 hours.
     let paused = end(&TaskEnd::Paused(Box::new(checkpoint()), round(1)), usize::MAX);
-    assert_eq!((paused.round, paused.expires_at_ms, paused.claim), (Some(round(1)), later + 24 * HOUR, None));
+    assert_eq!((paused.round(), paused.expires_at_ms, paused.claim()), (Some(&round(1)), later + 24 * HOUR, None));
+    assert_eq!(stored(&paused), paused, "as its record reads");
     assert_eq!(paused.task.unwrap().updated_at_ms, later);
     // ... too large to keep: failed, with why.
     let large = end(&TaskEnd::Paused(Box::new(checkpoint()), round(1)), 400);
-    assert_eq!((large.round.is_none(), large.checkpoint.is_none()), (true, true));
+    assert_eq!((&large.state, stored(&large)), (&ThreadState::Finished, large.clone()));
     assert!(large.task.unwrap().error.unwrap().message.contains("--max-record-bytes"));
     // An error: failed, kept for the finished lifetime.
     let failed = end(&TaskEnd::Failed(ErrorObject::internal("boom")), usize::MAX);
+    assert_eq!((&failed.state, stored(&failed)), (&ThreadState::Finished, failed.clone()));
     assert_eq!((failed.task.unwrap().error.unwrap().message, failed.expires_at_ms), ("boom".into(), later + 600_000));
 }
 
@@ -201,10 +213,11 @@ fn a_working_task_and_how_its_first_run_ends() {
 fn a_cancelled_task_never_runs_on() {
     let mut thread = task();
     thread.task.as_mut().unwrap().partial.insert(key(0), accept("eu"));
-    (thread.claim, thread.begun) = (Some(Claim { round: 1, until_ms: NOW }), Some(1));
+    let paused = thread.paused_mut().unwrap();
+    (paused.claim, paused.begun) = (Some(Claim { round: 1, until_ms: NOW }), true);
     let ended = cancelled(thread, NOW, &Lifetimes::default());
     assert_eq!((ended.version, ended.expires_at_ms), (4, NOW + 600_000));
-    assert_eq!((ended.round, ended.checkpoint, ended.claim, ended.begun), (None, None, None, None));
+    assert_eq!((&ended.state, stored(&ended)), (&ThreadState::Finished, ended.clone()));
     let task = ended.task.unwrap();
     assert_eq!((task.cancelled, task.updated_at_ms, task.partial.len()), (true, NOW, 0));
 }
