@@ -32,6 +32,9 @@ pub enum TaskStart {
     Complete(CallToolResult),
     /// It is a task (it paused, or it runs on): its id.
     Task(String),
+    /// It is answered with a JSON-RPC error (its arguments do not fit, a limit was
+    /// reached, the round can't be asked); nothing runs on.
+    Refused(ErrorObject),
 }
 
 /// What the observer and the ledger learn once a working task's end is stored.
@@ -61,17 +64,13 @@ impl Tasks {
     /// is answered as [`Engine::call`](crate::Engine::call) answers it (a pause is a
     /// task with its first round); otherwise the call is stored as a `working` task,
     /// answered as [`TaskStart::Task`], and runs on in this process. A zero `wait`
-    /// always makes a task.
-    pub async fn start(
-        &self,
-        agent: &Agent,
-        mut call: ToolCall,
-        wait: Duration,
-    ) -> Result<Result<TaskStart, ErrorObject>, EngineError> {
+    /// always makes a task. A call refused (its arguments, a limit, a round the client
+    /// can't answer) is [`TaskStart::Refused`]; only a store failure is an error.
+    pub async fn start(&self, agent: &Agent, mut call: ToolCall, wait: Duration) -> Result<TaskStart, EngineError> {
         let core = &self.core;
         let (arguments, args_digest) = match checked_arguments(agent, &call) {
             Ok(checked) => checked,
-            Err(error) => return Ok(Err(error)),
+            Err(error) => return Ok(TaskStart::Refused(error)),
         };
         // The run may outlive the request: its client going away does not stop it, and
         // there is no stream for progress once it has.
@@ -91,10 +90,11 @@ impl Tasks {
             let outcome = joined.unwrap_or_else(|e| Err(lost(&e)));
             let deadline = Deadline::after(core.limits.request_timeout);
             let reply = First::new(core, true).outcome(agent, call, id.clone(), args_digest, outcome, deadline).await?;
-            return Ok(reply.map(|response| match response {
-                CallToolResponse::Complete(result) => TaskStart::Complete(result),
-                CallToolResponse::InputRequired(_) => TaskStart::Task(id),
-            }));
+            return Ok(match reply {
+                Ok(CallToolResponse::Complete(result)) => TaskStart::Complete(result),
+                Ok(CallToolResponse::InputRequired(_)) => TaskStart::Task(id),
+                Err(error) => TaskStart::Refused(error),
+            });
         }
         let binding = call.bound_to(agent);
         let new = NewThread { id: id.clone(), binding, args_digest, now_ms: core.now_ms(), task: true };
@@ -106,7 +106,7 @@ impl Tasks {
         }
         match created {
             Ok(Ok(())) => {}
-            Ok(Err(limit)) => return Ok(Err(core.limit_reached(limit))),
+            Ok(Err(limit)) => return Ok(TaskStart::Refused(core.limit_reached(limit))),
             Err(SaveError::Store(e)) => return Err(e.into()),
             Err(SaveError::Conflict(id)) => {
                 return Err(StoreError::Unavailable(format!("new thread {id} already exists")).into());
@@ -115,7 +115,7 @@ impl Tasks {
         core.running.insert(&id, handle.abort_handle());
         let tasks = self.clone();
         tokio::spawn(async move { tasks.run_on(thread, handle, call).await });
-        Ok(Ok(TaskStart::Task(id)))
+        Ok(TaskStart::Task(id))
     }
 
     /// Waits for a working task's run, renewing its claim, and stores how it ended.

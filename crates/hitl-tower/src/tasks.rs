@@ -67,9 +67,10 @@ impl Shared {
     ) -> Result<ServerResult, ErrorObject> {
         let principal = call.principal.clone();
         let wait = if agent.tasks == TaskSupport::Required { Duration::ZERO } else { TASK_WAIT };
-        match self.store_answer(self.engine.tasks().start(agent, call, wait).await)?? {
+        match self.store_answer(self.engine.tasks().start(agent, call, wait).await)? {
             TaskStart::Complete(result) => Ok(ServerResult::CallTool(result)),
             TaskStart::Task(id) => Ok(ServerResult::CreateTask(self.created(&id, principal.as_deref()).await?)),
+            TaskStart::Refused(error) => Err(error),
         }
     }
 

@@ -47,13 +47,13 @@ fn call(principal: &str) -> ToolCall {
 }
 
 async fn started(engine: &Engine, agent: &Agent, wait: Duration) -> TaskStart {
-    engine.tasks().start(agent, call("alice"), wait).await.unwrap().unwrap()
+    engine.tasks().start(agent, call("alice"), wait).await.unwrap()
 }
 
 fn task_id(start: TaskStart) -> String {
     match start {
         TaskStart::Task(id) => id,
-        TaskStart::Complete(result) => panic!("expected a task, got {result:?}"),
+        other => panic!("expected a task, got {other:?}"),
     }
 }
 
@@ -163,7 +163,9 @@ async fn a_task_counts_as_a_paused_call() {
     let engine = engine().with_limits(limits);
     let agent = sleeper(60_000, false);
     let first = task_id(started(&engine, &agent, Duration::ZERO).await);
-    let refused = engine.tasks().start(&agent, call("alice"), Duration::ZERO).await.unwrap().unwrap_err();
+    let TaskStart::Refused(refused) = engine.tasks().start(&agent, call("alice"), Duration::ZERO).await.unwrap() else {
+        panic!("refused")
+    };
     assert!(refused.message.contains("too many paused calls from this caller"), "{}", refused.message);
     engine.tasks().cancel(&first, Some("alice")).await.unwrap().unwrap();
 }
