@@ -368,3 +368,73 @@ approvers = ["user:bob"]
     assert_eq!(ran.text(), "dropped p1 on staging", "{}", ran.body);
     assert_eq!(executions(&server, &p.alice).await, 1);
 }
+
+#[tokio::test]
+async fn every_decision_names_the_policy_that_made_it_in_the_audit_trail() {
+    use crate::approvals::url_client;
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let folder = Folder::new(&signed_in(
+        &upstream.url,
+        r#"[[policy]]
+tools = ["db.drop_*"]
+when = 'args.database == "prod"'
+action = "review"
+
+[[policy]]
+tools = ["db.drop_*"]
+action = "allow"
+
+[[policy]]
+tools = ["db.fail"]
+action = "deny"
+
+[audit]
+file = "audit.jsonl"
+"#,
+    ));
+    let server = folder.serve(&[]).await;
+    let alice = people().alice;
+    let call = |id: u64, tool: &'static str, args: Value| {
+        let server = &server;
+        let alice = alice.clone();
+        async move {
+            let params = json!({"name": tool, "arguments": args});
+            server.modern_as(Some(&alice), id, "tools/call", params, url_client()).await
+        }
+    };
+    let ran = call(1, "db.drop_partition", drop_args("staging")).await;
+    assert_eq!(ran.text(), "dropped p1 on staging", "{}", ran.body);
+    let refused = call(2, "db.fail", json!({"reason": "x"})).await;
+    assert!(refused.text().contains("denied by the policy"), "{}", refused.body);
+    let paused = call(3, "db.drop_partition", drop_args("prod")).await;
+    assert_eq!(paused.body["result"]["resultType"], "input_required", "{}", paused.body);
+    // An echo no policy names: `[gateway] default_action`, never guarded.
+    let echoed = call(4, "db.echo", json!({"text": "hi"})).await;
+    assert_eq!(echoed.text(), "hi", "{}", echoed.body);
+
+    let config = folder.config();
+    let expect = [
+        ("allowed", "db.drop_partition", Some(format!("{config}:15"))),
+        ("denied", "db.fail", Some(format!("{config}:19"))),
+        ("review_asked", "db.drop_partition", Some(format!("{config}:10"))),
+        ("allowed", "db.echo", None),
+    ];
+    for (event, tool, place) in expect {
+        let entry = folder
+            .wait_audit(event, |e| {
+                e["event"] == event && e["tool"] == tool && e["policy_at"].as_str() == place.as_deref()
+            })
+            .await;
+        assert_eq!(entry["principal"], "user:alice", "{entry}");
+        assert_eq!(entry["upstream"], "db", "{entry}");
+        assert!(entry["thread"].as_str().is_some_and(|t| t.len() == 36), "{entry}");
+        match &place {
+            Some(_) => assert!(entry["policy_digest"].as_str().is_some_and(|d| d.len() == 24), "{entry}"),
+            None => assert_eq!(entry["policy"], "[gateway] default_action", "{entry}"),
+        }
+    }
+    // The review's own entries follow under the same thread.
+    let asked = folder.wait_audit("asked", |e| e["event"] == "asked" && e["tool"] == "db.drop_partition").await;
+    let review = folder.audit().into_iter().find(|e| e["event"] == "review_asked").unwrap();
+    assert_eq!(asked["thread"], review["thread"], "one call, one thread: {asked} {review}");
+}

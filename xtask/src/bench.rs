@@ -11,29 +11,42 @@ use anyhow::{Context as _, bail};
 
 use crate::{Served, cargo, npm_install_locked, on_path, python_sdk, run, serve, start_redis, workspace_root};
 
-/// An allowed call through the gateway, and the same call straight to its upstream
-/// (the Python SDK's `MCPServer` in `tests/python/upstream_server.py`, JSON responses).
-fn bench_gateway(python: &Path, release: &Path) -> anyhow::Result<(serde_json::Value, serde_json::Value)> {
+/// A policy whose `when` decides each call (CEL over the arguments and the caller),
+/// allowing the bench's echo: what a condition costs a call.
+const WHEN_POLICY: &str = "\n[[policy]]\ntools = [\"db.echo\"]\nwhen = 'args.text != \"forbidden\" && !(\"group:blocked\" in caller.groups)'\naction = \"allow\"\n";
+
+/// The same call straight to its upstream (the Python SDK's `MCPServer` in
+/// `tests/python/upstream_server.py`, JSON responses), allowed through the gateway, and
+/// allowed through the gateway by a policy whose `when` decides each call.
+fn bench_gateway(
+    python: &Path,
+    release: &Path,
+) -> anyhow::Result<(serde_json::Value, serde_json::Value, serde_json::Value)> {
     let script = workspace_root().join("tests/python/upstream_server.py");
     let upstream = serve({
         let mut c = Command::new(python);
         c.arg(&script).arg("--json");
         c
     })?;
-    let config = std::env::temp_dir().join(format!("hitl-bench-gateway-{}.toml", std::process::id()));
     let text = format!("[server]\nexamples = false\n\n[[upstream]]\nname = \"db\"\nurl = \"{}\"\n", upstream.url);
-    std::fs::write(&config, text)?;
-    let hitl = serve({
-        let mut c = Command::new(release.join("hitl"));
-        c.args(["serve", "--listen", "127.0.0.1:0", "--config"]).arg(&config).env("RUST_LOG", "error");
-        c
-    });
-    let _ = std::fs::remove_file(&config);
-    let hitl = hitl?;
+    let gateway = |policies: &str, name: &str| {
+        let config = std::env::temp_dir().join(format!("hitl-bench-{name}-{}.toml", std::process::id()));
+        std::fs::write(&config, format!("{text}{policies}"))?;
+        let hitl = serve({
+            let mut c = Command::new(release.join("hitl"));
+            c.args(["serve", "--listen", "127.0.0.1:0", "--config"]).arg(&config).env("RUST_LOG", "error");
+            c
+        });
+        let _ = std::fs::remove_file(&config);
+        hitl
+    };
+    let (plain, when) = (gateway("", "gateway")?, gateway(WHEN_POLICY, "gateway-when")?);
     let arguments = r#"{"text": "bench"}"#;
-    let direct = load(&upstream.url, "call", &["--tool", "echo", "--arguments", arguments])?;
-    let via = load(&hitl.url, "call", &["--tool", "db.echo", "--arguments", arguments])?;
-    Ok((direct, via))
+    let call = |url: &str, tool: &str| load(url, "call", &["--tool", tool, "--arguments", arguments]);
+    let direct = call(&upstream.url, "echo")?;
+    let via = call(&plain.url, "db.echo")?;
+    let via_when = call(&when.url, "db.echo")?;
+    Ok((direct, via, via_when))
 }
 
 /// `hitl-counted` (the `hitl` program with a counting allocator) on the memory store,
@@ -359,16 +372,20 @@ pub(crate) fn bench() -> anyhow::Result<()> {
     }
     match python_sdk() {
         Ok(python) => {
-            let (direct, via) = bench_gateway(&python, &release)?;
+            let (direct, via, via_when) = bench_gateway(&python, &release)?;
             row("upstream (Python SDK MCPServer): echo call", &direct);
             row("through the gateway (allowed): db.echo call", &via);
-            let ratio =
-                via["throughput"].as_f64().unwrap_or_default() / direct["throughput"].as_f64().unwrap_or(1.0).max(1.0);
+            row("through the gateway, a `when` policy allows it", &via_when);
+            let rate = |r: &serde_json::Value| r["throughput"].as_f64().unwrap_or_default();
+            let ratio = rate(&via) / rate(&direct).max(1.0);
+            let when_ratio = rate(&via_when) / rate(&via).max(1.0);
             let added = via["p50_us"].as_i64().unwrap_or_default() - direct["p50_us"].as_i64().unwrap_or_default();
             eprintln!("  gateway: {:.0}% of the upstream's calls/s; p50 {added:+} µs", ratio * 100.0);
+            eprintln!("  a `when` policy: {:.1}% of the plain gateway's calls/s", when_ratio * 100.0);
             report.insert(
                 "gateway".into(),
-                serde_json::json!({"direct": direct, "via_gateway": via, "ratio": ratio, "added_p50_us": added}),
+                serde_json::json!({"direct": direct, "via_gateway": via, "ratio": ratio, "added_p50_us": added,
+                                   "via_gateway_when": via_when, "when_ratio": when_ratio}),
             );
         }
         Err(why) => eprintln!("  (no Python SDK, so no gateway rows: {why})"),

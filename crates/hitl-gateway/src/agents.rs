@@ -74,6 +74,7 @@ async fn guard(gated: &Gated, state: &Value, ctx: &StepContext) -> Result<Value,
     if let Some(refused) = gated.over_limit(ctx).await {
         return Ok(json!({ VERDICT: refused.to_value() }));
     }
+    gated.record_decision(ctx);
     let answer = match gated.action {
         Action::Review => Some(gated.review(state, ctx)?),
         // Asked under earlier rules (a reload changed them since): the answer stands.

@@ -11,7 +11,7 @@ use hitl_graph::payload::{
 };
 use std::borrow::Cow;
 
-use hitl_graph::{Agent, Caller, END, START, StateGraph, StepContext, StepError};
+use hitl_graph::{Agent, AuditSink, Caller, END, START, StateGraph, StepContext, StepError};
 use hitl_protocol::{ClientCapabilities, display};
 use hitl_upstream::Upstream;
 use serde_json::{Map, Value, json};
@@ -253,6 +253,7 @@ impl Gated {
         if let Some(refused) = gated.over_limit(ctx).await {
             return Ok(json!({ RESULT: refused.to_value() }));
         }
+        gated.record_decision(ctx);
         let decision = match gated.action {
             Action::Review => Some(gated.review(state, ctx)?),
             Action::Allow => ctx.answered(),
@@ -272,6 +273,27 @@ impl Gated {
             Some(denied) => Ok(json!({ RESULT: denied.to_value() })),
             None => Ok(json!({ DECISION: decision })),
         }
+    }
+
+    /// Writes to the audit trail, when the server keeps one, what this policy decided
+    /// for the call (`allowed`, `denied`, or `review_asked`) and which policy it is
+    /// (its globs, where it is written, a digest of its text), so a reader can tell
+    /// which version of the rules let a call through. Once per call: not when an
+    /// answer is carried back (the approval's own entries say what came of it).
+    pub(crate) fn record_decision(&self, ctx: &StepContext) {
+        if ctx.has_answer() {
+            return;
+        }
+        let Some(sink) = ctx.extension::<AuditSink>() else { return };
+        let event = match self.action {
+            Action::Allow => "allowed",
+            Action::Deny => "denied",
+            Action::Review => "review_asked",
+        };
+        sink.record(json!({
+            "event": event, "tool": self.listed, "upstream": self.upstream, "policy": self.policy,
+            "policy_at": self.policy_at, "policy_digest": self.policy_digest,
+        }));
     }
 
     /// The error result of a denied call, naming the policy.
@@ -497,6 +519,10 @@ fn call_step(gated: Arc<Gated>, through: Through) -> impl Fn(Value, StepContext)
     move |state, ctx| {
         let (gated, through) = (gated.clone(), through.clone());
         Box::pin(async move {
+            // A tool no review step guards is allowed by its name alone: said here.
+            if !gated.guarded() {
+                gated.record_decision(&ctx);
+            }
             let args = match gated.carry_out(state.get(DECISION))? {
                 Carried::Run(args) => args.unwrap_or_else(|| arguments(&state)),
                 Carried::Answer(result) => return Ok(json!({ RESULT: result.to_value() })),

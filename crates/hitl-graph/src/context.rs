@@ -149,6 +149,31 @@ pub struct Caller {
     pub peer: Option<String>,
 }
 
+/// Where a step writes an entry for the audit trail about the call it runs (the
+/// gateway: which policy let the call through, and under which version of the rules).
+/// The engine puts one in a run's extensions (`ctx.extension::<AuditSink>()`) when the
+/// server keeps a trail; without one a step writes nothing.
+#[derive(Clone)]
+pub struct AuditSink(Arc<dyn Fn(Value) + Send + Sync>);
+
+impl AuditSink {
+    /// A sink that hands each entry to `write`.
+    pub fn new(write: impl Fn(Value) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(write))
+    }
+
+    /// Writes `entry` (a JSON object: at least `event`).
+    pub fn record(&self, entry: Value) {
+        (self.0)(entry);
+    }
+}
+
+impl fmt::Debug for AuditSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AuditSink")
+    }
+}
+
 /// What a step sees besides the state: the runtime context and `interrupt`.
 #[derive(Clone)]
 pub struct StepContext {

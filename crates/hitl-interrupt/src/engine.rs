@@ -191,7 +191,10 @@ impl Engine {
     ) -> Result<Answered, EngineError> {
         let started = std::time::Instant::now();
         let span = tracing::info_span!("agent_run", tool = %agent.name, thread_id = %id);
-        let run = tracing::Instrument::instrument(agent.graph.invoke_run(arguments, call.run(agent)), span);
+        let run = tracing::Instrument::instrument(
+            agent.graph.invoke_run(arguments, self.core.run_of(&call, agent, &id)),
+            span,
+        );
         let outcome = deadline.run(run).await;
         meter::ran(&agent.name, started);
         let Some(outcome) = outcome else {

@@ -128,7 +128,8 @@ impl<'a> First<'a> {
                     _ => return Unstored::Paused(Box::new(thread)),
                 };
             let checkpoint = claimed.paused().map(|p| (*p.checkpoint).clone()).expect("a claimed thread is paused");
-            let outcome = deadline.run(agent.graph.resume_run(checkpoint, values, call.run(agent))).await;
+            let outcome =
+                deadline.run(agent.graph.resume_run(checkpoint, values, core.run_of(call, agent, &claimed.id))).await;
             claimed.set_claim(None);
             let asking = core.asking(call, &claimed.id, round.n + 1);
             let ran = round::ran(outcome, false, || core.timed_out(false), &asking, &core.secret);

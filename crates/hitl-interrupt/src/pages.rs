@@ -55,6 +55,18 @@ pub enum Event<'a> {
         /// Why, as the client was told.
         reason: &'a str,
     },
+    /// A step wrote an entry for the audit trail about the call it runs
+    /// ([`hitl_graph::AuditSink`]: the gateway names the policy that let it through).
+    Recorded {
+        /// The call's thread (a call that never pauses is never stored under it).
+        thread_id: &'a str,
+        /// The tool (or `prompt:<name>`) of the call.
+        tool: &'a str,
+        /// Who made the call.
+        principal: Option<&'a str>,
+        /// The entry (a JSON object with at least `event`).
+        entry: &'a Value,
+    },
     /// A stored call ended with its result.
     Finished {
         /// The thread, as it was when the result was decided.

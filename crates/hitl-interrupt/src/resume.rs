@@ -227,6 +227,7 @@ impl<'a> Resume<'a> {
             return Err(StoreError::Corrupt { id: thread.id.clone(), reason }.into());
         };
         let span = tracing::info_span!("agent_run", tool = %agent.name, thread_id = %thread.id);
+        let mut run = core.run_of(call, agent, &thread.id);
         let held = Arc::new(Held {
             store: core.store.clone(),
             thread: tokio::sync::Mutex::new(thread),
@@ -234,7 +235,6 @@ impl<'a> Resume<'a> {
             observer: core.observer.clone(),
             begun_in: std::sync::Mutex::new(None),
         });
-        let mut run = call.run(agent);
         run.effects = Some(Arc::new(Marks(held.clone())));
         let run = deadline.run(tracing::Instrument::instrument(agent.graph.resume_run(checkpoint, values, run), span));
         let started = std::time::Instant::now();

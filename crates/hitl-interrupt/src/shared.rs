@@ -80,6 +80,27 @@ impl Core {
         }
     }
 
+    /// The graph run of `call` of `agent` ([`ToolCall::run`]) in thread `thread_id`,
+    /// with an [`hitl_graph::AuditSink`] that hands its steps' entries to the observer,
+    /// when there is one.
+    pub(crate) fn run_of(&self, call: &ToolCall, agent: &hitl_graph::Agent, thread_id: &str) -> hitl_graph::Run {
+        let mut run = call.run(agent);
+        if let Some(observer) = &self.observer {
+            let (observer, tool, principal) = (observer.clone(), call.bound_to(agent), call.principal.clone());
+            let thread_id = thread_id.to_owned();
+            run.extensions.insert(hitl_graph::AuditSink::new(move |entry| {
+                let principal = principal.as_deref();
+                observer.observe(&crate::Event::Recorded {
+                    thread_id: &thread_id,
+                    tool: &tool,
+                    principal,
+                    entry: &entry,
+                });
+            }));
+        }
+        run
+    }
+
     /// What makes round `n` of `call`'s thread `thread_id`, now: the clock read and a
     /// fresh nonce drawn here, so the round logic stays pure.
     pub(crate) fn asking<'a>(&'a self, call: &ToolCall, thread_id: &'a str, n: u32) -> Asking<'a> {

@@ -76,14 +76,14 @@ impl Tasks {
         // there is no stream for progress once it has.
         (call.cancel, call.progress) = (None, None);
         let (graph, tool) = (agent.graph.clone(), agent.name.clone());
-        let run = call.run(agent);
+        let id = uuid::Uuid::now_v7().to_string();
+        let run = core.run_of(&call, agent, &id);
         let mut handle = tokio::spawn(async move {
             let started = std::time::Instant::now();
             let outcome = graph.invoke_run(arguments, run).await;
             crate::meter::ran(&tool, started);
             outcome
         });
-        let id = uuid::Uuid::now_v7().to_string();
         if !wait.is_zero()
             && let Ok(joined) = tokio::time::timeout(wait, &mut handle).await
         {

@@ -36,6 +36,12 @@ pub enum AuditKind {
     Expired,
     /// An approver signed in to the pages with a single-use link.
     SignedIn,
+    /// A policy (or `[gateway] default_action`) let a call run without a review.
+    Allowed,
+    /// A policy refused a call.
+    Denied,
+    /// A policy sent a call for review (the `asked` entry that follows has its round).
+    ReviewAsked,
 }
 
 impl AuditKind {
@@ -81,6 +87,9 @@ pub struct AuditEvent {
     /// Who made the call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
+    /// The upstream server that runs the call (none: hitl itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
     /// The digest of the call's arguments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args_digest: Option<String>,
@@ -157,6 +166,7 @@ impl AuditEvent {
             thread: None,
             tool: None,
             principal: None,
+            upstream: None,
             args_digest: None,
             round: None,
             keys: None,

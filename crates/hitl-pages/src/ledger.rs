@@ -182,6 +182,18 @@ impl Observer for LedgerObserver {
             Event::Began { thread_id, tool, principal, step } => {
                 Note::Began { call: CallRef::named(thread_id, tool, *principal), step: (*step).to_owned() }
             }
+            Event::Recorded { thread_id, tool, principal, entry } => {
+                let Some(mut recorded) = AuditEvent::from_value(entry) else {
+                    tracing::warn!(%entry, "a step's audit entry is not one the trail knows; not written");
+                    return;
+                };
+                recorded.thread.get_or_insert_with(|| (*thread_id).to_owned());
+                recorded.tool.get_or_insert_with(|| tool_name(tool).to_owned());
+                if recorded.principal.is_none() {
+                    recorded.principal = principal.map(str::to_owned);
+                }
+                Note::Audit(Box::new(recorded))
+            }
             Event::Finished { thread_id, tool, principal, result } => Note::Finished {
                 call: CallRef::named(thread_id, tool, *principal),
                 is_error: result.is_error == Some(true),

@@ -181,6 +181,7 @@ impl Observer for Heard {
             Event::Began { step, .. } => format!("began {step}"),
             Event::Finished { result, .. } => format!("finished {}", result.is_error == Some(true)),
             Event::Refused { reason, .. } => format!("refused {reason}"),
+            Event::Recorded { entry, .. } => format!("recorded {}", entry["event"]),
         };
         self.0.lock().unwrap().push(said);
     }
