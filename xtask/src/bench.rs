@@ -29,24 +29,27 @@ fn bench_gateway(
         c
     })?;
     let text = format!("[server]\nexamples = false\n\n[[upstream]]\nname = \"db\"\nurl = \"{}\"\n", upstream.url);
-    let gateway = |policies: &str, name: &str| {
-        let config = std::env::temp_dir().join(format!("hitl-bench-{name}-{}.toml", std::process::id()));
-        std::fs::write(&config, format!("{text}{policies}"))?;
-        let hitl = serve({
+    let config = |name: &str| std::env::temp_dir().join(format!("hitl-bench-{name}-{}.toml", std::process::id()));
+    let configs = [config("gateway"), config("gateway-when")];
+    let gateway = |config: &Path, policies: &str| {
+        std::fs::write(config, format!("{text}{policies}"))?;
+        serve({
             let mut c = Command::new(release.join("hitl"));
-            c.args(["serve", "--listen", "127.0.0.1:0", "--config"]).arg(&config).env("RUST_LOG", "error");
+            c.args(["serve", "--listen", "127.0.0.1:0", "--config"]).arg(config).env("RUST_LOG", "error");
             c
-        });
-        let _ = std::fs::remove_file(&config);
-        hitl
+        })
     };
-    let (plain, when) = (gateway("", "gateway")?, gateway(WHEN_POLICY, "gateway-when")?);
-    let arguments = r#"{"text": "bench"}"#;
-    let call = |url: &str, tool: &str| load(url, "call", &["--tool", tool, "--arguments", arguments]);
-    let direct = call(&upstream.url, "echo")?;
-    let via = call(&plain.url, "db.echo")?;
-    let via_when = call(&when.url, "db.echo")?;
-    Ok((direct, via, via_when))
+    let measured = (|| {
+        // The files stay while their servers run (a server watches its file).
+        let (plain, when) = (gateway(&configs[0], "")?, gateway(&configs[1], WHEN_POLICY)?);
+        let arguments = r#"{"text": "bench"}"#;
+        let call = |url: &str, tool: &str| load(url, "call", &["--tool", tool, "--arguments", arguments]);
+        Ok((call(&upstream.url, "echo")?, call(&plain.url, "db.echo")?, call(&when.url, "db.echo")?))
+    })();
+    for config in &configs {
+        let _ = std::fs::remove_file(config);
+    }
+    measured
 }
 
 /// `hitl-counted` (the `hitl` program with a counting allocator) on the memory store,
