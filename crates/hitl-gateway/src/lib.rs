@@ -42,6 +42,7 @@
 
 mod agents;
 mod catalog;
+pub mod cover;
 mod hold;
 pub mod limit;
 mod passthrough;

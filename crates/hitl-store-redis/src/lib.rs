@@ -451,6 +451,29 @@ impl RedisStore {
         Ok(u64::try_from(wait).ok().map(|wait| wait.max(1)))
     }
 
+    /// Keeps `value` under `key` until `until_ms` (Redis drops it then): the approvals
+    /// that cover later calls, which every replica reads. Nothing is kept when that
+    /// time is past at `now_ms`.
+    pub async fn keep_until(&self, key: &str, value: &str, until_ms: u64, now_ms: u64) -> Result<(), StoreError> {
+        let Some(ttl_ms) = until_ms.checked_sub(now_ms).filter(|ms| *ms > 0) else { return Ok(()) };
+        let mut connection = self.connection().await?;
+        let _: () = redis::cmd("SET")
+            .arg(format!("hitl:grant:{key}"))
+            .arg(value)
+            .arg("PX")
+            .arg(ttl_ms)
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// What [`RedisStore::keep_until`] keeps under `key`, while it lasts.
+    pub async fn kept(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let mut connection = self.connection().await?;
+        redis::cmd("GET").arg(format!("hitl:grant:{key}")).query_async(&mut connection).await.map_err(unavailable)
+    }
+
     /// A store for `url`, connected now: fails when Redis cannot be reached.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let store = Self::new(url)?;

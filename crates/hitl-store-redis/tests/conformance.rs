@@ -145,3 +145,30 @@ async fn redis_cluster_store_conforms() {
         hitl_thread::conformance::run(&store, &prefix, now).await;
     }
 }
+
+/// What is kept until a time (the approvals that cover later calls) is read until then,
+/// by any replica, replaced by a later value, and never kept past its time.
+#[tokio::test]
+async fn a_value_kept_until_a_time_is_read_until_then() {
+    let Ok(url) = std::env::var("REDIS_URL") else {
+        cannot_run("REDIS_URL is not set");
+        return;
+    };
+    let (one, other) = (RedisStore::connect(&url).await.unwrap(), RedisStore::connect(&url).await.unwrap());
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    let key = format!("{}-kept", uuid::Uuid::now_v7());
+    assert_eq!(one.kept(&key).await.unwrap(), None, "nothing kept yet");
+    one.keep_until(&key, "a1", now + 60_000, now).await.unwrap();
+    assert_eq!(other.kept(&key).await.unwrap().as_deref(), Some("a1"), "another replica reads it");
+    one.keep_until(&key, "a2", now + 60_000, now).await.unwrap();
+    assert_eq!(other.kept(&key).await.unwrap().as_deref(), Some("a2"), "a later value replaces it");
+    let past = format!("{key}-past");
+    one.keep_until(&past, "b1", now, now).await.unwrap();
+    assert_eq!(one.kept(&past).await.unwrap(), None, "a time already past keeps nothing");
+    one.keep_until(&past, "b2", now + 50, now).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while one.kept(&past).await.unwrap().is_some() {
+        assert!(std::time::Instant::now() < deadline, "the value outlived its time");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
