@@ -206,9 +206,9 @@ impl Drop for Folder {
     }
 }
 
-/// The config: JWT sign-in, `db` upstream, drops approved by group:sre, a webhook, an
-/// audit file.
-pub(crate) fn config(upstream: &str, hook: &str) -> String {
+/// A config with JWT sign-in (the test keys of `jwks.json`) and the `db` upstream at
+/// `upstream`, then `rest`.
+pub(crate) fn signed_in(upstream: &str, rest: &str) -> String {
     format!(
         r#"[auth.jwt]
 issuer = "https://idp.example"
@@ -219,7 +219,17 @@ jwks_file = "jwks.json"
 name = "db"
 url = "{upstream}"
 
-[[policy]]
+{rest}"#
+    )
+}
+
+/// The config: JWT sign-in, `db` upstream, drops approved by group:sre, a webhook, an
+/// audit file.
+pub(crate) fn config(upstream: &str, hook: &str) -> String {
+    signed_in(
+        upstream,
+        &format!(
+            r#"[[policy]]
 tools = ["db.drop_*"]
 action = "review"
 approvers = ["group:sre"]
@@ -234,6 +244,7 @@ file = "audit.jsonl"
 [admin]
 principals = ["user:ops"]
 "#
+        ),
     )
 }
 

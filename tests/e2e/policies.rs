@@ -5,27 +5,11 @@
 
 use serde_json::{Value, json};
 
-use crate::approvals::{Folder, people};
+use crate::approvals::{Folder, people, signed_in};
 use crate::auth::request_as;
 use crate::gateway::{ConfigFile, executions_of};
 use crate::harness::{Paused, accept};
 use crate::upstream::PythonUpstream;
-
-/// JWT sign-in (the people of the approvals tests), `db` at `url`, then `policies`.
-fn signed_in(url: &str, policies: &str) -> String {
-    format!(
-        r#"[auth.jwt]
-issuer = "https://idp.example"
-audience = "hitl"
-jwks_file = "jwks.json"
-
-[[upstream]]
-name = "db"
-url = "{url}"
-
-{policies}"#
-    )
-}
 
 fn drop_args(database: &str) -> Value {
     json!({"partition": "p1", "database": database})

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use fantoccini::Locator;
 use serde_json::{Value, json};
 
-use crate::approvals::{Folder, api, csrf_of, url_client};
+use crate::approvals::{Folder, api, csrf_of, signed_in, url_client};
 use crate::auth::{request_as, sha256_hex, token};
 use crate::browser::{browser, driver, screenshot, sign_in};
 use crate::harness::{Reply, Server};
@@ -35,32 +35,23 @@ struct Gate {
 impl Gate {
     async fn start() -> Option<Self> {
         let upstream = PythonUpstream::start(&[])?;
-        let folder = Folder::new(&format!(
-            r#"[auth.jwt]
-issuer = "https://idp.example"
-audience = "hitl"
-jwks_file = "jwks.json"
-
-[[upstream]]
-name = "db"
-url = "{}"
-
-[[policy]]
+        let folder = Folder::new(&signed_in(
+            &upstream.url,
+            r#"[[policy]]
 tools = ["db.drop_*"]
 action = "review"
 approvers = ["group:sre"]
-description = "Drop {{partition}} on {{database}}?\nThis cannot be undone."
+description = "Drop {partition} on {database}?\nThis cannot be undone."
 
 [[policy]]
 tools = ["db.release"]
 action = "review"
-description = "Release {{service}} v{{version}}?\nProduction traffic moves at once."
+description = "Release {service} v{version}?\nProduction traffic moves at once."
 
 [[policy]]
 tools = ["db.digest"]
 action = "review"
 "#,
-            upstream.url
         ));
         let server = folder.serve(&[]).await;
         Some(Self {

@@ -379,10 +379,9 @@ fn name_policy(entry: &mut AuditEvent, view: &PageView) {
 /// Where the policy of approval `view` is written and the digest of its text, as its
 /// listing entry keeps them (`policy_at`, `policy_digest`).
 fn policy_written(view: &PageView) -> Map<String, Value> {
-    let mut named = AuditEvent::new(AuditKind::Asked);
-    name_policy(&mut named, view);
-    let fields = [("policy_at", named.policy_at), ("policy_digest", named.policy_digest)];
-    fields.into_iter().filter_map(|(key, value)| Some((key.to_owned(), Value::String(value?)))).collect()
+    let PageKind::Approval { about: Some(about), .. } = &view.page.kind else { return Map::new() };
+    let fields = [("policy_at", &about.policy_at), ("policy_digest", &about.policy_digest)];
+    fields.into_iter().filter_map(|(key, value)| Some((key.to_owned(), Value::String(value.clone()?)))).collect()
 }
 
 /// The listing entry of an approval question, pending.
