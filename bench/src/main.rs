@@ -12,7 +12,11 @@
 //! - `hitl-bench allocs --url URL --counts ADDR`: against `hitl-counted` (the `hitl`
 //!   program with a counting allocator, its counts at ADDR), one connection: heap
 //!   allocations and bytes per round (a pause and its answer), and heap bytes held per
-//!   paused call; one JSON line.
+//!   paused call, and heap bytes held per finished call (kept for resends); one JSON
+//!   line.
+//! - `hitl-bench rounds --url URL --count N`: exactly N rounds (a pause and its answer)
+//!   on one connection, untimed: what `cargo xtask bench --peers` counts instructions
+//!   over under callgrind.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -76,12 +80,21 @@ enum Command {
         /// Where `hitl-counted` answers its counts (its `HITL_COUNTS_LISTEN`).
         #[arg(long)]
         counts: String,
-        /// Rounds counted, after 1,000 to warm up.
+        /// Rounds counted, after 4,000 to warm up.
         #[arg(long, default_value_t = 10_000)]
         rounds: usize,
         /// Calls paused to measure the heap each holds.
         #[arg(long, default_value_t = 10_000)]
         paused: usize,
+    },
+    /// Exactly `count` rounds on one connection, untimed.
+    Rounds {
+        /// The endpoint (`http://127.0.0.1:PORT/mcp`).
+        #[arg(long)]
+        url: String,
+        /// Rounds (a pause and its answer).
+        #[arg(long)]
+        count: usize,
     },
 }
 
@@ -97,6 +110,16 @@ fn main() -> anyhow::Result<()> {
                 load(&url, &scenario, &target, connections, Duration::from_secs_f64(seconds), rate, count).await
             }
             Command::Allocs { url, counts, rounds, paused } => allocs(&url, &counts, rounds, paused).await,
+            Command::Rounds { url, count } => {
+                let target = Target { tool: "choose_region".into(), arguments: json!({}) };
+                let mut connection = Connection::open(&url, &target.tool).await?;
+                let mut pending = None;
+                for _ in 0..2 * count {
+                    step("round", &target, &mut connection, &mut pending).await?;
+                }
+                println!("{}", json!({"rounds": count}));
+                Ok(())
+            }
         }
     })
 }
@@ -254,8 +277,10 @@ async fn allocs(url: &str, counts_at: &str, rounds: usize, paused: usize) -> any
     let target = Target { tool: "choose_region".into(), arguments: json!({}) };
     let mut connection = Connection::open(url, &target.tool).await?;
     let mut pending = None;
-    // A round is two requests: the pause, then its answer.
-    for _ in 0..2 * 1_000 {
+    // A round is two requests: the pause, then its answer. Warm past the memory
+    // store's audit bound (10,000 entries, three a round), so that the trail's growth
+    // is not counted as the finished calls'.
+    for _ in 0..2 * 4_000 {
         step("round", &target, &mut connection, &mut pending).await?;
     }
     let before = counts(counts_at).await?;
@@ -268,9 +293,12 @@ async fn allocs(url: &str, counts_at: &str, rounds: usize, paused: usize) -> any
     }
     let held = counts(counts_at).await?;
     let per_round = |i: usize| (after[i] - before[i]) as f64 / rounds as f64;
+    // Each measured round left one finished call behind, kept for resends: the live
+    // heap they grew by.
     println!(
         "{}",
         json!({"rounds": rounds, "allocations_per_round": per_round(0), "bytes_allocated_per_round": per_round(1),
+               "bytes_per_finished_call": per_round(2),
                "paused": paused, "heap_bytes_per_paused_call": (held[2] - after[2]) as f64 / paused as f64})
     );
     Ok(())

@@ -600,3 +600,39 @@ async fn a_paused_call_saved_by_the_build_before_claims_on_load_is_answered() {
         serde_json::from_str(&redis_command(&url, &["HGET", &redis_key, "d"]).await.unwrap()).unwrap();
     assert!(finished["checkpoint"].is_null() && finished["last"]["round"] == 1, "{finished}");
 }
+
+/// Finished calls are kept for resends, bounded: past `max_finished_calls` the oldest
+/// go first, counted; a resend of one gets the error of an expired call, a resend of a
+/// kept one its result. A limit of 0 (no resends at all) is refused.
+#[tokio::test]
+async fn finished_calls_past_their_limit_are_dropped_oldest_first() {
+    let dir = std::env::temp_dir().join(format!("hitl-e2e-finished-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("hitl.toml");
+    std::fs::write(&file, "[server]\nexamples = true\nmax_finished_calls = 2\n").unwrap();
+    let server = Server::start(&["--config", file.to_str().unwrap(), "--store", "memory"]).await;
+    let mut answered = Vec::new();
+    for name in ["Ada", "Bea", "Cy"] {
+        let paused = server.pause("greeter", json!({})).await;
+        let reply = paused.answer(&server, crate::harness::accept(json!({"name": name}))).await;
+        assert_eq!(reply.done()["structuredContent"]["greeting"], format!("Hello, {name}!"));
+        answered.push((paused, name));
+    }
+    let (oldest, name) = &answered[0];
+    let resent = oldest.answer(&server, crate::harness::accept(json!({"name": name}))).await;
+    assert_eq!(resent.error(), (400, -32602, "Invalid or expired requestState".to_owned()));
+    for (kept, name) in &answered[1..] {
+        let resent = kept.answer(&server, crate::harness::accept(json!({"name": name}))).await;
+        assert_eq!(resent.done()["structuredContent"]["greeting"], format!("Hello, {name}!"), "a kept one resends");
+    }
+    let metrics = crate::metrics::scrape(&server).await;
+    assert_eq!(crate::metrics::sample(&metrics, "hitl_finished_calls_dropped_total"), 1.0, "{metrics}");
+
+    for (key, flag) in [("max_finished_calls", "--max-finished-calls"), ("max_finished_bytes", "--max-finished-bytes")]
+    {
+        std::fs::write(&file, format!("[server]\n{key} = 0\n")).unwrap();
+        let (ok, text) = crate::trust::check(&["--config", file.to_str().unwrap()]);
+        assert!(!ok && text.contains(flag) && text.contains("at least 1"), "{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

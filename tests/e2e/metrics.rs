@@ -7,13 +7,13 @@ use serde_json::{Value, json};
 use crate::harness::{Client, Server};
 
 /// The value of the sample `series` (`name{labels}` as exposed), 0 when absent.
-fn sample(text: &str, series: &str) -> f64 {
+pub(crate) fn sample(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|line| line.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
         .map_or(0.0, |value| value.trim().parse().unwrap())
 }
 
-async fn scrape(client: &Client) -> String {
+pub(crate) async fn scrape(client: &Client) -> String {
     let (status, headers, text) = client.raw(http::Method::GET, "/metrics", &[], bytes::Bytes::new()).await;
     assert_eq!(status, 200, "{text}");
     assert!(headers["content-type"].to_str().unwrap().starts_with("text/plain"), "{headers:?}");

@@ -301,7 +301,12 @@ async fn replicas_on_redis_share_a_rate_limit() {
     let Some(upstream) = PythonUpstream::start(&[]) else { return };
     // A policy of its own text: counts left by another run do not apply.
     let run = format!("{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
-    let config = ConfigFile::write(&format!("{}\ndescription = \"run {run}\"\n", limited(&upstream.url)));
+    let text = limited(&upstream.url).replacen(
+        "tools = [\"db.drop_*\"]\n",
+        &format!("tools = [\"db.drop_*\"]\ndescription = \"run {run}\"\n"),
+        1,
+    );
+    let config = ConfigFile::write(&text);
     let args = ["--config", config.0.to_str().unwrap()];
     let (one, two) =
         (crate::harness::Server::start_on(&redis, &args).await, crate::harness::Server::start_on(&redis, &args).await);

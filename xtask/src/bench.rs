@@ -69,6 +69,77 @@ fn allocations(release: &Path) -> anyhow::Result<serde_json::Value> {
     Ok(serde_json::from_slice(&output.stdout)?)
 }
 
+/// Rounds warmed up before instructions are counted, and rounds counted.
+const WARM_ROUNDS: usize = 500;
+const COUNTED_ROUNDS: usize = 2_000;
+
+/// The server `command` starts, run under callgrind and driven by `hitl-bench rounds`
+/// on one connection: the instructions it executes per round (a pause and its answer)
+/// over [`COUNTED_ROUNDS`] rounds after [`WARM_ROUNDS`], its counts zeroed and dumped
+/// with `callgrind_control`. Exact, where a rate on this shared machine is not.
+fn instructions_per_round(release: &Path, command: &Command) -> anyhow::Result<f64> {
+    crate::ensure_apt("valgrind", "valgrind")?;
+    let dir = workspace_root().join("target/bench-callgrind");
+    std::fs::create_dir_all(&dir)?;
+    let mut wrapped = Command::new("valgrind");
+    wrapped
+        .args(["--tool=callgrind", "--dump-instr=no"])
+        .arg(format!("--callgrind-out-file={}/callgrind.%p", dir.display()))
+        .arg(format!("--log-file={}/valgrind.%p.log", dir.display()))
+        .arg(command.get_program())
+        .args(command.get_args());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    let served = serve(wrapped)?;
+    let pid = served.child.id();
+    let rounds = |count: usize| -> anyhow::Result<()> {
+        let output = Command::new(release.join("hitl-bench"))
+            .args(["rounds", "--url", &served.url, "--count", &count.to_string()])
+            .output()
+            .context("running hitl-bench rounds")?;
+        if !output.status.success() {
+            bail!("hitl-bench rounds failed: {}", String::from_utf8_lossy(&output.stderr));
+        }
+        Ok(())
+    };
+    let control = |what: &str| -> anyhow::Result<()> {
+        let status = Command::new("callgrind_control").args([what, &pid.to_string()]).output()?.status;
+        if !status.success() {
+            bail!("callgrind_control {what} {pid} failed");
+        }
+        Ok(())
+    };
+    rounds(WARM_ROUNDS)?;
+    control("-z")?;
+    rounds(COUNTED_ROUNDS)?;
+    control("-d")?;
+    // The dump is `callgrind.<pid>.<n>`; its `totals:` line counts every thread.
+    let prefix = format!("callgrind.{pid}.");
+    let mut dumps: Vec<PathBuf> = std::fs::read_dir(&dir)?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix)))
+        .collect();
+    dumps.sort();
+    let dump = dumps.last().context("callgrind wrote no dump")?;
+    let text = std::fs::read_to_string(dump)?;
+    let total: u64 = text
+        .lines()
+        .find_map(|line| line.strip_prefix("totals:"))
+        .and_then(|n| n.trim().parse().ok())
+        .with_context(|| format!("no totals in {}", dump.display()))?;
+    drop(served);
+    for path in std::fs::read_dir(&dir)?.filter_map(|e| e.ok().map(|e| e.path())) {
+        if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.contains(&pid.to_string())) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    Ok(total as f64 / COUNTED_ROUNDS as f64)
+}
+
 /// One load run: the JSON line `hitl-bench load` prints.
 fn load(url: &str, scenario: &str, extra: &[&str]) -> anyhow::Result<serde_json::Value> {
     let bench = workspace_root().join("target/release/hitl-bench");
@@ -234,8 +305,22 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     report.insert("echo".into(), baseline);
 
     let hitl = serve(hitl_for_load(&release, "hitl"))?;
-    report.insert("hitl, memory store".into(), measure_peer("hitl, memory store", &hitl, 100_000, &Holds::Process)?);
+    let mut row = measure_peer("hitl, memory store", &hitl, 100_000, &Holds::Process)?;
     drop(hitl);
+    let counted = allocations(&release)?;
+    for key in ["allocations_per_round", "bytes_allocated_per_round", "bytes_per_finished_call"] {
+        row[key] = counted[key].clone();
+    }
+    row["instructions_per_round"] = exact(instructions_per_round(&release, &hitl_for_load(&release, "hitl")));
+    println!(
+        "  {:<44} {} instructions, {:.0} allocations, {:.0} bytes allocated per round; {:.0} B per finished call",
+        "",
+        shown(&row["instructions_per_round"]),
+        row["allocations_per_round"].as_f64().unwrap_or_default(),
+        row["bytes_allocated_per_round"].as_f64().unwrap_or_default(),
+        row["bytes_per_finished_call"].as_f64().unwrap_or_default(),
+    );
+    report.insert("hitl, memory store".into(), row);
     let redis = if on_path("redis-server") {
         start_redis().map_err(|e| e.to_string())
     } else {
@@ -253,6 +338,7 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     };
     report.insert(name.into(), row);
 
+    let rmcp = rmcp_peer().map_err(|e| format!("{e:#}"));
     let peers = [
         Peer {
             name: "TypeScript SDK v2 2.4.0 (createMcpHandler)",
@@ -264,7 +350,7 @@ pub(crate) fn peers() -> anyhow::Result<()> {
             // It keeps nothing of a paused call (the client sends the answers again).
             paused: 10_000,
         },
-        Peer { name: "rmcp 3.11 (StreamableHttpService)", start: rmcp_peer().map(Command::new), paused: 100_000 },
+        Peer { name: RMCP, start: rmcp.clone().map(Command::new).map_err(anyhow::Error::msg), paused: 100_000 },
         Peer {
             name: "Python mcp 2.3.0 MCPServer (Resolve(Elicit))",
             start: python_sdk().map_err(anyhow::Error::msg).map(|python| {
@@ -291,6 +377,12 @@ pub(crate) fn peers() -> anyhow::Result<()> {
             };
         report.insert(peer.name.into(), row);
     }
+    if let (Ok(program), Some(row)) = (&rmcp, report.get_mut(RMCP))
+        && row["status"] == "measured"
+    {
+        row["instructions_per_round"] = exact(instructions_per_round(&release, &Command::new(program)));
+        println!("  {:<44} {} instructions per round", "", shown(&row["instructions_per_round"]));
+    }
     let hitl_rounds = report["hitl, memory store"]["round"]["throughput"].as_f64().unwrap_or_default();
     let mut summary = serde_json::json!({"peers": report});
     if let Some((name, rounds)) = best {
@@ -302,6 +394,22 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     std::fs::write(&out, serde_json::to_string_pretty(&summary)?)?;
     eprintln!("report: {}", out.display());
     Ok(())
+}
+
+/// The rmcp peer's name in the report.
+const RMCP: &str = "rmcp 3.11 (StreamableHttpService)";
+
+/// A count for the report: the number, or why there is none.
+fn exact(count: anyhow::Result<f64>) -> serde_json::Value {
+    match count {
+        Ok(n) => serde_json::json!(n.round()),
+        Err(why) => serde_json::json!(format!("not measured: {why:#}")),
+    }
+}
+
+/// A count as the terminal shows it.
+fn shown(count: &serde_json::Value) -> String {
+    count.as_f64().map_or_else(|| count.as_str().unwrap_or_default().to_owned(), |n| format!("{n:.0}"))
 }
 
 /// A peer's row when it could not be measured: said on stdout and in the report.
@@ -395,10 +503,11 @@ pub(crate) fn bench() -> anyhow::Result<()> {
     }
     let counted = allocations(&release)?;
     eprintln!(
-        "  memory: {:.0} heap allocations and {:.0} bytes allocated per round (a pause and its answer); {:.0} heap bytes held per paused call",
+        "  memory: {:.0} heap allocations and {:.0} bytes allocated per round (a pause and its answer); {:.0} heap bytes held per paused call, {:.0} per finished call",
         counted["allocations_per_round"].as_f64().unwrap_or_default(),
         counted["bytes_allocated_per_round"].as_f64().unwrap_or_default(),
-        counted["heap_bytes_per_paused_call"].as_f64().unwrap_or_default()
+        counted["heap_bytes_per_paused_call"].as_f64().unwrap_or_default(),
+        counted["bytes_per_finished_call"].as_f64().unwrap_or_default()
     );
     report.insert("allocations".into(), counted);
     report.insert("echo".into(), baseline);

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail, ensure};
 use serde_json::{Value, json};
 
-use crate::{cargo, on_path, run, workspace_root};
+use crate::{cargo, run, workspace_root};
 
 /// The image may take at most this much, uncompressed (`buildah images`).
 const MAX_SIZE: u64 = 40 * 1024 * 1024;
@@ -31,7 +31,7 @@ const CMD: [&str; 3] = ["serve", "--listen", "0.0.0.0:8123"];
 const CONTAINER: &str = "hitl-xtask-image-test";
 
 pub(crate) fn image() -> anyhow::Result<()> {
-    ensure_buildah()?;
+    crate::ensure_apt("buildah", "buildah")?;
     let mut build = cargo();
     build.args(["build", "--release", "-p", "hitl-server", "--bin", "hitl"]);
     // `cargo run` gives xtask the variables of its own package, and build scripts (ring's)
@@ -102,26 +102,6 @@ fn bytes(size: &str) -> Option<u64> {
     let power = ["B", "kB", "MB", "GB", "TB"].iter().position(|u| *u == unit)?;
     let number: f64 = number.parse().ok()?;
     Some((number * 1000f64.powi(power as i32)) as u64)
-}
-
-fn ensure_buildah() -> anyhow::Result<()> {
-    if on_path("buildah") {
-        return Ok(());
-    }
-    eprintln!("buildah is not installed: installing it with apt-get");
-    let install = || {
-        let mut apt = Command::new("apt-get");
-        apt.args(["install", "-y", "-qq", "--no-install-recommends", "buildah"])
-            .env("DEBIAN_FRONTEND", "noninteractive");
-        run(apt)
-    };
-    if install().is_err() {
-        let mut update = Command::new("apt-get");
-        update.args(["update", "-qq"]);
-        run(update)?;
-        install().context("apt-get install buildah (is this Debian or Ubuntu, run as root?)")?;
-    }
-    Ok(())
 }
 
 /// The image's files, under `rootfs`: everything `COPY rootfs/ /` puts in it.

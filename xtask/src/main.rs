@@ -83,6 +83,26 @@ fn on_path(program: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
+/// `program`, installed with apt-get (package `package`) when it is not on `PATH`.
+fn ensure_apt(program: &str, package: &str) -> anyhow::Result<()> {
+    if on_path(program) {
+        return Ok(());
+    }
+    eprintln!("{program} is not installed: installing {package} with apt-get");
+    let install = || {
+        let mut apt = Command::new("apt-get");
+        apt.args(["install", "-y", "-qq", "--no-install-recommends", package]).env("DEBIAN_FRONTEND", "noninteractive");
+        run(apt)
+    };
+    if install().is_err() {
+        let mut update = Command::new("apt-get");
+        update.args(["update", "-qq"]);
+        run(update)?;
+        install().with_context(|| format!("apt-get install {package} (is this Debian or Ubuntu, run as root?)"))?;
+    }
+    Ok(())
+}
+
 fn ci(no_test: bool) -> anyhow::Result<()> {
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--check"]);

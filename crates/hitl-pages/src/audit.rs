@@ -202,6 +202,13 @@ impl AuditEvent {
         serde_json::to_value(self).unwrap_or_default()
     }
 
+    /// Serialized once, for the store and the `[audit] file`.
+    pub fn to_line(&self) -> hitl_thread::AuditLine {
+        // Strings, numbers and JSON values: serializing cannot fail.
+        let json = serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned());
+        hitl_thread::AuditLine { at_ms: self.at_ms, json: json.into() }
+    }
+
     /// Is the entry about one approval (it names its approvers), so shown to them alone?
     pub fn about_approval(&self) -> bool {
         self.approvers.is_some()

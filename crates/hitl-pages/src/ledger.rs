@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use hitl_interrupt::{Event, Observer, PageView};
 use hitl_protocol::display;
-use hitl_thread::{Notes, PageKind, Records, Thread};
+use hitl_thread::{AuditLine, Notes, PageKind, Records, Thread};
 use serde_json::{Map, Value, json};
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{broadcast, mpsc};
@@ -231,7 +231,7 @@ const MAX_RETRY: Duration = Duration::from_secs(5);
 /// when to try again.
 #[derive(Default)]
 pub(crate) struct Unstored {
-    entries: std::collections::VecDeque<Value>,
+    entries: std::collections::VecDeque<AuditLine>,
     /// No attempt before then (backing off while the store is out of reach).
     next_try: Option<tokio::time::Instant>,
     backoff: Duration,
@@ -242,7 +242,7 @@ pub(crate) struct Unstored {
 impl Unstored {
     /// Queues `batch` behind the entries waiting already, dropping the oldest past
     /// [`UNSTORED`].
-    fn push(&mut self, batch: Vec<Value>) {
+    fn push(&mut self, batch: Vec<AuditLine>) {
         self.entries.extend(batch);
         let over = self.entries.len().saturating_sub(UNSTORED);
         if over > 0 {
@@ -716,12 +716,13 @@ impl Worker {
         if self.batch.is_empty() {
             return;
         }
-        let batch: Vec<Value> = self.batch.drain(..).map(|entry| entry.to_value()).collect();
+        // Each entry serialized once, for the store and the file.
+        let batch: Vec<AuditLine> = self.batch.drain(..).map(|entry| entry.to_line()).collect();
         // The file's lines, when there is a file, written before the store takes them.
         let lines = self.audit_file.as_ref().map(|_| {
             let mut lines = String::new();
             for entry in &batch {
-                lines.push_str(&entry.to_string());
+                lines.push_str(&entry.json);
                 lines.push('\n');
             }
             lines
@@ -763,7 +764,7 @@ impl Worker {
         let retried = unstored.next_try.is_some();
         while !unstored.entries.is_empty() {
             let n = unstored.entries.len().min(1_024);
-            let chunk: Vec<Value> = unstored.entries.iter().take(n).cloned().collect();
+            let chunk = &unstored.entries.make_contiguous()[..n];
             if let Err(error) = self.records.append_audit(chunk).await {
                 if !retried {
                     tracing::error!(%error, waiting = unstored.entries.len(),
@@ -840,7 +841,7 @@ mod tests {
             self.check()?;
             self.inner.remove_approvals(ids).await
         }
-        async fn append_audit(&self, entries: Vec<Value>) -> Result<(), hitl_thread::StoreError> {
+        async fn append_audit(&self, entries: &[AuditLine]) -> Result<(), hitl_thread::StoreError> {
             self.check()?;
             self.inner.append_audit(entries).await
         }
@@ -965,9 +966,9 @@ mod tests {
     #[test]
     fn past_the_bound_the_oldest_waiting_entries_are_dropped() {
         let mut unstored = Unstored::default();
-        unstored.push((0..UNSTORED + 5).map(|n| json!({"n": n})).collect());
+        unstored.push((0..UNSTORED + 5).map(|n| AuditLine::of(&json!({"n": n}))).collect());
         assert_eq!(unstored.entries.len(), UNSTORED);
-        assert_eq!((unstored.entries[0]["n"].as_u64(), unstored.dropped), (Some(5), 5), "the oldest five dropped");
+        assert_eq!((&*unstored.entries[0].json, unstored.dropped), (r#"{"n":5}"#, 5), "the oldest five dropped");
     }
 
     #[test]

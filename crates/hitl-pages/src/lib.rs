@@ -893,7 +893,7 @@ mod tests {
         async fn remove_approvals(&self, _: &[String]) -> Result<(), StoreError> {
             Err(StoreError::Unavailable("down".into()))
         }
-        async fn append_audit(&self, _: Vec<Value>) -> Result<(), StoreError> {
+        async fn append_audit(&self, _: &[hitl_thread::AuditLine]) -> Result<(), StoreError> {
             Err(StoreError::Unavailable("down".into()))
         }
         async fn audit_since(&self, _: u64, _: Option<&str>, _: usize) -> Result<Vec<Value>, StoreError> {

@@ -276,6 +276,15 @@ pub(crate) struct ServeArgs {
     /// The largest thread record, in bytes; a call whose record would be larger fails.
     #[arg(long, env = "HITL_MAX_RECORD_BYTES", default_value_t = 1024 * 1024)]
     max_record_bytes: usize,
+    /// Finished calls the memory store keeps for resends (each for 10 minutes); past
+    /// it the oldest are dropped first, and a resend of one gets `Invalid or expired
+    /// requestState`. A Redis store keeps them for their lifetime (its own memory).
+    #[arg(long, env = "HITL_MAX_FINISHED_CALLS", default_value_t = 1_000_000)]
+    max_finished_calls: u64,
+    /// The bytes the memory store's finished calls may take; past it the oldest are
+    /// dropped first.
+    #[arg(long, env = "HITL_MAX_FINISHED_BYTES", default_value_t = 1 << 30)]
+    max_finished_bytes: u64,
 }
 
 /// Was `id` given on the command line or in the environment (which override the file)?
@@ -327,6 +336,7 @@ impl ServeArgs {
         }
         take!(listen, store, max_body_bytes, header_read_timeout, body_read_timeout, max_connections);
         take!(max_concurrent_requests, request_timeout, max_paused_per_caller, max_paused_calls, max_record_bytes);
+        take!(max_finished_calls, max_finished_bytes);
         take!(conformance_fixtures, allowed_hosts, legacy_elicitation, log_format, stdio_principal);
         take_some!(redis_ca_file, default_ttl, principal_header, public_url, metrics_listen, otlp_endpoint);
         if !explicit(matches, "no_examples")
@@ -382,6 +392,18 @@ impl ServeArgs {
         let secret = secrets::load(&sources, shared_store.as_deref())?;
         if self.max_connections == 0 || self.max_concurrent_requests == 0 {
             bail!("--max-connections and --max-concurrent-requests must be at least 1");
+        }
+        if self.max_finished_calls == 0 || self.max_finished_bytes == 0 {
+            bail!(
+                "--max-finished-calls and --max-finished-bytes must be at least 1: a finished call is kept so that a \
+                 client that lost its answer can send its request again"
+            );
+        }
+        if shared_store.is_some() && self.finished_limits() != hitl_interrupt::FinishedLimits::default() {
+            tracing::warn!(
+                "--max-finished-calls and --max-finished-bytes bound the memory store only: a Redis store keeps \
+                 finished calls for their lifetime, in its own memory (bound it with Redis's maxmemory)"
+            );
         }
         let mut builder = base
             .store(store)
@@ -688,13 +710,17 @@ impl ServeArgs {
     }
 
     /// The store's URL (`memory`, or Redis).
-    pub(crate) fn store_url(&self) -> String {
-        self.store.clone()
+    /// The thread store `--store` names; the memory store within the finished-call limits.
+    pub(crate) fn store(&self) -> anyhow::Result<Arc<dyn Store>> {
+        if self.store == "memory" {
+            return Ok(Arc::new(hitl_interrupt::MemoryStore::default().with_finished_limits(self.finished_limits())));
+        }
+        crate::store_from_url(&self.store, self.redis_ca_file.as_deref())
     }
 
-    /// The CA that signs a `rediss://` store's certificate, when not a public one.
-    pub(crate) fn redis_ca_file(&self) -> Option<&std::path::Path> {
-        self.redis_ca_file.as_deref()
+    /// `--max-finished-calls` and `--max-finished-bytes`.
+    fn finished_limits(&self) -> hitl_interrupt::FinishedLimits {
+        hitl_interrupt::FinishedLimits { calls: self.max_finished_calls, bytes: self.max_finished_bytes }
     }
 
     /// Where the server listens (`--listen`, `[server] listen`): its pages' address
@@ -716,7 +742,7 @@ impl ServeArgs {
 
 /// Serves `agents` (besides the examples and fixtures the flags ask for) as `args` say.
 pub(crate) async fn serve(args: ServeArgs, matches: ArgMatches, agents: Vec<Agent>) -> anyhow::Result<()> {
-    let store = crate::store_from_url(&args.store, args.redis_ca_file.as_deref())?;
+    let store = args.store()?;
     let principal = args.stdio.then(|| stdio_principal(&args.stdio_principal)).transpose()?;
     // Read from the start: a host that gives up while hitl still lists its upstreams
     // ends it at once, and what it sent meanwhile waits in the pipe.

@@ -243,6 +243,8 @@ pub(crate) struct ServerSection {
     pub(crate) max_paused_per_caller: Option<u64>,
     pub(crate) max_paused_calls: Option<u64>,
     pub(crate) max_record_bytes: Option<usize>,
+    pub(crate) max_finished_calls: Option<u64>,
+    pub(crate) max_finished_bytes: Option<u64>,
     pub(crate) stdio_principal: Option<String>,
 }
 

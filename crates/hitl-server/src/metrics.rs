@@ -87,6 +87,13 @@ fn describe() {
         "Outcomes of answered rounds this process holds but could not save yet (the store was out of reach)."
     );
     describe_counter!(
+        "hitl_finished_calls_dropped_total",
+        "Finished calls the memory store dropped, oldest first, to stay within --max-finished-calls and \
+         --max-finished-bytes (a resend of one gets `Invalid or expired requestState`)."
+    );
+    // Shown at 0 before any drop, for alerts on its rate.
+    metrics::counter!("hitl_finished_calls_dropped_total").increment(0);
+    describe_counter!(
         "hitl_audit_dropped_total",
         "Audit entries dropped because a queue was full, by reason: behind (the ledger's events), store (entries \
          waiting for an unreachable store)."

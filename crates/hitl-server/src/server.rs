@@ -125,7 +125,7 @@ impl ServerBuilder {
         let (args, matches) = crate::cli::ServeArgs::for_file(path.as_ref())?;
         let store = match self.store.clone() {
             Some(store) => store,
-            None => crate::store_from_url(&args.store_url(), args.redis_ca_file())?,
+            None => args.store()?,
         };
         args.configure(self, store, args.listen_addr(), Some(matches))
     }

@@ -3,7 +3,7 @@
 //! the audit trail is a stream, `hitl:audit`, capped near [`AUDIT_KEPT`] entries.
 
 use async_trait::async_trait;
-use hitl_thread::{AUDIT_KEPT, Records, StoreError};
+use hitl_thread::{AUDIT_KEPT, AuditLine, Records, StoreError};
 use serde_json::Value;
 
 use crate::{RedisStore, now_ms, unavailable};
@@ -109,14 +109,14 @@ impl Records for RedisStore {
         Ok(())
     }
 
-    async fn append_audit(&self, entries: Vec<Value>) -> Result<(), StoreError> {
+    async fn append_audit(&self, entries: &[AuditLine]) -> Result<(), StoreError> {
         if entries.is_empty() {
             return Ok(());
         }
         let mut connection = self.connection().await?;
         // Redis numbers the entries by its clock (ms), which `since` reads by.
         let mut pipe = redis::pipe();
-        for entry in &entries {
+        for entry in entries {
             pipe.cmd("XADD")
                 .arg(AUDIT)
                 .arg("MAXLEN")
@@ -124,7 +124,7 @@ impl Records for RedisStore {
                 .arg(AUDIT_KEPT)
                 .arg("*")
                 .arg("e")
-                .arg(entry.to_string())
+                .arg(&*entry.json)
                 .ignore();
         }
         let () = pipe.query_async(&mut connection).await.map_err(unavailable)?;
@@ -159,9 +159,8 @@ impl Records for RedisStore {
             let last = read.last().map(|(id, _)| id.clone());
             for (id, fields) in read {
                 for (_, e) in fields {
-                    let mut entry: Value = serde_json::from_str(&e).map_err(corrupt)?;
+                    let entry = AuditLine::read_back(&e, id.as_str())?;
                     if entry.get("at_ms").and_then(Value::as_u64).unwrap_or(0) >= since_ms {
-                        entry["seq"] = Value::String(id.clone());
                         found.push(entry);
                     }
                 }

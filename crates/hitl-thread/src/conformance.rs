@@ -5,11 +5,12 @@
 //! Each check panics with a message naming the rule it broke.
 
 use crate::{
-    Claim, ClaimAttempt, LimitReached, Notes, PausedLedger, PausedLimits, Records, Round, SaveError, THREAD_FORMAT,
-    Thread, ThreadState, ThreadStore,
+    AuditLine, Claim, ClaimAttempt, LimitReached, Notes, PausedLedger, PausedLimits, Records, Round, SaveError,
+    THREAD_FORMAT, Thread, ThreadState, ThreadStore,
 };
 
-fn thread(id: &str, version: u64, expires_at_ms: u64) -> Thread {
+/// A finished thread.
+pub(crate) fn thread(id: &str, version: u64, expires_at_ms: u64) -> Thread {
     Thread {
         format: THREAD_FORMAT,
         id: id.to_owned(),
@@ -74,7 +75,7 @@ fn paused_checkpoint() -> hitl_graph::Checkpoint {
 }
 
 /// A paused thread whose round 1 a load may claim with `token`.
-fn claimable(id: &str, token: &str, expires_at_ms: u64) -> Thread {
+pub(crate) fn claimable(id: &str, token: &str, expires_at_ms: u64) -> Thread {
     let round = Round { n: 1, nonce: "n".into(), questions: Vec::new(), asked_at_ms: 0, proof: crate::proof(token) };
     Thread { state: ThreadState::paused(paused_checkpoint(), round), ..thread(id, 1, expires_at_ms) }
 }
@@ -278,8 +279,10 @@ pub async fn records<S: Records + ?Sized>(store: &S, prefix: &str, now_ms: u64) 
     assert!(left.iter().any(|e| e["id"] == a.as_str()) && !left.iter().any(|e| e["id"] == b.as_str()));
     store.remove_approvals(&[]).await.unwrap();
 
-    let entries = (0..3).map(|n| json!({"at_ms": now_ms + n, "event": "asked", "thread": prefix, "n": n})).collect();
-    store.append_audit(entries).await.unwrap();
+    let entries: Vec<AuditLine> = (0..3)
+        .map(|n| AuditLine::of(&json!({"at_ms": now_ms + n, "event": "asked", "thread": prefix, "n": n})))
+        .collect();
+    store.append_audit(&entries).await.unwrap();
     let read = store.audit_since(now_ms + 1, None, 1_000).await.unwrap();
     let mine: Vec<&Value> = read.iter().filter(|e| e["thread"] == prefix).collect();
     assert_eq!(mine.iter().map(|e| e["n"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2], "entries since, in order");
@@ -288,9 +291,9 @@ pub async fn records<S: Records + ?Sized>(store: &S, prefix: &str, now_ms: u64) 
     let seq = |e: &Value| e["seq"].as_str().map_or_else(|| e["seq"].to_string(), str::to_owned);
     let out_of_order = [now_ms + 5, now_ms + 3, now_ms + 6]
         .iter()
-        .map(|at| json!({"at_ms": at, "event": "asked", "thread": format!("{prefix}-order"), "at": at}))
-        .collect();
-    store.append_audit(out_of_order).await.unwrap();
+        .map(|at| AuditLine::of(&json!({"at_ms": at, "event": "asked", "thread": format!("{prefix}-order"), "at": at})))
+        .collect::<Vec<_>>();
+    store.append_audit(&out_of_order).await.unwrap();
     let all = store.audit_since(now_ms, None, 1_000_000).await.unwrap();
     let mine: Vec<&Value> = all.iter().filter(|e| e["thread"] == format!("{prefix}-order").as_str()).collect();
     assert_eq!(mine.len(), 3);

@@ -51,9 +51,9 @@ mod store;
 mod thread;
 
 pub use digest::{canonical, digest_hex, hex, short_digest};
-pub use memory::MemoryStore;
+pub use memory::{FinishedLimits, MemoryStore};
 pub use metered::MeteredStore;
-pub use records::{AUDIT_KEPT, AUDIT_KEPT_IN_MEMORY, Records};
+pub use records::{AUDIT_KEPT, AUDIT_KEPT_IN_MEMORY, AuditLine, Records};
 pub use store::{
     ClaimAttempt, Clock, LimitReached, Loaded, ManualClock, Notes, PausedLedger, PausedLimits, SaveError, Sleep, Store,
     StoreError, SystemClock, ThreadStore, create_paused_in_steps, save_finished_in_steps,

@@ -3,17 +3,18 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::records::{AUDIT_KEPT_IN_MEMORY, Records};
+use crate::records::{AUDIT_KEPT_IN_MEMORY, AuditLine, Records};
 use crate::store::{
     ClaimAttempt, Clock, LimitReached, Loaded, Notes, PausedLedger, PausedLimits, SaveError, StoreError, SystemClock,
     ThreadStore,
 };
-use crate::{Claim, Thread};
+use crate::{Claim, Thread, ThreadState};
 
 /// A hasher for maps keyed by what the server made (thread ids, owners, tools): fast
 /// and seeded per process. A client never chooses a stored key (a request's thread id
@@ -26,8 +27,11 @@ type Fast = foldhash::fast::RandomState;
 /// by expiry, so the cost of a save does not grow with the number of paused calls.
 /// Threads are kept as their JSON, as a shared store keeps them: several times smaller
 /// than the record in memory, and every load is a copy of its own, as from any store.
+/// Finished calls (kept for resends) are bounded by [`FinishedLimits`]: past either
+/// limit the oldest go first, counted in `hitl_finished_calls_dropped_total`.
 pub struct MemoryStore<C: Clock = SystemClock> {
     shards: Box<[Mutex<Shard>]>,
+    finished: Finished,
     paused: Mutex<Ledger>,
     records: Mutex<Kept>,
     notes: Mutex<Noted>,
@@ -113,6 +117,75 @@ struct Stored {
     expires_at_ms: u64,
     claim: Option<Claim>,
     json: Arc<[u8]>,
+    /// What it counts for among the finished calls (0: not finished).
+    finished_bytes: u64,
+}
+
+/// How many finished calls the memory store keeps for resends, and in how many bytes
+/// (a record's JSON, its id and what the store keeps beside it). Past either, the
+/// oldest finished calls are dropped first: a resend of one gets `Invalid or expired
+/// requestState`, as after its lifetime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FinishedLimits {
+    /// Finished calls kept (`--max-finished-calls`).
+    pub calls: u64,
+    /// Bytes they may take (`--max-finished-bytes`).
+    pub bytes: u64,
+}
+
+impl Default for FinishedLimits {
+    /// A million calls, 1 GiB.
+    fn default() -> Self {
+        Self { calls: 1_000_000, bytes: 1 << 30 }
+    }
+}
+
+/// The finished calls kept, in the order they finished: counted under the shards'
+/// locks as they come and go, dropped oldest first past the limits.
+struct Finished {
+    limits: FinishedLimits,
+    calls: AtomicU64,
+    bytes: AtomicU64,
+    dropped: AtomicU64,
+    /// `(id, version)` of each finished save, oldest first; an entry whose thread has
+    /// gone or changed since is skipped when popped. Locked before a shard, never after.
+    order: Mutex<VecDeque<(Arc<str>, u64)>>,
+}
+
+impl Finished {
+    fn new(limits: FinishedLimits) -> Self {
+        Self {
+            limits,
+            calls: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            order: Mutex::default(),
+        }
+    }
+
+    fn over(&self) -> bool {
+        self.calls.load(Ordering::Relaxed) > self.limits.calls || self.bytes.load(Ordering::Relaxed) > self.limits.bytes
+    }
+
+    /// A stored thread came (`+1`) or went: the counts follow.
+    fn count(&self, stored: &Stored, came: bool) {
+        if stored.finished_bytes == 0 {
+            return;
+        }
+        if came {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            self.bytes.fetch_add(stored.finished_bytes, Ordering::Relaxed);
+        } else {
+            self.calls.fetch_sub(1, Ordering::Relaxed);
+            self.bytes.fetch_sub(stored.finished_bytes, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What a finished record counts for: its JSON, its id (twice: map and queue) and the
+/// entries beside it.
+fn finished_bytes(json: &[u8], id: &str) -> u64 {
+    (json.len() + 2 * id.len() + std::mem::size_of::<Stored>() + 64) as u64
 }
 
 #[derive(Default)]
@@ -131,16 +204,23 @@ impl Shard {
         }
     }
 
-    fn sweep(&mut self, now: u64) {
+    fn sweep(&mut self, now: u64, finished: &Finished) {
         while let Some(Reverse((at, _))) = self.expiry.peek() {
             if *at > now {
                 break;
             }
             let Some(Reverse((_, id))) = self.expiry.pop() else { break };
             if self.threads.get(&id).is_some_and(|t| t.expires_at_ms <= now) {
-                self.threads.remove(&id);
+                self.remove(&id, finished);
             }
         }
+    }
+
+    /// Removes `id`, counting it out of the finished calls.
+    fn remove(&mut self, id: &str, finished: &Finished) -> Option<Stored> {
+        let gone = self.threads.remove(id)?;
+        finished.count(&gone, false);
+        Some(gone)
     }
 }
 
@@ -157,12 +237,62 @@ impl<C: Clock> MemoryStore<C> {
     pub fn with_clock(clock: C) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            finished: Finished::new(FinishedLimits::default()),
             paused: Mutex::new(Ledger::default()),
             records: Default::default(),
             notes: Mutex::default(),
             clock,
             hasher: Fast::default(),
         }
+    }
+
+    /// This store, keeping finished calls within `limits` (the default:
+    /// [`FinishedLimits::default`]).
+    pub fn with_finished_limits(mut self, limits: FinishedLimits) -> Self {
+        self.finished.limits = limits;
+        self
+    }
+
+    /// Finished calls kept now, and the bytes they count for.
+    pub fn finished(&self) -> (u64, u64) {
+        (self.finished.calls.load(Ordering::Relaxed), self.finished.bytes.load(Ordering::Relaxed))
+    }
+
+    /// Finished calls dropped so far to stay within the limits.
+    pub fn finished_dropped(&self) -> u64 {
+        self.finished.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Drops the oldest finished calls while the kept ones are over a limit.
+    fn drop_oldest_finished(&self) {
+        if !self.finished.over() {
+            return;
+        }
+        let mut order = self.finished.order.lock().unwrap_or_else(|p| p.into_inner());
+        let mut dropped = 0;
+        while self.finished.over() {
+            let Some((id, version)) = order.pop_front() else { break };
+            let mut shard = self.shard(&id);
+            if shard.threads.get(&id).is_some_and(|t| t.version == version && t.finished_bytes > 0) {
+                shard.remove(&id, &self.finished);
+                dropped += 1;
+            }
+        }
+        if dropped > 0 {
+            self.finished.dropped.fetch_add(dropped, Ordering::Relaxed);
+            metrics::counter!("hitl_finished_calls_dropped_total").increment(dropped);
+        }
+    }
+
+    /// Drops queue entries of finished calls that have gone or changed once they
+    /// outnumber the calls kept, so the queue stays as long as what it orders.
+    fn compact_finished(&self, order: &mut VecDeque<(Arc<str>, u64)>) {
+        if order.len() as u64 <= 2 * self.finished.calls.load(Ordering::Relaxed) + 64 {
+            return;
+        }
+        order.retain(|(id, version)| {
+            self.shard(id).threads.get(id).is_some_and(|t| t.version == *version && t.finished_bytes > 0)
+        });
     }
 
     /// Live threads (for tests and metrics).
@@ -256,24 +386,40 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
         let mut json = Vec::with_capacity(1024);
         serde_json::to_writer(&mut json, &thread)
             .map_err(|e| StoreError::Corrupt { id: thread.id.clone(), reason: e.to_string() })?;
-        let stored = Stored { version: thread.version, expires_at_ms: thread.expires_at_ms, claim, json: json.into() };
+        let finished_bytes = match thread.state {
+            ThreadState::Finished => finished_bytes(&json, &thread.id),
+            _ => 0,
+        };
+        let (version, expires_at_ms) = (thread.version, thread.expires_at_ms);
+        let stored = Stored { version, expires_at_ms, claim, json: json.into(), finished_bytes };
         let now = self.clock.now_ms();
         let mut shard = self.shard(&thread.id);
-        shard.sweep(now);
+        shard.sweep(now, &self.finished);
         let current = shard.threads.get_key_value(thread.id.as_str()).filter(|(_, t)| t.expires_at_ms > now);
         if current.map(|(_, t)| t.version) != expected {
             return Err(SaveError::Conflict(thread.id));
         }
-        // One copy of the id, for the map and the queue.
+        // One copy of the id, for the map and the queues.
         let id = current.map_or_else(|| Arc::from(thread.id), |(id, _)| id.clone());
-        shard.expiry.push(Reverse((stored.expires_at_ms, id.clone())));
-        shard.threads.insert(id, stored);
+        shard.expiry.push(Reverse((expires_at_ms, id.clone())));
+        self.finished.count(&stored, true);
+        if let Some(replaced) = shard.threads.insert(id.clone(), stored) {
+            self.finished.count(&replaced, false);
+        }
         shard.compact();
+        drop(shard);
+        if finished_bytes > 0 {
+            let mut order = self.finished.order.lock().unwrap_or_else(|p| p.into_inner());
+            order.push_back((id, version));
+            self.compact_finished(&mut order);
+            drop(order);
+            self.drop_oldest_finished();
+        }
         Ok(())
     }
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
-        self.shard(id).threads.remove(id);
+        self.shard(id).remove(id, &self.finished);
         Ok(())
     }
 }
@@ -399,8 +545,8 @@ impl<C: Clock> Notes for MemoryStore<C> {
 struct Kept {
     approvals: HashMap<String, (u64, u64, Value)>,
     next: u64,
-    /// Each entry's `seq`, `at_ms` and JSON.
-    audit: VecDeque<(u64, u64, String)>,
+    /// Each entry's `seq`, and the entry.
+    audit: VecDeque<(u64, AuditLine)>,
 }
 
 impl<C: Clock> MemoryStore<C> {
@@ -442,14 +588,12 @@ impl<C: Clock> Records for MemoryStore<C> {
         Ok(())
     }
 
-    async fn append_audit(&self, entries: Vec<Value>) -> Result<(), StoreError> {
+    async fn append_audit(&self, entries: &[AuditLine]) -> Result<(), StoreError> {
         let mut kept = self.kept();
-        for mut entry in entries {
+        for entry in entries {
             kept.next += 1;
-            entry["seq"] = kept.next.into();
-            let at = entry.get("at_ms").and_then(Value::as_u64).unwrap_or(0);
             let seq = kept.next;
-            kept.audit.push_back((seq, at, entry.to_string()));
+            kept.audit.push_back((seq, entry.clone()));
         }
         while kept.audit.len() > AUDIT_KEPT_IN_MEMORY {
             kept.audit.pop_front();
@@ -463,19 +607,20 @@ impl<C: Clock> Records for MemoryStore<C> {
             Some(Ok(seq)) => seq,
             Some(Err(_)) => return Ok(Vec::new()),
         };
-        let kept = self.kept();
-        let since = kept.audit.iter().filter(|(seq, at, _)| *seq > after && *at >= since_ms).take(limit);
-        since
-            .map(|(_, _, e)| {
-                serde_json::from_str(e).map_err(|e| StoreError::Corrupt { id: "audit".into(), reason: e.to_string() })
-            })
-            .collect()
+        // Copied out under the lock, parsed after it.
+        let since: Vec<(u64, AuditLine)> = {
+            let kept = self.kept();
+            let since = kept.audit.iter().filter(|(seq, line)| *seq > after && line.at_ms >= since_ms);
+            since.take(limit).cloned().collect()
+        };
+        since.into_iter().map(|(seq, line)| AuditLine::read_back(&line.json, seq)).collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::{ManualClock, MemoryStore};
+    use crate::conformance::{claimable, thread};
+    use crate::{FinishedLimits, ManualClock, MemoryStore, ThreadStore};
 
     #[test]
     fn the_memory_store_keeps_threads_and_records_as_every_store_must() {
@@ -484,5 +629,65 @@ mod tests {
         rt.block_on(crate::conformance::run(&store, "t", 1_000_000));
         assert!(rt.block_on(crate::conformance::claims(&store, "u", 1_000_000)), "it claims as it loads");
         rt.block_on(crate::conformance::records(&store, "t", 1_000_000));
+    }
+
+    #[tokio::test]
+    async fn finished_calls_past_a_limit_are_dropped_oldest_first_and_paused_ones_never() {
+        let now = 1_000_000;
+        let later = now + 600_000;
+        let store = MemoryStore::with_clock(ManualClock::new(now))
+            .with_finished_limits(FinishedLimits { calls: 2, bytes: u64::MAX });
+        store.save(claimable("paused", "tok", later), None).await.unwrap();
+        for id in ["f1", "f2"] {
+            store.save(thread(id, 1, later), None).await.unwrap();
+        }
+        assert_eq!((store.finished().0, store.finished_dropped()), (2, 0), "two finished calls fit");
+        // f1 saved again: its first entry in the order is stale; it is now the newest.
+        store.save(thread("f1", 2, later), Some(1)).await.unwrap();
+        store.save(thread("f3", 1, later), None).await.unwrap();
+        assert_eq!(store.load("f2").await.unwrap(), None, "the oldest finished call went first");
+        assert!(store.load("f1").await.unwrap().is_some(), "a call finished again counts from its new save");
+        assert!(store.load("f3").await.unwrap().is_some());
+        assert!(store.load("paused").await.unwrap().is_some(), "a paused call is never dropped");
+        assert_eq!((store.finished().0, store.finished_dropped()), (2, 1));
+
+        store.delete("f3").await.unwrap();
+        assert_eq!(store.finished().0, 1, "a deleted call stops counting");
+
+        // By bytes: room for about one record.
+        let one = {
+            let probe = MemoryStore::with_clock(ManualClock::new(now));
+            probe.save(thread("b0", 1, later), None).await.unwrap();
+            probe.finished().1
+        };
+        let store = MemoryStore::with_clock(ManualClock::new(now))
+            .with_finished_limits(FinishedLimits { calls: 1_000, bytes: one + one / 2 });
+        for id in ["b1", "b2", "b3"] {
+            store.save(thread(id, 1, later), None).await.unwrap();
+        }
+        assert_eq!(store.load("b2").await.unwrap(), None);
+        assert!(store.load("b3").await.unwrap().is_some(), "the newest stays");
+        assert_eq!((store.finished(), store.finished_dropped()), ((1, one), 2));
+    }
+
+    #[tokio::test]
+    async fn finished_calls_that_expire_stop_counting_and_their_order_stays_short() {
+        let mut now = 1_000_000;
+        let store = MemoryStore::with_clock(ManualClock::new(now));
+        // Five generations of 200, each expired when the next is saved.
+        for generation in 0..5 {
+            for i in 0..200 {
+                store.save(thread(&format!("f{generation}-{i}"), 1, now + 1_000), None).await.unwrap();
+            }
+            store.clock.advance(2_000);
+            now += 2_000;
+        }
+        store.save(thread("last", 1, now + 1_000), None).await.unwrap();
+        let (calls, _) = store.finished();
+        // Each shard sweeps as saves come to it (200 saves reach all 16).
+        assert!(calls <= 201, "expired calls stop counting as they are swept: {calls} counted");
+        let order = store.finished.order.lock().unwrap().len() as u64;
+        assert!(order <= 2 * calls + 64, "the order of finished calls is compacted: {order} entries for {calls}");
+        assert_eq!(store.finished_dropped(), 0, "expired calls are not counted as dropped");
     }
 }

@@ -18,8 +18,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use hitl_thread::{
-    Clock as _, LimitReached, Notes, PausedLedger, PausedLimits, Records, SaveError, StoreError, SystemClock, Thread,
-    ThreadStore,
+    AuditLine, Clock as _, LimitReached, Notes, PausedLedger, PausedLimits, Records, SaveError, StoreError,
+    SystemClock, Thread, ThreadStore,
 };
 use serde_json::Value;
 
@@ -42,7 +42,7 @@ struct Maps {
     /// Approvals by id: their order, until when, the entry.
     approvals: HashMap<String, (u64, u64, Value)>,
     /// The audit trail, oldest first, each entry with its `seq`.
-    audit: Vec<(u64, Value)>,
+    audit: Vec<(u64, AuditLine)>,
     /// The last order or `seq` given.
     next: u64,
 }
@@ -194,13 +194,12 @@ impl Records for HashMapStore {
         Ok(())
     }
 
-    async fn append_audit(&self, entries: Vec<Value>) -> Result<(), StoreError> {
+    async fn append_audit(&self, entries: &[AuditLine]) -> Result<(), StoreError> {
         let mut maps = self.maps();
-        for mut entry in entries {
+        for entry in entries {
             maps.next += 1;
-            entry["seq"] = maps.next.into();
             let seq = maps.next;
-            maps.audit.push((seq, entry));
+            maps.audit.push((seq, entry.clone()));
         }
         let over = maps.audit.len().saturating_sub(hitl_thread::AUDIT_KEPT_IN_MEMORY);
         maps.audit.drain(..over);
@@ -210,8 +209,7 @@ impl Records for HashMapStore {
     async fn audit_since(&self, since_ms: u64, after: Option<&str>, limit: usize) -> Result<Vec<Value>, StoreError> {
         let Ok(after) = after.map_or(Ok(0), str::parse::<u64>) else { return Ok(Vec::new()) };
         let maps = self.maps();
-        let at = |entry: &Value| entry["at_ms"].as_u64().unwrap_or(0);
-        let since = maps.audit.iter().filter(|(seq, entry)| *seq > after && at(entry) >= since_ms);
-        Ok(since.take(limit).map(|(_, entry)| entry.clone()).collect())
+        let since = maps.audit.iter().filter(|(seq, entry)| *seq > after && entry.at_ms >= since_ms);
+        since.take(limit).map(|(seq, entry)| AuditLine::read_back(&entry.json, *seq)).collect()
     }
 }
