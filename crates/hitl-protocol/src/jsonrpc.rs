@@ -294,6 +294,13 @@ pub enum Response {
         /// The result object.
         result: Value,
     },
+    /// A typed result, serialized once, when the message is written.
+    Typed {
+        /// The id of the request answered.
+        id: RequestId,
+        /// The result, stamped for its era.
+        result: Box<crate::ServerResult>,
+    },
     /// `{"jsonrpc":"2.0","id":…,"error":…}`; the id is `null` when the request's id
     /// could not be read.
     Error {
@@ -314,6 +321,9 @@ impl Response {
                 map.insert("id".into(), serde_json::to_value(id).unwrap_or(Value::Null));
                 map.insert("result".into(), result.clone());
             }
+            Self::Typed { .. } => {
+                return serde_json::from_slice(&self.to_bytes()).unwrap_or(Value::Null);
+            }
             Self::Error { id, error } => {
                 map.insert("id".into(), serde_json::to_value(id).unwrap_or(Value::Null));
                 map.insert("error".into(), serde_json::to_value(error).unwrap_or(Value::Null));
@@ -322,10 +332,17 @@ impl Response {
         Value::Object(map)
     }
 
-    /// The message as compact JSON bytes, written without copying the result.
+    /// The message as compact JSON bytes, written without copying the result. A typed
+    /// result that cannot be written (which hitl's results never are) is written as an
+    /// internal error for its id, never as an empty body.
     pub fn to_bytes(&self) -> Vec<u8> {
         let written = match self {
             Self::Result { id, result } => serde_json::to_vec(&ResultOut { jsonrpc: "2.0", id, result }),
+            Self::Typed { id, result } => serde_json::to_vec(&ResultOut { jsonrpc: "2.0", id, result: &**result })
+                .or_else(|e| {
+                    let error = ErrorObject::internal(format!("Internal error: the result could not be encoded: {e}"));
+                    serde_json::to_vec(&ErrorOut { jsonrpc: "2.0", id: &Some(id.clone()), error: &error })
+                }),
             Self::Error { id, error } => serde_json::to_vec(&ErrorOut { jsonrpc: "2.0", id, error }),
         };
         written.unwrap_or_default()
@@ -335,17 +352,17 @@ impl Response {
     pub fn error(&self) -> Option<&ErrorObject> {
         match self {
             Self::Error { error, .. } => Some(error),
-            Self::Result { .. } => None,
+            Self::Result { .. } | Self::Typed { .. } => None,
         }
     }
 }
 
 /// A result response, serialized from borrowed parts.
 #[derive(Serialize)]
-struct ResultOut<'a> {
+struct ResultOut<'a, R: Serialize> {
     jsonrpc: &'static str,
     id: &'a RequestId,
-    result: &'a Value,
+    result: &'a R,
 }
 
 /// An error response, serialized from borrowed parts (`id` is `null` when unknown).

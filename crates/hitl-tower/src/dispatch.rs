@@ -21,13 +21,13 @@ use crate::{Shared, store_unavailable, to_json};
 
 impl Shared {
     /// The response message of a dispatched request.
+    /// The result stays typed: it is serialized once, as the response is written.
     pub(crate) fn message(&self, id: RequestId, era: Era, result: Result<ServerResult, ErrorObject>) -> Response {
-        let stamped = result.and_then(|mut result| {
-            result.stamp(era == Era::Modern, &self.server_info);
-            to_json(&result)
-        });
-        match stamped {
-            Ok(result) => Response::Result { id, result },
+        match result {
+            Ok(mut result) => {
+                result.stamp(era == Era::Modern, &self.server_info);
+                Response::Typed { id, result: Box::new(result) }
+            }
             Err(error) => Response::Error { id: Some(id), error },
         }
     }

@@ -176,7 +176,7 @@ impl Shared {
                 Ok(message) => message,
                 Err(error) => Response::Error { id: Some(id), error },
             };
-            let _ = tx.send(sse::event(&message.to_value()));
+            let _ = tx.send(sse::response_event(&message));
         });
         sse::stream_response(rx, cancel)
     }

@@ -25,6 +25,14 @@ pub(crate) fn event(message: &Value) -> Bytes {
     Bytes::from(format!("event: message\ndata: {message}\n\n"))
 }
 
+/// [`event`] of a response, written once.
+pub(crate) fn response_event(response: &hitl_protocol::Response) -> Bytes {
+    let mut out = b"event: message\ndata: ".to_vec();
+    out.extend_from_slice(&response.to_bytes());
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
 /// `n` as JSON: a whole number without a fraction (`1`, not `1.0`).
 fn number(n: f64) -> Value {
     if n.fract() == 0.0 && (0.0..9_007_199_254_740_992.0).contains(&n) { json!(n as u64) } else { json!(n) }
@@ -53,7 +61,7 @@ where
     let progress = progress_fn(token, tx.clone());
     let finished = run(progress, cancel.clone());
     tokio::spawn(async move {
-        let _ = tx.send(event(&finished.await.to_value()));
+        let _ = tx.send(response_event(&finished.await));
     });
     stream_response(rx, cancel)
 }
