@@ -260,7 +260,7 @@ pub(crate) fn open(
     let (now_ms, task) = (new.now_ms, new.task);
     let expires_at_ms = now_ms.saturating_add(lifetimes.paused.as_millis() as u64);
     let mut thread = fresh(call, new, ThreadState::paused(checkpoint, round), expires_at_ms);
-    thread.task = task.then(|| TaskState::new(now_ms, call.capabilities.clone()));
+    thread.task = task.then(|| Box::new(TaskState::new(now_ms, call.capabilities.clone())));
     thread
 }
 
@@ -451,7 +451,7 @@ pub(crate) fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Se
             // The fields a next round changes, kept to give the round back unchanged
             // when the new record would be too large (the new state has no claim and has
             // begun nothing).
-            let kept_last = thread.last.replace(last(end.round, end.responses, LastOutcome::NextRound));
+            let kept_last = thread.last.replace(Box::new(last(end.round, end.responses, LastOutcome::NextRound)));
             let kept_state = std::mem::replace(&mut thread.state, ThreadState::paused(*checkpoint, next));
             let kept_expiry =
                 std::mem::replace(&mut thread.expires_at_ms, end.now_ms.saturating_add(lifetime.as_millis() as u64));
@@ -496,7 +496,7 @@ fn keep(thread: &mut Thread, checkpoint: hitl_graph::Checkpoint, end: &EndOf<'_>
 /// result that says so.
 pub(crate) fn finished(
     mut thread: Thread,
-    mut last: Last,
+    last: Last,
     now_ms: u64,
     lifetimes: &crate::Lifetimes,
     max_record_bytes: usize,
@@ -508,10 +508,11 @@ pub(crate) fn finished(
         task.updated_at_ms = now_ms;
     }
     thread.expires_at_ms = now_ms.saturating_add(lifetimes.finished.as_millis() as u64);
-    thread.last = Some(last.clone());
-    if let Err(too_large) = fits(&thread, max_record_bytes) {
+    thread.last = Some(Box::new(last));
+    if let Err(too_large) = fits(&thread, max_record_bytes)
+        && let Some(last) = &mut thread.last
+    {
         last.outcome = LastOutcome::Result { result: CallToolResult::error([too_large.message]) };
-        thread.last = Some(last);
     }
     thread
 }

@@ -13,19 +13,19 @@ pub type JsonObject = Map<String, Value>;
 pub struct ClientCapabilities {
     /// Non-standard capabilities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub experimental: Option<Map<String, Value>>,
+    pub experimental: Option<Box<Map<String, Value>>>,
     /// `roots/list` (deprecated in 2026-07-28, still functional).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub roots: Option<JsonObject>,
+    pub roots: Option<Box<JsonObject>>,
     /// `sampling/createMessage` (deprecated in 2026-07-28, still functional).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sampling: Option<JsonObject>,
+    pub sampling: Option<Box<JsonObject>>,
     /// `elicitation/create`, with its modes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub elicitation: Option<ElicitationCapability>,
+    pub elicitation: Option<Box<ElicitationCapability>>,
     /// Extensions, by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extensions: Option<Map<String, Value>>,
+    pub extensions: Option<Box<Map<String, Value>>>,
     /// Anything else the client sent, kept as it was.
     #[serde(flatten)]
     pub other: JsonObject,
@@ -101,14 +101,14 @@ impl Needs {
     pub fn to_capabilities(&self) -> ClientCapabilities {
         let mut caps = ClientCapabilities::default();
         if self.form || self.url {
-            caps.elicitation = Some(ElicitationCapability {
+            caps.elicitation = Some(Box::new(ElicitationCapability {
                 form: self.form.then(JsonObject::new),
                 url: self.url.then(JsonObject::new),
                 other: JsonObject::new(),
-            });
+            }));
         }
-        caps.sampling = self.sampling.then(JsonObject::new);
-        caps.roots = self.roots.then(JsonObject::new);
+        caps.sampling = self.sampling.then(Box::default);
+        caps.roots = self.roots.then(Box::default);
         caps
     }
 }

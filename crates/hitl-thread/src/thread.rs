@@ -116,10 +116,11 @@ pub struct Thread {
     pub owner: Option<String>,
     /// Where the call stands: paused at a round, run before its first round, or ended.
     pub state: ThreadState,
-    /// The last round answered and what it led to, for resends.
-    pub last: Option<Last>,
+    /// The last round answered and what it led to, for resends (boxed, as the task: a
+    /// thread is moved through the futures of a round, and small moves are cheap).
+    pub last: Option<Box<Last>>,
     /// The call as a task, when its client follows it as one (the Tasks extension).
-    pub task: Option<TaskState>,
+    pub task: Option<Box<TaskState>>,
     /// When the record expires (ms since the epoch).
     pub expires_at_ms: u64,
 }
@@ -282,10 +283,10 @@ impl Serialize for Thread {
             owner: self.owner.as_deref(),
             checkpoint: paused.map(|p| &*p.checkpoint),
             round: paused.map(|p| &p.round),
-            last: self.last.as_ref(),
+            last: self.last.as_deref(),
             claim: self.claim(),
             begun: paused.filter(|p| p.begun).map(|p| p.round.n),
-            task: self.task.as_ref(),
+            task: self.task.as_deref(),
             expires_at_ms: self.expires_at_ms,
         };
         record.serialize(serializer)
@@ -324,8 +325,8 @@ impl<'de> Deserialize<'de> for Thread {
             principal: record.principal,
             owner: record.owner,
             state,
-            last: record.last,
-            task: record.task,
+            last: record.last.map(Box::new),
+            task: record.task.map(Box::new),
             expires_at_ms: record.expires_at_ms,
         })
     }

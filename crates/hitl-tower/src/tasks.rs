@@ -33,7 +33,7 @@ pub(crate) fn declared(capabilities: &ClientCapabilities) -> bool {
 /// The error of a request only a client that follows tasks can make.
 pub(crate) fn undeclared() -> ErrorObject {
     let required = ClientCapabilities {
-        extensions: Some(Map::from_iter([(TASKS.to_owned(), json!({}))])),
+        extensions: Some(Box::new(Map::from_iter([(TASKS.to_owned(), json!({}))]))),
         ..ClientCapabilities::default()
     };
     ErrorObject::missing_capability("Missing required client capability", &required)

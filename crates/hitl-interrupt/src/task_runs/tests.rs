@@ -148,7 +148,7 @@ async fn a_working_task_whose_claim_lapsed_shows_failed() {
         owner: None,
         state: ThreadState::Working { claim: Some(Claim { round: 0, until_ms: now - 1 }) },
         last: None,
-        task: Some(TaskState::new(now - 60_000, ClientCapabilities::default())),
+        task: Some(Box::new(TaskState::new(now - 60_000, ClientCapabilities::default()))),
         expires_at_ms: now + 60_000,
     };
     engine.store().save(thread, None).await.unwrap();

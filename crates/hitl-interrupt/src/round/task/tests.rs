@@ -49,7 +49,7 @@ fn task() -> Thread {
         owner: Some("principal:alice".into()),
         state: ThreadState::paused(checkpoint(), round(1)),
         last: None,
-        task: Some(TaskState::new(0, elicits())),
+        task: Some(Box::new(TaskState::new(0, elicits()))),
         expires_at_ms: NOW + 24 * HOUR,
     }
 }
