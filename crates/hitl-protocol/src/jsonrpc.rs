@@ -226,6 +226,13 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::E
 /// and `error`: `-32600`. The error carries the request id whenever one could be read.
 #[allow(clippy::result_large_err, reason = "one parse per HTTP request; the error path is cold")]
 pub fn parse(bytes: &[u8]) -> Result<Message, Rejection> {
+    // An object (every message hitl takes) is read straight into its fields, without a
+    // JSON tree of the whole message first. Anything else, and an object that does not
+    // read so (bad JSON, a repeated key), takes the path below, whose errors are the rules'.
+    let object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    if object && let Ok(raw) = serde_json::from_slice::<RawMessage>(bytes) {
+        return from_raw(raw);
+    }
     let value: Value = serde_json::from_slice(bytes).map_err(|e| Rejection::new(None, ErrorObject::parse_error(e)))?;
     from_value(value)
 }
@@ -239,6 +246,13 @@ pub fn from_value(value: Value) -> Result<Message, Rejection> {
         Value::Object(map) => RawMessage::deserialize(Value::Object(map)).map_err(|e| invalid(None, &e.to_string()))?,
         _ => return Err(invalid(None, "a message must be a JSON object")),
     };
+    from_raw(raw)
+}
+
+/// The envelope rules of [`parse`] on a message's fields.
+#[allow(clippy::result_large_err, reason = "one parse per HTTP request; the error path is cold")]
+fn from_raw(raw: RawMessage) -> Result<Message, Rejection> {
+    let invalid = |id: Option<RequestId>, why: &str| Rejection::new(id, ErrorObject::invalid_request(why));
     let id = match raw.id {
         None => None,
         Some(Value::String(s)) => Some(RequestId::String(s)),

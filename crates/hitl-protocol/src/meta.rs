@@ -126,7 +126,8 @@ impl Meta {
     fn typed<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>, ErrorObject> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => serde_json::from_value(v.clone())
+            // Read from the borrowed value: no copy of the tree first.
+            Some(v) => T::deserialize(v)
                 .map(Some)
                 .map_err(|e| ErrorObject::invalid_params(format!("Invalid params at _meta[\"{key}\"]: {e}"))),
         }

@@ -16,6 +16,18 @@ fn bad_json_is_parse_error() {
     assert_eq!(r.id, None);
 }
 
+/// An object is read straight into its fields; one that does not read so is read as a
+/// JSON tree, as before: a repeated key keeps its last value, trailing bytes are bad JSON.
+#[test]
+fn an_object_reads_the_same_by_either_path() {
+    let repeated = jsonrpc::parse(br#" {"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#).unwrap();
+    assert!(matches!(repeated, Message::Request(r) if r.id == RequestId::Number(2) && r.method == "ping"));
+    let trailing = reject(r#"{"jsonrpc":"2.0","id":1,"method":"ping"} x"#);
+    assert_eq!((trailing.error.code, trailing.id), (ErrorCode::PARSE_ERROR, None));
+    let version = reject(r#"{"jsonrpc":"1.0","id":"a","method":"ping"}"#);
+    assert_eq!((version.error.code, version.id), (ErrorCode::INVALID_REQUEST, Some(RequestId::String("a".into()))));
+}
+
 #[test]
 fn batch_is_invalid_request() {
     let r = reject(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#);
