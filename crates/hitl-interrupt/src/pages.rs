@@ -125,7 +125,7 @@ impl PageView {
     pub fn at(thread: &Thread, index: usize) -> Option<Self> {
         let round = thread.round()?;
         let question = round.questions.get(index)?;
-        let page = question.page.clone()?;
+        let page = (**question.page.as_ref()?).clone();
         let message = match &question.request {
             hitl_protocol::InputRequest::Elicit(params) => params.message().to_owned(),
             _ => String::new(),

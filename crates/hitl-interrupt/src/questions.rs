@@ -39,7 +39,7 @@ pub(crate) const FORM_MISMATCH: &str = "Form content does not match requestedSch
 /// same text (or typed) question share one question.
 pub(crate) fn build(interrupts: &[Interrupt]) -> Result<Vec<Question>, NotAskable> {
     let several = interrupts.len() > 1;
-    let mut questions: Vec<Question> = Vec::new();
+    let mut questions: Vec<Question> = Vec::with_capacity(interrupts.len());
     let mut seen_digests: HashMap<String, usize> = HashMap::new();
     for interrupt in interrupts {
         if let Some(calls) = review::calls(interrupt) {
@@ -196,8 +196,8 @@ fn page_question(interrupt: &Interrupt) -> Option<Result<Question, NotAskable>> 
 }
 
 /// A page question not answered yet; the engine gives it its id and URL.
-fn unanswered(kind: PageKind) -> Page {
-    Page { id: String::new(), kind, answer: None, answered_by: None, answered_at_ms: None, asked_at_ms: 0 }
+fn unanswered(kind: PageKind) -> Box<Page> {
+    Box::new(Page { id: String::new(), kind, answer: None, answered_by: None, answered_at_ms: None, asked_at_ms: 0 })
 }
 
 /// A URL question whose URL the engine fills in (hitl's page for it).
@@ -546,7 +546,7 @@ fn on_page(question: &Question, page: &Page, raw: &Value, open: Opener<'_>) -> R
 /// the page, and the client's retry never meets it.
 pub(crate) fn check_decision(question: &Question, content: &Map<String, Value>) -> Result<(), ErrorObject> {
     let (Some(Page { kind: PageKind::Approval { form, .. }, .. }), QuestionKind::Review(review)) =
-        (&question.page, &question.kind)
+        (question.page.as_deref(), &question.kind)
     else {
         return Err(ErrorObject::invalid_params("This question is not an approval"));
     };

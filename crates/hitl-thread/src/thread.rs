@@ -380,7 +380,7 @@ pub struct Question {
     /// the person typing a secret, or by a sign-in's callback), not by the client: the
     /// client is sent there by URL, and its `accept` only says "look again".
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub page: Option<Page>,
+    pub page: Option<Box<Page>>,
 }
 
 /// A question answered on a page.
