@@ -3,11 +3,10 @@
 //! again get what they led to, once the round is gone. Pure.
 
 use hitl_protocol::{CallToolResponse, ClientCapabilities, InputResponses};
-use serde_json::{Map, Value};
 
 use crate::state::Secret;
 use crate::{Answered, Last, LastOutcome, Round, Thread, ask};
-use hitl_thread::digest_hex;
+use hitl_thread::digest_hex_of_entries;
 
 /// A resend of the last round's answers gets what they led to; `None` when these are
 /// not that round's token and answers.
@@ -45,13 +44,15 @@ pub(crate) fn last(round: &Round, responses: &InputResponses, outcome: LastOutco
 /// Digest of the answers to `keys` (others are ignored), to recognise a resend of the
 /// same answers.
 pub(crate) fn answers_digest(keys: &[String], responses: &InputResponses) -> String {
-    let own: Map<String, Value> =
-        keys.iter().filter_map(|k| responses.get(k).map(|v| (k.clone(), v.clone()))).collect();
-    digest_hex(&Value::Object(own))
+    answers_digest_by(keys.iter().map(String::as_str), responses)
 }
 
 /// [`answers_digest`] over the round's own keys.
 pub(crate) fn answers_digest_of(round: &Round, responses: &InputResponses) -> String {
-    let keys: Vec<String> = round.questions.iter().map(|q| q.key.clone()).collect();
-    answers_digest(&keys, responses)
+    answers_digest_by(round.questions.iter().map(|q| q.key.as_str()), responses)
+}
+
+/// The digest of the object of the answers to `keys`, made without copying them.
+fn answers_digest_by<'a>(keys: impl Iterator<Item = &'a str>, responses: &'a InputResponses) -> String {
+    digest_hex_of_entries(keys.filter_map(|k| responses.get(k).map(|v| (k, v))))
 }

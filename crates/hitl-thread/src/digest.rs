@@ -6,44 +6,70 @@ use serde_json::Value;
 /// `value` as compact JSON with object keys sorted at every level, so that equal
 /// values have equal text whatever order their keys arrived in.
 pub fn canonical(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
     write(value, &mut out);
-    out
+    // Written by serde_json and ASCII punctuation: UTF-8.
+    String::from_utf8(out).unwrap_or_default()
 }
 
-fn write(value: &Value, out: &mut String) {
+/// Appends `value`'s canonical text to `out`: keys sorted once, each entry written where
+/// it is (no lookup again, no text made per key or scalar).
+fn write(value: &Value, out: &mut Vec<u8>) {
     match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&serde_json::to_string(key).unwrap_or_default());
-                out.push(':');
-                write(&map[key], out);
-            }
-            out.push('}');
-        }
+        Value::Object(map) => write_object(map.iter().map(|(k, v)| (k.as_str(), v)), out),
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        scalar => out.push_str(&scalar.to_string()),
+        // Writing JSON to a Vec does not fail.
+        scalar => {
+            let _ = serde_json::to_writer(&mut *out, scalar);
+        }
     }
+}
+
+/// The canonical text of the object of `entries`: sorted by key, a repeated key once
+/// (the last, as a JSON object keeps it).
+fn write_object<'a>(entries: impl Iterator<Item = (&'a str, &'a Value)>, out: &mut Vec<u8>) {
+    let mut entries: Vec<(&str, &Value)> = entries.collect();
+    // Stable: of entries with one key, the last stays last.
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    out.push(b'{');
+    let mut first = true;
+    for (i, (key, item)) in entries.iter().enumerate() {
+        if entries.get(i + 1).is_some_and(|(next, _)| next == key) {
+            continue;
+        }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        let _ = serde_json::to_writer(&mut *out, key);
+        out.push(b':');
+        write(item, out);
+    }
+    out.push(b'}');
 }
 
 /// SHA-256 of the canonical text, in hex.
 pub fn digest_hex(value: &Value) -> String {
-    hex(digest::digest(&digest::SHA256, canonical(value).as_bytes()).as_ref())
+    let mut out = Vec::with_capacity(256);
+    write(value, &mut out);
+    hex(digest::digest(&digest::SHA256, &out).as_ref())
+}
+
+/// [`digest_hex`] of the object of `entries`, without making it: the same digest as of
+/// a map holding them.
+pub fn digest_hex_of_entries<'a>(entries: impl Iterator<Item = (&'a str, &'a Value)>) -> String {
+    let mut out = Vec::with_capacity(256);
+    write_object(entries, &mut out);
+    hex(digest::digest(&digest::SHA256, &out).as_ref())
 }
 
 /// The first 16 hex digits of [`digest_hex`]: the stable part of question keys.

@@ -50,7 +50,7 @@ mod records;
 mod store;
 mod thread;
 
-pub use digest::{canonical, digest_hex, hex, short_digest};
+pub use digest::{canonical, digest_hex, digest_hex_of_entries, hex, short_digest};
 pub use memory::{FinishedLimits, MemoryStore};
 pub use metered::MeteredStore;
 pub use records::{AUDIT_KEPT, AUDIT_KEPT_IN_MEMORY, AuditLine, Records};
