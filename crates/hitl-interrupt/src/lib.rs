@@ -76,7 +76,7 @@ pub use hitl_thread::conformance;
 /// The record, its ports and the memory store: defined in `hitl-thread`, so that a store
 /// needs nothing else.
 pub use hitl_thread::{
-    AUDIT_KEPT, AUDIT_KEPT_IN_MEMORY, About, AuditLine, CLAIM_BESIDE_FORMAT, Claim, ClaimAttempt, Clock,
+    AUDIT_KEPT, AUDIT_KEPT_IN_MEMORY, About, AuditLine, BoundCall, CLAIM_BESIDE_FORMAT, Claim, ClaimAttempt, Clock,
     FinishedLimits, Last, LastOutcome, LimitReached, Loaded, ManualClock, MemoryStore, MeteredStore, Notes, Page,
     PageKind, Paused, PausedLedger, PausedLimits, Question, QuestionKind, Records, Round, SaveError, Sleep, Store,
     StoreError, SystemClock, THREAD_FORMAT, TaskState, Thread, ThreadState, ThreadStore, binding_digest, canonical,

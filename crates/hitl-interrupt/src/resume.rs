@@ -68,7 +68,7 @@ impl<'a> Resume<'a> {
         let mut backoff = Duration::from_millis(2);
         // Claim in the step that loads, until a claim so made goes unused.
         let mut claiming = true;
-        let bound = crate::binding_digest(binding, args_digest, call.principal.as_deref());
+        let bound = hitl_thread::BoundCall::new(binding, args_digest, call.principal.as_deref());
         // Set while this retry waits for an approver's decision (`waiting`).
         let mut holding: Option<Holding> = None;
         // Since when this request waits for an outcome this process keeps unsaved.

@@ -532,7 +532,7 @@ impl ThreadStore for RedisStore {
             .arg(attempt.now_ms)
             .arg(attempt.until_ms)
             .arg(claimable_record_start())
-            .arg(attempt.binding)
+            .arg(attempt.binding.digest())
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;

@@ -5,8 +5,8 @@
 //! Each check panics with a message naming the rule it broke.
 
 use crate::{
-    AuditLine, Claim, ClaimAttempt, LimitReached, Notes, PausedLedger, PausedLimits, Records, Round, SaveError,
-    THREAD_FORMAT, Thread, ThreadState, ThreadStore,
+    AuditLine, BoundCall, Claim, ClaimAttempt, LimitReached, Notes, PausedLedger, PausedLimits, Records, Round,
+    SaveError, THREAD_FORMAT, Thread, ThreadState, ThreadStore,
 };
 
 /// A finished thread.
@@ -87,7 +87,7 @@ pub(crate) fn claimable(id: &str, token: &str, expires_at_ms: u64) -> Thread {
 pub async fn claims<S: ThreadStore + ?Sized>(store: &S, prefix: &str, now_ms: u64) -> bool {
     let later = now_ms + 3_600_000;
     let until_ms = now_ms + 30_000;
-    let bound = crate::binding_digest("choose_region", "d", None);
+    let bound = BoundCall::new("choose_region", "d", None);
     let attempt = |token| ClaimAttempt { token, binding: &bound, now_ms, until_ms };
     let id = format!("{prefix}-claim");
     let missing = store.load_claiming(&id, attempt("t0ken")).await.unwrap();
@@ -97,7 +97,7 @@ pub async fn claims<S: ThreadStore + ?Sized>(store: &S, prefix: &str, now_ms: u6
     store.save(paused.clone(), None).await.unwrap();
     let wrong = store.load_claiming(&id, attempt("forged")).await.unwrap();
     assert!(!wrong.claimed, "a token that is not the round's claims nothing");
-    let other_caller = crate::binding_digest("choose_region", "d", Some("mallory"));
+    let other_caller = BoundCall::new("choose_region", "d", Some("mallory"));
     let elsewhere = ClaimAttempt { binding: &other_caller, ..attempt("t0ken") };
     assert!(!store.load_claiming(&id, elsewhere).await.unwrap().claimed, "nor does another call with the token");
     assert_eq!(store.load(&id).await.unwrap().as_ref(), Some(&paused), "a refused claim leaves the thread");

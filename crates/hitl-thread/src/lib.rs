@@ -55,8 +55,8 @@ pub use memory::{FinishedLimits, MemoryStore};
 pub use metered::MeteredStore;
 pub use records::{AUDIT_KEPT, AUDIT_KEPT_IN_MEMORY, AuditLine, Records};
 pub use store::{
-    ClaimAttempt, Clock, LimitReached, Loaded, ManualClock, Notes, PausedLedger, PausedLimits, SaveError, Sleep, Store,
-    StoreError, SystemClock, ThreadStore, create_paused_in_steps, save_finished_in_steps,
+    BoundCall, ClaimAttempt, Clock, LimitReached, Loaded, ManualClock, Notes, PausedLedger, PausedLimits, SaveError,
+    Sleep, Store, StoreError, SystemClock, ThreadStore, create_paused_in_steps, save_finished_in_steps,
 };
 pub use thread::{
     About, CLAIM_BESIDE_FORMAT, Claim, Last, LastOutcome, Page, PageKind, Paused, Question, QuestionKind, Review,

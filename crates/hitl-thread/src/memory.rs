@@ -355,7 +355,7 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
         let thread = self.load(id).await?;
         let claim = thread.as_ref().and_then(|t| {
             let (round, proof) = t.claimable()?;
-            let ours = proof == crate::proof(attempt.token) && t.binding_digest() == attempt.binding;
+            let ours = attempt.binding.binds(t) && proof == crate::proof(attempt.token);
             (ours && t.live_claim(attempt.now_ms).is_none()).then_some((t.version, round))
         });
         let Some((version, round)) = claim else { return Ok(Loaded { thread, claimed: false }) };

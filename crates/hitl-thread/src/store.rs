@@ -161,6 +161,39 @@ pub enum SaveError {
     Store(#[from] StoreError),
 }
 
+/// What binds a request's call to a thread (the tool, its arguments' digest, the
+/// caller): compared field by field with a thread in memory, or as
+/// [`crate::binding_digest`] by a store that compares without reading the record (made
+/// once, when first asked).
+#[derive(Debug)]
+pub struct BoundCall<'a> {
+    tool: &'a str,
+    args_digest: &'a str,
+    principal: Option<&'a str>,
+    digest: std::sync::OnceLock<String>,
+}
+
+impl<'a> BoundCall<'a> {
+    /// The binding of a call of `tool` with arguments digested as `args_digest`, by
+    /// `principal`.
+    pub fn new(tool: &'a str, args_digest: &'a str, principal: Option<&'a str>) -> Self {
+        Self { tool, args_digest, principal, digest: std::sync::OnceLock::new() }
+    }
+
+    /// Is `thread` this call's?
+    pub fn binds(&self, thread: &Thread) -> bool {
+        thread.tool == self.tool
+            && thread.args_digest == self.args_digest
+            && thread.principal.as_deref() == self.principal
+    }
+
+    /// [`crate::binding_digest`] of the call: what [`Thread::binding_digest`] is for its
+    /// thread.
+    pub fn digest(&self) -> &str {
+        self.digest.get_or_init(|| crate::binding_digest(self.tool, self.args_digest, self.principal))
+    }
+}
+
 /// A request's attempt to claim a thread's open round in the step that loads it
 /// ([`ThreadStore::load_claiming`]).
 #[derive(Debug, Clone, Copy)]
@@ -168,9 +201,8 @@ pub struct ClaimAttempt<'a> {
     /// The token of the request's `requestState` (the part after the dot): only a
     /// token whose [`crate::proof`] is the open round's claims it.
     pub token: &'a str,
-    /// [`crate::binding_digest`] of the request's call: only the thread's own call claims
-    /// it ([`Thread::binding_digest`]).
-    pub binding: &'a str,
+    /// The request's call: only the thread's own call claims it.
+    pub binding: &'a BoundCall<'a>,
     /// Now (ms since the epoch): a claim that lasts until then or before has lapsed.
     pub now_ms: u64,
     /// Until when the claim holds (now plus the lease).
