@@ -61,7 +61,7 @@ fn write_object<'a>(entries: impl Iterator<Item = (&'a str, &'a Value)>, out: &m
 pub fn digest_hex(value: &Value) -> String {
     let mut out = Vec::with_capacity(256);
     write(value, &mut out);
-    hex(digest::digest(&digest::SHA256, &out).as_ref())
+    sha256_hex(&out)
 }
 
 /// [`digest_hex`] of the object of `entries`, without making it: the same digest as of
@@ -69,7 +69,12 @@ pub fn digest_hex(value: &Value) -> String {
 pub fn digest_hex_of_entries<'a>(entries: impl Iterator<Item = (&'a str, &'a Value)>) -> String {
     let mut out = Vec::with_capacity(256);
     write_object(entries, &mut out);
-    hex(digest::digest(&digest::SHA256, &out).as_ref())
+    sha256_hex(&out)
+}
+
+/// SHA-256 of `bytes`, in hex.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    hex(digest::digest(&digest::SHA256, bytes).as_ref())
 }
 
 /// The first 16 hex digits of [`digest_hex`]: the stable part of question keys.

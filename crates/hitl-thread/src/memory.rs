@@ -216,6 +216,12 @@ impl Shard {
         }
     }
 
+    /// Does the map hold `id` finished, as saved at `version` (an entry of the finished
+    /// calls' order that is not stale)?
+    fn holds_finished(&self, id: &str, version: u64) -> bool {
+        self.threads.get(id).is_some_and(|t| t.version == version && t.finished_bytes > 0)
+    }
+
     /// Removes `id`, counting it out of the finished calls.
     fn remove(&mut self, id: &str, finished: &Finished) -> Option<Stored> {
         let gone = self.threads.remove(id)?;
@@ -273,7 +279,7 @@ impl<C: Clock> MemoryStore<C> {
         while self.finished.over() {
             let Some((id, version)) = order.pop_front() else { break };
             let mut shard = self.shard(&id);
-            if shard.threads.get(&id).is_some_and(|t| t.version == version && t.finished_bytes > 0) {
+            if shard.holds_finished(&id, version) {
                 shard.remove(&id, &self.finished);
                 dropped += 1;
             }
@@ -290,9 +296,7 @@ impl<C: Clock> MemoryStore<C> {
         if order.len() as u64 <= 2 * self.finished.calls.load(Ordering::Relaxed) + 64 {
             return;
         }
-        order.retain(|(id, version)| {
-            self.shard(id).threads.get(id).is_some_and(|t| t.version == *version && t.finished_bytes > 0)
-        });
+        order.retain(|(id, version)| self.shard(id).holds_finished(id, *version));
     }
 
     /// Live threads (for tests and metrics).

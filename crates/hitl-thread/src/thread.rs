@@ -28,7 +28,7 @@ pub const CLAIM_BESIDE_FORMAT: u32 = 4;
 pub fn binding_digest(tool: &str, args_digest: &str, principal: Option<&str>) -> String {
     let principal = principal.map_or_else(|| "-".to_owned(), |p| format!("+{p}"));
     let bound = format!("hitl/binding/v1\n{tool}\n{args_digest}\n{principal}");
-    crate::digest::hex(ring::digest::digest(&ring::digest::SHA256, bound.as_bytes()).as_ref())
+    crate::digest::sha256_hex(bound.as_bytes())
 }
 
 /// The proof of a token (the part of a `requestState` after the dot): SHA-1 of it, in
