@@ -59,12 +59,19 @@ fn allocations(release: &Path) -> anyhow::Result<serde_json::Value> {
     let mut command = hitl_for_load(release, "hitl-counted");
     command.env("HITL_COUNTS_LISTEN", &counts);
     let served = serve(command)?;
-    let output = Command::new(release.join("hitl-bench"))
-        .args(["allocs", "--url", &served.url, "--counts", &counts])
+    hitl_bench(&["allocs", "--url", &served.url, "--counts", &counts])
+}
+
+/// The release `hitl-bench` run with `args`: the JSON line it prints (a failure says
+/// what it wrote to standard error).
+fn hitl_bench(args: &[&str]) -> anyhow::Result<serde_json::Value> {
+    let what = args.first().copied().unwrap_or_default();
+    let output = Command::new(workspace_root().join("target/release/hitl-bench"))
+        .args(args)
         .output()
-        .context("running hitl-bench allocs")?;
+        .with_context(|| format!("running hitl-bench {what}"))?;
     if !output.status.success() {
-        bail!("hitl-bench allocs failed: {}", String::from_utf8_lossy(&output.stderr));
+        bail!("hitl-bench {what} failed: {}", String::from_utf8_lossy(&output.stderr));
     }
     Ok(serde_json::from_slice(&output.stdout)?)
 }
@@ -77,7 +84,7 @@ const COUNTED_ROUNDS: usize = 2_000;
 /// on one connection: the instructions it executes per round (a pause and its answer)
 /// over [`COUNTED_ROUNDS`] rounds after [`WARM_ROUNDS`], its counts zeroed and dumped
 /// with `callgrind_control`. Exact, where a rate on this shared machine is not.
-fn instructions_per_round(release: &Path, command: &Command) -> anyhow::Result<f64> {
+fn instructions_per_round(command: &Command) -> anyhow::Result<f64> {
     crate::ensure_apt("valgrind", "valgrind")?;
     let dir = workspace_root().join("target/bench-callgrind");
     std::fs::create_dir_all(&dir)?;
@@ -96,16 +103,7 @@ fn instructions_per_round(release: &Path, command: &Command) -> anyhow::Result<f
     }
     let served = serve(wrapped)?;
     let pid = served.child.id();
-    let rounds = |count: usize| -> anyhow::Result<()> {
-        let output = Command::new(release.join("hitl-bench"))
-            .args(["rounds", "--url", &served.url, "--count", &count.to_string()])
-            .output()
-            .context("running hitl-bench rounds")?;
-        if !output.status.success() {
-            bail!("hitl-bench rounds failed: {}", String::from_utf8_lossy(&output.stderr));
-        }
-        Ok(())
-    };
+    let rounds = |count: usize| hitl_bench(&["rounds", "--url", &served.url, "--count", &count.to_string()]);
     let control = |what: &str| -> anyhow::Result<()> {
         let status = Command::new("callgrind_control").args([what, &pid.to_string()]).output()?.status;
         if !status.success() {
@@ -142,16 +140,9 @@ fn instructions_per_round(release: &Path, command: &Command) -> anyhow::Result<f
 
 /// One load run: the JSON line `hitl-bench load` prints.
 fn load(url: &str, scenario: &str, extra: &[&str]) -> anyhow::Result<serde_json::Value> {
-    let bench = workspace_root().join("target/release/hitl-bench");
-    let output = Command::new(bench)
-        .args(["load", "--url", url, "--scenario", scenario])
-        .args(extra)
-        .output()
-        .context("running hitl-bench load")?;
-    if !output.status.success() {
-        bail!("hitl-bench load failed: {}", String::from_utf8_lossy(&output.stderr));
-    }
-    Ok(serde_json::from_slice(&output.stdout)?)
+    let args: Vec<&str> =
+        ["load", "--url", url, "--scenario", scenario].into_iter().chain(extra.iter().copied()).collect();
+    hitl_bench(&args)
 }
 
 /// The release `hitl` and `hitl-bench`, built: the folder they are in.
@@ -311,7 +302,7 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     for key in ["allocations_per_round", "bytes_allocated_per_round", "bytes_per_finished_call"] {
         row[key] = counted[key].clone();
     }
-    row["instructions_per_round"] = exact(instructions_per_round(&release, &hitl_for_load(&release, "hitl")));
+    row["instructions_per_round"] = exact(instructions_per_round(&hitl_for_load(&release, "hitl")));
     println!(
         "  {:<44} {} instructions, {:.0} allocations, {:.0} bytes allocated per round; {:.0} B per finished call",
         "",
@@ -380,7 +371,7 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     if let (Ok(program), Some(row)) = (&rmcp, report.get_mut(RMCP))
         && row["status"] == "measured"
     {
-        row["instructions_per_round"] = exact(instructions_per_round(&release, &Command::new(program)));
+        row["instructions_per_round"] = exact(instructions_per_round(&Command::new(program)));
         println!("  {:<44} {} instructions per round", "", shown(&row["instructions_per_round"]));
     }
     let hitl_rounds = report["hitl, memory store"]["round"]["throughput"].as_f64().unwrap_or_default();

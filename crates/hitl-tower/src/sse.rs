@@ -22,13 +22,19 @@ use crate::McpBody;
 
 /// One SSE event carrying one JSON message on one line.
 pub(crate) fn event(message: &Value) -> Bytes {
-    Bytes::from(format!("event: message\ndata: {message}\n\n"))
+    frame(&serde_json::to_vec(message).unwrap_or_default())
 }
 
 /// [`event`] of a response, written once.
 pub(crate) fn response_event(response: &hitl_protocol::Response) -> Bytes {
-    let mut out = b"event: message\ndata: ".to_vec();
-    out.extend_from_slice(&response.to_bytes());
+    frame(&response.to_bytes())
+}
+
+/// The event around `json`, a message already written on one line.
+fn frame(json: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(json.len() + 24);
+    out.extend_from_slice(b"event: message\ndata: ");
+    out.extend_from_slice(json);
     out.extend_from_slice(b"\n\n");
     Bytes::from(out)
 }
