@@ -63,13 +63,16 @@ async fn the_python_sdk_with_its_defaults_completes_a_call_approved_forty_second
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/sdk_held.py");
     let url = format!("http://{}/mcp", server.addr);
     let alice = people.alice.clone();
-    let client = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python).arg(script).arg(url).arg(alice).output().expect("python runs")
+    // A partition of its own: on Redis every test's server lists the same approvals.
+    let partition = fresh_partition("sdk");
+    let client = tokio::task::spawn_blocking({
+        let partition = partition.clone();
+        move || {
+            std::process::Command::new(python).arg(script).args([url, alice, partition]).output().expect("python runs")
+        }
     });
 
-    // The script's partition is p7; no other test's server shares this one's listing
-    // unless on Redis, where the caller's own approvals are told apart by their thread.
-    let approval = pending(&server, &people.bob, "p7").await;
+    let approval = pending(&server, &people.bob, &partition).await;
     let id = approval["id"].as_str().unwrap().to_owned();
     let requested = approval["requested_at_ms"].as_u64().unwrap();
     // The approver comes back 40 s after the call was made.
@@ -85,7 +88,7 @@ async fn the_python_sdk_with_its_defaults_completes_a_call_approved_forty_second
     assert!(output.status.success(), "{log}");
     let got: Value = serde_json::from_str(log.lines().next().unwrap_or_default()).unwrap_or_else(|_| panic!("{log}"));
     assert_eq!(got["is_error"], false, "{got}");
-    assert!(got["text"].as_str().unwrap().contains("p7"), "the upstream's result: {got}");
+    assert!(got["text"].as_str().unwrap().contains(&partition), "the upstream's result: {got}");
     // Asked at the call, then again when the first held retry's 25 s ran out: never ten
     // times in a burst.
     let asked = got["asked"].as_array().unwrap();

@@ -1,9 +1,9 @@
 """A call approved by someone else, minutes later, through the official MCP Python SDK
 with its default settings (at most 10 input_required rounds, its default timeouts).
 
-Usage: python sdk_held.py http://127.0.0.1:PORT/mcp TOKEN
+Usage: python sdk_held.py http://127.0.0.1:PORT/mcp TOKEN PARTITION
 
-Calls `db.drop_partition` (reviewed by group:sre on hitl's pages) as the token's user,
+Calls `db.drop_partition` of PARTITION (reviewed by group:sre on hitl's pages) as the token's user,
 accepting the URL question each time it is asked, with a progress callback. Prints one
 JSON line: whether the result is an error, its text, the questions asked, the progress
 messages heard.
@@ -19,7 +19,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-URL, TOKEN = sys.argv[1], sys.argv[2]
+URL, TOKEN, PARTITION = sys.argv[1], sys.argv[2], sys.argv[3]
 asked = []
 heard = []
 
@@ -44,7 +44,7 @@ async def main():
     transport = streamable_http_client(URL, http_client=http)
     async with Client(transport, mode="2026-07-28", elicitation_callback=asker) as client:
         result = await client.call_tool(
-            "db.drop_partition", {"partition": "p7", "database": "orders"}, progress_callback=progress
+            "db.drop_partition", {"partition": PARTITION, "database": "orders"}, progress_callback=progress
         )
     text = result.content[0].text if result.content else ""
     print(json.dumps({"is_error": bool(result.is_error), "text": text, "asked": asked, "heard": heard}))
