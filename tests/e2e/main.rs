@@ -5,6 +5,7 @@ mod approvals;
 mod auth;
 mod browser;
 mod config;
+mod covers;
 mod declared;
 mod edge;
 mod field;

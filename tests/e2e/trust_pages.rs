@@ -88,6 +88,14 @@ async fn sign_in(server: &Client, token: &str, csrf: Option<(String, String)>) -
     Visitor { csrf_cookie, session: session.split(';').next().unwrap().to_owned() }
 }
 
+/// The page at `path` as the holder of `token`, signed in on `/login`.
+pub(crate) async fn page_as(server: &Client, token: &str, path: &str) -> String {
+    let visitor = sign_in(server, token, None).await;
+    let (status, _, html) = get(server, path, &visitor.cookies(), None).await;
+    assert_eq!(status, 200, "{html}");
+    html
+}
+
 /// `GET /approvals` as `visitor`: 200 signed in, 303 to `/login` signed out.
 async fn listing(server: &Client, visitor: &Visitor) -> u16 {
     get(server, "/approvals", &visitor.cookies(), None).await.0

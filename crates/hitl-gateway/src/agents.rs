@@ -9,7 +9,7 @@ use std::sync::Arc;
 use hitl_graph::{Agent, StepContext, StepError};
 use serde_json::{Map, Value, json};
 
-use crate::limit::Limiter;
+use crate::PolicyState;
 use crate::policy::{Action, Policies};
 use crate::tools::{Carried, Gated, arguments};
 
@@ -19,27 +19,24 @@ const GUARD: &str = "hitl:gate";
 const VERDICT: &str = "hitl:verdict";
 
 /// `agent` under `policies`: as it is when they allow it, else behind its gate (which
-/// counts its calls in `limiter` when its policy has a `rate_limit`). Fails when the
-/// agent's graph already has a step of the guard's name.
-pub fn gate(agent: Agent, policies: &Arc<Policies>, limiter: Option<&Arc<dyn Limiter>>) -> Result<Agent, String> {
-    gate_with(agent, policies, limiter, false)
+/// counts its calls in `kept` when its policy has a `rate_limit`, and keeps there the
+/// approvals that cover later calls). Fails when the agent's graph already has a step
+/// of the guard's name.
+pub fn gate(agent: Agent, policies: &Arc<Policies>, kept: Option<&PolicyState>) -> Result<Agent, String> {
+    gate_with(agent, policies, kept, false)
 }
 
 /// [`gate`] for a server whose rules may be reloaded: the guard is there even when the
 /// policies allow the agent, so that a call paused for review under earlier rules
 /// resumes on it and its answer is carried out under the rules then in force.
-pub fn gate_reloadable(
-    agent: Agent,
-    policies: &Arc<Policies>,
-    limiter: Option<&Arc<dyn Limiter>>,
-) -> Result<Agent, String> {
-    gate_with(agent, policies, limiter, true)
+pub fn gate_reloadable(agent: Agent, policies: &Arc<Policies>, kept: Option<&PolicyState>) -> Result<Agent, String> {
+    gate_with(agent, policies, kept, true)
 }
 
 fn gate_with(
     agent: Agent,
     policies: &Arc<Policies>,
-    limiter: Option<&Arc<dyn Limiter>>,
+    kept: Option<&PolicyState>,
     always: bool,
 ) -> Result<Agent, String> {
     let decided = policies.decide(&agent.name);
@@ -50,7 +47,7 @@ fn gate_with(
     if policies.conditional(&agent.name) {
         gated = gated.with_conditions(policies.clone());
     }
-    gated.limiter = limiter.cloned();
+    gated.kept = kept.cloned();
     if !gated.guarded() && !always {
         return Ok(agent);
     }
@@ -74,16 +71,20 @@ async fn guard(gated: &Gated, state: &Value, ctx: &StepContext) -> Result<Value,
     if let Some(refused) = gated.over_limit(ctx).await {
         return Ok(json!({ VERDICT: refused.to_value() }));
     }
+    if gated.covered(state, ctx).await {
+        return Ok(json!({}));
+    }
     gated.record_decision(ctx);
     let answer = match gated.action {
         Action::Review => Some(gated.review(state, ctx)?),
         // Asked under earlier rules (a reload changed them since): the answer stands.
         Action::Allow | Action::Deny => ctx.answered(),
     };
-    if let Some(answer) = &answer
-        && let Some(denied) = gated.edit_denied(answer, ctx)?
-    {
-        return Ok(json!({ VERDICT: denied.to_value() }));
+    if let Some(answer) = &answer {
+        if let Some(denied) = gated.edit_denied(answer, ctx)? {
+            return Ok(json!({ VERDICT: denied.to_value() }));
+        }
+        gated.grant(answer, state, ctx).await;
     }
     let carried = answer.as_ref().map(|answer| gated.carry_out(Some(answer))).transpose()?;
     match carried {

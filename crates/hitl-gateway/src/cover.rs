@@ -69,8 +69,7 @@ pub fn cover_key(
         ApprovalScope::Arguments => format!("hitl/cover/v1\n{policy_key}\n{principal}\n{tool}\n{args_digest}"),
         ApprovalScope::Tool => format!("hitl/cover/v1\n{policy_key}\n{principal}\n{tool}\n*"),
     };
-    let digest = ring::digest::digest(&ring::digest::SHA256, covered.as_bytes());
-    Some(digest.as_ref().iter().map(|b| format!("{b:02x}")).collect())
+    Some(hex(ring::digest::digest(&ring::digest::SHA256, covered.as_bytes()).as_ref()))
 }
 
 /// Where approvals that cover later calls are kept until their time is up.
@@ -118,8 +117,21 @@ impl Grants for MemoryGrants {
     }
 }
 
-fn now_ms() -> u64 {
+/// Milliseconds since the epoch, now.
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The digest of a call's arguments that scope `arguments` compares: SHA-256 of their
+/// canonical JSON (keys sorted), so key order does not matter.
+pub fn args_digest(args: &serde_json::Map<String, serde_json::Value>) -> String {
+    let mut text = Vec::with_capacity(256);
+    hitl_protocol::canonical::write_object(args.iter().map(|(k, v)| (k.as_str(), v)), &mut text);
+    hex(ring::digest::digest(&ring::digest::SHA256, &text).as_ref())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// What every [`Grants`] must do, for its tests: a grant is read until its time, then

@@ -28,6 +28,8 @@
 //!         approvers: Some(vec!["group:dba".into()]),
 //!         when: None,
 //!         rate_limit: None,
+//!         approval_ttl: None,
+//!         approval_scope: None,
 //!     }],
 //!     GatewaySection::default(),
 //! )?;
@@ -110,8 +112,27 @@ pub struct Gateway {
     subscriptions: Arc<Mutex<subscriptions::Table>>,
     /// Told when a subscribed resource is updated.
     updates: Option<Updates>,
-    /// Where calls are counted against `rate_limit`s (none: they are not limited).
-    limiter: Option<Arc<dyn limit::Limiter>>,
+    /// Where calls are counted against `rate_limit`s and approvals that cover later
+    /// calls are kept (none: calls are not limited, approvals cover nothing later).
+    kept: Option<PolicyState>,
+}
+
+/// What the policies keep between calls: the counts of `rate_limit`s and the approvals
+/// that cover later calls (`approval_ttl`). In this process's memory, or in the store
+/// the replicas share, so that every replica counts and covers alike.
+#[derive(Clone)]
+pub struct PolicyState {
+    /// Where calls are counted.
+    pub limiter: Arc<dyn limit::Limiter>,
+    /// Where approvals that cover later calls are kept.
+    pub grants: Arc<dyn cover::Grants>,
+}
+
+impl PolicyState {
+    /// Both in this process's memory (one replica).
+    pub fn in_memory() -> Self {
+        Self { limiter: Arc::new(limit::MemoryLimiter::default()), grants: Arc::new(cover::MemoryGrants::default()) }
+    }
 }
 
 /// What the gateway knows of one upstream.
@@ -162,7 +183,7 @@ impl Gateway {
             changed: None,
             subscriptions: Arc::default(),
             updates: None,
-            limiter: None,
+            kept: None,
         })
     }
 
@@ -190,11 +211,11 @@ impl Gateway {
         self
     }
 
-    /// Counts calls against the policies' `rate_limit`s in `limiter` (shared by the
-    /// replicas when it is in their store).
+    /// Counts calls against the policies' `rate_limit`s and keeps approvals that cover
+    /// later calls in `kept` (shared by the replicas when it is in their store).
     #[must_use]
-    pub fn with_limiter(mut self, limiter: Arc<dyn limit::Limiter>) -> Self {
-        self.limiter = Some(limiter);
+    pub fn with_policy_state(mut self, kept: PolicyState) -> Self {
+        self.kept = Some(kept);
         self
     }
 
@@ -447,7 +468,7 @@ impl Gateway {
                     if self.policies.conditional(&listed_name) {
                         gated = gated.with_conditions(self.policies.clone());
                     }
-                    gated.limiter = self.limiter.clone();
+                    gated.kept = self.kept.clone();
                     catalog.push(Arc::new(Listed { gated: gated.clone(), upstream: upstream.clone() }));
                     agents.push((gated.agent(upstream.clone(), self.holds.clone(), hold_timeout), listing));
                 }

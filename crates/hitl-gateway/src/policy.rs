@@ -58,7 +58,18 @@ pub struct Policy {
     /// Calls each caller may make under this policy per window (`"30/minute"`).
     #[serde(default)]
     pub rate_limit: Option<crate::limit::RateLimit>,
+    /// Seconds after an approval during which it also lets the same caller's later
+    /// calls under this policy through, within `approval_scope` (absent: none).
+    #[serde(default)]
+    pub approval_ttl: Option<u64>,
+    /// What such an approval covers: `call` (this call only, the default),
+    /// `arguments` (identical arguments) or `tool` (any arguments).
+    #[serde(default)]
+    pub approval_scope: Option<crate::cover::ApprovalScope>,
 }
+
+/// The longest `approval_ttl`: a year, in seconds.
+const MAX_APPROVAL_TTL: u64 = 365 * 24 * 3600;
 
 impl Policy {
     /// The decisions a review under this policy offers.
@@ -306,6 +317,27 @@ impl Policies {
                     }
                 }
             }
+            if let Some(ttl) = policy.approval_ttl {
+                if policy.action != Action::Review {
+                    return Err(format!(
+                        "policy[{i}].approval_ttl: only a policy with action = \"review\" has approvals to cover later calls"
+                    ));
+                }
+                if !(1..=MAX_APPROVAL_TTL).contains(&ttl) {
+                    return Err(format!(
+                        "policy[{i}].approval_ttl: {ttl} is not between 1 and {MAX_APPROVAL_TTL} seconds (a year)"
+                    ));
+                }
+                if policy.approval_scope.unwrap_or_default() == crate::cover::ApprovalScope::Call {
+                    tracing::warn!(
+                        "policy[{i}].approval_ttl: with approval_scope = \"call\" (the default) an approval covers its own call only; set approval_scope = \"arguments\" or \"tool\" to cover later calls"
+                    );
+                }
+            } else if policy.approval_scope.is_some() {
+                return Err(format!(
+                    "policy[{i}].approval_scope: set approval_ttl (seconds) too; without it an approval covers its own call only"
+                ));
+            }
             if let Some(approvers) = &policy.approvers {
                 if policy.action != Action::Review {
                     return Err(format!("policy[{i}].approvers: only a policy with action = \"review\" has approvers"));
@@ -376,6 +408,13 @@ impl Policies {
             }
         }
         judgement
+    }
+
+    /// Whether a policy sets `approval_ttl` (an approval may cover later calls): its
+    /// callers must then be known, or one anonymous caller's approval could cover
+    /// another's calls.
+    pub fn cover_later_calls(&self) -> bool {
+        self.policies.iter().any(|p| p.approval_ttl.is_some())
     }
 
     /// Whether any policy limits its callers (then callers must be known: auth).
@@ -661,6 +700,8 @@ mod tests {
             approvers: None,
             when: None,
             rate_limit: None,
+            approval_ttl: None,
+            approval_scope: None,
         }
     }
 
@@ -709,6 +750,8 @@ mod passed_through {
             approvers: None,
             when: None,
             rate_limit: None,
+            approval_ttl: None,
+            approval_scope: None,
         }
     }
 
@@ -831,6 +874,8 @@ mod callers {
             approvers: None,
             when: None,
             rate_limit: None,
+            approval_ttl: None,
+            approval_scope: None,
         };
         let policies = Policies::new(vec![ops.clone()], GatewaySection::default()).unwrap();
         assert!(policies.limit_callers());
@@ -871,6 +916,8 @@ mod unmatched {
                 approvers: None,
                 when: None,
                 rate_limit: None,
+                approval_ttl: None,
+                approval_scope: None,
             })
             .collect();
         Policies::new(list, GatewaySection::default()).unwrap()
@@ -949,6 +996,8 @@ mod when_tests {
                 approvers: None,
                 when: when.map(str::to_owned),
                 rate_limit: None,
+                approval_ttl: None,
+                approval_scope: None,
             })
             .collect();
         Policies::new(policies, GatewaySection::default())

@@ -6,18 +6,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hitl_graph::payload::{
-    self, ActionRequest, ApprovalBy, Decision, Relay, RelayReply, RelayedRequest, ReviewConfig, ToolApproval,
+    self, ActionRequest, ApprovalBy, Covers, Decision, Relay, RelayReply, RelayedRequest, ReviewConfig, ToolApproval,
     ToolResult,
 };
 use std::borrow::Cow;
 
-use hitl_graph::{Agent, AuditSink, Caller, END, START, StateGraph, StepContext, StepError};
+use hitl_graph::{Agent, AuditSink, CallThread, Caller, END, START, StateGraph, StepContext, StepError};
 use hitl_protocol::{ClientCapabilities, display};
 use hitl_upstream::Upstream;
 use serde_json::{Map, Value, json};
 
+use crate::PolicyState;
+use crate::cover::{ApprovalScope, args_digest, cover_key};
 use crate::hold::{ASKED, HELD, Holds, Link, PAGES, RESULT, report};
-use crate::limit::{Limiter, RateLimit};
+use crate::limit::RateLimit;
 use crate::policy::{Action, Decided, Policies};
 use crate::when::CallFacts;
 
@@ -57,8 +59,11 @@ pub(crate) struct Gated {
     pub(crate) conditions: Option<Arc<Policies>>,
     /// The policy's rate limit and the key it is counted under.
     pub(crate) rate: Option<(RateLimit, String)>,
-    /// Where calls are counted against it.
-    pub(crate) limiter: Option<Arc<dyn Limiter>>,
+    /// What an approval under the policy covers besides its call, and for how many
+    /// seconds (`approval_ttl`).
+    pub(crate) cover: Option<(ApprovalScope, u64)>,
+    /// Where calls are counted against the rate limit and approvals that cover are kept.
+    pub(crate) kept: Option<PolicyState>,
     /// Where the policy is written, and a digest of its text: the version of the rules
     /// an approval was asked under, for the audit trail.
     pub(crate) policy_at: Option<String>,
@@ -84,7 +89,8 @@ impl Gated {
             limits_callers: decided.policy.is_some_and(|p| p.callers.is_some()),
             conditions: None,
             rate: decided.policy.and_then(|p| Some((p.rate_limit?, decided.key?.to_owned()))),
-            limiter: None,
+            cover: decided.policy.and_then(|p| Some((p.approval_scope.unwrap_or_default(), p.approval_ttl?))),
+            kept: None,
             policy_at: decided.place.map(str::to_owned),
             policy_digest: decided.key.map(str::to_owned),
         }
@@ -93,7 +99,7 @@ impl Gated {
     /// Whether the call must pass the `review` step before it runs: it may be denied
     /// or reviewed, decided one by one, or counted.
     pub(crate) fn guarded(&self) -> bool {
-        self.action != Action::Allow || self.conditions.is_some() || (self.rate.is_some() && self.limiter.is_some())
+        self.action != Action::Allow || self.conditions.is_some() || (self.rate.is_some() && self.kept.is_some())
     }
 
     /// The error result of a call past its policy's rate limit, when it is: counted
@@ -105,13 +111,11 @@ impl Gated {
         if self.action == Action::Deny || ctx.has_answer() {
             return None;
         }
-        let (Some((limit, policy_key)), Some(limiter)) = (&self.rate, &self.limiter) else { return None };
+        let (Some((limit, policy_key)), Some(kept)) = (&self.rate, &self.kept) else { return None };
         let caller = ctx.extension::<Caller>();
         let who = caller.and_then(|c| c.principal.as_deref().or(c.peer.as_deref())).unwrap_or("");
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
         let key = format!("{policy_key}:{who}");
-        match limiter.admit(&key, *limit, now_ms).await {
+        match kept.limiter.admit(&key, *limit, crate::cover::now_ms()).await {
             Ok(None) => None,
             Ok(Some(wait_ms)) => {
                 metrics::counter!("hitl_rate_limited_total", "policy" => self.policy.clone()).increment(1);
@@ -146,7 +150,7 @@ impl Gated {
         let Some(policies) = &self.conditions else { return Cow::Borrowed(self) };
         let decided = policies.decide_call(&self.facts(&arguments(state), ctx));
         let mut gated = Gated::new(self.listed.clone(), self.spec.clone(), self.upstream.as_deref(), decided);
-        gated.limiter = self.limiter.clone();
+        gated.kept = self.kept.clone();
         Cow::Owned(gated.with_conditions(policies.clone()))
     }
 
@@ -232,6 +236,19 @@ impl Gated {
         })
     }
 
+    /// What an approval of this call would cover besides it, for the review to say and
+    /// offer: none unless the policy's `approval_scope` reaches later calls, they can be
+    /// kept, and the caller is authenticated.
+    fn covers(&self, ctx: &StepContext) -> Option<Covers> {
+        let (scope, ttl_seconds) = self.cover?;
+        if scope == ApprovalScope::Call || self.kept.is_none() || self.policy_digest.is_none() {
+            return None;
+        }
+        let caller = ctx.extension::<Caller>()?.principal.clone()?;
+        let same_arguments = scope == ApprovalScope::Arguments;
+        Some(Covers { tool: self.listed.clone(), same_arguments, ttl_seconds, caller })
+    }
+
     /// What the upstream asks the client, marked as the upstream's: an elicitation's
     /// message begins with `<upstream>: `, so it cannot pass for hitl's own question.
     fn marked(&self, method: String, mut params: Value) -> RelayedRequest {
@@ -253,6 +270,9 @@ impl Gated {
         if let Some(refused) = gated.over_limit(ctx).await {
             return Ok(json!({ RESULT: refused.to_value() }));
         }
+        if gated.covered(state, ctx).await {
+            return Ok(json!({}));
+        }
         gated.record_decision(ctx);
         let decision = match gated.action {
             Action::Review => Some(gated.review(state, ctx)?),
@@ -271,8 +291,68 @@ impl Gated {
         let Some(decision) = decision else { return Ok(json!({})) };
         match gated.edit_denied(&decision, ctx)? {
             Some(denied) => Ok(json!({ RESULT: denied.to_value() })),
-            None => Ok(json!({ DECISION: decision })),
+            None => {
+                gated.grant(&decision, state, ctx).await;
+                Ok(json!({ DECISION: decision }))
+            }
         }
+    }
+
+    /// Whether an earlier approval covers this call (`approval_ttl`): it then runs
+    /// without a review of its own, in the audit trail as `approved_by_earlier` with the
+    /// id of that approval. Only a call this policy reviews, when it is first made (an
+    /// answer carried back was asked); a grant that cannot be read covers nothing.
+    pub(crate) async fn covered(&self, state: &Value, ctx: &StepContext) -> bool {
+        if self.action != Action::Review || ctx.has_answer() {
+            return false;
+        }
+        let (Some(kept), Some(key)) = (&self.kept, self.cover_key(state, ctx)) else { return false };
+        match kept.grants.granted(&key, crate::cover::now_ms()).await {
+            Ok(Some(approval)) => {
+                self.audit(ctx, "approved_by_earlier", Some(&approval));
+                true
+            }
+            Ok(None) => false,
+            Err(error) => {
+                tracing::warn!(policy = %self.policy, %error, "approvals that cover later calls cannot be read; the call is reviewed");
+                false
+            }
+        }
+    }
+
+    /// Keeps an approval that covers later calls: `decision` approved the call as asked
+    /// under a policy with `approval_ttl`, and its reviewer left `cover` on (an edit, a
+    /// rejection or a narrowed approval covers nothing). Named by its page's id, or by
+    /// the call's thread when the caller approved in their client.
+    pub(crate) async fn grant(&self, decision: &Value, state: &Value, ctx: &StepContext) {
+        if self.action != Action::Review
+            || decision.get("type").and_then(Value::as_str) != Some("approve")
+            || decision.get(hitl_schema::COVER_FIELD) != Some(&Value::Bool(true))
+        {
+            return;
+        }
+        let (Some((_, ttl)), Some(kept), Some(key)) = (self.cover, &self.kept, self.cover_key(state, ctx)) else {
+            return;
+        };
+        let approval = decision.get("approval").and_then(Value::as_str).map(str::to_owned);
+        let approval = approval.or_else(|| ctx.extension::<CallThread>().map(|t| t.0.clone())).unwrap_or_default();
+        let until = crate::cover::now_ms().saturating_add(ttl.saturating_mul(1000));
+        if let Err(error) = kept.grants.grant(&key, &approval, until).await {
+            tracing::warn!(policy = %self.policy, %error, "an approval that covers later calls cannot be kept; they will be reviewed");
+        }
+    }
+
+    /// The key this call's approval is kept under and later calls are looked up by:
+    /// the policy, the authenticated caller, the tool and (scope `arguments`) the
+    /// arguments' digest. `None` when nothing later is covered.
+    fn cover_key(&self, state: &Value, ctx: &StepContext) -> Option<String> {
+        let (scope, _) = self.cover?;
+        let principal = ctx.extension::<Caller>()?.principal.as_deref()?;
+        let digest = match scope {
+            ApprovalScope::Arguments => args_digest(&arguments(state)),
+            ApprovalScope::Call | ApprovalScope::Tool => String::new(),
+        };
+        cover_key(self.policy_digest.as_deref()?, principal, scope, &self.listed, &digest)
     }
 
     /// Writes to the audit trail, when the server keeps one, what this policy decided
@@ -284,16 +364,26 @@ impl Gated {
         if ctx.has_answer() {
             return;
         }
-        let Some(sink) = ctx.extension::<AuditSink>() else { return };
         let event = match self.action {
             Action::Allow => "allowed",
             Action::Deny => "denied",
             Action::Review => "review_asked",
         };
-        sink.record(json!({
+        self.audit(ctx, event, None);
+    }
+
+    /// Writes `event` about this call and its policy to the audit trail, when the
+    /// server keeps one (with the `approval` it names).
+    fn audit(&self, ctx: &StepContext, event: &str, approval: Option<&str>) {
+        let Some(sink) = ctx.extension::<AuditSink>() else { return };
+        let mut entry = json!({
             "event": event, "tool": self.listed, "upstream": self.upstream, "policy": self.policy,
             "policy_at": self.policy_at, "policy_digest": self.policy_digest,
-        }));
+        });
+        if let Some(approval) = approval {
+            entry["approval"] = Value::from(approval);
+        }
+        sink.record(entry);
     }
 
     /// The error result of a denied call, naming the policy.
@@ -340,6 +430,7 @@ impl Gated {
         let args = arguments(state);
         let text = self.review_text(&args);
         let approval = ToolApproval {
+            covers: self.covers(ctx),
             action_request: ActionRequest::new(&self.listed, args, Some(text)),
             review_config: Some(ReviewConfig::new(&self.listed, self.decisions.iter().copied())),
             approval: self.approval(),
@@ -627,6 +718,8 @@ mod tests {
             approvers,
             when: None,
             rate_limit: None,
+            approval_ttl: None,
+            approval_scope: None,
         };
         let decided = Decided { action: Action::Review, policy: Some(&policy), place: Some("hitl.toml:7"), key: None };
         Gated::new("db.drop_table".into(), spec.as_object().cloned().unwrap(), Some("db"), decided)

@@ -149,6 +149,12 @@ pub struct Caller {
     pub peer: Option<String>,
 }
 
+/// The thread of the call a run belongs to, as the audit trail names it, visible to
+/// steps as `ctx.extension::<CallThread>()` (the gateway names the approval that covers
+/// later calls by it when the caller approved in their client).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallThread(pub String);
+
 /// Where a step writes an entry for the audit trail about the call it runs (the
 /// gateway: which policy let the call through, and under which version of the rules).
 /// The engine puts one in a run's extensions (`ctx.extension::<AuditSink>()`) when the

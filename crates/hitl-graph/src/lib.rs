@@ -48,7 +48,9 @@ mod runtime;
 pub use agent::{Agent, TaskSupport};
 pub use builder::{CompileError, StateGraph};
 pub use checkpoint::{Checkpoint, Interrupt, Outcome, ResumeValues, RunError};
-pub use context::{AuditSink, Caller, Effects, Interrupted, Progress, ProgressFn, Run, StepContext, StepError};
+pub use context::{
+    AuditSink, CallThread, Caller, Effects, Interrupted, Progress, ProgressFn, Run, StepContext, StepError,
+};
 pub use extensions::Extensions;
 pub use graph::{Graph, Reducer, ReducerFn};
 

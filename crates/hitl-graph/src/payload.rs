@@ -364,6 +364,43 @@ pub struct ToolApproval {
     /// approval page by one of them (hitl's extension; LangChain never writes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalBy>,
+    /// What an approval covers besides this call (`[[policy]] approval_ttl`): the
+    /// review then offers to cover later calls, which the reviewer may decline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub covers: Option<Covers>,
+}
+
+/// What an approval covers besides its own call: the same caller's later calls of the
+/// tool under the same policy, with identical arguments or any, for a while
+/// (`[[policy]] approval_ttl` and `approval_scope`). The reviewer may narrow it to the
+/// call alone (the decision's `cover: false`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Covers {
+    /// The tool, as listed.
+    pub tool: String,
+    /// Later calls are covered only with identical arguments (else: any arguments).
+    pub same_arguments: bool,
+    /// For how long after the approval.
+    pub ttl_seconds: u64,
+    /// The caller whose later calls are covered (a principal).
+    pub caller: String,
+}
+
+impl Covers {
+    /// What an approval covers, in words: to the caller ("this call, and your calls of
+    /// fs.write_file with these arguments for 15 min") or, naming the caller, to an
+    /// approver.
+    pub fn text(&self, to_caller: bool) -> String {
+        let whose = if to_caller { "your".to_owned() } else { format!("{}'s", self.caller) };
+        let arguments = if self.same_arguments { "these arguments" } else { "any arguments" };
+        let ttl = self.ttl_seconds;
+        let span = match ttl {
+            t if t % 3600 == 0 => format!("{} h", t / 3600),
+            t if t % 60 == 0 => format!("{} min", t / 60),
+            t => format!("{t} s"),
+        };
+        format!("this call, and {whose} calls of {} with {arguments} for {span}", self.tool)
+    }
 }
 
 /// The people who decide a [`ToolApproval`] on hitl's approval page, the policy that
@@ -609,10 +646,31 @@ mod tests {
             action_request: ActionRequest::new("t", Map::new(), Some("Run t?".into())),
             review_config: Some(ReviewConfig::new("t", ["approve"])),
             approval: None,
+            covers: None,
         };
         let value = approval.to_value();
         assert_eq!(value["type"], "tool_approval");
+        assert!(value.get("covers").is_none(), "nothing new on the wire without approval_ttl");
         assert_eq!(ToolApproval::parse(&value).unwrap().unwrap(), approval);
+    }
+
+    #[test]
+    fn what_an_approval_covers_is_said_to_the_caller_and_to_an_approver() {
+        let covers = |same_arguments, ttl_seconds| Covers {
+            tool: "fs.write_file".into(),
+            same_arguments,
+            ttl_seconds,
+            caller: "user:alice".into(),
+        };
+        assert_eq!(
+            covers(true, 900).text(true),
+            "this call, and your calls of fs.write_file with these arguments for 15 min"
+        );
+        assert_eq!(
+            covers(false, 7200).text(false),
+            "this call, and user:alice's calls of fs.write_file with any arguments for 2 h"
+        );
+        assert!(covers(true, 90).text(true).ends_with("for 90 s"));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use hitl_protocol::{
     CallToolResult, CreateMessageResult, ElicitAction, ElicitRequestParams, ElicitResult, ErrorObject, FormElicitation,
     InputRequest, InputResponses, ListRootsResult, Needs, UrlElicitation,
 };
-use hitl_schema::FormOptions;
+use hitl_schema::{DecisionKind, FormOptions};
 use serde_json::{Map, Value, json};
 
 use crate::answers::{CANCELLED, DECLINED, NotAskable};
@@ -115,9 +115,19 @@ fn review_questions(
                     *seen
                 }
             };
-            let (form, offered) = hitl_schema::review_form(&call.allowed, &call.args)
+            let (mut form, offered) = hitl_schema::review_form(&call.allowed, &call.args)
                 .map_err(|e| NotAskable::schema(&interrupt.step, &format!("review of the {} call", call.tool), &e))?;
-            let message = call.description.clone().unwrap_or_else(|| format!("Run {}?", call.tool));
+            let mut message = call.description.clone().unwrap_or_else(|| format!("Run {}?", call.tool));
+            // Said to whoever decides: the client's user of their own calls, or an approver.
+            let to_caller = call.approval.is_none();
+            let covers =
+                call.covers.as_ref().filter(|_| offered.contains(&DecisionKind::Approve)).map(|c| c.text(to_caller));
+            if let Some(covers) = &covers {
+                hitl_schema::offer_cover(&mut form, covers);
+                if to_caller {
+                    message = format!("{message}\n\nAn approval covers {covers}.");
+                }
+            }
             let (request, page) = match call.approval {
                 None => (form_request(message, form), None),
                 Some(by) => {
@@ -133,6 +143,7 @@ fn review_questions(
                             annotations: by.annotations,
                             policy_at: by.policy_at,
                             policy_digest: by.policy_digest,
+                            covers,
                         })),
                     };
                     (url_request(waiting), Some(unanswered(kind)))
@@ -393,7 +404,8 @@ pub(crate) fn judge_opening(round: &Round, responses: &InputResponses, open: Ope
                 }
                 Ok(OnPage::Decided(action, content)) => match kind {
                     QuestionKind::Review(review) => {
-                        review::decide(review, action, &content).map(|o| gathered.review(question, review, o))
+                        let cover = review::Cover { offered: page_offers_cover(page), approval: Some(&page.id) };
+                        review::decide(review, action, &content, cover).map(|o| gathered.review(question, review, o))
                     }
                     _ => {
                         gathered.answer(question, Judged::Value(json!({ "action": action })));
@@ -545,7 +557,7 @@ fn on_page(question: &Question, page: &Page, raw: &Value, open: Opener<'_>) -> R
 /// and the review's rules, before it is stored: the approver learns of a bad edit on
 /// the page, and the client's retry never meets it.
 pub(crate) fn check_decision(question: &Question, content: &Map<String, Value>) -> Result<(), ErrorObject> {
-    let (Some(Page { kind: PageKind::Approval { form, .. }, .. }), QuestionKind::Review(review)) =
+    let (Some(page @ Page { kind: PageKind::Approval { form, .. }, .. }), QuestionKind::Review(review)) =
         (question.page.as_deref(), &question.kind)
     else {
         return Err(ErrorObject::invalid_params("This question is not an approval"));
@@ -553,20 +565,29 @@ pub(crate) fn check_decision(question: &Question, content: &Map<String, Value>) 
     if let Err(violations) = hitl_schema::validate(form, content) {
         return Err(form_mismatch(&question.key, &violations));
     }
-    review::decide(review, ElicitAction::Accept, content).map(|_| ())
+    let cover = review::Cover { offered: hitl_schema::offers_cover(form), approval: Some(&page.id) };
+    review::decide(review, ElicitAction::Accept, content, cover).map(|_| ())
+}
+
+/// Whether an approval page's form offers to cover later calls.
+fn page_offers_cover(page: &Page) -> bool {
+    matches!(&page.kind, PageKind::Approval { form, .. } if hitl_schema::offers_cover(form))
 }
 
 /// Reads a review answer: the form's rules first, then the decision's.
 fn review_answer(question: &Question, review: &review::Review, raw: &Value) -> Result<review::Outcome, ErrorObject> {
     let result = ElicitResult::from_value(&question.key, raw)?;
     let content = result.content.unwrap_or_default();
-    if result.action == ElicitAction::Accept
-        && let InputRequest::Elicit(ElicitRequestParams::Form(form)) = &question.request
-        && let Err(violations) = hitl_schema::validate(&form.requested_schema, &content)
-    {
-        return Err(form_mismatch(&question.key, &violations));
+    let mut cover = review::Cover::default();
+    if let InputRequest::Elicit(ElicitRequestParams::Form(form)) = &question.request {
+        if result.action == ElicitAction::Accept
+            && let Err(violations) = hitl_schema::validate(&form.requested_schema, &content)
+        {
+            return Err(form_mismatch(&question.key, &violations));
+        }
+        cover.offered = hitl_schema::offers_cover(&form.requested_schema);
     }
-    review::decide(review, result.action, &content)
+    review::decide(review, result.action, &content, cover)
 }
 
 /// Reads and checks one answer against its question.

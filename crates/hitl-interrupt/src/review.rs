@@ -28,6 +28,8 @@ pub(crate) struct ReviewedCall {
     pub(crate) mode: ReviewMode,
     /// Who decides on hitl's approval page, when not the client's user.
     pub(crate) approval: Option<payload::ApprovalBy>,
+    /// What an approval covers besides the call (`[[policy]] approval_ttl`).
+    pub(crate) covers: Option<payload::Covers>,
 }
 
 /// Is this interrupt a review ([`ToolApproval`] or [`ReviewRequest`])? Then its calls,
@@ -40,6 +42,7 @@ pub(crate) fn calls(interrupt: &Interrupt) -> Option<Result<Vec<ReviewedCall>, N
         return Some(approval.map_err(invalid).and_then(|a| {
             let mut call = call(step, &a.action_request, a.review_config.as_ref(), mode)?;
             call.approval = a.approval;
+            call.covers = a.covers;
             Ok(vec![call])
         }));
     }
@@ -80,7 +83,7 @@ fn call(
         None => DecisionKind::ALL.to_vec(),
     };
     let description = request.description.clone();
-    Ok(ReviewedCall { tool: tool.clone(), args, description, allowed, mode, approval: None })
+    Ok(ReviewedCall { tool: tool.clone(), args, description, allowed, mode, approval: None, covers: None })
 }
 
 /// The answer to a review question, as the middleware's decision; `Err` for an answer
@@ -90,11 +93,22 @@ pub(crate) enum Outcome {
     Finish(&'static str),
 }
 
-/// Turns an elicitation answer into a decision.
+/// Whether a review offered to cover later calls, and the approval that decided it
+/// (a page's id; none: the client's user in the client).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Cover<'a> {
+    pub(crate) offered: bool,
+    pub(crate) approval: Option<&'a str>,
+}
+
+/// Turns an elicitation answer into a decision. Where `cover` was offered, an approval
+/// says whether it covers later calls (`"cover"`, `true` unless the reviewer said
+/// `false`) and which approval it is (`"approval"`).
 pub(crate) fn decide(
     review: &Review,
     action: ElicitAction,
     content: &Map<String, Value>,
+    cover: Cover<'_>,
 ) -> Result<Outcome, ErrorObject> {
     let offered = |d: &str| review.offered.iter().any(|o| o == d);
     let decision = match action {
@@ -131,7 +145,22 @@ pub(crate) fn decide(
             }
         }
     };
-    let decision = decision.to_value(matches!(review.mode, ReviewMode::Batched { camel_case: true, .. }));
+    let approved = matches!(decision, payload::Decision::Approve);
+    let mut decision = decision.to_value(matches!(review.mode, ReviewMode::Batched { camel_case: true, .. }));
+    if cover.offered
+        && approved
+        && let Value::Object(fields) = &mut decision
+    {
+        let covers = match content.get(hitl_schema::COVER_FIELD) {
+            None => true,
+            Some(Value::Bool(covers)) => *covers,
+            Some(_) => return Err(ErrorObject::invalid_params("cover must be true or false")),
+        };
+        fields.insert(hitl_schema::COVER_FIELD.into(), Value::Bool(covers));
+        if let Some(approval) = cover.approval {
+            fields.insert("approval".into(), Value::from(approval));
+        }
+    }
     if let ReviewMode::PerCall { schema: Some(schema) } = &review.mode {
         check_decision(schema, &decision)?;
     }

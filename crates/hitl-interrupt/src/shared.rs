@@ -80,11 +80,12 @@ impl Core {
         }
     }
 
-    /// The graph run of `call` of `agent` ([`ToolCall::run`]) in thread `thread_id`,
-    /// with an [`hitl_graph::AuditSink`] that hands its steps' entries to the observer,
+    /// The graph run of `call` of `agent` ([`ToolCall::run`]) in thread `thread_id`
+    /// (its [`hitl_graph::CallThread`]), with an [`hitl_graph::AuditSink`] that hands its steps' entries to the observer,
     /// when there is one.
     pub(crate) fn run_of(&self, call: &ToolCall, agent: &hitl_graph::Agent, thread_id: &str) -> hitl_graph::Run {
         let mut run = call.run(agent);
+        run.extensions.insert(hitl_graph::CallThread(thread_id.to_owned()));
         if let Some(observer) = &self.observer {
             let (observer, tool, principal) = (observer.clone(), call.bound_to(agent), call.principal.clone());
             let thread_id = thread_id.to_owned();

@@ -42,6 +42,9 @@ pub enum AuditKind {
     Denied,
     /// A policy sent a call for review (the `asked` entry that follows has its round).
     ReviewAsked,
+    /// A call ran without a review of its own: an earlier approval covered it
+    /// (`[[policy]] approval_ttl`; `approval` names that approval).
+    ApprovedByEarlier,
 }
 
 impl AuditKind {

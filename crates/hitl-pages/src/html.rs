@@ -158,6 +158,9 @@ pub(crate) fn approval(
                         }
                     }
                 }
+                @if let Some(covers) = shown["covers"].as_str() {
+                    dt { "An approval covers" } dd #covers { (covers) }
+                }
                 @if let Some(expires) = shown["expires_at"].as_str() {
                     dt { "Expires" } dd #expires { time datetime=(expires) { (expires) } }
                 }
@@ -185,7 +188,16 @@ pub(crate) fn approval(
             Can::Decide(offered) => {
                 @let offers = |d: &str| offered.iter().any(|o| o == d);
                 @if offers("approve") {
-                    (decision(chrome.csrf, "approve", html! { p { "Run the call as it is." } }, html! {
+                    (decision(chrome.csrf, "approve", html! {
+                        p { "Run the call as it is." }
+                        @if let Some(covers) = shown["covers"].as_str() {
+                            // Unchecked, the approval is for this call only.
+                            label for="cover" {
+                                input id="cover" type="checkbox" name="cover" value="true" checked;
+                                " Also let through " (covers.strip_prefix("this call, and ").unwrap_or(covers))
+                            }
+                        }
+                    }, html! {
                         button.approve type="submit" id="approve" { "Approve" }
                     }))
                 }

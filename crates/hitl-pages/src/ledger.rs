@@ -376,11 +376,12 @@ fn name_policy(entry: &mut AuditEvent, view: &PageView) {
     }
 }
 
-/// Where the policy of approval `view` is written and the digest of its text, as its
-/// listing entry keeps them (`policy_at`, `policy_digest`).
+/// Where the policy of approval `view` is written and the digest of its text, and what
+/// an approval covers besides the call, as its listing entry keeps them (`policy_at`,
+/// `policy_digest`, `covers`).
 fn policy_written(view: &PageView) -> Map<String, Value> {
     let PageKind::Approval { about: Some(about), .. } = &view.page.kind else { return Map::new() };
-    let fields = [("policy_at", &about.policy_at), ("policy_digest", &about.policy_digest)];
+    let fields = [("policy_at", &about.policy_at), ("policy_digest", &about.policy_digest), ("covers", &about.covers)];
     fields.into_iter().filter_map(|(key, value)| Some((key.to_owned(), Value::String(value.clone()?)))).collect()
 }
 
@@ -435,7 +436,7 @@ pub(crate) fn detail(view: &PageView, base_url: &str) -> Value {
 /// hidden character a visible escape ([`hitl_protocol::display`]): the tool, each
 /// argument (a string as its text, another value as JSON), the review text and the
 /// tool's description (their own line breaks kept), the upstream, the annotations,
-/// and the expiry as an RFC 3339 time.
+/// what an approval covers, and the expiry as an RFC 3339 time.
 pub(crate) fn with_display(mut entry: Value) -> Value {
     let text = |key: &str| entry[key].as_str().map(|s| display::escape(s).into_owned());
     let lines = |key: &str| entry[key].as_str().map(|s| display::escape_lines(s).into_owned());
@@ -452,6 +453,7 @@ pub(crate) fn with_display(mut entry: Value) -> Value {
         "tool_description": lines("tool_description"),
         "annotations": values("annotations").map(Value::Object),
         "expires_at": entry["expires_at_ms"].as_u64().map(rfc3339),
+        "covers": text("covers"),
     });
     entry["display"] = shown;
     entry

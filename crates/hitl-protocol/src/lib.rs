@@ -30,6 +30,7 @@
 //! assert_eq!(rejected.error.code, hitl_protocol::ErrorCode::INVALID_REQUEST);
 //! ```
 
+pub mod canonical;
 mod capabilities;
 pub mod display;
 pub mod headers;

@@ -48,7 +48,7 @@ use serde_json::{Map, json};
 
 pub use convert::{Form, FormOptions, to_form};
 pub use downgrade::downgrade_2025_06_18;
-pub use review::{DecisionKind, MAX_PREFILL_BYTES, review_form};
+pub use review::{COVER_FIELD, DecisionKind, MAX_PREFILL_BYTES, offer_cover, offers_cover, review_form};
 pub use url::{MAX_URL_LEN, check_url};
 pub use validate::{CACHE_CAPACITY, Violation, deserialize_answer, validate, validate_value};
 

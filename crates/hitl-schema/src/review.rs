@@ -98,3 +98,23 @@ pub fn review_form(
         RequestedSchema { schema: None, type_: "object".into(), properties, required: Some(vec!["decision".into()]) };
     Ok((schema, offered))
 }
+
+/// The review form's field that says whether an approval also covers later calls
+/// (`[[policy]] approval_ttl`): a boolean, `true` unless the reviewer narrows the
+/// approval to this call.
+pub const COVER_FIELD: &str = "cover";
+
+/// Adds the [`COVER_FIELD`] to a review `form`, saying what an approval covers
+/// (`covers`: "this call, and your calls of … for 15 min").
+pub fn offer_cover(form: &mut RequestedSchema, covers: &str) {
+    form.properties.insert(
+        COVER_FIELD.into(),
+        json!({"type": "boolean", "title": "Cover later calls", "default": true,
+               "description": format!("An approval covers {covers}. Set to false to approve this call only.")}),
+    );
+}
+
+/// Whether `form` offers to cover later calls.
+pub fn offers_cover(form: &RequestedSchema) -> bool {
+    form.properties.contains_key(COVER_FIELD)
+}

@@ -54,8 +54,8 @@ impl Startup {
         }
         let policies = self.live.now().rules.policies.clone();
         let gate = if self.reload.is_some() { hitl_gateway::gate_reloadable } else { hitl_gateway::gate };
-        let limiter = self.live.now().rules.limiter.clone();
-        match gate(agent.clone(), &policies, Some(&limiter)) {
+        let kept = self.live.now().rules.kept.clone();
+        match gate(agent.clone(), &policies, Some(&kept)) {
             Ok(gated) => {
                 self.own.push(agent);
                 Some(gated)

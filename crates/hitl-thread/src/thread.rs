@@ -454,6 +454,10 @@ pub struct About {
     /// A digest of the policy's text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_digest: Option<String>,
+    /// What an approval covers besides this call, told to the approver (`[[policy]]
+    /// approval_ttl`; absent: this call only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub covers: Option<String>,
 }
 
 /// How a question's answer is turned into what the agent resumes with.

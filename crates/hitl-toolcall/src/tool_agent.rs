@@ -312,6 +312,7 @@ fn review_calls(ctx: &StepContext, message: &Value) -> Result<HashMap<String, pa
             action_request: parse(&review["request"])?,
             review_config: Some(parse(&review["config"])?),
             approval: parse(&review["approval"])?,
+            covers: None,
         };
         let decision = ctx.interrupt_with_schema(approval.to_value(), review["schema"].clone())?;
         decisions.insert(id, serde_json::from_value(decision).map_err(invalid)?);

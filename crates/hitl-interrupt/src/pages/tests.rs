@@ -50,6 +50,7 @@ fn gated() -> Agent {
                     policy_at: Some("hitl.toml:7".into()),
                     policy_digest: Some("5e0c0ffee5e0c0ffee5e0c0f".into()),
                 }),
+                covers: None,
             };
             Ok(json!({ "decision": ctx.interrupt(approval.to_value())? }))
         })
@@ -122,7 +123,9 @@ fn an_approval_is_asked_by_url_and_the_retry_takes_the_approvers_decision() {
     assert_eq!(view.approvers(), ["group:sre"]);
     assert_eq!(view.review.as_ref().unwrap().args, *args.as_object().unwrap());
     let PageKind::Approval { about: Some(about), .. } = &view.page.kind else { panic!("{view:?}") };
-    let About { description, upstream, tool_description, annotations, policy_at, policy_digest } = about.as_ref();
+    let About { description, upstream, tool_description, annotations, policy_at, policy_digest, covers } =
+        about.as_ref();
+    assert_eq!(*covers, None, "no approval_ttl: the approval is for this call only");
     assert_eq!(
         (policy_at.as_deref(), policy_digest.as_deref()),
         (Some("hitl.toml:7"), Some("5e0c0ffee5e0c0ffee5e0c0f"))

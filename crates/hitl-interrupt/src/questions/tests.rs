@@ -375,6 +375,44 @@ fn per_call_reviews_check_the_decision_schema_but_never_fetch() {
 }
 
 #[test]
+fn a_review_that_covers_later_calls_says_so_and_its_approval_may_narrow_it() {
+    let covers = json!({"tool": "fs.write_file", "same_arguments": true, "ttl_seconds": 900, "caller": "user:alice"});
+    let value = |allowed: Value| {
+        json!({"type": "tool_approval", "action_request": {"name": "fs.write_file", "args": {"path": "a"}},
+               "review_config": {"action_name": "fs.write_file", "allowed_decisions": allowed}, "covers": covers})
+    };
+    let r = round(build(&[interrupt("p", value(json!(["approve", "edit", "reject"])), None)]).unwrap());
+    let asked = request(&r.questions[0]);
+    let said = "this call, and your calls of fs.write_file with these arguments for 15 min";
+    assert!(asked["params"]["message"].as_str().unwrap().ends_with(&format!("An approval covers {said}.")), "{asked}");
+    let field = &asked["params"]["requestedSchema"]["properties"]["cover"];
+    assert_eq!((&field["type"], &field["default"]), (&json!("boolean"), &json!(true)), "{asked}");
+    assert!(field["description"].as_str().unwrap().contains(said));
+
+    let key = r.questions[0].key.clone();
+    let decided = |content: Value| judge(&r, &responses(json!({ &key: {"action": "accept", "content": content} })));
+    let resumed = |decision: Value| Verdict::Resume([("p".into(), decision)].into_iter().collect());
+    assert_eq!(decided(json!({"decision": "approve"})), resumed(json!({"type": "approve", "cover": true})));
+    assert_eq!(
+        decided(json!({"decision": "approve", "cover": false})),
+        resumed(json!({"type": "approve", "cover": false})),
+        "narrowed to this call"
+    );
+    assert!(matches!(decided(json!({"decision": "approve", "cover": "no"})), Verdict::Invalid(_)));
+    // Only an approval as asked covers: not an edit, not a rejection.
+    let edit = decided(json!({"decision": "edit", "args": "{\"path\": \"b\"}", "cover": true}));
+    assert_eq!(
+        edit,
+        resumed(json!({"type": "edit", "edited_action": {"name": "fs.write_file", "args": {"path": "b"}}}))
+    );
+    assert_eq!(decided(json!({"decision": "reject", "cover": true})), resumed(json!({"type": "reject"})));
+
+    // A review that cannot approve offers nothing to cover.
+    let r = round(build(&[interrupt("p", value(json!(["reject"])), None)]).unwrap());
+    assert!(request(&r.questions[0])["params"]["requestedSchema"]["properties"].get("cover").is_none());
+}
+
+#[test]
 fn relayed_requests_without_a_key_are_keyed_by_what_they_ask() {
     let schema = json!({"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]});
     let relay = |message: &str| json!({"type": "mcp_elicitation", "requests": [{"message": message, "mode": "form", "requested_schema": schema}]});

@@ -4,8 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::bail;
-use hitl_gateway::limit::Limiter;
-use hitl_gateway::{Gateway, Judgement, Policies, UnmatchedMode};
+use hitl_gateway::{Gateway, Judgement, Policies, PolicyState, UnmatchedMode};
 use hitl_interrupt::Agent;
 
 use super::ServeArgs;
@@ -24,9 +23,10 @@ pub(crate) struct Rules {
     pub(crate) mode: UnmatchedMode,
     /// The `[[upstream]]`s, as written.
     pub(crate) upstreams: Vec<hitl_gateway::UpstreamSpec>,
-    /// Where calls are counted against `rate_limit`s: this process's memory, or the
-    /// Redis store the replicas share (kept across reloads).
-    pub(crate) limiter: Arc<dyn Limiter>,
+    /// Where calls are counted against `rate_limit`s and approvals that cover later
+    /// calls are kept: this process's memory, or the Redis store the replicas share
+    /// (kept across reloads).
+    pub(crate) kept: PolicyState,
 }
 
 impl std::fmt::Debug for Rules {
@@ -62,11 +62,11 @@ impl ServeArgs {
             (Some(gateway), Some(previous)) => Some(gateway.succeeding(previous)),
             (gateway, _) => gateway,
         };
-        let limiter = match previous {
-            Some(previous) => previous.limiter.clone(),
-            None => self.limiter()?,
+        let kept = match previous {
+            Some(previous) => previous.kept.clone(),
+            None => self.policy_state()?,
         };
-        let gateway = gateway.map(|g| g.with_limiter(limiter.clone()));
+        let gateway = gateway.map(|g| g.with_policy_state(kept.clone()));
         let catalog = gateway.as_ref().map(|g| g.catalog()).unwrap_or_default();
         let env = |name: &str| std::env::var(name).ok();
         let declared = hitl_declared::build(&self.declared, &catalog, env).map_err(|problem| {
@@ -93,12 +93,17 @@ impl ServeArgs {
             .iter()
             .cloned()
             .chain(declared)
-            .map(|a| gate(a, &policies, Some(&limiter)))
+            .map(|a| gate(a, &policies, Some(&kept)))
             .collect::<Result<_, _>>()
             .map_err(anyhow::Error::msg)?;
         if policies.limit_callers() && !self.authenticates() && self.principal_header.is_none() && !self.stdio {
             bail!(
                 "a [[policy]] names callers, but callers are not known: set [auth] tokens_file (--tokens-file) or --principal-header"
+            );
+        }
+        if policies.cover_later_calls() && !self.authenticates() && self.principal_header.is_none() && !self.stdio {
+            bail!(
+                "a [[policy]] sets approval_ttl, whose approvals cover the same caller's later calls, but callers are not known: set [auth] tokens_file (--tokens-file), [auth.jwt] or --principal-header"
             );
         }
         if policies.have_approvers() && !self.authenticates() {
@@ -123,16 +128,20 @@ impl ServeArgs {
             Arc::new(g.with_agents(agent_names.clone(), mode).with_changes(changes).with_updates(updates))
         });
         let judged = gateway.is_none().then(|| policies.judge(&agent_names, &[]));
-        Ok(Rules { policies, gateway, agents, judged, mode, upstreams: self.gateway.upstream.clone(), limiter })
+        Ok(Rules { policies, gateway, agents, judged, mode, upstreams: self.gateway.upstream.clone(), kept })
     }
 
-    /// Where rate limits are counted: memory, or the Redis store's server.
-    fn limiter(&self) -> anyhow::Result<Arc<dyn Limiter>> {
+    /// Where rate limits are counted and covering approvals kept: memory, or the Redis
+    /// store's server.
+    fn policy_state(&self) -> anyhow::Result<PolicyState> {
         if self.store == "memory" {
-            return Ok(Arc::new(hitl_gateway::limit::MemoryLimiter::default()));
+            return Ok(PolicyState::in_memory());
         }
         let ca = self.redis_ca_file.as_deref().map(std::fs::read).transpose()?;
         let store = hitl_store_redis::RedisStore::with_tls_roots(&self.store, ca).map_err(anyhow::Error::msg)?;
-        Ok(Arc::new(crate::limits::RedisLimiter(store)))
+        Ok(PolicyState {
+            limiter: Arc::new(crate::limits::RedisLimiter(store.clone())),
+            grants: Arc::new(crate::limits::RedisGrants(store)),
+        })
     }
 }
