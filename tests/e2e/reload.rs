@@ -265,7 +265,7 @@ steps = [
 
 #[tokio::test]
 async fn approvers_and_webhooks_follow_a_reload() {
-    use crate::approvals::{Folder as Signed, Receiver, ask, config as signed_config, decide, executions, people};
+    use crate::approvals::{Folder as Signed, Receiver, api, ask, config as signed_config, decide, executions, people};
     let Some(upstream) = PythonUpstream::start(&[]) else { return };
     let (first_hook, second_hook) = (Receiver::start(0).await, Receiver::start(0).await);
     let first = signed_config(&upstream.url, &first_hook.url);
@@ -283,6 +283,19 @@ async fn approvers_and_webhooks_follow_a_reload() {
         .replace(&first_hook.url, &second_hook.url);
     std::fs::write(folder.0.join("hitl.toml"), &second).unwrap();
     reloaded(&server, &sha256_hex(first.as_bytes())).await;
+    // The listing and the approval's view follow who decides it now.
+    let listed = |token: String| {
+        let (server, id) = (&server, &id);
+        async move {
+            let reply = api(server, &token, http::Method::GET, "/api/approvals?status=pending", None).await;
+            reply.body["approvals"].as_array().unwrap().iter().find(|a| a["id"] == id.as_str()).cloned()
+        }
+    };
+    let carols = listed(p.carol.clone()).await.expect("listed to carol, the approver now");
+    assert_eq!(carols["approvers"], json!(["user:carol"]), "{carols}");
+    assert_eq!(listed(p.bob.clone()).await, None, "no longer listed to bob");
+    let view = api(&server, &p.carol, http::Method::GET, &format!("/api/approvals/{id}"), None).await;
+    assert_eq!((view.status, &view.body["approvers"]), (200, &json!(["user:carol"])), "{}", view.body);
     let bob = decide(&server, &p.bob, &id, json!({"decision": "approve"})).await;
     assert_eq!(bob.status, 403, "the approvers named when it paused no longer decide: {}", bob.body);
     assert!(bob.body.to_string().contains("user:carol"), "{}", bob.body);

@@ -63,7 +63,7 @@ pub(crate) async fn handle(
                 Ok(page) => page,
                 Err(why) => return error(StatusCode::BAD_REQUEST, &why),
             };
-            match shared.records.approvals().await {
+            match shared.approvals(engine).await {
                 Ok(mut listed) => {
                     // Oldest first by when they were asked (then id), the order the cursor
                     // counts in; a page starts after the cursor's entry.
@@ -144,7 +144,7 @@ pub(crate) async fn handle(
                     } else {
                         // The threads of the approvals listed for them, besides those the
                         // page's own entries name them for.
-                        let listed = shared.records.approvals().await.unwrap_or_default();
+                        let listed = shared.approvals(engine).await.unwrap_or_default();
                         let threads = listed.iter().filter(|e| may_see(&who, e)).filter_map(|e| e["thread"].as_str());
                         decidable(&who, read, threads.map(str::to_owned).collect())
                     };

@@ -380,9 +380,33 @@ impl Shared {
     pub(crate) async fn approval(&self, engine: &Engine, id: &str) -> Result<Option<Value>, String> {
         let view = engine.pages().get(id).await.map_err(|e| e.to_string())?;
         if let Some(view) = view.filter(|v| matches!(v.page.kind, PageKind::Approval { .. })) {
-            return Ok(Some(ledger::detail(&view, &self.config.base_url)));
+            let mut entry = ledger::detail(&view, &self.config.base_url);
+            if view.page.answer.is_none() {
+                entry["approvers"] = serde_json::json!(self.reload.approvers(&view));
+            }
+            return Ok(Some(entry));
         }
         Ok(self.records.approval(id).await.map_err(|e| e.to_string())?.map(ledger::with_display))
+    }
+
+    /// The listed approvals, each pending one naming the approvers the rules in force
+    /// name for it (a reload may have changed them since it paused: the listing, the
+    /// API and the trail's readers then follow whoever may decide it now).
+    pub(crate) async fn approvals(&self, engine: &Engine) -> Result<Vec<Value>, hitl_thread::StoreError> {
+        let mut listed = self.records.approvals().await?;
+        if self.reload.now().approvers.is_none() {
+            return Ok(listed);
+        }
+        for entry in listed.iter_mut().filter(|e| ApprovalStatus::of_entry(e).is_some_and(ApprovalStatus::is_pending)) {
+            let Some(id) = entry["id"].as_str() else { continue };
+            if let Ok(Some(view)) = engine.pages().get(id).await
+                && view.page.answer.is_none()
+                && matches!(view.page.kind, PageKind::Approval { .. })
+            {
+                entry["approvers"] = serde_json::json!(self.reload.approvers(&view));
+            }
+        }
+        Ok(listed)
     }
 
     /// May `who` see listed approval `entry` in the API: an approver of it, or an admin.
@@ -441,7 +465,7 @@ impl Shared {
             (&Method::POST, ["logout"], Some(_)) => self.logout(visit).await,
             (&Method::GET, ["approvals"], _) => match visit.session.as_ref().filter(|s| s.scope.is_none()) {
                 None => self.sign_in_first(parts, path),
-                Some(session) => match self.records.approvals().await {
+                Some(session) => match self.approvals(engine).await {
                     Ok(listed) => {
                         let mine: Vec<Value> = listed.into_iter().filter(|e| api::may_see(session, e)).collect();
                         self.html(StatusCode::OK, html::list(&mine, Some(session), &self.chrome(visit)))
