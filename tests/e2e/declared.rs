@@ -466,3 +466,92 @@ async fn a_model_that_never_answers_stops_at_max_steps() {
     assert!(stopped.text().contains("2 turns without a final answer (max_steps = 2)"), "{}", stopped.body);
     assert_eq!(bodies(&received).len(), 2, "the model is not asked a third time");
 }
+
+/// Policies that see the call (`when`, `rate_limit`), and a declared agent's own calls
+/// of the gateway's tools: each call is decided by the policy that decides it, as a
+/// client's would be, in a tool-calling agent (when the model proposes it) and in a
+/// workflow.
+#[tokio::test]
+async fn a_declared_agents_calls_are_decided_per_call_by_when_and_counted_by_rate_limits() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    // The nonce keeps the rate limit's count this test's own on a shared Redis.
+    let nonce = format!("{:x}-{}", crate::approvals::now_ms(), std::process::id());
+    let policies = format!(
+        r#"[[upstream]]
+name = "db"
+url = "{url}"
+
+[[policy]]
+tools = ["db.drop_*"]
+when = 'args.database == "prod"'
+action = "review"
+description = "Drop {{partition}} on {{database}}?"
+
+[[policy]]
+tools = ["db.drop_*"]
+when = 'args.database.startsWith("tmp")'
+action = "deny"
+
+[[policy]]
+tools = ["db.echo"]
+action = "allow"
+rate_limit = "2/minute"
+description = "{nonce}"
+
+[[policy]]
+tools = ["db.*"]
+action = "allow"
+
+[[agent]]
+name = "cleanup"
+kind = "workflow"
+input_schema = {{ type = "object", properties = {{ database = {{ type = "string" }} }}, required = ["database"] }}
+steps = [
+  {{ call = "db.drop_partition", args = {{ partition = "w1", database = "{{database}}" }} }},
+]
+"#,
+        url = upstream.url
+    );
+    let drop =
+        |id: &str, database: &str| (id.to_owned(), "db_drop_partition", json!({"partition": id, "database": database}));
+    let calls = [
+        ("e1".to_owned(), "db_echo", json!({"text": "one"})),
+        ("e2".to_owned(), "db_echo", json!({"text": "two"})),
+        ("e3".to_owned(), "db_echo", json!({"text": "three"})),
+        drop("d_staging", "staging"),
+        drop("d_tmp", "tmp_1"),
+        drop("d_prod", "prod"),
+    ];
+    let calls: Vec<(&str, &str, Value)> =
+        calls.iter().map(|(id, name, args)| (id.as_str(), *name, args.clone())).collect();
+    let (base, received) = model_server(vec![openai_calls(&calls), openai_text("Done.")]).await;
+    let (server, _file) = serve(&format!("{policies}{}", db_assistant(&base, ""))).await;
+
+    // Only the drop on prod is reviewed: staging runs, tmp is denied, by their `when`.
+    let args = json!({"request": "Clean up."});
+    let paused = server.pause("db_assistant", args).await.only();
+    assert_eq!(paused.question()["params"]["message"], "Drop d_prod on prod?", "{}", paused.question());
+    let done = paused.answer(&server, approve()).await;
+    assert_eq!(done.text(), "Done.", "{}", done.body);
+    let second = bodies(&received)[1]["messages"].as_array().unwrap().clone();
+    let told: std::collections::HashMap<&str, &str> = second
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| (m["tool_call_id"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect();
+    assert_eq!((told["e1"], told["e2"]), ("one", "two"), "{told:?}");
+    assert!(told["e3"].contains("rate limit of 2/minute for tools = [\"db.echo\"] reached"), "{told:?}");
+    assert_eq!(told["d_staging"], "dropped d_staging on staging", "{told:?}");
+    assert!(told["d_tmp"].contains("db.drop_partition is denied by the policy"), "{told:?}");
+    assert_eq!(told["d_prod"], "dropped d_prod on prod", "{told:?}");
+    assert_eq!(executions(&server, "drop_partition").await, 2, "staging and the approved prod");
+
+    // A workflow's call too: staging runs at once, tmp is denied, prod is asked.
+    let staging = server.call_tool(5, json!({"name": "cleanup", "arguments": {"database": "staging"}})).await;
+    assert_eq!(staging.text(), "dropped w1 on staging", "{}", staging.body);
+    let tmp = server.call_tool(6, json!({"name": "cleanup", "arguments": {"database": "tmp_2"}})).await;
+    assert!(tmp.text().contains("is denied by the policy"), "{}", tmp.body);
+    let prod = server.pause("cleanup", json!({"database": "prod"})).await.only();
+    assert_eq!(prod.question()["params"]["message"], "Drop w1 on prod?");
+    assert_eq!(executions(&server, "drop_partition").await, 3, "staging's only");
+}

@@ -407,6 +407,7 @@ pub fn email_assistant(mode: InterruptMode) -> Agent {
         name: "send_email".into(),
         description: "Sends an email.".into(),
         review: None,
+        gate: None,
         // Batched mode relies on the tool's own check when it runs; per-call mode also
         // puts the types in the review's response schema.
         args_schema: Some(args_schema),

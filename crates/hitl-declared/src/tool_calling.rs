@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use hitl_gateway::{Action, Catalog, Listed, result_text};
+use hitl_gateway::{Admitted, Catalog, Listed, result_text};
 use hitl_graph::payload::ToolResult;
 use hitl_graph::{Agent, StepError};
 use hitl_model::ModelClient;
 use hitl_schema::DecisionKind;
 use hitl_toolcall::ChatModel;
-use hitl_toolcall::tool_agent::{self, Answer, InterruptMode, Model, Pending, Tool, ToolReview, Toolbox};
+use hitl_toolcall::tool_agent::{self, Answer, CallGate, InterruptMode, Model, Pending, Tool, ToolReview, Toolbox};
 use serde_json::{Value, json};
 
 use crate::{AgentSpec, At, Problem, ReviewMode, foreign_keys, listable, unlisted};
@@ -71,32 +71,35 @@ impl Toolbox for Gatewayed {
     }
 }
 
-/// A listed tool as the runtime's: reviewed as its policy says; a denied one answers
-/// the model with the policy's error.
+/// A listed tool as the runtime's: each call the model proposes is decided by the
+/// policy that decides it (its `when` over the arguments and the caller, its rate
+/// limit), as a client's call would be: run, reviewed as that policy says, or answered
+/// with its error. An approval here covers no later call.
 fn tool(listed: Arc<Listed>) -> Tool {
-    let review = (listed.action() == Action::Review).then(|| {
-        let decisions =
-            DecisionKind::ALL.iter().copied().filter(|d| listed.decisions().contains(&d.as_str())).collect();
-        let described = listed.clone();
-        let describe = listed.describes().then(|| {
-            Arc::new(move |call: &tool_agent::ToolCall| described.describe(&call.args).unwrap_or_default())
-                as tool_agent::Describe
-        });
-        ToolReview { decisions, describe, approval: listed.approval() }
-    });
     let (name, description, schema) =
         (listed.name().to_owned(), listed.description().to_owned(), listed.input_schema());
-    let run: tool_agent::ToolFn = Arc::new(move |args| {
-        let listed = listed.clone();
+    let judged = listed.clone();
+    let gate: tool_agent::GateFn = Arc::new(move |call, ctx| {
+        let (listed, args, ctx) = (judged.clone(), call.args.clone(), ctx.clone());
         Box::pin(async move {
-            let result = match listed.action() {
-                Action::Deny => listed.denied(),
-                Action::Allow | Action::Review => listed.call(args).await,
-            };
-            result_text(&result)
+            match listed.admit(&args, &ctx).await {
+                Admitted::Run => CallGate::Run,
+                Admitted::Answer(result) => CallGate::Answer(result_text(&result).err().unwrap_or_default()),
+                Admitted::Review { decisions, description, approval } => {
+                    let decisions =
+                        DecisionKind::ALL.iter().copied().filter(|d| decisions.contains(&d.as_str())).collect();
+                    let describe = description
+                        .map(|text| Arc::new(move |_: &tool_agent::ToolCall| text.clone()) as tool_agent::Describe);
+                    CallGate::Review(Box::new(ToolReview { decisions, describe, approval }))
+                }
+            }
         })
     });
-    Tool { name, description, args_schema: Some(schema), review, run }
+    let run: tool_agent::ToolFn = Arc::new(move |args| {
+        let listed = listed.clone();
+        Box::pin(async move { result_text(&listed.call(args).await) })
+    });
+    Tool { name, description, args_schema: Some(schema), review: None, gate: Some(gate), run }
 }
 
 /// The model, stopped after `max_steps` turns of one call.

@@ -311,7 +311,7 @@ async fn run(node: &Node, catalog: &Catalog, state: &Value, ctx: &StepContext) -
                 Value::Object(args) => args,
                 _ => Map::new(),
             };
-            let args = match listed.gate(args, ctx)? {
+            let args = match listed.gate(args, ctx).await? {
                 Gate::Run(args) => args,
                 Gate::Answer(result) => return Ok(stop(result)),
             };

@@ -65,6 +65,25 @@ pub enum Gate {
     Answer(ToolResult),
 }
 
+/// What the policies say of a call a model proposes ([`Listed::admit`]).
+#[derive(Debug)]
+pub enum Admitted {
+    /// Run it as proposed.
+    Run,
+    /// Ask for a review first, with these decisions, this review text (none: the
+    /// seed's) and, when others decide, its approval page.
+    Review {
+        /// The decisions the review offers.
+        decisions: Vec<&'static str>,
+        /// The policy's review text, filled in with the call's arguments.
+        description: Option<String>,
+        /// Who decides on hitl's approval page, when not the client's user.
+        approval: Option<ApprovalBy>,
+    },
+    /// Do not run it: this is its result (denied, or over its rate limit).
+    Answer(ToolResult),
+}
+
 impl Listed {
     /// Its listed name.
     pub fn name(&self) -> &str {
@@ -119,20 +138,60 @@ impl Listed {
         self.gated.denied()
     }
 
-    /// What the policies let a step do with a call with `args`: deny it, or ask the
-    /// gateway's review question (the step is interrupted) and carry out the
-    /// decision, or let it run.
-    pub fn gate(&self, args: Map<String, Value>, ctx: &StepContext) -> Result<Gate, StepError> {
-        match self.gated.action {
-            Action::Allow => Ok(Gate::Run(args)),
-            Action::Deny => Ok(Gate::Answer(self.denied())),
+    /// What the policies let a step do with a call with `args`, exactly as for a
+    /// client's call of the tool: the policy that decides this call (its `when` over
+    /// the arguments and the caller of `ctx`) denies it, counts it against its
+    /// `rate_limit`, lets an earlier approval that covers it through, or asks the
+    /// gateway's review question (the step is interrupted) and carries out the
+    /// decision (an edit to arguments it denies is not run; an approval may cover
+    /// later calls), or lets it run.
+    pub async fn gate(&self, args: Map<String, Value>, ctx: &StepContext) -> Result<Gate, StepError> {
+        let state = Value::Object(args);
+        let args = || state.as_object().cloned().unwrap_or_default();
+        let gated = self.gated.for_call(&state, ctx);
+        if let Some(refused) = gated.over_limit(ctx).await {
+            return Ok(Gate::Answer(refused));
+        }
+        if gated.covered(&state, ctx).await {
+            return Ok(Gate::Run(args()));
+        }
+        gated.record_decision(ctx);
+        match gated.action {
+            Action::Allow => Ok(Gate::Run(args())),
+            Action::Deny => Ok(Gate::Answer(gated.denied())),
             Action::Review => {
-                let decision = self.gated.review(&Value::Object(args.clone()), ctx)?;
-                Ok(match self.gated.carry_out(Some(&decision))? {
-                    Carried::Run(edited) => Gate::Run(edited.unwrap_or(args)),
+                let decision = gated.review(&state, ctx)?;
+                if let Some(denied) = gated.edit_denied(&decision, ctx)? {
+                    return Ok(Gate::Answer(denied));
+                }
+                gated.grant(&decision, &state, ctx).await;
+                Ok(match gated.carry_out(Some(&decision))? {
+                    Carried::Run(edited) => Gate::Run(edited.unwrap_or_else(args)),
                     Carried::Answer(result) => Gate::Answer(result),
                 })
             }
+        }
+    }
+
+    /// What the policies say of a call with `args` that a model proposes, by the
+    /// caller of `ctx`, before anyone reviews it: the policy that decides this call
+    /// (its `when`) denies it, counts it against its `rate_limit` (over it: the error
+    /// result), or lets it run, or it needs that policy's review.
+    pub async fn admit(&self, args: &Map<String, Value>, ctx: &StepContext) -> Admitted {
+        let state = Value::Object(args.clone());
+        let gated = self.gated.for_call(&state, ctx);
+        if let Some(refused) = gated.over_limit(ctx).await {
+            return Admitted::Answer(refused);
+        }
+        gated.record_decision(ctx);
+        match gated.action {
+            Action::Allow => Admitted::Run,
+            Action::Deny => Admitted::Answer(gated.denied()),
+            Action::Review => Admitted::Review {
+                decisions: gated.decisions.clone(),
+                description: gated.description.as_deref().map(|template| fill_shown(template, args)),
+                approval: gated.approval(),
+            },
         }
     }
 

@@ -80,8 +80,26 @@ pub struct Tool {
     pub args_schema: Option<Value>,
     /// How a person reviews its calls; `None`: they run as the model asks.
     pub review: Option<ToolReview>,
+    /// What decides each proposed call before anyone reviews it (`None`: `review`,
+    /// for every call).
+    pub gate: Option<GateFn>,
     /// What it does.
     pub run: ToolFn,
+}
+
+/// Decides one call a model proposes, with the step's context (its caller), when the
+/// model proposes it: a gateway's policies, whose `when` sees the call's arguments and
+/// whose rate limits count it. Decided once; a resume keeps what it decided.
+pub type GateFn = Arc<dyn Fn(&ToolCall, &StepContext) -> Pending<'static, CallGate> + Send + Sync>;
+
+/// What a [`GateFn`] decided for one call.
+pub enum CallGate {
+    /// Run it as proposed.
+    Run,
+    /// Ask this review first.
+    Review(Box<ToolReview>),
+    /// Do not run it: the model is told this error.
+    Answer(String),
 }
 
 /// Describes a call to its reviewer.
@@ -261,10 +279,23 @@ async fn run_tool(tool: &Tool, args: &Map<String, Value>) -> Result<String, Stri
 }
 
 /// How a call of the model's turn is gated, decided when the model proposed it (and kept
-/// in its message, so a resume sees the same reviews whatever the toolbox holds then).
-fn gate_of(tools: &HashMap<String, Tool>, mode: InterruptMode, call: &ToolCall) -> Value {
+/// in its message, so a resume sees the same reviews whatever the toolbox holds then):
+/// by the tool's gate, when it has one, else by its review.
+async fn gate_of(tools: &HashMap<String, Tool>, mode: InterruptMode, call: &ToolCall, ctx: &StepContext) -> Value {
     let Some(tool) = tools.get(&call.name) else { return json!("unknown") };
-    let Some(review) = &tool.review else { return json!("run") };
+    let decided = match &tool.gate {
+        Some(gate) => gate(call, ctx).await,
+        None => tool.review.clone().map_or(CallGate::Run, |review| CallGate::Review(Box::new(review))),
+    };
+    match decided {
+        CallGate::Run => json!("run"),
+        CallGate::Answer(error) => json!({ "answer": error }),
+        CallGate::Review(review) => review_gate(tool, &review, mode, call),
+    }
+}
+
+/// The gate of a call under `review`: the question to ask, kept in the message.
+fn review_gate(tool: &Tool, review: &ToolReview, mode: InterruptMode, call: &ToolCall) -> Value {
     let allowed: Vec<&str> = review.decisions.iter().map(|d| d.as_str()).collect();
     let request = ActionRequest::new(&call.name, call.args.clone(), Some(review.description(call)));
     let config = ReviewConfig::new(&call.name, allowed.iter().copied());
@@ -332,6 +363,11 @@ async fn run_calls(
     let mut begun = false;
     let gates: Vec<&Value> = message["tool_calls"].as_array().into_iter().flatten().map(|c| &c["gate"]).collect();
     for (call, gate) in tool_calls(message).iter().zip(gates) {
+        if let Some(error) = gate["answer"].as_str() {
+            // Decided without running when the model proposed it (denied, over a limit).
+            messages.push(tool_message(call, format!("Error: {error}"), "error"));
+            continue;
+        }
         let decision = match (gate.as_str(), decisions.remove(&call.id)) {
             // Not a tool the agent had when the model asked: never run.
             (Some("unknown"), _) => None,
@@ -379,13 +415,18 @@ async fn run_calls(
 }
 
 /// The model's turn as an assistant message, each call with its gate (`run`,
-/// `unknown`, or its review) as the toolbox says now.
-fn assistant_message(turn: Turn, tools: &HashMap<String, Tool>, mode: InterruptMode) -> Value {
+/// `unknown`, its review, or the error it ends with) as the toolbox says now.
+async fn assistant_message(turn: Turn, tools: &HashMap<String, Tool>, mode: InterruptMode, ctx: &StepContext) -> Value {
     match turn {
         Turn::Message(text) => json!({"role": "assistant", "content": text}),
-        Turn::ToolCalls(calls) => json!({"role": "assistant", "content": "", "tool_calls": calls.iter()
-            .map(|c| json!({"id": c.id, "name": c.name, "args": c.args, "gate": gate_of(tools, mode, c)}))
-            .collect::<Vec<_>>()}),
+        Turn::ToolCalls(calls) => {
+            let mut gated = Vec::with_capacity(calls.len());
+            for c in &calls {
+                let gate = gate_of(tools, mode, c, ctx).await;
+                gated.push(json!({"id": c.id, "name": c.name, "args": c.args, "gate": gate}));
+            }
+            json!({"role": "assistant", "content": "", "tool_calls": gated})
+        }
     }
 }
 
@@ -427,12 +468,12 @@ pub fn tool_agent(
         move || -> HashMap<String, Tool> { boxed.tools().into_iter().map(|t| (t.name.clone(), t)).collect() };
     let tools_now = tools_of.clone();
     let graph = StateGraph::new()
-        .add_step("model", move |state, _| {
+        .add_step("model", move |state, ctx| {
             let (model, tools_now) = (model.clone(), tools_now.clone());
             async move {
                 let answer = model.next(&state).await?;
                 let usage: Vec<Value> = answer.usage.into_iter().collect();
-                let message = assistant_message(answer.turn, &tools_now(), mode);
+                let message = assistant_message(answer.turn, &tools_now(), mode, &ctx).await;
                 Ok(json!({ "messages": [message], "usage": usage }))
             }
         })
