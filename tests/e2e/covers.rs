@@ -51,6 +51,11 @@ description = "Drop {{partition}}? ({})"
 approval_ttl = 900
 approval_scope = "arguments"
 
+[[policy]]
+tools = ["db.echo"]
+action = "review"
+approval_ttl = 900
+
 [audit]
 file = "audit.jsonl"
 "#,
@@ -103,6 +108,19 @@ file = "audit.jsonl"
     let again = drop(&server, &p.alice, "p4").await;
     assert_eq!(again.body["result"]["resultType"], "input_required", "narrowed: {}", again.body);
     assert_eq!(executions(&server, &p.alice).await, 4, "p1 twice, p3, p4");
+
+    // Scope `call` (the default): an approval offers nothing later and covers nothing.
+    let echo = |text: &'static str| {
+        let (server, alice) = (&server, p.alice.clone());
+        async move {
+            let params = json!({"name": "db.echo", "arguments": {"text": text}});
+            server.modern_as(Some(&alice), 1, "tools/call", params, url_client()).await
+        }
+    };
+    let asked = Paused::of("db.echo", json!({"text": "hi"}), &echo("hi").await).by(Some(&p.alice), url_client());
+    assert!(asked.question()["params"]["requestedSchema"]["properties"].get("cover").is_none(), "{}", asked.question());
+    assert_eq!(asked.answer(&server, accept(json!({"decision": "approve"}))).await.text(), "hi");
+    assert_eq!(echo("hi").await.body["result"]["resultType"], "input_required", "scope call covers nothing later");
 }
 
 #[tokio::test]
