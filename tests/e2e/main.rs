@@ -2,6 +2,7 @@
 
 mod admin;
 mod approvals;
+mod audit_chain;
 mod auth;
 mod browser;
 mod config;

@@ -98,9 +98,20 @@ impl Secret {
     /// A key for another use (say, signing session cookies), derived from this secret
     /// and `label`, so the signing key itself is never reused.
     pub fn derive(&self, label: &str) -> [u8; 32] {
-        let mut out = [0u8; 32];
-        out.copy_from_slice(hmac::sign(&self.key, format!("hitl/derive/v1\n{label}").as_bytes()).as_ref());
-        out
+        self.derive_each(label)[0]
+    }
+
+    /// [`Secret::derive`] under this secret, then under the previous one (during a
+    /// rotation): what was keyed before the rotation is still checked.
+    pub fn derive_each(&self, label: &str) -> Vec<[u8; 32]> {
+        std::iter::once(&self.key)
+            .chain(&self.previous)
+            .map(|key| {
+                let mut out = [0u8; 32];
+                out.copy_from_slice(hmac::sign(key, format!("hitl/derive/v1\n{label}").as_bytes()).as_ref());
+                out
+            })
+            .collect()
     }
 
     /// A tag (base64url of 16 bytes of HMAC under a key for `label`) that `data` was

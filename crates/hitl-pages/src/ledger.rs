@@ -279,6 +279,8 @@ pub(crate) struct Worker {
     pub(crate) marks: Arc<dyn Notes>,
     pub(crate) base_url: String,
     pub(crate) audit_file: Option<AuditFile>,
+    /// This replica's chain over the audit file's lines (`[audit] chain = true`).
+    pub(crate) audit_chain: Option<crate::chain::Chain>,
     pub(crate) notifier: Notifier,
     pub(crate) events: broadcast::Sender<Value>,
     pub(crate) retention: Retention,
@@ -719,12 +721,21 @@ impl Worker {
             return;
         }
         // Each entry serialized once, for the store and the file.
-        let batch: Vec<AuditLine> = self.batch.drain(..).map(|entry| entry.to_line()).collect();
+        let mut batch: Vec<AuditLine> = self.batch.drain(..).map(|entry| entry.to_line()).collect();
         // The file's lines, when there is a file, written before the store takes them.
+        // Chained, the store's copy of each names its place in the chain (`chain`), so
+        // a file whose last lines were removed can be told by the store.
+        let chain = &mut self.audit_chain;
         let lines = self.audit_file.as_ref().map(|_| {
             let mut lines = String::new();
-            for entry in &batch {
-                lines.push_str(&entry.json);
+            for entry in &mut batch {
+                match chain.as_mut() {
+                    Some(chain) => {
+                        lines.push_str(&chain.link(&entry.json));
+                        entry.json = chain.place_in(&entry.json).into();
+                    }
+                    None => lines.push_str(&entry.json),
+                }
                 lines.push('\n');
             }
             lines
@@ -782,6 +793,19 @@ impl Worker {
         }
         *unstored = Unstored::default();
     }
+}
+
+/// `chain` continued after the last line of it in the audit file (or, when the file
+/// was just rotated and is empty, in `<file>.1`): a restart goes on where it stood.
+pub(crate) fn resumed(chain: crate::chain::Chain, file: Option<&AuditFile>) -> crate::chain::Chain {
+    let Some(AuditFile::Path(path)) = file else { return chain };
+    let mut rotated = path.as_os_str().to_owned();
+    rotated.push(".1");
+    let older = std::fs::read_to_string(std::path::Path::new(&rotated)).unwrap_or_default();
+    let newer = std::fs::read_to_string(path).unwrap_or_default();
+    let chain = chain.resume(older.lines().chain(newer.lines()));
+    tracing::info!(file = %path.display(), seq = chain.seq(), "the audit chain goes on from the file");
+    chain
 }
 
 /// Renames the audit file to `<file>.1` (replacing an older one) when `adding` bytes
@@ -888,6 +912,7 @@ mod tests {
             marks: records,
             base_url: "http://127.0.0.1".into(),
             audit_file: None,
+            audit_chain: None,
             notifier: Notifier::new(crate::Reload::new(crate::Reloaded::default()), keys),
             events: broadcast::channel(4).0,
             retention: Retention::default(),

@@ -34,6 +34,7 @@
 
 mod api;
 mod audit;
+pub mod chain;
 mod entry;
 mod html;
 mod ledger;
@@ -79,6 +80,9 @@ pub struct PagesConfig {
     pub notify: Vec<notify::Target>,
     /// Where audit lines go besides the store.
     pub audit_file: Option<AuditFile>,
+    /// The audit file's lines chained (`[audit] chain = true`): this replica's chain,
+    /// continued from the file's last line of it when the pages start.
+    pub audit_chain: Option<chain::Chain>,
     /// Who may read `GET /api/audit` (`user:`/`group:` entries; the server names every
     /// policy's approvers).
     pub auditors: Vec<String>,
@@ -112,6 +116,7 @@ impl PagesConfig {
             two_person: true,
             notify: Vec::new(),
             audit_file: None,
+            audit_chain: None,
             auditors: Vec::new(),
             admins: Vec::new(),
             max_event_streams_per_principal: 4,
@@ -187,6 +192,7 @@ impl Pages {
             records: records.clone(),
             marks: marks.clone(),
             base_url: config.base_url.clone(),
+            audit_chain: config.audit_chain.clone().map(|chain| ledger::resumed(chain, config.audit_file.as_ref())),
             audit_file: config.audit_file.clone(),
             notifier: notify::Notifier::new(reload.clone(), keys.clone()),
             events: events.clone(),

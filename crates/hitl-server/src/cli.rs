@@ -40,6 +40,8 @@ pub(crate) enum Command {
     Threads(crate::threads::ThreadsArgs),
     /// Ask the policies of a configuration file.
     Policy(PolicyArgs),
+    /// Check the audit trail.
+    Audit(crate::audit::AuditArgs),
 }
 
 #[derive(Parser)]
@@ -390,6 +392,15 @@ impl ServeArgs {
             previous_file: self.previous_secret_file.as_deref(),
         };
         let secret = secrets::load(&sources, shared_store.as_deref())?;
+        // The audit chain's key, from a secret that outlives this process: a chain
+        // under a secret drawn at start could never be verified.
+        let audit_key = match self.pages.audit.chain {
+            false => None,
+            true if sources.env.is_none() && sources.file.is_none() => bail!(
+                "[audit] chain = true keys the chain with the server secret, which must outlive this process: set HITL_SECRET or --secret-file"
+            ),
+            true => Some(secret.derive(hitl_pages::chain::KEY_LABEL)),
+        };
         if self.max_connections == 0 || self.max_concurrent_requests == 0 {
             bail!("--max-connections and --max-concurrent-requests must be at least 1");
         }
@@ -473,7 +484,7 @@ impl ServeArgs {
                 Some(Arc::new(move || personal.now().rules.policies.limit_callers())),
             ));
         }
-        builder = builder.pages(self.pages_config(&policies, local, &live)?);
+        builder = builder.pages(self.pages_config(&policies, local, &live, audit_key)?);
         let health = live.clone();
         builder = builder.health(Arc::new(move || health.health()));
         let explaining = live.clone();
@@ -591,6 +602,7 @@ impl ServeArgs {
         policies: &hitl_gateway::Policies,
         local: SocketAddr,
         live: &Live,
+        audit_key: Option<[u8; 32]>,
     ) -> anyhow::Result<hitl_pages::PagesConfig> {
         if !self.pages.admin.principals.is_empty() && !self.authenticates() {
             bail!(
@@ -634,6 +646,12 @@ impl ServeArgs {
             );
         }
         config.audit_file = self.pages.audit.file.as_deref().map(hitl_pages::AuditFile::parse);
+        if let Some(key) = audit_key {
+            if config.audit_file.is_none() {
+                bail!("[audit] chain = true chains the lines of the audit file: set [audit] file too");
+            }
+            config.audit_chain = Some(hitl_pages::chain::Chain::new(&key, &crate::audit::replica()));
+        }
         config.auditors = policies.approvers();
         config.admins = self.pages.admin.principals.iter().map(|p| p.0.clone()).collect();
         let approvals = &self.pages.approvals;

@@ -98,6 +98,10 @@ pub(crate) struct AuditSection {
     /// The size past which the file is renamed `<file>.1` and begun anew (default
     /// 100 MiB).
     pub(crate) max_bytes: Option<u64>,
+    /// Chain each line to the one before it with an HMAC keyed by the server secret
+    /// (default: false).
+    #[serde(default)]
+    pub(crate) chain: bool,
 }
 
 /// `[approvals]`.

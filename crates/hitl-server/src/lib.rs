@@ -25,6 +25,7 @@
 //! The binary's `main` is [`main`] here, so that other packages (the end-to-end tests)
 //! can build the very same program under another name.
 
+mod audit;
 mod bus;
 mod cli;
 mod config;
@@ -98,6 +99,17 @@ pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
             if let Err(e) = cli::explain(&args, &mut std::io::stdout()) {
                 eprintln!("error: {e:#}");
                 std::process::exit(1);
+            }
+            Ok(())
+        }
+        cli::Command::Audit(crate::audit::AuditArgs { command: crate::audit::AuditCommand::Verify(args) }) => {
+            telemetry::init(telemetry::LogFormat::Text, None)?;
+            match runtime.block_on(audit::verify(&args)) {
+                Ok(intact) => println!("{intact}"),
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    std::process::exit(1);
+                }
             }
             Ok(())
         }
