@@ -143,6 +143,9 @@ pub(crate) struct ServeArgs {
     /// The `[[agent]]`s of the configuration file.
     #[arg(skip)]
     declared: Vec<hitl_declared::AgentSpec>,
+    /// `[receipts]` of the configuration file.
+    #[arg(skip)]
+    receipts: config::ReceiptsSection,
     /// Address to listen on (port 0 picks a free port; the bound address is printed).
     #[arg(long, env = "HITL_LISTEN", default_value = "127.0.0.1:8123")]
     listen: SocketAddr,
@@ -314,6 +317,7 @@ impl ServeArgs {
             self.tokens_file = loaded.auth.tokens_file.clone();
         }
         self.auth = loaded.auth;
+        self.receipts = loaded.receipts;
         self.declared = loaded.agent;
         self.pages = config::PagesFile {
             admin: loaded.admin,
@@ -450,6 +454,16 @@ impl ServeArgs {
         let passed = rules.gateway.is_some() || reloadable;
         let limit_callers = policies.limit_callers();
         builder = builder.agents(rules.agents.clone());
+        if let Some(receipts) = &rules.receipts {
+            let jwks = bytes::Bytes::from(receipts.jwks().to_string());
+            let route: hitl_tower::RouteFn = Arc::new(move |_: &http::request::Parts| {
+                let mut response = http::Response::new(hitl_tower::body(jwks.clone()));
+                let json = http::HeaderValue::from_static("application/json");
+                response.headers_mut().insert(http::header::CONTENT_TYPE, json);
+                response
+            });
+            builder = builder.route(hitl_gateway::receipts::JWKS_PATH, route);
+        }
         let live = Live::new(rules, file.as_deref(), self.authenticates());
         if self.authenticates() {
             live.verifiers.set(self.verifiers()?);
@@ -626,8 +640,8 @@ impl ServeArgs {
         }
         let mut config = hitl_pages::PagesConfig::new(&base);
         config.verifiers = live.verifiers_if(self.authenticates());
-        let approvers = live.clone();
-        config.approvers_now = Some(Arc::new(move |view| approvers.approvers(view)));
+        // `approvers_now` stays unset: until a reload changes the rules, the approvers
+        // named when a call paused are the rules' own (a reload sets it, `reload.rs`).
         config.two_person = self.pages.approvals.two_person_rule.unwrap_or(true);
         if let Some(ttl) = self.pages.approvals.session_ttl {
             if ttl == 0 {
