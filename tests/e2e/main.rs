@@ -22,6 +22,7 @@ mod passthrough;
 mod policies;
 mod push;
 mod python_sdk;
+mod receipts;
 mod redis_faults;
 mod redis_tls;
 mod reference;

@@ -52,6 +52,60 @@ def drop_partition(partition: str, database: str) -> str:
     return f"dropped {partition} on {database}"
 
 
+# Receipts already used (their `jti`), and the last one received, for the tests.
+seen_receipts: set[str] = set()
+last_receipt: dict[str, str] = {}
+
+
+def check_receipt(ctx: Context, tool: str, arguments: dict) -> dict:
+    """Refuses the call unless it carries hitl's approval receipt for these very
+    arguments, signed by the key of hitl's JWKS (`--receipt-jwks FILE`, read at each
+    call), for this upstream (`--receipt-audience`), unexpired and never used before."""
+    import json
+
+    import jwt
+
+    token = (ctx.request_context.meta or {}).get("io.hitl/approval")
+    if not token:
+        raise ToolError("refused: no approval receipt")
+    last_receipt["token"] = token
+    jwks_file = sys.argv[sys.argv.index("--receipt-jwks") + 1]
+    audience = sys.argv[sys.argv.index("--receipt-audience") + 1]
+    with open(jwks_file) as f:
+        keys = jwt.PyJWKSet.from_json(f.read())
+    kid = jwt.get_unverified_header(token).get("kid")
+    key = next((k for k in keys.keys if k.key_id == kid), None)
+    if key is None:
+        raise ToolError("refused: the receipt's key is not hitl's")
+    try:
+        claims = jwt.decode(token, key, algorithms=["EdDSA"], audience=audience,
+                            options={"require": ["exp", "iat", "jti"]})
+    except jwt.InvalidTokenError as error:
+        raise ToolError(f"refused: {error}")
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if claims.get("tool") != tool or claims.get("args_sha256") != hashlib.sha256(canonical.encode()).hexdigest():
+        raise ToolError("refused: the receipt is for another call")
+    if claims["jti"] in seen_receipts:
+        raise ToolError("refused: the receipt was used before")
+    seen_receipts.add(claims["jti"])
+    return claims
+
+
+@server.tool(annotations=ToolAnnotations(destructiveHint=True))
+def verified_drop(partition: str, database: str, ctx: Context) -> str:
+    """Drops a partition only with hitl's approval receipt for it (counts executions)."""
+    claims = check_receipt(ctx, "verified_drop", {"partition": partition, "database": database})
+    executions["verified_drop"] = executions.get("verified_drop", 0) + 1
+    scope = f" (covered: {claims['scope']})" if claims.get("scope") else ""
+    return f"dropped {partition} on {database}, approved by {', '.join(claims['approvers'])}{scope}"
+
+
+@server.tool()
+def receipt_seen() -> str:
+    """The last approval receipt a call carried (for the tests to send it again)."""
+    return last_receipt.get("token", "")
+
+
 @server.tool(annotations=ToolAnnotations(destructiveHint=True))
 def release(service: str, version: str) -> str:
     """Releases a version of a service to production (counts its executions)."""

@@ -71,7 +71,7 @@ async fn guard(gated: &Gated, state: &Value, ctx: &StepContext) -> Result<Value,
     if let Some(refused) = gated.over_limit(ctx).await {
         return Ok(json!({ VERDICT: refused.to_value() }));
     }
-    if gated.covered(state, ctx).await {
+    if gated.covered(state, ctx).await.is_some() {
         return Ok(json!({}));
     }
     gated.record_decision(ctx);

@@ -152,7 +152,7 @@ impl Listed {
         if let Some(refused) = gated.over_limit(ctx).await {
             return Ok(Gate::Answer(refused));
         }
-        if gated.covered(&state, ctx).await {
+        if gated.covered(&state, ctx).await.is_some() {
             return Ok(Gate::Run(args()));
         }
         gated.record_decision(ctx);

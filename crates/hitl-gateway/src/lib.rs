@@ -49,6 +49,7 @@ mod hold;
 pub mod limit;
 mod passthrough;
 mod policy;
+pub mod receipts;
 mod subscriptions;
 mod tools;
 mod upstream;
@@ -115,6 +116,8 @@ pub struct Gateway {
     /// Where calls are counted against `rate_limit`s and approvals that cover later
     /// calls are kept (none: calls are not limited, approvals cover nothing later).
     kept: Option<PolicyState>,
+    /// What signs the receipts of approved calls (`[receipts]`; none: no receipts).
+    receipts: Option<Arc<receipts::Receipts>>,
 }
 
 /// What the policies keep between calls: the counts of `rate_limit`s and the approvals
@@ -184,6 +187,7 @@ impl Gateway {
             subscriptions: Arc::default(),
             updates: None,
             kept: None,
+            receipts: None,
         })
     }
 
@@ -208,6 +212,13 @@ impl Gateway {
     #[must_use]
     pub fn with_changes(mut self, changed: Changed) -> Self {
         self.changed = Some(changed);
+        self
+    }
+
+    /// Sends each call a person approved with its receipt signed by `receipts`.
+    #[must_use]
+    pub fn with_receipts(mut self, receipts: Arc<receipts::Receipts>) -> Self {
+        self.receipts = Some(receipts);
         self
     }
 
@@ -469,6 +480,7 @@ impl Gateway {
                         gated = gated.with_conditions(self.policies.clone());
                     }
                     gated.kept = self.kept.clone();
+                    gated.receipts = self.receipts.clone();
                     catalog.push(Arc::new(Listed { gated: gated.clone(), upstream: upstream.clone() }));
                     agents.push((gated.agent(upstream.clone(), self.holds.clone(), hold_timeout), listing));
                 }

@@ -21,6 +21,7 @@ use crate::cover::{ApprovalScope, args_digest, cover_key};
 use crate::hold::{ASKED, HELD, Holds, Link, PAGES, RESULT, report};
 use crate::limit::RateLimit;
 use crate::policy::{Action, Decided, Policies};
+use crate::receipts::Receipts;
 use crate::when::CallFacts;
 
 /// State keys the gateway writes next to the call's arguments: the reviewer's decision
@@ -31,6 +32,8 @@ const DECISION: &str = "hitl:decision";
 const HELD_KEY: &str = "input";
 /// The arguments the upstream was called with (an edit's, when edited).
 const SENT: &str = "hitl:arguments";
+/// The earlier approval that let the call through (`approval_ttl`): its id and scope.
+const COVERED: &str = "hitl:covered";
 
 /// An upstream tool as listed, with what the policies decided for it.
 #[derive(Clone)]
@@ -64,6 +67,8 @@ pub(crate) struct Gated {
     pub(crate) cover: Option<(ApprovalScope, u64)>,
     /// Where calls are counted against the rate limit and approvals that cover are kept.
     pub(crate) kept: Option<PolicyState>,
+    /// What signs the receipt of an approved call sent upstream (`[receipts]`).
+    pub(crate) receipts: Option<Arc<Receipts>>,
     /// Where the policy is written, and a digest of its text: the version of the rules
     /// an approval was asked under, for the audit trail.
     pub(crate) policy_at: Option<String>,
@@ -91,6 +96,7 @@ impl Gated {
             rate: decided.policy.and_then(|p| Some((p.rate_limit?, decided.key?.to_owned()))),
             cover: decided.policy.and_then(|p| Some((p.approval_scope.unwrap_or_default(), p.approval_ttl?))),
             kept: None,
+            receipts: None,
             policy_at: decided.place.map(str::to_owned),
             policy_digest: decided.key.map(str::to_owned),
         }
@@ -151,6 +157,7 @@ impl Gated {
         let decided = policies.decide_call(&self.facts(&arguments(state), ctx));
         let mut gated = Gated::new(self.listed.clone(), self.spec.clone(), self.upstream.as_deref(), decided);
         gated.kept = self.kept.clone();
+        gated.receipts = self.receipts.clone();
         Cow::Owned(gated.with_conditions(policies.clone()))
     }
 
@@ -270,8 +277,9 @@ impl Gated {
         if let Some(refused) = gated.over_limit(ctx).await {
             return Ok(json!({ RESULT: refused.to_value() }));
         }
-        if gated.covered(state, ctx).await {
-            return Ok(json!({}));
+        if let Some(approval) = gated.covered(state, ctx).await {
+            let scope = gated.cover.map(|(scope, _)| scope.as_str());
+            return Ok(json!({ COVERED: {"approval": approval, "scope": scope} }));
         }
         gated.record_decision(ctx);
         let decision = match gated.action {
@@ -302,22 +310,64 @@ impl Gated {
     /// without a review of its own, in the audit trail as `approved_by_earlier` with the
     /// id of that approval. Only a call this policy reviews, when it is first made (an
     /// answer carried back was asked); a grant that cannot be read covers nothing.
-    pub(crate) async fn covered(&self, state: &Value, ctx: &StepContext) -> bool {
+    pub(crate) async fn covered(&self, state: &Value, ctx: &StepContext) -> Option<String> {
         if self.action != Action::Review || ctx.has_answer() {
-            return false;
+            return None;
         }
-        let (Some(kept), Some(key)) = (&self.kept, self.cover_key(state, ctx)) else { return false };
+        let (Some(kept), Some(key)) = (&self.kept, self.cover_key(state, ctx)) else { return None };
         match kept.grants.granted(&key, crate::cover::now_ms()).await {
             Ok(Some(approval)) => {
                 self.audit(ctx, "approved_by_earlier", Some(&approval));
-                true
+                Some(approval)
             }
-            Ok(None) => false,
+            Ok(None) => None,
             Err(error) => {
                 tracing::warn!(policy = %self.policy, %error, "approvals that cover later calls cannot be read; the call is reviewed");
-                false
+                None
             }
         }
+    }
+
+    /// The `_meta` of the upstream call of `args` made for the caller of `ctx`: the
+    /// client's capabilities and, when a person approved it (now, or earlier for
+    /// calls like it), its signed receipt.
+    fn upstream_meta(&self, state: &Value, args: &Map<String, Value>, ctx: &StepContext) -> Map<String, Value> {
+        let mut extra = on_behalf(ctx);
+        if let Some(receipt) = self.receipt(state, args, ctx)
+            && let Some(Value::Object(meta)) = extra.get_mut("_meta")
+        {
+            meta.insert(crate::receipts::META_KEY.into(), Value::String(receipt));
+        }
+        extra
+    }
+
+    /// The receipt of a call a person approved (or edited), or that an earlier approval
+    /// covers, sent with `args` (`[receipts]`): none for a call no one approved.
+    fn receipt(&self, state: &Value, args: &Map<String, Value>, ctx: &StepContext) -> Option<String> {
+        let receipts = self.receipts.as_ref()?;
+        let upstream = self.upstream.as_deref()?;
+        let covered = state.get(COVERED).filter(|c| c.is_object());
+        let decided = state.get(DECISION).and_then(|d| d.get("type")).and_then(Value::as_str);
+        if covered.is_none() && !matches!(decided, Some("approve" | "edit")) {
+            return None;
+        }
+        let policy = self.for_call(state, ctx);
+        let caller = ctx.extension::<Caller>().and_then(|c| c.principal.clone());
+        // On a page, the policy's approvers decide; else the caller, in their client.
+        let approvers = policy.approvers.clone().unwrap_or_else(|| caller.iter().cloned().collect());
+        let thread = ctx.extension::<CallThread>().map_or("", |t| t.0.as_str());
+        let now = crate::cover::now_ms() / 1000;
+        let mut claims = json!({
+            "aud": upstream, "tool": self.tool, "args_sha256": crate::receipts::args_sha256(args),
+            "sub": caller, "approvers": approvers, "policy": policy.policy, "iat": now,
+            "exp": now + crate::receipts::LIFETIME_SECONDS,
+            "jti": format!("{thread}.{}", uuid::Uuid::new_v4().simple()),
+        });
+        if let Some(covered) = covered {
+            claims["scope"] = covered["scope"].clone();
+            claims["approval"] = covered["approval"].clone();
+        }
+        Some(receipts.sign(&claims))
     }
 
     /// Keeps an approval that covers later calls: `decision` approved the call as asked
@@ -551,8 +601,8 @@ fn pages_step(gated: Arc<Gated>, through: Through) -> impl Fn(Value, StepContext
             }
             ctx.begin_effect().await?;
             let sent = state.get(SENT).and_then(Value::as_object).cloned().unwrap_or_else(|| arguments(&state));
-            let call =
-                through.upstream.start_call_for(caller(&ctx), &gated.tool, sent, on_behalf(&ctx), ctx.wants_progress());
+            let extra = gated.upstream_meta(&state, &sent, &ctx);
+            let call = through.upstream.start_call_for(caller(&ctx), &gated.tool, sent, extra, ctx.wants_progress());
             Ok(through.holds.follow(call, through.link(&gated, &ctx)).await)
         })
     }
@@ -575,7 +625,7 @@ fn relay_step(gated: Arc<Gated>, through: Through) -> impl Fn(Value, StepContext
             let request_state = asked.get("requestState").and_then(Value::as_str).map(str::to_owned);
             ctx.begin_effect().await?;
             let sent = state.get(SENT).and_then(Value::as_object).cloned().unwrap_or_else(|| arguments(&state));
-            let mut extra = on_behalf(&ctx);
+            let mut extra = gated.upstream_meta(&state, &sent, &ctx);
             extra.insert("inputResponses".into(), Value::Object(reply.responses));
             if let Some(state) = request_state {
                 extra.insert("requestState".into(), Value::String(state));
@@ -621,13 +671,9 @@ fn call_step(gated: Arc<Gated>, through: Through) -> impl Fn(Value, StepContext)
             // Recorded first: a resend after this server died mid-call learns the
             // outcome is unknown, and the upstream is never called twice.
             ctx.begin_effect().await?;
-            let call = through.upstream.start_call_for(
-                caller(&ctx),
-                &gated.tool,
-                args.clone(),
-                on_behalf(&ctx),
-                ctx.wants_progress(),
-            );
+            let extra = gated.upstream_meta(&state, &args, &ctx);
+            let call =
+                through.upstream.start_call_for(caller(&ctx), &gated.tool, args.clone(), extra, ctx.wants_progress());
             let mut next = through.holds.follow(call, through.link(&gated, &ctx)).await;
             next[SENT] = Value::Object(args);
             Ok(next)

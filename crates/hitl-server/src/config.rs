@@ -41,9 +41,21 @@ pub(crate) struct ConfigFile {
     /// `[admin]`: who administers threads.
     #[serde(default)]
     pub(crate) admin: AdminSection,
+    /// `[receipts]`: the key that signs the receipts of approved calls.
+    #[serde(default)]
+    pub(crate) receipts: ReceiptsSection,
     /// Where each `[[policy]]` is written (`hitl.toml:12`), in file order.
     #[serde(skip)]
     pub(crate) policy_at: Vec<String>,
+}
+
+/// `[receipts]`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReceiptsSection {
+    /// An Ed25519 private key (PKCS#8 PEM) that signs the receipt each approved call is
+    /// sent upstream with (none: no receipts).
+    pub(crate) key_file: Option<PathBuf>,
 }
 
 /// `[admin]`.
@@ -269,6 +281,7 @@ pub(crate) fn load(path: &Path) -> anyhow::Result<ConfigFile> {
         &mut config.server.secret_file,
         &mut config.server.previous_secret_file,
         &mut config.auth.tokens_file,
+        &mut config.receipts.key_file,
     ];
     if let Some(file) = config.audit.file.as_mut().filter(|f| *f != "-" && Path::new(f.as_str()).is_relative()) {
         *file = folder.join(file.as_str()).display().to_string();

@@ -74,6 +74,8 @@ pub struct ServerBuilder {
     metrics: bool,
     documents: Vec<(String, DocumentFn)>,
     queries: Vec<(String, QueryFn)>,
+    /// Routes of their own (a public document such as the receipts' key).
+    routes: Vec<(String, hitl_tower::RouteFn)>,
     /// What a configuration file makes at start ([`ServerBuilder::config_file`]), and
     /// how many of `tools` it put under its policies.
     startup: Option<(crate::configured::Startup, usize)>,
@@ -165,6 +167,14 @@ impl ServerBuilder {
     #[must_use]
     pub fn admin_query(mut self, path: impl Into<String>, query: QueryFn) -> Self {
         self.queries.push((path.into(), query));
+        self
+    }
+
+    /// Serves `route` at `path` to anyone the host check lets through (a public
+    /// document: say, the public key of approval receipts).
+    #[must_use]
+    pub fn route(mut self, path: impl Into<String>, route: hitl_tower::RouteFn) -> Self {
+        self.routes.push((path.into(), route));
         self
     }
 
@@ -407,6 +417,7 @@ impl ServerBuilder {
             admins,
             documents: self.documents,
             queries: self.queries,
+            routes: self.routes,
             startup,
         }
     }
@@ -452,6 +463,7 @@ pub struct Server {
     admins: Vec<String>,
     documents: Vec<(String, DocumentFn)>,
     queries: Vec<(String, QueryFn)>,
+    routes: Vec<(String, hitl_tower::RouteFn)>,
     /// What a configuration file makes as the server starts ([`Server::start`]).
     startup: Option<crate::configured::Startup>,
 }
@@ -488,6 +500,7 @@ impl Server {
             metrics: false,
             documents: Vec::new(),
             queries: Vec::new(),
+            routes: Vec::new(),
             startup: None,
         }
     }
@@ -645,6 +658,9 @@ impl Server {
             app = app
                 .with_route(hitl_auth::METADATA_PATH, route.clone())
                 .with_route(format!("{}/mcp", hitl_auth::METADATA_PATH), route);
+        }
+        for (path, route) in self.routes {
+            app = app.with_route(path, route);
         }
         if let Some(health) = self.health {
             app = app.with_health(health);

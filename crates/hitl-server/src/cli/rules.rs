@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 use hitl_gateway::{Gateway, Judgement, Policies, PolicyState, UnmatchedMode};
 use hitl_interrupt::Agent;
 
@@ -27,6 +27,9 @@ pub(crate) struct Rules {
     /// calls are kept: this process's memory, or the Redis store the replicas share
     /// (kept across reloads).
     pub(crate) kept: PolicyState,
+    /// What signs the receipts of approved calls (`[receipts]`, read at start and kept
+    /// across reloads, as the public key served is).
+    pub(crate) receipts: Option<Arc<hitl_gateway::receipts::Receipts>>,
 }
 
 impl std::fmt::Debug for Rules {
@@ -66,7 +69,15 @@ impl ServeArgs {
             Some(previous) => previous.kept.clone(),
             None => self.policy_state()?,
         };
+        let receipts = match previous {
+            Some(previous) => previous.receipts.clone(),
+            None => self.receipts()?,
+        };
         let gateway = gateway.map(|g| g.with_policy_state(kept.clone()));
+        let gateway = match &receipts {
+            Some(receipts) => gateway.map(|g| g.with_receipts(receipts.clone())),
+            None => gateway,
+        };
         let catalog = gateway.as_ref().map(|g| g.catalog()).unwrap_or_default();
         let env = |name: &str| std::env::var(name).ok();
         let declared = hitl_declared::build(&self.declared, &catalog, env).map_err(|problem| {
@@ -128,7 +139,17 @@ impl ServeArgs {
             Arc::new(g.with_agents(agent_names.clone(), mode).with_changes(changes).with_updates(updates))
         });
         let judged = gateway.is_none().then(|| policies.judge(&agent_names, &[]));
-        Ok(Rules { policies, gateway, agents, judged, mode, upstreams: self.gateway.upstream.clone(), kept })
+        let upstreams = self.gateway.upstream.clone();
+        Ok(Rules { policies, gateway, agents, judged, mode, upstreams, kept, receipts })
+    }
+
+    /// The key of `[receipts] key_file`, read now.
+    fn receipts(&self) -> anyhow::Result<Option<Arc<hitl_gateway::receipts::Receipts>>> {
+        let Some(path) = &self.receipts.key_file else { return Ok(None) };
+        let pem = std::fs::read_to_string(path).with_context(|| format!("[receipts] key_file {}", path.display()))?;
+        let receipts = hitl_gateway::receipts::Receipts::from_pem(&pem)
+            .map_err(|e| anyhow::anyhow!("[receipts] key_file {}: {e}", path.display()))?;
+        Ok(Some(Arc::new(receipts)))
     }
 
     /// Where rate limits are counted and covering approvals kept: memory, or the Redis
