@@ -16,6 +16,7 @@ mod gateway;
 mod harness;
 mod held;
 mod library;
+mod mcp_decisions;
 mod metrics;
 mod outages;
 mod passthrough;

@@ -42,7 +42,10 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("hitl-store-redis", &["hitl-thread"]),
     ("hitl-tower", &["hitl-protocol", "hitl-http", "hitl-schema", "hitl-graph", "hitl-interrupt"]),
     ("hitl-auth", &["hitl-protocol", "hitl-http", "hitl-tls"]),
-    ("hitl-pages", &["hitl-protocol", "hitl-http", "hitl-tls", "hitl-thread", "hitl-interrupt", "hitl-auth"]),
+    (
+        "hitl-pages",
+        &["hitl-protocol", "hitl-http", "hitl-tls", "hitl-graph", "hitl-thread", "hitl-interrupt", "hitl-auth"],
+    ),
     ("hitl-toolcall", &["hitl-schema", "hitl-graph", "hitl-model"]),
     ("hitl-agents", &["hitl-schema", "hitl-graph", "hitl-model", "hitl-toolcall"]),
     ("hitl-upstream", &["hitl-protocol", "hitl-tls"]),

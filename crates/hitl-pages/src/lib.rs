@@ -35,6 +35,7 @@
 mod api;
 mod audit;
 pub mod chain;
+pub mod decisions;
 mod entry;
 mod html;
 mod ledger;
@@ -104,6 +105,9 @@ pub struct PagesConfig {
     /// Who decides a call under the rules in force, when they may change while the
     /// pages serve (see [`ApproversFn`]).
     pub approvers_now: Option<ApproversFn>,
+    /// The approvers' decision tools, opened when the pages serve (`[approvals]
+    /// mcp_decisions`).
+    pub decision_desk: Option<decisions::DecisionDesk>,
 }
 
 impl PagesConfig {
@@ -124,6 +128,7 @@ impl PagesConfig {
             retention: Retention::default(),
             session_ttl: session::SESSION_SECONDS,
             approvers_now: None,
+            decision_desk: None,
         }
     }
 }
@@ -141,7 +146,7 @@ impl std::fmt::Debug for Pages {
     }
 }
 
-struct Shared {
+pub(crate) struct Shared {
     config: PagesConfig,
     /// The path of `base_url` (`/hitl`, or empty): where another app mounted the
     /// pages. Requests arrive without it; links, redirects and cookies name it.
@@ -226,6 +231,9 @@ impl Pages {
     pub fn service(&self, engine: Engine) -> Endpoint {
         if let Some((worker, received)) = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take() {
             tokio::spawn(worker.run(received));
+        }
+        if let Some(desk) = &self.shared.config.decision_desk {
+            desk.open(self.shared.clone(), engine.clone());
         }
         let shared = self.shared.clone();
         let service = tower::service_fn(move |request: http::Request<Bytes>| {
@@ -726,7 +734,7 @@ impl Shared {
     /// May `session` decide `view`? Its approvers (those the rules in force name, when
     /// a reload changed them since it paused), never the caller (unless the two-person
     /// rule is off).
-    fn may_decide(&self, view: &PageView, session: &Session) -> Result<(), Refusal> {
+    pub(crate) fn may_decide(&self, view: &PageView, session: &Session) -> Result<(), Refusal> {
         let approvers = self.reload.approvers(view);
         if !session.is(&approvers) {
             let why =

@@ -146,6 +146,9 @@ pub(crate) struct ServeArgs {
     /// `[receipts]` of the configuration file.
     #[arg(skip)]
     receipts: config::ReceiptsSection,
+    /// Where the approvers' decision tools find the pages (`[approvals] mcp_decisions`).
+    #[arg(skip)]
+    pub(crate) decision_desk: hitl_pages::decisions::DecisionDesk,
     /// Address to listen on (port 0 picks a free port; the bound address is printed).
     #[arg(long, env = "HITL_LISTEN", default_value = "127.0.0.1:8123")]
     listen: SocketAddr,
@@ -489,13 +492,26 @@ impl ServeArgs {
             builder = builder.principal_header(header);
         }
         builder = self.authentication(builder, &live)?;
-        if limit_callers || reloadable {
+        let decisions = self.pages.approvals.mcp_decisions;
+        if limit_callers || reloadable || decisions {
             let access = live.clone();
             let personal = live.clone();
             builder = builder.access(hitl_tower::Access(
-                Arc::new(move |name, principal, groups| access.now().rules.policies.may_call(name, principal, groups)),
-                // Lists differ by caller only while a policy names callers.
-                Some(Arc::new(move || personal.now().rules.policies.limit_callers())),
+                Arc::new(move |name, principal, groups| {
+                    let policies = &access.now().rules.policies;
+                    match name {
+                        // The approvers' own tools: listed to approvers only, whatever
+                        // the policies say of other tools.
+                        hitl_pages::decisions::PENDING_TOOL | hitl_pages::decisions::DECIDE_TOOL => {
+                            let approvers = policies.approvers();
+                            approvers.iter().any(|a| Some(a.as_str()) == principal || groups.contains(a))
+                        }
+                        _ => policies.may_call(name, principal, groups),
+                    }
+                }),
+                // Lists differ by caller while a policy names callers, or while the
+                // decision tools are listed to approvers only.
+                Some(Arc::new(move || decisions || personal.now().rules.policies.limit_callers())),
             ));
         }
         builder = builder.pages(self.pages_config(&policies, local, &live, audit_key)?);
@@ -643,6 +659,9 @@ impl ServeArgs {
         // `approvers_now` stays unset: until a reload changes the rules, the approvers
         // named when a call paused are the rules' own (a reload sets it, `reload.rs`).
         config.two_person = self.pages.approvals.two_person_rule.unwrap_or(true);
+        if self.pages.approvals.mcp_decisions {
+            config.decision_desk = Some(self.decision_desk.clone());
+        }
         if let Some(ttl) = self.pages.approvals.session_ttl {
             if ttl == 0 {
                 bail!("[approvals] session_ttl: give a number of seconds above 0");

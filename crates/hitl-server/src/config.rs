@@ -141,6 +141,10 @@ pub(crate) struct ApprovalsSection {
     pub(crate) hold: Option<u64>,
     /// Retries one caller may have held at once (default 8).
     pub(crate) max_held_per_caller: Option<usize>,
+    /// List `hitl_pending_approvals` and `hitl_decide_approval` to approvers, who then
+    /// decide from their own MCP client (default: false).
+    #[serde(default)]
+    pub(crate) mcp_decisions: bool,
 }
 
 /// The pages' part of the file.

@@ -100,13 +100,22 @@ impl ServeArgs {
             true => hitl_gateway::gate_reloadable,
             false => hitl_gateway::gate,
         };
-        let agents: Vec<Agent> = own
+        let mut agents: Vec<Agent> = own
             .iter()
             .cloned()
             .chain(declared)
             .map(|a| gate(a, &policies, Some(&kept)))
             .collect::<Result<_, _>>()
             .map_err(anyhow::Error::msg)?;
+        // The approvers' decision tools are outside every policy and the default action.
+        if self.pages.approvals.mcp_decisions {
+            if !policies.have_approvers() {
+                bail!(
+                    "[approvals] mcp_decisions = true lists its tools to approvers, but no [[policy]] names approvers"
+                );
+            }
+            agents.extend(self.decision_desk.agents());
+        }
         if policies.limit_callers() && !self.authenticates() && self.principal_header.is_none() && !self.stdio {
             bail!(
                 "a [[policy]] names callers, but callers are not known: set [auth] tokens_file (--tokens-file) or --principal-header"
