@@ -9,6 +9,7 @@ mod config;
 mod covers;
 mod declared;
 mod edge;
+mod email;
 mod field;
 mod field_stdio;
 mod fixtures;

@@ -303,7 +303,7 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
 /// The pinned official MCP Python SDK, for the suite that drives hitl with it; fastmcp,
 /// a second Python client; and `mcp-server-git`, a reference server people put behind
 /// a gateway (run as `python -m mcp_server_git`).
-const PYTHON_SDK: &[&str] = &["mcp==2.3.0", "fastmcp==4.2.3", "mcp-server-git==2026.10.19"];
+const PYTHON_SDK: &[&str] = &["mcp==2.3.0", "fastmcp==4.2.3", "mcp-server-git==2026.10.19", "aiosmtpd==1.4.6"];
 
 /// A virtualenv under `target/` with the Python SDK; returns its interpreter.
 fn python_sdk() -> Result<PathBuf, String> {

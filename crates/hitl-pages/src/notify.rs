@@ -1,4 +1,5 @@
-//! `[[notify]]`: a JSON POST to each webhook on pending and decided approvals, retried
+//! `[[notify]]`: a JSON POST to each webhook on pending and decided approvals (or, with
+//! `kind = "email"`, a mail per pending approval through an SMTP server), retried
 //! with backoff and never in the way of the round (each delivery is its own task).
 //! Each attempt carries `X-Hitl-Timestamp` (its time, unix seconds), `X-Hitl-Delivery`
 //! (the same for every attempt of one event) and, with a secret,
@@ -12,8 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use hitl_protocol::display;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
+use lettre::message::{Mailbox, MultiPart};
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Tls, TlsParameters};
+use lettre::{AsyncSmtpTransport, AsyncTransport as _, Message, Tokio1Executor};
 use ring::hmac;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -44,8 +50,10 @@ pub enum Format {
 /// One `[[notify]]`.
 #[derive(Debug, Clone)]
 pub struct Target {
-    /// Where to POST.
+    /// Where to POST; for an email target, the SMTP server (`smtp://`, `smtps://`).
     pub url: http::Uri,
+    /// An email target's addresses (`kind = "email"`; none: a webhook).
+    pub mail: Option<Mail>,
     /// The HMAC key (from `secret_env`), if any.
     pub secret: Option<Vec<u8>>,
     /// The body's shape.
@@ -53,6 +61,27 @@ pub struct Target {
     /// Put a signed single-use sign-in link for each `user:` approver in the body: only
     /// for a destination private to one approver (whoever reads it can use the links).
     pub single_use_links: bool,
+}
+
+/// An email target: who gets the mail, from whom, and the SMTP password (sent only over
+/// TLS: `smtps://`, or `smtp://` with STARTTLS required).
+#[derive(Debug, Clone)]
+pub struct Mail {
+    to: Vec<Mailbox>,
+    from: Mailbox,
+    password: Option<String>,
+}
+
+impl Mail {
+    /// Checks the addresses.
+    pub fn new(to: &[String], from: &str, password: Option<String>) -> Result<Self, String> {
+        if to.is_empty() {
+            return Err("to: name at least one address".into());
+        }
+        let parse = |a: &str| a.parse::<Mailbox>().map_err(|e| format!("{a:?} is not an email address: {e}"));
+        let to = to.iter().map(|a| parse(a)).collect::<Result<_, _>>().map_err(|e| format!("to: {e}"))?;
+        Ok(Self { to, from: parse(from).map_err(|e| format!("from: {e}"))?, password })
+    }
 }
 
 /// Delivers notifications to every target.
@@ -78,6 +107,14 @@ impl Notifier {
         }
         let client = self.client.get_or_init(https_client);
         for target in reloaded.notify.iter() {
+            if let Some(mail) = &target.mail {
+                // A mail per approval that waits; decisions are on the page.
+                if event == "approval.pending" {
+                    let (server, mail, approval) = (target.url.clone(), mail.clone(), approval.clone());
+                    tokio::spawn(async move { deliver_mail(server, mail, approval).await });
+                }
+                continue;
+            }
             let body = match target.format {
                 Format::Json if target.single_use_links && event == "approval.pending" => {
                     let links = self.links(approval);
@@ -127,6 +164,75 @@ fn slack_text(event: &str, approval: &Value) -> String {
             format!("{tool}: {status} by {by} (<{link}|details>)")
         }
     }
+}
+
+/// The mail of a pending `approval`: a subject with the tool and who asked, and the
+/// call in plain text and HTML, every value shown as the page shows it, with the link.
+fn mail_message(mail: &Mail, approval: &Value) -> Result<Message, String> {
+    let text = |key: &str, or: &str| display::escape(approval[key].as_str().unwrap_or(or)).into_owned();
+    let (tool, caller, link) = (text("tool", "a tool"), text("caller", "an anonymous caller"), text("link", ""));
+    let policy = text("policy", "");
+    let arguments = display::json_pretty(&approval["arguments"]);
+    let plain = format!(
+        "{caller} asks to run {tool}.\n\nPolicy: {policy}\nArguments:\n{arguments}\n\nReview it (sign in first): {link}\n"
+    );
+    let html = maud::html! {
+        p { (caller) " asks to run " code { (tool) } "." }
+        p { "Policy: " code { (policy) } }
+        pre { (arguments) }
+        p { a href=(link) { "Review it" } " (sign in first)." }
+    };
+    let mut builder =
+        Message::builder().from(mail.from.clone()).subject(format!("Approval needed: {tool} for {caller}"));
+    for to in &mail.to {
+        builder = builder.to(to.clone());
+    }
+    builder
+        .multipart(MultiPart::alternative_plain_html(plain, html.into_string()))
+        .map_err(|e| format!("the mail could not be made: {e}"))
+}
+
+/// The SMTP transport of `server`: `smtps://` (TLS from the start), or `smtp://` with
+/// STARTTLS, required when a password is sent (`smtp://user@host`), else when offered.
+fn smtp(server: &http::Uri, password: Option<&str>) -> Result<AsyncSmtpTransport<Tokio1Executor>, String> {
+    let host = server.host().ok_or("the SMTP URL names no host")?.to_owned();
+    let wrapped = server.scheme_str() == Some("smtps");
+    let port = server.port_u16().unwrap_or(if wrapped { 465 } else { 25 });
+    let parameters = TlsParameters::new(host.clone()).map_err(|e| format!("TLS for {host}: {e}"))?;
+    let tls = match (wrapped, password) {
+        (true, _) => Tls::Wrapper(parameters),
+        (false, Some(_)) => Tls::Required(parameters),
+        (false, None) => Tls::Opportunistic(parameters),
+    };
+    let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host).port(port).tls(tls);
+    if let Some(password) = password {
+        let authority = server.authority().map_or("", |a| a.as_str());
+        let user = authority.rsplit_once('@').map_or("", |(user, _)| user);
+        builder = builder.credentials(Credentials::new(user.to_owned(), password.to_owned()));
+    }
+    Ok(builder.timeout(Some(Duration::from_secs(20))).build())
+}
+
+/// Sends the mail of `approval` through `server`, tried [`ATTEMPTS`] times with backoff
+/// as webhooks are, off the request path.
+async fn deliver_mail(server: http::Uri, mail: Mail, approval: Value) {
+    let built = mail_message(&mail, &approval).and_then(|m| Ok((m, smtp(&server, mail.password.as_deref())?)));
+    let (message, transport) = match built {
+        Ok(built) => built,
+        Err(error) => return tracing::error!(%server, %error, "an approval mail cannot be sent"),
+    };
+    let mut pause = FIRST_PAUSE;
+    for attempt in 1..=ATTEMPTS {
+        match transport.send(message.clone()).await {
+            Ok(_) => return,
+            Err(error) => tracing::warn!(%server, attempt, %error, "an approval mail was not delivered"),
+        }
+        if attempt < ATTEMPTS {
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+        }
+    }
+    tracing::error!(%server, "an approval mail was dropped after {ATTEMPTS} attempts");
 }
 
 /// `sha256=<hex>` of `<timestamp>.<body>` under `key`.

@@ -88,8 +88,22 @@ impl TryFrom<String> for PrincipalEntry {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct NotifySpec {
-    /// Where to POST (http or https).
+    /// `webhook` (the default) or `email`.
+    #[serde(default)]
+    pub(crate) kind: NotifyKind,
+    /// Where to POST (http or https): a webhook's.
+    #[serde(default)]
     pub(crate) url: String,
+    /// An email's recipients.
+    #[serde(default)]
+    pub(crate) to: Vec<String>,
+    /// An email's SMTP server: `smtps://host:465`, or `smtp://host:25` (STARTTLS,
+    /// required with a password; `smtp://user@host` names the user).
+    pub(crate) smtp_url: Option<String>,
+    /// An email's sender.
+    pub(crate) from: Option<String>,
+    /// The environment variable holding the SMTP password (sent only over TLS).
+    pub(crate) smtp_password_env: Option<String>,
     /// The environment variable holding the HMAC key of `X-Hitl-Signature`.
     pub(crate) secret_env: Option<String>,
     /// `json` (default) or `slack`.
@@ -99,6 +113,50 @@ pub(crate) struct NotifySpec {
     /// for a destination private to one approver.
     #[serde(default)]
     pub(crate) single_use_links: bool,
+}
+
+impl NotifySpec {
+    /// The email target of `[[notify]]` number `i`, its password read from the
+    /// environment now.
+    fn mail_target(&self, i: usize) -> anyhow::Result<hitl_pages::notify::Target> {
+        let (Some(smtp_url), Some(from)) = (&self.smtp_url, &self.from) else {
+            anyhow::bail!("notify[{i}]: an email notification needs smtp_url and from");
+        };
+        let url: http::Uri = smtp_url.parse().map_err(|e| anyhow::anyhow!("notify[{i}].smtp_url {smtp_url:?}: {e}"))?;
+        if !matches!(url.scheme_str(), Some("smtp" | "smtps")) || url.host().is_none() {
+            anyhow::bail!("notify[{i}].smtp_url {smtp_url:?}: give an smtps:// or smtp:// URL");
+        }
+        let password = match &self.smtp_password_env {
+            None => None,
+            Some(name) => match std::env::var(name) {
+                Ok(value) if !value.is_empty() => Some(value),
+                _ => anyhow::bail!("notify[{i}].smtp_password_env: the environment variable {name} is not set"),
+            },
+        };
+        if !self.url.is_empty() || self.secret_env.is_some() {
+            anyhow::bail!("notify[{i}]: url and secret_env are a webhook's; an email has to, smtp_url and from");
+        }
+        let mail =
+            hitl_pages::notify::Mail::new(&self.to, from, password).map_err(|e| anyhow::anyhow!("notify[{i}].{e}"))?;
+        Ok(hitl_pages::notify::Target {
+            url,
+            mail: Some(mail),
+            secret: None,
+            format: self.format,
+            single_use_links: false,
+        })
+    }
+}
+
+/// What a `[[notify]]` is.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum NotifyKind {
+    /// A JSON POST (today's).
+    #[default]
+    Webhook,
+    /// A mail per pending approval.
+    Email,
 }
 
 /// `[audit]`.
@@ -164,6 +222,12 @@ impl PagesFile {
             .iter()
             .enumerate()
             .map(|(i, spec)| {
+                if spec.kind == NotifyKind::Email {
+                    return spec.mail_target(i);
+                }
+                if spec.url.is_empty() {
+                    anyhow::bail!("notify[{i}].url: give the webhook's http:// or https:// URL (or kind = \"email\")");
+                }
                 let url: http::Uri =
                     spec.url.parse().map_err(|e| anyhow::anyhow!("notify[{i}].url {:?}: {e}", spec.url))?;
                 if !matches!(url.scheme_str(), Some("http" | "https")) || url.host().is_none() {
@@ -178,6 +242,7 @@ impl PagesFile {
                 };
                 Ok(hitl_pages::notify::Target {
                     url,
+                    mail: None,
                     secret,
                     format: spec.format,
                     single_use_links: spec.single_use_links,
