@@ -178,9 +178,18 @@ file = "audit.jsonl"
     ran(&carols.answer(&server, accept(json!({}))).await, "p1");
     let again = drop(&server, &p.carol, "p2").await;
     assert_eq!(again.body["result"]["resultType"], "input_required", "narrowed: {}", again.body);
+    // On the page, the checkbox left unchecked narrows it too.
+    let again = paused(&again, &p.carol, "p2");
+    let page = again.question()["params"]["url"].as_str().unwrap().to_owned();
+    let page = page.strip_prefix(&format!("http://{}", server.addr)).unwrap().to_owned();
+    let status = crate::trust_pages::decide_on_page(&server, &p.bob, &page, "decision=approve").await;
+    assert_eq!(status, 303, "decided on the page");
+    ran(&again.answer(&server, accept(json!({}))).await, "p2");
+    let after = drop(&server, &p.carol, "p3").await;
+    assert_eq!(after.body["result"]["resultType"], "input_required", "unchecked on the page: {}", after.body);
     let bad = decide(&server, &p.bob, &carol_id, json!({"decision": "approve", "cover": "yes"})).await;
     assert_ne!(bad.status, 200, "{}", bad.body);
-    assert_eq!(executions(&server, &p.alice).await, 3, "p1 and p7 by alice, p1 by carol");
+    assert_eq!(executions(&server, &p.alice).await, 4, "p1 and p7 by alice, p1 and p2 by carol");
 }
 
 #[tokio::test]

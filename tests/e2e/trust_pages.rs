@@ -96,6 +96,15 @@ pub(crate) async fn page_as(server: &Client, token: &str, path: &str) -> String 
     html
 }
 
+/// Decides on the page at `path` as the holder of `token`, signed in: posts the page's
+/// form with `fields` (`decision=approve`, …) and its CSRF token; the response status.
+pub(crate) async fn decide_on_page(server: &Client, token: &str, path: &str, fields: &str) -> u16 {
+    let visitor = sign_in(server, token, None).await;
+    let (_, _, html) = get(server, path, &visitor.cookies(), None).await;
+    let csrf = html.split("name=\"csrf\" value=\"").nth(1).and_then(|r| r.split('"').next()).expect("a form");
+    post(server, path, &visitor.cookies(), format!("csrf={csrf}&{fields}")).await.0
+}
+
 /// `GET /approvals` as `visitor`: 200 signed in, 303 to `/login` signed out.
 async fn listing(server: &Client, visitor: &Visitor) -> u16 {
     get(server, "/approvals", &visitor.cookies(), None).await.0
