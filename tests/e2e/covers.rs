@@ -182,7 +182,9 @@ file = "audit.jsonl"
     let again = paused(&again, &p.carol, "p2");
     let page = again.question()["params"]["url"].as_str().unwrap().to_owned();
     let page = page.strip_prefix(&format!("http://{}", server.addr)).unwrap().to_owned();
-    let status = crate::trust_pages::decide_on_page(&server, &p.bob, &page, "decision=approve").await;
+    // What a browser sends with the box unchecked: no `cover`.
+    let status =
+        crate::trust_pages::decide_on_page(&server, &p.bob, &page, "decision=approve&cover_offered=true").await;
     assert_eq!(status, 303, "decided on the page");
     ran(&again.answer(&server, accept(json!({}))).await, "p2");
     let after = drop(&server, &p.carol, "p3").await;

@@ -192,6 +192,7 @@ pub(crate) fn approval(
                         p { "Run the call as it is." }
                         @if let Some(covers) = shown["covers"].as_str() {
                             // Unchecked, the approval is for this call only.
+                            input type="hidden" name="cover_offered" value="true";
                             label for="cover" {
                                 input id="cover" type="checkbox" name="cover" value="true" checked;
                                 " Also let through " (covers.strip_prefix("this call, and ").unwrap_or(covers))

@@ -668,10 +668,10 @@ impl Shared {
                     content.insert(field.to_owned(), Value::String(value.clone()));
                 }
             }
-            // The approve form's checkbox (the review form's `cover` field): left
-            // unchecked, it is not sent at all, and the approval is for this call only
-            // (where later calls are offered; elsewhere the field is not read).
-            if fields.get("decision").is_some_and(|d| d == "approve") {
+            // The approve form's checkbox (the review form's `cover` field), on a page
+            // that offers it: left unchecked, it is not sent at all, and the approval
+            // is for this call only.
+            if fields.get("decision").is_some_and(|d| d == "approve") && fields.contains_key("cover_offered") {
                 content.insert("cover".into(), Value::Bool(fields.get("cover").is_some_and(|v| v == "true")));
             }
             match self.decide(engine, id, session, content).await {
