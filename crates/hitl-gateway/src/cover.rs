@@ -122,15 +122,8 @@ pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-/// The digest of a call's arguments that scope `arguments` compares: SHA-256 of their
-/// canonical JSON (keys sorted), so key order does not matter.
-pub fn args_digest(args: &serde_json::Map<String, serde_json::Value>) -> String {
-    let mut text = Vec::with_capacity(256);
-    hitl_protocol::canonical::write_object(args.iter().map(|(k, v)| (k.as_str(), v)), &mut text);
-    hex(ring::digest::digest(&ring::digest::SHA256, &text).as_ref())
-}
-
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` as lowercase hex.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -442,7 +442,12 @@ impl Policies {
     /// matching policy's `callers` decide (none: everyone may).
     pub fn may_call(&self, tool: &str, principal: Option<&str>, groups: &[String]) -> bool {
         let Some(callers) = self.decide(tool).policy.and_then(|p| p.callers.as_ref()) else { return true };
-        callers.iter().any(|c| Some(c.as_str()) == principal || groups.contains(c))
+        names(callers, principal, groups)
+    }
+
+    /// Does some policy name `principal` (or one of `groups`) among its approvers?
+    pub fn is_approver(&self, principal: Option<&str>, groups: &[String]) -> bool {
+        self.policies.iter().filter_map(|p| p.approvers.as_ref()).any(|a| names(a, principal, groups))
     }
 
     /// The first policy that matches `tool`, or the default, whatever the call: what
@@ -565,12 +570,18 @@ impl Policies {
             return false;
         }
         let Some(callers) = decided.policy.and_then(|p| p.callers.as_ref()) else { return true };
-        callers.iter().any(|c| Some(c.as_str()) == principal || groups.contains(c))
+        names(callers, principal, groups)
     }
 }
 
 /// Could `glob` match a name that begins with `prefix`? Compared up to the glob's
 /// first wildcard.
+/// Does one of `entries` (`user:<id>`, `group:<name>`) name `principal` or one of
+/// `groups`?
+fn names(entries: &[String], principal: Option<&str>, groups: &[String]) -> bool {
+    entries.iter().any(|e| Some(e.as_str()) == principal || groups.contains(e))
+}
+
 fn may_name(glob: &str, prefix: &str) -> bool {
     let literal = glob.split(['*', '?']).next().unwrap_or_default();
     let wild = literal.len() < glob.len();

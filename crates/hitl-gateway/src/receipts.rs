@@ -59,7 +59,7 @@ impl Receipts {
         let key = Ed25519KeyPair::from_pkcs8_maybe_unchecked(&der)
             .map_err(|e| format!("not an Ed25519 private key in PKCS#8: {e}"))?;
         let digest = ring::digest::digest(&ring::digest::SHA256, key.public_key().as_ref());
-        let kid = digest.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let kid = crate::cover::hex(&digest.as_ref()[..8]);
         Ok(Self { key, kid })
     }
 
@@ -92,13 +92,12 @@ impl Receipts {
 }
 
 /// The hex SHA-256 of `args` as RFC 8785 canonical JSON (keys sorted, compact): what a
-/// receipt's `args_sha256` names, and what the upstream computes over the arguments it
-/// receives.
+/// receipt's `args_sha256` names, what the upstream computes over the arguments it
+/// receives, and what an approval of scope `arguments` is kept under.
 pub fn args_sha256(args: &Map<String, Value>) -> String {
     let mut text = Vec::with_capacity(256);
     hitl_protocol::canonical::write_object(args.iter().map(|(k, v)| (k.as_str(), v)), &mut text);
-    let digest = ring::digest::digest(&ring::digest::SHA256, &text);
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    crate::cover::hex(ring::digest::digest(&ring::digest::SHA256, &text).as_ref())
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use hitl_upstream::Upstream;
 use serde_json::{Map, Value, json};
 
 use crate::PolicyState;
-use crate::cover::{ApprovalScope, args_digest, cover_key};
+use crate::cover::{ApprovalScope, cover_key};
 use crate::hold::{ASKED, HELD, Holds, Link, PAGES, RESULT, report};
 use crate::limit::RateLimit;
 use crate::policy::{Action, Decided, Policies};
@@ -399,7 +399,7 @@ impl Gated {
         let (scope, _) = self.cover?;
         let principal = ctx.extension::<Caller>()?.principal.as_deref()?;
         let digest = match scope {
-            ApprovalScope::Arguments => args_digest(&arguments(state)),
+            ApprovalScope::Arguments => crate::receipts::args_sha256(&arguments(state)),
             ApprovalScope::Call | ApprovalScope::Tool => String::new(),
         };
         cover_key(self.policy_digest.as_deref()?, principal, scope, &self.listed, &digest)

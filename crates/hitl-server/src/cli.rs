@@ -458,13 +458,9 @@ impl ServeArgs {
         let limit_callers = policies.limit_callers();
         builder = builder.agents(rules.agents.clone());
         if let Some(receipts) = &rules.receipts {
-            let jwks = bytes::Bytes::from(receipts.jwks().to_string());
-            let route: hitl_tower::RouteFn = Arc::new(move |_: &http::request::Parts| {
-                let mut response = http::Response::new(hitl_tower::body(jwks.clone()));
-                let json = http::HeaderValue::from_static("application/json");
-                response.headers_mut().insert(http::header::CONTENT_TYPE, json);
-                response
-            });
+            let jwks = receipts.jwks();
+            let route: hitl_tower::RouteFn =
+                Arc::new(move |_: &http::request::Parts| crate::metrics::json_response(http::StatusCode::OK, &jwks));
             builder = builder.route(hitl_gateway::receipts::JWKS_PATH, route);
         }
         let live = Live::new(rules, file.as_deref(), self.authenticates());
@@ -503,8 +499,7 @@ impl ServeArgs {
                         // The approvers' own tools: listed to approvers only, whatever
                         // the policies say of other tools.
                         hitl_pages::decisions::PENDING_TOOL | hitl_pages::decisions::DECIDE_TOOL => {
-                            let approvers = policies.approvers();
-                            approvers.iter().any(|a| Some(a.as_str()) == principal || groups.contains(a))
+                            policies.is_approver(principal, groups)
                         }
                         _ => policies.may_call(name, principal, groups),
                     }

@@ -195,7 +195,7 @@ impl hitl_tower::Admission for NoAdmins {
 }
 
 /// `body` as a JSON response with `status`.
-fn json_response(status: http::StatusCode, body: &serde_json::Value) -> http::Response<hitl_tower::McpBody> {
+pub(crate) fn json_response(status: http::StatusCode, body: &serde_json::Value) -> http::Response<hitl_tower::McpBody> {
     let mut response = http::Response::new(hitl_tower::body(body.to_string()));
     *response.status_mut() = status;
     response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
