@@ -100,42 +100,10 @@ impl Listed {
         self.gated.spec.get("inputSchema").cloned().unwrap_or_else(|| json!({"type": "object"}))
     }
 
-    /// What the policies do with its calls.
-    pub fn action(&self) -> Action {
-        self.gated.action
-    }
-
     /// Whether its policy names who may call it (then an agent may not call it for
     /// every one of its own callers).
     pub fn limits_callers(&self) -> bool {
         self.gated.limits_callers
-    }
-
-    /// The decisions its review offers.
-    pub fn decisions(&self) -> &[&'static str] {
-        &self.gated.decisions
-    }
-
-    /// Who decides its review on hitl's approval page, the policy that says so, and
-    /// what the page shows of the tool.
-    pub fn approval(&self) -> Option<ApprovalBy> {
-        self.gated.approval()
-    }
-
-    /// Does its policy give a review text?
-    pub fn describes(&self) -> bool {
-        self.gated.description.is_some()
-    }
-
-    /// The review text its policy gives for a call with `args` (`None`: the policy has
-    /// none), its values shown as [`crate::fill_shown`] does.
-    pub fn describe(&self, args: &Map<String, Value>) -> Option<String> {
-        self.gated.description.as_deref().map(|template| fill_shown(template, args))
-    }
-
-    /// The error result of a denied call, naming the policy.
-    pub fn denied(&self) -> ToolResult {
-        self.gated.denied()
     }
 
     /// What the policies let a step do with a call with `args`, exactly as for a
