@@ -171,6 +171,11 @@ impl Folder {
 
     /// The hitl program on this config, with the webhook secret in its environment.
     pub(crate) async fn serve(&self, extra: &[&str]) -> Server {
+        self.serve_with_env(extra, &[]).await
+    }
+
+    /// [`Folder::serve`], with `env` in the program's environment too.
+    pub(crate) async fn serve_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut command = std::process::Command::new(Server::program());
         command.arg("serve").args(["--listen", "127.0.0.1:0", "--config", &self.config()]).args(extra);
         if let Ok(store) = std::env::var("HITL_E2E_STORE")
@@ -179,10 +184,9 @@ impl Folder {
             command.args(["--store", &store]);
         }
         command.stderr(std::process::Stdio::inherit());
-        let server = Server::spawn_command_with_env(
-            command,
-            &[("HITL_SECRET", TEST_SECRET), ("HITL_WEBHOOK_SECRET", HOOK_SECRET)],
-        );
+        let mut all = vec![("HITL_SECRET", TEST_SECRET), ("HITL_WEBHOOK_SECRET", HOOK_SECRET)];
+        all.extend_from_slice(env);
+        let server = Server::spawn_command_with_env(command, &all);
         server.wait_healthy().await;
         server
     }

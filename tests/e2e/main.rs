@@ -34,6 +34,7 @@ mod replicas;
 mod review;
 mod rules;
 mod skeleton;
+mod slack;
 mod stdio;
 mod tasks;
 mod telemetry;

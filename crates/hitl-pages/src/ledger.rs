@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use hitl_interrupt::{Event, Observer, PageView};
 use hitl_protocol::display;
-use hitl_thread::{AuditLine, Notes, PageKind, Records, Thread};
+use hitl_thread::{About, AuditLine, Notes, PageKind, Records, Thread};
 use serde_json::{Map, Value, json};
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{broadcast, mpsc};
@@ -282,12 +282,22 @@ pub(crate) struct Worker {
     /// This replica's chain over the audit file's lines (`[audit] chain = true`).
     pub(crate) audit_chain: Option<crate::chain::Chain>,
     pub(crate) notifier: Notifier,
+    /// `[slack]`: a message per pending approval, updated once it is decided.
+    pub(crate) slack: Option<crate::slack::Slack>,
     pub(crate) events: broadcast::Sender<Value>,
     pub(crate) retention: Retention,
 }
 
 pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// What approval `view`'s page shows of the call besides its arguments.
+fn about(view: &PageView) -> Option<&About> {
+    match &view.page.kind {
+        PageKind::Approval { about, .. } => about.as_deref(),
+        _ => None,
+    }
 }
 
 /// The tool as people know it (a prompt's binding without its prefix).
@@ -538,7 +548,8 @@ impl Worker {
                 }
                 self.audit(entry);
                 for view in approvals {
-                    self.publish("approval.pending", pending_entry(&view, &self.base_url), expires_at_ms).await;
+                    let entry = pending_entry(&view, &self.base_url);
+                    self.publish("approval.pending", entry, expires_at_ms, about(&view)).await;
                 }
             }
             Note::Answered { call, round, keys, withdrawn } => {
@@ -553,7 +564,7 @@ impl Worker {
                     (audit.approval, audit.approvers) = (Some(view.id.clone()), Some(view.approvers().to_vec()));
                     name_policy(&mut audit, &view);
                     self.audit(audit);
-                    self.publish("approval.decided", entry, now_ms()).await;
+                    self.publish("approval.decided", entry, now_ms(), about(&view)).await;
                 }
             }
             Note::Page(view) => self.page_answered(&view).await,
@@ -585,7 +596,7 @@ impl Worker {
             PageKind::Approval { .. } => {
                 let (entry, audit) = decided_entry(view, &self.base_url);
                 self.audit(audit);
-                self.publish("approval.decided", entry, now_ms()).await;
+                self.publish("approval.decided", entry, now_ms(), about(view)).await;
             }
             // What a secret or sign-in page took is never written down.
             PageKind::Secret { label } => self.audit(answered(AuditPage::Secret { label: label.clone() })),
@@ -594,8 +605,9 @@ impl Worker {
     }
 
     /// Lists `entry` (kept `keep_ended` past `from_ms`), notifies and streams it, its
-    /// arguments as listings show them ([`shown_arguments`]).
-    async fn publish(&mut self, event: &str, mut entry: ApprovalEntry, from_ms: u64) {
+    /// arguments as listings show them ([`shown_arguments`]); Slack's message also shows
+    /// `about` the call.
+    async fn publish(&mut self, event: &str, mut entry: ApprovalEntry, from_ms: u64, about: Option<&About>) {
         let max = self.retention.max_argument_bytes;
         if let Some(arguments) = &mut entry.arguments {
             *arguments = shown_arguments(arguments, max);
@@ -619,6 +631,9 @@ impl Worker {
             tracing::error!(%error, approval = %id, "the approval could not be listed");
         }
         self.notifier.send(event, &entry);
+        if let Some(slack) = &self.slack {
+            slack.send(event, &entry, about);
+        }
         let _ = self.events.send(json!({ "event": event, "approval": entry }));
     }
 
@@ -672,7 +687,7 @@ impl Worker {
                 ..AuditEvent::new(AuditKind::Expired)
             };
             self.audit(audit);
-            self.publish("approval.decided", entry, now).await;
+            self.publish("approval.decided", entry, now, None).await;
         }
     }
 
@@ -914,6 +929,7 @@ mod tests {
             audit_file: None,
             audit_chain: None,
             notifier: Notifier::new(crate::Reload::new(crate::Reloaded::default()), keys),
+            slack: None,
             events: broadcast::channel(4).0,
             retention: Retention::default(),
         }

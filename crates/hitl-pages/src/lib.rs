@@ -13,6 +13,9 @@
 //! - **The approvals API** (bearer tokens): `GET /api/approvals?status=pending`,
 //!   `GET /api/approvals/<id>`, `POST /api/approvals/<id>/decision`,
 //!   `GET /api/approvals/events` (SSE), `GET /api/audit?since=<ms>`.
+//! - **Slack** ([`slack`], `[slack]`): each pending approval posted to a channel with
+//!   Approve and Reject buttons, their signed callbacks at
+//!   `POST /integrations/slack/interactions`, the message updated once decided.
 //! - **Thread administration** (bearer tokens of `[admin] principals`): `GET
 //!   /api/threads`, `GET /api/threads/<id>`, `DELETE /api/threads/<id>`.
 //! - **The ledger** ([`Pages::observer`]): the listing, the audit trail (store and
@@ -43,6 +46,7 @@ pub mod notify;
 mod reload;
 mod respond;
 pub mod session;
+pub mod slack;
 mod streams;
 mod threads;
 mod throttle;
@@ -108,6 +112,8 @@ pub struct PagesConfig {
     /// The approvers' decision tools, opened when the pages serve (`[approvals]
     /// mcp_decisions`).
     pub decision_desk: Option<decisions::DecisionDesk>,
+    /// `[slack]`: approvals posted to a channel with buttons, decided there.
+    pub slack: Option<slack::SlackConfig>,
 }
 
 impl PagesConfig {
@@ -129,6 +135,7 @@ impl PagesConfig {
             session_ttl: session::SESSION_SECONDS,
             approvers_now: None,
             decision_desk: None,
+            slack: None,
         }
     }
 }
@@ -161,6 +168,8 @@ pub(crate) struct Shared {
     throttle: throttle::Throttle,
     /// What a reload of the configuration replaces.
     reload: Reload,
+    /// `[slack]`'s poster, which takes the buttons' callbacks too.
+    slack: Option<slack::Slack>,
 }
 
 impl Pages {
@@ -171,8 +180,8 @@ impl Pages {
     }
 
     /// Every path the pages serve under (mount each on the HTTP app).
-    pub const PREFIXES: [&'static str; 7] =
-        ["/approvals", "/secrets", "/login", "/logout", "/oauth/callback", "/pages", "/api"];
+    pub const PREFIXES: [&'static str; 8] =
+        ["/approvals", "/secrets", "/login", "/logout", "/oauth/callback", "/pages", "/api", "/integrations"];
 
     /// The pages under `config`, keeping their listing and trail in `records` and their
     /// single-use marks (sign-in tickets, signed-out sessions, expiries announced) in
@@ -190,6 +199,7 @@ impl Pages {
             auditors: config.auditors.clone(),
             approvers: config.approvers_now.clone(),
         });
+        let slack = config.slack.clone().map(|slack| slack::Slack::new(slack, marks.clone()));
         let worker = ledger::Worker {
             batch: Vec::new(),
             unstored: ledger::Unstored::default(),
@@ -200,6 +210,7 @@ impl Pages {
             audit_chain: config.audit_chain.clone().map(|chain| ledger::resumed(chain, config.audit_file.as_ref())),
             audit_file: config.audit_file.clone(),
             notifier: notify::Notifier::new(reload.clone(), keys.clone()),
+            slack: slack.clone(),
             events: events.clone(),
             retention: config.retention,
         };
@@ -216,6 +227,7 @@ impl Pages {
             streams,
             throttle,
             reload,
+            slack,
         });
         Self { shared, worker: Mutex::new(Some((worker, received))), notes }
     }
@@ -320,6 +332,8 @@ impl Shared {
         let path = parts.uri.path().to_owned();
         let mut response = if path.starts_with("/api/") || path == "/api" {
             api::handle(self, engine, &parts, &body).await
+        } else if path == slack::INTERACTIONS_PATH {
+            slack::interaction(self, engine, &parts, &body).await
         } else {
             // The stylesheet needs no session: no store read for it.
             let signed = if path.starts_with("/pages/") { None } else { self.keys.session(&parts.headers) };

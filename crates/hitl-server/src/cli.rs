@@ -327,6 +327,7 @@ impl ServeArgs {
             notify: loaded.notify,
             audit: loaded.audit,
             approvals: loaded.approvals,
+            slack: loaded.slack,
         };
         let file = loaded.server;
         macro_rules! take {
@@ -664,6 +665,9 @@ impl ServeArgs {
             config.session_ttl = ttl;
         }
         config.notify = self.pages.targets()?;
+        if let Some(slack) = &self.pages.slack {
+            config.slack = Some(slack.config()?);
+        }
         if self.stdio && self.pages.audit.file.as_deref() == Some("-") {
             bail!("[audit] file = \"-\" writes to standard output, which --stdio keeps for MCP messages: name a file");
         }

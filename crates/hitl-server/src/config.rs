@@ -44,6 +44,8 @@ pub(crate) struct ConfigFile {
     /// `[receipts]`: the key that signs the receipts of approved calls.
     #[serde(default)]
     pub(crate) receipts: ReceiptsSection,
+    /// `[slack]`: approvals posted to a channel, decided with its buttons.
+    pub(crate) slack: Option<SlackSection>,
     /// Where each `[[policy]]` is written (`hitl.toml:12`), in file order.
     #[serde(skip)]
     pub(crate) policy_at: Vec<String>,
@@ -56,6 +58,110 @@ pub(crate) struct ReceiptsSection {
     /// An Ed25519 private key (PKCS#8 PEM) that signs the receipt each approved call is
     /// sent upstream with (none: no receipts).
     pub(crate) key_file: Option<PathBuf>,
+}
+
+/// `[slack]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SlackSection {
+    /// The environment variable holding the signing secret that verifies Slack's
+    /// callbacks.
+    pub(crate) signing_secret_env: String,
+    /// The environment variable holding the bot token (`xoxb-…`) that posts and updates
+    /// the messages.
+    pub(crate) bot_token_env: String,
+    /// Slack's Web API (default `https://slack.com/api`).
+    #[serde(default = "slack_api")]
+    pub(crate) api_url: String,
+    /// The channel the approvals are posted in (its id, `C0123456789`).
+    pub(crate) channel: String,
+    /// Slack user id → the principal who decides: `"user:bob"`, or
+    /// `{ principal = "user:bob", groups = ["group:sre"] }`.
+    #[serde(default)]
+    pub(crate) users: std::collections::BTreeMap<String, toml::Value>,
+}
+
+fn slack_api() -> String {
+    "https://slack.com/api".to_owned()
+}
+
+impl SlackSection {
+    /// The checked section, its secrets read from the environment now: a missing one is
+    /// an error, never a Slack integration that can't verify or can't post.
+    pub(crate) fn config(&self) -> anyhow::Result<hitl_pages::slack::SlackConfig> {
+        let env = |key: &str, name: &str| match std::env::var(name) {
+            Ok(value) if !value.trim().is_empty() => Ok(value.trim().to_owned()),
+            _ => anyhow::bail!("[slack] {key}: the environment variable {name} is not set"),
+        };
+        let signing_secret = env("signing_secret_env", &self.signing_secret_env)?.into_bytes();
+        let bot_token = env("bot_token_env", &self.bot_token_env)?;
+        let api: http::Uri =
+            self.api_url.parse().map_err(|e| anyhow::anyhow!("[slack] api_url {:?}: {e}", self.api_url))?;
+        let local = matches!(api.host(), Some("localhost" | "127.0.0.1" | "[::1]" | "::1"));
+        match api.scheme_str() {
+            Some("https") if api.host().is_some() => {}
+            Some("http") if local => {}
+            _ => anyhow::bail!(
+                "[slack] api_url {:?}: give an https:// URL (http:// only on localhost): the bot token is sent to it",
+                self.api_url
+            ),
+        }
+        let channel = self.channel.trim();
+        if channel.is_empty() || !channel.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            anyhow::bail!("[slack] channel {:?}: give the channel's id (C0123456789)", self.channel);
+        }
+        let mut users = std::collections::BTreeMap::new();
+        for (id, spec) in &self.users {
+            if id.is_empty() || !id.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()) {
+                anyhow::bail!("[slack] users: {id:?} is not a Slack user id (U0123ABCD)");
+            }
+            let (principal, groups) = slack_user(id, spec)?;
+            if principal.strip_prefix("user:").is_none_or(str::is_empty) {
+                anyhow::bail!(
+                    "[slack] users.{id}: {principal:?} is not user:<id> (a Slack user decides as one person)"
+                );
+            }
+            if let Some(group) = groups.iter().find(|g| g.strip_prefix("group:").is_none_or(str::is_empty)) {
+                anyhow::bail!("[slack] users.{id}.groups: {group:?} is not group:<name>");
+            }
+            users.insert(id.clone(), hitl_pages::slack::SlackUser { principal, groups });
+        }
+        if users.is_empty() {
+            tracing::warn!("[slack] users maps no Slack user to a principal: no one can decide with the buttons");
+        }
+        Ok(hitl_pages::slack::SlackConfig {
+            signing_secret,
+            bot_token,
+            api_url: self.api_url.trim_end_matches('/').to_owned(),
+            channel: channel.to_owned(),
+            users,
+        })
+    }
+}
+
+/// One `[slack] users` entry: `"user:bob"`, or `{ principal = "user:bob", groups =
+/// ["group:sre"] }`.
+fn slack_user(id: &str, spec: &toml::Value) -> anyhow::Result<(String, Vec<String>)> {
+    let wrong =
+        || anyhow::anyhow!("[slack] users.{id}: give \"user:<id>\" or {{ principal = \"user:<id>\", groups = [..] }}");
+    match spec {
+        toml::Value::String(principal) => Ok((principal.clone(), Vec::new())),
+        toml::Value::Table(table) => {
+            if let Some(key) = table.keys().find(|k| !matches!(k.as_str(), "principal" | "groups")) {
+                anyhow::bail!("[slack] users.{id}: unknown key {key:?} (principal, groups)");
+            }
+            let principal = table.get("principal").and_then(toml::Value::as_str).ok_or_else(wrong)?;
+            let groups = match table.get("groups") {
+                None => Vec::new(),
+                Some(toml::Value::Array(groups)) => {
+                    groups.iter().map(|g| g.as_str().map(str::to_owned).ok_or_else(wrong)).collect::<Result<_, _>>()?
+                }
+                Some(_) => return Err(wrong()),
+            };
+            Ok((principal.to_owned(), groups))
+        }
+        _ => Err(wrong()),
+    }
 }
 
 /// `[admin]`.
@@ -212,6 +318,7 @@ pub(crate) struct PagesFile {
     pub(crate) notify: Vec<NotifySpec>,
     pub(crate) audit: AuditSection,
     pub(crate) approvals: ApprovalsSection,
+    pub(crate) slack: Option<SlackSection>,
 }
 
 impl PagesFile {

@@ -7,7 +7,7 @@
 //! force, logs why with file:line and counts `hitl_config_reloads_total{result="error"}`.
 //! Paused calls live in the store and are not touched; a paused review is judged by
 //! the rules in force when its answer comes. The sections a running server cannot
-//! change (`[server]`, `[gateway]`, `[approvals]`, `[audit]`, `[admin]`) keep their
+//! change (`[server]`, `[gateway]`, `[approvals]`, `[audit]`, `[admin]`, `[slack]`) keep their
 //! values and are logged as needing a restart.
 
 use std::path::{Path, PathBuf};
@@ -24,7 +24,7 @@ use tokio::task::AbortHandle;
 use crate::cli::{Rules, ServeArgs};
 
 /// The sections a reload leaves as they were (a restart applies them).
-const FIXED_SECTIONS: [&str; 5] = ["server", "gateway", "approvals", "audit", "admin"];
+const FIXED_SECTIONS: [&str; 6] = ["server", "gateway", "approvals", "audit", "admin", "slack"];
 
 /// One loaded configuration: its rules and what `/healthz` says of the file.
 pub(crate) struct Loaded {
