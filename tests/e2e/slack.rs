@@ -312,3 +312,28 @@ fn slack_settings_that_would_weaken_or_break_it_are_refused_by_hitl_check() {
         assert!(!ok && err.contains(why), "{config}: {err}");
     }
 }
+
+#[tokio::test]
+async fn on_replicas_sharing_redis_a_press_on_another_replica_decides_and_updates_the_one_message() {
+    let Some(url) = crate::harness::redis_url("Slack on replicas") else { return };
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let slack = FakeSlack::start();
+    let folder = Folder::new(&signed_in(&upstream.url, &slack_config(slack.port)));
+    let a = folder.serve_with_env(&["--store", &url], &SLACK_ENV).await;
+    let b = folder.serve_with_env(&["--store", &url], &SLACK_ENV).await;
+    let p = people();
+    let (paused, page) = ask(&a, &p.alice, &json!({"partition": "p5", "database": "orders"})).await;
+    let id = page.rsplit('/').next().unwrap().to_owned();
+    let posted = slack.wait_for("chat.postMessage", |body| shown(body).contains(&id)).await;
+
+    // Slack's callback reaches b: b decides, and updates the message a posted.
+    assert_eq!(slack.click(&b, "U0BOB", "hitl_approve", &id, json!({})).await.0, 200);
+    let updated = slack.wait_for("chat.update", |body| shown(body).contains(&id)).await;
+    assert_eq!(updated["body"]["ts"], posted["ts"], "the message a posted, in place");
+    assert!(shown(&updated["body"]).contains("*Approved* by user:bob"), "{updated}");
+    let mine = |calls: Vec<Value>| calls.iter().filter(|c| shown(&c["body"]).contains(&id)).count();
+    assert_eq!(mine(slack.calls("chat.postMessage").await), 1, "posted once, by the replica that paused");
+    assert_eq!(mine(slack.calls("chat.update").await), 1);
+    let done = paused.answer(&a, json!({"action": "accept"})).await;
+    assert!(done.text().contains("p5"), "{}", done.body);
+}

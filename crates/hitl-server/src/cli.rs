@@ -666,7 +666,23 @@ impl ServeArgs {
         }
         config.notify = self.pages.targets()?;
         if let Some(slack) = &self.pages.slack {
-            config.slack = Some(slack.config()?);
+            let slack = slack.config()?;
+            if !policies.have_approvers() {
+                tracing::warn!(
+                    "[slack] is set, but no [[policy]] names approvers: no approval will be posted to Slack"
+                );
+            }
+            for (id, user) in &slack.users {
+                if !policies.is_approver(Some(&user.principal), &user.groups) {
+                    tracing::warn!(
+                        slack_user = %id,
+                        principal = %user.principal,
+                        "[slack] users maps a Slack user to a principal no [[policy]] names an approver: \
+                         its presses will decide nothing"
+                    );
+                }
+            }
+            config.slack = Some(slack);
         }
         if self.stdio && self.pages.audit.file.as_deref() == Some("-") {
             bail!("[audit] file = \"-\" writes to standard output, which --stdio keeps for MCP messages: name a file");
