@@ -555,3 +555,53 @@ steps = [
     assert_eq!(prod.question()["params"]["message"], "Drop w1 on prod?");
     assert_eq!(executions(&server, "drop_partition").await, 3, "staging's only");
 }
+
+#[tokio::test]
+async fn a_tool_calling_agents_call_a_person_approved_carries_its_receipt_upstream() {
+    let dir = std::env::temp_dir().join(format!("hitl-e2e-declared-receipts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (key, jwks) = (dir.join("receipt-key.pem"), dir.join("hitl-jwks.json"));
+    std::fs::write(&key, crate::receipts::new_key()).unwrap();
+    let jwks_arg = jwks.to_str().unwrap().to_owned();
+    let Some(upstream) = PythonUpstream::start(&["--receipt-jwks", &jwks_arg, "--receipt-audience", "db"]) else {
+        return;
+    };
+    let script = vec![
+        openai_calls(&[("call_1", "db_verified_drop", json!({"partition": "p1", "database": "prod"}))]),
+        openai_text("Dropped p1 on prod."),
+    ];
+    let (base, received) = model_server(script).await;
+    let config = format!(
+        r#"{}
+[[policy]]
+tools = ["db.verified_drop"]
+action = "review"
+
+[receipts]
+key_file = "{}"
+{}"#,
+        upstreams(&upstream),
+        key.display(),
+        db_assistant(&base, "")
+    );
+    let (server, _file) = serve(&config).await;
+    let (_, _, body) = server.raw(http::Method::GET, "/.well-known/hitl-receipts.jwks", &[], Default::default()).await;
+    std::fs::write(&jwks, &body).unwrap();
+
+    let paused = server.pause("db_assistant", json!({"request": "Drop p1 of prod."})).await.only();
+    let done = paused.answer(&server, approve()).await;
+    let told = bodies(&received)[1]["messages"][3].clone();
+    assert_eq!(told["content"], "dropped p1 on prod, approved by ", "what the model was told: {told}");
+    let ran = done.body["result"]["structuredContent"]["tool_calls"].clone();
+    assert_eq!(
+        ran,
+        json!([{"name": "db.verified_drop", "args": {"partition": "p1", "database": "prod"}}]),
+        "{}",
+        done.body
+    );
+    assert_eq!(executions(&server, "verified_drop").await, 1, "the upstream took the receipt and ran it");
+    let seen = server.call_tool(9, json!({"name": "db.receipt_seen", "arguments": {}})).await.text();
+    let claims = crate::receipts::claims_of(&seen);
+    assert_eq!((&claims["aud"], &claims["tool"]), (&json!("db"), &json!("verified_drop")), "{claims}");
+    assert!(claims.get("sub").is_none(), "an anonymous caller is no subject: {claims}");
+}

@@ -12,7 +12,7 @@ use crate::upstream::PythonUpstream;
 
 /// A new Ed25519 key, PKCS#8 PEM, made by Python's `cryptography` (as an operator's
 /// `openssl genpkey -algorithm ed25519` would).
-fn new_key() -> String {
+pub(crate) fn new_key() -> String {
     let python = std::env::var("HITL_PYTHON").expect("HITL_PYTHON");
     let script = "from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey as K\n\
                   from cryptography.hazmat.primitives import serialization as s\n\
@@ -115,8 +115,62 @@ fn text_of(result: &Value) -> String {
 }
 
 /// A JWS's claims, unverified (the upstream verified them).
-fn claims_of(token: &str) -> Value {
+pub(crate) fn claims_of(token: &str) -> Value {
     use base64::Engine as _;
     let part = token.split('.').nth(1).expect("a compact JWS");
     serde_json::from_slice(&base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn a_declared_workflows_approved_call_carries_its_receipt_too() {
+    let folder = Folder::new("");
+    let jwks = folder.0.join("hitl-jwks.json");
+    let jwks_arg = jwks.to_str().unwrap().to_owned();
+    let Some(upstream) = PythonUpstream::start(&["--receipt-jwks", &jwks_arg, "--receipt-audience", "db"]) else {
+        return;
+    };
+    std::fs::write(folder.0.join("receipt-key.pem"), new_key()).unwrap();
+    std::fs::write(
+        folder.0.join("hitl.toml"),
+        signed_in(
+            &upstream.url,
+            r#"[[policy]]
+tools = ["db.verified_drop"]
+when = 'args.database == "prod"'
+action = "review"
+
+[receipts]
+key_file = "receipt-key.pem"
+
+[[agent]]
+name = "cleanup"
+kind = "workflow"
+input_schema = { type = "object", properties = { partition = { type = "string" }, database = { type = "string" } }, required = ["partition", "database"] }
+steps = [
+  { call = "db.verified_drop", args = { partition = "{partition}", database = "{database}" } },
+]
+"#,
+        ),
+    )
+    .unwrap();
+    let server = folder.serve(&[]).await;
+    let (_, _, body) = server.raw(http::Method::GET, "/.well-known/hitl-receipts.jwks", &[], Default::default()).await;
+    std::fs::write(&jwks, &body).unwrap();
+    let p = people();
+
+    // Allowed (staging): no one approved, so no receipt, and the upstream refuses.
+    let staging = call(&server, &p.alice, "cleanup", json!({"partition": "p1", "database": "staging"})).await;
+    assert!(staging.is_error() && staging.text().contains("no approval receipt"), "{}", staging.body);
+
+    // Reviewed (prod), approved in alice's client: the workflow's call carries the receipt.
+    let prod = json!({"partition": "p1", "database": "prod"});
+    let asked = call(&server, &p.alice, "cleanup", prod.clone()).await;
+    let paused = Paused::of("cleanup", prod.clone(), &asked).by(Some(&p.alice), url_client());
+    let ran = paused.answer(&server, accept(json!({"decision": "approve"}))).await;
+    assert_eq!(ran.text(), "dropped p1 on prod, approved by user:alice", "{}", ran.body);
+    let claims = claims_of(&call(&server, &p.alice, "db.receipt_seen", json!({})).await.text());
+    assert_eq!(
+        (&claims["aud"], &claims["tool"], &claims["sub"]),
+        (&json!("db"), &json!("verified_drop"), &json!("user:alice"))
+    );
 }

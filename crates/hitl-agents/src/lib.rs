@@ -411,7 +411,7 @@ pub fn email_assistant(mode: InterruptMode) -> Agent {
         // Batched mode relies on the tool's own check when it runs; per-call mode also
         // puts the types in the review's response schema.
         args_schema: Some(args_schema),
-        run: Arc::new(|args| {
+        run: Arc::new(|args, _| {
             Box::pin(async move {
                 Ok(format!(
                     "Sent the email to {} with subject {}.",

@@ -237,7 +237,7 @@ async fn a_chat_model_proposes_calls_that_are_reviewed_then_run_and_it_sees_thei
         args_schema: Some(json!({"type": "object", "properties": {"table": {"type": "string"}}})),
         review,
         gate: None,
-        run: std::sync::Arc::new(move |args| {
+        run: std::sync::Arc::new(move |args, _| {
             Box::pin(async move { Ok(format!("{name} ran on {}", args["table"].as_str().unwrap_or_default())) })
         }),
     };
@@ -330,7 +330,7 @@ async fn a_call_is_gated_as_its_tool_was_when_the_model_asked() {
             args_schema: None,
             review,
             gate: None,
-            run: std::sync::Arc::new(move |_| {
+            run: std::sync::Arc::new(move |_, _| {
                 ran.lock().unwrap().push(name.to_owned());
                 Box::pin(async move { Ok(format!("{name} ran")) })
             }),

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use hitl_gateway::{Admitted, Catalog, Listed, result_text};
+use hitl_gateway::{Admitted, Approved, Catalog, Listed, result_text};
 use hitl_graph::payload::ToolResult;
 use hitl_graph::{Agent, StepError};
 use hitl_model::ModelClient;
@@ -95,9 +95,15 @@ fn tool(listed: Arc<Listed>) -> Tool {
             }
         })
     });
-    let run: tool_agent::ToolFn = Arc::new(move |args| {
+    // In the caller's own upstream session, with the receipt of a person's approval.
+    let run: tool_agent::ToolFn = Arc::new(move |args, ran| {
         let listed = listed.clone();
-        Box::pin(async move { result_text(&listed.call(args).await) })
+        let approved = match ran.edited {
+            Some(edited) => listed.approved(ran.proposed, edited),
+            None => Approved::default(),
+        };
+        let ctx = ran.ctx.clone();
+        Box::pin(async move { result_text(&listed.call_for(args, &approved, &ctx).await) })
     });
     Tool { name, description, args_schema: Some(schema), review: None, gate: Some(gate), run }
 }

@@ -311,8 +311,8 @@ async fn run(node: &Node, catalog: &Catalog, state: &Value, ctx: &StepContext) -
                 Value::Object(args) => args,
                 _ => Map::new(),
             };
-            let args = match listed.gate(args, ctx).await? {
-                Gate::Run(args) => args,
+            let (args, approved) = match listed.gate(args, ctx).await? {
+                Gate::Run(args, approved) => (args, approved),
                 Gate::Answer(result) => return Ok(stop(result)),
             };
             let mut with_secrets = scope.clone();
@@ -337,7 +337,7 @@ async fn run(node: &Node, catalog: &Catalog, state: &Value, ctx: &StepContext) -
             // Recorded first: a resend after this server died mid-call learns the
             // outcome is unknown, and the upstream is never called twice.
             ctx.begin_effect().await?;
-            let result = listed.call_for(args, ctx).await;
+            let result = listed.call_for(args, &approved, ctx).await;
             let failed = result.0.get("isError") == Some(&Value::Bool(true));
             Ok(json!({ RESULT: result.to_value(), STOPPED: failed }))
         }

@@ -59,11 +59,17 @@ pub struct Listed {
 /// What the policies let an agent do with one call.
 #[derive(Debug)]
 pub enum Gate {
-    /// Run it with these arguments (the call's, or a reviewer's edit).
-    Run(Map<String, Value>),
+    /// Run it with these arguments (the call's, or a reviewer's edit), and what let it
+    /// through ([`Listed::call_for`] sends the receipt of a person's approval with it).
+    Run(Map<String, Value>, Approved),
     /// Do not run it: this is its result (denied, rejected, answered by the reviewer).
     Answer(ToolResult),
 }
+
+/// What let a call through, for the receipt its upstream gets (`[receipts]`): a
+/// person's approval or edit, an earlier approval that covers it, or nothing (allowed).
+#[derive(Debug, Clone, Default)]
+pub struct Approved(Option<Value>);
 
 /// What the policies say of a call a model proposes ([`Listed::admit`]).
 #[derive(Debug)]
@@ -120,12 +126,12 @@ impl Listed {
         if let Some(refused) = gated.over_limit(ctx).await {
             return Ok(Gate::Answer(refused));
         }
-        if gated.covered(&state, ctx).await.is_some() {
-            return Ok(Gate::Run(args()));
+        if let Some(approval) = gated.covered(&state, ctx).await {
+            return Ok(Gate::Run(args(), Approved(Some(gated.covered_state(&state, &approval)))));
         }
         gated.record_decision(ctx);
         match gated.action {
-            Action::Allow => Ok(Gate::Run(args())),
+            Action::Allow => Ok(Gate::Run(args(), Approved(None))),
             Action::Deny => Ok(Gate::Answer(gated.denied())),
             Action::Review => {
                 let decision = gated.review(&state, ctx)?;
@@ -133,8 +139,9 @@ impl Listed {
                     return Ok(Gate::Answer(denied));
                 }
                 gated.grant(&decision, &state, ctx).await;
+                let approved = Approved(Some(gated.decided_state(&state, &decision)));
                 Ok(match gated.carry_out(Some(&decision))? {
-                    Carried::Run(edited) => Gate::Run(edited.unwrap_or_else(args)),
+                    Carried::Run(edited) => Gate::Run(edited.unwrap_or_else(args), approved),
                     Carried::Answer(result) => Gate::Answer(result),
                 })
             }
@@ -163,6 +170,13 @@ impl Listed {
         }
     }
 
+    /// What let a call of `proposed` through when a person approved it (`edited`: with
+    /// their edit) outside [`Listed::gate`]: a tool-calling agent's own review.
+    pub fn approved(&self, proposed: &Map<String, Value>, edited: bool) -> Approved {
+        let decision = json!({ "type": if edited { "edit" } else { "approve" } });
+        Approved(Some(self.gated.decided_state(&Value::Object(proposed.clone()), &decision)))
+    }
+
     /// Calls the tool upstream and returns its result as it is. The caller marks the
     /// effect first (`StepContext::begin_effect`). An upstream that asks for input
     /// mid-call is answered that no one can (this call is an agent's, with no client
@@ -170,17 +184,22 @@ impl Listed {
     /// result that says so.
     /// The call is made in the upstream's listing session: prefer [`Listed::call_for`].
     pub async fn call(&self, args: Map<String, Value>) -> ToolResult {
-        self.call_in(None, args).await
+        self.call_in(None, args, Map::new()).await
     }
 
     /// [`Listed::call`] for the caller of `ctx`, in its own upstream session (a 2025-era
-    /// upstream's state of one caller is never another's).
-    pub async fn call_for(&self, args: Map<String, Value>, ctx: &StepContext) -> ToolResult {
-        self.call_in(crate::tools::caller(ctx), args).await
+    /// upstream's state of one caller is never another's), with the receipt of what
+    /// let it through ([`Gate::Run`]) when a person approved it and `[receipts]` is set.
+    pub async fn call_for(&self, args: Map<String, Value>, approved: &Approved, ctx: &StepContext) -> ToolResult {
+        let mut extra = Map::new();
+        if let Some(receipt) = approved.0.as_ref().and_then(|state| self.gated.receipt(state, &args, ctx)) {
+            extra.insert("_meta".into(), json!({ crate::receipts::META_KEY: receipt }));
+        }
+        self.call_in(crate::tools::caller(ctx), args, extra).await
     }
 
-    async fn call_in(&self, caller: Option<&str>, args: Map<String, Value>) -> ToolResult {
-        match self.upstream.call_tool_for(caller, &self.gated.tool, args, Map::new()).await {
+    async fn call_in(&self, caller: Option<&str>, args: Map<String, Value>, extra: Map<String, Value>) -> ToolResult {
+        match self.upstream.call_tool_for(caller, &self.gated.tool, args, extra).await {
             Ok(Value::Object(result)) if result.get("resultType").and_then(Value::as_str) == Some("input_required") => {
                 ToolResult::error(format!(
                     "{} asked for input, which an agent's call to it cannot relay",

@@ -60,7 +60,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use agents::{gate, gate_reloadable};
-pub use catalog::{Admitted, Catalog, Gate, Listed, result_text};
+pub use catalog::{Admitted, Approved, Catalog, Gate, Listed, result_text};
 use hitl_graph::Agent;
 use hitl_upstream::Upstream;
 pub use hold::Bus;

@@ -278,8 +278,7 @@ impl Gated {
             return Ok(json!({ RESULT: refused.to_value() }));
         }
         if let Some(approval) = gated.covered(state, ctx).await {
-            let scope = gated.cover.map(|(scope, _)| scope.as_str());
-            return Ok(json!({ COVERED: {"approval": approval, "scope": scope} }));
+            return Ok(json!({ COVERED: gated.covered_mark(&approval) }));
         }
         gated.record_decision(ctx);
         let decision = match gated.action {
@@ -341,9 +340,30 @@ impl Gated {
         extra
     }
 
+    /// What a call an earlier `approval` covers keeps of it: its id and scope.
+    fn covered_mark(&self, approval: &str) -> Value {
+        json!({"approval": approval, "scope": self.cover.map(|(scope, _)| scope.as_str())})
+    }
+
+    /// `state` (a call's arguments) marked covered by `approval`, as [`Gated::receipt`]
+    /// reads it.
+    pub(crate) fn covered_state(&self, state: &Value, approval: &str) -> Value {
+        let mut marked = state.clone();
+        marked[COVERED] = self.covered_mark(approval);
+        marked
+    }
+
+    /// `state` (a call's arguments) marked with the reviewer's `decision`, as
+    /// [`Gated::receipt`] reads it.
+    pub(crate) fn decided_state(&self, state: &Value, decision: &Value) -> Value {
+        let mut marked = state.clone();
+        marked[DECISION] = decision.clone();
+        marked
+    }
+
     /// The receipt of a call a person approved (or edited), or that an earlier approval
     /// covers, sent with `args` (`[receipts]`): none for a call no one approved.
-    fn receipt(&self, state: &Value, args: &Map<String, Value>, ctx: &StepContext) -> Option<String> {
+    pub(crate) fn receipt(&self, state: &Value, args: &Map<String, Value>, ctx: &StepContext) -> Option<String> {
         let receipts = self.receipts.as_ref()?;
         let upstream = self.upstream.as_deref()?;
         let covered = state.get(COVERED).filter(|c| c.is_object());
@@ -363,6 +383,13 @@ impl Gated {
             "exp": now + crate::receipts::LIFETIME_SECONDS,
             "jti": format!("{thread}.{}", uuid::Uuid::new_v4().simple()),
         });
+        // An anonymous caller is no subject: `sub` is left out (JWT libraries refuse a
+        // `sub` that is not a string).
+        if claims["sub"].is_null()
+            && let Some(claims) = claims.as_object_mut()
+        {
+            claims.remove("sub");
+        }
         if let Some(covered) = covered {
             claims["scope"] = covered["scope"].clone();
             claims["approval"] = covered["approval"].clone();

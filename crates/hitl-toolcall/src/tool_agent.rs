@@ -65,8 +65,23 @@ pub struct ToolCall {
     pub args: Map<String, Value>,
 }
 
-/// What a tool returns: its result as text, or an error the model sees.
-pub type ToolFn = Arc<dyn Fn(Map<String, Value>) -> Pending<'static, Result<String, String>> + Send + Sync>;
+/// What a tool returns: its result as text, or an error the model sees. It is given
+/// the arguments to run with and how the call came to run ([`Ran`]).
+pub type ToolFn = Arc<dyn Fn(Map<String, Value>, &Ran<'_>) -> Pending<'static, Result<String, String>> + Send + Sync>;
+
+/// How a call came to run, for a tool that must know: the step's context (its caller)
+/// and whether a person approved it (as proposed, or edited). hitl's gateway sends the
+/// receipt of that approval upstream with the call.
+#[derive(Clone, Copy)]
+pub struct Ran<'a> {
+    /// The step's context.
+    pub ctx: &'a StepContext,
+    /// The arguments the model proposed (an edit's run with others).
+    pub proposed: &'a Map<String, Value>,
+    /// `Some(false)`: a person approved it as proposed; `Some(true)`: with their edit;
+    /// `None`: it ran without a review.
+    pub edited: Option<bool>,
+}
 
 /// A tool the agent can call.
 #[derive(Clone)]
@@ -268,14 +283,14 @@ fn tool_message(call: &ToolCall, content: String, status: &str) -> Value {
 }
 
 /// Runs a tool after checking its arguments against its schema, as for any call.
-async fn run_tool(tool: &Tool, args: &Map<String, Value>) -> Result<String, String> {
+async fn run_tool(tool: &Tool, args: &Map<String, Value>, ran: &Ran<'_>) -> Result<String, String> {
     if let Some(schema) = &tool.args_schema
         && let Err(violations) = hitl_schema::validate_value(schema, &Value::Object(args.clone()))
     {
         let details: Vec<String> = violations.iter().map(|v| v.message.clone()).collect();
         return Err(format!("invalid arguments for {}: {}", tool.name, details.join("; ")));
     }
-    (tool.run)(args.clone()).await
+    (tool.run)(args.clone(), ran).await
 }
 
 /// How a call of the model's turn is gated, decided when the model proposed it (and kept
@@ -368,6 +383,7 @@ async fn run_calls(
             messages.push(tool_message(call, format!("Error: {error}"), "error"));
             continue;
         }
+        let reviewed = gate.as_str() != Some("run");
         let decision = match (gate.as_str(), decisions.remove(&call.id)) {
             // Not a tool the agent had when the model asked: never run.
             (Some("unknown"), _) => None,
@@ -379,9 +395,9 @@ async fn run_calls(
             messages.push(tool_message(call, format!("Error: {} is not a valid tool", call.name), "error"));
             continue;
         };
-        let args = match decision {
-            payload::Decision::Approve => call.args.clone(),
-            payload::Decision::Edit { edited_action } => edited_action.args,
+        let (args, edited) = match decision {
+            payload::Decision::Approve => (call.args.clone(), false),
+            payload::Decision::Edit { edited_action } => (edited_action.args, true),
             payload::Decision::Reject { message } => {
                 let reason = message
                     .unwrap_or_else(|| format!("User rejected the tool call for `{}` with id {}", call.name, call.id));
@@ -403,7 +419,8 @@ async fn run_calls(
             ctx.begin_effect().await?;
             begun = true;
         }
-        match run_tool(tool, &args).await {
+        let how = Ran { ctx, proposed: &call.args, edited: reviewed.then_some(edited) };
+        match run_tool(tool, &args, &how).await {
             Ok(result) => {
                 ran.push(json!({"name": call.name, "args": args}));
                 messages.push(tool_message(call, result, "success"));
