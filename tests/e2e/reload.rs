@@ -64,14 +64,14 @@ async fn serve(file: &Path) -> Server {
     Server::start(&["--config", file.to_str().unwrap()]).await
 }
 
-async fn health(server: &Server) -> Value {
+pub(crate) async fn health(server: &Server) -> Value {
     let reply = server.request(http::Method::GET, "/healthz", &[], bytes::Bytes::new()).await.unwrap();
     assert_eq!(reply.status, 200, "{:?}", reply.body);
     reply.body
 }
 
 /// Polls `/healthz` until the loaded file's digest is no longer `before`; the new one.
-async fn reloaded(server: &Server, before: &str) -> String {
+pub(crate) async fn reloaded(server: &Server, before: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let digest = health(server).await["config_digest"].as_str().unwrap().to_owned();

@@ -194,7 +194,7 @@ async fn an_approval_is_posted_escaped_and_decided_by_a_signed_button_press_of_a
     let place = (updated["body"]["channel"].clone(), updated["body"]["ts"].clone());
     assert_eq!(place, (json!("C0123456789"), posted["ts"].clone()), "the message posted, in place");
     let text = shown(&updated["body"]);
-    assert!(text.contains("*Approved* by user:bob") && !text.contains("hitl_approve"), "{text}");
+    assert!(text.contains("*Approved* by `user:bob`") && !text.contains("hitl_approve"), "{text}");
     let done = paused.answer(&server, json!({"action": "accept"})).await;
     assert!(done.text().contains("p1") && done.body["result"]["isError"] != true, "{}", done.body);
     assert_eq!(executions(&server, &p.alice).await, 1);
@@ -222,7 +222,7 @@ async fn a_rejection_by_button_and_decisions_on_the_page_or_the_api_update_the_m
     slack.wait_for("chat.postMessage", |b| shown(b).contains(&id)).await;
     assert_eq!(slack.click(&server, "U0BOB", "hitl_reject", &id, json!({})).await.0, 200);
     let updated = slack.wait_for("chat.update", |b| shown(b).contains(&url)).await;
-    assert!(shown(&updated["body"]).contains("*Rejected* by user:bob"), "{updated}");
+    assert!(shown(&updated["body"]).contains("*Rejected* by `user:bob`"), "{updated}");
     let done = paused.answer(&server, json!({"action": "accept"})).await;
     assert_eq!(done.body["result"]["isError"], true, "{}", done.body);
 
@@ -233,7 +233,7 @@ async fn a_rejection_by_button_and_decisions_on_the_page_or_the_api_update_the_m
     let path = url.strip_prefix(&format!("http://{}", server.addr)).unwrap().to_owned();
     page_approve(&server, &p.bob, &path).await;
     let updated = slack.wait_for("chat.update", |b| shown(b).contains(&url)).await;
-    assert!(shown(&updated["body"]).contains("*Approved* by user:bob"), "{updated}");
+    assert!(shown(&updated["body"]).contains("*Approved* by `user:bob`"), "{updated}");
     assert!(paused.answer(&server, json!({"action": "accept"})).await.text().contains("p3"));
 
     // Decided on the API at once, perhaps before the post was answered: still updated.
@@ -249,7 +249,7 @@ async fn a_rejection_by_button_and_decisions_on_the_page_or_the_api_update_the_m
     .await;
     assert_eq!(decided.body["status"], "responded");
     let updated = slack.wait_for("chat.update", |b| shown(b).contains(&url)).await;
-    assert!(shown(&updated["body"]).contains("*Responded* by user:bob"), "{updated}");
+    assert!(shown(&updated["body"]).contains("*Responded* by `user:bob`"), "{updated}");
     assert_eq!(slack.calls("chat.update").await.len(), 3, "one update per decision");
     assert_eq!(slack.calls("chat.postMessage").await.len(), 3, "one message per approval");
 }
@@ -306,6 +306,9 @@ fn slack_settings_that_would_weaken_or_break_it_are_refused_by_hitl_check() {
         ),
         (&good.replace("U0BOB", "bob"), &env[..], "is not a Slack user id"),
         (&good.replace("C0123456789", "#approvals"), &env[..], "give the channel's id"),
+        (&good.replace("C0123456789", "general"), &env[..], "give the channel's id"),
+        (&format!("{good}api_url = \"https://user:pw@slack.example/api\"\n"), &env[..], "no user, password"),
+        (&format!("{good}api_url = \"http://localhost.evil.example/api\"\n"), &env[..], "give an https:// URL"),
         (&format!("{good}token = \"xoxb-in-the-file\"\n"), &env[..], "unknown field `token`"),
     ] {
         let (ok, err) = check(config, env);
@@ -330,10 +333,65 @@ async fn on_replicas_sharing_redis_a_press_on_another_replica_decides_and_update
     assert_eq!(slack.click(&b, "U0BOB", "hitl_approve", &id, json!({})).await.0, 200);
     let updated = slack.wait_for("chat.update", |body| shown(body).contains(&id)).await;
     assert_eq!(updated["body"]["ts"], posted["ts"], "the message a posted, in place");
-    assert!(shown(&updated["body"]).contains("*Approved* by user:bob"), "{updated}");
+    assert!(shown(&updated["body"]).contains("*Approved* by `user:bob`"), "{updated}");
     let mine = |calls: Vec<Value>| calls.iter().filter(|c| shown(&c["body"]).contains(&id)).count();
     assert_eq!(mine(slack.calls("chat.postMessage").await), 1, "posted once, by the replica that paused");
     assert_eq!(mine(slack.calls("chat.update").await), 1);
     let done = paused.answer(&a, json!({"action": "accept"})).await;
     assert!(done.text().contains("p5"), "{}", done.body);
+}
+
+#[tokio::test]
+async fn approve_covers_this_call_only_unless_the_covering_button_is_pressed_and_users_follow_a_reload() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let slack = FakeSlack::start();
+    let covering = slack_config(slack.port).replace(
+        "description = \"Drops are reviewed by SRE\"",
+        "description = \"Drops are reviewed by SRE\"\napproval_ttl = 600\napproval_scope = \"arguments\"",
+    );
+    let folder = Folder::new(&signed_in(&upstream.url, &covering));
+    let server = folder.serve_with_env(&[], &SLACK_ENV).await;
+    let p = people();
+    let args = json!({"partition": "p6", "database": "orders"});
+
+    // Approve: this call only. The same call again pauses again.
+    let (paused, url) = ask(&server, &p.alice, &args).await;
+    let id = url.rsplit('/').next().unwrap().to_owned();
+    let posted = slack.wait_for("chat.postMessage", |b| shown(b).contains(&id)).await;
+    let text = shown(&posted["body"]);
+    let stated =
+        "An approval covers this call, and user:alice's calls of db.drop_partition with these arguments for 10 min";
+    assert!(text.contains(stated), "what covering means, stated: {text}");
+    let actions = posted["body"]["blocks"].as_array().unwrap().iter().find(|b| b["type"] == "actions").unwrap().clone();
+    let labels: Vec<&str> =
+        actions["elements"].as_array().unwrap().iter().map(|e| e["text"]["text"].as_str().unwrap()).collect();
+    assert_eq!(labels, ["Approve this call", "Approve, covering as stated", "Reject", "Edit or respond on the page"]);
+    assert_eq!(slack.click(&server, "U0BOB", "hitl_approve", &id, json!({})).await.0, 200);
+    slack.wait_for("chat.update", |b| shown(b).contains(&id)).await;
+    assert!(paused.answer(&server, json!({"action": "accept"})).await.text().contains("p6"));
+    let (paused, url) = ask(&server, &p.alice, &args).await;
+
+    // Approve, covering: the same call again runs without a pause.
+    let id = url.rsplit('/').next().unwrap().to_owned();
+    slack.wait_for("chat.postMessage", |b| shown(b).contains(&id)).await;
+    assert_eq!(slack.click(&server, "U0BOB", "hitl_approve_covering", &id, json!({})).await.0, 200);
+    assert!(paused.answer(&server, json!({"action": "accept"})).await.text().contains("p6"));
+    let params = json!({"name": "db.drop_partition", "arguments": args});
+    let again = server.modern_as(Some(&p.alice), 1, "tools/call", params, crate::approvals::url_client()).await;
+    assert!(again.text().contains("p6") && again.body["result"]["resultType"] != "input_required", "{}", again.body);
+    assert_eq!(executions(&server, &p.alice).await, 3);
+
+    // A reload that maps U0BOB no more: his press decides nothing.
+    let before = crate::reload::health(&server).await["config_digest"].as_str().unwrap().to_owned();
+    let config = std::fs::read_to_string(folder.0.join("hitl.toml")).unwrap();
+    let config = config.replace("U0BOB = { principal = \"user:bob\", groups = [\"group:sre\"] }, ", "");
+    std::fs::write(folder.0.join("hitl.toml"), config).unwrap();
+    crate::reload::reloaded(&server, &before).await;
+    let (_paused, url) = ask(&server, &p.alice, &json!({"partition": "p7", "database": "orders"})).await;
+    let id = url.rsplit('/').next().unwrap().to_owned();
+    slack.wait_for("chat.postMessage", |b| shown(b).contains(&id)).await;
+    assert_eq!(slack.click(&server, "U0BOB", "hitl_approve", &id, json!({})).await.0, 200);
+    let told = slack.wait_for("chat.postEphemeral", |b| b["user"] == "U0BOB").await;
+    assert!(told["body"]["text"].as_str().unwrap().contains("not mapped"), "{told}");
+    assert_eq!(status_of(&server, &p.bob, &id).await, "pending");
 }

@@ -3,7 +3,8 @@
 Listens on 127.0.0.1 (a free port, printed on the first line of stdout):
 
 - `POST /api/chat.postMessage`, `/api/chat.update`, `/api/chat.postEphemeral`: answered as
-  Slack does (`{"ok": true, "channel", "ts"}`), each recorded with its bearer token.
+  Slack does (`{"ok": true, "channel", "ts"}`, or `{"ok": false, "error"}` for a message
+  past Slack's limits), each taken call recorded with its bearer token.
 - `GET /_calls`: the calls recorded so far, `[{"method", "authorization", "body", "ts"}]`
   (`ts`: what a post was answered with).
 - `POST /_click` with `{"url", "user", "action_id", "value", "channel", "ts"}`: sends
@@ -55,6 +56,24 @@ def interaction(click):
     return urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
 
 
+def limits(sent):
+    """What Slack would refuse in a message: a block text past 3,000 characters, a
+    button value past 2,000, a message text past 40,000, more than 50 blocks."""
+    if len(sent.get("text") or "") > 40000:
+        return "msg_too_long"
+    blocks = sent.get("blocks") or []
+    if len(blocks) > 50:
+        return "invalid_blocks"
+    for block in blocks:
+        texts = [block.get("text")] + list(block.get("elements") or [])
+        for item in texts:
+            if isinstance(item, dict) and isinstance(item.get("text"), str) and len(item["text"]) > 3000:
+                return "invalid_blocks"
+            if isinstance(item, dict) and len(str(item.get("value", ""))) > 2000:
+                return "invalid_blocks"
+    return None
+
+
 class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
@@ -83,6 +102,9 @@ class Handler(BaseHTTPRequestHandler):
         if not self.headers.get("content-type", "").startswith("application/json"):
             return self.reply(200, {"ok": False, "error": "invalid_form_data"})
         sent = json.loads(body)
+        problem = limits(sent)
+        if problem:
+            return self.reply(200, {"ok": False, "error": problem})
         with LOCK:
             NEXT_TS[0] += 1
             ts = f"{NEXT_TS[0] // 1000000}.{NEXT_TS[0] % 1000000:06d}"

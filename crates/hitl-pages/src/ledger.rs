@@ -609,6 +609,8 @@ impl Worker {
     /// `about` the call.
     async fn publish(&mut self, event: &str, mut entry: ApprovalEntry, from_ms: u64, about: Option<&About>) {
         let max = self.retention.max_argument_bytes;
+        // Slack cuts each value itself, with the size and digest of the whole.
+        let whole = self.slack.as_ref().and(entry.arguments.as_ref()).map(redact);
         if let Some(arguments) = &mut entry.arguments {
             *arguments = shown_arguments(arguments, max);
         }
@@ -632,7 +634,7 @@ impl Worker {
         }
         self.notifier.send(event, &entry);
         if let Some(slack) = &self.slack {
-            slack.send(event, &entry, about);
+            slack.send(event, &entry, whole.as_ref(), about);
         }
         let _ = self.events.send(json!({ "event": event, "approval": entry }));
     }

@@ -198,6 +198,7 @@ impl Pages {
             notify: config.notify.clone(),
             auditors: config.auditors.clone(),
             approvers: config.approvers_now.clone(),
+            slack_users: None,
         });
         let slack = config.slack.clone().map(|slack| slack::Slack::new(slack, marks.clone()));
         let worker = ledger::Worker {

@@ -21,6 +21,8 @@ pub struct Reloaded {
     pub auditors: Vec<String>,
     /// Who decides a call now; see [`ApproversFn`].
     pub approvers: Option<ApproversFn>,
+    /// `[slack] users` in force (none: as the pages were set up with).
+    pub slack_users: Option<std::collections::BTreeMap<String, crate::slack::SlackUser>>,
 }
 
 impl std::fmt::Debug for Reloaded {

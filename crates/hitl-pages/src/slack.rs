@@ -60,8 +60,14 @@ pub const MAX_SKEW_SECONDS: u64 = 300;
 pub const VALUE_BYTES: usize = 500;
 /// The characters of one text block a message shows (Slack takes 3,000).
 const BLOCK_CHARS: usize = 2_800;
-/// The buttons' action ids.
+/// The characters of a name (a tool, a caller, an upstream) a message shows.
+const NAME_CHARS: usize = 200;
+/// How long an update waits for the post of its message (which is retried).
+const POST_WAIT: Duration = Duration::from_secs(120);
+/// The buttons' action ids: approve this call, approve it and the later calls its
+/// policy's `approval_ttl` covers (as the message states), reject.
 const APPROVE: &str = "hitl_approve";
+const APPROVE_COVERING: &str = "hitl_approve_covering";
 const REJECT: &str = "hitl_reject";
 const OPEN: &str = "hitl_open";
 
@@ -133,12 +139,12 @@ impl Slack {
         Self { config: Arc::new(config), notes, client }
     }
 
-    /// Tells Slack of `event` about `entry` (as listed: arguments redacted and capped),
-    /// off the request path: a pending approval is posted, a decided one's message
-    /// updated.
-    pub(crate) fn send(&self, event: &str, entry: &Value, about: Option<&About>) {
+    /// Tells Slack of `event` about `entry` (as listed), off the request path: a pending
+    /// approval is posted, a decided one's message updated. `arguments`: the call's
+    /// whole, redacted (each value is cut here, with the size and digest of the whole).
+    pub(crate) fn send(&self, event: &str, entry: &Value, arguments: Option<&Value>, about: Option<&About>) {
         let (Some(id), this) = (entry["id"].as_str().map(str::to_owned), self.clone()) else { return };
-        let message = message(entry, about);
+        let message = message(entry, arguments, about);
         match event {
             "approval.pending" => {
                 let until = entry["expires_at_ms"].as_u64().unwrap_or(0).saturating_add(3_600_000);
@@ -163,11 +169,12 @@ impl Slack {
     }
 
     /// Updates approval `id`'s message, once it is known: a decision may come before
-    /// the post that announced it has been answered.
+    /// the post that announced it has been answered (which, retried, may take a minute).
     async fn update(&self, id: &str, mut message: Map<String, Value>) {
         let mut pause = Duration::from_millis(250);
+        let mut waited = Duration::ZERO;
         let mut found = None;
-        for _ in 0..crate::notify::ATTEMPTS + 2 {
+        while waited < POST_WAIT {
             match self.notes.take_note(&message_key(id)).await {
                 Ok(Some(note)) => {
                     found = Some(note);
@@ -177,7 +184,8 @@ impl Slack {
                 Err(error) => tracing::warn!(%error, approval = %id, "the Slack message's ts could not be read"),
             }
             tokio::time::sleep(pause).await;
-            pause *= 2;
+            waited += pause;
+            pause = (pause * 2).min(Duration::from_secs(8));
         }
         // Posted by no one (Slack was set up after it paused, or the post failed).
         let Some((channel, ts)) = found.as_deref().and_then(|n| n.split_once(' ')) else { return };
@@ -190,12 +198,16 @@ impl Slack {
     async fn retried(&self, method: &str, body: &Value) -> Option<Value> {
         let mut pause = Duration::from_millis(500);
         for attempt in 1..=crate::notify::ATTEMPTS {
-            match self.call(method, body).await {
+            let wait = match self.call(method, body).await {
                 Ok(answer) => return Some(answer),
-                Err(error) => tracing::warn!(method, attempt, %error, "a Slack call failed"),
-            }
+                Err((error, retry_after)) => {
+                    tracing::warn!(method, attempt, %error, "a Slack call failed");
+                    // Slack's rate limits say how long to wait (at most 30 s here).
+                    retry_after.map_or(pause, |after| after.min(Duration::from_secs(30)))
+                }
+            };
             if attempt < crate::notify::ATTEMPTS {
-                tokio::time::sleep(pause).await;
+                tokio::time::sleep(wait).await;
                 pause *= 2;
             }
         }
@@ -203,40 +215,47 @@ impl Slack {
         None
     }
 
-    /// One call of the Web API: its answer when `ok`, else why not.
-    async fn call(&self, method: &str, body: &Value) -> Result<Value, String> {
+    /// One call of the Web API: its answer when `ok`, else why not (and, when rate
+    /// limited, how long Slack asks to wait).
+    async fn call(&self, method: &str, body: &Value) -> Result<Value, (String, Option<Duration>)> {
         let url = format!("{}/{method}", self.config.api_url);
         let request = http::Request::post(url)
             .header(http::header::CONTENT_TYPE, "application/json; charset=utf-8")
             .header(http::header::AUTHORIZATION, format!("Bearer {}", self.config.bot_token))
             .header(http::header::USER_AGENT, "hitl")
             .body(Full::new(Bytes::from(body.to_string())))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| (e.to_string(), None))?;
         let answer = async {
-            let response = self.client.request(request).await.map_err(|e| e.to_string())?;
+            let response = self.client.request(request).await.map_err(|e| (e.to_string(), None))?;
             let status = response.status();
+            let retry_after = response
+                .headers()
+                .get(http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()?.trim().parse().ok())
+                .map(Duration::from_secs);
             let bytes = http_body_util::Limited::new(response.into_body(), 1 << 20)
                 .collect()
                 .await
-                .map_err(|e| e.to_string())?
+                .map_err(|e| (e.to_string(), None))?
                 .to_bytes();
             if !status.is_success() {
-                return Err(format!("HTTP {status}"));
+                return Err((format!("HTTP {status}"), retry_after));
             }
-            serde_json::from_slice::<Value>(&bytes).map_err(|e| format!("not JSON: {e}"))
+            serde_json::from_slice::<Value>(&bytes).map_err(|e| (format!("not JSON: {e}"), None))
         };
         let answer = tokio::time::timeout(Duration::from_secs(10), answer)
             .await
-            .map_err(|_| "no answer within 10 s".to_owned())??;
+            .map_err(|_| ("no answer within 10 s".to_owned(), None))??;
         match answer["ok"].as_bool() {
             Some(true) => Ok(answer),
-            _ => Err(format!("Slack said {}", answer["error"].as_str().unwrap_or("not ok"))),
+            _ => Err((format!("Slack said {}", answer["error"].as_str().unwrap_or("not ok")), None)),
         }
     }
 
     /// Tells `user` alone, in `channel`, why their click decided nothing.
     fn ephemeral(&self, channel: &str, user: &str, text: &str) {
-        let body = json!({ "channel": channel, "user": user, "text": mrkdwn(text) });
+        let body = json!({ "channel": channel, "user": user, "text": mrkdwn(text), "parse": "none",
+                           "link_names": false, "unfurl_links": false });
         let this = self.clone();
         tokio::spawn(async move { this.retried("chat.postEphemeral", &body).await });
     }
@@ -307,21 +326,37 @@ fn block_sized(text: String, whole_bytes: usize) -> String {
     format!("{cut}\n… cut: {whole_bytes} bytes in all; the page shows them whole")
 }
 
+/// `name` (a tool, a caller, an upstream) as a code span: escaped, at most
+/// [`NAME_CHARS`] characters of it.
+fn name(text: &str) -> String {
+    let shown = display::escape(text);
+    let cut: String = shown.chars().take(NAME_CHARS).collect();
+    let more = if cut.len() < shown.len() { "…" } else { "" };
+    format!("`{}{more}`", code(&cut))
+}
+
+/// A `mrkdwn` text object taken as written: no link, channel name or mention is made
+/// of what it holds.
+fn mrkdwn_text(text: &str) -> Value {
+    json!({"type": "mrkdwn", "text": text, "verbatim": true})
+}
+
 /// An approval's message: what asks, what runs, under which policy, and the buttons
-/// while it waits; once decided, who decided in their place.
-fn message(entry: &Value, about: Option<&About>) -> Map<String, Value> {
-    let text = |key: &str, or: &str| display::escape(entry[key].as_str().unwrap_or(or)).into_owned();
-    let (tool, caller, link) = (text("tool", "a tool"), text("caller", "an anonymous caller"), text("link", ""));
+/// while it waits; once decided, who decided in their place. `arguments`: the call's,
+/// whole and redacted (else the entry's, as listed).
+fn message(entry: &Value, arguments: Option<&Value>, about: Option<&About>) -> Map<String, Value> {
+    let field = |key: &str| entry[key].as_str();
+    let (tool, link) = (field("tool").unwrap_or("a tool"), display::escape(field("link").unwrap_or_default()));
+    let caller = field("caller").map_or_else(|| "an anonymous caller".to_owned(), name);
     let status = ApprovalStatus::of_entry(entry).unwrap_or(ApprovalStatus::Pending);
-    let upstream = about.and_then(|a| a.upstream.as_deref()).map(display::escape);
-    let runs_on = upstream.map(|u| format!(" on `{}`", code(&u))).unwrap_or_default();
-    let headline = format!("*{}* asks to run `{}`{runs_on}", mrkdwn(&caller), code(&tool));
-    let mut blocks = vec![section(&headline)];
+    let runs_on = about.and_then(|a| a.upstream.as_deref()).map(|u| format!(" on {}", name(u))).unwrap_or_default();
+    let headline = format!("{caller} asks to run {}{runs_on}", name(tool));
+    let mut blocks = vec![section(&block_sized(headline, 0))];
     if let Some(description) = about.and_then(|a| a.description.as_deref()).filter(|d| !d.is_empty()) {
         let shown = display::escape_lines(description);
         blocks.push(section(&block_sized(mrkdwn(&shown), description.len())));
     }
-    let arguments = entry.get("arguments").filter(|a| !a.is_null()).cloned().unwrap_or(json!({}));
+    let arguments = arguments.or_else(|| entry.get("arguments")).filter(|a| !a.is_null()).cloned().unwrap_or(json!({}));
     let cut = match &arguments {
         Value::Object(map) => {
             Value::Object(map.iter().map(|(k, v)| (k.clone(), crate::capped(v, VALUE_BYTES))).collect())
@@ -331,43 +366,60 @@ fn message(entry: &Value, about: Option<&About>) -> Map<String, Value> {
     let shown = code(&display::json_pretty(&cut));
     let whole = arguments.to_string().len();
     blocks.push(section(&format!("*Arguments*\n```\n{}\n```", block_sized(shown, whole))));
-    let mut facts = vec![format!("Policy `{}`", code(&text("policy", "")))];
-    if let Some(covers) = about.and_then(|a| a.covers.as_deref()) {
-        facts.push(mrkdwn(&display::escape(covers)));
+    let mut facts = vec![format!("Policy `{}`", code(&display::escape(field("policy").unwrap_or_default())))];
+    let covers = about.and_then(|a| a.covers.as_deref()).filter(|_| status.is_pending());
+    if let Some(covers) = covers {
+        facts.push(format!("An approval covers {}", mrkdwn(&display::escape(covers))));
     }
     if let Some(expires) = entry["expires_at_ms"].as_u64().filter(|_| status.is_pending()) {
         facts.push(format!("expires {}", crate::rfc3339(expires)));
     }
-    blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn", "text": facts.join(" · ")}]}));
-    let page = json!({"type": "button", "action_id": OPEN, "url": link,
-                      "text": {"type": "plain_text", "text": "Edit or respond on the page"}});
+    blocks.push(context(&block_sized(facts.join(" · "), 0)));
+    let button = |id: &str, label: &str, style: Option<&str>| {
+        let mut button = json!({"type": "button", "action_id": id, "value": entry["id"],
+                                "text": {"type": "plain_text", "text": label}});
+        if let Some(style) = style {
+            button["style"] = json!(style);
+        }
+        button
+    };
+    let page = |label: &str| json!({"type": "button", "action_id": OPEN, "url": link, "text": {"type": "plain_text", "text": label}});
+    let plain = |text: &str| display::escape(text).chars().take(NAME_CHARS).collect::<String>();
     let fallback = if status.is_pending() {
-        let button = |id: &str, label: &str, style: &str, value: &Value| {
-            json!({"type": "button", "action_id": id, "style": style, "value": value,
-                   "text": {"type": "plain_text", "text": label}})
-        };
-        blocks.push(json!({"type": "actions", "block_id": "hitl_decide", "elements": [
-            button(APPROVE, "Approve", "primary", &entry["id"]),
-            button(REJECT, "Reject", "danger", &entry["id"]),
-            page,
-        ]}));
-        format!("Approval needed: {} asks to run {}", mrkdwn(&caller), mrkdwn(&tool))
+        let offered = |d: &str| entry["decisions"].as_array().is_none_or(|all| all.iter().any(|o| o == d));
+        let mut buttons = Vec::new();
+        if offered("approve") {
+            let label = if covers.is_some() { "Approve this call" } else { "Approve" };
+            buttons.push(button(APPROVE, label, Some("primary")));
+            if covers.is_some() {
+                buttons.push(button(APPROVE_COVERING, "Approve, covering as stated", None));
+            }
+        }
+        if offered("reject") {
+            buttons.push(button(REJECT, "Reject", Some("danger")));
+        }
+        buttons.push(page("Edit or respond on the page"));
+        blocks.push(json!({"type": "actions", "block_id": "hitl_decide", "elements": buttons}));
+        format!("Approval needed: {} asks to run {}", plain(field("caller").unwrap_or("someone")), plain(tool))
     } else {
-        let by = entry["decided_by"].as_str().map(display::escape);
+        let by = field("decided_by").map(name);
         let outcome = match (status, by) {
             (ApprovalStatus::Expired | ApprovalStatus::Withdrawn, _) | (_, None) => {
                 format!("*{}*", capitalized(status.as_str()))
             }
-            (_, Some(by)) => format!("*{}* by {}", capitalized(status.as_str()), mrkdwn(&by)),
+            (_, Some(by)) => format!("*{}* by {by}", capitalized(status.as_str())),
         };
-        blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn", "text": outcome}]}));
-        blocks.push(json!({"type": "actions", "block_id": "hitl_decided", "elements": [
-            {"type": "button", "action_id": OPEN, "url": link, "text": {"type": "plain_text", "text": "Details"}}
-        ]}));
-        format!("{}: {} asked to run {}", capitalized(status.as_str()), mrkdwn(&caller), mrkdwn(&tool))
+        blocks.push(context(&outcome));
+        blocks.push(json!({"type": "actions", "block_id": "hitl_decided", "elements": [page("Details")]}));
+        format!(
+            "{}: {} asked to run {}",
+            capitalized(status.as_str()),
+            plain(field("caller").unwrap_or("someone")),
+            plain(tool)
+        )
     };
     let mut message = Map::new();
-    message.insert("text".into(), fallback.into());
+    message.insert("text".into(), mrkdwn(&fallback).into());
     message.insert("blocks".into(), Value::Array(blocks));
     // Nothing in the text turns into a link preview or a mention by itself.
     for key in ["unfurl_links", "unfurl_media", "link_names"] {
@@ -378,7 +430,11 @@ fn message(entry: &Value, about: Option<&About>) -> Map<String, Value> {
 }
 
 fn section(text: &str) -> Value {
-    json!({"type": "section", "text": {"type": "mrkdwn", "text": text}})
+    json!({"type": "section", "text": mrkdwn_text(text)})
+}
+
+fn context(text: &str) -> Value {
+    json!({"type": "context", "elements": [mrkdwn_text(text)]})
 }
 
 fn capitalized(word: &str) -> String {
@@ -422,14 +478,22 @@ pub(crate) async fn interaction(
         .as_array()
         .into_iter()
         .flatten()
-        .find(|a| matches!(a["action_id"].as_str(), Some(APPROVE | REJECT)));
+        .find(|a| matches!(a["action_id"].as_str(), Some(APPROVE | APPROVE_COVERING | REJECT)));
     // The page link's button, or something else: nothing to decide.
     let Some(action) = action else { return respond(StatusCode::OK, "") };
-    let decision = if action["action_id"] == APPROVE { "approve" } else { "reject" };
+    let decision = if action["action_id"] == REJECT { "reject" } else { "approve" };
+    let mut content = Map::new();
+    content.insert("decision".into(), decision.into());
+    if decision == "approve" {
+        // This call only, unless the button pressed was the one that covers as stated.
+        content.insert("cover".into(), (action["action_id"] == APPROVE_COVERING).into());
+    }
     let id = action["value"].as_str().unwrap_or_default();
     let user = payload["user"]["id"].as_str().unwrap_or_default();
     let channel = payload["channel"]["id"].as_str().unwrap_or(&slack.config.channel);
-    let Some(mapped) = slack.config.users.get(user) else {
+    let users = shared.reload.now();
+    let users = users.slack_users.as_ref().unwrap_or(&slack.config.users);
+    let Some(mapped) = users.get(user) else {
         tracing::warn!(slack_user = %user, approval = %id, "a Slack user not in [slack] users tried to decide");
         let text = format!(
             "Your Slack user ({user}) is not mapped to a hitl principal ([slack] users), so nothing was decided."
@@ -448,8 +512,6 @@ pub(crate) async fn interaction(
     };
     // As for a page session: an approver under the rules in force, then this call's.
     let outcome = if who.is(&shared.reload.now().auditors) {
-        let mut content = Map::new();
-        content.insert("decision".into(), decision.into());
         shared.decide(engine, id, &who, content).await.map(|_| ())
     } else {
         let why = format!("{} is not an approver of any policy.", who.principal);
@@ -459,6 +521,12 @@ pub(crate) async fn interaction(
         Ok(()) => tracing::info!(principal = %who.principal, approval = %id, decision, "decided in Slack"),
         Err(Refusal(status, why)) => {
             tracing::info!(principal = %who.principal, approval = %id, %status, reason = %why, "a Slack decision was refused");
+            // The store's own words stay in the log.
+            let why = if status == StatusCode::SERVICE_UNAVAILABLE {
+                "hitl's store is unavailable; try again shortly."
+            } else {
+                &why
+            };
             slack.ephemeral(channel, user, &format!("Not decided: {why}"));
         }
     }
@@ -502,7 +570,7 @@ mod tests {
             "policy": "db.*", "link": "http://h/approvals/a.1", "expires_at_ms": 1_796_000_000_000_u64,
             "arguments": {"table": "t\u{202e}x`` ` <https://evil.example|click> & more", "blob": "z".repeat(5000)}
         });
-        let shown = texts(&message(&entry, None));
+        let shown = texts(&message(&entry, None, None));
         assert!(!shown.contains("<!channel>") && !shown.contains("<!here>") && !shown.contains("<https://evil"));
         assert!(shown.contains("&lt;!channel&gt;") && shown.contains("&amp; more"), "{shown}");
         assert!(!shown.contains('\u{202e}') && shown.contains("\\\\u202e"), "the override as an escape: {shown}");
@@ -514,18 +582,63 @@ mod tests {
         let many: serde_json::Map<String, Value> =
             (0..200).map(|i| (format!("k{i}"), json!("v".repeat(400)))).collect();
         let entry = json!({"id": "a.2", "status": "pending", "tool": "t", "arguments": many});
-        for block in message(&entry, None)["blocks"].as_array().unwrap() {
+        for block in message(&entry, None, None)["blocks"].as_array().unwrap() {
             let text = block["text"]["text"].as_str().unwrap_or_default();
             assert!(text.chars().count() <= 3000, "{} characters", text.chars().count());
         }
     }
 
     #[test]
+    fn every_text_is_verbatim_and_within_slacks_limits_whatever_the_names() {
+        let long = format!("user:{}", "x".repeat(5000));
+        let entry = json!({"id": "a.1", "status": "pending", "tool": "t&".repeat(3000), "caller": long,
+                           "policy": "p<".repeat(4000), "link": "http://h/approvals/a.1",
+                           "decisions": ["approve", "edit", "reject"], "arguments": {"k": "v"}});
+        let about = hitl_thread::About {
+            description: Some("d&".repeat(4000)),
+            upstream: Some("u".repeat(900)),
+            covers: Some("this call, and user:alice's calls of t for 15 min".into()),
+            ..Default::default()
+        };
+        let posted = message(&entry, None, Some(&about));
+        let mut texts = 0;
+        for block in posted["blocks"].as_array().unwrap() {
+            let objects: Vec<&Value> = match block["type"].as_str() {
+                Some("section") => vec![&block["text"]],
+                Some("context") => block["elements"].as_array().unwrap().iter().collect(),
+                _ => continue,
+            };
+            for object in objects {
+                texts += 1;
+                assert_eq!(object["verbatim"], true, "no link or mention is made of it: {object}");
+                let n = object["text"].as_str().unwrap().chars().count();
+                assert!(n <= 3000, "{n} characters: {object}");
+            }
+        }
+        assert!(texts >= 4);
+        let actions = posted["blocks"].as_array().unwrap().iter().find(|b| b["type"] == "actions").unwrap();
+        let ids: Vec<&str> =
+            actions["elements"].as_array().unwrap().iter().map(|e| e["action_id"].as_str().unwrap()).collect();
+        assert_eq!(
+            ids,
+            ["hitl_approve", "hitl_approve_covering", "hitl_reject", "hitl_open"],
+            "covering is its own button"
+        );
+        // Only the decisions the review offers.
+        let entry = json!({"id": "a.2", "status": "pending", "tool": "t", "decisions": ["reject", "respond"]});
+        let posted = message(&entry, None, None);
+        let actions = posted["blocks"].as_array().unwrap().iter().find(|b| b["type"] == "actions").unwrap();
+        let ids: Vec<&str> =
+            actions["elements"].as_array().unwrap().iter().map(|e| e["action_id"].as_str().unwrap()).collect();
+        assert_eq!(ids, ["hitl_reject", "hitl_open"]);
+    }
+
+    #[test]
     fn a_decided_message_says_who_decided_and_has_no_buttons() {
         let entry = json!({"id": "a.1", "status": "rejected", "tool": "db.drop", "caller": "user:alice",
                            "decided_by": "user:bob", "link": "http://h/approvals/a.1", "arguments": {}});
-        let shown = texts(&message(&entry, None));
-        assert!(shown.contains("*Rejected* by user:bob"), "{shown}");
+        let shown = texts(&message(&entry, None, None));
+        assert!(shown.contains("*Rejected* by `user:bob`"), "{shown}");
         assert!(!shown.contains("hitl_approve") && !shown.contains("hitl_reject"), "{shown}");
     }
 }

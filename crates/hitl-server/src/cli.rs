@@ -795,6 +795,13 @@ impl ServeArgs {
         self.listen
     }
 
+    /// `[slack] users`, checked (none: no `[slack]`).
+    pub(crate) fn slack_users(
+        &self,
+    ) -> anyhow::Result<Option<std::collections::BTreeMap<String, hitl_pages::slack::SlackUser>>> {
+        self.pages.slack.as_ref().map(|slack| slack.users()).transpose()
+    }
+
     /// The `[[notify]]` webhooks, checked.
     pub(crate) fn notify_targets(&self) -> anyhow::Result<Vec<hitl_pages::notify::Target>> {
         self.pages.targets()

@@ -86,30 +86,8 @@ fn slack_api() -> String {
 }
 
 impl SlackSection {
-    /// The checked section, its secrets read from the environment now: a missing one is
-    /// an error, never a Slack integration that can't verify or can't post.
-    pub(crate) fn config(&self) -> anyhow::Result<hitl_pages::slack::SlackConfig> {
-        let env = |key: &str, name: &str| match std::env::var(name) {
-            Ok(value) if !value.trim().is_empty() => Ok(value.trim().to_owned()),
-            _ => anyhow::bail!("[slack] {key}: the environment variable {name} is not set"),
-        };
-        let signing_secret = env("signing_secret_env", &self.signing_secret_env)?.into_bytes();
-        let bot_token = env("bot_token_env", &self.bot_token_env)?;
-        let api: http::Uri =
-            self.api_url.parse().map_err(|e| anyhow::anyhow!("[slack] api_url {:?}: {e}", self.api_url))?;
-        let local = matches!(api.host(), Some("localhost" | "127.0.0.1" | "[::1]" | "::1"));
-        match api.scheme_str() {
-            Some("https") if api.host().is_some() => {}
-            Some("http") if local => {}
-            _ => anyhow::bail!(
-                "[slack] api_url {:?}: give an https:// URL (http:// only on localhost): the bot token is sent to it",
-                self.api_url
-            ),
-        }
-        let channel = self.channel.trim();
-        if channel.is_empty() || !channel.bytes().all(|b| b.is_ascii_alphanumeric()) {
-            anyhow::bail!("[slack] channel {:?}: give the channel's id (C0123456789)", self.channel);
-        }
+    /// `users`, checked: Slack user ids to `user:` principals (and `group:` groups).
+    pub(crate) fn users(&self) -> anyhow::Result<std::collections::BTreeMap<String, hitl_pages::slack::SlackUser>> {
         let mut users = std::collections::BTreeMap::new();
         for (id, spec) in &self.users {
             if id.is_empty() || !id.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()) {
@@ -126,6 +104,41 @@ impl SlackSection {
             }
             users.insert(id.clone(), hitl_pages::slack::SlackUser { principal, groups });
         }
+        Ok(users)
+    }
+
+    /// The checked section, its secrets read from the environment now: a missing one is
+    /// an error, never a Slack integration that can't verify or can't post.
+    pub(crate) fn config(&self) -> anyhow::Result<hitl_pages::slack::SlackConfig> {
+        let env = |key: &str, name: &str| match std::env::var(name) {
+            Ok(value) if !value.trim().is_empty() => Ok(value.trim().to_owned()),
+            _ => anyhow::bail!("[slack] {key}: the environment variable {name} is not set"),
+        };
+        let signing_secret = env("signing_secret_env", &self.signing_secret_env)?.into_bytes();
+        let bot_token = env("bot_token_env", &self.bot_token_env)?;
+        let api: http::Uri =
+            self.api_url.parse().map_err(|e| anyhow::anyhow!("[slack] api_url {:?}: {e}", self.api_url))?;
+        let local = matches!(api.host(), Some("localhost" | "127.0.0.1" | "[::1]" | "::1"));
+        let authority = api.authority().map_or("", |a| a.as_str());
+        if authority.contains('@') || api.query().is_some() || self.api_url.contains('#') {
+            anyhow::bail!(
+                "[slack] api_url {:?}: give the API's base URL alone (no user, password, query or fragment)",
+                self.api_url
+            );
+        }
+        match api.scheme_str() {
+            Some("https") if api.host().is_some() => {}
+            Some("http") if local => {}
+            _ => anyhow::bail!(
+                "[slack] api_url {:?}: give an https:// URL (http:// only on localhost): the bot token is sent to it",
+                self.api_url
+            ),
+        }
+        let channel = self.channel.trim();
+        if channel.is_empty() || !channel.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()) {
+            anyhow::bail!("[slack] channel {:?}: give the channel's id (C0123456789)", self.channel);
+        }
+        let users = self.users()?;
         if users.is_empty() {
             tracing::warn!("[slack] users maps no Slack user to a principal: no one can decide with the buttons");
         }

@@ -7,7 +7,7 @@
 //! force, logs why with file:line and counts `hitl_config_reloads_total{result="error"}`.
 //! Paused calls live in the store and are not touched; a paused review is judged by
 //! the rules in force when its answer comes. The sections a running server cannot
-//! change (`[server]`, `[gateway]`, `[approvals]`, `[audit]`, `[admin]`, `[slack]`) keep their
+//! change (`[server]`, `[gateway]`, `[approvals]`, `[audit]`, `[admin]`, `[slack]` but its `users`) keep their
 //! values and are logged as needing a restart.
 
 use std::path::{Path, PathBuf};
@@ -144,6 +144,10 @@ fn fixed_sections(file: &[u8]) -> toml::Table {
     let text = String::from_utf8_lossy(file);
     let Ok(mut table) = text.parse::<toml::Table>() else { return toml::Table::new() };
     table.retain(|key, _| FIXED_SECTIONS.contains(&key) || key == "auth");
+    // `[slack] users` is reloaded (who may press the buttons); the rest of `[slack]` is not.
+    if let Some(toml::Value::Table(slack)) = table.get_mut("slack") {
+        slack.remove("users");
+    }
     table
 }
 
@@ -289,6 +293,7 @@ impl Reloader {
             false => self.auth(&args, previous, &fixed)?,
         };
         let notify = args.notify_targets()?;
+        let slack_users = args.slack_users()?;
         // The new upstreams are listed into a set of their own, put in place with the
         // agents at once below.
         let staged: Arc<Mutex<Sets>> = Arc::default();
@@ -324,7 +329,7 @@ impl Reloader {
             let live = self.live.clone();
             let approvers: hitl_pages::ApproversFn = Arc::new(move |view| live.approvers(view));
             let auditors = loaded.rules.policies.approvers();
-            pages.set(hitl_pages::Reloaded { notify, auditors, approvers: Some(approvers) });
+            pages.set(hitl_pages::Reloaded { notify, auditors, approvers: Some(approvers), slack_users });
         }
         Ok(loaded)
     }
