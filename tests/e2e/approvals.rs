@@ -96,7 +96,7 @@ impl Receiver {
 
 /// The shared audit trail since `since` (ms), read a page at a time (`GET /api/audit`
 /// returns at most 500, and a `next_cursor` while more remain), as `token` sees it.
-async fn trail(server: &Server, token: &str, since: u64) -> Vec<Value> {
+pub(crate) async fn trail(server: &Server, token: &str, since: u64) -> Vec<Value> {
     let (mut all, mut path) = (Vec::new(), format!("/api/audit?since={since}"));
     loop {
         let page = api(server, token, http::Method::GET, &path, None).await;

@@ -200,6 +200,18 @@ async fn an_approval_is_posted_escaped_and_decided_by_a_signed_button_press_of_a
     assert_eq!(executions(&server, &p.alice).await, 1);
     let one = api(&server, &p.bob, http::Method::GET, &format!("/api/approvals/{id}"), None).await;
     assert_eq!(one.body["decided_by"], "user:bob", "{}", one.body);
+    // The trail says who pressed, by their Slack id.
+    let pressed = |user: &'static str| {
+        let (server, bob, id) = (&server, &p.bob, &id);
+        move || async move {
+            let trail = crate::approvals::trail(server, bob, 0).await;
+            trail.into_iter().find(|e| {
+                e["event"] == "signed_in" && e["via"] == format!("slack {user}") && e["approval"] == id.as_str()
+            })
+        }
+    };
+    let entry = eventually(|| "no trail of bob's press".to_owned(), pressed("U0BOB")).await;
+    assert_eq!(entry["approver"], "user:bob", "{entry}");
 
     // A second press, once decided: told so, nothing changes.
     slack.click(&server, "U0BOB", "hitl_reject", &id, json!({})).await;

@@ -147,7 +147,8 @@ pub struct AuditEvent {
     /// What kind of page answered it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub page: Option<AuditPage>,
-    /// How an approver signed in (`single-use link`).
+    /// How an approver signed in (`single-use link`; `slack <user id>` for a press in
+    /// Slack).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<String>,
     /// When it was written (ms since the epoch; 0 until the ledger takes it).

@@ -510,6 +510,20 @@ pub(crate) async fn interaction(
         credential: None,
         approver: true,
     };
+    // Who pressed, in the trail (read by the call's approvers): two Slack users mapped
+    // to one principal are told apart.
+    let view = engine.pages().get(id).await.ok().flatten();
+    crate::ledger::send(
+        &shared.notes,
+        crate::ledger::Note::Audit(Box::new(crate::AuditEvent {
+            thread: view.as_ref().map(|v| v.thread_id.clone()),
+            approvers: view.as_ref().map(|v| shared.reload.approvers(v)),
+            approver: Some(who.principal.clone()),
+            approval: Some(id.to_owned()),
+            via: Some(format!("slack {user}")),
+            ..crate::AuditEvent::new(crate::AuditKind::SignedIn)
+        })),
+    );
     // As for a page session: an approver under the rules in force, then this call's.
     let outcome = if who.is(&shared.reload.now().auditors) {
         shared.decide(engine, id, &who, content).await.map(|_| ())
