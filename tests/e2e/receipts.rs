@@ -27,33 +27,35 @@ async fn call(server: &Server, token: &str, tool: &str, args: Value) -> crate::h
     server.modern_as(Some(token), 1, "tools/call", params, url_client()).await
 }
 
-#[tokio::test]
-async fn approved_calls_carry_a_receipt_the_upstream_checks() {
+/// hitl on `rules` (its `[receipts]` key made here) in front of the Python SDK upstream
+/// `db`, which requires a receipt checked against hitl's JWKS (published by hitl and
+/// written where the upstream reads it); the upstream and the folder live as long.
+struct Verifying {
+    server: Server,
+    upstream: PythonUpstream,
+    _folder: Folder,
+}
+
+async fn verifying(rules: &str) -> Option<Verifying> {
     let folder = Folder::new("");
     let jwks = folder.0.join("hitl-jwks.json");
     let jwks_arg = jwks.to_str().unwrap().to_owned();
-    let Some(upstream) = PythonUpstream::start(&["--receipt-jwks", &jwks_arg, "--receipt-audience", "db"]) else {
-        return;
-    };
+    let upstream = PythonUpstream::start(&["--receipt-jwks", &jwks_arg, "--receipt-audience", "db"])?;
     std::fs::write(folder.0.join("receipt-key.pem"), new_key()).unwrap();
-    std::fs::write(
-        folder.0.join("hitl.toml"),
-        signed_in(
-            &upstream.url,
-            r#"[[policy]]
-tools = ["db.verified_drop"]
-when = 'args.database == "prod"'
-action = "review"
-approval_ttl = 600
-approval_scope = "arguments"
-
-[receipts]
-key_file = "receipt-key.pem"
-"#,
-        ),
-    )
-    .unwrap();
+    let config = format!("{rules}\n[receipts]\nkey_file = \"receipt-key.pem\"\n");
+    std::fs::write(folder.0.join("hitl.toml"), signed_in(&upstream.url, &config)).unwrap();
     let server = folder.serve(&[]).await;
+    let (_, _, body) = server.raw(http::Method::GET, "/.well-known/hitl-receipts.jwks", &[], Default::default()).await;
+    std::fs::write(&jwks, &body).unwrap();
+    Some(Verifying { server, upstream, _folder: folder })
+}
+
+#[tokio::test]
+async fn approved_calls_carry_a_receipt_the_upstream_checks() {
+    let policy = "[[policy]]\ntools = [\"db.verified_drop\"]\nwhen = 'args.database == \"prod\"'\naction = \"review\"\n\
+                  approval_ttl = 600\napproval_scope = \"arguments\"\n";
+    let Some(verified) = verifying(policy).await else { return };
+    let (server, upstream) = (&verified.server, &verified.upstream);
     let p = people();
 
     // hitl publishes the key; the upstream reads it from there.
@@ -62,19 +64,18 @@ key_file = "receipt-key.pem"
     assert_eq!((status, headers["content-type"].to_str().unwrap()), (200, "application/json"), "{body}");
     let published: Value = serde_json::from_str(&body).unwrap();
     assert_eq!((&published["keys"][0]["kty"], &published["keys"][0]["crv"]), (&json!("OKP"), &json!("Ed25519")));
-    std::fs::write(&jwks, &body).unwrap();
 
     // Nobody approved a call on staging (allowed): no receipt, and the upstream refuses.
-    let staging = call(&server, &p.alice, "db.verified_drop", json!({"partition": "p1", "database": "staging"})).await;
+    let staging = call(server, &p.alice, "db.verified_drop", json!({"partition": "p1", "database": "staging"})).await;
     assert!(staging.is_error() && staging.text().contains("no approval receipt"), "{}", staging.body);
 
     // Approved in alice's client: the receipt goes with it, for these arguments.
     let prod = json!({"partition": "p1", "database": "prod"});
-    let asked = call(&server, &p.alice, "db.verified_drop", prod.clone()).await;
+    let asked = call(server, &p.alice, "db.verified_drop", prod.clone()).await;
     let paused = Paused::of("db.verified_drop", prod.clone(), &asked).by(Some(&p.alice), url_client());
-    let ran = paused.answer(&server, accept(json!({"decision": "approve"}))).await;
+    let ran = paused.answer(server, accept(json!({"decision": "approve"}))).await;
     assert_eq!(ran.text(), "dropped p1 on prod, approved by user:alice", "{}", ran.body);
-    let token = call(&server, &p.alice, "db.receipt_seen", json!({})).await.text();
+    let token = call(server, &p.alice, "db.receipt_seen", json!({})).await.text();
     let claims = claims_of(&token);
     assert_eq!(
         (&claims["aud"], &claims["tool"], &claims["sub"]),
@@ -86,7 +87,7 @@ key_file = "receipt-key.pem"
     assert!(claims["jti"].as_str().unwrap().len() > 36, "thread and nonce: {claims}");
 
     // The same call again, covered by the approval: its own receipt, naming the scope.
-    let covered = call(&server, &p.alice, "db.verified_drop", prod.clone()).await;
+    let covered = call(server, &p.alice, "db.verified_drop", prod.clone()).await;
     assert_eq!(covered.text(), "dropped p1 on prod, approved by user:alice (covered: arguments)", "{}", covered.body);
 
     // Sent straight to the upstream, the receipt is refused for other arguments and
@@ -123,24 +124,10 @@ pub(crate) fn claims_of(token: &str) -> Value {
 
 #[tokio::test]
 async fn a_declared_workflows_approved_call_carries_its_receipt_too() {
-    let folder = Folder::new("");
-    let jwks = folder.0.join("hitl-jwks.json");
-    let jwks_arg = jwks.to_str().unwrap().to_owned();
-    let Some(upstream) = PythonUpstream::start(&["--receipt-jwks", &jwks_arg, "--receipt-audience", "db"]) else {
-        return;
-    };
-    std::fs::write(folder.0.join("receipt-key.pem"), new_key()).unwrap();
-    std::fs::write(
-        folder.0.join("hitl.toml"),
-        signed_in(
-            &upstream.url,
-            r#"[[policy]]
+    let rules = r#"[[policy]]
 tools = ["db.verified_drop"]
 when = 'args.database == "prod"'
 action = "review"
-
-[receipts]
-key_file = "receipt-key.pem"
 
 [[agent]]
 name = "cleanup"
@@ -149,26 +136,22 @@ input_schema = { type = "object", properties = { partition = { type = "string" }
 steps = [
   { call = "db.verified_drop", args = { partition = "{partition}", database = "{database}" } },
 ]
-"#,
-        ),
-    )
-    .unwrap();
-    let server = folder.serve(&[]).await;
-    let (_, _, body) = server.raw(http::Method::GET, "/.well-known/hitl-receipts.jwks", &[], Default::default()).await;
-    std::fs::write(&jwks, &body).unwrap();
+"#;
+    let Some(verified) = verifying(rules).await else { return };
+    let server = &verified.server;
     let p = people();
 
     // Allowed (staging): no one approved, so no receipt, and the upstream refuses.
-    let staging = call(&server, &p.alice, "cleanup", json!({"partition": "p1", "database": "staging"})).await;
+    let staging = call(server, &p.alice, "cleanup", json!({"partition": "p1", "database": "staging"})).await;
     assert!(staging.is_error() && staging.text().contains("no approval receipt"), "{}", staging.body);
 
     // Reviewed (prod), approved in alice's client: the workflow's call carries the receipt.
     let prod = json!({"partition": "p1", "database": "prod"});
-    let asked = call(&server, &p.alice, "cleanup", prod.clone()).await;
+    let asked = call(server, &p.alice, "cleanup", prod.clone()).await;
     let paused = Paused::of("cleanup", prod.clone(), &asked).by(Some(&p.alice), url_client());
-    let ran = paused.answer(&server, accept(json!({"decision": "approve"}))).await;
+    let ran = paused.answer(server, accept(json!({"decision": "approve"}))).await;
     assert_eq!(ran.text(), "dropped p1 on prod, approved by user:alice", "{}", ran.body);
-    let claims = claims_of(&call(&server, &p.alice, "db.receipt_seen", json!({})).await.text());
+    let claims = claims_of(&call(server, &p.alice, "db.receipt_seen", json!({})).await.text());
     assert_eq!(
         (&claims["aud"], &claims["tool"], &claims["sub"]),
         (&json!("db"), &json!("verified_drop"), &json!("user:alice"))
