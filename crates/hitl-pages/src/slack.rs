@@ -5,7 +5,8 @@
 //! decided, wherever that happened.
 //!
 //! What the message shows is what the page shows, made safe for Slack's `mrkdwn`:
-//! `&`, `<` and `>` escaped (no `<!channel>`, mention or link can be injected),
+//! every text `verbatim`, `&`, `<` and `>` escaped (no `<!channel>`, mention or link can
+//! be injected), names as code spans of at most 200 characters,
 //! invisible characters as visible escapes, backticks as `\u0060` (a value can't close
 //! its code block), each value cut at [`VALUE_BYTES`] with its size and SHA-256, and
 //! the page linked for the whole of it.
