@@ -3,7 +3,7 @@
 
 use hitl_protocol::{CallToolResponse, ClientCapabilities, ErrorObject, InputRequests, InputRequiredResult};
 
-use crate::state::Secret;
+use crate::state::{Minted, Secret};
 use crate::{Answered, Round, questions};
 
 /// The round as an `input_required` reply, or `-32021` when the client lacks a mode
@@ -11,7 +11,7 @@ use crate::{Answered, Round, questions};
 pub(crate) fn ask(thread_id: &str, round: &Round, capabilities: &ClientCapabilities, secret: &Secret) -> Answered {
     match missing_capability(round, capabilities) {
         Some(e) => Err(e),
-        None => Ok(render(thread_id, round, secret)),
+        None => Ok(render(thread_id, round, secret, None)),
     }
 }
 
@@ -46,9 +46,10 @@ pub(crate) fn missing_capability(round: &Round, capabilities: &ClientCapabilitie
     ))
 }
 
-/// The round's `input_required` result with its `requestState`.
-pub(crate) fn render(thread_id: &str, round: &Round, secret: &Secret) -> CallToolResponse {
+/// The round's `input_required` result with its `requestState` (its token `minted`
+/// with the round, when it was just made).
+pub(crate) fn render(thread_id: &str, round: &Round, secret: &Secret, minted: Option<&Minted>) -> CallToolResponse {
     let requests: InputRequests = round.questions.iter().map(|q| (q.key.clone(), q.request.clone())).collect();
-    let request_state = secret.request_state(thread_id, round.n, &round.nonce);
+    let request_state = secret.request_state_of(thread_id, round.n, &round.nonce, minted);
     CallToolResponse::InputRequired(InputRequiredResult::new(requests, request_state))
 }

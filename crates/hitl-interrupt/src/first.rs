@@ -49,10 +49,10 @@ impl<'a> First<'a> {
         let core = self.core;
         let asking = core.asking(&call, &id, 1);
         let now_ms = asking.now_ms;
-        let (checkpoint, round) = match round::settle(outcome, &asking, &core.secret) {
+        let (checkpoint, round, minted) = match round::settle(outcome, &asking, &core.secret) {
             Settled::Done(result) => return Ok(Ok(CallToolResponse::Complete(result))),
             Settled::Failed(error) => return Ok(Err(error)),
-            Settled::Paused(checkpoint, round) => (checkpoint, round),
+            Settled::Paused(checkpoint, round, minted) => (checkpoint, round, minted),
         };
         let new = NewThread { id, binding: call.bound_to(agent), args_digest, now_ms, task: self.task };
         let mut thread = round::open(*checkpoint, round, &call, new, &core.lifetimes);
@@ -63,14 +63,15 @@ impl<'a> First<'a> {
             };
         }
         let max_record_bytes = core.limits.max_record_bytes;
-        let (thread, reply) = match round::first_ask(thread, &call.capabilities, max_record_bytes, &core.secret) {
-            FirstAsk::Ask(thread, reply) => (*thread, reply),
-            FirstAsk::Lacks(e) => {
-                meter::round(&call.bound_to(agent), meter::Outcome::RefusedCapability);
-                return Ok(Err(e));
-            }
-            FirstAsk::TooLarge(e) => return Ok(Err(e)),
-        };
+        let (thread, reply) =
+            match round::first_ask(thread, &call.capabilities, max_record_bytes, &core.secret, Some(&minted)) {
+                FirstAsk::Ask(thread, reply) => (*thread, reply),
+                FirstAsk::Lacks(e) => {
+                    meter::round(&call.bound_to(agent), meter::Outcome::RefusedCapability);
+                    return Ok(Err(e));
+                }
+                FirstAsk::TooLarge(e) => return Ok(Err(e)),
+            };
         let observed = core.observer.as_ref().map(|_| thread.clone());
         let tool = thread.tool.clone();
         match core.store.create_paused(thread, &call.owner(), core.limits.paused).await {

@@ -17,7 +17,7 @@ use crate::ask::{ask, missing_capability, render};
 use crate::call::ToolCall;
 use crate::questions::{self, Verdict};
 use crate::resend::{last, replay};
-use crate::state::Secret;
+use crate::state::{Minted, Secret};
 use crate::{
     Answered, BREAKPOINT, Claim, Last, LastOutcome, Lifetimes, PageKind, Paused, Round, THREAD_FORMAT, TaskState,
     Thread, ThreadState,
@@ -169,8 +169,9 @@ pub(crate) enum Settled {
     /// The call is answered with a JSON-RPC error (an agent's
     /// [`hitl_graph::payload::ErrorReply`]).
     Failed(ErrorObject),
-    /// The agent paused: its checkpoint and the round that asks its interrupts.
-    Paused(Box<Checkpoint>, Round),
+    /// The agent paused: its checkpoint, the round that asks its interrupts and the
+    /// round's token.
+    Paused(Box<Checkpoint>, Round, Minted),
 }
 
 /// How `outcome` settles the call, making round `asking.n` when the agent paused.
@@ -194,17 +195,23 @@ pub(crate) fn settle(outcome: Result<Outcome, RunError>, asking: &Asking<'_>, se
         }
         Ok(Outcome::Paused { interrupts, checkpoint }) => match new_round(&interrupts, asking, secret) {
             Err(cannot) => done(cannot.to_result()),
-            Ok(round) => Settled::Paused(Box::new(checkpoint), round),
+            Ok((round, minted)) => Settled::Paused(Box::new(checkpoint), round, minted),
         },
     }
 }
 
 /// Round `asking.n` of the thread, asking `interrupts`: its token's proof, and each page
-/// question's id and URL.
-pub(crate) fn new_round(interrupts: &[Interrupt], asking: &Asking<'_>, secret: &Secret) -> Result<Round, NotAskable> {
+/// question's id and URL; and its token.
+pub(crate) fn new_round(
+    interrupts: &[Interrupt],
+    asking: &Asking<'_>,
+    secret: &Secret,
+) -> Result<(Round, Minted), NotAskable> {
     let questions = questions::build(interrupts)?;
     let (thread_id, n, nonce) = (asking.thread_id, asking.n, asking.nonce.clone());
-    let proof = crate::state::proof(&secret.token(thread_id, n, &nonce));
+    let token = secret.token(thread_id, n, &nonce);
+    let proof = crate::state::proof(&token);
+    let minted = Minted { thread: thread_id.to_owned(), round: n, nonce: nonce.clone(), token };
     let mut round = Round { n, nonce, questions, asked_at_ms: asking.now_ms, proof };
     for (index, question) in round.questions.iter_mut().enumerate() {
         let Some(page) = &mut question.page else { continue };
@@ -228,7 +235,7 @@ pub(crate) fn new_round(interrupts: &[Interrupt], asking: &Asking<'_>, secret: &
         hitl_schema::check_url(&url.url)
             .map_err(|e| NotAskable(format!("the page of question {} cannot be asked: {}", question.key, e.reason)))?;
     }
-    Ok(round)
+    Ok((round, minted))
 }
 
 /// What a new thread is made of besides its first state: its id and what binds it.
@@ -299,6 +306,7 @@ pub(crate) fn first_ask(
     capabilities: &ClientCapabilities,
     max_record_bytes: usize,
     secret: &Secret,
+    minted: Option<&Minted>,
 ) -> FirstAsk {
     thread.format = hitl_thread::format_of(&thread);
     let round = thread.round().expect("a new call's thread is paused");
@@ -308,7 +316,7 @@ pub(crate) fn first_ask(
     if let Err(e) = fits(&thread, max_record_bytes) {
         return FirstAsk::TooLarge(e);
     }
-    let reply = render(&thread.id, round, secret);
+    let reply = render(&thread.id, round, secret, minted);
     FirstAsk::Ask(Box::new(thread), reply)
 }
 
@@ -340,7 +348,7 @@ pub(crate) fn ran(
                 let data = error.data.as_ref().map(Value::to_string);
                 Ran::Done(CallToolResult::error([error.message].into_iter().chain(data)))
             }
-            Settled::Paused(checkpoint, next) => Ran::Paused(checkpoint, next),
+            Settled::Paused(checkpoint, next, minted) => Ran::Paused(checkpoint, next, Some(minted)),
         },
     }
 }
@@ -380,8 +388,9 @@ pub(crate) enum Ran {
     Retry(Box<hitl_graph::Checkpoint>, CallToolResult),
     /// The run ended with the call's result.
     Done(CallToolResult),
-    /// The run paused again: its checkpoint and next round.
-    Paused(Box<hitl_graph::Checkpoint>, Round),
+    /// The run paused again: its checkpoint and next round (and the round's token, when
+    /// just made).
+    Paused(Box<hitl_graph::Checkpoint>, Round, Option<Minted>),
 }
 
 /// What to store after a claimed round's run, and what to answer.
@@ -440,12 +449,12 @@ pub(crate) fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Se
             let last = last(end.round, end.responses, LastOutcome::Result { result: result.clone() });
             Ending::Finished(Box::new(finished(thread, last, end.now_ms, end.lifetimes, end.max_record_bytes)), result)
         }
-        Ran::Paused(checkpoint, next) => {
+        Ran::Paused(checkpoint, next, minted) => {
             let missing = missing_capability(&next, end.capabilities);
             let lifetime = if missing.is_some() { end.lifetimes.waiting_for_capability } else { end.lifetimes.paused };
             let reply = match missing {
                 Some(e) => Err(e),
-                None => Ok(render(&thread.id, &next, secret)),
+                None => Ok(render(&thread.id, &next, secret, minted.as_ref())),
             };
             thread.version += 1;
             // The fields a next round changes, kept to give the round back unchanged

@@ -83,6 +83,15 @@ impl Secret {
         format!("{thread}.{}", self.token(thread, round, nonce))
     }
 
+    /// [`Secret::request_state`], with the token `minted` for the round when it was made
+    /// (an HMAC not computed twice), if `minted` is that round's.
+    pub(crate) fn request_state_of(&self, thread: &str, round: u32, nonce: &str, minted: Option<&Minted>) -> String {
+        match minted.filter(|m| m.thread == thread && m.round == round && m.nonce == nonce) {
+            Some(minted) => format!("{thread}.{}", minted.token),
+            None => self.request_state(thread, round, nonce),
+        }
+    }
+
     /// Does `token` (the part after the dot) belong to that round, under this secret or
     /// the previous one? Constant-time.
     pub fn verify(&self, thread: &str, round: u32, nonce: &str, token: &str) -> bool {
@@ -92,6 +101,16 @@ impl Secret {
             .chain(&self.previous)
             .any(|key| hmac::verify(key, message.as_bytes(), &given).is_ok())
     }
+}
+
+/// A round's token, as made with the round (its proof is kept in the record): the
+/// reply that asks the round is given it instead of making it again.
+#[derive(Debug, Clone)]
+pub(crate) struct Minted {
+    pub(crate) thread: String,
+    pub(crate) round: u32,
+    pub(crate) nonce: String,
+    pub(crate) token: String,
 }
 
 impl Secret {
@@ -222,4 +241,25 @@ pub(crate) fn split(request_state: &str) -> Option<(&str, &str)> {
     let (thread, token) = request_state.split_once('.')?;
     let valid_id = uuid::Uuid::try_parse(thread).is_ok();
     (valid_id && !token.is_empty() && token.len() <= 64).then_some((thread, token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Minted, Secret};
+
+    #[test]
+    fn a_rounds_minted_token_is_used_only_for_that_round_of_that_thread() {
+        let secret = Secret::generate();
+        let minted = Minted { thread: "t1".into(), round: 2, nonce: "n".into(), token: "kept".into() };
+        assert_eq!(secret.request_state_of("t1", 2, "n", Some(&minted)), "t1.kept", "not made again");
+        for (thread, round, nonce) in [("t2", 2, "n"), ("t1", 3, "n"), ("t1", 2, "m")] {
+            let made = secret.request_state_of(thread, round, nonce, Some(&minted));
+            assert_eq!(
+                made,
+                secret.request_state(thread, round, nonce),
+                "another round's is made: {thread} {round} {nonce}"
+            );
+        }
+        assert_eq!(secret.request_state_of("t1", 2, "n", None), secret.request_state("t1", 2, "n"));
+    }
 }

@@ -187,7 +187,7 @@ impl Tasks {
             outcome => match round::settle(outcome, &core.asking(call, &thread.id, 1), &core.secret) {
                 Settled::Done(result) => TaskEnd::Result(result),
                 Settled::Failed(error) => TaskEnd::Failed(error),
-                Settled::Paused(checkpoint, round) => match missing_capability(&round, &call.capabilities) {
+                Settled::Paused(checkpoint, round, _) => match missing_capability(&round, &call.capabilities) {
                     Some(missing) => TaskEnd::Failed(missing),
                     None => TaskEnd::Paused(checkpoint, round),
                 },

@@ -2,7 +2,7 @@
 //! Validators are compiled once per distinct form and cached.
 
 use std::collections::HashMap;
-use std::hash::Hasher;
+use std::hash::{BuildHasher as _, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use hitl_protocol::RequestedSchema;
@@ -24,13 +24,24 @@ pub struct Violation {
     pub message: String,
 }
 
-/// Compiled validators by a 128-bit digest of the schema's JSON (two salted SipHash
-/// runs), so a lookup serializes the schema into a hasher and allocates nothing.
-type Cache = Mutex<HashMap<(u64, u64), Arc<jsonschema::Validator>>>;
+/// Compiled validators by a 128-bit key of the schema: two hashes under seeds drawn at
+/// start (so no one outside this process can aim two schemas at one key). A schema held
+/// as JSON is hashed by walking it, with no text made; a form is hashed as it is
+/// serialized (into the hashers, allocating nothing).
+type Cache = Mutex<HashMap<(u64, u64), Arc<jsonschema::Validator>, foldhash::fast::FixedState>>;
 
 fn cache() -> &'static Cache {
     static CACHE: OnceLock<Cache> = OnceLock::new();
-    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+    CACHE.get_or_init(|| Mutex::new(HashMap::with_hasher(foldhash::fast::FixedState::default())))
+}
+
+/// The two hashers of a key, seeded once per process.
+type KeyHasher = <foldhash::quality::RandomState as std::hash::BuildHasher>::Hasher;
+
+fn hashers() -> (KeyHasher, KeyHasher) {
+    static SEEDS: OnceLock<(foldhash::quality::RandomState, foldhash::quality::RandomState)> = OnceLock::new();
+    let (first, second) = SEEDS.get_or_init(Default::default);
+    (first.build_hasher(), second.build_hasher())
 }
 
 /// Feeds serialized JSON to two hashers at once (the schema is serialized once).
@@ -48,20 +59,62 @@ impl<H: Hasher> std::io::Write for HashWriter<'_, H> {
     }
 }
 
-fn digest(schema: &impl serde::Serialize) -> (u64, u64) {
-    let mut first = std::hash::DefaultHasher::new();
-    let mut second = std::hash::DefaultHasher::new();
-    second.write_u8(0x5a);
-    let _ = serde_json::to_writer(HashWriter(&mut first, &mut second), schema);
+/// The key of a form, from its JSON text.
+fn form_key(form: &RequestedSchema) -> (u64, u64) {
+    let (mut first, mut second) = hashers();
+    first.write_u8(b'f');
+    second.write_u8(b'f');
+    let _ = serde_json::to_writer(HashWriter(&mut first, &mut second), form);
     (first.finish(), second.finish())
 }
 
-fn validator(schema: &impl serde::Serialize) -> Result<Arc<jsonschema::Validator>, Violation> {
-    let key = digest(schema);
+/// The key of a schema held as JSON, from its tree: each value's kind, then its content
+/// (a string's length before its bytes), so two different trees feed different input.
+fn value_key(schema: &Value) -> (u64, u64) {
+    fn feed(value: &Value, h: &mut impl Hasher) {
+        match value {
+            Value::Null => h.write_u8(0),
+            Value::Bool(b) => h.write_u8(1 + u8::from(*b)),
+            Value::Number(n) => {
+                h.write_u8(3);
+                text(&n.to_string(), h);
+            }
+            Value::String(s) => {
+                h.write_u8(4);
+                text(s, h);
+            }
+            Value::Array(items) => {
+                h.write_u8(5);
+                h.write_usize(items.len());
+                items.iter().for_each(|item| feed(item, h));
+            }
+            Value::Object(map) => {
+                h.write_u8(6);
+                h.write_usize(map.len());
+                for (key, item) in map {
+                    text(key, h);
+                    feed(item, h);
+                }
+            }
+        }
+    }
+    fn text(s: &str, h: &mut impl Hasher) {
+        h.write_usize(s.len());
+        h.write(s.as_bytes());
+    }
+    let (mut first, mut second) = hashers();
+    first.write_u8(b'v');
+    second.write_u8(b'v');
+    feed(schema, &mut first);
+    feed(schema, &mut second);
+    (first.finish(), second.finish())
+}
+
+fn validator(key: (u64, u64), schema: impl FnOnce() -> Value) -> Result<Arc<jsonschema::Validator>, Violation> {
     if let Some(v) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
         return Ok(v.clone());
     }
-    let schema = serde_json::to_value(schema).unwrap_or_default();
+    let schema = schema();
     let compiled = jsonschema::options()
         .with_draft(jsonschema::Draft::Draft202012)
         .should_validate_formats(true)
@@ -80,7 +133,8 @@ fn validator(schema: &impl serde::Serialize) -> Result<Arc<jsonschema::Validator
 /// each naming its field: missing required fields, values of the wrong type, choices
 /// outside the list, numbers, strings and arrays outside their bounds, bad formats.
 pub fn validate(form: &RequestedSchema, content: &Map<String, Value>) -> Result<(), Vec<Violation>> {
-    let validator = validator(form).map_err(|v| vec![v])?;
+    let validator =
+        validator(form_key(form), || serde_json::to_value(form).unwrap_or_default()).map_err(|v| vec![v])?;
     let instance = Value::Object(content.clone());
     let violations: Vec<Violation> = validator
         .iter_errors(&instance)
@@ -103,7 +157,7 @@ pub fn validate(form: &RequestedSchema, content: &Map<String, Value>) -> Result<
 /// schema), sharing the validator cache. Each violation's `field` is the JSON Pointer
 /// of the offending value (`""` for the value as a whole).
 pub fn validate_value(schema: &Value, instance: &Value) -> Result<(), Vec<Violation>> {
-    let validator = validator(schema).map_err(|v| vec![v])?;
+    let validator = validator(value_key(schema), || schema.clone()).map_err(|v| vec![v])?;
     let violations: Vec<Violation> = validator
         .iter_errors(instance)
         .map(|error| Violation { field: error.instance_path().as_str().to_owned(), message: error.to_string() })
@@ -119,4 +173,30 @@ pub fn deserialize_answer<T: serde::de::DeserializeOwned>(content: &Map<String, 
         let field = path.split('.').next().filter(|f| *f != "?").unwrap_or_default().to_owned();
         Violation { field, message: e.into_inner().to_string() }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{validate_value, value_key};
+
+    #[test]
+    fn schemas_that_differ_get_different_keys_and_validators() {
+        let pairs = [
+            (json!({"type": "string"}), json!({"type": "integer"})),
+            (json!({"ab": "c"}), json!({"a": "bc"})),
+            (json!(["a", "b"]), json!(["ab"])),
+            (json!({"minimum": 1}), json!({"minimum": 1.0})),
+            (json!({"enum": [null]}), json!({"enum": [false]})),
+        ];
+        for (one, other) in pairs {
+            assert_ne!(value_key(&one), value_key(&other), "{one} and {other}");
+        }
+        assert_eq!(value_key(&json!({"type": "string"})), value_key(&json!({"type": "string"})));
+        // Each schema is checked with its own validator, whatever was cached before.
+        assert!(validate_value(&json!({"type": "string"}), &json!("x")).is_ok());
+        assert!(validate_value(&json!({"type": "integer"}), &json!("x")).is_err());
+        assert!(validate_value(&json!({"type": "string"}), &json!(3)).is_err());
+    }
 }

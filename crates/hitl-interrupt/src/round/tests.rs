@@ -344,7 +344,7 @@ fn every_end_of_a_claimed_run() {
 
     // Paused again: the next round, 24 hours more.
     let next = round(2, "How many replicas?");
-    let Ending::NextRound(thread, reply) = end_run(Ran::Paused(moved(1), next.clone()), &elicits(), big) else {
+    let Ending::NextRound(thread, reply) = end_run(Ran::Paused(moved(1), next.clone(), None), &elicits(), big) else {
         panic!()
     };
     assert_eq!((thread.version, thread.round(), thread.expires_at_ms), (6, Some(&next), hours(24)));
@@ -352,7 +352,7 @@ fn every_end_of_a_claimed_run() {
     let Ok(CallToolResponse::InputRequired(asked)) = reply else { panic!("the next round is asked") };
     assert_eq!(asked.request_state.unwrap(), secret().request_state(&paused().id, 2, "nonce-2"));
     // ... which a client without elicitation cannot answer: -32021, 10 minutes to come back.
-    let Ending::NextRound(thread, reply) = end_run(Ran::Paused(moved(1), next.clone()), &Default::default(), big)
+    let Ending::NextRound(thread, reply) = end_run(Ran::Paused(moved(1), next.clone(), None), &Default::default(), big)
     else {
         panic!()
     };
@@ -373,7 +373,7 @@ fn every_end_of_a_claimed_run() {
         began_in: None,
     };
     let Ending::NextRound(thread, _) =
-        super::end_run(begun.clone(), Ran::Paused(moved(1), next.clone()), &end, &secret())
+        super::end_run(begun.clone(), Ran::Paused(moved(1), next.clone(), None), &end, &secret())
     else {
         panic!()
     };
@@ -383,7 +383,7 @@ fn every_end_of_a_claimed_run() {
     let Ending::GiveBack(thread, _) = super::end_run(begun, late, &end, &secret()) else { panic!() };
     assert!(thread.paused().unwrap().begun);
     // A next round too large to keep: the round given back as it was.
-    let Ending::GiveBack(thread, error) = end_run(Ran::Paused(moved(1), next), &elicits(), 600) else { panic!() };
+    let Ending::GiveBack(thread, error) = end_run(Ran::Paused(moved(1), next, None), &elicits(), 600) else { panic!() };
     assert_eq!((thread.version, thread.round().unwrap().n), (6, 1));
     assert!(error.message.contains("--max-record-bytes"), "{}", error.message);
 }
@@ -416,7 +416,7 @@ fn settled(settled: &super::Settled) -> String {
         }
         super::Settled::Done(result) => format!("done: {}", result.content[0].as_text().unwrap_or_default()),
         super::Settled::Failed(e) => format!("failed {}", e.code.0),
-        super::Settled::Paused(_, round) => format!("round {} asked at {}", round.n, round.asked_at_ms),
+        super::Settled::Paused(_, round, _) => format!("round {} asked at {}", round.n, round.asked_at_ms),
     }
 }
 
@@ -460,7 +460,7 @@ fn every_way_a_run_settles_the_call() {
 #[test]
 fn a_round_is_made_of_what_is_passed_in() {
     let make = || super::settle(Ok(paused_at(json!("Which region?"))), &asking(None, true), &secret());
-    let (super::Settled::Paused(_, first), super::Settled::Paused(_, again)) = (make(), make()) else { panic!() };
+    let (super::Settled::Paused(_, first, _), super::Settled::Paused(_, again, _)) = (make(), make()) else { panic!() };
     assert_eq!(first, again, "no clock and no random source of its own");
     assert_eq!((first.n, first.nonce.as_str(), first.asked_at_ms), (2, "nonce-2", NOW));
     assert_eq!(first.proof, crate::state::proof(&token(&paused(), 2)));
@@ -490,7 +490,8 @@ fn a_new_call_opens_its_thread_at_its_first_round() {
     assert_eq!((task.created_at_ms, task.updated_at_ms, task.capabilities), (NOW, NOW, elicits()));
 
     // Asked: its requestState, or why not (nothing is stored then).
-    let asked = |caps: &ClientCapabilities, max: usize| match super::first_ask(open(&call), caps, max, &secret()) {
+    let asked = |caps: &ClientCapabilities, max: usize| match super::first_ask(open(&call), caps, max, &secret(), None)
+    {
         super::FirstAsk::Ask(_, CallToolResponse::InputRequired(r)) => r.request_state.unwrap(),
         super::FirstAsk::Ask(..) => "a result".into(),
         super::FirstAsk::Lacks(e) => format!("lacks {}", e.code.0),
@@ -512,7 +513,7 @@ fn how_a_resumed_run_ended() {
         super::Ran::Cancelled(kept) => format!("cancelled at {}", kept.superstep),
         super::Ran::Retry(kept, _) => format!("retry from {}", kept.superstep),
         super::Ran::Done(result) => format!("done error={}", result.is_error == Some(true)),
-        super::Ran::Paused(_, round) => format!("round {}", round.n),
+        super::Ran::Paused(_, round, _) => format!("round {}", round.n),
     };
     let rows = [
         ("out of time", name(ran(None, true)), "timed out: late"),
