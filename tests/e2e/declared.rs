@@ -605,3 +605,24 @@ key_file = "{}"
     assert_eq!((&claims["aud"], &claims["tool"]), (&json!("db"), &json!("verified_drop")), "{claims}");
     assert!(claims.get("sub").is_none(), "an anonymous caller is no subject: {claims}");
 }
+
+#[tokio::test]
+async fn a_tool_calling_agents_call_edited_into_arguments_a_policy_denies_is_not_run() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let script = vec![
+        openai_calls(&[("call_1", "db_drop_partition", json!({"partition": "p1", "database": "orders"}))]),
+        openai_text("Not dropped."),
+    ];
+    let (base, received) = model_server(script).await;
+    // First match wins: drops on prod are denied, the others reviewed.
+    let deny = "[[policy]]\ntools = [\"db.drop_*\"]\nwhen = 'args.database == \"prod\"'\naction = \"deny\"\n\n";
+    let (server, _file) = serve(&format!("{deny}{}{}", upstreams(&upstream), db_assistant(&base, ""))).await;
+    let paused = server.pause("db_assistant", json!({"request": "Drop p1 of orders."})).await.only();
+    let edit = json!({"action": "accept", "content": {"decision": "edit",
+                      "args": r#"{"partition": "p1", "database": "prod"}"#}});
+    let done = paused.answer(&server, edit).await;
+    assert_eq!(done.text(), "Not dropped.", "{}", done.body);
+    assert_eq!(executions(&server, "drop_partition").await, 0, "the edit into a denied call never ran");
+    let told = bodies(&received)[1]["messages"][3].clone();
+    assert!(told["content"].as_str().unwrap().contains("db.drop_partition is denied by the policy"), "{told}");
+}

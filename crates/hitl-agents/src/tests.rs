@@ -379,3 +379,63 @@ async fn a_call_is_gated_as_its_tool_was_when_the_model_asked() {
         .collect();
     assert_eq!(tool_messages, ["Error: db.drop is not a valid tool", "not now"]);
 }
+
+#[tokio::test]
+async fn two_calls_of_one_turn_that_share_an_id_never_run_under_each_others_decision() {
+    use hitl_model::ModelClient;
+    use hitl_model::testing::server;
+    use tool_agent::{InterruptMode, Tool, ToolReview};
+
+    // The model gives a reviewed drop and a count one id: the review's one decision
+    // could be taken for either, so neither runs; the model is told why.
+    let call = json!({"choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
+        {"id": "same", "type": "function", "function": {"name": "db_drop", "arguments": "{\"table\":\"orders\"}"}},
+        {"id": "same", "type": "function", "function": {"name": "db_count", "arguments": "{\"table\":\"tmp\"}"}}]}}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 9}});
+    let done = json!({"choices": [{"message": {"role": "assistant", "content": "Nothing ran."}}],
+                      "usage": {"prompt_tokens": 60, "completion_tokens": 6}});
+    let (base, received) = server(vec![(Some(200), call, None), (Some(200), done, None)]).await;
+    let spec = serde_json::from_value(json!({"provider": "openai", "base_url": base, "model": "m"})).unwrap();
+    let client = ModelClient::new(&spec, |_| None).unwrap();
+    let ran = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let tool = |name: &'static str, review: Option<ToolReview>| {
+        let ran = ran.clone();
+        Tool {
+            name: name.into(),
+            description: String::new(),
+            args_schema: None,
+            review,
+            gate: None,
+            run: std::sync::Arc::new(move |_, _| {
+                ran.lock().unwrap().push(name.to_owned());
+                Box::pin(async move { Ok(format!("{name} ran")) })
+            }),
+        }
+    };
+    let toolbox: std::sync::Arc<dyn tool_agent::Toolbox> =
+        std::sync::Arc::new(vec![tool("db.count", None), tool("db.drop", Some(ToolReview::all_decisions()))]);
+    let model = ChatModel::new(client, None, toolbox.clone());
+    let agent = tool_agent::tool_agent(
+        "db_assistant",
+        "",
+        json!({"type": "object"}),
+        std::sync::Arc::new(model),
+        toolbox,
+        InterruptMode::Batched,
+        |state| json!({"answer": state["messages"].as_array().and_then(|m| m.last()).map(|m| m["content"].clone())}),
+    );
+    let output =
+        drive(agent, json!({"request": "drop"}), |_| json!({"decisions": [{"type": "approve"}]}), Value::Null).await;
+    assert_eq!(output["answer"], "Nothing ran.");
+    assert!(ran.lock().unwrap().is_empty(), "neither call ran: {:?}", ran.lock().unwrap());
+    let bodies: Vec<Value> = received.lock().unwrap().iter().map(|r| r.body.clone()).collect();
+    let told: Vec<&str> = bodies[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(told.len(), 2);
+    assert!(told.iter().all(|t| t.contains("used by more than one call")), "{told:?}");
+}

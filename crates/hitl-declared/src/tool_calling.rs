@@ -96,8 +96,13 @@ fn tool(listed: Arc<Listed>) -> Tool {
         })
     });
     // In the caller's own upstream session, with the receipt of a person's approval.
+    // Judged again as it runs: an edit into arguments a policy denies, or rules reloaded
+    // to deny, is not run.
     let run: tool_agent::ToolFn = Arc::new(move |args, ran| {
         let listed = listed.clone();
+        if let Some(denied) = listed.denied_now(&args, ran.ctx) {
+            return Box::pin(async move { result_text(&denied) });
+        }
         let approved = match ran.edited {
             Some(edited) => listed.approved(ran.proposed, edited),
             None => Approved::default(),

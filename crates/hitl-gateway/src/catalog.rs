@@ -170,8 +170,18 @@ impl Listed {
         }
     }
 
+    /// The error a call with `args` meets when the policy that decides it now denies it
+    /// (a reviewer's edit into arguments a policy denies, or rules reloaded to deny),
+    /// judged without counting it against a rate limit: for a call about to run that
+    /// was admitted earlier ([`Listed::admit`]).
+    pub fn denied_now(&self, args: &Map<String, Value>, ctx: &StepContext) -> Option<ToolResult> {
+        let gated = self.gated.for_call(&Value::Object(args.clone()), ctx);
+        (gated.action == Action::Deny).then(|| gated.denied())
+    }
+
     /// What let a call of `proposed` through when a person approved it (`edited`: with
-    /// their edit) outside [`Listed::gate`]: a tool-calling agent's own review.
+    /// their edit) outside [`Listed::gate`]: a tool-calling agent's own review. Only for
+    /// a call a person did approve: the receipt made of it says so upstream.
     pub fn approved(&self, proposed: &Map<String, Value>, edited: bool) -> Approved {
         let decision = json!({ "type": if edited { "edit" } else { "approve" } });
         Approved(Some(self.gated.decided_state(&Value::Object(proposed.clone()), &decision)))

@@ -25,10 +25,18 @@ pub struct Violation {
 }
 
 /// Compiled validators by a 128-bit key of the schema: two hashes under seeds drawn at
-/// start (so no one outside this process can aim two schemas at one key). A schema held
-/// as JSON is hashed by walking it, with no text made; a form is hashed as it is
-/// serialized (into the hashers, allocating nothing).
-type Cache = Mutex<HashMap<(u64, u64), Arc<jsonschema::Validator>, foldhash::fast::FixedState>>;
+/// start. A schema held as JSON is hashed by walking it, with no text made; a form is
+/// hashed as it is serialized (into the hashers, allocating nothing). Each entry keeps
+/// its schema, compared on a hit, so two schemas that share a key never share a
+/// validator.
+type Cache = Mutex<HashMap<(u64, u64), (Keyed, Arc<jsonschema::Validator>), foldhash::fast::FixedState>>;
+
+/// The schema a cached validator was compiled from.
+#[derive(PartialEq)]
+enum Keyed {
+    Form(RequestedSchema),
+    Value(Value),
+}
 
 fn cache() -> &'static Cache {
     static CACHE: OnceLock<Cache> = OnceLock::new();
@@ -110,11 +118,17 @@ fn value_key(schema: &Value) -> (u64, u64) {
     (first.finish(), second.finish())
 }
 
-fn validator(key: (u64, u64), schema: impl FnOnce() -> Value) -> Result<Arc<jsonschema::Validator>, Violation> {
-    if let Some(v) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+/// The validator of the schema `key` and `is` name: cached, or compiled from `make`
+/// (the schema as kept, and as JSON) and cached.
+fn validator(
+    key: (u64, u64),
+    is: impl Fn(&Keyed) -> bool,
+    make: impl FnOnce() -> (Keyed, Value),
+) -> Result<Arc<jsonschema::Validator>, Violation> {
+    if let Some((_, v)) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key).filter(|(kept, _)| is(kept)) {
         return Ok(v.clone());
     }
-    let schema = schema();
+    let (kept, schema) = make();
     let compiled = jsonschema::options()
         .with_draft(jsonschema::Draft::Draft202012)
         .should_validate_formats(true)
@@ -125,7 +139,7 @@ fn validator(key: (u64, u64), schema: impl FnOnce() -> Value) -> Result<Arc<json
     if cache.len() >= CACHE_CAPACITY {
         cache.clear();
     }
-    cache.insert(key, compiled.clone());
+    cache.insert(key, (kept, compiled.clone()));
     Ok(compiled)
 }
 
@@ -133,8 +147,9 @@ fn validator(key: (u64, u64), schema: impl FnOnce() -> Value) -> Result<Arc<json
 /// each naming its field: missing required fields, values of the wrong type, choices
 /// outside the list, numbers, strings and arrays outside their bounds, bad formats.
 pub fn validate(form: &RequestedSchema, content: &Map<String, Value>) -> Result<(), Vec<Violation>> {
+    let made = || (Keyed::Form(form.clone()), serde_json::to_value(form).unwrap_or_default());
     let validator =
-        validator(form_key(form), || serde_json::to_value(form).unwrap_or_default()).map_err(|v| vec![v])?;
+        validator(form_key(form), |kept| matches!(kept, Keyed::Form(f) if f == form), made).map_err(|v| vec![v])?;
     let instance = Value::Object(content.clone());
     let violations: Vec<Violation> = validator
         .iter_errors(&instance)
@@ -157,7 +172,9 @@ pub fn validate(form: &RequestedSchema, content: &Map<String, Value>) -> Result<
 /// schema), sharing the validator cache. Each violation's `field` is the JSON Pointer
 /// of the offending value (`""` for the value as a whole).
 pub fn validate_value(schema: &Value, instance: &Value) -> Result<(), Vec<Violation>> {
-    let validator = validator(value_key(schema), || schema.clone()).map_err(|v| vec![v])?;
+    let made = || (Keyed::Value(schema.clone()), schema.clone());
+    let validator = validator(value_key(schema), |kept| matches!(kept, Keyed::Value(v) if v == schema), made)
+        .map_err(|v| vec![v])?;
     let violations: Vec<Violation> = validator
         .iter_errors(instance)
         .map(|error| Violation { field: error.instance_path().as_str().to_owned(), message: error.to_string() })
@@ -179,7 +196,7 @@ pub fn deserialize_answer<T: serde::de::DeserializeOwned>(content: &Map<String, 
 mod tests {
     use serde_json::json;
 
-    use super::{validate_value, value_key};
+    use super::{Keyed, cache, validate_value, validator, value_key};
 
     #[test]
     fn schemas_that_differ_get_different_keys_and_validators() {
@@ -198,5 +215,15 @@ mod tests {
         assert!(validate_value(&json!({"type": "string"}), &json!("x")).is_ok());
         assert!(validate_value(&json!({"type": "integer"}), &json!("x")).is_err());
         assert!(validate_value(&json!({"type": "string"}), &json!(3)).is_err());
+    }
+
+    #[test]
+    fn a_key_shared_by_another_schema_never_lends_its_validator() {
+        // As if two schemas hashed alike: the cache holds the other's under this key.
+        let (mine, other) = (json!({"type": "boolean", "title": "k1"}), json!({"type": "number", "title": "k2"}));
+        let theirs = validator((7, 7), |_| false, || (Keyed::Value(other.clone()), other.clone())).unwrap();
+        cache().lock().unwrap().insert(value_key(&mine), (Keyed::Value(other.clone()), theirs));
+        assert!(validate_value(&mine, &json!(true)).is_ok(), "checked by its own schema");
+        assert!(validate_value(&mine, &json!(3)).is_err());
     }
 }

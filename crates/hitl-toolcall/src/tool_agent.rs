@@ -377,7 +377,15 @@ async fn run_calls(
     let (mut messages, mut ran) = (Vec::new(), Vec::new());
     let mut begun = false;
     let gates: Vec<&Value> = message["tool_calls"].as_array().into_iter().flatten().map(|c| &c["gate"]).collect();
-    for (call, gate) in tool_calls(message).iter().zip(gates) {
+    let calls = tool_calls(message);
+    for (call, gate) in calls.iter().zip(gates) {
+        // Decisions are by call id: a call whose id another call of the turn has too
+        // never runs (it could run under the other's decision).
+        if calls.iter().filter(|other| other.id == call.id).count() > 1 {
+            let error = format!("Error: the tool call id {:?} is used by more than one call of this turn", call.id);
+            messages.push(tool_message(call, error, "error"));
+            continue;
+        }
         if let Some(error) = gate["answer"].as_str() {
             // Decided without running when the model proposed it (denied, over a limit).
             messages.push(tool_message(call, format!("Error: {error}"), "error"));
