@@ -349,3 +349,41 @@ async fn a_new_tokens_file_takes_over_and_turning_authentication_off_needs_a_res
     reloaded(&server, &sha256_hex(second.as_bytes())).await;
     assert_eq!((list("token-a").await, list("token-b").await), (401, 200));
 }
+
+#[tokio::test]
+async fn a_workflows_call_rejected_under_earlier_rules_stays_rejected_when_they_allow_it() {
+    let Some(upstream) = PythonUpstream::start(&[]) else { return };
+    let workflow = r#"
+[[agent]]
+name = "cleanup"
+kind = "workflow"
+input_schema = { type = "object", properties = { partition = { type = "string" } }, required = ["partition"] }
+steps = [
+  { call = "db.drop_partition", args = { partition = "{partition}", database = "orders" } },
+]
+"#;
+    let folder = Folder::new();
+    let file = folder.join("hitl.toml");
+    let reviewed = config(&upstream.url, "review", workflow);
+    std::fs::write(&file, &reviewed).unwrap();
+    let server = serve(&file).await;
+    let args = json!({"partition": "p4"});
+    let (rejected, approved) =
+        (server.pause("cleanup", args.clone()).await, server.pause("cleanup", args.clone()).await);
+
+    // Allowed now: the rejection stays one, the approval runs.
+    std::fs::write(&file, config(&upstream.url, "allow", workflow)).unwrap();
+    reloaded(&server, &sha256_hex(reviewed.as_bytes())).await;
+    let reject = json!({"decision": "reject", "message": "not p4"});
+    let done = rejected.only().answer(&server, accept(reject)).await;
+    assert_eq!(
+        (done.text(), done.body["result"]["isError"].clone()),
+        ("not p4".to_owned(), json!(true)),
+        "{}",
+        done.body
+    );
+    assert_eq!(executions_of(&server, "drop_partition").await, 0, "a rejected call is not run");
+    let ran = approved.only().answer(&server, accept(json!({"decision": "approve"}))).await;
+    assert_eq!(ran.text(), "dropped p4 on orders", "{}", ran.body);
+    assert_eq!(executions_of(&server, "drop_partition").await, 1);
+}

@@ -130,22 +130,25 @@ impl Listed {
             return Ok(Gate::Run(args(), Approved(Some(gated.covered_state(&state, &approval)))));
         }
         gated.record_decision(ctx);
-        match gated.action {
-            Action::Allow => Ok(Gate::Run(args(), Approved(None))),
-            Action::Deny => Ok(Gate::Answer(gated.denied())),
-            Action::Review => {
-                let decision = gated.review(&state, ctx)?;
-                if let Some(denied) = gated.edit_denied(&decision, ctx)? {
-                    return Ok(Gate::Answer(denied));
-                }
-                gated.grant(&decision, &state, ctx).await;
-                let approved = Approved(Some(gated.decided_state(&state, &decision)));
-                Ok(match gated.carry_out(Some(&decision))? {
-                    Carried::Run(edited) => Gate::Run(edited.unwrap_or_else(args), approved),
-                    Carried::Answer(result) => Gate::Answer(result),
-                })
-            }
+        let decision = match gated.action {
+            Action::Review => gated.review(&state, ctx)?,
+            // Asked under earlier rules, the call is carried out as its answer says (a
+            // rejection or a response stays one), as the gateway does.
+            Action::Allow => match ctx.answered() {
+                Some(decision) => decision,
+                None => return Ok(Gate::Run(args(), Approved(None))),
+            },
+            Action::Deny => return Ok(Gate::Answer(gated.denied())),
+        };
+        if let Some(denied) = gated.edit_denied(&decision, ctx)? {
+            return Ok(Gate::Answer(denied));
         }
+        gated.grant(&decision, &state, ctx).await;
+        let approved = Approved(Some(gated.decided_state(&state, &decision)));
+        Ok(match gated.carry_out(Some(&decision))? {
+            Carried::Run(edited) => Gate::Run(edited.unwrap_or_else(args), approved),
+            Carried::Answer(result) => Gate::Answer(result),
+        })
     }
 
     /// What the policies say of a call with `args` that a model proposes, by the
