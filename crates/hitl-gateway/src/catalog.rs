@@ -133,8 +133,9 @@ impl Listed {
         let decision = match gated.action {
             Action::Review => gated.review(&state, ctx)?,
             // Asked under earlier rules, the call is carried out as its answer says (a
-            // rejection or a response stays one), as the gateway does.
-            Action::Allow => match ctx.answered() {
+            // rejection or a response stays one), as the gateway does. Only a review's
+            // decision: the step's next answer may be one of its secrets.
+            Action::Allow => match ctx.answered_if(is_decision) {
                 Some(decision) => decision,
                 None => return Ok(Gate::Run(args(), Approved(None))),
             },
@@ -229,6 +230,11 @@ impl Listed {
             Err(error) => ToolResult::error(error.to_string()),
         }
     }
+}
+
+/// Is `answer` a review's decision (`{"type": "approve" | "edit" | "reject" | "respond"}`)?
+fn is_decision(answer: &Value) -> bool {
+    matches!(answer.get("type").and_then(Value::as_str), Some("approve" | "edit" | "reject" | "respond"))
 }
 
 /// A tool result as text for a model: its text blocks joined, else its structured

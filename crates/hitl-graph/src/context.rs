@@ -306,9 +306,16 @@ impl StepContext {
     /// is none: a step whose rules changed while it waited (a reload made its tool
     /// allowed) still carries out the answer it was given.
     pub fn answered(&self) -> Option<Value> {
+        self.answered_if(|_| true)
+    }
+
+    /// [`StepContext::answered`], taking the answer only when `is` says it answers the
+    /// question the step would have asked here (a step that may have asked a review
+    /// before other questions, under rules that no longer review).
+    pub fn answered_if(&self, is: impl Fn(&Value) -> bool) -> Option<Value> {
         let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         let id = format!("{}:{}:{}", self.superstep, self.step, calls.next_index);
-        let answer = calls.resume.get(&id).cloned()?;
+        let answer = calls.resume.get(&id).filter(|answer| is(answer)).cloned()?;
         calls.next_index += 1;
         Some(answer)
     }
