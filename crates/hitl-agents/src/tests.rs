@@ -300,8 +300,8 @@ impl tool_agent::Toolbox for Changing {
     }
 }
 
-/// Proposes `db.drop` and `db.count`, then answers.
-struct Proposer;
+/// Proposes `db.drop` and `db.count` (with these call ids), then answers.
+struct Proposer(&'static str, &'static str);
 
 impl tool_agent::Model for Proposer {
     fn next<'a>(&'a self, state: &'a Value) -> tool_agent::Pending<'a, Result<tool_agent::Answer, StepError>> {
@@ -310,7 +310,7 @@ impl tool_agent::Model for Proposer {
             let call =
                 |id: &str, name: &str| ToolCall { id: id.into(), name: name.into(), args: serde_json::Map::new() };
             Ok(if turns == 0 {
-                Turn::ToolCalls(vec![call("a", "db.drop"), call("b", "db.count")]).into()
+                Turn::ToolCalls(vec![call(self.0, "db.drop"), call(self.1, "db.count")]).into()
             } else {
                 Turn::Message("done".into()).into()
             })
@@ -318,24 +318,31 @@ impl tool_agent::Model for Proposer {
     }
 }
 
+/// A tool `name` that notes in `ran` each time it runs.
+fn recording_tool(
+    ran: &std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    name: &'static str,
+    review: Option<tool_agent::ToolReview>,
+) -> tool_agent::Tool {
+    let ran = ran.clone();
+    tool_agent::Tool {
+        name: name.into(),
+        description: String::new(),
+        args_schema: None,
+        review,
+        gate: None,
+        run: std::sync::Arc::new(move |_, _| {
+            ran.lock().unwrap().push(name.to_owned());
+            Box::pin(async move { Ok(format!("{name} ran")) })
+        }),
+    }
+}
+
 #[tokio::test]
 async fn a_call_is_gated_as_its_tool_was_when_the_model_asked() {
-    use tool_agent::{Tool, ToolReview};
-    let ran = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let tool = |name: &'static str, review: Option<ToolReview>| {
-        let ran = ran.clone();
-        Tool {
-            name: name.into(),
-            description: String::new(),
-            args_schema: None,
-            review,
-            gate: None,
-            run: std::sync::Arc::new(move |_, _| {
-                ran.lock().unwrap().push(name.to_owned());
-                Box::pin(async move { Ok(format!("{name} ran")) })
-            }),
-        }
-    };
+    use tool_agent::ToolReview;
+    let ran = std::sync::Arc::default();
+    let tool = |name: &'static str, review: Option<ToolReview>| recording_tool(&ran, name, review);
     // When the model asks, db.count is reviewed and db.drop is not listed; by the time
     // the review is answered, db.drop is listed (reviewed) and db.count is not reviewed.
     let lists = vec![
@@ -346,7 +353,7 @@ async fn a_call_is_gated_as_its_tool_was_when_the_model_asked() {
         "db_assistant",
         "",
         json!({"type": "object"}),
-        std::sync::Arc::new(Proposer),
+        std::sync::Arc::new(Proposer("a", "b")),
         std::sync::Arc::new(Changing(std::sync::Mutex::new(lists))),
         InterruptMode::Batched,
         |state| json!({"messages": state["messages"].clone()}),
@@ -382,54 +389,26 @@ async fn a_call_is_gated_as_its_tool_was_when_the_model_asked() {
 
 #[tokio::test]
 async fn two_calls_of_one_turn_that_share_an_id_never_run_under_each_others_decision() {
-    use hitl_model::ModelClient;
-    use hitl_model::testing::server;
-    use tool_agent::{InterruptMode, Tool, ToolReview};
-
+    use tool_agent::ToolReview;
     // The model gives a reviewed drop and a count one id: the review's one decision
     // could be taken for either, so neither runs; the model is told why.
-    let call = json!({"choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
-        {"id": "same", "type": "function", "function": {"name": "db_drop", "arguments": "{\"table\":\"orders\"}"}},
-        {"id": "same", "type": "function", "function": {"name": "db_count", "arguments": "{\"table\":\"tmp\"}"}}]}}],
-        "usage": {"prompt_tokens": 20, "completion_tokens": 9}});
-    let done = json!({"choices": [{"message": {"role": "assistant", "content": "Nothing ran."}}],
-                      "usage": {"prompt_tokens": 60, "completion_tokens": 6}});
-    let (base, received) = server(vec![(Some(200), call, None), (Some(200), done, None)]).await;
-    let spec = serde_json::from_value(json!({"provider": "openai", "base_url": base, "model": "m"})).unwrap();
-    let client = ModelClient::new(&spec, |_| None).unwrap();
-    let ran = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let tool = |name: &'static str, review: Option<ToolReview>| {
-        let ran = ran.clone();
-        Tool {
-            name: name.into(),
-            description: String::new(),
-            args_schema: None,
-            review,
-            gate: None,
-            run: std::sync::Arc::new(move |_, _| {
-                ran.lock().unwrap().push(name.to_owned());
-                Box::pin(async move { Ok(format!("{name} ran")) })
-            }),
-        }
-    };
-    let toolbox: std::sync::Arc<dyn tool_agent::Toolbox> =
-        std::sync::Arc::new(vec![tool("db.count", None), tool("db.drop", Some(ToolReview::all_decisions()))]);
-    let model = ChatModel::new(client, None, toolbox.clone());
+    let ran = std::sync::Arc::default();
+    let tools = vec![
+        recording_tool(&ran, "db.count", None),
+        recording_tool(&ran, "db.drop", Some(ToolReview::all_decisions())),
+    ];
     let agent = tool_agent::tool_agent(
         "db_assistant",
         "",
         json!({"type": "object"}),
-        std::sync::Arc::new(model),
-        toolbox,
+        std::sync::Arc::new(Proposer("same", "same")),
+        std::sync::Arc::new(tools),
         InterruptMode::Batched,
-        |state| json!({"answer": state["messages"].as_array().and_then(|m| m.last()).map(|m| m["content"].clone())}),
+        |state| json!({"messages": state["messages"].clone()}),
     );
-    let output =
-        drive(agent, json!({"request": "drop"}), |_| json!({"decisions": [{"type": "approve"}]}), Value::Null).await;
-    assert_eq!(output["answer"], "Nothing ran.");
+    let output = drive(agent, json!({}), |_| json!({"decisions": [{"type": "approve"}]}), Value::Null).await;
     assert!(ran.lock().unwrap().is_empty(), "neither call ran: {:?}", ran.lock().unwrap());
-    let bodies: Vec<Value> = received.lock().unwrap().iter().map(|r| r.body.clone()).collect();
-    let told: Vec<&str> = bodies[1]["messages"]
+    let told: Vec<&str> = output["messages"]
         .as_array()
         .unwrap()
         .iter()
