@@ -191,29 +191,20 @@ impl Listed {
         Approved(Some(self.gated.decided_state(&Value::Object(proposed.clone()), &decision)))
     }
 
-    /// Calls the tool upstream and returns its result as it is. The caller marks the
-    /// effect first (`StepContext::begin_effect`). An upstream that asks for input
-    /// mid-call is answered that no one can (this call is an agent's, with no client
-    /// to relay to), and one that answers `input_required` ends the call with an error
-    /// result that says so.
-    /// The call is made in the upstream's listing session: prefer [`Listed::call_for`].
-    pub async fn call(&self, args: Map<String, Value>) -> ToolResult {
-        self.call_in(None, args, Map::new()).await
-    }
-
-    /// [`Listed::call`] for the caller of `ctx`, in its own upstream session (a 2025-era
-    /// upstream's state of one caller is never another's), with the receipt of what
-    /// let it through ([`Gate::Run`]) when a person approved it and `[receipts]` is set.
+    /// Calls the tool upstream for the caller of `ctx`, in its own upstream session (a
+    /// 2025-era upstream's state of one caller is never another's), with the receipt of
+    /// what let it through ([`Gate::Run`]) when a person approved it and `[receipts]` is
+    /// set, and returns its result as it is. The caller marks the effect first
+    /// (`StepContext::begin_effect`). An upstream that asks for input mid-call is
+    /// answered that no one can (this call is an agent's, with no client to relay to),
+    /// and one that answers `input_required` ends the call with an error result that
+    /// says so.
     pub async fn call_for(&self, args: Map<String, Value>, approved: &Approved, ctx: &StepContext) -> ToolResult {
         let mut extra = Map::new();
         if let Some(receipt) = approved.0.as_ref().and_then(|state| self.gated.receipt(state, &args, ctx)) {
             extra.insert("_meta".into(), json!({ crate::receipts::META_KEY: receipt }));
         }
-        self.call_in(crate::tools::caller(ctx), args, extra).await
-    }
-
-    async fn call_in(&self, caller: Option<&str>, args: Map<String, Value>, extra: Map<String, Value>) -> ToolResult {
-        match self.upstream.call_tool_for(caller, &self.gated.tool, args, extra).await {
+        match self.upstream.call_tool_for(crate::tools::caller(ctx), &self.gated.tool, args, extra).await {
             Ok(Value::Object(result)) if result.get("resultType").and_then(Value::as_str) == Some("input_required") => {
                 ToolResult::error(format!(
                     "{} asked for input, which an agent's call to it cannot relay",
