@@ -930,7 +930,7 @@ mod tests {
             base_url: "http://127.0.0.1".into(),
             audit_file: None,
             audit_chain: None,
-            notifier: Notifier::new(crate::Reload::new(crate::Reloaded::default()), keys),
+            notifier: Notifier::new(crate::Reload::new(crate::Reloaded::default()), keys, Default::default()),
             slack: None,
             events: broadcast::channel(4).0,
             retention: Retention::default(),

@@ -200,7 +200,8 @@ impl Pages {
             approvers: config.approvers_now.clone(),
             slack_users: None,
         });
-        let slack = config.slack.clone().map(|slack| slack::Slack::new(slack, marks.clone()));
+        let https = notify::Https::default();
+        let slack = config.slack.clone().map(|slack| slack::Slack::new(slack, marks.clone(), https.clone()));
         let worker = ledger::Worker {
             batch: Vec::new(),
             unstored: ledger::Unstored::default(),
@@ -210,7 +211,7 @@ impl Pages {
             base_url: config.base_url.clone(),
             audit_chain: config.audit_chain.clone().map(|chain| ledger::resumed(chain, config.audit_file.as_ref())),
             audit_file: config.audit_file.clone(),
-            notifier: notify::Notifier::new(reload.clone(), keys.clone()),
+            notifier: notify::Notifier::new(reload.clone(), keys.clone(), https),
             slack: slack.clone(),
             events: events.clone(),
             retention: config.retention,

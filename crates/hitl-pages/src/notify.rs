@@ -90,13 +90,23 @@ pub(crate) struct Notifier {
     /// The targets in force (a reload replaces them).
     targets: crate::Reload,
     keys: crate::session::Keys,
-    /// Made at the first webhook (it reads the system's CA roots).
-    client: Arc<std::sync::OnceLock<Client<hitl_tls::Connector, Full<Bytes>>>>,
+    client: Https,
+}
+
+/// The pages' one client of http and https URLs (webhooks, Slack's Web API), made at its
+/// first use: it reads the system's CA roots.
+#[derive(Clone, Default)]
+pub(crate) struct Https(Arc<std::sync::OnceLock<Client<hitl_tls::Connector, Full<Bytes>>>>);
+
+impl Https {
+    pub(crate) fn get(&self) -> &Client<hitl_tls::Connector, Full<Bytes>> {
+        self.0.get_or_init(|| Client::builder(hyper_util::rt::TokioExecutor::new()).build(hitl_tls::system()))
+    }
 }
 
 impl Notifier {
-    pub(crate) fn new(targets: crate::Reload, keys: crate::session::Keys) -> Self {
-        Self { targets, keys, client: Arc::default() }
+    pub(crate) fn new(targets: crate::Reload, keys: crate::session::Keys, client: Https) -> Self {
+        Self { targets, keys, client }
     }
 
     /// Sends `event` about `approval` to every target, each in its own task.
@@ -105,7 +115,7 @@ impl Notifier {
         if reloaded.notify.is_empty() {
             return;
         }
-        let client = self.client.get_or_init(https_client);
+        let client = self.client.get();
         for target in reloaded.notify.iter() {
             if let Some(mail) = &target.mail {
                 // A mail per approval that waits; decisions are on the page.
@@ -143,11 +153,6 @@ impl Notifier {
         }
         links
     }
-}
-
-/// A client of http and https URLs, trusting the system's CA roots.
-fn https_client() -> Client<hitl_tls::Connector, Full<Bytes>> {
-    Client::builder(hyper_util::rt::TokioExecutor::new()).build(hitl_tls::system())
 }
 
 fn slack_text(event: &str, approval: &Value) -> String {

@@ -45,7 +45,6 @@ use hitl_protocol::display;
 use hitl_thread::{About, Notes};
 use http::StatusCode;
 use http_body_util::{BodyExt as _, Full};
-use hyper_util::client::legacy::Client;
 use ring::hmac;
 use serde_json::{Map, Value, json};
 
@@ -120,7 +119,7 @@ impl SlackUser {
 pub(crate) struct Slack {
     config: Arc<SlackConfig>,
     notes: Arc<dyn Notes>,
-    client: Client<hitl_tls::Connector, Full<Bytes>>,
+    client: crate::notify::Https,
 }
 
 impl std::fmt::Debug for Slack {
@@ -135,8 +134,7 @@ fn message_key(approval: &str) -> String {
 }
 
 impl Slack {
-    pub(crate) fn new(config: SlackConfig, notes: Arc<dyn Notes>) -> Self {
-        let client = Client::builder(hyper_util::rt::TokioExecutor::new()).build(hitl_tls::system());
+    pub(crate) fn new(config: SlackConfig, notes: Arc<dyn Notes>, client: crate::notify::Https) -> Self {
         Self { config: Arc::new(config), notes, client }
     }
 
@@ -227,7 +225,7 @@ impl Slack {
             .body(Full::new(Bytes::from(body.to_string())))
             .map_err(|e| (e.to_string(), None))?;
         let answer = async {
-            let response = self.client.request(request).await.map_err(|e| (e.to_string(), None))?;
+            let response = self.client.get().request(request).await.map_err(|e| (e.to_string(), None))?;
             let status = response.status();
             let retry_after = response
                 .headers()
