@@ -2,17 +2,14 @@
 //! (Python's aiosmtpd, `tests/python/smtp_sink.py`), with the tool and who asked in the
 //! subject, the arguments escaped, and a link to the page that works.
 
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
-
 use serde_json::{Value, json};
 
 use crate::approvals::{Folder, ask, eventually, people, signed_in};
-use crate::upstream::PythonUpstream;
+use crate::upstream::{PythonScript, PythonUpstream};
 
 /// The SMTP sink, stopped when dropped; it writes each mail to `dir`.
 struct Sink {
-    child: Child,
+    _script: PythonScript,
     port: u16,
     dir: std::path::PathBuf,
 }
@@ -20,14 +17,11 @@ struct Sink {
 impl Sink {
     fn start(dir: std::path::PathBuf) -> Sink {
         let python = std::env::var("HITL_PYTHON").expect("HITL_PYTHON");
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/smtp_sink.py");
         std::fs::create_dir_all(&dir).unwrap();
-        let mut child =
-            Command::new(python).arg(script).arg(&dir).stdout(Stdio::piped()).spawn().expect("the sink starts");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let script = PythonScript::start(&python, "smtp_sink.py", [&dir]);
+        let line = &script.first_line;
         let port = line.trim().parse().unwrap_or_else(|_| panic!("the sink printed {line:?}"));
-        Sink { child, port, dir }
+        Sink { _script: script, port, dir }
     }
 
     fn mails(&self) -> Vec<Value> {
@@ -38,13 +32,6 @@ impl Sink {
             .collect();
         names.sort();
         names.iter().map(|p| serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()).collect()
-    }
-}
-
-impl Drop for Sink {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -4,39 +4,29 @@
 //! (`tests/python/fake_slack.py`) that answers the Web API as Slack does and signs the
 //! callbacks it sends as Slack does.
 
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
-
 use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::approvals::{Folder, api, ask, csrf_of, decide, eventually, executions, people, signed_in};
 use crate::harness::Server;
-use crate::upstream::PythonUpstream;
+use crate::upstream::{PythonScript, PythonUpstream};
 
 const SIGNING_SECRET: &str = "e2e-slack-signing-secret";
 const BOT_TOKEN: &str = "xoxb-e2e-bot-token";
 
 /// The stand-in for Slack, stopped when dropped.
 struct FakeSlack {
-    child: Child,
+    _script: PythonScript,
     port: u16,
 }
 
 impl FakeSlack {
     fn start() -> FakeSlack {
         let python = std::env::var("HITL_PYTHON").expect("HITL_PYTHON");
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/fake_slack.py");
-        let mut child = Command::new(python)
-            .arg(script)
-            .arg(SIGNING_SECRET)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the fake Slack starts");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let script = PythonScript::start(&python, "fake_slack.py", [SIGNING_SECRET]);
+        let line = &script.first_line;
         let port = line.trim().parse().unwrap_or_else(|_| panic!("the fake Slack printed {line:?}"));
-        FakeSlack { child, port }
+        FakeSlack { _script: script, port }
     }
 
     fn client(&self) -> crate::harness::Client {
@@ -78,13 +68,6 @@ impl FakeSlack {
         assert_eq!(status, 200, "{body}");
         let answer: Value = serde_json::from_str(&body).unwrap();
         (answer["status"].as_u64().unwrap() as u16, answer["body"].as_str().unwrap_or_default().to_owned())
-    }
-}
-
-impl Drop for FakeSlack {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -8,9 +8,43 @@ use std::time::Duration;
 use hitl_upstream::{Era, HttpConfig, StdioConfig, Upstream, UpstreamError};
 use serde_json::{Map, Value, json};
 
+/// A script of `tests/python`, run by the Python of `HITL_PYTHON`, stopped when
+/// dropped; `first_line` is what it printed first (where it listens).
+pub(crate) struct PythonScript {
+    child: Child,
+    pub(crate) first_line: String,
+}
+
+impl PythonScript {
+    pub(crate) fn start<A: AsRef<std::ffi::OsStr>>(
+        python: &str,
+        script: &str,
+        args: impl IntoIterator<Item = A>,
+    ) -> Self {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python").join(script);
+        let mut child = Command::new(python)
+            .arg(&script)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} does not start: {e}", script.display()));
+        let mut first_line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("piped")).read_line(&mut first_line).unwrap();
+        Self { child, first_line }
+    }
+}
+
+impl Drop for PythonScript {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The Python upstream, stopped when dropped.
 pub(crate) struct PythonUpstream {
-    child: Child,
+    _script: PythonScript,
     pub(crate) url: String,
 }
 
@@ -21,18 +55,11 @@ impl PythonUpstream {
             crate::harness::cannot_run("upstream", "HITL_PYTHON is not set");
             return None;
         };
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/upstream_server.py");
-        let mut child = Command::new(python)
-            .arg(script)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("the Python interpreter starts");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line).unwrap();
+        let script = PythonScript::start(&python, "upstream_server.py", args);
+        let line = &script.first_line;
         assert!(line.starts_with("http://") || line.starts_with("https://"), "the upstream printed {line:?}");
-        Some(Self { child, url: line.trim().to_owned() })
+        let url = line.trim().to_owned();
+        Some(Self { _script: script, url })
     }
 
     pub(crate) fn client(&self, name: &str, protocol: Option<&str>) -> Upstream {
@@ -46,13 +73,6 @@ impl PythonUpstream {
             max_response_bytes: hitl_upstream::MAX_RESPONSE_BYTES,
         })
         .unwrap()
-    }
-}
-
-impl Drop for PythonUpstream {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
