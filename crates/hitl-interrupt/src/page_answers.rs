@@ -53,7 +53,7 @@ impl PageAnswers {
                 Err(e) => return Step::Leave(PageAnswer::Refused(e)),
             };
             let mut thread = thread.clone();
-            let round = &mut thread.paused_mut().expect("the view has its round").round;
+            let round = Arc::make_mut(&mut thread.paused_mut().expect("the view has its round").round);
             let page = round.questions[at.index].page.as_mut().expect("the view has its page");
             page.answer = Some(answer);
             page.answered_by = by.clone();

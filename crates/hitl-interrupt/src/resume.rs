@@ -216,7 +216,7 @@ impl<'a> Resume<'a> {
         &self,
         answer: &Answer<'_>,
         thread: Thread,
-        round: Round,
+        round: std::sync::Arc<Round>,
         values: hitl_graph::ResumeValues,
         deadline: Deadline,
     ) -> Result<Answered, EngineError> {

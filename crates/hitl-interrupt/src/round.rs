@@ -74,7 +74,7 @@ pub(crate) enum Next {
         /// The thread with the claim.
         thread: Box<Thread>,
         /// The round answered.
-        round: Round,
+        round: Arc<Round>,
         /// What the agent resumes with.
         values: hitl_graph::ResumeValues,
     },
@@ -460,7 +460,7 @@ pub(crate) fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Se
             // The fields a next round changes, kept to give the round back unchanged
             // when the new record would be too large (the new state has no claim and has
             // begun nothing).
-            let kept_last = thread.last.replace(Box::new(last(end.round, end.responses, LastOutcome::NextRound)));
+            let kept_last = thread.last.replace(Arc::new(last(end.round, end.responses, LastOutcome::NextRound)));
             let kept_state = std::mem::replace(&mut thread.state, ThreadState::paused(*checkpoint, next));
             let kept_expiry =
                 std::mem::replace(&mut thread.expires_at_ms, end.now_ms.saturating_add(lifetime.as_millis() as u64));
@@ -517,11 +517,11 @@ pub(crate) fn finished(
         task.updated_at_ms = now_ms;
     }
     thread.expires_at_ms = now_ms.saturating_add(lifetimes.finished.as_millis() as u64);
-    thread.last = Some(Box::new(last));
+    thread.last = Some(Arc::new(last));
     if let Err(too_large) = fits(&thread, max_record_bytes)
         && let Some(last) = &mut thread.last
     {
-        last.outcome = LastOutcome::Result { result: CallToolResult::error([too_large.message]) };
+        Arc::make_mut(last).outcome = LastOutcome::Result { result: CallToolResult::error([too_large.message]) };
     }
     thread
 }

@@ -620,7 +620,12 @@ fn a_record_above_the_size_limit_fails_the_call_and_stores_nothing() {
 
 #[test]
 fn a_resume_out_of_time_leaves_the_call_paused() {
-    let f = limited(Limits { request_timeout: Some(Duration::from_millis(50)), ..Limits::default() });
+    // On the system clock: the lease is renewed while the step hangs, and a manual
+    // clock, moved by each renewal's wait, would run past the call's expiry.
+    let store = Arc::new(MemoryStore::default());
+    let engine = Engine::new(store.clone(), Arc::new(hitl_thread::SystemClock), Secret::generate(), Lifetimes::default())
+        .with_limits(Limits { request_timeout: Some(Duration::from_millis(50)), ..Limits::default() });
+    let load = |state: &str| block_on(store.load(state.split_once('.').unwrap().0)).unwrap();
     let hang = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let h = hang.clone();
     let graph = StateGraph::new()
@@ -638,13 +643,13 @@ fn a_resume_out_of_time_leaves_the_call_paused() {
         .compile()
         .unwrap();
     let agent = Agent::new("slow", "", json!({"type": "object"}), graph);
-    let r = round(block_on(f.engine.call(&agent, call(None, None))).unwrap().answered());
+    let r = round(block_on(engine.call(&agent, call(None, None))).unwrap().answered());
     let (a, state) = (answers(&[(&first_key(&r), accept("yes"))]), r.request_state.unwrap());
-    let err = block_on(f.engine.call(&agent, call(Some(a.clone()), Some(&state)))).unwrap().answered().unwrap_err();
+    let err = block_on(engine.call(&agent, call(Some(a.clone()), Some(&state)))).unwrap().answered().unwrap_err();
     assert!(err.message.contains("request timeout"), "{}", err.message);
-    let thread = load(&f, &state).unwrap();
+    let thread = load(&state).unwrap();
     assert_eq!((thread.claim(), thread.round().map(|r| r.n)), (None, Some(1)), "the round is open, unclaimed");
-    let done = block_on(f.engine.call(&agent, call(Some(a), Some(&state)))).unwrap().answered();
+    let done = block_on(engine.call(&agent, call(Some(a), Some(&state)))).unwrap().answered();
     assert_eq!(text(&done).0, r#"{"answer":"yes"}"#);
 }
 
@@ -929,7 +934,7 @@ fn this_build_stores_a_paused_call_as_the_earlier_build_did() {
         let mut now = rt.block_on(f.store.load(&id)).unwrap().expect("stored");
         // Only what is drawn at random differs: the id, the nonce and its token's proof.
         now.id.clone_from(&earlier.id);
-        let (round, before) = (&mut now.paused_mut().unwrap().round, earlier.round().unwrap());
+        let (round, before) = (Arc::make_mut(&mut now.paused_mut().unwrap().round), earlier.round().unwrap());
         (round.nonce, round.proof) = (before.nonce.clone(), before.proof.clone());
         assert_eq!(serde_json::to_value(&now).unwrap(), serde_json::to_value(&earlier).unwrap(), "task: {task}");
     }

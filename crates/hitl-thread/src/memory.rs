@@ -25,10 +25,11 @@ type Fast = foldhash::fast::RandomState;
 /// conformance tests hold other stores to. Sharded, so concurrent rounds rarely wait on
 /// each other's lock; each shard drops expired threads as it goes, from a queue ordered
 /// by expiry, so the cost of a save does not grow with the number of paused calls.
-/// Threads are kept as their JSON, as a shared store keeps them: several times smaller
-/// than the record in memory, and every load is a copy of its own, as from any store.
-/// Finished calls (kept for resends) are bounded by [`FinishedLimits`]: past either
-/// limit the oldest go first, counted in `hitl_finished_calls_dropped_total`.
+/// A paused call is kept as its record, not as JSON: a load copies its identity and
+/// shares its checkpoint and round (a change is made on a copy of its own), so a round
+/// parses and writes no record. A finished call, kept only for resends, is kept as its
+/// JSON, smaller than its values. Finished calls are bounded by [`FinishedLimits`]:
+/// past either limit the oldest go first, counted in `hitl_finished_calls_dropped_total`.
 pub struct MemoryStore<C: Clock = SystemClock> {
     shards: Box<[Mutex<Shard>]>,
     finished: Finished,
@@ -109,16 +110,24 @@ impl Ledger {
     }
 }
 
-/// A thread as the memory store keeps it: its JSON, and beside it what a save compares,
-/// the sweep reads and a claim sets without writing the JSON again (the JSON's own
-/// version and claim are not read).
+/// A thread as the memory store keeps it, and beside it what a save compares, the
+/// sweep reads and a claim sets without touching the record (the record's own version
+/// and claim are not read).
 struct Stored {
     version: u64,
     expires_at_ms: u64,
     claim: Option<Claim>,
-    json: Arc<[u8]>,
+    record: Record,
     /// What it counts for among the finished calls (0: not finished).
     finished_bytes: u64,
+}
+
+/// A kept record: a call that may go on as its values, a finished one as its JSON.
+enum Record {
+    /// Paused or working: loaded on every round, so never parsed or written.
+    Live(Box<Thread>),
+    /// Finished: loaded only by a resend.
+    Finished(Arc<[u8]>),
 }
 
 /// How many finished calls the memory store keeps for resends, and in how many bytes
@@ -340,11 +349,21 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
 
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
         let now = self.clock.now_ms();
-        let found = self.shard(id).threads.get(id).filter(|t| t.expires_at_ms > now).map(|t| {
-            let beside = (t.version, t.claim.clone());
-            (t.json.clone(), beside)
-        });
-        let Some((json, (version, claim))) = found else { return Ok(None) };
+        let (json, version, claim) = {
+            let shard = self.shard(id);
+            let Some(stored) = shard.threads.get(id).filter(|t| t.expires_at_ms > now) else { return Ok(None) };
+            match &stored.record {
+                Record::Live(thread) => {
+                    // Kept without its id: the map's key is it.
+                    let mut thread = Thread::clone(thread);
+                    thread.id = id.to_owned();
+                    thread.version = stored.version;
+                    thread.set_claim(stored.claim.clone());
+                    return Ok(Some(thread));
+                }
+                Record::Finished(json) => (json.clone(), stored.version, stored.claim.clone()),
+            }
+        };
         // Parsed outside the shard's lock.
         let corrupt = |e: serde_json::Error| StoreError::Corrupt { id: id.to_owned(), reason: e.to_string() };
         let mut thread: Thread = serde_json::from_slice(&json).map_err(corrupt)?;
@@ -385,26 +404,33 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
     }
 
     async fn save(&self, mut thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
-        // Written outside the shard's lock; the claim is kept beside the JSON.
+        // The claim is kept beside the record; a finished call's JSON is written
+        // outside the shard's lock.
         let claim = thread.take_claim();
-        let mut json = Vec::with_capacity(1024);
-        serde_json::to_writer(&mut json, &thread)
-            .map_err(|e| StoreError::Corrupt { id: thread.id.clone(), reason: e.to_string() })?;
-        let finished_bytes = match thread.state {
-            ThreadState::Finished => finished_bytes(&json, &thread.id),
-            _ => 0,
-        };
         let (version, expires_at_ms) = (thread.version, thread.expires_at_ms);
-        let stored = Stored { version, expires_at_ms, claim, json: json.into(), finished_bytes };
+        let (record, finished_bytes, id) = match thread.state {
+            ThreadState::Finished => {
+                let mut json = Vec::with_capacity(512);
+                serde_json::to_writer(&mut json, &thread)
+                    .map_err(|e| StoreError::Corrupt { id: thread.id.clone(), reason: e.to_string() })?;
+                let bytes = finished_bytes(&json, &thread.id);
+                (Record::Finished(json.into()), bytes, thread.id)
+            }
+            _ => {
+                let id = std::mem::take(&mut thread.id);
+                (Record::Live(Box::new(thread)), 0, id)
+            }
+        };
+        let stored = Stored { version, expires_at_ms, claim, record, finished_bytes };
         let now = self.clock.now_ms();
-        let mut shard = self.shard(&thread.id);
+        let mut shard = self.shard(&id);
         shard.sweep(now, &self.finished);
-        let current = shard.threads.get_key_value(thread.id.as_str()).filter(|(_, t)| t.expires_at_ms > now);
+        let current = shard.threads.get_key_value(id.as_str()).filter(|(_, t)| t.expires_at_ms > now);
         if current.map(|(_, t)| t.version) != expected {
-            return Err(SaveError::Conflict(thread.id));
+            return Err(SaveError::Conflict(id));
         }
         // One copy of the id, for the map and the queues.
-        let id = current.map_or_else(|| Arc::from(thread.id), |(id, _)| id.clone());
+        let id = current.map_or_else(|| Arc::from(id), |(id, _)| id.clone());
         shard.expiry.push(Reverse((expires_at_ms, id.clone())));
         self.finished.count(&stored, true);
         if let Some(replaced) = shard.threads.insert(id.clone(), stored) {

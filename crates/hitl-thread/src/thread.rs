@@ -116,9 +116,10 @@ pub struct Thread {
     pub owner: Option<String>,
     /// Where the call stands: paused at a round, run before its first round, or ended.
     pub state: ThreadState,
-    /// The last round answered and what it led to, for resends (boxed, as the task: a
-    /// thread is moved through the futures of a round, and small moves are cheap).
-    pub last: Option<Box<Last>>,
+    /// The last round answered and what it led to, for resends. Shared, as the open
+    /// round: a thread is moved through the futures of a round (small moves are cheap)
+    /// and a store keeping it in memory hands out copies without copying it.
+    pub last: Option<Arc<Last>>,
     /// The call as a task, when its client follows it as one (the Tasks extension).
     pub task: Option<Box<TaskState>>,
     /// When the record expires (ms since the epoch).
@@ -147,8 +148,10 @@ pub struct Paused {
     /// Where the agent stopped. Shared: copies of the thread (for observers, for a
     /// transition that may be given back) do not copy the agent's state.
     pub checkpoint: Arc<Checkpoint>,
-    /// The open round.
-    pub round: Round,
+    /// The open round. Shared, as the checkpoint: a load from a store that keeps the
+    /// thread in memory copies no question (a change is made on a copy of its own,
+    /// [`Arc::make_mut`]).
+    pub round: Arc<Round>,
     /// A request resuming the round, while it runs the agent.
     pub claim: Option<Claim>,
     /// The round's run began an effect that must happen at most once
@@ -159,8 +162,8 @@ pub struct Paused {
 
 impl ThreadState {
     /// Paused at `round` with `checkpoint`, nothing claimed or begun.
-    pub fn paused(checkpoint: impl Into<Arc<Checkpoint>>, round: Round) -> Self {
-        Self::Paused(Paused { checkpoint: checkpoint.into(), round, claim: None, begun: false })
+    pub fn paused(checkpoint: impl Into<Arc<Checkpoint>>, round: impl Into<Arc<Round>>) -> Self {
+        Self::Paused(Paused { checkpoint: checkpoint.into(), round: round.into(), claim: None, begun: false })
     }
 }
 
@@ -183,7 +186,7 @@ impl Thread {
 
     /// The open round, while paused.
     pub fn round(&self) -> Option<&Round> {
-        self.paused().map(|p| &p.round)
+        self.paused().map(|p| &*p.round)
     }
 
     /// The claim of a request (or a task's first run) running the call, live or lapsed.
@@ -282,7 +285,7 @@ impl Serialize for Thread {
             principal: self.principal.as_deref(),
             owner: self.owner.as_deref(),
             checkpoint: paused.map(|p| &*p.checkpoint),
-            round: paused.map(|p| &p.round),
+            round: paused.map(|p| &*p.round),
             last: self.last.as_deref(),
             claim: self.claim(),
             begun: paused.filter(|p| p.begun).map(|p| p.round.n),
@@ -300,7 +303,7 @@ impl<'de> Deserialize<'de> for Thread {
             (Some(checkpoint), Some(round)) => ThreadState::Paused(Paused {
                 begun: record.begun == Some(round.n),
                 checkpoint: Arc::new(checkpoint),
-                round,
+                round: Arc::new(round),
                 claim: record.claim,
             }),
             (None, Some(round)) => {
@@ -325,7 +328,7 @@ impl<'de> Deserialize<'de> for Thread {
             principal: record.principal,
             owner: record.owner,
             state,
-            last: record.last.map(Box::new),
+            last: record.last.map(Arc::new),
             task: record.task.map(Box::new),
             expires_at_ms: record.expires_at_ms,
         })

@@ -125,7 +125,7 @@ pub(crate) fn task_ended(
     };
     match ended {
         TaskEnd::Result(result) => {
-            next.last = Some(Box::new(Last {
+            next.last = Some(std::sync::Arc::new(Last {
                 round: 0,
                 nonce: String::new(),
                 keys: Vec::new(),

@@ -232,8 +232,8 @@ fn resends_of_an_answered_round_replay_what_it_led_to() {
     let last = crate::resend::last(answered.round().unwrap(), &yes, LastOutcome::NextRound);
     // Round 1 led to round 2, still open.
     let mut next_round = paused();
-    next_round.last = Some(Box::new(last.clone()));
-    paused_of(&mut next_round).round = round(2, "How many replicas?");
+    next_round.last = Some(Arc::new(last.clone()));
+    paused_of(&mut next_round).round = Arc::new(round(2, "How many replicas?"));
     let t1 = token(&next_round, 1);
     let next = run(Some(next_round.clone()), Some("alice"), &t1, &yes, &elicits());
     let Next::Replay(Ok(CallToolResponse::InputRequired(result))) = &next else { panic!("{}", name(&next)) };
@@ -242,7 +242,7 @@ fn resends_of_an_answered_round_replay_what_it_led_to() {
     let mut finished = paused();
     finished.state = ThreadState::Finished;
     let outcome = LastOutcome::Result { result: CallToolResult::json(&json!({"region": "eu-west-1"})) };
-    finished.last = Some(Box::new(crate::resend::last(answered.round().unwrap(), &yes, outcome)));
+    finished.last = Some(Arc::new(crate::resend::last(answered.round().unwrap(), &yes, outcome)));
     assert_eq!(name(&run(Some(finished.clone()), Some("alice"), &t1, &yes, &elicits())), "replay result");
     // Other answers with the old token, or the old answers with a forged one: invalid.
     let other = answers(&answered, json!({"action": "accept", "content": {"response": "us-east-1"}}));
@@ -338,7 +338,7 @@ fn every_end_of_a_claimed_run() {
     assert_eq!(reply, result);
     // Too large to keep: the caller gets it, resends get why not.
     let Ending::Finished(thread, reply) = end_run(Ran::Done(result.clone()), &elicits(), 200) else { panic!() };
-    let LastOutcome::Result { result: kept } = thread.last.unwrap().outcome else { panic!() };
+    let LastOutcome::Result { result: kept } = &thread.last.as_deref().unwrap().outcome else { panic!() };
     assert!(kept.content[0].as_text().unwrap().contains("--max-record-bytes"), "{kept:?}");
     assert_eq!(reply, result);
 
