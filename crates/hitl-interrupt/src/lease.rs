@@ -32,7 +32,14 @@ impl Held {
 
     /// Runs the agent while renewing the claim's lease every third of it, so a long step
     /// does not let a duplicate take the round over.
-    pub(crate) async fn run_renewing<F>(&self, run: F, clock: &dyn Clock, lease: Duration) -> F::Output
+    /// `run` is pinned by the caller, so it is kept in one place (not moved into this
+    /// future and pinned again).
+    pub(crate) async fn run_renewing<F>(
+        &self,
+        run: std::pin::Pin<&mut F>,
+        clock: &dyn Clock,
+        lease: Duration,
+    ) -> F::Output
     where
         F: std::future::Future,
     {
@@ -54,7 +61,6 @@ impl Held {
                 }
             }
         };
-        let run = std::pin::pin!(run);
         let renew = std::pin::pin!(renew);
         match futures_util::future::select(run, renew).await {
             futures_util::future::Either::Left((outcome, _)) => outcome,

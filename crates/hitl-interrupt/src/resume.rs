@@ -236,9 +236,13 @@ impl<'a> Resume<'a> {
             begun_in: std::sync::Mutex::new(None),
         });
         run.effects = Some(Arc::new(Marks(held.clone())));
-        let run = deadline.run(tracing::Instrument::instrument(agent.graph.resume_run(checkpoint, values, run), span));
         let started = std::time::Instant::now();
-        let outcome = held.run_renewing(run, core.clock.as_ref(), core.lifetimes.lease).await;
+        let outcome = {
+            // Dropped as it ends (its span closes with the run).
+            let graph_run = agent.graph.resume_run(checkpoint, values, run);
+            let run = std::pin::pin!(deadline.run(tracing::Instrument::instrument(graph_run, span)));
+            held.run_renewing(run, core.clock.as_ref(), core.lifetimes.lease).await
+        };
         meter::ran(&agent.name, started);
         let begun_in = *held.begun_in.lock().unwrap_or_else(|p| p.into_inner());
         // The run is over, so the marks it held are dropped: take the thread back

@@ -185,10 +185,14 @@ impl Deadline {
     }
 
     /// `fut`'s output, or `None` when the deadline passed first (`fut` is dropped).
-    pub(crate) async fn run<F: std::future::Future>(self, fut: F) -> Option<F::Output> {
+    /// Not an `async fn`: one place for `fut` with a deadline or without (an `async fn`
+    /// matching on the deadline kept one for each, and a round's future doubled with it).
+    pub(crate) fn run<F: std::future::Future>(self, fut: F) -> impl std::future::Future<Output = Option<F::Output>> {
+        use futures_util::FutureExt as _;
+        use futures_util::future::Either;
         match self.0 {
-            None => Some(fut.await),
-            Some(at) => tokio::time::timeout_at(at, fut).await.ok(),
+            None => Either::Left(fut.map(Some)),
+            Some(at) => Either::Right(tokio::time::timeout_at(at, fut).map(|r| r.ok())),
         }
     }
 

@@ -623,8 +623,9 @@ fn a_resume_out_of_time_leaves_the_call_paused() {
     // On the system clock: the lease is renewed while the step hangs, and a manual
     // clock, moved by each renewal's wait, would run past the call's expiry.
     let store = Arc::new(MemoryStore::default());
-    let engine = Engine::new(store.clone(), Arc::new(hitl_thread::SystemClock), Secret::generate(), Lifetimes::default())
-        .with_limits(Limits { request_timeout: Some(Duration::from_millis(50)), ..Limits::default() });
+    let engine =
+        Engine::new(store.clone(), Arc::new(hitl_thread::SystemClock), Secret::generate(), Lifetimes::default())
+            .with_limits(Limits { request_timeout: Some(Duration::from_millis(50)), ..Limits::default() });
     let load = |state: &str| block_on(store.load(state.split_once('.').unwrap().0)).unwrap();
     let hang = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let h = hang.clone();

@@ -61,9 +61,20 @@ pub fn check_method_and_name<'a>(
     method: &str,
     params: Option<&serde_json::Value>,
 ) -> Result<(), ErrorObject> {
+    let name =
+        name_param(method).map(|param| params.and_then(|p| p.get(param)).and_then(|v| v.as_str()).unwrap_or_default());
+    check_method_and_named(header, method, name)
+}
+
+/// [`check_method_and_name`] of a request whose name (its [`name_param`]) the caller
+/// has read from its typed params: `None` for a method that names nothing.
+pub fn check_method_and_named<'a>(
+    header: impl Fn(&str) -> Option<&'a [u8]>,
+    method: &str,
+    name: Option<&str>,
+) -> Result<(), ErrorObject> {
     expect(&header, METHOD, "Mcp-Method", method)?;
-    if let Some(param) = name_param(method) {
-        let body = params.and_then(|p| p.get(param)).and_then(|v| v.as_str()).unwrap_or_default();
+    if let Some(body) = name {
         expect(&header, NAME, "Mcp-Name", body)?;
     }
     Ok(())

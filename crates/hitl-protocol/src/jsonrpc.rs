@@ -136,13 +136,14 @@ impl fmt::Display for ErrorObject {
     }
 }
 
-/// One JSON-RPC message, after the envelope rules have been applied.
+/// One JSON-RPC message, after the envelope rules have been applied. Its params are a
+/// JSON tree, or their text (`&RawValue`, from [`parse_borrowed`]).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Message {
+pub enum Message<P = Value> {
     /// A request: it has an id and expects a response.
-    Request(Request),
+    Request(Request<P>),
     /// A notification: a method without an id.
-    Notification(Notification),
+    Notification(Notification<P>),
     /// A successful response.
     Response {
         /// The id of the request answered.
@@ -162,22 +163,40 @@ pub enum Message {
 /// A JSON-RPC request whose method and params are still untyped; see
 /// [`crate::ClientRequest::parse`] for the typed form.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Request {
+pub struct Request<P = Value> {
     /// The request id.
     pub id: RequestId,
     /// The method name.
     pub method: String,
     /// The params, when present (an object or an array).
-    pub params: Option<Value>,
+    pub params: Option<P>,
 }
 
 /// A JSON-RPC notification.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Notification {
+pub struct Notification<P = Value> {
     /// The method name.
     pub method: String,
     /// The params, when present.
-    pub params: Option<Value>,
+    pub params: Option<P>,
+}
+
+/// What a message's params may be read as: a JSON tree, or their text.
+pub trait Params {
+    /// An object or an array, as params must be.
+    fn structured(&self) -> bool;
+}
+
+impl Params for Value {
+    fn structured(&self) -> bool {
+        self.is_object() || self.is_array()
+    }
+}
+
+impl Params for &serde_json::value::RawValue {
+    fn structured(&self) -> bool {
+        self.get().starts_with(['{', '['])
+    }
 }
 
 /// Why a message could not be read, and the id to echo in the error response.
@@ -197,15 +216,15 @@ impl Rejection {
 
 /// The fields of any JSON-RPC message, read without judging which kind it is.
 #[derive(Deserialize)]
-struct RawMessage {
+struct RawMessage<P> {
     #[serde(default)]
     jsonrpc: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     id: Option<Value>,
     #[serde(default)]
     method: Option<Value>,
-    #[serde(default)]
-    params: Option<Value>,
+    #[serde(default = "Option::default")]
+    params: Option<P>,
     #[serde(default, deserialize_with = "present")]
     result: Option<Value>,
     #[serde(default, deserialize_with = "present")]
@@ -230,11 +249,23 @@ pub fn parse(bytes: &[u8]) -> Result<Message, Rejection> {
     // JSON tree of the whole message first. Anything else, and an object that does not
     // read so (bad JSON, a repeated key), takes the path below, whose errors are the rules'.
     let object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-    if object && let Ok(raw) = serde_json::from_slice::<RawMessage>(bytes) {
+    if object && let Ok(raw) = serde_json::from_slice::<RawMessage<Value>>(bytes) {
         return from_raw(raw);
     }
     let value: Value = serde_json::from_slice(bytes).map_err(|e| Rejection::new(None, ErrorObject::parse_error(e)))?;
     from_value(value)
+}
+
+/// A request as [`parse`] reads it, its params kept as their text so that they are read
+/// straight into their type, without a JSON tree first. `None` for anything else (a
+/// notification, a response, a message that breaks a rule or does not read straight
+/// into its fields): [`parse`] reads it and says what is wrong.
+pub fn parse_borrowed(bytes: &[u8]) -> Option<Request<&serde_json::value::RawValue>> {
+    let raw = serde_json::from_slice::<RawMessage<&serde_json::value::RawValue>>(bytes).ok()?;
+    match from_raw(raw) {
+        Ok(Message::Request(request)) => Some(request),
+        _ => None,
+    }
 }
 
 /// Applies the envelope rules of [`parse`] to an already parsed JSON value.
@@ -243,7 +274,9 @@ pub fn from_value(value: Value) -> Result<Message, Rejection> {
     let invalid = |id: Option<RequestId>, why: &str| Rejection::new(id, ErrorObject::invalid_request(why));
     let raw = match value {
         Value::Array(_) => return Err(invalid(None, "batch requests are not supported")),
-        Value::Object(map) => RawMessage::deserialize(Value::Object(map)).map_err(|e| invalid(None, &e.to_string()))?,
+        Value::Object(map) => {
+            RawMessage::<Value>::deserialize(Value::Object(map)).map_err(|e| invalid(None, &e.to_string()))?
+        }
         _ => return Err(invalid(None, "a message must be a JSON object")),
     };
     from_raw(raw)
@@ -251,7 +284,7 @@ pub fn from_value(value: Value) -> Result<Message, Rejection> {
 
 /// The envelope rules of [`parse`] on a message's fields.
 #[allow(clippy::result_large_err, reason = "one parse per HTTP request; the error path is cold")]
-fn from_raw(raw: RawMessage) -> Result<Message, Rejection> {
+fn from_raw<P: Params>(raw: RawMessage<P>) -> Result<Message<P>, Rejection> {
     let invalid = |id: Option<RequestId>, why: &str| Rejection::new(id, ErrorObject::invalid_request(why));
     let id = match raw.id {
         None => None,
@@ -275,7 +308,7 @@ fn from_raw(raw: RawMessage) -> Result<Message, Rejection> {
             return Err(invalid(id, "a request cannot carry result or error"));
         }
         if let Some(params) = &raw.params
-            && !(params.is_object() || params.is_array())
+            && !params.structured()
         {
             return Err(invalid(id, "params must be an object or an array"));
         }

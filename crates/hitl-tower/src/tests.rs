@@ -379,3 +379,55 @@ fn progress_on_a_token_strictly_increases_and_relayed_values_move_past_hitls_own
     assert_eq!(fresh.next(&own(3.0)), None, "hitl's own value that would not increase is dropped");
     assert_eq!(fresh.next(&step(f64::NAN, 1.0)), None, "a value that is no number is never sent");
 }
+
+#[tokio::test]
+async fn a_call_that_does_not_read_straight_into_its_types_gets_the_trees_reading_and_errors() {
+    // A `tools/call` is read straight into its types; one that does not read so (a
+    // repeated key, a wrong type) is read as a JSON tree, whose rules say what is wrong
+    // with it, as before there was a straight reading.
+    let svc = service();
+    let h = modern("tools/call", Some("choose_region"));
+    let body = |params: &str| {
+        let text = format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{params}}}"#);
+        serde_json::from_str::<Value>(&text).map(|_| text).unwrap()
+    };
+    let meta = meta().to_string();
+    let post_text = |text: String| {
+        let svc = svc.clone();
+        let h = h.clone();
+        async move {
+            let mut request = http::Request::post("/mcp").header("content-type", "application/json");
+            for (k, v) in &h {
+                request = request.header(*k, v.as_str());
+            }
+            let response = svc.oneshot(request.body(Bytes::from(text)).unwrap()).await.unwrap();
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            serde_json::from_slice::<Value>(&bytes).unwrap()
+        }
+    };
+    // A repeated name: the tree keeps the last, which the header does not match.
+    let twice = post_text(body(&format!(r#"{{"name":"choose_region","name":"other","_meta":{meta}}}"#))).await;
+    assert_eq!(twice["error"]["code"], -32020, "{twice}");
+    let message = twice["error"]["message"].as_str().unwrap();
+    assert!(message.contains("'choose_region' does not match body value 'other'"), "{message}");
+    let rows = [
+        (r#"{"name":"choose_region","_meta":"x"}"#.to_owned(), -32602, "Invalid params: _meta must be an object"),
+        (format!(r#"{{"name":"choose_region","arguments":[],"_meta":{meta}}}"#), -32602, "Invalid params at arguments"),
+        (
+            format!(r#"{{"name":"choose_region","requestState":5,"_meta":{meta}}}"#),
+            -32602,
+            "Invalid params at requestState",
+        ),
+        (format!(r#"{{"name":5,"_meta":{meta}}}"#), -32020, "does not match body value ''"),
+    ];
+    for (params, code, said) in rows {
+        let out = post_text(body(&params)).await;
+        assert_eq!(out["id"], 7, "{params}: {out}");
+        assert_eq!(out["error"]["code"], code, "{params}: {out}");
+        let message = out["error"]["message"].as_str().unwrap();
+        assert!(message.contains(said), "{params}: {message}");
+    }
+    // Read straight: the same call pauses, `_meta` read with it.
+    let straight = post_text(body(&format!(r#"{{"name":"choose_region","arguments":{{}},"_meta":{meta}}}"#))).await;
+    assert_eq!(straight["result"]["resultType"], "input_required", "{straight}");
+}

@@ -5,7 +5,9 @@
 use bytes::Bytes;
 use hitl_graph::Agent;
 use hitl_protocol::version::{self, Era};
-use hitl_protocol::{ClientCapabilities, ClientRequest, ErrorObject, Message, Meta, RequestId, headers, jsonrpc};
+use hitl_protocol::{
+    ClientCapabilities, ClientRequest, ErrorObject, Message, Meta, ModernMeta, RequestId, headers, jsonrpc,
+};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use indexmap::IndexMap;
 use serde_json::Value;
@@ -115,8 +117,6 @@ pub(crate) fn validate(
         *out.status_mut() = StatusCode::UNSUPPORTED_MEDIA_TYPE;
         return Err(Box::new(out));
     }
-    let message = jsonrpc::parse(request.body())
-        .map_err(|rejection| Box::new(error_response(era, rejection.id, rejection.error)))?;
     let who = Who {
         principal: request.extensions().get::<Principal>().map(|p| p.0.clone()),
         groups: request.extensions().get::<Groups>().map(|g| g.0.clone()).unwrap_or_default(),
@@ -125,11 +125,48 @@ pub(crate) fn validate(
     // Over stdio there are no HTTP headers to hold the body's method, name and
     // arguments: only the body says them.
     let headerless = request.extensions().get::<crate::stdio::FromStdio>().is_some();
+    let tree = || {
+        jsonrpc::parse(request.body()).map_err(|rejection| Box::new(error_response(era, rejection.id, rejection.error)))
+    };
     match era {
-        Era::Modern => modern(tools, access, headers, version_header.unwrap_or_default(), message, who, headerless)
-            .map(|valid| Incoming::Request(Box::new(valid))),
-        Era::Legacy => legacy(headers, message, who),
+        Era::Modern => {
+            // A `tools/call` (the round's request) read straight into its types;
+            // anything else, or one that does not read so, as a JSON tree (whose errors
+            // are the rules').
+            let body = match fast_call(request.body()) {
+                Some(call) => Body::Call(call),
+                None => Body::Tree(tree()?),
+            };
+            modern(tools, access, headers, version_header.unwrap_or_default(), body, who, headerless)
+                .map(|valid| Incoming::Request(Box::new(valid)))
+        }
+        Era::Legacy => legacy(headers, tree()?, who),
     }
+}
+
+/// A request's body as read.
+enum Body {
+    /// A JSON-RPC message, its params a JSON tree.
+    Tree(Message),
+    /// A `tools/call` request read straight into its params (`_meta` included).
+    Call(Box<FastCall>),
+}
+
+/// A `tools/call` request read straight into its types.
+struct FastCall {
+    id: RequestId,
+    params: hitl_protocol::CallToolParams,
+}
+
+/// `bytes` as a `tools/call` request whose params read straight into their type, or
+/// `None` (anything else, or anything wrong: the tree's reading says what).
+fn fast_call(bytes: &[u8]) -> Option<Box<FastCall>> {
+    let request = jsonrpc::parse_borrowed(bytes)?;
+    if request.method != "tools/call" {
+        return None;
+    }
+    let params = serde_json::from_str(request.params?.get()).ok()?;
+    Some(Box::new(FastCall { id: request.id, params }))
 }
 
 fn modern(
@@ -137,10 +174,25 @@ fn modern(
     access: Option<&Access>,
     http_headers: &HeaderMap,
     version_header: String,
-    message: Message,
+    body: Body,
     who: Who,
     headerless: bool,
 ) -> Result<Valid, Refused> {
+    let message = match body {
+        Body::Tree(message) => message,
+        Body::Call(call) => {
+            let FastCall { id, mut params } = *call;
+            let fail = |error: ErrorObject| Box::new(error_response(Era::Modern, Some(id.clone()), error));
+            if !headerless {
+                headers::check_method_and_named(header_bytes(http_headers), "tools/call", Some(&params.name))
+                    .map_err(fail)?;
+            }
+            let meta = std::mem::take(&mut params.meta);
+            let modern = modern_meta(&meta, &version_header).map_err(fail)?;
+            let typed = ClientRequest::CallTool(params);
+            return checked(tools, access, http_headers, (id, typed, meta, modern), who, headerless);
+        }
+    };
     let request = match message {
         Message::Request(r) => r,
         Message::Notification(_) => return Err(Box::new(empty(StatusCode::ACCEPTED))),
@@ -169,12 +221,32 @@ fn modern(
         Some(raw) => serde_json::from_value(raw)
             .map_err(|_| fail(ErrorObject::invalid_params("Invalid params: _meta must be an object")))?,
     };
-    let modern = meta.require_modern().map_err(fail)?;
-    headers::check_version(&version_header, &modern.protocol_version).map_err(fail)?;
-    if modern.protocol_version != version::MODERN {
-        return Err(fail(ErrorObject::unsupported_version(version::SUPPORTED, &modern.protocol_version)));
-    }
+    let modern = modern_meta(&meta, &version_header).map_err(fail)?;
     let typed = ClientRequest::parse(&request.method, params).map_err(fail)?;
+    checked(tools, access, http_headers, (id, typed, meta, modern), who, headerless)
+}
+
+/// What `_meta` must say in 2026-07-28, and the `MCP-Protocol-Version` header with it.
+fn modern_meta(meta: &Meta, version_header: &str) -> Result<ModernMeta, ErrorObject> {
+    let modern = meta.require_modern()?;
+    headers::check_version(version_header, &modern.protocol_version)?;
+    if modern.protocol_version != version::MODERN {
+        return Err(ErrorObject::unsupported_version(version::SUPPORTED, &modern.protocol_version));
+    }
+    Ok(modern)
+}
+
+/// The checks of a 2026-07-28 request after its typing (the `Mcp-Param-*` headers), and
+/// what it becomes.
+fn checked(
+    tools: &IndexMap<String, Agent>,
+    access: Option<&Access>,
+    http_headers: &HeaderMap,
+    (id, typed, meta, modern): (RequestId, ClientRequest, Meta, ModernMeta),
+    who: Who,
+    headerless: bool,
+) -> Result<Valid, Refused> {
+    let fail = |error: ErrorObject| Box::new(error_response(Era::Modern, Some(id.clone()), error));
     if let ClientRequest::CallTool(params) = &typed
         && !headerless
         && let Some(agent) = tools.get(&params.name)

@@ -9,6 +9,32 @@ fn reject(bytes: &str) -> Rejection {
     jsonrpc::parse(bytes.as_bytes()).expect_err("must be rejected")
 }
 
+/// A request borrowed with its params as their text is the request `parse` reads; any
+/// other message, or one that breaks a rule, is left to `parse`.
+#[test]
+fn a_borrowed_request_is_the_request_parse_reads_and_nothing_else_is_borrowed() {
+    let text =
+        br#" {"jsonrpc":"2.0","id":"r1","method":"tools/call","params": {"name":"x","arguments":{"a":[1, 2]}} }"#;
+    let borrowed = jsonrpc::parse_borrowed(text).expect("a request");
+    let Message::Request(tree) = jsonrpc::parse(text).unwrap() else { panic!("a request") };
+    assert_eq!((&borrowed.id, &borrowed.method), (&tree.id, &tree.method));
+    let params: serde_json::Value = serde_json::from_str(borrowed.params.unwrap().get()).unwrap();
+    assert_eq!(Some(params), tree.params);
+    for other in [
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":3}"#,
+        r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+        r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+    ] {
+        assert!(jsonrpc::parse_borrowed(other.as_bytes()).is_none(), "{other}");
+    }
+    let empty = jsonrpc::parse_borrowed(br#"{"jsonrpc":"2.0","id":1,"method":"ping","params":null}"#).unwrap();
+    assert!(empty.params.is_none(), "null params are none, as `parse` reads them");
+}
+
 #[test]
 fn bad_json_is_parse_error() {
     let r = reject(r#"{"jsonrpc":"2.0","#);
