@@ -103,7 +103,7 @@ pub struct Run {
     /// What the caller knows of the request, as JSON (for MCP: the client's
     /// capabilities, for agents that name no protocol type), visible to steps as
     /// [`StepContext::metadata`]; not stored.
-    pub metadata: Value,
+    pub metadata: Metadata,
     /// What the caller knows of the request, typed, one value per type (for MCP: the
     /// client's `ClientCapabilities`), visible to steps as [`StepContext::extension`];
     /// not stored.
@@ -121,6 +121,42 @@ pub struct Run {
 impl fmt::Debug for Run {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Run").field("context", &self.context).field("metadata", &self.metadata).finish_non_exhaustive()
+    }
+}
+
+/// A run's [`Run::metadata`]: given as a value, or made when a step first reads it, so a
+/// run whose steps never read it does not make it (for MCP: the client's capabilities
+/// as JSON, made per request).
+#[derive(Clone, Default)]
+pub struct Metadata {
+    value: std::sync::OnceLock<Value>,
+    make: Option<Arc<dyn Fn() -> Value + Send + Sync>>,
+}
+
+impl Metadata {
+    /// Metadata made by `make` when first read.
+    pub fn lazy(make: impl Fn() -> Value + Send + Sync + 'static) -> Self {
+        Self { value: std::sync::OnceLock::new(), make: Some(Arc::new(make)) }
+    }
+
+    /// The metadata (`null` when none was given).
+    pub fn get(&self) -> &Value {
+        self.value.get_or_init(|| self.make.as_ref().map_or(Value::Null, |make| make()))
+    }
+}
+
+impl From<Value> for Metadata {
+    fn from(value: Value) -> Self {
+        Self { value: std::sync::OnceLock::from(value), make: None }
+    }
+}
+
+impl fmt::Debug for Metadata {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.value.get() {
+            Some(value) => value.fmt(f),
+            None => f.write_str("(made when read)"),
+        }
     }
 }
 
@@ -219,7 +255,7 @@ impl StepContext {
 
     /// What the caller knows of the request (for MCP: `{"clientCapabilities": …}`).
     pub fn metadata(&self) -> &Value {
-        &self.run.metadata
+        self.run.metadata.get()
     }
 
     /// The run's typed value of type `T` ([`Run::extensions`]), when the caller gave

@@ -49,7 +49,7 @@ pub use agent::{Agent, TaskSupport};
 pub use builder::{CompileError, StateGraph};
 pub use checkpoint::{Checkpoint, Interrupt, Outcome, ResumeValues, RunError};
 pub use context::{
-    AuditSink, CallThread, Caller, Effects, Interrupted, Progress, ProgressFn, Run, StepContext, StepError,
+    AuditSink, CallThread, Caller, Effects, Interrupted, Metadata, Progress, ProgressFn, Run, StepContext, StepError,
 };
 pub use extensions::Extensions;
 pub use graph::{Graph, Reducer, ReducerFn};

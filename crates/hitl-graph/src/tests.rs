@@ -361,7 +361,7 @@ fn runs_report_progress_see_metadata_and_can_be_cancelled() {
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let s = seen.clone();
     let run = Run {
-        metadata: json!({"caps": {"sampling": {}}}),
+        metadata: json!({"caps": {"sampling": {}}}).into(),
         progress: Some(Arc::new(move |p: Progress| s.lock().unwrap().push((p.progress, p.message, p.from_step)))),
         ..Run::default()
     };
@@ -484,4 +484,33 @@ fn a_guard_runs_first_and_its_verdict_ends_the_run() {
         .collect();
     assert_eq!(outcomes, [json!("worked on the job"), json!("worked on another job"), json!("refused")]);
     assert_eq!(ran.load(Ordering::SeqCst), 2, "a verdict stops the run before the graph's own steps");
+}
+
+#[test]
+fn lazy_metadata_is_made_once_when_a_step_first_reads_it_and_never_otherwise() {
+    let made = Arc::new(AtomicUsize::new(0));
+    let run = || {
+        let made = made.clone();
+        Run {
+            metadata: crate::Metadata::lazy(move || {
+                made.fetch_add(1, Ordering::SeqCst);
+                json!({"k": 1})
+            }),
+            ..Run::default()
+        }
+    };
+    let silent =
+        StateGraph::new().add_step("a", |_, _| async { Ok(json!({})) }).add_edge(START, "a").compile().unwrap();
+    block(silent.invoke_run(json!({}), run())).unwrap();
+    assert_eq!(made.load(Ordering::SeqCst), 0, "no step read it");
+    let reading = StateGraph::new()
+        .add_step("a", |_, ctx| async move { Ok(json!({ "a": ctx.metadata()["k"].clone() })) })
+        .add_step("b", |_, ctx| async move { Ok(json!({ "b": ctx.metadata()["k"].clone() })) })
+        .add_edge(START, "a")
+        .add_edge("a", "b")
+        .compile()
+        .unwrap();
+    let done = block(reading.invoke_run(json!({}), run())).unwrap();
+    assert_eq!(done, Outcome::Done(json!({"a": 1, "b": 1})));
+    assert_eq!(made.load(Ordering::SeqCst), 1, "made once, for both steps");
 }

@@ -172,16 +172,23 @@ impl ToolCall {
     /// with the caller's key ([`ToolCall::caller_key`]), progress and cancellation (effects
     /// are marked only on a stored thread).
     pub(crate) fn run(&self, agent: &Agent) -> hitl_graph::Run {
-        let mut metadata = serde_json::json!({ "clientCapabilities": self.capabilities });
         // A 2025-era client (the only kind with a session, pushed to or not) may be
         // answered otherwise than a 2026-07-28 one (the gateway relays an upstream's
         // `-32042` to it as that error).
-        if self.resumable == Resumable::LEGACY || self.session.is_some() {
-            metadata["legacyClient"] = Value::Bool(true);
-        }
-        if agent.per_caller {
-            metadata["caller"] = self.caller_key().into();
-        }
+        let legacy = self.resumable == Resumable::LEGACY || self.session.is_some();
+        let caller = agent.per_caller.then(|| self.caller_key());
+        let capabilities = self.capabilities.clone();
+        // Made as JSON only for a step that reads it.
+        let metadata = hitl_graph::Metadata::lazy(move || {
+            let mut metadata = serde_json::json!({ "clientCapabilities": capabilities });
+            if legacy {
+                metadata["legacyClient"] = Value::Bool(true);
+            }
+            if let Some(caller) = &caller {
+                metadata["caller"] = caller.as_str().into();
+            }
+            metadata
+        });
         let mut extensions = hitl_graph::Extensions::default();
         extensions.insert(self.capabilities.clone());
         extensions.insert(hitl_graph::Caller {

@@ -196,7 +196,7 @@ impl Engine {
             span,
         );
         let outcome = deadline.run(run).await;
-        meter::ran(&agent.name, started);
+        self.core.meters.ran(&agent.name, started);
         let Some(outcome) = outcome else {
             return Ok(Err(self.core.timed_out(false)));
         };
@@ -214,7 +214,7 @@ impl Engine {
     ) -> Result<Answered, EngineError> {
         let binding = call.bound_to(agent);
         let Some((thread_id, token)) = state::split(request_state) else {
-            meter::round(&binding, meter::Outcome::InvalidState);
+            self.core.meters.round(&binding, meter::Outcome::InvalidState);
             return Ok(invalid_state());
         };
         let responses = call.input_responses.clone().unwrap_or_default();

@@ -67,7 +67,7 @@ impl<'a> First<'a> {
             match round::first_ask(thread, &call.capabilities, max_record_bytes, &core.secret, Some(&minted)) {
                 FirstAsk::Ask(thread, reply) => (*thread, reply),
                 FirstAsk::Lacks(e) => {
-                    meter::round(&call.bound_to(agent), meter::Outcome::RefusedCapability);
+                    core.meters.round(&call.bound_to(agent), meter::Outcome::RefusedCapability);
                     return Ok(Err(e));
                 }
                 FirstAsk::TooLarge(e) => return Ok(Err(e)),
@@ -76,7 +76,7 @@ impl<'a> First<'a> {
         let tool = thread.tool.clone();
         match core.store.create_paused(thread, &call.owner(), core.limits.paused).await {
             Ok(Ok(())) => {
-                meter::round(&tool, meter::Outcome::Paused);
+                core.meters.round(&tool, meter::Outcome::Paused);
                 if let Some(thread) = &observed {
                     core.observe(crate::Event::Asked { thread });
                 }

@@ -3,6 +3,7 @@
 //! labels are the served agents' names (a call to an unknown tool is refused before it
 //! gets here), so label values stay bounded.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 /// How a round went, as `hitl_rounds_total{outcome}` counts it.
@@ -25,6 +26,17 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in declaration order (`outcome as usize` is its index).
+    const ALL: [Self; 7] = [
+        Self::Paused,
+        Self::Resumed,
+        Self::Replayed,
+        Self::InvalidAnswer,
+        Self::InvalidState,
+        Self::Expired,
+        Self::RefusedCapability,
+    ];
+
     fn as_str(self) -> &'static str {
         match self {
             Self::Paused => "paused",
@@ -38,20 +50,55 @@ impl Outcome {
     }
 }
 
-/// Counts one round of `tool`.
-pub(crate) fn round(tool: &str, outcome: Outcome) {
-    metrics::counter!("hitl_rounds_total", "tool" => tool.to_owned(), "outcome" => outcome.as_str()).increment(1);
+/// The engine's metric handles, registered once per tool (at its first record) rather
+/// than looked up, with a new label string, at every record. One per engine: made after
+/// the program installs its recorder (`hitl serve` installs it before it serves).
+#[derive(Default)]
+pub(crate) struct Meters {
+    by_tool: std::sync::Mutex<std::collections::HashMap<Box<str>, Arc<ToolMeters>>>,
 }
 
-/// The time people took to answer a round of `tool` asked at `asked_at_ms`.
-pub(crate) fn answered(tool: &str, asked_at_ms: u64, now_ms: u64) {
-    if asked_at_ms > 0 {
-        let seconds = now_ms.saturating_sub(asked_at_ms) as f64 / 1000.0;
-        metrics::histogram!("hitl_answer_seconds", "tool" => tool.to_owned()).record(seconds);
+/// One tool's handles.
+struct ToolMeters {
+    /// `hitl_rounds_total`, by [`Outcome`] (its index in [`Outcome::ALL`]).
+    rounds: [metrics::Counter; Outcome::ALL.len()],
+    answered: metrics::Histogram,
+    ran: metrics::Histogram,
+}
+
+impl Meters {
+    fn of(&self, tool: &str) -> Arc<ToolMeters> {
+        let mut by_tool = self.by_tool.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(meters) = by_tool.get(tool) {
+            return meters.clone();
+        }
+        let label = tool.to_owned();
+        let meters = Arc::new(ToolMeters {
+            rounds: Outcome::ALL.map(|outcome| {
+                metrics::counter!("hitl_rounds_total", "tool" => label.clone(), "outcome" => outcome.as_str())
+            }),
+            answered: metrics::histogram!("hitl_answer_seconds", "tool" => label.clone()),
+            ran: metrics::histogram!("hitl_agent_run_seconds", "tool" => label),
+        });
+        by_tool.insert(tool.into(), meters.clone());
+        meters
     }
-}
 
-/// The time an agent run of `tool` took, from `started`.
-pub(crate) fn ran(tool: &str, started: Instant) {
-    metrics::histogram!("hitl_agent_run_seconds", "tool" => tool.to_owned()).record(started.elapsed().as_secs_f64());
+    /// Counts one round of `tool`.
+    pub(crate) fn round(&self, tool: &str, outcome: Outcome) {
+        self.of(tool).rounds[outcome as usize].increment(1);
+    }
+
+    /// The time people took to answer a round of `tool` asked at `asked_at_ms`.
+    pub(crate) fn answered(&self, tool: &str, asked_at_ms: u64, now_ms: u64) {
+        if asked_at_ms > 0 {
+            let seconds = now_ms.saturating_sub(asked_at_ms) as f64 / 1000.0;
+            self.of(tool).answered.record(seconds);
+        }
+    }
+
+    /// The time an agent run of `tool` took, from `started`.
+    pub(crate) fn ran(&self, tool: &str, started: Instant) {
+        self.of(tool).ran.record(started.elapsed().as_secs_f64());
+    }
 }

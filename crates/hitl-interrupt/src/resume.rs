@@ -124,12 +124,12 @@ impl<'a> Resume<'a> {
             match next {
                 Next::Invalid => {
                     let outcome = if gone { meter::Outcome::Expired } else { meter::Outcome::InvalidState };
-                    meter::round(binding, outcome);
+                    core.meters.round(binding, outcome);
                     return Ok(invalid_state());
                 }
                 Next::Newer => return Ok(Err(ErrorObject::internal(NEWER_FORMAT))),
                 Next::Replay(reply) => {
-                    meter::round(binding, meter::Outcome::Replayed);
+                    core.meters.round(binding, meter::Outcome::Replayed);
                     return Ok(reply);
                 }
                 Next::Reask(reply) => {
@@ -154,7 +154,7 @@ impl<'a> Resume<'a> {
                     return Ok(reply);
                 }
                 Next::Reject(e) => {
-                    meter::round(binding, refusal(&e));
+                    core.meters.round(binding, refusal(&e));
                     if let Some((tool, principal)) = &whose {
                         let principal = principal.as_deref();
                         core.observe(crate::Event::Refused { thread_id, tool, principal, reason: &e.message });
@@ -178,8 +178,8 @@ impl<'a> Resume<'a> {
                         if claimed { Ok(()) } else { core.store.save((*thread).clone(), Some(loaded_version)).await };
                     match saved {
                         Ok(()) => {
-                            meter::round(binding, meter::Outcome::Resumed);
-                            meter::answered(binding, round.asked_at_ms, now);
+                            core.meters.round(binding, meter::Outcome::Resumed);
+                            core.meters.answered(binding, round.asked_at_ms, now);
                             core.observe(crate::Event::Answered { thread: &thread, round: &round });
                         }
                         Err(SaveError::Conflict(_)) => continue,
@@ -243,7 +243,7 @@ impl<'a> Resume<'a> {
             let run = std::pin::pin!(deadline.run(tracing::Instrument::instrument(graph_run, span)));
             held.run_renewing(run, core.clock.as_ref(), core.lifetimes.lease).await
         };
-        meter::ran(&agent.name, started);
+        core.meters.ran(&agent.name, started);
         let begun_in = *held.begun_in.lock().unwrap_or_else(|p| p.into_inner());
         // The run is over, so the marks it held are dropped: take the thread back
         // without a copy (unless a step kept its context alive).
@@ -321,7 +321,7 @@ impl<'a> Resume<'a> {
                     (saved, _) => saved,
                 };
                 if saved.is_ok() {
-                    meter::round(&tool, meter::Outcome::Paused);
+                    core.meters.round(&tool, meter::Outcome::Paused);
                 }
                 if saved.is_ok()
                     && let Some(thread) = &observed

@@ -37,6 +37,8 @@ pub(crate) struct Core {
     pub(crate) waiting: Arc<Waiting>,
     /// Outcomes this process holds but could not save yet (the store was down).
     pub(crate) unsaved: Arc<Unsaved>,
+    /// The engine's metric handles, per tool.
+    pub(crate) meters: Arc<crate::meter::Meters>,
 }
 
 impl Core {
@@ -58,6 +60,7 @@ impl Core {
             hold: HoldPolicy::default(),
             waiting: Arc::default(),
             unsaved: Arc::default(),
+            meters: Arc::default(),
         }
     }
 
@@ -148,6 +151,7 @@ impl Core {
             observer: self.observer.clone(),
             paused: self.limits.paused,
             unsaved: self.unsaved.clone(),
+            meters: self.meters.clone(),
         }
     }
 

@@ -78,10 +78,11 @@ impl Tasks {
         let (graph, tool) = (agent.graph.clone(), agent.name.clone());
         let id = uuid::Uuid::now_v7().to_string();
         let run = core.run_of(&call, agent, &id);
+        let meters = core.meters.clone();
         let mut handle = tokio::spawn(async move {
             let started = std::time::Instant::now();
             let outcome = graph.invoke_run(arguments, run).await;
-            crate::meter::ran(&tool, started);
+            meters.ran(&tool, started);
             outcome
         });
         if !wait.is_zero()
@@ -223,7 +224,7 @@ impl Tasks {
             core.observe(crate::Event::Finished { thread_id: &id, tool: &tool, principal, result });
         }
         if paused {
-            crate::meter::round(&tool, crate::meter::Outcome::Paused);
+            core.meters.round(&tool, crate::meter::Outcome::Paused);
             // Counted since the task was made; it now counts to its round's expiry.
             if let Some(owner) = &owner {
                 let _ = core.store.count_paused(owner, &id, &tool, until, core.limits.paused).await;

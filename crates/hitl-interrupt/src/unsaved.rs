@@ -98,6 +98,7 @@ pub(crate) struct Saver {
     pub(crate) observer: Option<Arc<dyn Observer>>,
     pub(crate) paused: PausedLimits,
     pub(crate) unsaved: Arc<Unsaved>,
+    pub(crate) meters: Arc<crate::meter::Meters>,
 }
 
 impl Saver {
@@ -164,7 +165,7 @@ impl Saver {
     async fn after_kept(&self, outcome: &Outcome) {
         let Kept::NextRound = outcome.kind else { return };
         let thread = &outcome.thread;
-        crate::meter::round(&thread.tool, crate::meter::Outcome::Paused);
+        self.meters.round(&thread.tool, crate::meter::Outcome::Paused);
         if let Some(observer) = &self.observer {
             observer.observe(&crate::Event::Asked { thread });
         }
