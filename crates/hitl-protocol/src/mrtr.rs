@@ -173,24 +173,40 @@ impl TryFrom<ElicitWire> for ElicitRequestParams {
     }
 }
 
+/// [`ElicitWire`] written from borrowed parts: a request is written without a copy.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ElicitWireOut<'a> {
+    mode: &'static str,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    requested_schema: Option<&'a RequestedSchema>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    elicitation_id: Option<&'a str>,
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    meta: Option<&'a Meta>,
+}
+
 impl Serialize for ElicitRequestParams {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let wire = match self.clone() {
-            Self::Form(f) => ElicitWire {
-                mode: Some("form".into()),
-                message: f.message,
-                requested_schema: Some(f.requested_schema),
+        let wire = match self {
+            Self::Form(f) => ElicitWireOut {
+                mode: "form",
+                message: &f.message,
+                requested_schema: Some(&f.requested_schema),
                 url: None,
                 elicitation_id: None,
-                meta: f.meta,
+                meta: f.meta.as_ref(),
             },
-            Self::Url(u) => ElicitWire {
-                mode: Some("url".into()),
-                message: u.message,
+            Self::Url(u) => ElicitWireOut {
+                mode: "url",
+                message: &u.message,
                 requested_schema: None,
-                url: Some(u.url),
-                elicitation_id: u.elicitation_id,
-                meta: u.meta,
+                url: Some(&u.url),
+                elicitation_id: u.elicitation_id.as_deref(),
+                meta: u.meta.as_ref(),
             },
         };
         wire.serialize(s)
