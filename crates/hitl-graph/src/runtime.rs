@@ -229,8 +229,12 @@ impl Graph {
         {
             return verdict.clone();
         }
-        if let (Some(key), Value::Object(mut map)) = (&self.inner.output_value, state.clone()) {
-            return map.remove(key).unwrap_or(Value::Null);
+        // The state itself, not a copy: a state that is not an object has no such key.
+        if let Some(key) = &self.inner.output_value {
+            return match state {
+                Value::Object(mut map) => map.remove(key).unwrap_or(Value::Null),
+                other => other,
+            };
         }
         match (&self.inner.output_keys, state) {
             (Some(keys), Value::Object(mut map)) => {

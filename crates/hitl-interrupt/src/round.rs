@@ -185,10 +185,10 @@ pub(crate) fn settle(outcome: Result<Outcome, RunError>, asking: &Asking<'_>, se
                     ErrorObject::internal(format!("the agent answered an error that is not valid: {e}"))
                 }))
             }
-            None => done(tool_result(&output)),
+            None => done(tool_result(output)),
         },
         Ok(Outcome::Breakpoint { .. }) if asking.can_elicit => done(CallToolResult::error([BREAKPOINT.to_owned()])),
-        Ok(Outcome::Breakpoint { state, .. }) => done(CallToolResult::json(&state)),
+        Ok(Outcome::Breakpoint { state, .. }) => done(CallToolResult::from_json(state)),
         Ok(Outcome::Paused { interrupts, .. }) if asking.unresumable.is_some() => {
             let message = asking.unresumable.unwrap_or_default().to_owned();
             done(CallToolResult::error([message, pending(&interrupts)]))
@@ -355,9 +355,9 @@ pub(crate) fn ran(
 
 /// An agent's output as the call's result: an MCP result it returns as is
 /// ([`hitl_graph::payload::ToolResult`]), or its output as JSON.
-fn tool_result(output: &Value) -> CallToolResult {
-    let Some(hitl_graph::payload::ToolResult(result)) = hitl_graph::payload::ToolResult::parse(output) else {
-        return CallToolResult::json(output);
+fn tool_result(output: Value) -> CallToolResult {
+    let Some(hitl_graph::payload::ToolResult(result)) = hitl_graph::payload::ToolResult::parse(&output) else {
+        return CallToolResult::from_json(output);
     };
     serde_json::from_value(Value::Object(result)).unwrap_or_else(|e: serde_json::Error| {
         CallToolResult::error([format!("The agent returned a tool result that is not valid: {e}")])

@@ -93,13 +93,24 @@ impl CallRef {
         }
     }
 
-    /// An audit entry about this call.
+    /// An audit entry about this call (which has more to say).
     fn entry(&self, event: AuditKind) -> AuditEvent {
-        AuditEvent {
-            thread: Some(self.thread.clone()),
-            tool: Some(self.tool.clone()),
+        Self {
+            thread: self.thread.clone(),
+            tool: self.tool.clone(),
             principal: self.principal.clone(),
             args_digest: self.args_digest.clone(),
+        }
+        .into_entry(event)
+    }
+
+    /// The last audit entry about this call: its names moved, not copied.
+    fn into_entry(self, event: AuditKind) -> AuditEvent {
+        AuditEvent {
+            thread: Some(self.thread),
+            tool: Some(self.tool),
+            principal: self.principal,
+            args_digest: self.args_digest,
             ..AuditEvent::new(event)
         }
     }
@@ -536,7 +547,7 @@ impl Worker {
     async fn take(&mut self, note: Note) {
         match note {
             Note::Asked { call, round, keys, approvals, expires_at_ms } => {
-                let mut entry = call.entry(AuditKind::Asked);
+                let mut entry = call.into_entry(AuditKind::Asked);
                 (entry.round, entry.keys) = (Some(round), Some(keys));
                 if let Some(first) = approvals.first() {
                     // Redacted and capped by `audit`, as every entry's arguments are.
@@ -569,12 +580,12 @@ impl Worker {
             }
             Note::Page(view) => self.page_answered(&view).await,
             Note::Began { call, step } => {
-                let mut entry = call.entry(AuditKind::Executed);
+                let mut entry = call.into_entry(AuditKind::Executed);
                 entry.step = Some(step);
                 self.audit(entry);
             }
             Note::Finished { call, is_error } => {
-                let mut entry = call.entry(AuditKind::Finished);
+                let mut entry = call.into_entry(AuditKind::Finished);
                 entry.is_error = Some(is_error);
                 self.audit(entry);
             }
@@ -590,7 +601,7 @@ impl Worker {
             approver: view.page.answered_by.clone(),
             key: Some(view.key.clone()),
             page: Some(page),
-            ..CallRef::named(&view.thread_id, &view.tool, view.principal.as_deref()).entry(AuditKind::Answered)
+            ..CallRef::named(&view.thread_id, &view.tool, view.principal.as_deref()).into_entry(AuditKind::Answered)
         };
         match &view.page.kind {
             PageKind::Approval { .. } => {

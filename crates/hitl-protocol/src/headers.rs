@@ -28,14 +28,15 @@ pub fn name_param(method: &str) -> Option<&'static str> {
 /// `=?base64?…?=` form (strict padding). `None` when the value is not valid UTF-8 or
 /// the base64 form is malformed. A value that only looks partly like the encoded form
 /// (say, without the closing `?=`) is taken literally.
-pub fn decode_value(raw: &[u8]) -> Option<String> {
+pub fn decode_value(raw: &[u8]) -> Option<std::borrow::Cow<'_, str>> {
     let text = std::str::from_utf8(raw).ok()?.trim_matches([' ', '\t']);
     match text.strip_prefix("=?base64?").and_then(|rest| rest.strip_suffix("?=")) {
         Some(encoded) => {
             let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
-            String::from_utf8(bytes).ok()
+            String::from_utf8(bytes).ok().map(std::borrow::Cow::Owned)
         }
-        None => Some(text.to_owned()),
+        // A plain value (most are) is borrowed, not copied.
+        None => Some(std::borrow::Cow::Borrowed(text)),
     }
 }
 

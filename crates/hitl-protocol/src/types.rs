@@ -6,8 +6,8 @@ use serde_json::{Map, Value};
 use crate::{ClientCapabilities, Implementation, InputRequiredResult, InputResponses, Meta, ServerCapabilities};
 
 /// The `resultType` of a 2026-07-28 result.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(from = "String", into = "String")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[serde(from = "String")]
 pub enum ResultType {
     /// `"complete"`: an ordinary result.
     Complete,
@@ -30,10 +30,27 @@ impl From<String> for ResultType {
 impl From<ResultType> for String {
     fn from(t: ResultType) -> Self {
         match t {
-            ResultType::Complete => "complete".into(),
-            ResultType::InputRequired => "input_required".into(),
             ResultType::Other(s) => s,
+            known => known.as_str().to_owned(),
         }
+    }
+}
+
+impl ResultType {
+    /// As written on the wire.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Complete => "complete",
+            Self::InputRequired => "input_required",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+/// Written as its text, without a copy of it.
+impl Serialize for ResultType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -245,11 +262,17 @@ impl CallToolResult {
     /// A successful result whose text is `output` as compact JSON, with
     /// `structuredContent` when `output` is an object.
     pub fn json(output: &Value) -> Self {
-        let text = serde_json::to_string(output).unwrap_or_default();
+        Self::from_json(output.clone())
+    }
+
+    /// [`CallToolResult::json`] of an output the caller gives up (kept, not copied, as
+    /// `structuredContent`).
+    pub fn from_json(output: Value) -> Self {
+        let text = serde_json::to_string(&output).unwrap_or_default();
         Self {
             result_type: Some(ResultType::Complete),
             content: vec![ContentBlock::text(text)],
-            structured_content: output.is_object().then(|| output.clone()),
+            structured_content: output.is_object().then_some(output),
             is_error: None,
             meta: None,
         }

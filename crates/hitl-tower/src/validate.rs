@@ -137,7 +137,7 @@ pub(crate) fn validate(
                 Some(call) => Body::Call(call),
                 None => Body::Tree(tree()?),
             };
-            modern(tools, access, headers, version_header.unwrap_or_default(), body, who, headerless)
+            modern(tools, access, headers, version_header.as_deref().unwrap_or_default(), body, who, headerless)
                 .map(|valid| Incoming::Request(Box::new(valid)))
         }
         Era::Legacy => legacy(headers, tree()?, who),
@@ -173,7 +173,7 @@ fn modern(
     tools: &IndexMap<String, Agent>,
     access: Option<&Access>,
     http_headers: &HeaderMap,
-    version_header: String,
+    version_header: &str,
     body: Body,
     who: Who,
     headerless: bool,
@@ -188,7 +188,7 @@ fn modern(
                     .map_err(fail)?;
             }
             let meta = std::mem::take(&mut params.meta);
-            let modern = modern_meta(&meta, &version_header).map_err(fail)?;
+            let modern = modern_meta(&meta, version_header).map_err(fail)?;
             let typed = ClientRequest::CallTool(params);
             return checked(tools, access, http_headers, (id, typed, meta, modern), who, headerless);
         }
@@ -221,7 +221,7 @@ fn modern(
         Some(raw) => serde_json::from_value(raw)
             .map_err(|_| fail(ErrorObject::invalid_params("Invalid params: _meta must be an object")))?,
     };
-    let modern = modern_meta(&meta, &version_header).map_err(fail)?;
+    let modern = modern_meta(&meta, version_header).map_err(fail)?;
     let typed = ClientRequest::parse(&request.method, params).map_err(fail)?;
     checked(tools, access, http_headers, (id, typed, meta, modern), who, headerless)
 }
