@@ -130,18 +130,23 @@ impl fmt::Debug for Run {
 #[derive(Clone, Default)]
 pub struct Metadata {
     value: std::sync::OnceLock<Value>,
-    make: Option<Arc<dyn Fn() -> Value + Send + Sync>>,
+    make: Option<Arc<MakeMetadata>>,
 }
 
+/// What makes a run's metadata from the run's [`Extensions`] (where the typed values it
+/// shows as JSON already are).
+type MakeMetadata = dyn Fn(&Extensions) -> Value + Send + Sync;
+
 impl Metadata {
-    /// Metadata made by `make` when first read.
-    pub fn lazy(make: impl Fn() -> Value + Send + Sync + 'static) -> Self {
+    /// Metadata made by `make`, from the run's extensions, when first read.
+    pub fn lazy(make: impl Fn(&Extensions) -> Value + Send + Sync + 'static) -> Self {
         Self { value: std::sync::OnceLock::new(), make: Some(Arc::new(make)) }
     }
 
-    /// The metadata (`null` when none was given).
-    pub fn get(&self) -> &Value {
-        self.value.get_or_init(|| self.make.as_ref().map_or(Value::Null, |make| make()))
+    /// The metadata of a run whose extensions are `extensions` (`null` when none was
+    /// given).
+    pub fn get(&self, extensions: &Extensions) -> &Value {
+        self.value.get_or_init(|| self.make.as_ref().map_or(Value::Null, |make| make(extensions)))
     }
 }
 
@@ -255,7 +260,7 @@ impl StepContext {
 
     /// What the caller knows of the request (for MCP: `{"clientCapabilities": …}`).
     pub fn metadata(&self) -> &Value {
-        self.run.metadata.get()
+        self.run.metadata.get(&self.run.extensions)
     }
 
     /// The run's typed value of type `T` ([`Run::extensions`]), when the caller gave

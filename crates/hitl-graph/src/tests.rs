@@ -492,7 +492,7 @@ fn lazy_metadata_is_made_once_when_a_step_first_reads_it_and_never_otherwise() {
     let run = || {
         let made = made.clone();
         Run {
-            metadata: crate::Metadata::lazy(move || {
+            metadata: crate::Metadata::lazy(move |_| {
                 made.fetch_add(1, Ordering::SeqCst);
                 json!({"k": 1})
             }),

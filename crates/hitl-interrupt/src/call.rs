@@ -177,9 +177,10 @@ impl ToolCall {
         // `-32042` to it as that error).
         let legacy = self.resumable == Resumable::LEGACY || self.session.is_some();
         let caller = agent.per_caller.then(|| self.caller_key());
-        let capabilities = self.capabilities.clone();
-        // Made as JSON only for a step that reads it.
-        let metadata = hitl_graph::Metadata::lazy(move || {
+        // Made as JSON only for a step that reads it, from the capabilities the run's
+        // extensions hold.
+        let metadata = hitl_graph::Metadata::lazy(move |extensions| {
+            let capabilities = extensions.get::<ClientCapabilities>();
             let mut metadata = serde_json::json!({ "clientCapabilities": capabilities });
             if legacy {
                 metadata["legacyClient"] = Value::Bool(true);

@@ -871,8 +871,10 @@ fn the_caller_key_comes_from_who_calls_and_their_session() {
     assert_ne!(key(as_who(None, "10.0.0.1", None, json!({}))), key(as_who(None, "10.0.0.2", None, json!({}))));
     let call = as_who(Some("user:alice"), "10.0.0.1", None, json!({"elicitation": {}}));
     let per_caller = text_agent("kept", &["q"]).per_caller();
-    assert_eq!(call.run(&per_caller).metadata.get()["caller"], alice, "steps see it as the run's metadata");
-    let plain = call.run(&text_agent("plain", &["q"])).metadata.get().clone();
+    let run = call.run(&per_caller);
+    assert_eq!(run.metadata.get(&run.extensions)["caller"], alice, "steps see it as the run's metadata");
+    let plain = call.run(&text_agent("plain", &["q"]));
+    let plain = plain.metadata.get(&plain.extensions).clone();
     assert!(plain.get("caller").is_none(), "made only for agents that keep something per caller: {plain}");
 }
 
