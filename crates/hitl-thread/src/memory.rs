@@ -27,8 +27,8 @@ type Fast = foldhash::fast::RandomState;
 /// by expiry, so the cost of a save does not grow with the number of paused calls.
 /// A paused call is kept as its record, not as JSON: a load copies its identity and
 /// shares its checkpoint and round (a change is made on a copy of its own), so a round
-/// parses and writes no record. A finished call, kept only for resends, is kept as its
-/// JSON, smaller than its values. Finished calls are bounded by [`FinishedLimits`]:
+/// parses and writes no record. A finished call, kept only for resends, is kept
+/// encoded (MessagePack), smaller than its values or its JSON. Finished calls are bounded by [`FinishedLimits`]:
 /// past either limit the oldest go first, counted in `hitl_finished_calls_dropped_total`.
 pub struct MemoryStore<C: Clock = SystemClock> {
     shards: Box<[Mutex<Shard>]>,
@@ -122,16 +122,17 @@ struct Stored {
     finished_bytes: u64,
 }
 
-/// A kept record: a call that may go on as its values, a finished one as its JSON.
+/// A kept record: a call that may go on as its values, a finished one encoded.
 enum Record {
     /// Paused or working: loaded on every round, so never parsed or written.
     Live(Box<Thread>),
-    /// Finished: loaded only by a resend.
+    /// Finished: loaded only by a resend, so kept small (MessagePack, its fields named:
+    /// smaller than its values or its JSON, and written without escaping).
     Finished(Arc<[u8]>),
 }
 
 /// How many finished calls the memory store keeps for resends, and in how many bytes
-/// (a record's JSON, its id and what the store keeps beside it). Past either, the
+/// (a record's encoding, its id and what the store keeps beside it). Past either, the
 /// oldest finished calls are dropped first: a resend of one gets `Invalid or expired
 /// requestState`, as after its lifetime.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,10 +192,10 @@ impl Finished {
     }
 }
 
-/// What a finished record counts for: its JSON, its id (twice: map and queue) and the
-/// entries beside it.
-fn finished_bytes(json: &[u8], id: &str) -> u64 {
-    (json.len() + 2 * id.len() + std::mem::size_of::<Stored>() + 64) as u64
+/// What a finished record counts for: its encoding, its id (twice: map and queue) and
+/// the entries beside it.
+fn finished_bytes(packed: &[u8], id: &str) -> u64 {
+    (packed.len() + 2 * id.len() + std::mem::size_of::<Stored>() + 64) as u64
 }
 
 #[derive(Default)]
@@ -349,7 +350,7 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
 
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
         let now = self.clock.now_ms();
-        let (json, version, claim) = {
+        let (packed, version, claim) = {
             let shard = self.shard(id);
             let Some(stored) = shard.threads.get(id).filter(|t| t.expires_at_ms > now) else { return Ok(None) };
             match &stored.record {
@@ -361,12 +362,12 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
                     thread.set_claim(stored.claim.clone());
                     return Ok(Some(thread));
                 }
-                Record::Finished(json) => (json.clone(), stored.version, stored.claim.clone()),
+                Record::Finished(packed) => (packed.clone(), stored.version, stored.claim.clone()),
             }
         };
-        // Parsed outside the shard's lock.
-        let corrupt = |e: serde_json::Error| StoreError::Corrupt { id: id.to_owned(), reason: e.to_string() };
-        let mut thread: Thread = serde_json::from_slice(&json).map_err(corrupt)?;
+        // Read outside the shard's lock.
+        let corrupt = |e: rmp_serde::decode::Error| StoreError::Corrupt { id: id.to_owned(), reason: e.to_string() };
+        let mut thread: Thread = rmp_serde::from_slice(&packed).map_err(corrupt)?;
         thread.version = version;
         thread.set_claim(claim);
         Ok(Some(thread))
@@ -404,17 +405,17 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
     }
 
     async fn save(&self, mut thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
-        // The claim is kept beside the record; a finished call's JSON is written
+        // The claim is kept beside the record; a finished call is encoded
         // outside the shard's lock.
         let claim = thread.take_claim();
         let (version, expires_at_ms) = (thread.version, thread.expires_at_ms);
         let (record, finished_bytes, id) = match thread.state {
             ThreadState::Finished => {
-                let mut json = Vec::with_capacity(512);
-                serde_json::to_writer(&mut json, &thread)
+                let mut packed = Vec::with_capacity(1024);
+                rmp_serde::encode::write_named(&mut packed, &thread)
                     .map_err(|e| StoreError::Corrupt { id: thread.id.clone(), reason: e.to_string() })?;
-                let bytes = finished_bytes(&json, &thread.id);
-                (Record::Finished(json.into()), bytes, thread.id)
+                let bytes = finished_bytes(&packed, &thread.id);
+                (Record::Finished(packed.into()), bytes, thread.id)
             }
             _ => {
                 let id = std::mem::take(&mut thread.id);
@@ -659,6 +660,44 @@ mod tests {
         rt.block_on(crate::conformance::run(&store, "t", 1_000_000));
         assert!(rt.block_on(crate::conformance::claims(&store, "u", 1_000_000)), "it claims as it loads");
         rt.block_on(crate::conformance::records(&store, "t", 1_000_000));
+    }
+
+    /// A finished call is kept encoded (MessagePack) and read back whole: every kind of
+    /// JSON value in its result, its content's extra fields, a task's state.
+    #[tokio::test]
+    async fn a_finished_call_is_read_back_as_it_was_saved_whatever_its_result_holds() {
+        let now = 1_000_000;
+        let store = MemoryStore::with_clock(ManualClock::new(now));
+        let structured = serde_json::json!({
+            "n": -3, "big": u64::MAX, "f": 1.5, "whole": 2.0, "none": null, "yes": true,
+            "list": [1, "two", {"three": [3]}], "text": "é \" \n \u{1F600}", "": "empty key",
+        });
+        let result: hitl_protocol::CallToolResult = serde_json::from_value(serde_json::json!({
+            "resultType": "complete",
+            "content": [{"type": "text", "text": "done", "annotations": {"priority": 0.5}, "_meta": {"k": "v"}},
+                        {"type": "image", "data": "AAAA", "mimeType": "image/png"}],
+            "structuredContent": structured,
+            "isError": false,
+        }))
+        .unwrap();
+        let mut finished = thread("rich", 4, now + 600_000);
+        finished.principal = Some("user:alice".into());
+        finished.owner = Some("user:alice".into());
+        finished.last = Some(std::sync::Arc::new(crate::Last {
+            round: 2,
+            nonce: "n".into(),
+            keys: vec!["answer-1".into(), "review-2.1".into()],
+            answers_digest: "ad".into(),
+            outcome: crate::LastOutcome::Result { result },
+        }));
+        let mut task = crate::TaskState::new(
+            now,
+            serde_json::from_value(serde_json::json!({"elicitation": {"form": {}}})).unwrap(),
+        );
+        task.error = Some(hitl_protocol::ErrorObject::internal("x").with_data(serde_json::json!({"d": [1]})));
+        finished.task = Some(Box::new(task));
+        store.save(finished.clone(), None).await.unwrap();
+        assert_eq!(store.load("rich").await.unwrap(), Some(finished));
     }
 
     #[tokio::test]
