@@ -165,7 +165,15 @@ impl Graph {
             async move { (AssertUnwindSafe(fut).catch_unwind().await, ctx) }
         });
         let mut interrupts = Vec::new();
-        for (name, (result, ctx)) in to_run.iter().zip(join_all(runs).await) {
+        // One step (most supersteps) is awaited as it is, without a join of one.
+        let ran = match to_run.len() {
+            1 => match runs.into_iter().next() {
+                Some(run) => vec![run.await],
+                None => Vec::new(),
+            },
+            _ => join_all(runs).await,
+        };
+        for (name, (result, ctx)) in to_run.iter().zip(ran) {
             let failed = |message: String| RunError::StepFailed { step: name.clone(), message };
             match result {
                 Ok(Ok(update)) => {

@@ -59,7 +59,7 @@ pub(crate) fn build(interrupts: &[Interrupt]) -> Result<Vec<Question>, NotAskabl
         let built = match (relay, &interrupt.response_schema, &interrupt.value) {
             (Some(relay), _, _) => relay_questions(interrupt, relay)?,
             (None, Some(schema), value) => vec![typed_question(interrupt, value, schema)?],
-            (None, None, Value::String(message)) => vec![text_question(message, &interrupt.id)],
+            (None, None, Value::String(message)) => vec![text_question(message, &interrupt.value, &interrupt.id)],
             (None, None, _) => {
                 return Err(NotAskable(format!(
                     "the interrupt of step {} is not a string and has no response schema",
@@ -76,7 +76,9 @@ pub(crate) fn build(interrupts: &[Interrupt]) -> Result<Vec<Question>, NotAskabl
             String::new()
         };
         for mut question in built {
-            question.key = format!("{prefix}{}", question.key);
+            if !prefix.is_empty() {
+                question.key = format!("{prefix}{}", question.key);
+            }
             match questions.iter_mut().find(|q| q.key == question.key) {
                 Some(same) if matches!(question.kind, QuestionKind::Text | QuestionKind::Typed { .. }) => {
                     same.interrupt_ids.extend(question.interrupt_ids);
@@ -225,8 +227,11 @@ fn form_request(message: String, requested_schema: hitl_protocol::RequestedSchem
     InputRequest::Elicit(ElicitRequestParams::Form(FormElicitation { message, requested_schema, meta: None }))
 }
 
-fn text_question(message: &str, interrupt_id: &str) -> Question {
-    let key = format!("answer-{}", short_digest(&json!({ "text": message })));
+/// `asked` is `message` as the interrupt's value: the key is the digest of
+/// `{"text": message}`, made without that object.
+fn text_question(message: &str, asked: &Value, interrupt_id: &str) -> Question {
+    let digest = hitl_thread::digest_hex_of_entries(std::iter::once(("text", asked)));
+    let key = format!("answer-{}", &digest[..16]);
     Question {
         key,
         request: form_request(message.to_owned(), hitl_schema::text_form()),

@@ -147,6 +147,9 @@ fn validator(
 /// each naming its field: missing required fields, values of the wrong type, choices
 /// outside the list, numbers, strings and arrays outside their bounds, bad formats.
 pub fn validate(form: &RequestedSchema, content: &Map<String, Value>) -> Result<(), Vec<Violation>> {
+    if plainly_valid(form, content) {
+        return Ok(());
+    }
     let made = || (Keyed::Form(form.clone()), serde_json::to_value(form).unwrap_or_default());
     let validator =
         validator(form_key(form), |kept| matches!(kept, Keyed::Form(f) if f == form), made).map_err(|v| vec![v])?;
@@ -166,6 +169,25 @@ pub fn validate(form: &RequestedSchema, content: &Map<String, Value>) -> Result<
         })
         .collect();
     if violations.is_empty() { Ok(()) } else { Err(violations) }
+}
+
+/// Whether `content` fits `form` by a check that needs no validator: every property of
+/// the form says only its `type`, `string` or `boolean`, every required one is given,
+/// and every given one has its type (the text question's form, and others as plain).
+/// `false` says nothing: the validator decides, and names what is wrong.
+fn plainly_valid(form: &RequestedSchema, content: &Map<String, Value>) -> bool {
+    let plain = |property: &Value| match property.as_object().filter(|p| p.len() == 1).and_then(|p| p.get("type")) {
+        Some(Value::String(t)) if t == "string" => Some(Value::is_string as fn(&Value) -> bool),
+        Some(Value::String(t)) if t == "boolean" => Some(Value::is_boolean as fn(&Value) -> bool),
+        _ => None,
+    };
+    form.schema.is_none()
+        && form.type_ == "object"
+        && form.required.iter().flatten().all(|key| content.contains_key(key))
+        && form
+            .properties
+            .iter()
+            .all(|(key, property)| plain(property).is_some_and(|fits| content.get(key).is_none_or(fits)))
 }
 
 /// Checks any JSON value against any JSON Schema (tool arguments against a tool's input
@@ -225,5 +247,62 @@ mod tests {
         cache().lock().unwrap().insert(value_key(&mine), (Keyed::Value(other.clone()), theirs));
         assert!(validate_value(&mine, &json!(true)).is_ok(), "checked by its own schema");
         assert!(validate_value(&mine, &json!(3)).is_err());
+    }
+}
+
+#[cfg(test)]
+mod plain {
+    use hitl_protocol::RequestedSchema;
+    use serde_json::{Map, Value, json};
+
+    use super::{plainly_valid, validate};
+
+    /// The check without a validator never passes what the validator refuses, and it
+    /// takes the plain forms (the text question's) it is there for.
+    #[test]
+    fn what_passes_without_a_validator_the_validator_passes_too() {
+        let form = |value: Value| serde_json::from_value::<RequestedSchema>(value).unwrap();
+        let text = crate::text_form();
+        let forms = [
+            text.clone(),
+            form(
+                json!({"type": "object", "properties": {"ok": {"type": "boolean"}, "why": {"type": "string"}}, "required": ["ok"]}),
+            ),
+            form(json!({"type": "object", "properties": {"n": {"type": "integer"}}})),
+            form(json!({"type": "object", "properties": {"c": {"type": "string", "enum": ["a", "b"]}}})),
+            form(json!({"type": "object", "properties": {"s": {"type": "string", "maxLength": 2}}, "required": ["s"]})),
+            form(
+                json!({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "properties": {"s": {"type": "string"}}}),
+            ),
+        ];
+        let contents = [
+            json!({"response": "eu-west-1"}),
+            json!({"response": 5}),
+            json!({}),
+            json!({"response": "x", "other": [1]}),
+            json!({"ok": true}),
+            json!({"ok": "yes"}),
+            json!({"ok": false, "why": "no"}),
+            json!({"n": 1}),
+            json!({"c": "z"}),
+            json!({"s": "long"}),
+            json!({"s": "ok"}),
+        ];
+        let mut plain = 0;
+        for form in &forms {
+            for content in &contents {
+                let content: Map<String, Value> = content.as_object().unwrap().clone();
+                if plainly_valid(form, &content) {
+                    plain += 1;
+                    assert!(validate(form, &content).is_ok(), "{form:?} {content:?}");
+                }
+            }
+        }
+        assert!(plainly_valid(&text, json!({"response": "eu"}).as_object().unwrap()));
+        assert!(!plainly_valid(&text, json!({"response": 5}).as_object().unwrap()));
+        assert!(!plainly_valid(&text, &Map::new()), "a required answer missing");
+        assert_eq!(plain, 4, "the plain forms are taken (two contents each)");
+        let err = validate(&text, json!({"response": 5}).as_object().unwrap()).unwrap_err();
+        assert_eq!(err[0].field, "response", "what is wrong is still named: {err:?}");
     }
 }

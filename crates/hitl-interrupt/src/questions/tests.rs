@@ -424,3 +424,13 @@ fn relayed_requests_without_a_key_are_keyed_by_what_they_ask() {
     assert_ne!(keys(&asked), keys(&other));
     assert!(matches!(&asked[0].kind, QuestionKind::Relay { agent_key } if *agent_key == asked[0].key));
 }
+
+/// A text question's key is what it was when the digest was made of `{"text": message}`
+/// built as an object: a round paused by an earlier build keeps its keys.
+#[test]
+fn a_text_questions_key_is_the_digest_of_its_text_as_an_object() {
+    let built = build(&[interrupt("i", json!("Which region?"), None)]).unwrap();
+    let expected = format!("answer-{}", short_digest(&json!({ "text": "Which region?" })));
+    assert_eq!(expected, "answer-39f2a04ff2430fac", "as earlier builds made it");
+    assert_eq!(keys(&built), [expected]);
+}
