@@ -140,7 +140,7 @@ impl PageView {
             args_digest: thread.args_digest.clone(),
             message,
             review: match &question.kind {
-                QuestionKind::Review(review) => Some(review.clone()),
+                QuestionKind::Review(review) => Some((**review).clone()),
                 _ => None,
             },
             page,

@@ -151,12 +151,12 @@ fn review_questions(
                     (url_request(waiting), Some(unanswered(kind)))
                 }
             };
-            let kind = QuestionKind::Review(review::Review {
+            let kind = QuestionKind::Review(Box::new(review::Review {
                 tool: call.tool,
                 args: call.args,
                 offered: offered.iter().map(|d| d.as_str().to_owned()).collect(),
                 mode: call.mode,
-            });
+            }));
             Ok(Question {
                 key: format!("review-{digest}.{n}"),
                 request,

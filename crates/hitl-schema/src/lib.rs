@@ -44,7 +44,7 @@ mod url;
 mod validate;
 
 use hitl_protocol::RequestedSchema;
-use serde_json::{Map, json};
+use serde_json::{Map, Value};
 
 pub use convert::{Form, FormOptions, to_form};
 pub use downgrade::downgrade_2025_06_18;
@@ -73,9 +73,12 @@ impl CannotAsk {
     }
 }
 
-/// The form of a text question: one required string field, `response`.
+/// The form of a text question: one required string field, `response`. Its maps are
+/// made to size: a paused call keeps its form, so room for more fields would be kept too.
 pub fn text_form() -> RequestedSchema {
-    let mut properties = Map::new();
-    properties.insert(RESPONSE_FIELD.into(), json!({"type": "string"}));
+    let mut field = Map::with_capacity(1);
+    field.insert("type".into(), Value::from("string"));
+    let mut properties = Map::with_capacity(1);
+    properties.insert(RESPONSE_FIELD.into(), Value::Object(field));
     RequestedSchema { schema: None, type_: "object".into(), properties, required: Some(vec![RESPONSE_FIELD.into()]) }
 }

@@ -26,10 +26,11 @@ type Fast = foldhash::fast::RandomState;
 /// each other's lock; each shard drops expired threads as it goes, from a queue ordered
 /// by expiry, so the cost of a save does not grow with the number of paused calls.
 /// A paused call is kept as its record, not as JSON: a load copies its identity and
-/// shares its checkpoint and round (a change is made on a copy of its own), so a round
-/// parses and writes no record. A finished call, kept only for resends, is kept
-/// encoded (MessagePack), smaller than its values or its JSON. Finished calls are bounded by [`FinishedLimits`]:
-/// past either limit the oldest go first, counted in `hitl_finished_calls_dropped_total`.
+/// shares its checkpoint (a change is made on a copy of its own); its open round, most
+/// of its memory, is kept as MessagePack and decoded by the load. A finished call, kept
+/// only for resends, is kept as MessagePack too, smaller than its values or its JSON.
+/// Finished calls are bounded by [`FinishedLimits`]: past either limit the oldest go
+/// first, counted in `hitl_finished_calls_dropped_total`.
 pub struct MemoryStore<C: Clock = SystemClock> {
     shards: Box<[Mutex<Shard>]>,
     finished: Finished,
@@ -122,10 +123,19 @@ struct Stored {
     finished_bytes: u64,
 }
 
+/// What stands for a paused call's round in the record while the record keeps the
+/// round encoded: one empty round, shared.
+fn kept_encoded() -> Arc<crate::Round> {
+    static EMPTY: std::sync::LazyLock<Arc<crate::Round>> = std::sync::LazyLock::new(Arc::default);
+    EMPTY.clone()
+}
+
 /// A kept record: a call that may go on as its values, a finished one encoded.
 enum Record {
-    /// Paused or working: loaded on every round, so never parsed or written.
-    Live(Box<Thread>),
+    /// Paused or working: loaded on every round, so kept as its values, but for a paused
+    /// call's open round, kept encoded (`round`, MessagePack): the round's questions and
+    /// forms are most of a paused call's memory, and a load decodes the round alone.
+    Live { thread: Box<Thread>, round: Option<Arc<[u8]>> },
     /// Finished: loaded only by a resend, so kept small (MessagePack, its fields named:
     /// smaller than its values or its JSON, and written without escaping).
     Finished(Arc<[u8]>),
@@ -354,12 +364,21 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
             let shard = self.shard(id);
             let Some(stored) = shard.threads.get(id).filter(|t| t.expires_at_ms > now) else { return Ok(None) };
             match &stored.record {
-                Record::Live(thread) => {
+                Record::Live { thread, round } => {
                     // Kept without its id: the map's key is it.
                     let mut thread = Thread::clone(thread);
                     thread.id = id.to_owned();
                     thread.version = stored.version;
                     thread.set_claim(stored.claim.clone());
+                    let round = round.clone();
+                    drop(shard);
+                    // Read outside the shard's lock.
+                    if let (Some(round), Some(paused)) = (round, thread.paused_mut()) {
+                        paused.round = Arc::new(rmp_serde::from_slice(&round).map_err(|e| StoreError::Corrupt {
+                            id: id.to_owned(),
+                            reason: format!("its round: {e}"),
+                        })?);
+                    }
                     return Ok(Some(thread));
                 }
                 Record::Finished(packed) => (packed.clone(), stored.version, stored.claim.clone()),
@@ -419,10 +438,30 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
             }
             _ => {
                 let id = std::mem::take(&mut thread.id);
-                (Record::Live(Box::new(thread)), 0, id)
+                let round = match thread.paused_mut() {
+                    Some(paused) => {
+                        let mut packed = Vec::with_capacity(512);
+                        rmp_serde::encode::write_named(&mut packed, &*paused.round)
+                            .map_err(|e| StoreError::Corrupt { id: id.clone(), reason: e.to_string() })?;
+                        // The values go; the record keeps the encoding.
+                        paused.round = kept_encoded();
+                        Some(packed.into())
+                    }
+                    None => None,
+                };
+                (Record::Live { thread: Box::new(thread), round }, 0, id)
             }
         };
         let stored = Stored { version, expires_at_ms, claim, record, finished_bytes };
+        // A paused call is counted before it is first saved: its id is kept once, for
+        // the ledger and the map alike (the ledger's lock is never held with a shard's).
+        let counted = self
+            .paused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .counted
+            .get_key_value(id.as_str())
+            .map(|(k, _)| k.clone());
         let now = self.clock.now_ms();
         let mut shard = self.shard(&id);
         shard.sweep(now, &self.finished);
@@ -431,7 +470,10 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
             return Err(SaveError::Conflict(id));
         }
         // One copy of the id, for the map and the queues.
-        let id = current.map_or_else(|| Arc::from(id), |(id, _)| id.clone());
+        let id = match current {
+            Some((id, _)) => id.clone(),
+            None => counted.unwrap_or_else(|| Arc::from(id)),
+        };
         shard.expiry.push(Reverse((expires_at_ms, id.clone())));
         self.finished.count(&stored, true);
         if let Some(replaced) = shard.threads.insert(id.clone(), stored) {

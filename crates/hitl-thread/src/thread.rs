@@ -345,7 +345,7 @@ pub struct Claim {
 }
 
 /// A round of questions.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Round {
     /// 1 for the first round.
     pub n: u32,
@@ -481,8 +481,9 @@ pub enum QuestionKind {
         /// The agent's own key for the request.
         agent_key: String,
     },
-    /// A tool call to review: the answer becomes the middleware's decision.
-    Review(Review),
+    /// A tool call to review: the answer becomes the middleware's decision. Boxed: the
+    /// other kinds are small, and a paused call keeps its questions.
+    Review(Box<Review>),
     /// A secret or a sign-in asked on a page: the agent gets `{"action": …}` with the
     /// `value` or the callback's `params` when accepted.
     Page,
