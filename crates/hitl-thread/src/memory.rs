@@ -424,8 +424,8 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
     }
 
     async fn save(&self, mut thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
-        // The claim is kept beside the record; a finished call is encoded
-        // outside the shard's lock.
+        // The claim is kept beside the record; what is kept encoded (a finished call, a
+        // paused call's round) is encoded outside the shard's lock.
         let claim = thread.take_claim();
         let (version, expires_at_ms) = (thread.version, thread.expires_at_ms);
         let (record, finished_bytes, id) = match thread.state {
