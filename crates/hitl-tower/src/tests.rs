@@ -419,6 +419,9 @@ async fn a_call_that_does_not_read_straight_into_its_types_gets_the_trees_readin
             "Invalid params at requestState",
         ),
         (format!(r#"{{"name":5,"_meta":{meta}}}"#), -32020, "does not match body value ''"),
+        // Params as an array (a struct reads from one, by position): the tree finds no
+        // name in them for the header to match.
+        (format!(r#"["choose_region",{{}},null,null,null,{meta}]"#), -32020, "does not match body value ''"),
     ];
     for (params, code, said) in rows {
         let out = post_text(body(&params)).await;

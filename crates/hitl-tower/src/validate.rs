@@ -165,7 +165,10 @@ fn fast_call(bytes: &[u8]) -> Option<Box<FastCall>> {
     if request.method != "tools/call" {
         return None;
     }
-    let params = serde_json::from_str(request.params?.get()).ok()?;
+    // An object only: a struct also reads from an array, which params of a request
+    // by name must not be (the tree's reading says so).
+    let params = request.params.filter(|p| p.get().starts_with('{'))?;
+    let params = serde_json::from_str(params.get()).ok()?;
     Some(Box::new(FastCall { id: request.id, params }))
 }
 
