@@ -261,6 +261,10 @@ pub fn parse(bytes: &[u8]) -> Result<Message, Rejection> {
 /// notification, a response, a message that breaks a rule or does not read straight
 /// into its fields): [`parse`] reads it and says what is wrong.
 pub fn parse_borrowed(bytes: &[u8]) -> Option<Request<&serde_json::value::RawValue>> {
+    // An object only: the fields would also read from an array, by position.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
     let raw = serde_json::from_slice::<RawMessage<&serde_json::value::RawValue>>(bytes).ok()?;
     match from_raw(raw) {
         Ok(Message::Request(request)) => Some(request),

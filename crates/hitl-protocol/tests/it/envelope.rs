@@ -28,6 +28,8 @@ fn a_borrowed_request_is_the_request_parse_reads_and_nothing_else_is_borrowed() 
         r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#,
         r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#,
         r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+        // Fields by position: a batch to `parse`, never a request.
+        r#"["2.0",1,"tools/call",{"name":"x"}]"#,
     ] {
         assert!(jsonrpc::parse_borrowed(other.as_bytes()).is_none(), "{other}");
     }
