@@ -248,12 +248,18 @@ pub fn parse(bytes: &[u8]) -> Result<Message, Rejection> {
     // An object (every message hitl takes) is read straight into its fields, without a
     // JSON tree of the whole message first. Anything else, and an object that does not
     // read so (bad JSON, a repeated key), takes the path below, whose errors are the rules'.
-    let object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-    if object && let Ok(raw) = serde_json::from_slice::<RawMessage<Value>>(bytes) {
+    if opens_an_object(bytes)
+        && let Ok(raw) = serde_json::from_slice::<RawMessage<Value>>(bytes)
+    {
         return from_raw(raw);
     }
     let value: Value = serde_json::from_slice(bytes).map_err(|e| Rejection::new(None, ErrorObject::parse_error(e)))?;
     from_value(value)
+}
+
+/// Does `bytes`' first non-blank byte open a JSON object?
+fn opens_an_object(bytes: &[u8]) -> bool {
+    bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
 }
 
 /// A request as [`parse`] reads it, its params kept as their text so that they are read
@@ -262,7 +268,7 @@ pub fn parse(bytes: &[u8]) -> Result<Message, Rejection> {
 /// into its fields): [`parse`] reads it and says what is wrong.
 pub fn parse_borrowed(bytes: &[u8]) -> Option<Request<&serde_json::value::RawValue>> {
     // An object only: the fields would also read from an array, by position.
-    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+    if !opens_an_object(bytes) {
         return None;
     }
     let raw = serde_json::from_slice::<RawMessage<&serde_json::value::RawValue>>(bytes).ok()?;
