@@ -453,15 +453,16 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
             }
         };
         let stored = Stored { version, expires_at_ms, claim, record, finished_bytes };
-        // A paused call is counted before it is first saved: its id is kept once, for
-        // the ledger and the map alike (the ledger's lock is never held with a shard's).
-        let counted = self
-            .paused
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .counted
-            .get_key_value(id.as_str())
-            .map(|(k, _)| k.clone());
+        // A paused call is counted before it is first saved (`expected` is none): its id
+        // is kept once, for the ledger and the map alike. Later saves find it in the map,
+        // so only a first one takes the ledger's lock (never held with a shard's).
+        let counted = expected
+            .is_none()
+            .then(|| {
+                let ledger = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+                ledger.counted.get_key_value(id.as_str()).map(|(k, _)| k.clone())
+            })
+            .flatten();
         let now = self.clock.now_ms();
         let mut shard = self.shard(&id);
         shard.sweep(now, &self.finished);
