@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use hitl_graph::Agent;
-use hitl_protocol::{CallToolResponse, CallToolResult, ErrorObject};
+use hitl_protocol::{CallToolResponse, CallToolResult, ErrorObject, InputResponses};
 use serde_json::Value;
 
 use crate::call::{ToolCall, checked_arguments, invalid_state};
@@ -133,17 +133,19 @@ impl Engine {
 
     /// Serves `call` (see [`Engine::call`]); `task`: the client follows it as a task,
     /// so a new call that pauses makes a task.
-    pub(crate) async fn serve(&self, agent: &Agent, call: ToolCall, task: bool) -> Result<Reply, EngineError> {
-        let (arguments, args_digest) = match checked_arguments(agent, &call) {
+    pub(crate) async fn serve(&self, agent: &Agent, mut call: ToolCall, task: bool) -> Result<Reply, EngineError> {
+        let (arguments, args_digest) = match checked_arguments(agent, &mut call) {
             Ok(checked) => checked,
             Err(error) => return Ok(Reply::Refused(error)),
         };
         let deadline = Deadline::after(self.core.limits.request_timeout);
+        // Read only here: taken, not copied.
+        let request_state = call.request_state.take();
         // One span per round, with its thread's id (a new call's is made here).
         let span = |thread_id: &str| tracing::info_span!("round", tool = %call.bound_to(agent), thread_id);
         // Every round a call is answered is of one thread: a new call's (made here), or
         // the one its `requestState` names.
-        let (answer, thread_id) = match call.request_state.clone() {
+        let (answer, thread_id) = match request_state {
             None => {
                 let id = uuid::Uuid::now_v7().to_string();
                 let span = span(&id);
@@ -155,7 +157,9 @@ impl Engine {
             Some(request_state) => {
                 let id = state::split(&request_state).map_or("", |(id, _)| id).to_owned();
                 let span = span(&id);
-                let answered = Box::pin(self.answer(agent, &call, &args_digest, &request_state, deadline));
+                // The answers are read only here: taken, not copied.
+                let responses = call.input_responses.take().unwrap_or_default();
+                let answered = Box::pin(self.answer(agent, &call, &args_digest, &request_state, responses, deadline));
                 (tracing::Instrument::instrument(answered, span).await, id)
             }
         };
@@ -167,7 +171,7 @@ impl Engine {
     /// result it gets for any pause while the round is open, else `Invalid or expired
     /// requestState`. Read only: the thread stays as it is for a client that can answer.
     pub async fn peek(&self, agent: &Agent, call: &ToolCall) -> Result<Reply, EngineError> {
-        let (_, args_digest) = match checked_arguments(agent, call) {
+        let (_, args_digest) = match checked_arguments(agent, &mut call.clone()) {
             Ok(checked) => checked,
             Err(error) => return Ok(Reply::Refused(error)),
         };
@@ -210,6 +214,7 @@ impl Engine {
         call: &ToolCall,
         args_digest: &str,
         request_state: &str,
+        responses: InputResponses,
         deadline: Deadline,
     ) -> Result<Answered, EngineError> {
         let binding = call.bound_to(agent);
@@ -217,7 +222,6 @@ impl Engine {
             self.core.meters.round(&binding, meter::Outcome::InvalidState);
             return Ok(invalid_state());
         };
-        let responses = call.input_responses.clone().unwrap_or_default();
         let answer =
             Answer { agent, call, binding: &binding, args_digest, thread_id, token, responses: &responses, hold: true };
         Resume::new(&self.core).answer(answer, deadline).await

@@ -209,7 +209,12 @@ impl AuditEvent {
     /// Serialized once, for the store and the `[audit] file`.
     pub fn to_line(&self) -> hitl_thread::AuditLine {
         // Strings, numbers and JSON values: serializing cannot fail.
-        let json = serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned());
+        // Sized for a round's entries, which then take one allocation, not several.
+        let mut json = Vec::with_capacity(512);
+        if serde_json::to_writer(&mut json, self).is_err() {
+            json = b"{}".to_vec();
+        }
+        let json = String::from_utf8(json).unwrap_or_else(|_| "{}".to_owned());
         hitl_thread::AuditLine { at_ms: self.at_ms, json: json.into() }
     }
 

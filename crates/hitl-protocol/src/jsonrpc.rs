@@ -393,16 +393,23 @@ impl Response {
     /// result that cannot be written (which hitl's results never are) is written as an
     /// internal error for its id, never as an empty body.
     pub fn to_bytes(&self) -> Vec<u8> {
+        // Most messages fit the first buffer: written without growing it step by step.
+        let mut out = Vec::with_capacity(512);
         let written = match self {
-            Self::Result { id, result } => serde_json::to_vec(&ResultOut { jsonrpc: "2.0", id, result }),
-            Self::Typed { id, result } => serde_json::to_vec(&ResultOut { jsonrpc: "2.0", id, result: &**result })
-                .or_else(|e| {
+            Self::Result { id, result } => serde_json::to_writer(&mut out, &ResultOut { jsonrpc: "2.0", id, result }),
+            Self::Typed { id, result } => {
+                serde_json::to_writer(&mut out, &ResultOut { jsonrpc: "2.0", id, result: &**result }).or_else(|e| {
                     let error = ErrorObject::internal(format!("Internal error: the result could not be encoded: {e}"));
-                    serde_json::to_vec(&ErrorOut { jsonrpc: "2.0", id: &Some(id.clone()), error: &error })
-                }),
-            Self::Error { id, error } => serde_json::to_vec(&ErrorOut { jsonrpc: "2.0", id, error }),
+                    out.clear();
+                    serde_json::to_writer(&mut out, &ErrorOut { jsonrpc: "2.0", id: &Some(id.clone()), error: &error })
+                })
+            }
+            Self::Error { id, error } => serde_json::to_writer(&mut out, &ErrorOut { jsonrpc: "2.0", id, error }),
         };
-        written.unwrap_or_default()
+        if written.is_err() {
+            out.clear();
+        }
+        out
     }
 
     /// The error, when this is an error response.

@@ -1,6 +1,9 @@
 //! `_meta` objects: a map that keeps every key, with typed getters for the reserved ones.
 
-use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+use serde::ser::SerializeMap as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::{ClientCapabilities, ErrorObject};
@@ -19,9 +22,14 @@ pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub const PROGRESS_TOKEN: &str = "progressToken";
 
 /// A `_meta` object. Unknown keys are kept.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Meta(pub Map<String, Value>);
+#[derive(Debug, Clone, Default)]
+pub struct Meta {
+    map: Map<String, Value>,
+    /// `serverInfo` stamped on a result ([`Meta::stamp_server_info`]): one value shared
+    /// by every result, written at its key as the result is serialized, not copied into
+    /// each result's map.
+    server_info: Option<Arc<Value>>,
+}
 
 /// A name and version, as `clientInfo` and `serverInfo` carry them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,17 +73,37 @@ impl Meta {
 
     /// Is there no key at all?
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.map.is_empty() && self.server_info.is_none()
     }
 
     /// The raw value of a key.
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.0.get(key)
+        match &self.server_info {
+            Some(info) if key == SERVER_INFO => Some(info),
+            _ => self.map.get(key),
+        }
     }
 
     /// Sets a key.
     pub fn insert(&mut self, key: impl Into<String>, value: Value) {
-        self.0.insert(key.into(), value);
+        let key = key.into();
+        if key == SERVER_INFO {
+            self.server_info = None;
+        }
+        self.map.insert(key, value);
+    }
+
+    /// Sets `io.modelcontextprotocol/serverInfo` to `info`, shared, not copied.
+    pub fn stamp_server_info(&mut self, info: &Arc<Value>) {
+        self.server_info = Some(info.clone());
+    }
+
+    /// The keys and values, `serverInfo` among them when it was stamped.
+    pub fn into_map(mut self) -> Map<String, Value> {
+        if let Some(info) = self.server_info.take() {
+            self.map.insert(SERVER_INFO.to_owned(), Arc::unwrap_or_clone(info));
+        }
+        self.map
     }
 
     /// `io.modelcontextprotocol/protocolVersion`, when it is a string.
@@ -134,6 +162,75 @@ impl Meta {
     }
 }
 
+impl From<Map<String, Value>> for Meta {
+    fn from(map: Map<String, Value>) -> Self {
+        Self { map, server_info: None }
+    }
+}
+
+/// Equal when they serialize to the same keys and values, however `serverInfo` is held.
+impl PartialEq for Meta {
+    fn eq(&self, other: &Self) -> bool {
+        let rest = |meta: &Self| meta.map.iter().filter(|(key, _)| *key != SERVER_INFO).count();
+        self.get(SERVER_INFO) == other.get(SERVER_INFO)
+            && rest(self) == rest(other)
+            && self.map.iter().all(|(key, value)| key == SERVER_INFO || other.map.get(key) == Some(value))
+    }
+}
+
+impl Serialize for Meta {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Some(info) = &self.server_info else { return self.map.serialize(serializer) };
+        let kept = self.map.iter().filter(|(key, _)| *key != SERVER_INFO);
+        let mut map = serializer.serialize_map(Some(kept.clone().count() + 1))?;
+        for (key, value) in kept {
+            map.serialize_entry(key, value)?;
+        }
+        map.serialize_entry(SERVER_INFO, &**info)?;
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Meta {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Map::deserialize(deserializer).map(Self::from)
+    }
+}
+
 fn missing(key: &str) -> ErrorObject {
     ErrorObject::invalid_params(format!("Invalid params: _meta[\"{key}\"] is required"))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_stamped_server_info_is_written_once_at_its_key_and_reads_as_any_key() {
+        let info = Arc::new(json!({"name": "hitl", "version": "1"}));
+        let mut meta: Meta = serde_json::from_value(json!({"a": 1, SERVER_INFO: {"name": "upstream"}})).unwrap();
+        meta.stamp_server_info(&info);
+        let written = serde_json::to_string(&meta).unwrap();
+        assert_eq!(written, format!(r#"{{"a":1,"{SERVER_INFO}":{{"name":"hitl","version":"1"}}}}"#));
+        assert_eq!(meta.get(SERVER_INFO), Some(&*info));
+        assert_eq!(meta.server_info().unwrap().map(|i| i.name), Some("hitl".to_owned()));
+        // Read back, the same `_meta`; one that differs in a key is not.
+        let read: Meta = serde_json::from_str(&written).unwrap();
+        assert_eq!(read, meta);
+        let mut other = read.clone();
+        other.insert("a", json!(2));
+        assert_ne!(other, meta);
+        // A key set after the stamp wins, and the map holds it all.
+        meta.insert(SERVER_INFO, json!({"name": "set"}));
+        assert_eq!(meta.get(SERVER_INFO), Some(&json!({"name": "set"})));
+        let stamped_again = {
+            let mut m = Meta::new();
+            m.stamp_server_info(&info);
+            assert!(!m.is_empty());
+            m.into_map()
+        };
+        assert_eq!(Value::Object(stamped_again), json!({SERVER_INFO: {"name": "hitl", "version": "1"}}));
+    }
 }

@@ -3,6 +3,8 @@
 //! what every result of an era carries (`resultType` and `_meta.serverInfo` on
 //! 2026-07-28, no `resultType` for 2025-era clients) on the typed value.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -56,7 +58,7 @@ impl ServerResult {
     /// Stamps the result for its era: on 2026-07-28 (`modern`), `resultType`
     /// (`complete` unless it has one) and `_meta.serverInfo`; for a 2025-era client, no
     /// `resultType`.
-    pub fn stamp(&mut self, modern: bool, server_info: &Value) {
+    pub fn stamp(&mut self, modern: bool, server_info: &Arc<Value>) {
         // A result whose `resultType` is not optional goes to a 2025-era client as JSON
         // without it.
         if !modern && matches!(self, Self::Discover(_) | Self::InputRequired(_) | Self::CreateTask(_)) {
@@ -88,19 +90,19 @@ impl ServerResult {
             (_, None) => {}
         }
         if modern {
-            meta.get_or_insert_with(Meta::new).insert(meta_keys::SERVER_INFO, server_info.clone());
+            meta.get_or_insert_with(Meta::new).stamp_server_info(server_info);
         }
     }
 }
 
 /// [`ServerResult::stamp`] of a result kept as JSON.
-fn stamp_map(map: &mut Map<String, Value>, modern: bool, server_info: &Value) {
+fn stamp_map(map: &mut Map<String, Value>, modern: bool, server_info: &Arc<Value>) {
     if !modern {
         map.remove("resultType");
         return;
     }
     map.entry("resultType").or_insert_with(|| Value::from("complete"));
     if let Value::Object(meta) = map.entry("_meta").or_insert_with(|| Value::Object(Map::new())) {
-        meta.insert(meta_keys::SERVER_INFO.into(), server_info.clone());
+        meta.insert(meta_keys::SERVER_INFO.into(), Value::clone(server_info));
     }
 }

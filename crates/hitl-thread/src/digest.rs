@@ -34,11 +34,13 @@ pub fn short_digest(value: &Value) -> String {
 /// `bytes` as lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = Vec::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.extend_from_slice(&[DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0x0f)]]);
+    // Each pair written in place (no copy call per byte); ASCII digits only: the UTF-8
+    // check takes its fast path.
+    let mut out = vec![0; bytes.len() * 2];
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 0x0f)];
     }
-    // ASCII digits only: always UTF-8.
     String::from_utf8(out).unwrap_or_default()
 }
 

@@ -53,22 +53,73 @@ impl<T> Failure for Result<T, SaveError> {
     }
 }
 
+/// The store's operations, each with its metric keys made once, as statics (the label
+/// is a literal): a record looks its handle up without building a key.
+macro_rules! operations {
+    ($($op:ident => $label:literal),* $(,)?) => {
+        #[derive(Clone, Copy)]
+        enum Op {
+            $($op),*
+        }
+
+        impl Op {
+            fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$op => $label),*
+                }
+            }
+
+            /// `hitl_store_operation_seconds{operation}`.
+            fn seconds(self) -> metrics::Histogram {
+                match self {
+                    $(Self::$op => metrics::histogram!("hitl_store_operation_seconds", "operation" => $label)),*
+                }
+            }
+
+            /// `hitl_store_errors_total{operation}`.
+            fn errors(self) -> metrics::Counter {
+                match self {
+                    $(Self::$op => metrics::counter!("hitl_store_errors_total", "operation" => $label)),*
+                }
+            }
+        }
+    };
+}
+
+operations! {
+    Ping => "ping",
+    Load => "load",
+    LoadClaiming => "load_claiming",
+    ReleaseClaim => "release_claim",
+    Save => "save",
+    Delete => "delete",
+    CountPaused => "count_paused",
+    UncountPaused => "uncount_paused",
+    PausedByTool => "paused_by_tool",
+    Paused => "paused",
+    CreatePaused => "create_paused",
+    SaveFinished => "save_finished",
+    PutNote => "put_note",
+    TakeNote => "take_note",
+    UseOnce => "use_once",
+    Used => "used",
+}
+
 /// Store operation `operation` on thread `thread_id` (`""` when it names none), with its
 /// span. Debug level: the most frequent span, kept out of the logs' way unless asked for
 /// (`hitl serve` exports it with the others when spans go to OTLP). Made before the
 /// operation takes the thread, so the id is not copied when the span is off.
-fn op(operation: &'static str, thread_id: &str) -> (&'static str, tracing::Span) {
-    (operation, tracing::debug_span!("store", operation, thread_id))
+fn op(operation: Op, thread_id: &str) -> (Op, tracing::Span) {
+    (operation, tracing::debug_span!("store", operation = operation.as_str(), thread_id))
 }
 
 /// `work`, store operation `operation`, in `span`, timed and counted.
-async fn timed<R: Failure>((operation, span): (&'static str, tracing::Span), work: impl Future<Output = R>) -> R {
+async fn timed<R: Failure>((operation, span): (Op, tracing::Span), work: impl Future<Output = R>) -> R {
     let started = Instant::now();
     let outcome = tracing::Instrument::instrument(work, span).await;
-    metrics::histogram!("hitl_store_operation_seconds", "operation" => operation)
-        .record(started.elapsed().as_secs_f64());
+    operation.seconds().record(started.elapsed().as_secs_f64());
     if outcome.failed() {
-        metrics::counter!("hitl_store_errors_total", "operation" => operation).increment(1);
+        operation.errors().increment(1);
     }
     outcome
 }
@@ -80,27 +131,27 @@ impl<S: ThreadStore + ?Sized> ThreadStore for MeteredStore<S> {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        timed(op("ping", ""), self.inner.ping()).await
+        timed(op(Op::Ping, ""), self.inner.ping()).await
     }
 
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
-        timed(op("load", id), self.inner.load(id)).await
+        timed(op(Op::Load, id), self.inner.load(id)).await
     }
 
     async fn load_claiming(&self, id: &str, attempt: ClaimAttempt<'_>) -> Result<Loaded, StoreError> {
-        timed(op("load_claiming", id), self.inner.load_claiming(id, attempt)).await
+        timed(op(Op::LoadClaiming, id), self.inner.load_claiming(id, attempt)).await
     }
 
     async fn release_claim(&self, id: &str, claimed_version: u64) -> Result<bool, StoreError> {
-        timed(op("release_claim", id), self.inner.release_claim(id, claimed_version)).await
+        timed(op(Op::ReleaseClaim, id), self.inner.release_claim(id, claimed_version)).await
     }
 
     async fn save(&self, thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
-        timed(op("save", &thread.id), self.inner.save(thread, expected)).await
+        timed(op(Op::Save, &thread.id), self.inner.save(thread, expected)).await
     }
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
-        timed(op("delete", id), self.inner.delete(id)).await
+        timed(op(Op::Delete, id), self.inner.delete(id)).await
     }
 }
 
@@ -114,19 +165,19 @@ impl<S: PausedLedger + ?Sized> PausedLedger for MeteredStore<S> {
         until_ms: u64,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, StoreError> {
-        timed(op("count_paused", id), self.inner.count_paused(owner, id, tool, until_ms, limits)).await
+        timed(op(Op::CountPaused, id), self.inner.count_paused(owner, id, tool, until_ms, limits)).await
     }
 
     async fn uncount_paused(&self, owner: &str, id: &str, tool: &str) -> Result<(), StoreError> {
-        timed(op("uncount_paused", id), self.inner.uncount_paused(owner, id, tool)).await
+        timed(op(Op::UncountPaused, id), self.inner.uncount_paused(owner, id, tool)).await
     }
 
     async fn paused_by_tool(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        timed(op("paused_by_tool", ""), self.inner.paused_by_tool()).await
+        timed(op(Op::PausedByTool, ""), self.inner.paused_by_tool()).await
     }
 
     async fn paused(&self, offset: usize, limit: usize) -> Result<(Vec<String>, u64), StoreError> {
-        timed(op("paused", ""), self.inner.paused(offset, limit)).await
+        timed(op(Op::Paused, ""), self.inner.paused(offset, limit)).await
     }
 
     async fn create_paused(
@@ -135,29 +186,29 @@ impl<S: PausedLedger + ?Sized> PausedLedger for MeteredStore<S> {
         owner: &str,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, SaveError> {
-        timed(op("create_paused", &thread.id), self.inner.create_paused(thread, owner, limits)).await
+        timed(op(Op::CreatePaused, &thread.id), self.inner.create_paused(thread, owner, limits)).await
     }
 
     async fn save_finished(&self, thread: Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
-        timed(op("save_finished", &thread.id), self.inner.save_finished(thread, expected, owner)).await
+        timed(op(Op::SaveFinished, &thread.id), self.inner.save_finished(thread, expected, owner)).await
     }
 }
 
 #[async_trait]
 impl<S: Notes + ?Sized> Notes for MeteredStore<S> {
     async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), StoreError> {
-        timed(op("put_note", ""), self.inner.put_note(key, value, until_ms)).await
+        timed(op(Op::PutNote, ""), self.inner.put_note(key, value, until_ms)).await
     }
 
     async fn take_note(&self, key: &str) -> Result<Option<String>, StoreError> {
-        timed(op("take_note", ""), self.inner.take_note(key)).await
+        timed(op(Op::TakeNote, ""), self.inner.take_note(key)).await
     }
 
     async fn use_once(&self, key: &str, until_ms: u64) -> Result<bool, StoreError> {
-        timed(op("use_once", ""), self.inner.use_once(key, until_ms)).await
+        timed(op(Op::UseOnce, ""), self.inner.use_once(key, until_ms)).await
     }
 
     async fn used(&self, key: &str) -> Result<bool, StoreError> {
-        timed(op("used", ""), self.inner.used(key)).await
+        timed(op(Op::Used, ""), self.inner.used(key)).await
     }
 }

@@ -541,6 +541,7 @@ pub struct Last {
 /// What answering a round led to.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant, reason = "kept once per answered round, shared (Arc) by the loads of its thread")]
 pub enum LastOutcome {
     /// The tool's result.
     Result {

@@ -20,7 +20,11 @@ impl Shared {
         // Over stdio, push elicitation is as the connection says.
         let push = self.options.legacy_elicitation
             || request.extensions().get::<crate::stdio::FromStdio>().is_some_and(|stdio| stdio.push);
-        let valid = match validate::validate(&self.tools.snapshot(), self.options.access.as_ref(), &request) {
+        let validated = validate::validate(&self.tools.snapshot(), self.options.access.as_ref(), &request);
+        // Read: its headers and body are not kept while the call runs.
+        drop(request);
+        // Taken apart as it is read: no whole `Valid` kept in the future beside its parts.
+        let Valid { id, request, mut caller, stream, session, takes_sse } = match validated {
             Ok(Incoming::Request(valid)) => *valid,
             Ok(Incoming::Answer(id, outcome, principal)) => {
                 // A 2025-era client answering a question pushed to it; any other answer
@@ -32,7 +36,6 @@ impl Shared {
             }
             Err(refused) => return *refused,
         };
-        let Valid { id, request, mut caller, stream, session, takes_sse } = valid;
         let era = caller.era;
         if let (ClientRequest::Listen(params), Era::Modern) = (&request, era) {
             return self.listen(id, &params.notifications, &caller).await;

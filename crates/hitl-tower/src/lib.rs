@@ -166,8 +166,8 @@ struct Shared {
     prompts: IndexMap<String, Agent>,
     engine: Engine,
     options: ServerOptions,
-    /// `options.server_info` as JSON, stamped on every modern result.
-    server_info: serde_json::Value,
+    /// `options.server_info` as JSON, stamped on every modern result (shared by them).
+    server_info: Arc<serde_json::Value>,
     /// Pushed calls waiting for their clients' answers.
     pushes: Arc<push::Pushes>,
     /// Where a dropped push stream's round is noted ([`ServerOptions::notes`]).
@@ -205,7 +205,7 @@ impl McpService {
     pub fn with_tools(tools: Tools, prompts: Vec<Agent>, engine: Engine, options: ServerOptions) -> Self {
         let prompts = prompts.into_iter().map(|a| (a.name.clone(), a)).collect();
         // Names and versions are strings: this serialization cannot fail.
-        let server_info = serde_json::to_value(&options.server_info).expect("serverInfo is strings");
+        let server_info = Arc::new(serde_json::to_value(&options.server_info).expect("serverInfo is strings"));
         let pushes = Arc::new(push::Pushes::default());
         let notes = options.notes.clone();
         Self { shared: Arc::new(Shared { tools, prompts, engine, options, server_info, pushes, notes }) }
@@ -236,8 +236,8 @@ impl Service<http::Request<Bytes>> for McpService {
     }
 
     fn call(&mut self, request: http::Request<Bytes>) -> Self::Future {
-        let shared = self.shared.clone();
-        Box::pin(async move { Ok(shared.handle(request).await) })
+        // The handling's own future, not one that also keeps the request it moved on.
+        Box::pin(futures_util::FutureExt::map(self.shared.clone().handle(request), Ok))
     }
 }
 

@@ -168,8 +168,9 @@ fn task_results_keep_their_wire_shape() {
 #[test]
 fn results_are_stamped_for_their_era_on_typed_values() {
     let info = serde_json::json!({"name": "hitl", "version": "1"});
+    let shared = std::sync::Arc::new(info.clone());
     let stamped = |mut result: ServerResult, modern: bool| {
-        result.stamp(modern, &info);
+        result.stamp(modern, &shared);
         serde_json::to_value(&result).unwrap()
     };
     let tool = CallToolResult::json(&serde_json::json!({"a": 1}));
