@@ -3,25 +3,37 @@
 //! that knows their type reads them. Generic, so that this crate names no protocol.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-/// A map from a type to one value of it.
+/// A map from a type to one value of it. A run carries a handful of them: kept in a
+/// vector searched in order, which is cheaper than hashing each type (and than the hash
+/// table's allocations as it grows) for so few.
 #[derive(Clone, Default)]
 pub struct Extensions {
-    values: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+    values: Vec<(TypeId, Arc<dyn Any + Send + Sync>)>,
 }
 
 impl Extensions {
     /// Puts `value` in, replacing the value of its type that was there.
     pub fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
-        self.values.insert(TypeId::of::<T>(), Arc::new(value));
+        let (id, value) = (TypeId::of::<T>(), Arc::new(value));
+        match self.values.iter_mut().find(|(kept, _)| *kept == id) {
+            Some((_, kept)) => *kept = value,
+            None => {
+                if self.values.capacity() == 0 {
+                    // Room for what a call's run is given, in one allocation.
+                    self.values.reserve_exact(4);
+                }
+                self.values.push((id, value));
+            }
+        }
     }
 
     /// The value of type `T`, when there is one.
     pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.values.get(&TypeId::of::<T>()).and_then(|value| value.downcast_ref())
+        let id = TypeId::of::<T>();
+        self.values.iter().find(|(kept, _)| *kept == id).and_then(|(_, value)| value.downcast_ref())
     }
 
     /// Whether there is no value.
