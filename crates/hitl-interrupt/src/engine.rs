@@ -127,43 +127,57 @@ impl Engine {
     /// Serves one `tools/call` (or `prompts/get`) of `agent`. A pause is answered as a
     /// round when the call is [`Resumable::Yes`](crate::Resumable), else it ends the
     /// call with an error result; a `requestState` answers the round it names.
-    pub async fn call(&self, agent: &Agent, call: ToolCall) -> Result<Reply, EngineError> {
-        self.serve(agent, call, false).await
+    pub fn call<'a>(
+        &'a self,
+        agent: &'a Agent,
+        call: ToolCall,
+    ) -> impl Future<Output = Result<Reply, EngineError>> + Send + 'a {
+        self.serve(agent, call, false)
     }
 
     /// Serves `call` (see [`Engine::call`]); `task`: the client follows it as a task,
     /// so a new call that pauses makes a task.
-    pub(crate) async fn serve(&self, agent: &Agent, mut call: ToolCall, task: bool) -> Result<Reply, EngineError> {
-        let (arguments, args_digest) = match checked_arguments(agent, &mut call) {
-            Ok(checked) => checked,
-            Err(error) => return Ok(Reply::Refused(error)),
-        };
-        let deadline = Deadline::after(self.core.limits.request_timeout);
-        // Read only here: taken, not copied.
-        let request_state = call.request_state.take();
-        // One span per round, with its thread's id (a new call's is made here).
-        let span = |thread_id: &str| tracing::info_span!("round", tool = %call.bound_to(agent), thread_id);
-        // Every round a call is answered is of one thread: a new call's (made here), or
-        // the one its `requestState` names.
-        let (answer, thread_id) = match request_state {
-            None => {
-                let id = uuid::Uuid::now_v7().to_string();
-                let span = span(&id);
-                // Each branch boxed: the future of a call stays small (it is moved into a box
-                // per request), and each request allocates only the branch it takes.
-                let started = Box::pin(self.start(agent, call, id.clone(), (arguments, args_digest), deadline, task));
-                (tracing::Instrument::instrument(started, span).await, id)
-            }
-            Some(request_state) => {
-                let id = state::split(&request_state).map_or("", |(id, _)| id).to_owned();
-                let span = span(&id);
-                // The answers are read only here: taken, not copied.
-                let responses = call.input_responses.take().unwrap_or_default();
-                let answered = Box::pin(self.answer(agent, &call, &args_digest, &request_state, responses, deadline));
-                (tracing::Instrument::instrument(answered, span).await, id)
-            }
-        };
-        Ok(Reply::of(newer_format(answer)?, &thread_id))
+    #[allow(clippy::manual_async_fn, reason = "an async fn would keep its arguments twice in its future")]
+    pub(crate) fn serve<'a>(
+        &'a self,
+        agent: &'a Agent,
+        mut call: ToolCall,
+        task: bool,
+    ) -> impl Future<Output = Result<Reply, EngineError>> + Send + 'a {
+        async move {
+            let (arguments, args_digest) = match checked_arguments(agent, &mut call) {
+                Ok(checked) => checked,
+                Err(error) => return Ok(Reply::Refused(error)),
+            };
+            let deadline = Deadline::after(self.core.limits.request_timeout);
+            // Read only here: taken, not copied.
+            let request_state = call.request_state.take();
+            // One span per round, with its thread's id (a new call's is made here).
+            let span = |thread_id: &str| tracing::info_span!("round", tool = %call.bound_to(agent), thread_id);
+            // Every round a call is answered is of one thread: a new call's (made here), or
+            // the one its `requestState` names.
+            let (answer, thread_id) = match request_state {
+                None => {
+                    let id = uuid::Uuid::now_v7().to_string();
+                    let span = span(&id);
+                    // Each branch boxed: the future of a call stays small (it is moved into a box
+                    // per request), and each request allocates only the branch it takes.
+                    let started =
+                        Box::pin(self.start(agent, call, id.clone(), (arguments, args_digest), deadline, task));
+                    (tracing::Instrument::instrument(started, span).await, id)
+                }
+                Some(request_state) => {
+                    let id = state::split(&request_state).map_or("", |(id, _)| id).to_owned();
+                    let span = span(&id);
+                    // The answers are read only here: taken, not copied.
+                    let responses = call.input_responses.take().unwrap_or_default();
+                    let answered =
+                        Box::pin(self.answer(agent, &call, &args_digest, &request_state, responses, deadline));
+                    (tracing::Instrument::instrument(answered, span).await, id)
+                }
+            };
+            Ok(Reply::of(newer_format(answer)?, &thread_id))
+        }
     }
 
     /// What a client that can't answer rounds gets when it sends a paused call's
@@ -184,27 +198,30 @@ impl Engine {
 
     /// A call without `requestState`: a new thread. Answers sent with it answer its
     /// rounds before anything is stored, through the same transitions as a resend.
-    async fn start(
-        &self,
-        agent: &Agent,
+    #[allow(clippy::manual_async_fn, reason = "an async fn would keep its arguments twice in its future")]
+    fn start<'a>(
+        &'a self,
+        agent: &'a Agent,
         call: ToolCall,
         id: String,
         (arguments, args_digest): (Value, String),
         deadline: Deadline,
         task: bool,
-    ) -> Result<Answered, EngineError> {
-        let started = std::time::Instant::now();
-        let span = tracing::info_span!("agent_run", tool = %agent.name, thread_id = %id);
-        let run = tracing::Instrument::instrument(
-            agent.graph.invoke_run(arguments, self.core.run_of(&call, agent, &id)),
-            span,
-        );
-        let outcome = deadline.run(run).await;
-        self.core.meters.ran(&agent.name, started);
-        let Some(outcome) = outcome else {
-            return Ok(Err(self.core.timed_out(false)));
-        };
-        Box::pin(First::new(&self.core, task).outcome(agent, call, id, args_digest, outcome, deadline)).await
+    ) -> impl Future<Output = Result<Answered, EngineError>> + Send + 'a {
+        async move {
+            let started = std::time::Instant::now();
+            let span = tracing::info_span!("agent_run", tool = %agent.name, thread_id = %id);
+            let run = tracing::Instrument::instrument(
+                agent.graph.invoke_run(arguments, self.core.run_of(&call, agent, &id)),
+                span,
+            );
+            let outcome = deadline.run(run).await;
+            self.core.meters.ran(&agent.name, started);
+            let Some(outcome) = outcome else {
+                return Ok(Err(self.core.timed_out(false)));
+            };
+            Box::pin(First::new(&self.core, task).outcome(agent, call, id, args_digest, outcome, deadline)).await
+        }
     }
 
     /// A call with `requestState`: answer the open round, or resend the last answers.

@@ -37,7 +37,8 @@ impl<'a> First<'a> {
 
     /// A new call's first run ended with `outcome`: its result, or its first round
     /// stored as thread `id` (answered first by answers the call carried).
-    pub(crate) async fn outcome(
+    #[allow(clippy::manual_async_fn, reason = "an async fn would keep its arguments twice in its future")]
+    pub(crate) fn outcome(
         &self,
         agent: &Agent,
         call: ToolCall,
@@ -45,47 +46,49 @@ impl<'a> First<'a> {
         args_digest: String,
         outcome: Result<Outcome, RunError>,
         deadline: Deadline,
-    ) -> Result<Answered, EngineError> {
-        let core = self.core;
-        let asking = core.asking(&call, &id, 1);
-        let now_ms = asking.now_ms;
-        let (checkpoint, round, minted) = match round::settle(outcome, &asking, &core.secret) {
-            Settled::Done(result) => return Ok(Ok(CallToolResponse::Complete(result))),
-            Settled::Failed(error) => return Ok(Err(error)),
-            Settled::Paused(checkpoint, round, minted) => (checkpoint, round, minted),
-        };
-        let new = NewThread { id, binding: call.bound_to(agent), args_digest, now_ms, task: self.task };
-        let mut thread = round::open(*checkpoint, round, &call, new, &core.lifetimes);
-        if let Some(responses) = &call.input_responses {
-            thread = match Box::pin(self.answer_unstored(agent, &call, thread, responses, deadline)).await {
-                Unstored::Paused(thread) => *thread,
-                Unstored::Ended(reply) => return Ok(reply),
+    ) -> impl Future<Output = Result<Answered, EngineError>> + Send {
+        async move {
+            let core = self.core;
+            let asking = core.asking(&call, &id, 1);
+            let now_ms = asking.now_ms;
+            let (checkpoint, round, minted) = match round::settle(outcome, &asking, &core.secret) {
+                Settled::Done(result) => return Ok(Ok(CallToolResponse::Complete(result))),
+                Settled::Failed(error) => return Ok(Err(error)),
+                Settled::Paused(checkpoint, round, minted) => (checkpoint, round, minted),
             };
-        }
-        let max_record_bytes = core.limits.max_record_bytes;
-        let (thread, reply) =
-            match round::first_ask(thread, &call.capabilities, max_record_bytes, &core.secret, Some(&minted)) {
-                FirstAsk::Ask(thread, reply) => (*thread, reply),
-                FirstAsk::Lacks(e) => {
-                    core.meters.round(&call.bound_to(agent), meter::Outcome::RefusedCapability);
-                    return Ok(Err(e));
-                }
-                FirstAsk::TooLarge(e) => return Ok(Err(e)),
-            };
-        let observed = core.observer.as_ref().map(|_| thread.clone());
-        let tool = thread.tool.clone();
-        match core.store.create_paused(thread, &call.owner(), core.limits.paused).await {
-            Ok(Ok(())) => {
-                core.meters.round(&tool, meter::Outcome::Paused);
-                if let Some(thread) = &observed {
-                    core.observe(crate::Event::Asked { thread });
-                }
-                Ok(Ok(reply))
+            let new = NewThread { id, binding: call.bound_to(agent), args_digest, now_ms, task: self.task };
+            let mut thread = round::open(*checkpoint, round, &call, new, &core.lifetimes);
+            if let Some(responses) = &call.input_responses {
+                thread = match Box::pin(self.answer_unstored(agent, &call, thread, responses, deadline)).await {
+                    Unstored::Paused(thread) => *thread,
+                    Unstored::Ended(reply) => return Ok(reply),
+                };
             }
-            Ok(Err(limit)) => Ok(Err(core.limit_reached(limit))),
-            Err(SaveError::Store(e)) => Err(e.into()),
-            Err(SaveError::Conflict(id)) => {
-                Err(StoreError::Unavailable(format!("new thread {id} already exists")).into())
+            let max_record_bytes = core.limits.max_record_bytes;
+            let (thread, reply) =
+                match round::first_ask(thread, &call.capabilities, max_record_bytes, &core.secret, Some(&minted)) {
+                    FirstAsk::Ask(thread, reply) => (*thread, reply),
+                    FirstAsk::Lacks(e) => {
+                        core.meters.round(&call.bound_to(agent), meter::Outcome::RefusedCapability);
+                        return Ok(Err(e));
+                    }
+                    FirstAsk::TooLarge(e) => return Ok(Err(e)),
+                };
+            let observed = core.observer.as_ref().map(|_| thread.clone());
+            let tool = thread.tool.clone();
+            match core.store.create_paused(thread, &call.owner(), core.limits.paused).await {
+                Ok(Ok(())) => {
+                    core.meters.round(&tool, meter::Outcome::Paused);
+                    if let Some(thread) = &observed {
+                        core.observe(crate::Event::Asked { thread });
+                    }
+                    Ok(Ok(reply))
+                }
+                Ok(Err(limit)) => Ok(Err(core.limit_reached(limit))),
+                Err(SaveError::Store(e)) => Err(e.into()),
+                Err(SaveError::Conflict(id)) => {
+                    Err(StoreError::Unavailable(format!("new thread {id} already exists")).into())
+                }
             }
         }
     }

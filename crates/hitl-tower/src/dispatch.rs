@@ -33,186 +33,197 @@ impl Shared {
     }
 
     /// Serves a typed request.
-    pub(crate) async fn dispatch(
+    #[allow(clippy::manual_async_fn, reason = "an async fn would keep its arguments twice in its future")]
+    pub(crate) fn dispatch(
         &self,
         request: ClientRequest,
         caller: Caller,
         progress: Option<hitl_graph::ProgressFn>,
         cancel: Option<Arc<AtomicBool>>,
-    ) -> Result<ServerResult, ErrorObject> {
-        let era = caller.era;
-        // The Tasks extension's methods need the whole caller; served before it is split.
-        // The task paths are boxed: the future of every request stays small.
-        let request = match (request, era) {
-            (ClientRequest::GetTask(params), Era::Modern) => return Box::pin(self.get_task(params, &caller)).await,
-            (ClientRequest::UpdateTask(params), Era::Modern) => {
-                return Box::pin(self.update_task(params, &caller)).await;
-            }
-            (ClientRequest::CancelTask(params), Era::Modern) => {
-                return Box::pin(self.cancel_task(params, &caller)).await;
-            }
-            (request, _) => request,
-        };
-        // Who asks, for resources and prompts served from elsewhere.
-        let passed = matches!(
-            request,
-            ClientRequest::ListResources(_)
-                | ClientRequest::ListResourceTemplates(_)
-                | ClientRequest::ReadResource(_)
-                | ClientRequest::ListPrompts(_)
-                | ClientRequest::GetPrompt(_)
-                | ClientRequest::Subscribe(_)
-                | ClientRequest::Unsubscribe(_)
-        );
-        let asker = self.options.passthrough.as_ref().filter(|_| passed).map(|_| asker(&caller));
-        let session = caller.session.clone();
-        let access = self.options.access.as_ref();
-        let groups = caller.groups.clone();
-        let principal = caller.principal.clone();
-        let may = move |name: &str| validate::allowed(access, name, principal.as_deref(), &groups);
-        // The engine's view of a tools/call or prompts/get; each request makes one.
-        let task = era == Era::Modern && crate::tasks::declared(&caller.capabilities);
-        // Who a task is made for (cloned only when the client follows tasks).
-        let task_principal = if task { caller.principal.clone() } else { None };
-        let unpushed = matches!(request, ClientRequest::CallTool(_))
-            .then(|| self.unpushed(era, caller.session.as_deref()))
-            .flatten();
-        let resumable = self.resumable(era);
-        let call =
-            move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, binding| ToolCall {
-                arguments: arguments.unwrap_or_default(),
-                input_responses,
-                request_state,
-                context,
-                capabilities: caller.capabilities,
-                principal: caller.principal,
-                groups: caller.groups,
-                peer: caller.peer,
-                resumable,
-                binding,
-                progress,
-                cancel,
-                session: caller.session,
+    ) -> impl Future<Output = Result<ServerResult, ErrorObject>> + Send + '_ {
+        async move {
+            let era = caller.era;
+            // The Tasks extension's methods need the whole caller; served before it is split.
+            // The task paths are boxed: the future of every request stays small.
+            let request = match (request, era) {
+                (ClientRequest::GetTask(params), Era::Modern) => return Box::pin(self.get_task(params, &caller)).await,
+                (ClientRequest::UpdateTask(params), Era::Modern) => {
+                    return Box::pin(self.update_task(params, &caller)).await;
+                }
+                (ClientRequest::CancelTask(params), Era::Modern) => {
+                    return Box::pin(self.cancel_task(params, &caller)).await;
+                }
+                (request, _) => request,
             };
-        match (request, era) {
-            (ClientRequest::Discover(_), Era::Modern) => self.discover(),
-            (ClientRequest::ListTools(_), _) => self.list_tools(era, &may),
-            (ClientRequest::ListPrompts(_), _) => self.list_prompts(era, &may, asker.as_ref()),
-            (ClientRequest::Complete(_), _) => {
-                Ok(other(json!({"completion": {"values": [], "total": 0, "hasMore": false}})))
-            }
-            // Without a passthrough hitl serves no resources: the lists are empty (and
-            // cacheable), reads fail.
-            (ClientRequest::ListResources(_), _) => {
-                let listed = self.passed(asker.as_ref(), |p, a| p.resources(a));
-                Ok(self.list("resources", listed, era))
-            }
-            (ClientRequest::ListResourceTemplates(_), _) => {
-                let listed = self.passed(asker.as_ref(), |p, a| p.resource_templates(a));
-                Ok(self.list("resourceTemplates", listed, era))
-            }
-            (ClientRequest::ReadResource(params), _) => match (&self.options.passthrough, &asker) {
-                (Some(passthrough), Some(asker)) => {
-                    let mut result = passthrough.0.read_resource(&params.uri, asker).await?;
-                    if era == Era::Modern
-                        && let Value::Object(map) = &mut result
-                    {
-                        self.cacheable(map);
+            // Who asks, for resources and prompts served from elsewhere.
+            let passed = matches!(
+                request,
+                ClientRequest::ListResources(_)
+                    | ClientRequest::ListResourceTemplates(_)
+                    | ClientRequest::ReadResource(_)
+                    | ClientRequest::ListPrompts(_)
+                    | ClientRequest::GetPrompt(_)
+                    | ClientRequest::Subscribe(_)
+                    | ClientRequest::Unsubscribe(_)
+            );
+            let asker = self.options.passthrough.as_ref().filter(|_| passed).map(|_| asker(&caller));
+            let session = caller.session.clone();
+            let access = self.options.access.as_ref();
+            let groups = caller.groups.clone();
+            let principal = caller.principal.clone();
+            let may = move |name: &str| validate::allowed(access, name, principal.as_deref(), &groups);
+            // The engine's view of a tools/call or prompts/get; each request makes one.
+            let task = era == Era::Modern && crate::tasks::declared(&caller.capabilities);
+            // Who a task is made for (cloned only when the client follows tasks).
+            let task_principal = if task { caller.principal.clone() } else { None };
+            let unpushed = matches!(request, ClientRequest::CallTool(_))
+                .then(|| self.unpushed(era, caller.session.as_deref()))
+                .flatten();
+            let resumable = self.resumable(era);
+            let call =
+                move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, binding| {
+                    ToolCall {
+                        arguments: arguments.unwrap_or_default(),
+                        input_responses,
+                        request_state,
+                        context,
+                        capabilities: caller.capabilities,
+                        principal: caller.principal,
+                        groups: caller.groups,
+                        peer: caller.peer,
+                        resumable,
+                        binding,
+                        progress,
+                        cancel,
+                        session: caller.session,
                     }
-                    Ok(other(result))
-                }
-                _ => Err(ErrorObject::invalid_params(format!("Resource not found: {}", params.uri))
-                    .with_data(json!({ "uri": params.uri }))),
-            },
-            (ClientRequest::CallTool(params), _) => {
-                let tools = self.tools.snapshot();
-                let Some(agent) = tools.get(&params.name).filter(|_| may(&params.name)) else {
-                    return Err(ErrorObject::invalid_params(format!("Unknown tool: {}", params.name)));
                 };
-                if agent.tasks == TaskSupport::Required && !task {
-                    return Err(crate::tasks::undeclared());
+            match (request, era) {
+                (ClientRequest::Discover(_), Era::Modern) => self.discover(),
+                (ClientRequest::ListTools(_), _) => self.list_tools(era, &may),
+                (ClientRequest::ListPrompts(_), _) => self.list_prompts(era, &may, asker.as_ref()),
+                (ClientRequest::Complete(_), _) => {
+                    Ok(other(json!({"completion": {"values": [], "total": 0, "hasMore": false}})))
                 }
-                // Only a new call becomes a task (a retry continues a round), and only of
-                // a tool that may run as one.
-                let task = task && params.request_state.is_none() && agent.tasks != TaskSupport::Forbidden;
-                let answers = params.input_responses.is_some();
-                let call =
-                    call(params.arguments, params.input_responses, params.request_state, params.context, Binding::Tool);
-                if task && !answers {
-                    return Box::pin(self.call_as_task(agent, call)).await;
+                // Without a passthrough hitl serves no resources: the lists are empty (and
+                // cacheable), reads fail.
+                (ClientRequest::ListResources(_), _) => {
+                    let listed = self.passed(asker.as_ref(), |p, a| p.resources(a));
+                    Ok(self.list("resources", listed, era))
                 }
-                let reply = if task {
-                    self.reply_of(agent, self.engine.tasks().call(agent, call).await)
-                } else {
-                    self.run(agent, call).await
-                };
-                match reply {
-                    Reply::Complete(mut r) => {
-                        told_why(&mut r, unpushed.as_deref());
-                        Ok(ServerResult::CallTool(r))
+                (ClientRequest::ListResourceTemplates(_), _) => {
+                    let listed = self.passed(asker.as_ref(), |p, a| p.resource_templates(a));
+                    Ok(self.list("resourceTemplates", listed, era))
+                }
+                (ClientRequest::ReadResource(params), _) => match (&self.options.passthrough, &asker) {
+                    (Some(passthrough), Some(asker)) => {
+                        let mut result = passthrough.0.read_resource(&params.uri, asker).await?;
+                        if era == Era::Modern
+                            && let Value::Object(map) = &mut result
+                        {
+                            self.cacheable(map);
+                        }
+                        Ok(other(result))
                     }
-                    // A client that follows tasks gets the paused call as one.
-                    Reply::Paused { thread_id, .. } if task => {
-                        let created = Box::pin(self.created(&thread_id, task_principal.as_deref())).await?;
-                        Ok(ServerResult::CreateTask(created))
+                    _ => Err(ErrorObject::invalid_params(format!("Resource not found: {}", params.uri))
+                        .with_data(json!({ "uri": params.uri }))),
+                },
+                (ClientRequest::CallTool(params), _) => {
+                    let tools = self.tools.snapshot();
+                    let Some(agent) = tools.get(&params.name).filter(|_| may(&params.name)) else {
+                        return Err(ErrorObject::invalid_params(format!("Unknown tool: {}", params.name)));
+                    };
+                    if agent.tasks == TaskSupport::Required && !task {
+                        return Err(crate::tasks::undeclared());
                     }
-                    Reply::Paused { round, .. } => Ok(ServerResult::InputRequired(round)),
-                    Reply::Refused(error) => Err(error),
-                }
-            }
-            (ClientRequest::GetPrompt(params), _) => {
-                let Some(agent) = self.prompts.get(&params.name).filter(|_| may(&params.name)) else {
-                    if let (Some(passthrough), Some(asker)) = (&self.options.passthrough, &asker) {
-                        let name = params.name.clone();
-                        let mut sent = Map::new();
-                        if let Some(arguments) = params.arguments {
-                            sent.insert("arguments".into(), Value::Object(arguments));
-                        }
-                        if let Some(responses) = params.input_responses {
-                            sent.insert("inputResponses".into(), to_json(&responses)?);
-                        }
-                        if let Some(state) = params.request_state {
-                            sent.insert("requestState".into(), Value::String(state));
-                        }
-                        if let Some(answer) = passthrough.0.get_prompt(&name, sent, asker).await {
-                            return answer.map(other);
-                        }
+                    // Only a new call becomes a task (a retry continues a round), and only of
+                    // a tool that may run as one.
+                    let task = task && params.request_state.is_none() && agent.tasks != TaskSupport::Forbidden;
+                    let answers = params.input_responses.is_some();
+                    let call = call(
+                        params.arguments,
+                        params.input_responses,
+                        params.request_state,
+                        params.context,
+                        Binding::Tool,
+                    );
+                    if task && !answers {
+                        return Box::pin(self.call_as_task(agent, call)).await;
                     }
-                    return Err(ErrorObject::invalid_params(format!("Unknown prompt: {}", params.name)));
-                };
-                let call = call(params.arguments, params.input_responses, params.request_state, None, Binding::Prompt);
-                match self.run(agent, call).await {
-                    Reply::Paused { round, .. } => Ok(ServerResult::InputRequired(round)),
-                    Reply::Complete(r) => Ok(ServerResult::GetPrompt(prompt_result(agent, r)?)),
-                    Reply::Refused(error) => Err(error),
+                    let reply = if task {
+                        self.reply_of(agent, self.engine.tasks().call(agent, call).await)
+                    } else {
+                        self.run(agent, call).await
+                    };
+                    match reply {
+                        Reply::Complete(mut r) => {
+                            told_why(&mut r, unpushed.as_deref());
+                            Ok(ServerResult::CallTool(r))
+                        }
+                        // A client that follows tasks gets the paused call as one.
+                        Reply::Paused { thread_id, .. } if task => {
+                            let created = Box::pin(self.created(&thread_id, task_principal.as_deref())).await?;
+                            Ok(ServerResult::CreateTask(created))
+                        }
+                        Reply::Paused { round, .. } => Ok(ServerResult::InputRequired(round)),
+                        Reply::Refused(error) => Err(error),
+                    }
                 }
+                (ClientRequest::GetPrompt(params), _) => {
+                    let Some(agent) = self.prompts.get(&params.name).filter(|_| may(&params.name)) else {
+                        if let (Some(passthrough), Some(asker)) = (&self.options.passthrough, &asker) {
+                            let name = params.name.clone();
+                            let mut sent = Map::new();
+                            if let Some(arguments) = params.arguments {
+                                sent.insert("arguments".into(), Value::Object(arguments));
+                            }
+                            if let Some(responses) = params.input_responses {
+                                sent.insert("inputResponses".into(), to_json(&responses)?);
+                            }
+                            if let Some(state) = params.request_state {
+                                sent.insert("requestState".into(), Value::String(state));
+                            }
+                            if let Some(answer) = passthrough.0.get_prompt(&name, sent, asker).await {
+                                return answer.map(other);
+                            }
+                        }
+                        return Err(ErrorObject::invalid_params(format!("Unknown prompt: {}", params.name)));
+                    };
+                    let call =
+                        call(params.arguments, params.input_responses, params.request_state, None, Binding::Prompt);
+                    match self.run(agent, call).await {
+                        Reply::Paused { round, .. } => Ok(ServerResult::InputRequired(round)),
+                        Reply::Complete(r) => Ok(ServerResult::GetPrompt(prompt_result(agent, r)?)),
+                        Reply::Refused(error) => Err(error),
+                    }
+                }
+                (ClientRequest::Subscribe(params), Era::Legacy) => {
+                    let (passthrough, client) = self.subscriber(session.as_deref(), "resources/subscribe")?;
+                    let asker = asker.unwrap_or_default();
+                    passthrough.subscribe(&client, &params.uri, &asker).await?;
+                    self.options.notifier.sessions.subscribed(&client);
+                    self.forget_expired();
+                    Ok(ServerResult::Empty(EmptyResult::default()))
+                }
+                (ClientRequest::Unsubscribe(params), Era::Legacy) => {
+                    let (passthrough, client) = self.subscriber(session.as_deref(), "resources/unsubscribe")?;
+                    passthrough.unsubscribe(&client, &params.uri).await;
+                    Ok(ServerResult::Empty(EmptyResult::default()))
+                }
+                (ClientRequest::Initialize(params), Era::Legacy) => {
+                    let result = InitializeResult {
+                        protocol_version: version::negotiate_legacy(&params.protocol_version).to_owned(),
+                        capabilities: self.capabilities(),
+                        server_info: self.options.server_info.clone(),
+                        instructions: self.options.instructions.clone(),
+                    };
+                    Ok(ServerResult::Initialize(result))
+                }
+                (ClientRequest::Ping(_) | ClientRequest::SetLevel(_), Era::Legacy) => {
+                    Ok(ServerResult::Empty(EmptyResult::default()))
+                }
+                (other, _) => Err(ErrorObject::method_not_found(other.method())),
             }
-            (ClientRequest::Subscribe(params), Era::Legacy) => {
-                let (passthrough, client) = self.subscriber(session.as_deref(), "resources/subscribe")?;
-                let asker = asker.unwrap_or_default();
-                passthrough.subscribe(&client, &params.uri, &asker).await?;
-                self.options.notifier.sessions.subscribed(&client);
-                self.forget_expired();
-                Ok(ServerResult::Empty(EmptyResult::default()))
-            }
-            (ClientRequest::Unsubscribe(params), Era::Legacy) => {
-                let (passthrough, client) = self.subscriber(session.as_deref(), "resources/unsubscribe")?;
-                passthrough.unsubscribe(&client, &params.uri).await;
-                Ok(ServerResult::Empty(EmptyResult::default()))
-            }
-            (ClientRequest::Initialize(params), Era::Legacy) => {
-                let result = InitializeResult {
-                    protocol_version: version::negotiate_legacy(&params.protocol_version).to_owned(),
-                    capabilities: self.capabilities(),
-                    server_info: self.options.server_info.clone(),
-                    instructions: self.options.instructions.clone(),
-                };
-                Ok(ServerResult::Initialize(result))
-            }
-            (ClientRequest::Ping(_) | ClientRequest::SetLevel(_), Era::Legacy) => {
-                Ok(ServerResult::Empty(EmptyResult::default()))
-            }
-            (other, _) => Err(ErrorObject::method_not_found(other.method())),
         }
     }
 
@@ -229,13 +240,16 @@ impl Shared {
 
     /// Serves `call` of `agent`. A client that can't answer rounds and sends a
     /// `requestState` is told the call is paused; the thread is left to a client that can.
-    pub(crate) async fn run(&self, agent: &Agent, call: ToolCall) -> Reply {
-        let answered = if call.resumable == Resumable::LEGACY && call.request_state.is_some() {
-            self.engine.peek(agent, &call).await
-        } else {
-            self.engine.call(agent, call).await
-        };
-        self.reply_of(agent, answered)
+    #[allow(clippy::manual_async_fn, reason = "an async fn would keep its arguments twice in its future")]
+    pub(crate) fn run<'a>(&'a self, agent: &'a Agent, call: ToolCall) -> impl Future<Output = Reply> + Send + 'a {
+        async move {
+            let answered = if call.resumable == Resumable::LEGACY && call.request_state.is_some() {
+                self.engine.peek(agent, &call).await
+            } else {
+                self.engine.call(agent, call).await
+            };
+            self.reply_of(agent, answered)
+        }
     }
 
     /// The engine's reply, a store failure refused as unavailable (the detail goes to

@@ -11,81 +11,89 @@ use crate::validate::{self, Incoming, Valid};
 use crate::{McpBody, Shared, error_response, json_response, push, session, sse};
 
 impl Shared {
-    pub(crate) async fn handle(self: Arc<Self>, request: http::Request<Bytes>) -> http::Response<McpBody> {
-        if request.method() == Method::GET
-            && let Some(stream) = self.session_stream(&request)
-        {
-            return stream;
-        }
-        // Over stdio, push elicitation is as the connection says.
-        let push = self.options.legacy_elicitation
-            || request.extensions().get::<crate::stdio::FromStdio>().is_some_and(|stdio| stdio.push);
-        let validated = validate::validate(&self.tools.snapshot(), self.options.access.as_ref(), &request);
-        // Read: its headers and body are not kept while the call runs.
-        drop(request);
-        // Taken apart as it is read: no whole `Valid` kept in the future beside its parts.
-        let Valid { id, request, mut caller, stream, session, takes_sse } = match validated {
-            Ok(Incoming::Request(valid)) => *valid,
-            Ok(Incoming::Answer(id, outcome, principal)) => {
-                // A 2025-era client answering a question pushed to it; any other answer
-                // is accepted and dropped.
-                if push && !self.pushes.deliver(&id, outcome, principal.as_deref()) {
-                    tracing::debug!(?id, "a client answered a request no call of this replica is waiting for");
+    #[allow(clippy::manual_async_fn, reason = "an async fn would keep its arguments twice in its future")]
+    pub(crate) fn handle(
+        self: Arc<Self>,
+        request: http::Request<Bytes>,
+    ) -> impl Future<Output = http::Response<McpBody>> + Send {
+        async move {
+            if request.method() == Method::GET
+                && let Some(stream) = self.session_stream(&request)
+            {
+                return stream;
+            }
+            // Over stdio, push elicitation is as the connection says.
+            let push = self.options.legacy_elicitation
+                || request.extensions().get::<crate::stdio::FromStdio>().is_some_and(|stdio| stdio.push);
+            let validated = validate::validate(&self.tools.snapshot(), self.options.access.as_ref(), &request);
+            // Read: its headers and body are not kept while the call runs.
+            drop(request);
+            // Taken apart as it is read: no whole `Valid` kept in the future beside its parts.
+            let Valid { id, request, mut caller, stream, session, takes_sse } = match validated {
+                Ok(Incoming::Request(valid)) => *valid,
+                Ok(Incoming::Answer(id, outcome, principal)) => {
+                    // A 2025-era client answering a question pushed to it; any other answer
+                    // is accepted and dropped.
+                    if push && !self.pushes.deliver(&id, outcome, principal.as_deref()) {
+                        tracing::debug!(?id, "a client answered a request no call of this replica is waiting for");
+                    }
+                    return crate::empty(StatusCode::ACCEPTED);
                 }
-                return crate::empty(StatusCode::ACCEPTED);
+                Err(refused) => return *refused,
+            };
+            let era = caller.era;
+            if let (ClientRequest::Listen(params), Era::Modern) = (&request, era) {
+                return self.listen(id, &params.notifications, &caller).await;
             }
-            Err(refused) => return *refused,
-        };
-        let era = caller.era;
-        if let (ClientRequest::Listen(params), Era::Modern) = (&request, era) {
-            return self.listen(id, &params.notifications, &caller).await;
-        }
-        // Only a session id this server signed names a session: a client cannot make
-        // up one, and a session is kept per caller (its principal) besides.
-        caller.session = session.clone().filter(|id| session::read(self.engine.secret(), id).is_some());
-        if push
-            && era == Era::Legacy
-            && takes_sse
-            && matches!(request, ClientRequest::CallTool(_) | ClientRequest::GetPrompt(_))
-            && let Some(session) = session.and_then(|id| session::read(self.engine.secret(), &id))
-            // A client that answers none of what a round asks gets the error result of
-            // any 2025-era client, not a stream of requests it cannot take.
-            && (session.capabilities.elicits_form()
-                || session.capabilities.elicits_url()
-                || session.capabilities.sampling.is_some()
-                || session.capabilities.roots.is_some())
-        {
-            let pushed = push::Pushed { id, request, caller, session, progress_token: stream };
-            return self.push(pushed);
-        }
-        if let Some(token) = stream {
-            return sse::respond(token, move |progress, cancel| async move {
-                let result = self.dispatch(request, caller, Some(progress), Some(cancel)).await;
-                self.message(id, era, result)
-            });
-        }
-        let initialize = match &request {
-            ClientRequest::Initialize(params) => Some((params.protocol_version.clone(), params.capabilities.clone())),
-            _ => None,
-        };
-        let mut response = match self.message(id, era, self.dispatch(request, caller, None, None).await) {
-            Response::Error { id, error } => return error_response(era, id, error),
-            ok => json_response(StatusCode::OK, &ok),
-        };
-        if let Some((version, capabilities)) = initialize
-            && era == Era::Legacy
-        {
-            // Legacy clients expect a session: hitl keeps no per-session state, so the id
-            // names the client's session, signed (with what the client can answer, for
-            // push elicitation; the gateway keeps an upstream session per client
-            // session), and every request is served with or without it.
-            let version = hitl_protocol::version::negotiate_legacy(&version);
-            let session = session::issue(self.engine.secret(), version, &capabilities);
-            if let Ok(value) = HeaderValue::from_str(&session) {
-                response.headers_mut().insert("mcp-session-id", value);
+            // Only a session id this server signed names a session: a client cannot make
+            // up one, and a session is kept per caller (its principal) besides.
+            caller.session = session.clone().filter(|id| session::read(self.engine.secret(), id).is_some());
+            if push
+                && era == Era::Legacy
+                && takes_sse
+                && matches!(request, ClientRequest::CallTool(_) | ClientRequest::GetPrompt(_))
+                && let Some(session) = session.and_then(|id| session::read(self.engine.secret(), &id))
+                // A client that answers none of what a round asks gets the error result of
+                // any 2025-era client, not a stream of requests it cannot take.
+                && (session.capabilities.elicits_form()
+                    || session.capabilities.elicits_url()
+                    || session.capabilities.sampling.is_some()
+                    || session.capabilities.roots.is_some())
+            {
+                let pushed = push::Pushed { id, request, caller, session, progress_token: stream };
+                return self.push(pushed);
             }
+            if let Some(token) = stream {
+                return sse::respond(token, move |progress, cancel| async move {
+                    let result = self.dispatch(request, caller, Some(progress), Some(cancel)).await;
+                    self.message(id, era, result)
+                });
+            }
+            let initialize = match &request {
+                ClientRequest::Initialize(params) => {
+                    Some((params.protocol_version.clone(), params.capabilities.clone()))
+                }
+                _ => None,
+            };
+            let mut response = match self.message(id, era, self.dispatch(request, caller, None, None).await) {
+                Response::Error { id, error } => return error_response(era, id, error),
+                ok => json_response(StatusCode::OK, &ok),
+            };
+            if let Some((version, capabilities)) = initialize
+                && era == Era::Legacy
+            {
+                // Legacy clients expect a session: hitl keeps no per-session state, so the id
+                // names the client's session, signed (with what the client can answer, for
+                // push elicitation; the gateway keeps an upstream session per client
+                // session), and every request is served with or without it.
+                let version = hitl_protocol::version::negotiate_legacy(&version);
+                let session = session::issue(self.engine.secret(), version, &capabilities);
+                if let Ok(value) = HeaderValue::from_str(&session) {
+                    response.headers_mut().insert("mcp-session-id", value);
+                }
+            }
+            response
         }
-        response
     }
 }
 
