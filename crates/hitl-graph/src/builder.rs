@@ -1,13 +1,13 @@
 //! Building a graph: steps, edges, reducers, breakpoints, and the checks of `compile`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 
 use futures_util::FutureExt as _;
 use serde_json::Value;
 
-use crate::graph::{Edge, Graph, GraphInner, Reducer, Step, StepFn};
+use crate::graph::{Edge, Graph, GraphInner, Names, Reducer, Step, StepFn};
 use crate::{DEFAULT_RECURSION_LIMIT, END, START, StepContext, StepError};
 
 /// Builds a graph; [`StateGraph::compile`] checks it.
@@ -15,7 +15,7 @@ use crate::{DEFAULT_RECURSION_LIMIT, END, START, StepContext, StepError};
 pub struct StateGraph {
     steps: Vec<(String, Step)>,
     edges: Vec<(String, Edge)>,
-    reducers: HashMap<String, Reducer>,
+    reducers: Names<Reducer>,
     interrupt_before: BTreeSet<String>,
     interrupt_after: BTreeSet<String>,
     recursion_limit: Option<u32>,
@@ -105,7 +105,7 @@ impl StateGraph {
     /// Checks the graph and reports every problem at once.
     pub fn compile(self) -> Result<Graph, CompileError> {
         let mut problems = Vec::new();
-        let mut steps = HashMap::new();
+        let mut steps = Names::default();
         for (name, step) in self.steps {
             if name == START || name == END {
                 problems.push(format!("{name} is reserved"));
@@ -114,7 +114,7 @@ impl StateGraph {
             }
         }
         let known = |n: &str| steps.contains_key(n);
-        let mut edges: HashMap<String, Vec<Edge>> = HashMap::new();
+        let mut edges: Names<Vec<Edge>> = Names::default();
         for (from, edge) in self.edges {
             if from != START && !known(&from) {
                 problems.push(format!("edge from unknown step {from}"));

@@ -10,6 +10,10 @@ use serde_json::Value;
 
 use crate::{StepContext, StepError};
 
+/// A map by the graph's own names (its steps, its state's keys): foldhash, not SipHash,
+/// as the names are the graph author's, looked up on every superstep.
+pub(crate) type Names<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
 pub(crate) type StepFn = Arc<dyn Fn(Value, StepContext) -> BoxFuture<'static, Result<Value, StepError>> + Send + Sync>;
 pub(crate) type RouteFn = Arc<dyn Fn(&Value) -> Vec<String> + Send + Sync>;
 /// A custom reducer: merges an update into the current value of a state key.
@@ -69,9 +73,9 @@ pub(crate) enum Edge {
 }
 
 pub(crate) struct GraphInner {
-    pub(crate) steps: HashMap<String, Step>,
-    pub(crate) edges: HashMap<String, Vec<Edge>>,
-    pub(crate) reducers: HashMap<String, Reducer>,
+    pub(crate) steps: Names<Step>,
+    pub(crate) edges: Names<Vec<Edge>>,
+    pub(crate) reducers: Names<Reducer>,
     pub(crate) interrupt_before: BTreeSet<String>,
     pub(crate) interrupt_after: BTreeSet<String>,
     pub(crate) recursion_limit: u32,

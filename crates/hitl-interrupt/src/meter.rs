@@ -55,7 +55,8 @@ impl Outcome {
 /// the program installs its recorder (`hitl serve` installs it before it serves).
 #[derive(Default)]
 pub(crate) struct Meters {
-    by_tool: std::sync::Mutex<std::collections::HashMap<Box<str>, Arc<ToolMeters>>>,
+    /// By the served tools' names: foldhash, not SipHash.
+    by_tool: std::sync::Mutex<std::collections::HashMap<Box<str>, Arc<ToolMeters>, foldhash::fast::RandomState>>,
 }
 
 /// One tool's handles.

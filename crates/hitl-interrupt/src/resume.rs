@@ -212,77 +212,94 @@ impl<'a> Resume<'a> {
     /// Runs the agent for a claimed round and stores what [`round::end_run`] says it
     /// led to. While it runs, the claim's lease is renewed and effects the agent begins
     /// are marked on the thread (both saves go through one [`Held`] thread).
-    async fn resume_claimed(
+    #[allow(clippy::manual_async_fn, reason = "an async fn would keep its arguments twice in its future")]
+    fn resume_claimed(
         &self,
         answer: &Answer<'_>,
         thread: Thread,
         round: std::sync::Arc<Round>,
         values: hitl_graph::ResumeValues,
         deadline: Deadline,
-    ) -> Result<Answered, EngineError> {
-        let core = self.core;
-        let Answer { agent, call, responses, .. } = *answer;
-        let Some(checkpoint) = thread.paused().map(|p| (*p.checkpoint).clone()) else {
-            let reason = "a claimed thread is not paused".to_owned();
-            return Err(StoreError::Corrupt { id: thread.id.clone(), reason }.into());
-        };
-        let span = tracing::info_span!("agent_run", tool = %agent.name, thread_id = %thread.id);
-        let mut run = core.run_of(call, agent, &thread.id);
-        let held = Arc::new(Held {
-            store: core.store.clone(),
-            thread: tokio::sync::Mutex::new(thread),
-            round: round.n,
-            observer: core.observer.clone(),
-            begun_in: std::sync::Mutex::new(None),
-        });
-        run.effects = Some(Arc::new(Marks(held.clone())));
-        let started = std::time::Instant::now();
-        let outcome = {
-            // Dropped as it ends (its span closes with the run).
-            let graph_run = agent.graph.resume_run(checkpoint, values, run);
-            let run = std::pin::pin!(deadline.run(tracing::Instrument::instrument(graph_run, span)));
-            held.run_renewing(run, core.clock.as_ref(), core.lifetimes.lease).await
-        };
-        core.meters.ran(&agent.name, started);
-        let begun_in = *held.begun_in.lock().unwrap_or_else(|p| p.into_inner());
-        // The run is over, so the marks it held are dropped: take the thread back
-        // without a copy (unless a step kept its context alive).
-        let mut thread = match Arc::try_unwrap(held) {
-            Ok(held) => held.thread.into_inner(),
-            Err(held) => held.thread.lock().await.clone(),
-        };
-        thread.set_claim(None);
-        let expected = thread.version;
-        // Until when the store keeps the call as it stands: an outcome kept unsaved is
-        // saved again until then.
-        let stored_until = thread.expires_at_ms;
-        let asking = core.asking(call, &thread.id, round.n + 1);
-        let ran = round::ran(outcome, true, || core.timed_out(true), &asking, &core.secret);
-        let end = round::EndOf { began_in: begun_in, ..core.end_of(&round, responses, call) };
-        let (saved, reply) = match round::end_run(thread, ran, &end, &core.secret) {
-            Ending::GiveBack(thread, error) => {
-                return match core.store.save(*thread, Some(expected)).await {
-                    Ok(()) | Err(SaveError::Conflict(_)) => Ok(Err(error)),
-                    Err(SaveError::Store(e)) => Err(e.into()),
-                };
-            }
-            Ending::Retry(thread, result) => {
-                return match core.store.save(*thread, Some(expected)).await {
-                    Ok(()) | Err(SaveError::Conflict(_)) => Ok(Ok(CallToolResponse::Complete(result))),
-                    Err(SaveError::Store(e)) => Err(e.into()),
-                };
-            }
-            Ending::Finished(thread, result) => {
-                let owner = thread.owner.clone();
-                let (id, tool, principal) = (thread.id.clone(), thread.tool.clone(), thread.principal.clone());
-                let copy = core.store.can_be_unreachable().then(|| (*thread).clone());
-                let saved = core.store.save_finished(*thread, expected, owner.as_deref()).await;
-                let saved = match (saved, copy) {
-                    (Err(SaveError::Store(e)), Some(thread)) => {
-                        let outcome =
-                            unsaved::Outcome { kind: Kept::Finished, thread, expected, until_ms: stored_until };
-                        let kept = core.saver().keep(outcome, e)?;
-                        // The call did end: the trail says so now, not once it is saved.
+    ) -> impl Future<Output = Result<Answered, EngineError>> + Send {
+        async move {
+            let core = self.core;
+            let Answer { agent, call, responses, .. } = *answer;
+            let Some(checkpoint) = thread.paused().map(|p| (*p.checkpoint).clone()) else {
+                let reason = "a claimed thread is not paused".to_owned();
+                return Err(StoreError::Corrupt { id: thread.id.clone(), reason }.into());
+            };
+            let span = tracing::info_span!("agent_run", tool = %agent.name, thread_id = %thread.id);
+            let mut run = core.run_of(call, agent, &thread.id);
+            let held = Arc::new(Held {
+                store: core.store.clone(),
+                thread: tokio::sync::Mutex::new(thread),
+                round: round.n,
+                observer: core.observer.clone(),
+                begun_in: std::sync::Mutex::new(None),
+            });
+            run.effects = Some(Arc::new(Marks(held.clone())));
+            let started = std::time::Instant::now();
+            let outcome = {
+                // Dropped as it ends (its span closes with the run).
+                let graph_run = agent.graph.resume_run(checkpoint, values, run);
+                let run = std::pin::pin!(deadline.run(tracing::Instrument::instrument(graph_run, span)));
+                held.run_renewing(run, core.clock.as_ref(), core.lifetimes.lease).await
+            };
+            core.meters.ran(&agent.name, started);
+            let begun_in = *held.begun_in.lock().unwrap_or_else(|p| p.into_inner());
+            // The run is over, so the marks it held are dropped: take the thread back
+            // without a copy (unless a step kept its context alive).
+            let mut thread = match Arc::try_unwrap(held) {
+                Ok(held) => held.thread.into_inner(),
+                Err(held) => held.thread.lock().await.clone(),
+            };
+            thread.set_claim(None);
+            let expected = thread.version;
+            // Until when the store keeps the call as it stands: an outcome kept unsaved is
+            // saved again until then.
+            let stored_until = thread.expires_at_ms;
+            let asking = core.asking(call, &thread.id, round.n + 1);
+            let ran = round::ran(outcome, true, || core.timed_out(true), &asking, &core.secret);
+            let end = round::EndOf { began_in: begun_in, ..core.end_of(&round, responses, call) };
+            let (saved, reply) = match round::end_run(thread, ran, &end, &core.secret) {
+                Ending::GiveBack(thread, error) => {
+                    return match core.store.save(*thread, Some(expected)).await {
+                        Ok(()) | Err(SaveError::Conflict(_)) => Ok(Err(error)),
+                        Err(SaveError::Store(e)) => Err(e.into()),
+                    };
+                }
+                Ending::Retry(thread, result) => {
+                    return match core.store.save(*thread, Some(expected)).await {
+                        Ok(()) | Err(SaveError::Conflict(_)) => Ok(Ok(CallToolResponse::Complete(result))),
+                        Err(SaveError::Store(e)) => Err(e.into()),
+                    };
+                }
+                Ending::Finished(thread, result) => {
+                    let owner = thread.owner.clone();
+                    let (id, tool, principal) = (thread.id.clone(), thread.tool.clone(), thread.principal.clone());
+                    let copy = core.store.can_be_unreachable().then(|| (*thread).clone());
+                    let saved = core.store.save_finished(*thread, expected, owner.as_deref()).await;
+                    let saved = match (saved, copy) {
+                        (Err(SaveError::Store(e)), Some(thread)) => {
+                            let outcome =
+                                unsaved::Outcome { kind: Kept::Finished, thread, expected, until_ms: stored_until };
+                            let kept = core.saver().keep(outcome, e)?;
+                            // The call did end: the trail says so now, not once it is saved.
+                            let principal = principal.as_deref();
+                            core.observe(crate::Event::Finished {
+                                thread_id: &id,
+                                tool: &tool,
+                                principal,
+                                result: &result,
+                            });
+                            if self.await_kept(&id, deadline).await {
+                                return Ok(Ok(CallToolResponse::Complete(result)));
+                            }
+                            return Ok(Err(kept));
+                        }
+                        (saved, _) => saved,
+                    };
+                    if saved.is_ok() {
                         let principal = principal.as_deref();
                         core.observe(crate::Event::Finished {
                             thread_id: &id,
@@ -290,58 +307,49 @@ impl<'a> Resume<'a> {
                             principal,
                             result: &result,
                         });
-                        if self.await_kept(&id, deadline).await {
-                            return Ok(Ok(CallToolResponse::Complete(result)));
-                        }
-                        return Ok(Err(kept));
                     }
-                    (saved, _) => saved,
-                };
-                if saved.is_ok() {
-                    let principal = principal.as_deref();
-                    core.observe(crate::Event::Finished { thread_id: &id, tool: &tool, principal, result: &result });
+                    (saved, Ok(CallToolResponse::Complete(result)))
                 }
-                (saved, Ok(CallToolResponse::Complete(result)))
-            }
-            Ending::NextRound(thread, reply) => {
-                let (id, owner, until) = (thread.id.clone(), thread.owner.clone(), thread.expires_at_ms);
-                let tool = thread.tool.clone();
-                let observed = core.observer.as_ref().map(|_| (*thread).clone());
-                let copy = core.store.can_be_unreachable().then(|| (*thread).clone());
-                let saved = match (core.store.save(*thread, Some(expected)).await, copy) {
-                    (Err(SaveError::Store(e)), Some(thread)) => {
-                        let outcome =
-                            unsaved::Outcome { kind: Kept::NextRound, thread, expected, until_ms: stored_until };
-                        let kept = core.saver().keep(outcome, e)?;
-                        if self.await_kept(&id, deadline).await {
-                            return Ok(reply);
+                Ending::NextRound(thread, reply) => {
+                    let (id, owner, until) = (thread.id.clone(), thread.owner.clone(), thread.expires_at_ms);
+                    let tool = thread.tool.clone();
+                    let observed = core.observer.as_ref().map(|_| (*thread).clone());
+                    let copy = core.store.can_be_unreachable().then(|| (*thread).clone());
+                    let saved = match (core.store.save(*thread, Some(expected)).await, copy) {
+                        (Err(SaveError::Store(e)), Some(thread)) => {
+                            let outcome =
+                                unsaved::Outcome { kind: Kept::NextRound, thread, expected, until_ms: stored_until };
+                            let kept = core.saver().keep(outcome, e)?;
+                            if self.await_kept(&id, deadline).await {
+                                return Ok(reply);
+                            }
+                            return Ok(Err(kept));
                         }
-                        return Ok(Err(kept));
+                        (saved, _) => saved,
+                    };
+                    if saved.is_ok() {
+                        core.meters.round(&tool, meter::Outcome::Paused);
                     }
-                    (saved, _) => saved,
-                };
-                if saved.is_ok() {
-                    core.meters.round(&tool, meter::Outcome::Paused);
+                    if saved.is_ok()
+                        && let Some(thread) = &observed
+                    {
+                        core.observe(crate::Event::Asked { thread });
+                    }
+                    if saved.is_ok()
+                        && let Some(owner) = &owner
+                    {
+                        // The call lives on to its new expiry; a failure here only makes it
+                        // stop counting at its old one.
+                        let _ = core.store.count_paused(owner, &id, &tool, until, core.limits.paused).await;
+                    }
+                    (saved, reply)
                 }
-                if saved.is_ok()
-                    && let Some(thread) = &observed
-                {
-                    core.observe(crate::Event::Asked { thread });
-                }
-                if saved.is_ok()
-                    && let Some(owner) = &owner
-                {
-                    // The call lives on to its new expiry; a failure here only makes it
-                    // stop counting at its old one.
-                    let _ = core.store.count_paused(owner, &id, &tool, until, core.limits.paused).await;
-                }
-                (saved, reply)
+            };
+            match saved {
+                Ok(()) => Ok(reply),
+                Err(SaveError::Store(e)) => Err(e.into()),
+                Err(SaveError::Conflict(id)) => self.after_conflict(&id, answer).await,
             }
-        };
-        match saved {
-            Ok(()) => Ok(reply),
-            Err(SaveError::Store(e)) => Err(e.into()),
-            Err(SaveError::Conflict(id)) => self.after_conflict(&id, answer).await,
         }
     }
 
