@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hitl_graph::Agent;
-use hitl_protocol::{CallToolResponse, ErrorObject, InputResponses};
+use hitl_protocol::{CallToolResponse, CallToolResult, ErrorObject, InputResponses};
 
 use crate::call::{ToolCall, invalid_state};
 use crate::lease::{Held, Marks};
@@ -277,6 +277,10 @@ impl<'a> Resume<'a> {
                 Ending::Finished(thread, result) => {
                     let owner = thread.owner.clone();
                     let (id, tool, principal) = (thread.id.clone(), thread.tool.clone(), thread.principal.clone());
+                    let finished = |result: &CallToolResult| {
+                        let principal = principal.as_deref();
+                        core.observe(crate::Event::Finished { thread_id: &id, tool: &tool, principal, result });
+                    };
                     let copy = core.store.can_be_unreachable().then(|| (*thread).clone());
                     let saved = core.store.save_finished(*thread, expected, owner.as_deref()).await;
                     let saved = match (saved, copy) {
@@ -285,13 +289,7 @@ impl<'a> Resume<'a> {
                                 unsaved::Outcome { kind: Kept::Finished, thread, expected, until_ms: stored_until };
                             let kept = core.saver().keep(outcome, e)?;
                             // The call did end: the trail says so now, not once it is saved.
-                            let principal = principal.as_deref();
-                            core.observe(crate::Event::Finished {
-                                thread_id: &id,
-                                tool: &tool,
-                                principal,
-                                result: &result,
-                            });
+                            finished(&result);
                             if self.await_kept(&id, deadline).await {
                                 return Ok(Ok(CallToolResponse::Complete(result)));
                             }
@@ -300,13 +298,7 @@ impl<'a> Resume<'a> {
                         (saved, _) => saved,
                     };
                     if saved.is_ok() {
-                        let principal = principal.as_deref();
-                        core.observe(crate::Event::Finished {
-                            thread_id: &id,
-                            tool: &tool,
-                            principal,
-                            result: &result,
-                        });
+                        finished(&result);
                     }
                     (saved, Ok(CallToolResponse::Complete(result)))
                 }
