@@ -238,16 +238,15 @@ impl ToolCall {
     }
 }
 
-/// The call's arguments as one JSON value, checked against the agent's input schema,
-/// and their digest (what a thread is bound to). They are taken out of `call` (read
-/// nowhere else), not copied.
-pub(crate) fn checked_arguments(agent: &Agent, call: &mut ToolCall) -> Result<(Value, String), ErrorObject> {
-    if let Some(reserved) = reserved_argument(agent, &call.arguments) {
+/// A call's `arguments` as one JSON value, checked against the agent's input schema,
+/// and their digest (what a thread is bound to).
+pub(crate) fn checked_arguments(agent: &Agent, arguments: Map<String, Value>) -> Result<(Value, String), ErrorObject> {
+    if let Some(reserved) = reserved_argument(agent, &arguments) {
         let message = format!("{reserved}: argument names beginning with {RESERVED_PREFIX} are reserved");
         return Err(ErrorObject::invalid_params(format!("Invalid arguments for tool {}: {message}", agent.name))
             .with_data(serde_json::json!({ "errors": [{ "path": reserved, "message": message }] })));
     }
-    let arguments = Value::Object(std::mem::take(&mut call.arguments));
+    let arguments = Value::Object(arguments);
     if let Err(violations) = hitl_schema::validate_value(&agent.input_schema, &arguments) {
         let details: Vec<String> = violations
             .iter()

@@ -145,7 +145,8 @@ impl Engine {
         task: bool,
     ) -> impl Future<Output = Result<Reply, EngineError>> + Send + 'a {
         async move {
-            let (arguments, args_digest) = match checked_arguments(agent, &mut call) {
+            // The arguments are read only here: taken out of the call, not copied.
+            let (arguments, args_digest) = match checked_arguments(agent, std::mem::take(&mut call.arguments)) {
                 Ok(checked) => checked,
                 Err(error) => return Ok(Reply::Refused(error)),
             };
@@ -185,7 +186,7 @@ impl Engine {
     /// result it gets for any pause while the round is open, else `Invalid or expired
     /// requestState`. Read only: the thread stays as it is for a client that can answer.
     pub async fn peek(&self, agent: &Agent, call: &ToolCall) -> Result<Reply, EngineError> {
-        let (_, args_digest) = match checked_arguments(agent, &mut call.clone()) {
+        let (_, args_digest) = match checked_arguments(agent, call.arguments.clone()) {
             Ok(checked) => checked,
             Err(error) => return Ok(Reply::Refused(error)),
         };

@@ -68,7 +68,7 @@ impl Tasks {
     /// can't answer) is [`TaskStart::Refused`]; only a store failure is an error.
     pub async fn start(&self, agent: &Agent, mut call: ToolCall, wait: Duration) -> Result<TaskStart, EngineError> {
         let core = &self.core;
-        let (arguments, args_digest) = match checked_arguments(agent, &mut call) {
+        let (arguments, args_digest) = match checked_arguments(agent, std::mem::take(&mut call.arguments)) {
             Ok(checked) => checked,
             Err(error) => return Ok(TaskStart::Refused(error)),
         };

@@ -211,11 +211,8 @@ impl AuditEvent {
         // Strings, numbers and JSON values: serializing cannot fail.
         // Sized for a round's entries, which then take one allocation, not several.
         let mut json = Vec::with_capacity(512);
-        if serde_json::to_writer(&mut json, self).is_err() {
-            json = b"{}".to_vec();
-        }
-        let json = String::from_utf8(json).unwrap_or_else(|_| "{}".to_owned());
-        hitl_thread::AuditLine { at_ms: self.at_ms, json: json.into() }
+        let written = serde_json::to_writer(&mut json, self).ok().and_then(|()| std::str::from_utf8(&json).ok());
+        hitl_thread::AuditLine { at_ms: self.at_ms, json: written.unwrap_or("{}").into() }
     }
 
     /// Is the entry about one approval (it names its approvers), so shown to them alone?
