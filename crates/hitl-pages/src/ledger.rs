@@ -779,13 +779,7 @@ impl Worker {
                     Err(e) => Err(e),
                 }
             }
-            AuditFile::Path(path) => {
-                rotate(path, lines.len() as u64, self.retention.audit_max_bytes).await;
-                match tokio::fs::OpenOptions::new().create(true).append(true).open(path).await {
-                    Ok(mut f) => f.write_all(lines.as_bytes()).await,
-                    Err(e) => Err(e),
-                }
-            }
+            AuditFile::Path(path) => append_rotating(path, &lines, self.retention.audit_max_bytes).await,
         };
         if let Err(error) = written {
             tracing::error!(%error, "audit lines could not be written");
@@ -836,13 +830,44 @@ pub(crate) fn resumed(chain: crate::chain::Chain, file: Option<&AuditFile>) -> c
     chain
 }
 
-/// Renames the audit file to `<file>.1` (replacing an older one) when `adding` bytes
-/// would take it past `max_bytes`; the next write begins it anew.
-async fn rotate(path: &std::path::Path, adding: u64, max_bytes: u64) {
-    let Ok(meta) = tokio::fs::metadata(path).await else { return };
-    if meta.len() == 0 || meta.len().saturating_add(adding) <= max_bytes {
-        return;
+/// Appends `lines` to the audit file, rotating it before any line that would take it
+/// past `max_bytes`: a batch is split at the bound, so no file holds more than
+/// `max_bytes` however many lines a flush gathers (unless one line alone is larger).
+async fn append_rotating(path: &std::path::Path, lines: &str, max_bytes: u64) -> std::io::Result<()> {
+    let mut size = tokio::fs::metadata(path).await.map_or(0, |meta| meta.len());
+    let mut rest = lines;
+    while !rest.is_empty() {
+        let room = max_bytes.saturating_sub(size);
+        let mut cut = 0;
+        for line in rest.split_inclusive('\n') {
+            if (cut + line.len()) as u64 > room {
+                break;
+            }
+            cut += line.len();
+        }
+        if cut == 0 && size > 0 {
+            rotate(path).await;
+            size = 0;
+            continue;
+        }
+        // An empty file takes at least one line, even one larger than the bound.
+        if cut == 0 {
+            cut = rest.find('\n').map_or(rest.len(), |at| at + 1);
+        }
+        let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(path).await?;
+        file.write_all(&rest.as_bytes()[..cut]).await?;
+        // tokio writes a file on a blocking thread: wait for it before the size is
+        // trusted or the file renamed.
+        file.flush().await?;
+        size += cut as u64;
+        rest = &rest[cut..];
     }
+    Ok(())
+}
+
+/// Renames the audit file to `<file>.1` (replacing an older one); the next write
+/// begins it anew.
+async fn rotate(path: &std::path::Path) {
     let mut rotated = path.as_os_str().to_owned();
     rotated.push(".1");
     match tokio::fs::rename(path, &rotated).await {
@@ -1017,6 +1042,26 @@ mod tests {
         }
         assert_eq!(stored(&records).await, ["executed", "finished"], "every entry, in order");
         assert!(worker.unstored.next_try.is_none(), "no backoff once the store took them");
+    }
+
+    #[tokio::test]
+    async fn a_batch_of_audit_lines_is_split_at_max_bytes() {
+        let dir = std::env::temp_dir().join(format!("hitl-rotate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("audit.jsonl");
+        let line = format!("{}\n", "x".repeat(99));
+        append_rotating(&path, &line.repeat(2), 250).await.unwrap();
+        // One flush of five lines: the two-line file is rotated before the first, then
+        // each file takes the two lines that fit: the last one is left with one.
+        append_rotating(&path, &line.repeat(5), 250).await.unwrap();
+        let rotated = std::fs::read_to_string(dir.join("audit.jsonl.1")).unwrap();
+        let current = std::fs::read_to_string(&path).unwrap();
+        assert_eq!((rotated.len(), current.len()), (200, 100), "each file within 250 bytes");
+        // A line larger than the bound still goes into a file of its own.
+        append_rotating(&path, &"y".repeat(300), 250).await.unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap().len(), 300);
+        assert_eq!(std::fs::read_to_string(dir.join("audit.jsonl.1")).unwrap(), current);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
