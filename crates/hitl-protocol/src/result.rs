@@ -16,10 +16,11 @@ use crate::{
 /// A result to send.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
-#[allow(clippy::large_enum_variant, reason = "built once per request and serialized at once")]
+// The large results of rare requests are boxed: every request's future and reply
+// carries a `ServerResult`, and a tools/call's are a third of their size.
 pub enum ServerResult {
     /// `server/discover`.
-    Discover(DiscoverResult),
+    Discover(Box<DiscoverResult>),
     /// `tools/list`.
     ListTools(ListToolsResult),
     /// `prompts/list`.
@@ -31,11 +32,11 @@ pub enum ServerResult {
     /// `prompts/get`.
     GetPrompt(GetPromptResult),
     /// The legacy `initialize`.
-    Initialize(InitializeResult),
+    Initialize(Box<InitializeResult>),
     /// A `tools/call` that became a task.
     CreateTask(CreateTaskResult),
     /// `tasks/get`.
-    GetTask(GetTaskResult),
+    GetTask(Box<GetTaskResult>),
     /// A result with nothing in it but what is stamped (`ping`, `tasks/update`, …).
     Empty(EmptyResult),
     /// A result made or relayed as JSON (resources, a passthrough's prompts, completion).

@@ -6,13 +6,15 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use futures_util::FutureExt;
+use futures_util::future::Either;
 use hitl_graph::TaskSupport;
 use hitl_interrupt::{Agent, Binding, Reply, Resumable, ToolCall};
 use hitl_protocol::version::{self, Era};
 use hitl_protocol::{
-    CacheScope, CallToolResult, ClientRequest, ContentBlock, DiscoverResult, EmptyResult, ErrorObject, GetPromptResult,
-    InitializeResult, ListPromptsResult, ListToolsResult, Prompt, PromptArgument, PromptMessage, RequestId, Response,
-    ResultType, Role, ServerCapabilities, ServerResult, Tool,
+    CacheScope, CallToolParams, CallToolResult, ClientRequest, ContentBlock, DiscoverResult, EmptyResult, ErrorObject,
+    GetPromptResult, InitializeResult, ListPromptsResult, ListToolsResult, Prompt, PromptArgument, PromptMessage,
+    RequestId, Response, ResultType, Role, ServerCapabilities, ServerResult, Tool,
 };
 use serde_json::{Map, Value, json};
 
@@ -32,8 +34,9 @@ impl Shared {
         }
     }
 
-    /// Serves a typed request.
-    #[allow(clippy::manual_async_fn, reason = "an async fn would keep its arguments twice in its future")]
+    /// Serves a typed request. A `tools/call`, the request every round is, has a future
+    /// of its own; the others' are boxed, so the call's future (moved into a box per
+    /// request) is not the size of the largest of theirs.
     pub(crate) fn dispatch(
         &self,
         request: ClientRequest,
@@ -41,189 +44,222 @@ impl Shared {
         progress: Option<hitl_graph::ProgressFn>,
         cancel: Option<Arc<AtomicBool>>,
     ) -> impl Future<Output = Result<ServerResult, ErrorObject>> + Send + '_ {
-        async move {
-            let era = caller.era;
-            // The Tasks extension's methods need the whole caller; served before it is split.
-            // The task paths are boxed: the future of every request stays small.
-            let request = match (request, era) {
-                (ClientRequest::GetTask(params), Era::Modern) => return Box::pin(self.get_task(params, &caller)).await,
-                (ClientRequest::UpdateTask(params), Era::Modern) => {
-                    return Box::pin(self.update_task(params, &caller)).await;
-                }
-                (ClientRequest::CancelTask(params), Era::Modern) => {
-                    return Box::pin(self.cancel_task(params, &caller)).await;
-                }
-                (request, _) => request,
-            };
-            // Who asks, for resources and prompts served from elsewhere.
-            let passed = matches!(
-                request,
-                ClientRequest::ListResources(_)
-                    | ClientRequest::ListResourceTemplates(_)
-                    | ClientRequest::ReadResource(_)
-                    | ClientRequest::ListPrompts(_)
-                    | ClientRequest::GetPrompt(_)
-                    | ClientRequest::Subscribe(_)
-                    | ClientRequest::Unsubscribe(_)
-            );
-            let asker = self.options.passthrough.as_ref().filter(|_| passed).map(|_| asker(&caller));
-            let session = caller.session.clone();
-            let access = self.options.access.as_ref();
-            let groups = caller.groups.clone();
-            let principal = caller.principal.clone();
-            let may = move |name: &str| validate::allowed(access, name, principal.as_deref(), &groups);
-            // The engine's view of a tools/call or prompts/get; each request makes one.
-            let task = era == Era::Modern && crate::tasks::declared(&caller.capabilities);
-            // Who a task is made for (cloned only when the client follows tasks).
-            let task_principal = if task { caller.principal.clone() } else { None };
-            let unpushed = matches!(request, ClientRequest::CallTool(_))
-                .then(|| self.unpushed(era, caller.session.as_deref()))
-                .flatten();
-            let resumable = self.resumable(era);
-            let call =
-                move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, binding| {
-                    ToolCall {
-                        arguments: arguments.unwrap_or_default(),
-                        input_responses,
-                        request_state,
-                        context,
-                        capabilities: caller.capabilities,
-                        principal: caller.principal,
-                        groups: caller.groups,
-                        peer: caller.peer,
-                        resumable,
-                        binding,
-                        progress,
-                        cancel,
-                        session: caller.session,
-                    }
+        match request {
+            ClientRequest::CallTool(params) => Either::Left(self.call_tool(params, caller, progress, cancel)),
+            request => Either::Right(Box::pin(self.dispatch_other(request, caller, progress, cancel))),
+        }
+    }
+
+    /// A `tools/call`. All that comes before the run is worked out here, before its
+    /// future is made: the future keeps the call and what its reply needs, nothing else.
+    fn call_tool(
+        &self,
+        params: CallToolParams,
+        caller: Caller,
+        progress: Option<hitl_graph::ProgressFn>,
+        cancel: Option<Arc<AtomicBool>>,
+    ) -> impl Future<Output = Result<ServerResult, ErrorObject>> + Send + '_ {
+        let era = caller.era;
+        // A client that follows tasks; who a task is made for (cloned only then).
+        let task = era == Era::Modern && crate::tasks::declared(&caller.capabilities);
+        let task_principal = if task { caller.principal.clone() } else { None };
+        let unpushed = self.unpushed(era, caller.session.as_deref());
+        let tools = self.tools.snapshot();
+        let may =
+            validate::allowed(self.options.access.as_ref(), &params.name, caller.principal.as_deref(), &caller.groups);
+        let prepared = match tools.get_full(&params.name).filter(|_| may) {
+            None => Err(ErrorObject::invalid_params(format!("Unknown tool: {}", params.name))),
+            Some((_, _, agent)) if agent.tasks == TaskSupport::Required && !task => Err(crate::tasks::undeclared()),
+            Some((index, _, agent)) => {
+                // Only a new call becomes a task (a retry continues a round), and only of
+                // a tool that may run as one.
+                let task = task && params.request_state.is_none() && agent.tasks != TaskSupport::Forbidden;
+                let answers = params.input_responses.is_some();
+                let call = ToolCall {
+                    arguments: params.arguments.unwrap_or_default(),
+                    input_responses: params.input_responses,
+                    request_state: params.request_state,
+                    context: params.context,
+                    capabilities: caller.capabilities,
+                    principal: caller.principal,
+                    groups: caller.groups,
+                    peer: caller.peer,
+                    resumable: self.resumable(era),
+                    binding: Binding::Tool,
+                    progress,
+                    cancel,
+                    session: caller.session,
                 };
-            match (request, era) {
-                (ClientRequest::Discover(_), Era::Modern) => self.discover(),
-                (ClientRequest::ListTools(_), _) => self.list_tools(era, &may),
-                (ClientRequest::ListPrompts(_), _) => self.list_prompts(era, &may, asker.as_ref()),
-                (ClientRequest::Complete(_), _) => {
-                    Ok(other(json!({"completion": {"values": [], "total": 0, "hasMore": false}})))
-                }
-                // Without a passthrough hitl serves no resources: the lists are empty (and
-                // cacheable), reads fail.
-                (ClientRequest::ListResources(_), _) => {
-                    let listed = self.passed(asker.as_ref(), |p, a| p.resources(a));
-                    Ok(self.list("resources", listed, era))
-                }
-                (ClientRequest::ListResourceTemplates(_), _) => {
-                    let listed = self.passed(asker.as_ref(), |p, a| p.resource_templates(a));
-                    Ok(self.list("resourceTemplates", listed, era))
-                }
-                (ClientRequest::ReadResource(params), _) => match (&self.options.passthrough, &asker) {
-                    (Some(passthrough), Some(asker)) => {
-                        let mut result = passthrough.0.read_resource(&params.uri, asker).await?;
-                        if era == Era::Modern
-                            && let Value::Object(map) = &mut result
-                        {
-                            self.cacheable(map);
-                        }
-                        Ok(other(result))
-                    }
-                    _ => Err(ErrorObject::invalid_params(format!("Resource not found: {}", params.uri))
-                        .with_data(json!({ "uri": params.uri }))),
-                },
-                (ClientRequest::CallTool(params), _) => {
-                    let tools = self.tools.snapshot();
-                    let Some(agent) = tools.get(&params.name).filter(|_| may(&params.name)) else {
-                        return Err(ErrorObject::invalid_params(format!("Unknown tool: {}", params.name)));
-                    };
-                    if agent.tasks == TaskSupport::Required && !task {
-                        return Err(crate::tasks::undeclared());
-                    }
-                    // Only a new call becomes a task (a retry continues a round), and only of
-                    // a tool that may run as one.
-                    let task = task && params.request_state.is_none() && agent.tasks != TaskSupport::Forbidden;
-                    let answers = params.input_responses.is_some();
-                    let call = call(
-                        params.arguments,
-                        params.input_responses,
-                        params.request_state,
-                        params.context,
-                        Binding::Tool,
-                    );
-                    if task && !answers {
-                        return Box::pin(self.call_as_task(agent, call)).await;
-                    }
-                    let reply = if task {
-                        self.reply_of(agent, self.engine.tasks().call(agent, call).await)
-                    } else {
-                        self.run(agent, call).await
-                    };
-                    match reply {
-                        Reply::Complete(mut r) => {
-                            told_why(&mut r, unpushed.as_deref());
-                            Ok(ServerResult::CallTool(r))
-                        }
-                        // A client that follows tasks gets the paused call as one.
-                        Reply::Paused { thread_id, .. } if task => {
-                            let created = Box::pin(self.created(&thread_id, task_principal.as_deref())).await?;
-                            Ok(ServerResult::CreateTask(created))
-                        }
-                        Reply::Paused { round, .. } => Ok(ServerResult::InputRequired(round)),
-                        Reply::Refused(error) => Err(error),
-                    }
-                }
-                (ClientRequest::GetPrompt(params), _) => {
-                    let Some(agent) = self.prompts.get(&params.name).filter(|_| may(&params.name)) else {
-                        if let (Some(passthrough), Some(asker)) = (&self.options.passthrough, &asker) {
-                            let name = params.name.clone();
-                            let mut sent = Map::new();
-                            if let Some(arguments) = params.arguments {
-                                sent.insert("arguments".into(), Value::Object(arguments));
-                            }
-                            if let Some(responses) = params.input_responses {
-                                sent.insert("inputResponses".into(), to_json(&responses)?);
-                            }
-                            if let Some(state) = params.request_state {
-                                sent.insert("requestState".into(), Value::String(state));
-                            }
-                            if let Some(answer) = passthrough.0.get_prompt(&name, sent, asker).await {
-                                return answer.map(other);
-                            }
-                        }
-                        return Err(ErrorObject::invalid_params(format!("Unknown prompt: {}", params.name)));
-                    };
-                    let call =
-                        call(params.arguments, params.input_responses, params.request_state, None, Binding::Prompt);
-                    match self.run(agent, call).await {
-                        Reply::Paused { round, .. } => Ok(ServerResult::InputRequired(round)),
-                        Reply::Complete(r) => Ok(ServerResult::GetPrompt(prompt_result(agent, r)?)),
-                        Reply::Refused(error) => Err(error),
-                    }
-                }
-                (ClientRequest::Subscribe(params), Era::Legacy) => {
-                    let (passthrough, client) = self.subscriber(session.as_deref(), "resources/subscribe")?;
-                    let asker = asker.unwrap_or_default();
-                    passthrough.subscribe(&client, &params.uri, &asker).await?;
-                    self.options.notifier.sessions.subscribed(&client);
-                    self.forget_expired();
-                    Ok(ServerResult::Empty(EmptyResult::default()))
-                }
-                (ClientRequest::Unsubscribe(params), Era::Legacy) => {
-                    let (passthrough, client) = self.subscriber(session.as_deref(), "resources/unsubscribe")?;
-                    passthrough.unsubscribe(&client, &params.uri).await;
-                    Ok(ServerResult::Empty(EmptyResult::default()))
-                }
-                (ClientRequest::Initialize(params), Era::Legacy) => {
-                    let result = InitializeResult {
-                        protocol_version: version::negotiate_legacy(&params.protocol_version).to_owned(),
-                        capabilities: self.capabilities(),
-                        server_info: self.options.server_info.clone(),
-                        instructions: self.options.instructions.clone(),
-                    };
-                    Ok(ServerResult::Initialize(result))
-                }
-                (ClientRequest::Ping(_) | ClientRequest::SetLevel(_), Era::Legacy) => {
-                    Ok(ServerResult::Empty(EmptyResult::default()))
-                }
-                (other, _) => Err(ErrorObject::method_not_found(other.method())),
+                Ok((index, task, answers, call))
             }
+        };
+        async move {
+            let (index, task, answers, call) = prepared?;
+            let agent = &tools[index];
+            if task && !answers {
+                return Box::pin(self.call_as_task(agent, call)).await;
+            }
+            let reply = if task {
+                // Boxed: only clients that follow tasks take it.
+                self.reply_of(agent, Box::pin(self.engine.tasks().call(agent, call)).await)
+            } else {
+                self.run(agent, call).await
+            };
+            match reply {
+                Reply::Complete(mut r) => {
+                    told_why(&mut r, unpushed.as_deref());
+                    Ok(ServerResult::CallTool(r))
+                }
+                // A client that follows tasks gets the paused call as one.
+                Reply::Paused { thread_id, .. } if task => {
+                    let created = Box::pin(self.created(&thread_id, task_principal.as_deref())).await?;
+                    Ok(ServerResult::CreateTask(created))
+                }
+                Reply::Paused { round, .. } => Ok(ServerResult::InputRequired(round)),
+                Reply::Refused(error) => Err(error),
+            }
+        }
+    }
+
+    /// Serves a typed request other than `tools/call`.
+    async fn dispatch_other(
+        &self,
+        request: ClientRequest,
+        caller: Caller,
+        progress: Option<hitl_graph::ProgressFn>,
+        cancel: Option<Arc<AtomicBool>>,
+    ) -> Result<ServerResult, ErrorObject> {
+        let era = caller.era;
+        // The Tasks extension's methods need the whole caller; served before it is split.
+        // The task paths are boxed: the future of every request stays small.
+        let request = match (request, era) {
+            (ClientRequest::GetTask(params), Era::Modern) => return Box::pin(self.get_task(params, &caller)).await,
+            (ClientRequest::UpdateTask(params), Era::Modern) => {
+                return Box::pin(self.update_task(params, &caller)).await;
+            }
+            (ClientRequest::CancelTask(params), Era::Modern) => {
+                return Box::pin(self.cancel_task(params, &caller)).await;
+            }
+            (request, _) => request,
+        };
+        // Who asks, for resources and prompts served from elsewhere.
+        let passed = matches!(
+            request,
+            ClientRequest::ListResources(_)
+                | ClientRequest::ListResourceTemplates(_)
+                | ClientRequest::ReadResource(_)
+                | ClientRequest::ListPrompts(_)
+                | ClientRequest::GetPrompt(_)
+                | ClientRequest::Subscribe(_)
+                | ClientRequest::Unsubscribe(_)
+        );
+        let asker = self.options.passthrough.as_ref().filter(|_| passed).map(|_| asker(&caller));
+        let session = caller.session.clone();
+        let access = self.options.access.as_ref();
+        let groups = caller.groups.clone();
+        let principal = caller.principal.clone();
+        let may = move |name: &str| validate::allowed(access, name, principal.as_deref(), &groups);
+        // The engine's view of a prompts/get.
+        let resumable = self.resumable(era);
+        let call =
+            move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, binding| ToolCall {
+                arguments: arguments.unwrap_or_default(),
+                input_responses,
+                request_state,
+                context,
+                capabilities: caller.capabilities,
+                principal: caller.principal,
+                groups: caller.groups,
+                peer: caller.peer,
+                resumable,
+                binding,
+                progress,
+                cancel,
+                session: caller.session,
+            };
+        match (request, era) {
+            (ClientRequest::Discover(_), Era::Modern) => self.discover(),
+            (ClientRequest::ListTools(_), _) => self.list_tools(era, &may),
+            (ClientRequest::ListPrompts(_), _) => self.list_prompts(era, &may, asker.as_ref()),
+            (ClientRequest::Complete(_), _) => {
+                Ok(other(json!({"completion": {"values": [], "total": 0, "hasMore": false}})))
+            }
+            // Without a passthrough hitl serves no resources: the lists are empty (and
+            // cacheable), reads fail.
+            (ClientRequest::ListResources(_), _) => {
+                let listed = self.passed(asker.as_ref(), |p, a| p.resources(a));
+                Ok(self.list("resources", listed, era))
+            }
+            (ClientRequest::ListResourceTemplates(_), _) => {
+                let listed = self.passed(asker.as_ref(), |p, a| p.resource_templates(a));
+                Ok(self.list("resourceTemplates", listed, era))
+            }
+            (ClientRequest::ReadResource(params), _) => match (&self.options.passthrough, &asker) {
+                (Some(passthrough), Some(asker)) => {
+                    let mut result = passthrough.0.read_resource(&params.uri, asker).await?;
+                    if era == Era::Modern
+                        && let Value::Object(map) = &mut result
+                    {
+                        self.cacheable(map);
+                    }
+                    Ok(other(result))
+                }
+                _ => Err(ErrorObject::invalid_params(format!("Resource not found: {}", params.uri))
+                    .with_data(json!({ "uri": params.uri }))),
+            },
+            (ClientRequest::GetPrompt(params), _) => {
+                let Some(agent) = self.prompts.get(&params.name).filter(|_| may(&params.name)) else {
+                    if let (Some(passthrough), Some(asker)) = (&self.options.passthrough, &asker) {
+                        let name = params.name.clone();
+                        let mut sent = Map::new();
+                        if let Some(arguments) = params.arguments {
+                            sent.insert("arguments".into(), Value::Object(arguments));
+                        }
+                        if let Some(responses) = params.input_responses {
+                            sent.insert("inputResponses".into(), to_json(&responses)?);
+                        }
+                        if let Some(state) = params.request_state {
+                            sent.insert("requestState".into(), Value::String(state));
+                        }
+                        if let Some(answer) = passthrough.0.get_prompt(&name, sent, asker).await {
+                            return answer.map(other);
+                        }
+                    }
+                    return Err(ErrorObject::invalid_params(format!("Unknown prompt: {}", params.name)));
+                };
+                let call = call(params.arguments, params.input_responses, params.request_state, None, Binding::Prompt);
+                match self.run(agent, call).await {
+                    Reply::Paused { round, .. } => Ok(ServerResult::InputRequired(round)),
+                    Reply::Complete(r) => Ok(ServerResult::GetPrompt(prompt_result(agent, r)?)),
+                    Reply::Refused(error) => Err(error),
+                }
+            }
+            (ClientRequest::Subscribe(params), Era::Legacy) => {
+                let (passthrough, client) = self.subscriber(session.as_deref(), "resources/subscribe")?;
+                let asker = asker.unwrap_or_default();
+                passthrough.subscribe(&client, &params.uri, &asker).await?;
+                self.options.notifier.sessions.subscribed(&client);
+                self.forget_expired();
+                Ok(ServerResult::Empty(EmptyResult::default()))
+            }
+            (ClientRequest::Unsubscribe(params), Era::Legacy) => {
+                let (passthrough, client) = self.subscriber(session.as_deref(), "resources/unsubscribe")?;
+                passthrough.unsubscribe(&client, &params.uri).await;
+                Ok(ServerResult::Empty(EmptyResult::default()))
+            }
+            (ClientRequest::Initialize(params), Era::Legacy) => {
+                let result = InitializeResult {
+                    protocol_version: version::negotiate_legacy(&params.protocol_version).to_owned(),
+                    capabilities: self.capabilities(),
+                    server_info: self.options.server_info.clone(),
+                    instructions: self.options.instructions.clone(),
+                };
+                Ok(ServerResult::Initialize(Box::new(result)))
+            }
+            (ClientRequest::Ping(_) | ClientRequest::SetLevel(_), Era::Legacy) => {
+                Ok(ServerResult::Empty(EmptyResult::default()))
+            }
+            (other, _) => Err(ErrorObject::method_not_found(other.method())),
         }
     }
 
@@ -240,16 +276,14 @@ impl Shared {
 
     /// Serves `call` of `agent`. A client that can't answer rounds and sends a
     /// `requestState` is told the call is paused; the thread is left to a client that can.
-    #[allow(clippy::manual_async_fn, reason = "an async fn would keep its arguments twice in its future")]
+    /// The engine's future itself, mapped: no future around it keeps the call again.
     pub(crate) fn run<'a>(&'a self, agent: &'a Agent, call: ToolCall) -> impl Future<Output = Reply> + Send + 'a {
-        async move {
-            let answered = if call.resumable == Resumable::LEGACY && call.request_state.is_some() {
-                self.engine.peek(agent, &call).await
-            } else {
-                self.engine.call(agent, call).await
-            };
-            self.reply_of(agent, answered)
-        }
+        let answered = if call.resumable == Resumable::LEGACY && call.request_state.is_some() {
+            Either::Left(Box::pin(async move { self.engine.peek(agent, &call).await }))
+        } else {
+            Either::Right(self.engine.call(agent, call))
+        };
+        answered.map(move |answered| self.reply_of(agent, answered))
     }
 
     /// The engine's reply, a store failure refused as unavailable (the detail goes to
@@ -344,7 +378,7 @@ impl Shared {
             cache_scope: CacheScope::Public,
             meta: None,
         };
-        Ok(ServerResult::Discover(result))
+        Ok(ServerResult::Discover(Box::new(result)))
     }
 
     fn list_tools(&self, era: Era, may: &dyn Fn(&str) -> bool) -> Result<ServerResult, ErrorObject> {

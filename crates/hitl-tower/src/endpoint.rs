@@ -4,96 +4,135 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hitl_protocol::version::Era;
-use hitl_protocol::{ClientRequest, ErrorObject, Response};
+use std::pin::Pin;
+
+use hitl_protocol::{ClientRequest, ErrorObject, InitializeParams, RequestId, Response, ServerResult};
 use http::{HeaderValue, Method, StatusCode};
 
-use crate::validate::{self, Incoming, Valid};
+use crate::validate::{self, Caller, Incoming, Valid};
 use crate::{McpBody, Shared, error_response, json_response, push, session, sse};
 
+/// What a request comes to before anything is awaited. Worked out by a plain function
+/// before the request's future is made, so that future keeps neither the HTTP request
+/// nor what reading it took: only what the dispatch needs.
+#[allow(clippy::large_enum_variant, reason = "made once per request and moved into its future, not boxed again")]
+enum Handling {
+    /// Answered already (refused, accepted, or a stream that runs on its own).
+    Done(http::Response<McpBody>),
+    /// A rare request served by a boxed future of its own: a `subscriptions/listen`
+    /// stream (its subscriptions made first), a 2025-era `initialize` (its session id).
+    Later(Pin<Box<dyn Future<Output = http::Response<McpBody>> + Send>>),
+    /// A request to dispatch and answer with JSON.
+    Dispatch { id: RequestId, era: Era, request: ClientRequest, caller: Caller },
+}
+
 impl Shared {
-    #[allow(clippy::manual_async_fn, reason = "an async fn would keep its arguments twice in its future")]
     pub(crate) fn handle(
         self: Arc<Self>,
         request: http::Request<Bytes>,
     ) -> impl Future<Output = http::Response<McpBody>> + Send {
+        let handling = self.prepare(request);
         async move {
-            if request.method() == Method::GET
-                && let Some(stream) = self.session_stream(&request)
-            {
-                return stream;
-            }
-            // Over stdio, push elicitation is as the connection says.
-            let push = self.options.legacy_elicitation
-                || request.extensions().get::<crate::stdio::FromStdio>().is_some_and(|stdio| stdio.push);
-            let validated = validate::validate(&self.tools.snapshot(), self.options.access.as_ref(), &request);
-            // Read: its headers and body are not kept while the call runs.
-            drop(request);
-            // Taken apart as it is read: no whole `Valid` kept in the future beside its parts.
-            let Valid { id, request, mut caller, stream, session, takes_sse } = match validated {
-                Ok(Incoming::Request(valid)) => *valid,
-                Ok(Incoming::Answer(id, outcome, principal)) => {
-                    // A 2025-era client answering a question pushed to it; any other answer
-                    // is accepted and dropped.
-                    if push && !self.pushes.deliver(&id, outcome, principal.as_deref()) {
-                        tracing::debug!(?id, "a client answered a request no call of this replica is waiting for");
-                    }
-                    return crate::empty(StatusCode::ACCEPTED);
-                }
-                Err(refused) => return *refused,
+            let (id, era, request, caller) = match handling {
+                Handling::Done(response) => return response,
+                Handling::Later(later) => return later.await,
+                Handling::Dispatch { id, era, request, caller } => (id, era, request, caller),
             };
-            let era = caller.era;
-            if let (ClientRequest::Listen(params), Era::Modern) = (&request, era) {
-                return self.listen(id, &params.notifications, &caller).await;
-            }
-            // Only a session id this server signed names a session: a client cannot make
-            // up one, and a session is kept per caller (its principal) besides.
-            caller.session = session.clone().filter(|id| session::read(self.engine.secret(), id).is_some());
-            if push
-                && era == Era::Legacy
-                && takes_sse
-                && matches!(request, ClientRequest::CallTool(_) | ClientRequest::GetPrompt(_))
-                && let Some(session) = session.and_then(|id| session::read(self.engine.secret(), &id))
-                // A client that answers none of what a round asks gets the error result of
-                // any 2025-era client, not a stream of requests it cannot take.
-                && (session.capabilities.elicits_form()
-                    || session.capabilities.elicits_url()
-                    || session.capabilities.sampling.is_some()
-                    || session.capabilities.roots.is_some())
-            {
-                let pushed = push::Pushed { id, request, caller, session, progress_token: stream };
-                return self.push(pushed);
-            }
-            if let Some(token) = stream {
-                return sse::respond(token, move |progress, cancel| async move {
-                    let result = self.dispatch(request, caller, Some(progress), Some(cancel)).await;
-                    self.message(id, era, result)
-                });
-            }
-            let initialize = match &request {
-                ClientRequest::Initialize(params) => {
-                    Some((params.protocol_version.clone(), params.capabilities.clone()))
-                }
-                _ => None,
-            };
-            let mut response = match self.message(id, era, self.dispatch(request, caller, None, None).await) {
-                Response::Error { id, error } => return error_response(era, id, error),
-                ok => json_response(StatusCode::OK, &ok),
-            };
-            if let Some((version, capabilities)) = initialize
-                && era == Era::Legacy
-            {
-                // Legacy clients expect a session: hitl keeps no per-session state, so the id
-                // names the client's session, signed (with what the client can answer, for
-                // push elicitation; the gateway keeps an upstream session per client
-                // session), and every request is served with or without it.
-                let version = hitl_protocol::version::negotiate_legacy(&version);
-                let session = session::issue(self.engine.secret(), version, &capabilities);
-                if let Ok(value) = HeaderValue::from_str(&session) {
-                    response.headers_mut().insert("mcp-session-id", value);
-                }
-            }
-            response
+            let result = self.dispatch(request, caller, None, None).await;
+            self.respond(id, era, result)
         }
+    }
+
+    /// The JSON response to a dispatched request.
+    fn respond(&self, id: RequestId, era: Era, result: Result<ServerResult, ErrorObject>) -> http::Response<McpBody> {
+        match self.message(id, era, result) {
+            Response::Error { id, error } => error_response(era, id, error),
+            ok => json_response(StatusCode::OK, &ok),
+        }
+    }
+
+    /// A 2025-era `initialize`, answered with a session. hitl keeps no per-session
+    /// state, so the id names the client's session, signed (with what the client can
+    /// answer, for push elicitation; the gateway keeps an upstream session per client
+    /// session), and every request is served with or without it.
+    async fn initialize(&self, id: RequestId, params: InitializeParams, caller: Caller) -> http::Response<McpBody> {
+        let version = hitl_protocol::version::negotiate_legacy(&params.protocol_version);
+        let session = session::issue(self.engine.secret(), version, &params.capabilities);
+        let result = self.dispatch(ClientRequest::Initialize(params), caller, None, None).await;
+        let mut response = match self.message(id, Era::Legacy, result) {
+            Response::Error { id, error } => return error_response(Era::Legacy, id, error),
+            ok => json_response(StatusCode::OK, &ok),
+        };
+        if let Ok(value) = HeaderValue::from_str(&session) {
+            response.headers_mut().insert("mcp-session-id", value);
+        }
+        response
+    }
+
+    /// Reads `request` and serves what needs no waiting; the rest is left to
+    /// [`Shared::handle`]'s future.
+    fn prepare(self: &Arc<Self>, request: http::Request<Bytes>) -> Handling {
+        if request.method() == Method::GET
+            && let Some(stream) = self.session_stream(&request)
+        {
+            return Handling::Done(stream);
+        }
+        // Over stdio, push elicitation is as the connection says.
+        let push = self.options.legacy_elicitation
+            || request.extensions().get::<crate::stdio::FromStdio>().is_some_and(|stdio| stdio.push);
+        let validated = validate::validate(&self.tools.snapshot(), self.options.access.as_ref(), &request);
+        // Read: its headers and body are not kept while the call runs.
+        drop(request);
+        let Valid { id, request, mut caller, stream, session, takes_sse } = match validated {
+            Ok(Incoming::Request(valid)) => *valid,
+            Ok(Incoming::Answer(id, outcome, principal)) => {
+                // A 2025-era client answering a question pushed to it; any other answer
+                // is accepted and dropped.
+                if push && !self.pushes.deliver(&id, outcome, principal.as_deref()) {
+                    tracing::debug!(?id, "a client answered a request no call of this replica is waiting for");
+                }
+                return Handling::Done(crate::empty(StatusCode::ACCEPTED));
+            }
+            Err(refused) => return Handling::Done(*refused),
+        };
+        let era = caller.era;
+        let request = match (request, era) {
+            (ClientRequest::Listen(params), Era::Modern) => {
+                let this = Arc::clone(self);
+                return Handling::Later(Box::pin(async move { this.listen(id, &params.notifications, &caller).await }));
+            }
+            (ClientRequest::Initialize(params), Era::Legacy) => {
+                let this = Arc::clone(self);
+                return Handling::Later(Box::pin(async move { this.initialize(id, params, caller).await }));
+            }
+            (request, _) => request,
+        };
+        // Only a session id this server signed names a session: a client cannot make
+        // up one, and a session is kept per caller (its principal) besides.
+        caller.session = session.clone().filter(|id| session::read(self.engine.secret(), id).is_some());
+        if push
+            && era == Era::Legacy
+            && takes_sse
+            && matches!(request, ClientRequest::CallTool(_) | ClientRequest::GetPrompt(_))
+            && let Some(session) = session.and_then(|id| session::read(self.engine.secret(), &id))
+            // A client that answers none of what a round asks gets the error result of
+            // any 2025-era client, not a stream of requests it cannot take.
+            && (session.capabilities.elicits_form()
+                || session.capabilities.elicits_url()
+                || session.capabilities.sampling.is_some()
+                || session.capabilities.roots.is_some())
+        {
+            let pushed = push::Pushed { id, request, caller, session, progress_token: stream };
+            return Handling::Done(Arc::clone(self).push(pushed));
+        }
+        if let Some(token) = stream {
+            let this = Arc::clone(self);
+            return Handling::Done(sse::respond(token, move |progress, cancel| async move {
+                let result = this.dispatch(request, caller, Some(progress), Some(cancel)).await;
+                this.message(id, era, result)
+            }));
+        }
+        Handling::Dispatch { id, era, request, caller }
     }
 }
 

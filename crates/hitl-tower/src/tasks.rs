@@ -100,7 +100,7 @@ impl Shared {
             result_type: None,
             meta: None,
         };
-        Ok(ServerResult::GetTask(result))
+        Ok(ServerResult::GetTask(Box::new(result)))
     }
 
     /// `tasks/update`: answers some of the caller's task's questions.
