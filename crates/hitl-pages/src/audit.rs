@@ -208,11 +208,18 @@ impl AuditEvent {
 
     /// Serialized once, for the store and the `[audit] file`.
     pub fn to_line(&self) -> hitl_thread::AuditLine {
+        self.to_line_in(&mut Vec::new())
+    }
+
+    /// [`AuditEvent::to_line`], written through `buffer` (left empty): a ledger that
+    /// keeps one buffer allocates each line once, as the line it keeps.
+    pub fn to_line_in(&self, buffer: &mut Vec<u8>) -> hitl_thread::AuditLine {
+        buffer.clear();
         // Strings, numbers and JSON values: serializing cannot fail.
-        // Sized for a round's entries, which then take one allocation, not several.
-        let mut json = Vec::with_capacity(512);
-        let written = serde_json::to_writer(&mut json, self).ok().and_then(|()| std::str::from_utf8(&json).ok());
-        hitl_thread::AuditLine { at_ms: self.at_ms, json: written.unwrap_or("{}").into() }
+        let written = serde_json::to_writer(&mut *buffer, self).ok().and_then(|()| std::str::from_utf8(buffer).ok());
+        let line = hitl_thread::AuditLine { at_ms: self.at_ms, json: written.unwrap_or("{}").into() };
+        buffer.clear();
+        line
     }
 
     /// Is the entry about one approval (it names its approvers), so shown to them alone?

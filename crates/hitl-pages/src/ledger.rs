@@ -280,6 +280,8 @@ impl Unstored {
 pub(crate) struct Worker {
     /// Audit entries of the notes taken, written together.
     pub(crate) batch: Vec<AuditEvent>,
+    /// Where each entry is serialized before it is kept as its line.
+    pub(crate) line_buffer: Vec<u8>,
     /// Entries the store missed, stored again when it is back.
     pub(crate) unstored: Unstored,
     /// The status of each listed approval as this replica's events stream last told
@@ -749,7 +751,8 @@ impl Worker {
             return;
         }
         // Each entry serialized once, for the store and the file.
-        let mut batch: Vec<AuditLine> = self.batch.drain(..).map(|entry| entry.to_line()).collect();
+        let buffer = &mut self.line_buffer;
+        let mut batch: Vec<AuditLine> = self.batch.drain(..).map(|entry| entry.to_line_in(buffer)).collect();
         // The file's lines, when there is a file, written before the store takes them.
         // Chained, the store's copy of each names its place in the chain (`chain`), so
         // a file whose last lines were removed can be told by the store.
@@ -959,6 +962,7 @@ mod tests {
         let keys = crate::session::Keys::new([7; 32], false);
         Worker {
             batch: Vec::new(),
+            line_buffer: Vec::new(),
             unstored: Unstored::default(),
             seen: None,
             records: records.clone(),

@@ -204,6 +204,7 @@ impl Pages {
         let slack = config.slack.clone().map(|slack| slack::Slack::new(slack, marks.clone(), https.clone()));
         let worker = ledger::Worker {
             batch: Vec::new(),
+            line_buffer: Vec::new(),
             unstored: ledger::Unstored::default(),
             seen: None,
             records: records.clone(),
