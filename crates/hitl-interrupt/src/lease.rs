@@ -33,17 +33,28 @@ impl Held {
     /// Runs the agent while renewing the claim's lease every third of it, so a long step
     /// does not let a duplicate take the round over.
     /// `run` is pinned by the caller, so it is kept in one place (not moved into this
-    /// future and pinned again).
+    /// future and pinned again). A run that ends at its first poll (one that waits for
+    /// nothing, as most rounds' do) takes no renewal: no timer, and the renewal's future
+    /// (boxed) is made only for a run that waits.
     pub(crate) async fn run_renewing<F>(
         &self,
-        run: std::pin::Pin<&mut F>,
+        mut run: std::pin::Pin<&mut F>,
         clock: &dyn Clock,
         lease: Duration,
     ) -> F::Output
     where
         F: std::future::Future,
     {
-        let renew = async {
+        let first = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match run.as_mut().poll(cx) {
+                std::task::Poll::Ready(outcome) => Some(outcome),
+                std::task::Poll::Pending => None,
+            })
+        });
+        if let Some(outcome) = first.await {
+            return outcome;
+        }
+        let renew = Box::pin(async {
             loop {
                 clock.sleep(lease / 3).await;
                 let until = clock.now_ms().saturating_add(lease.as_millis() as u64);
@@ -60,8 +71,7 @@ impl Held {
                     Ok(()) | Err(SaveError::Store(_)) => {}
                 }
             }
-        };
-        let renew = std::pin::pin!(renew);
+        });
         match futures_util::future::select(run, renew).await {
             futures_util::future::Either::Left((outcome, _)) => outcome,
             futures_util::future::Either::Right(((), run)) => run.await,
@@ -104,5 +114,66 @@ impl hitl_graph::Effects for Marks {
                 Err(SaveError::Store(e)) => Err(format!("the call could not be recorded before it began: {e}")),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ManualClock, MemoryStore};
+
+    fn held() -> Held {
+        let thread = Thread {
+            format: crate::THREAD_FORMAT,
+            id: "01a22f1a-68fb-738c-b3ca-9f64075178aa".into(),
+            version: 1,
+            tool: "greeter".into(),
+            args_digest: "digest".into(),
+            principal: None,
+            owner: None,
+            state: crate::ThreadState::Finished,
+            last: None,
+            task: None,
+            expires_at_ms: u64::MAX / 2,
+        };
+        Held {
+            store: Arc::new(MemoryStore::default()),
+            thread: tokio::sync::Mutex::new(thread),
+            round: 1,
+            observer: None,
+            begun_in: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Pending `n` times (waking itself), then `out`.
+    fn pending(mut n: u32, out: u32) -> impl std::future::Future<Output = u32> {
+        std::future::poll_fn(move |cx| {
+            if n == 0 {
+                return std::task::Poll::Ready(out);
+            }
+            n -= 1;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        })
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+    }
+
+    #[test]
+    fn a_run_that_waits_for_nothing_takes_no_renewal_timer() {
+        let (held, clock) = (held(), ManualClock::new(0));
+        let run = std::pin::pin!(pending(0, 7));
+        assert_eq!(block_on(held.run_renewing(run, &clock, Duration::from_secs(30))), 7);
+        assert_eq!(clock.now_ms(), 0, "no sleep was asked for");
+    }
+
+    #[test]
+    fn a_run_that_waits_is_renewed_and_still_ends() {
+        let (held, clock) = (held(), ManualClock::new(0));
+        let run = std::pin::pin!(pending(3, 9));
+        assert_eq!(block_on(held.run_renewing(run, &clock, Duration::from_secs(30))), 9);
+        assert_eq!(clock.now_ms(), 10_000, "one renewal waited a third of the lease");
     }
 }

@@ -163,7 +163,10 @@ impl<'a> Resume<'a> {
                 }
                 Next::Finish(ending) => {
                     let round::Finishing { thread, last, result } = *ending;
-                    return self.finish(thread, last, CallToolResponse::Complete(result), &answer).await;
+                    // Boxed: a round that ends without a run (declined, or its answers
+                    // finish the call) is not the hot path, and its future is large.
+                    let finished = self.finish(thread, last, CallToolResponse::Complete(result), &answer);
+                    return Box::pin(finished).await;
                 }
                 // The claimer's outcome (or its lapsed lease, if it died) comes next.
                 Next::Wait => {
@@ -209,6 +212,51 @@ impl<'a> Resume<'a> {
         true
     }
 
+    /// The claimed round's run, from `checkpoint` with the answers `values`, its lease
+    /// renewed while it goes on: the run's outcome, the thread as the run left it (its
+    /// claim still in), and the last superstep in which it began an effect. A future of
+    /// its own, so the run's large state is not kept beside the state of the round's end.
+    fn run_claimed<'b>(
+        &'b self,
+        agent: &'b Agent,
+        call: &'b ToolCall,
+        thread: Thread,
+        round: u32,
+        (checkpoint, values): (hitl_graph::Checkpoint, hitl_graph::ResumeValues),
+        deadline: Deadline,
+    ) -> impl Future<Output = (Option<Result<hitl_graph::Outcome, hitl_graph::RunError>>, Thread, Option<u32>)> + Send + 'b
+    {
+        let core = self.core;
+        let span = tracing::info_span!("agent_run", tool = %agent.name, thread_id = %thread.id);
+        let base = core.run_of(call, agent, &thread.id);
+        let held = Arc::new(Held {
+            store: core.store.clone(),
+            thread: tokio::sync::Mutex::new(thread),
+            round,
+            observer: core.observer.clone(),
+            begun_in: std::sync::Mutex::new(None),
+        });
+        let run = hitl_graph::Run { effects: Some(Arc::new(Marks(held.clone()))), ..base };
+        async move {
+            let started = std::time::Instant::now();
+            let outcome = {
+                // Made and pinned in place, dropped as it ends (its span closes with it).
+                let graph_run = agent.graph.resume_run(checkpoint, values, run);
+                let run = std::pin::pin!(deadline.run(tracing::Instrument::instrument(graph_run, span)));
+                held.run_renewing(run, core.clock.as_ref(), core.lifetimes.lease).await
+            };
+            core.meters.ran(&agent.name, started);
+            let begun_in = *held.begun_in.lock().unwrap_or_else(|p| p.into_inner());
+            // The run is over, so the marks it held are dropped: take the thread back
+            // without a copy (unless a step kept its context alive).
+            let thread = match Arc::try_unwrap(held) {
+                Ok(held) => held.thread.into_inner(),
+                Err(held) => held.thread.lock().await.clone(),
+            };
+            (outcome, thread, begun_in)
+        }
+    }
+
     /// Runs the agent for a claimed round and stores what [`round::end_run`] says it
     /// led to. While it runs, the claim's lease is renewed and effects the agent begins
     /// are marked on the thread (both saves go through one [`Held`] thread).
@@ -222,45 +270,40 @@ impl<'a> Resume<'a> {
         deadline: Deadline,
     ) -> impl Future<Output = Result<Answered, EngineError>> + Send {
         async move {
-            let core = self.core;
-            let Answer { agent, call, responses, .. } = *answer;
+            let Answer { agent, call, .. } = *answer;
             let Some(checkpoint) = thread.paused().map(|p| (*p.checkpoint).clone()) else {
                 let reason = "a claimed thread is not paused".to_owned();
                 return Err(StoreError::Corrupt { id: thread.id.clone(), reason }.into());
             };
-            let span = tracing::info_span!("agent_run", tool = %agent.name, thread_id = %thread.id);
-            let mut run = core.run_of(call, agent, &thread.id);
-            let held = Arc::new(Held {
-                store: core.store.clone(),
-                thread: tokio::sync::Mutex::new(thread),
-                round: round.n,
-                observer: core.observer.clone(),
-                begun_in: std::sync::Mutex::new(None),
-            });
-            run.effects = Some(Arc::new(Marks(held.clone())));
-            let started = std::time::Instant::now();
-            let outcome = {
-                // Dropped as it ends (its span closes with the run).
-                let graph_run = agent.graph.resume_run(checkpoint, values, run);
-                let run = std::pin::pin!(deadline.run(tracing::Instrument::instrument(graph_run, span)));
-                held.run_renewing(run, core.clock.as_ref(), core.lifetimes.lease).await
-            };
-            core.meters.ran(&agent.name, started);
-            let begun_in = *held.begun_in.lock().unwrap_or_else(|p| p.into_inner());
-            // The run is over, so the marks it held are dropped: take the thread back
-            // without a copy (unless a step kept its context alive).
-            let mut thread = match Arc::try_unwrap(held) {
-                Ok(held) => held.thread.into_inner(),
-                Err(held) => held.thread.lock().await.clone(),
-            };
+            let (outcome, mut thread, begun_in) =
+                self.run_claimed(agent, call, thread, round.n, (checkpoint, values), deadline).await;
             thread.set_claim(None);
+            self.end_claimed(answer, thread, &round, (outcome, begun_in), deadline).await
+        }
+    }
+
+    /// Stores what [`round::end_run`] says a claimed round's run led to, and answers.
+    /// A future of its own, as the run's is: the states of the two are not laid out
+    /// side by side in one future.
+    #[allow(clippy::manual_async_fn, reason = "an async fn would keep its arguments twice in its future")]
+    fn end_claimed(
+        &self,
+        answer: &Answer<'_>,
+        thread: Thread,
+        round: &Round,
+        (outcome, begun_in): (Option<Result<hitl_graph::Outcome, hitl_graph::RunError>>, Option<u32>),
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<Answered, EngineError>> + Send {
+        async move {
+            let core = self.core;
+            let Answer { call, responses, .. } = *answer;
             let expected = thread.version;
             // Until when the store keeps the call as it stands: an outcome kept unsaved is
             // saved again until then.
             let stored_until = thread.expires_at_ms;
             let asking = core.asking(call, &thread.id, round.n + 1);
             let ran = round::ran(outcome, true, || core.timed_out(true), &asking, &core.secret);
-            let end = round::EndOf { began_in: begun_in, ..core.end_of(&round, responses, call) };
+            let end = round::EndOf { began_in: begun_in, ..core.end_of(round, responses, call) };
             let (saved, reply) = match round::end_run(thread, ran, &end, &core.secret) {
                 Ending::GiveBack(thread, error) => {
                     return match core.store.save(*thread, Some(expected)).await {
