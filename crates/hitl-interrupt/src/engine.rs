@@ -221,7 +221,9 @@ impl Engine {
             let Some(outcome) = outcome else {
                 return Ok(Err(self.core.timed_out(false)));
             };
-            Box::pin(First::new(&self.core, task).outcome(agent, call, id, args_digest, outcome, deadline)).await
+            // Not boxed: this future is in a box of its own, and the run's state is gone
+            // by now, so the outcome's state takes its place (one allocation, not two).
+            First::new(&self.core, task).outcome(agent, call, id, args_digest, outcome, deadline).await
         }
     }
 
