@@ -84,7 +84,7 @@ impl Shared {
         // Read: its headers and body are not kept while the call runs.
         drop(request);
         let Valid { id, request, mut caller, stream, session, takes_sse } = match validated {
-            Ok(Incoming::Request(valid)) => *valid,
+            Ok(Incoming::Request(valid)) => valid,
             Ok(Incoming::Answer(id, outcome, principal)) => {
                 // A 2025-era client answering a question pushed to it; any other answer
                 // is accepted and dropped.

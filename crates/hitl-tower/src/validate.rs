@@ -68,9 +68,13 @@ pub(crate) struct Valid {
 }
 
 /// What a POST carried.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "read once per request and taken apart at once: a box would be an allocation more"
+)]
 pub(crate) enum Incoming {
     /// A request to serve.
-    Request(Box<Valid>),
+    Request(Valid),
     /// A legacy client's response to a request the server sent it, and who sent it.
     Answer(RequestId, Result<Value, ErrorObject>, Option<String>),
 }
@@ -138,18 +142,22 @@ pub(crate) fn validate(
                 None => Body::Tree(tree()?),
             };
             modern(tools, access, headers, version_header.as_deref().unwrap_or_default(), body, who, headerless)
-                .map(|valid| Incoming::Request(Box::new(valid)))
+                .map(Incoming::Request)
         }
         Era::Legacy => legacy(headers, tree()?, who),
     }
 }
 
-/// A request's body as read.
+/// A request's body as read (on the stack, taken apart at once: not boxed).
+#[allow(
+    clippy::large_enum_variant,
+    reason = "read once per request and taken apart at once: a box would be an allocation more"
+)]
 enum Body {
     /// A JSON-RPC message, its params a JSON tree.
     Tree(Message),
     /// A `tools/call` request read straight into its params (`_meta` included).
-    Call(Box<FastCall>),
+    Call(FastCall),
 }
 
 /// A `tools/call` request read straight into its types.
@@ -160,7 +168,7 @@ struct FastCall {
 
 /// `bytes` as a `tools/call` request whose params read straight into their type, or
 /// `None` (anything else, or anything wrong: the tree's reading says what).
-fn fast_call(bytes: &[u8]) -> Option<Box<FastCall>> {
+fn fast_call(bytes: &[u8]) -> Option<FastCall> {
     let request = jsonrpc::parse_borrowed(bytes)?;
     if request.method != "tools/call" {
         return None;
@@ -169,7 +177,7 @@ fn fast_call(bytes: &[u8]) -> Option<Box<FastCall>> {
     // by name must not be (the tree's reading says so).
     let params = request.params.filter(|p| p.get().starts_with('{'))?;
     let params = serde_json::from_str(params.get()).ok()?;
-    Some(Box::new(FastCall { id: request.id, params }))
+    Some(FastCall { id: request.id, params })
 }
 
 fn modern(
@@ -184,7 +192,7 @@ fn modern(
     let message = match body {
         Body::Tree(message) => message,
         Body::Call(call) => {
-            let FastCall { id, mut params } = *call;
+            let FastCall { id, mut params } = call;
             let fail = |error: ErrorObject| Box::new(error_response(Era::Modern, Some(id.clone()), error));
             if !headerless {
                 headers::check_method_and_named(header_bytes(http_headers), "tools/call", Some(&params.name))
@@ -292,7 +300,7 @@ fn legacy(http_headers: &HeaderMap, message: Message, who: Who) -> Result<Incomi
     let stream = stream_token(&typed, http_headers, typed.meta());
     let session = http_headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let takes_sse = accepts_sse(http_headers);
-    Ok(Incoming::Request(Box::new(Valid { id, request: typed, caller, stream, session, takes_sse })))
+    Ok(Incoming::Request(Valid { id, request: typed, caller, stream, session, takes_sse }))
 }
 
 /// Whether the caller may use tool or prompt `name`.
