@@ -75,21 +75,8 @@ impl Shared {
                 // a tool that may run as one.
                 let task = task && params.request_state.is_none() && agent.tasks != TaskSupport::Forbidden;
                 let answers = params.input_responses.is_some();
-                let call = ToolCall {
-                    arguments: params.arguments.unwrap_or_default(),
-                    input_responses: params.input_responses,
-                    request_state: params.request_state,
-                    context: params.context,
-                    capabilities: caller.capabilities,
-                    principal: caller.principal,
-                    groups: caller.groups,
-                    peer: caller.peer,
-                    resumable: self.resumable(era),
-                    binding: Binding::Tool,
-                    progress,
-                    cancel,
-                    session: caller.session,
-                };
+                let sent = (params.arguments, params.input_responses, params.request_state, params.context);
+                let call = tool_call(caller, self.resumable(era), Binding::Tool, sent, progress, cancel);
                 Ok((index, task, answers, call))
             }
         };
@@ -159,24 +146,6 @@ impl Shared {
         let groups = caller.groups.clone();
         let principal = caller.principal.clone();
         let may = move |name: &str| validate::allowed(access, name, principal.as_deref(), &groups);
-        // The engine's view of a prompts/get.
-        let resumable = self.resumable(era);
-        let call =
-            move |arguments: Option<Map<String, Value>>, input_responses, request_state, context, binding| ToolCall {
-                arguments: arguments.unwrap_or_default(),
-                input_responses,
-                request_state,
-                context,
-                capabilities: caller.capabilities,
-                principal: caller.principal,
-                groups: caller.groups,
-                peer: caller.peer,
-                resumable,
-                binding,
-                progress,
-                cancel,
-                session: caller.session,
-            };
         match (request, era) {
             (ClientRequest::Discover(_), Era::Modern) => self.discover(),
             (ClientRequest::ListTools(_), _) => self.list_tools(era, &may),
@@ -227,7 +196,8 @@ impl Shared {
                     }
                     return Err(ErrorObject::invalid_params(format!("Unknown prompt: {}", params.name)));
                 };
-                let call = call(params.arguments, params.input_responses, params.request_state, None, Binding::Prompt);
+                let sent = (params.arguments, params.input_responses, params.request_state, None);
+                let call = tool_call(caller, self.resumable(era), Binding::Prompt, sent, progress, cancel);
                 match self.run(agent, call).await {
                     Reply::Paused { round, .. } => Ok(ServerResult::InputRequired(round)),
                     Reply::Complete(r) => Ok(ServerResult::GetPrompt(prompt_result(agent, r)?)),
@@ -570,6 +540,37 @@ pub(crate) fn asker(caller: &Caller) -> crate::Asker {
 /// The client a 2025-era session subscribes as (and its GET stream is told for).
 pub(crate) fn session_client(session: &str) -> String {
     format!("session:{session}")
+}
+
+/// What a `tools/call` or `prompts/get` sent: its arguments, answers, `requestState` and
+/// runtime context.
+type Sent = (Option<Map<String, Value>>, Option<hitl_protocol::InputResponses>, Option<String>, Option<Value>);
+
+/// The engine's view of a `tools/call` or `prompts/get`: what was sent, by whom, and how
+/// the request follows the run.
+fn tool_call(
+    caller: Caller,
+    resumable: Resumable,
+    binding: Binding,
+    (arguments, input_responses, request_state, context): Sent,
+    progress: Option<hitl_graph::ProgressFn>,
+    cancel: Option<Arc<AtomicBool>>,
+) -> ToolCall {
+    ToolCall {
+        arguments: arguments.unwrap_or_default(),
+        input_responses,
+        request_state,
+        context,
+        capabilities: caller.capabilities,
+        principal: caller.principal,
+        groups: caller.groups,
+        peer: caller.peer,
+        resumable,
+        binding,
+        progress,
+        cancel,
+        session: caller.session,
+    }
 }
 
 /// Adds `why` after the blocks of the error result a 2025-era client gets when a tool

@@ -1,11 +1,10 @@
 //! Serving one request: validate it, dispatch it, and answer with JSON or a stream.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use hitl_protocol::version::Era;
-use std::pin::Pin;
-
 use hitl_protocol::{ClientRequest, ErrorObject, InitializeParams, RequestId, Response, ServerResult};
 use http::{HeaderValue, Method, StatusCode};
 
@@ -59,11 +58,9 @@ impl Shared {
         let version = hitl_protocol::version::negotiate_legacy(&params.protocol_version);
         let session = session::issue(self.engine.secret(), version, &params.capabilities);
         let result = self.dispatch(ClientRequest::Initialize(params), caller, None, None).await;
-        let mut response = match self.message(id, Era::Legacy, result) {
-            Response::Error { id, error } => return error_response(Era::Legacy, id, error),
-            ok => json_response(StatusCode::OK, &ok),
-        };
-        if let Ok(value) = HeaderValue::from_str(&session) {
+        let initialized = result.is_ok();
+        let mut response = self.respond(id, Era::Legacy, result);
+        if initialized && let Ok(value) = HeaderValue::from_str(&session) {
             response.headers_mut().insert("mcp-session-id", value);
         }
         response
