@@ -17,7 +17,12 @@ pub struct Extensions {
 impl Extensions {
     /// Puts `value` in, replacing the value of its type that was there.
     pub fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
-        let (id, value) = (TypeId::of::<T>(), Arc::new(value));
+        self.insert_shared(Arc::new(value));
+    }
+
+    /// Puts in `value`, already shared: the run holds the caller's `Arc`, not a copy.
+    pub fn insert_shared<T: Send + Sync + 'static>(&mut self, value: Arc<T>) {
+        let id = TypeId::of::<T>();
         match self.values.iter_mut().find(|(kept, _)| *kept == id) {
             Some((_, kept)) => *kept = value,
             None => {

@@ -124,8 +124,9 @@ pub struct ToolCall {
     pub request_state: Option<String>,
     /// The runtime context for the run.
     pub context: Option<Value>,
-    /// What the client declared it can do.
-    pub capabilities: ClientCapabilities,
+    /// What the client declared it can do: shared (the run's extensions hold the
+    /// same value), not copied per run.
+    pub capabilities: Arc<ClientCapabilities>,
     /// Who is calling, when an auth layer said so.
     pub principal: Option<String>,
     /// The caller's groups (`group:<name>`), as its auth layer said.
@@ -191,7 +192,7 @@ impl ToolCall {
             metadata
         });
         let mut extensions = hitl_graph::Extensions::default();
-        extensions.insert(self.capabilities.clone());
+        extensions.insert_shared(self.capabilities.clone());
         extensions.insert(hitl_graph::Caller {
             principal: self.principal.clone(),
             groups: self.groups.clone(),
@@ -223,7 +224,7 @@ impl ToolCall {
     pub fn caller_key(&self) -> String {
         let who = match &self.session {
             Some(session) => serde_json::json!({"owner": self.owner(), "session": session}),
-            None => serde_json::json!({"owner": self.owner(), "capabilities": self.capabilities}),
+            None => serde_json::json!({"owner": self.owner(), "capabilities": &*self.capabilities}),
         };
         crate::digest_hex(&who)
     }

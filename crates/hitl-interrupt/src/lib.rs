@@ -30,7 +30,7 @@
 //!     .unwrap();
 //! let agent = Agent::new("choose_region", "", json!({"type": "object"}), graph);
 //! let engine = Engine::new(Arc::new(MemoryStore::default()), Arc::new(SystemClock), Secret::generate(), Lifetimes::default());
-//! let capabilities: ClientCapabilities = serde_json::from_value(json!({"elicitation": {}})).unwrap();
+//! let capabilities: Arc<ClientCapabilities> = Arc::new(serde_json::from_value(json!({"elicitation": {}})).unwrap());
 //!
 //! let first = engine.call(&agent, ToolCall { capabilities: capabilities.clone(), ..ToolCall::default() }).await.unwrap();
 //! let Reply::Paused { round, .. } = first else { panic!() };

@@ -267,7 +267,7 @@ pub(crate) fn open(
     let (now_ms, task) = (new.now_ms, new.task);
     let expires_at_ms = now_ms.saturating_add(lifetimes.paused.as_millis() as u64);
     let mut thread = fresh(call, new, ThreadState::paused(checkpoint, round), expires_at_ms);
-    thread.task = task.then(|| Box::new(TaskState::new(now_ms, call.capabilities.clone())));
+    thread.task = task.then(|| Box::new(TaskState::new(now_ms, (*call.capabilities).clone())));
     thread
 }
 

@@ -238,7 +238,7 @@ fn own(thread: &Thread, principal: Option<&str>) -> bool {
 fn task_call(thread: &Thread, principal: Option<&str>) -> ToolCall {
     let task = thread.task.as_ref().expect("a task");
     ToolCall {
-        capabilities: task.capabilities.clone(),
+        capabilities: Arc::new(task.capabilities.clone()),
         principal: principal.map(str::to_owned),
         peer: thread.owner.as_deref().and_then(|owner| owner.strip_prefix("peer:")).map(str::to_owned),
         ..ToolCall::default()

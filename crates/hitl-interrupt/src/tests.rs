@@ -78,7 +78,7 @@ fn call(responses: Option<InputResponses>, state: Option<&str>) -> ToolCall {
     ToolCall {
         input_responses: responses,
         request_state: state.map(str::to_owned),
-        capabilities: caps(),
+        capabilities: caps().into(),
         ..ToolCall::default()
     }
 }
@@ -280,7 +280,7 @@ fn clients_without_elicitation_get_32021() {
     let f = fixture();
     let agent = text_agent("choose_region", &["Which region?"]);
     let mut c = call(None, None);
-    c.capabilities = ClientCapabilities::default();
+    c.capabilities = Default::default();
     let err = run(f.engine.call(&agent, c)).unwrap_err();
     assert_eq!(err.code, ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY);
     assert_eq!(err.message, "This tool asks for human input and needs form elicitation.");
@@ -416,7 +416,8 @@ fn a_later_round_needing_url_waits_10_minutes_for_the_client_to_declare_it() {
     // Within 10 minutes, the same answers with url declared get the URL question.
     f.clock.advance(9 * 60 * 1000);
     let mut with_url = call(Some(a.clone()), Some(&state));
-    with_url.capabilities = serde_json::from_value(json!({"elicitation": {"form": {}, "url": {}}})).unwrap();
+    with_url.capabilities =
+        serde_json::from_value::<ClientCapabilities>(json!({"elicitation": {"form": {}, "url": {}}})).unwrap().into();
     let next = round(run(f.engine.call(&agent, with_url.clone())));
     assert_eq!(first_key(&next), "auth");
     // After 10 minutes the paused call is gone.
@@ -853,7 +854,7 @@ fn the_caller_key_comes_from_who_calls_and_their_session() {
         principal: principal.map(str::to_owned),
         peer: Some(peer.to_owned()),
         session: session.map(str::to_owned),
-        capabilities: serde_json::from_value(capabilities).unwrap(),
+        capabilities: serde_json::from_value::<ClientCapabilities>(capabilities).unwrap().into(),
         ..ToolCall::default()
     };
     let key = |call: ToolCall| call.caller_key();
@@ -890,7 +891,7 @@ fn earlier_records() -> Vec<Thread> {
 fn greeter_call() -> ToolCall {
     let mut arguments = serde_json::Map::new();
     arguments.insert("n".into(), json!(1));
-    ToolCall { arguments, capabilities: caps(), principal: Some("alice".into()), ..ToolCall::default() }
+    ToolCall { arguments, capabilities: caps().into(), principal: Some("alice".into()), ..ToolCall::default() }
 }
 
 #[test]

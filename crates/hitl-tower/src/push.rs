@@ -228,7 +228,7 @@ impl Shared {
                 input_responses: responses.clone(),
                 request_state: request_state.clone(),
                 context: None,
-                capabilities: session.capabilities.clone(),
+                capabilities: Arc::new(session.capabilities.clone()),
                 principal: caller.principal.clone(),
                 groups: caller.groups.clone(),
                 peer: caller.peer.clone(),

@@ -2,6 +2,8 @@
 //! in order, and the JSON-RPC envelope, turned into a typed request and its caller, or
 //! the HTTP response that refuses it.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use hitl_graph::Agent;
 use hitl_protocol::version::{self, Era};
@@ -44,7 +46,7 @@ fn accepts_sse(headers: &HeaderMap) -> bool {
 /// What the dispatch of one request needs besides its params.
 pub(crate) struct Caller {
     pub(crate) era: Era,
-    pub(crate) capabilities: ClientCapabilities,
+    pub(crate) capabilities: Arc<ClientCapabilities>,
     pub(crate) principal: Option<String>,
     /// The caller's groups ([`crate::Groups`]).
     pub(crate) groups: Vec<String>,
@@ -268,7 +270,7 @@ fn checked(
     }
     let caller = Caller {
         era: Era::Modern,
-        capabilities: modern.client_capabilities,
+        capabilities: Arc::new(modern.client_capabilities),
         principal: who.principal,
         groups: who.groups,
         peer: who.peer,
@@ -291,7 +293,7 @@ fn legacy(http_headers: &HeaderMap, message: Message, who: Who) -> Result<Incomi
         .map_err(|e| Box::new(error_response(Era::Legacy, Some(id.clone()), e)))?;
     let caller = Caller {
         era: Era::Legacy,
-        capabilities: ClientCapabilities::default(),
+        capabilities: Arc::default(),
         principal: who.principal,
         groups: who.groups,
         peer: who.peer,

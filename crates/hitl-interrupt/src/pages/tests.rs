@@ -66,7 +66,7 @@ fn call(args: Value, responses: Option<Value>, state: Option<&str>, principal: &
         arguments: args.as_object().cloned().unwrap(),
         input_responses: responses.map(|r| serde_json::from_value(r).unwrap()),
         request_state: state.map(str::to_owned),
-        capabilities: caps(),
+        capabilities: caps().into(),
         principal: Some(principal.into()),
         ..ToolCall::default()
     }

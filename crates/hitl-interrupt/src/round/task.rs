@@ -22,7 +22,7 @@ pub(crate) fn working(call: &ToolCall, new: NewThread, lifetimes: &Lifetimes) ->
     let claim = Claim { round: 0, until_ms: now_ms.saturating_add(lifetimes.lease.as_millis() as u64) };
     let expires_at_ms = now_ms.saturating_add(lifetimes.paused.as_millis() as u64);
     let mut thread = fresh(call, new, ThreadState::Working { claim: Some(claim) }, expires_at_ms);
-    thread.task = Some(Box::new(TaskState::new(now_ms, call.capabilities.clone())));
+    thread.task = Some(Box::new(TaskState::new(now_ms, (*call.capabilities).clone())));
     thread.format = hitl_thread::format_of(&thread);
     thread
 }

@@ -469,7 +469,8 @@ fn a_round_is_made_of_what_is_passed_in() {
 #[test]
 fn a_new_call_opens_its_thread_at_its_first_round() {
     let lifetimes = crate::Lifetimes::default();
-    let call = crate::ToolCall { principal: Some("alice".into()), capabilities: elicits(), ..Default::default() };
+    let call =
+        crate::ToolCall { principal: Some("alice".into()), capabilities: elicits().into(), ..Default::default() };
     let new = |task| super::NewThread {
         id: THREAD.into(),
         binding: "choose_region".into(),

@@ -43,7 +43,7 @@ fn crasher() -> Agent {
 
 fn call(principal: &str) -> ToolCall {
     let capabilities: ClientCapabilities = serde_json::from_value(json!({"elicitation": {"form": {}}})).unwrap();
-    ToolCall { capabilities, principal: Some(principal.into()), ..ToolCall::default() }
+    ToolCall { capabilities: capabilities.into(), principal: Some(principal.into()), ..ToolCall::default() }
 }
 
 async fn started(engine: &Engine, agent: &Agent, wait: Duration) -> TaskStart {

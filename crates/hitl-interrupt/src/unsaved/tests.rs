@@ -101,7 +101,7 @@ impl Fixture {
         let call = ToolCall {
             input_responses: responses,
             request_state: state.map(str::to_owned),
-            capabilities,
+            capabilities: capabilities.into(),
             ..ToolCall::default()
         };
         self.rt.block_on(self.engine.call(agent, call)).expect("no store failure reaches the caller as one").answered()
@@ -216,7 +216,7 @@ fn a_kept_outcome_whose_call_was_taken_over_is_dropped_and_the_store_decides() {
     let resend = ToolCall {
         input_responses: Some(yes.clone()),
         request_state: Some(state.clone()),
-        capabilities,
+        capabilities: capabilities.into(),
         ..ToolCall::default()
     };
     let elsewhere = f.rt.block_on(other.call(&agent, resend)).unwrap().answered();

@@ -171,7 +171,8 @@ fn every_way_answers_reach_a_task() {
 #[test]
 fn a_working_task_and_how_its_first_run_ends() {
     let lifetimes = Lifetimes::default();
-    let call = crate::ToolCall { principal: Some("alice".into()), capabilities: elicits(), ..Default::default() };
+    let call =
+        crate::ToolCall { principal: Some("alice".into()), capabilities: elicits().into(), ..Default::default() };
     let new = NewThread {
         id: task().id,
         binding: "choose_region".into(),
