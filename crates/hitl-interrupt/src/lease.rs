@@ -122,23 +122,11 @@ mod tests {
     use super::*;
     use crate::{ManualClock, MemoryStore};
 
+    /// A held thread its store does not have: a renewal's save of it conflicts.
     fn held() -> Held {
-        let thread = Thread {
-            format: crate::THREAD_FORMAT,
-            id: "01a22f1a-68fb-738c-b3ca-9f64075178aa".into(),
-            version: 1,
-            tool: "greeter".into(),
-            args_digest: "digest".into(),
-            principal: None,
-            owner: None,
-            state: crate::ThreadState::Finished,
-            last: None,
-            task: None,
-            expires_at_ms: u64::MAX / 2,
-        };
         Held {
             store: Arc::new(MemoryStore::default()),
-            thread: tokio::sync::Mutex::new(thread),
+            thread: tokio::sync::Mutex::new(crate::update::tests::thread(1)),
             round: 1,
             observer: None,
             begun_in: std::sync::Mutex::new(None),

@@ -54,4 +54,4 @@ pub(crate) async fn update_from<T>(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

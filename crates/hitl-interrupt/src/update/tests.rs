@@ -6,7 +6,8 @@ use std::sync::Arc;
 use super::{Step, update, update_from};
 use crate::{MemoryStore, PausedLedger, PausedLimits, Thread, ThreadStore};
 
-fn thread(version: u64) -> Thread {
+/// A finished thread at `version` (the lease's tests hold one too).
+pub(crate) fn thread(version: u64) -> Thread {
     Thread {
         format: crate::THREAD_FORMAT,
         id: "01a22f1a-68fb-738c-b3ca-9f64075178aa".into(),
