@@ -222,13 +222,15 @@ impl Shared {
         // Rounds pushed so far (in the requests' ids), and since when a page is awaited.
         let mut pushed: u32 = 0;
         let mut page_wait: Option<tokio::time::Instant> = None;
+        // The session's capabilities, shared by every round's call.
+        let capabilities = Arc::new(session.capabilities.clone());
         loop {
             let call = ToolCall {
                 arguments: arguments.clone(),
                 input_responses: responses.clone(),
                 request_state: request_state.clone(),
                 context: None,
-                capabilities: Arc::new(session.capabilities.clone()),
+                capabilities: capabilities.clone(),
                 principal: caller.principal.clone(),
                 groups: caller.groups.clone(),
                 peer: caller.peer.clone(),
