@@ -1,14 +1,17 @@
 //! Client and server capabilities, and the questions the server asks of them.
 
-use serde::{Deserialize, Serialize};
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
+
+use crate::text::Text;
 
 /// A JSON object, as capabilities use for their sub-options.
 pub type JsonObject = Map<String, Value>;
 
 /// What a client declares it can do (`io.modelcontextprotocol/clientCapabilities` in
 /// 2026-07-28, `capabilities` of `initialize` before).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClientCapabilities {
     /// Non-standard capabilities.
@@ -32,7 +35,7 @@ pub struct ClientCapabilities {
 }
 
 /// The `elicitation` capability. `{}` means form mode only.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ElicitationCapability {
     /// Form mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -44,6 +47,62 @@ pub struct ElicitationCapability {
     #[serde(flatten)]
     pub other: JsonObject,
 }
+
+/// `Deserialize` for an object of optional typed fields whose other keys are kept in
+/// `other`, read key by key: `#[serde(flatten)]` would buffer the whole object first (an
+/// allocation per key and value, on every request that carries capabilities). A known
+/// key given twice is an error, as derived; another key given twice keeps its last value.
+macro_rules! keeps_other_keys {
+    ($ty:ident, $expecting:literal, { $($key:literal => $field:ident),* $(,)? }) => {
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct Visit;
+                impl<'de> Visitor<'de> for Visit {
+                    type Value = $ty;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str($expecting)
+                    }
+                    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<$ty, A::Error> {
+                        let mut out = $ty::default();
+                        let mut seen = 0u32;
+                        'keys: while let Some(Text(key)) = map.next_key()? {
+                            let mut bit = 1u32;
+                            $(
+                                if key == $key {
+                                    if seen & bit != 0 {
+                                        return Err(de::Error::duplicate_field($key));
+                                    }
+                                    seen |= bit;
+                                    out.$field = map.next_value()?;
+                                    continue 'keys;
+                                }
+                                bit <<= 1;
+                            )*
+                            let _ = bit;
+                            let value = map.next_value()?;
+                            out.other.insert(key.into_owned(), value);
+                        }
+                        Ok(out)
+                    }
+                }
+                deserializer.deserialize_map(Visit)
+            }
+        }
+    };
+}
+
+keeps_other_keys!(ClientCapabilities, "struct ClientCapabilities", {
+    "experimental" => experimental,
+    "roots" => roots,
+    "sampling" => sampling,
+    "elicitation" => elicitation,
+    "extensions" => extensions,
+});
+
+keeps_other_keys!(ElicitationCapability, "struct ElicitationCapability", {
+    "form" => form,
+    "url" => url,
+});
 
 impl ClientCapabilities {
     /// Does the client take form-mode elicitation? `elicitation: {}` counts as form.

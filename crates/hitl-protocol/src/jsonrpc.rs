@@ -137,7 +137,7 @@ impl fmt::Display for ErrorObject {
 }
 
 /// One JSON-RPC message, after the envelope rules have been applied. Its params are a
-/// JSON tree, or their text (`&RawValue`, from [`parse_borrowed`]).
+/// JSON tree ([`parse_borrowed`] reads a request's as their text).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message<P = Value> {
     /// A request: it has an id and expects a response.
@@ -262,20 +262,72 @@ fn opens_an_object(bytes: &[u8]) -> bool {
     bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
 }
 
-/// A request as [`parse`] reads it, its params kept as their text so that they are read
-/// straight into their type, without a JSON tree first. `None` for anything else (a
+/// A request as [`parse`] reads it, borrowed from the message's text: its method a
+/// slice of it, its params their text, so that they are read straight into their type
+/// without a JSON tree first.
+#[derive(Debug, Clone)]
+pub struct Borrowed<'a> {
+    /// The request id.
+    pub id: RequestId,
+    /// The method name.
+    pub method: &'a str,
+    /// The params, when present (an object or an array).
+    pub params: Option<&'a serde_json::value::RawValue>,
+}
+
+/// A message's fields as their text: nothing is copied out of the message to read its
+/// envelope.
+#[derive(Deserialize)]
+struct RawText<'a> {
+    #[serde(default, borrow, deserialize_with = "present_text")]
+    jsonrpc: Option<&'a serde_json::value::RawValue>,
+    #[serde(default, borrow, deserialize_with = "present_text")]
+    id: Option<&'a serde_json::value::RawValue>,
+    #[serde(default, borrow, deserialize_with = "present_text")]
+    method: Option<&'a serde_json::value::RawValue>,
+    #[serde(default, borrow)]
+    params: Option<&'a serde_json::value::RawValue>,
+    #[serde(default, borrow, deserialize_with = "present_text")]
+    result: Option<&'a serde_json::value::RawValue>,
+    #[serde(default, borrow, deserialize_with = "present_text")]
+    error: Option<&'a serde_json::value::RawValue>,
+}
+
+/// [`present`] for a field's text: an explicit `null` is there.
+fn present_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de serde_json::value::RawValue>, D::Error> {
+    <&serde_json::value::RawValue>::deserialize(d).map(Some)
+}
+
+/// The text of a JSON string with no escapes in it, without its quotes.
+fn plain_string(text: &str) -> Option<&str> {
+    text.strip_prefix('"')?.strip_suffix('"').filter(|inner| !inner.contains(['\\', '"']))
+}
+
+/// A request as [`parse`] reads it, borrowed ([`Borrowed`]). `None` for anything else (a
 /// notification, a response, a message that breaks a rule or does not read straight
-/// into its fields): [`parse`] reads it and says what is wrong.
-pub fn parse_borrowed(bytes: &[u8]) -> Option<Request<&serde_json::value::RawValue>> {
+/// into its fields, a `jsonrpc` or method written with escapes): [`parse`] reads it and
+/// says what is wrong.
+pub fn parse_borrowed(bytes: &[u8]) -> Option<Borrowed<'_>> {
     // An object only: the fields would also read from an array, by position.
     if !opens_an_object(bytes) {
         return None;
     }
-    let raw = serde_json::from_slice::<RawMessage<&serde_json::value::RawValue>>(bytes).ok()?;
-    match from_raw(raw) {
-        Ok(Message::Request(request)) => Some(request),
-        _ => None,
+    let raw = serde_json::from_slice::<RawText<'_>>(bytes).ok()?;
+    if raw.jsonrpc?.get() != "\"2.0\"" || raw.result.is_some() || raw.error.is_some() {
+        return None;
     }
+    let id = raw.id?.get();
+    let id = match plain_string(id) {
+        Some(id) => RequestId::String(id.to_owned()),
+        None => RequestId::Number(id.parse().ok()?),
+    };
+    let method = plain_string(raw.method?.get())?;
+    if let Some(params) = raw.params
+        && !params.structured()
+    {
+        return None;
+    }
+    Some(Borrowed { id, method, params: raw.params })
 }
 
 /// Applies the envelope rules of [`parse`] to an already parsed JSON value.

@@ -40,12 +40,13 @@ mod mrtr;
 mod request;
 mod result;
 mod task;
+mod text;
 mod types;
 pub mod version;
 
 pub use capabilities::{ClientCapabilities, ElicitationCapability, JsonObject, Needs, ServerCapabilities};
 pub use jsonrpc::{ErrorCode, ErrorObject, Message, RequestId, Response};
-pub use meta::{Implementation, Meta, ModernMeta};
+pub use meta::{Implementation, Meta, ModernMeta, RequestMeta};
 pub use mrtr::{
     CreateMessageParams, CreateMessageResult, ElicitAction, ElicitRequestParams, ElicitResult, FormElicitation,
     InputRequest, InputRequests, InputRequiredResult, InputResponses, ListRootsResult, RequestedSchema, Root,

@@ -1,5 +1,6 @@
 //! `_meta` objects: a map that keeps every key, with typed getters for the reserved ones.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde::ser::SerializeMap as _;
@@ -128,7 +129,7 @@ impl Meta {
 
     /// `progressToken` (a string or an integer).
     pub fn progress_token(&self) -> Option<&Value> {
-        self.get(PROGRESS_TOKEN).filter(|v| v.is_string() || v.is_i64() || v.is_u64())
+        self.get(PROGRESS_TOKEN).filter(|v| is_progress_token(v))
     }
 
     /// `io.modelcontextprotocol/logLevel`.
@@ -160,6 +161,56 @@ impl Meta {
                 .map_err(|e| ErrorObject::invalid_params(format!("Invalid params at _meta[\"{key}\"]: {e}"))),
         }
     }
+}
+
+/// A request's `_meta` read straight from the request's text into the keys a server
+/// acts on: strings borrowed, every other key skipped, no map of it built. A key of the
+/// wrong type (an explicit `null` included) or a repeated one fails the whole read:
+/// [`Meta`] then says which ([`Meta::require_modern`]).
+#[derive(Debug, Default, Deserialize)]
+pub struct RequestMeta<'a> {
+    /// `io.modelcontextprotocol/protocolVersion`.
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow, default, deserialize_with = "given_text")]
+    pub protocol_version: Option<Cow<'a, str>>,
+    /// `io.modelcontextprotocol/clientCapabilities`.
+    #[serde(rename = "io.modelcontextprotocol/clientCapabilities", default, deserialize_with = "given")]
+    pub client_capabilities: Option<ClientCapabilities>,
+    /// `io.modelcontextprotocol/clientInfo`, when sent.
+    #[serde(rename = "io.modelcontextprotocol/clientInfo", default, deserialize_with = "given")]
+    pub client_info: Option<Implementation>,
+    /// `progressToken`, as sent.
+    #[serde(rename = "progressToken", default)]
+    progress_token: Option<Value>,
+}
+
+impl<'a> RequestMeta<'a> {
+    /// [`Meta::require_modern`]'s check: the keys every 2026-07-28 request must carry,
+    /// `-32602` naming the first one missing. Gives the protocol version and the client
+    /// capabilities.
+    pub fn require_modern(&mut self) -> Result<(Cow<'a, str>, ClientCapabilities), ErrorObject> {
+        let version = self.protocol_version.take().ok_or_else(|| missing(PROTOCOL_VERSION))?;
+        let capabilities = self.client_capabilities.take().ok_or_else(|| missing(CLIENT_CAPABILITIES))?;
+        Ok((version, capabilities))
+    }
+
+    /// [`Meta::progress_token`].
+    pub fn progress_token(&self) -> Option<&Value> {
+        self.progress_token.as_ref().filter(|v| is_progress_token(v))
+    }
+}
+
+/// A key that is there reads as its type: `null` is not absent.
+fn given<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// [`given`] for a string, borrowed from the request's text when it can be.
+fn given_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    crate::text::Text::deserialize(d).map(|text| Some(text.0))
+}
+
+fn is_progress_token(v: &Value) -> bool {
+    v.is_string() || v.is_i64() || v.is_u64()
 }
 
 impl From<Map<String, Value>> for Meta {

@@ -410,6 +410,7 @@ async fn a_call_that_does_not_read_straight_into_its_types_gets_the_trees_readin
     assert_eq!(twice["error"]["code"], -32020, "{twice}");
     let message = twice["error"]["message"].as_str().unwrap();
     assert!(message.contains("'choose_region' does not match body value 'other'"), "{message}");
+    let with = |meta: &str, key: &str| format!("{},{key}}}", &meta[..meta.len() - 1]);
     let rows = [
         (r#"{"name":"choose_region","_meta":"x"}"#.to_owned(), -32602, "Invalid params: _meta must be an object"),
         (format!(r#"{{"name":"choose_region","arguments":[],"_meta":{meta}}}"#), -32602, "Invalid params at arguments"),
@@ -419,6 +420,34 @@ async fn a_call_that_does_not_read_straight_into_its_types_gets_the_trees_readin
             "Invalid params at requestState",
         ),
         (format!(r#"{{"name":5,"_meta":{meta}}}"#), -32020, "does not match body value ''"),
+        // `_meta` is read straight into the keys the server acts on; one of a wrong
+        // type (`null` too) is left to the tree, which names it.
+        (r#"{"name":"choose_region","_meta":null}"#.to_owned(), -32602, "Invalid params: _meta must be an object"),
+        (
+            r#"{"name":"choose_region","_meta":{"io.modelcontextprotocol/protocolVersion":3}}"#.to_owned(),
+            -32602,
+            r#"_meta["io.modelcontextprotocol/protocolVersion"] must be a string"#,
+        ),
+        (
+            format!(r#"{{"name":"choose_region","_meta":{}}}"#, with(&meta, r#""io.modelcontextprotocol/clientInfo":null"#)),
+            -32602,
+            r#"Invalid params at _meta["io.modelcontextprotocol/clientInfo"]"#,
+        ),
+        (
+            r#"{"name":"choose_region","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":[]}}"#.to_owned(),
+            -32602,
+            r#"Invalid params at _meta["io.modelcontextprotocol/clientCapabilities"]"#,
+        ),
+        (
+            r#"{"name":"choose_region","_meta":{"io.modelcontextprotocol/clientCapabilities":{}}}"#.to_owned(),
+            -32602,
+            r#"_meta["io.modelcontextprotocol/protocolVersion"] is required"#,
+        ),
+        (
+            r#"{"name":"choose_region","_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25","io.modelcontextprotocol/clientCapabilities":{}}}"#.to_owned(),
+            -32020,
+            "Header mismatch",
+        ),
         // Params as an array (a struct reads from one, by position): the tree finds no
         // name in them for the header to match.
         (format!(r#"["choose_region",{{}},null,null,null,{meta}]"#), -32020, "does not match body value ''"),

@@ -8,11 +8,13 @@ use bytes::Bytes;
 use hitl_graph::Agent;
 use hitl_protocol::version::{self, Era};
 use hitl_protocol::{
-    ClientCapabilities, ClientRequest, ErrorObject, Message, Meta, ModernMeta, RequestId, headers, jsonrpc,
+    CallToolParams, ClientCapabilities, ClientRequest, ErrorObject, InputResponses, Message, Meta, RequestId,
+    RequestMeta, headers, jsonrpc,
 };
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use indexmap::IndexMap;
-use serde_json::Value;
+use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use crate::{Access, Groups, McpBody, PeerAddr, Principal, empty, error_response};
 
@@ -155,22 +157,42 @@ pub(crate) fn validate(
     clippy::large_enum_variant,
     reason = "read once per request and taken apart at once: a box would be an allocation more"
 )]
-enum Body {
+enum Body<'a> {
     /// A JSON-RPC message, its params a JSON tree.
     Tree(Message),
-    /// A `tools/call` request read straight into its params (`_meta` included).
-    Call(FastCall),
+    /// A `tools/call` request read straight into its params.
+    Call(FastCall<'a>),
 }
 
-/// A `tools/call` request read straight into its types.
-struct FastCall {
+/// A `tools/call` request read straight into its types, its `_meta` into the keys the
+/// server acts on (borrowed from the body).
+struct FastCall<'a> {
     id: RequestId,
-    params: hitl_protocol::CallToolParams,
+    params: CallToolParams,
+    meta: RequestMeta<'a>,
+}
+
+/// The params of a `tools/call` as [`CallToolParams`] reads them, but for `_meta`:
+/// no map of it is built.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CallParams<'a> {
+    name: String,
+    #[serde(default)]
+    arguments: Option<Map<String, Value>>,
+    #[serde(default)]
+    input_responses: Option<InputResponses>,
+    #[serde(default)]
+    request_state: Option<String>,
+    #[serde(default)]
+    context: Option<Value>,
+    #[serde(rename = "_meta", default, borrow)]
+    meta: RequestMeta<'a>,
 }
 
 /// `bytes` as a `tools/call` request whose params read straight into their type, or
 /// `None` (anything else, or anything wrong: the tree's reading says what).
-fn fast_call(bytes: &[u8]) -> Option<FastCall> {
+fn fast_call(bytes: &[u8]) -> Option<FastCall<'_>> {
     let request = jsonrpc::parse_borrowed(bytes)?;
     if request.method != "tools/call" {
         return None;
@@ -178,8 +200,10 @@ fn fast_call(bytes: &[u8]) -> Option<FastCall> {
     // An object only: a struct also reads from an array, which params of a request
     // by name must not be (the tree's reading says so).
     let params = request.params.filter(|p| p.get().starts_with('{'))?;
-    let params = serde_json::from_str(params.get()).ok()?;
-    Some(FastCall { id: request.id, params })
+    let CallParams { name, arguments, input_responses, request_state, context, meta } =
+        serde_json::from_str(params.get()).ok()?;
+    let params = CallToolParams { name, arguments, input_responses, request_state, context, meta: Meta::new() };
+    Some(FastCall { id: request.id, params, meta })
 }
 
 fn modern(
@@ -187,23 +211,24 @@ fn modern(
     access: Option<&Access>,
     http_headers: &HeaderMap,
     version_header: &str,
-    body: Body,
+    body: Body<'_>,
     who: Who,
     headerless: bool,
 ) -> Result<Valid, Refused> {
     let message = match body {
         Body::Tree(message) => message,
         Body::Call(call) => {
-            let FastCall { id, mut params } = call;
+            let FastCall { id, params, mut meta } = call;
             let fail = |error: ErrorObject| Box::new(error_response(Era::Modern, Some(id.clone()), error));
             if !headerless {
                 headers::check_method_and_named(header_bytes(http_headers), "tools/call", Some(&params.name))
                     .map_err(fail)?;
             }
-            let meta = std::mem::take(&mut params.meta);
-            let modern = modern_meta(&meta, version_header).map_err(fail)?;
+            let (version, capabilities) = meta.require_modern().map_err(fail)?;
+            modern_version(&version, version_header).map_err(fail)?;
             let typed = ClientRequest::CallTool(params);
-            return checked(tools, access, http_headers, (id, typed, meta, modern), who, headerless);
+            let stream = stream_token(&typed, http_headers, meta.progress_token());
+            return checked(tools, access, http_headers, (id, typed, capabilities, stream), who, headerless);
         }
     };
     let request = match message {
@@ -234,19 +259,21 @@ fn modern(
         Some(raw) => serde_json::from_value(raw)
             .map_err(|_| fail(ErrorObject::invalid_params("Invalid params: _meta must be an object")))?,
     };
-    let modern = modern_meta(&meta, version_header).map_err(fail)?;
+    let modern = meta.require_modern().map_err(fail)?;
+    modern_version(&modern.protocol_version, version_header).map_err(fail)?;
     let typed = ClientRequest::parse(&request.method, params).map_err(fail)?;
-    checked(tools, access, http_headers, (id, typed, meta, modern), who, headerless)
+    let stream = stream_token(&typed, http_headers, meta.progress_token());
+    checked(tools, access, http_headers, (id, typed, modern.client_capabilities, stream), who, headerless)
 }
 
-/// What `_meta` must say in 2026-07-28, and the `MCP-Protocol-Version` header with it.
-fn modern_meta(meta: &Meta, version_header: &str) -> Result<ModernMeta, ErrorObject> {
-    let modern = meta.require_modern()?;
-    headers::check_version(version_header, &modern.protocol_version)?;
-    if modern.protocol_version != version::MODERN {
-        return Err(ErrorObject::unsupported_version(version::SUPPORTED, &modern.protocol_version));
+/// The protocol version `_meta` says, against the `MCP-Protocol-Version` header and the
+/// revision served.
+fn modern_version(protocol_version: &str, version_header: &str) -> Result<(), ErrorObject> {
+    headers::check_version(version_header, protocol_version)?;
+    if protocol_version != version::MODERN {
+        return Err(ErrorObject::unsupported_version(version::SUPPORTED, protocol_version));
     }
-    Ok(modern)
+    Ok(())
 }
 
 /// The checks of a 2026-07-28 request after its typing (the `Mcp-Param-*` headers), and
@@ -255,7 +282,7 @@ fn checked(
     tools: &IndexMap<String, Agent>,
     access: Option<&Access>,
     http_headers: &HeaderMap,
-    (id, typed, meta, modern): (RequestId, ClientRequest, Meta, ModernMeta),
+    (id, typed, capabilities, stream): (RequestId, ClientRequest, ClientCapabilities, Option<Value>),
     who: Who,
     headerless: bool,
 ) -> Result<Valid, Refused> {
@@ -270,13 +297,12 @@ fn checked(
     }
     let caller = Caller {
         era: Era::Modern,
-        capabilities: Arc::new(modern.client_capabilities),
+        capabilities: Arc::new(capabilities),
         principal: who.principal,
         groups: who.groups,
         peer: who.peer,
         session: None,
     };
-    let stream = stream_token(&typed, http_headers, &meta);
     Ok(Valid { id, request: typed, caller, stream, session: None, takes_sse: accepts_sse(http_headers) })
 }
 
@@ -299,7 +325,7 @@ fn legacy(http_headers: &HeaderMap, message: Message, who: Who) -> Result<Incomi
         peer: who.peer,
         session: None,
     };
-    let stream = stream_token(&typed, http_headers, typed.meta());
+    let stream = stream_token(&typed, http_headers, typed.meta().progress_token());
     let session = http_headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let takes_sse = accepts_sse(http_headers);
     Ok(Incoming::Request(Valid { id, request: typed, caller, stream, session, takes_sse }))
@@ -310,8 +336,9 @@ pub(crate) fn allowed(access: Option<&Access>, name: &str, principal: Option<&st
     access.is_none_or(|access| (access.0)(name, principal, groups))
 }
 
-/// The progress token of a request that runs an agent, from a client that takes SSE.
-fn stream_token(request: &ClientRequest, http_headers: &HeaderMap, meta: &Meta) -> Option<Value> {
+/// The progress token (`token`) of a request that runs an agent, from a client that
+/// takes SSE.
+fn stream_token(request: &ClientRequest, http_headers: &HeaderMap, token: Option<&Value>) -> Option<Value> {
     let runs_agent = matches!(request, ClientRequest::CallTool(_) | ClientRequest::GetPrompt(_));
-    (runs_agent && accepts_sse(http_headers)).then(|| meta.progress_token().cloned()).flatten()
+    (runs_agent && accepts_sse(http_headers)).then(|| token.cloned()).flatten()
 }

@@ -17,7 +17,7 @@ fn a_borrowed_request_is_the_request_parse_reads_and_nothing_else_is_borrowed() 
         br#" {"jsonrpc":"2.0","id":"r1","method":"tools/call","params": {"name":"x","arguments":{"a":[1, 2]}} }"#;
     let borrowed = jsonrpc::parse_borrowed(text).expect("a request");
     let Message::Request(tree) = jsonrpc::parse(text).unwrap() else { panic!("a request") };
-    assert_eq!((&borrowed.id, &borrowed.method), (&tree.id, &tree.method));
+    assert_eq!((&borrowed.id, borrowed.method), (&tree.id, tree.method.as_str()));
     let params: serde_json::Value = serde_json::from_str(borrowed.params.unwrap().get()).unwrap();
     assert_eq!(Some(params), tree.params);
     for other in [
@@ -27,6 +27,13 @@ fn a_borrowed_request_is_the_request_parse_reads_and_nothing_else_is_borrowed() 
         r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
         r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#,
         r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping","result":null}"#,
+        r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":3}"#,
+        // Escapes are left to `parse`, which reads them.
+        r#"{"jsonrpc":"2\u002e0","id":1,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools\/call"}"#,
         r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
         // Fields by position: a batch to `parse`, never a request.
         r#"["2.0",1,"tools/call",{"name":"x"}]"#,

@@ -1,7 +1,7 @@
 //! `_meta`, capabilities and versions.
 
 use hitl_protocol::version::{Era, era_of, negotiate_legacy};
-use hitl_protocol::{ClientCapabilities, ErrorCode, ErrorObject, Meta, Needs};
+use hitl_protocol::{ClientCapabilities, ErrorCode, ErrorObject, Meta, Needs, RequestMeta};
 use serde_json::json;
 
 fn meta(v: serde_json::Value) -> Meta {
@@ -38,6 +38,58 @@ fn capability_questions() {
         serde_json::from_value(json!({"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}})).unwrap();
     assert!(caps.elicits_form() && caps.elicits_url() && caps.samples() && caps.lists_roots());
     assert!(!ClientCapabilities::default().elicits_form());
+}
+
+/// Capabilities read key by key: the known ones typed, every other key kept as sent, a
+/// known key given twice refused, the same from text as from a JSON tree.
+#[test]
+fn capabilities_keep_unknown_keys_and_refuse_a_repeated_known_one() {
+    let text = r#"{"elicitation":{"form":{"x":1},"com.example/mode":true},"sampling":null,"com.example/y":[1],"com.example/y":[2]}"#;
+    let from_text: ClientCapabilities = serde_json::from_str(text).unwrap();
+    let from_tree: ClientCapabilities =
+        serde_json::from_value(serde_json::from_str::<serde_json::Value>(text).unwrap()).unwrap();
+    assert_eq!(from_text, from_tree);
+    assert!(from_text.elicits_form() && !from_text.samples(), "null is absent, as derived");
+    assert_eq!(from_text.other["com.example/y"], json!([2]), "the last of a repeated unknown key");
+    let elicitation = from_text.elicitation.as_ref().unwrap();
+    assert_eq!(
+        (elicitation.form.as_ref().unwrap()["x"].clone(), elicitation.other["com.example/mode"].clone()),
+        (json!(1), json!(true))
+    );
+    assert_eq!(
+        serde_json::to_value(&from_text).unwrap()["elicitation"]["com.example/mode"],
+        true,
+        "kept keys are written back"
+    );
+    let twice = serde_json::from_str::<ClientCapabilities>(r#"{"roots":null,"roots":{}}"#).unwrap_err();
+    assert!(twice.to_string().contains("duplicate field `roots`"), "{twice}");
+    let not_an_object = serde_json::from_value::<ClientCapabilities>(json!([{}])).unwrap_err();
+    assert!(not_an_object.to_string().contains("expected struct ClientCapabilities"), "{not_an_object}");
+}
+
+/// A request's `_meta` read straight from its text: the keys a server acts on, typed
+/// and borrowed; a key of the wrong type, `null` included, fails the read.
+#[test]
+fn a_request_meta_reads_what_the_server_acts_on() {
+    let text = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}},"progressToken":7,"com.example/x":{"deep":[1]}}"#;
+    let mut meta: RequestMeta<'_> = serde_json::from_str(text).unwrap();
+    assert!(matches!(meta.protocol_version, Some(std::borrow::Cow::Borrowed("2026-07-28"))), "borrowed, not copied");
+    assert_eq!(meta.progress_token(), Some(&json!(7)));
+    let (version, capabilities) = meta.require_modern().unwrap();
+    assert_eq!((&*version, capabilities.elicits_form()), ("2026-07-28", true));
+    let mut missing: RequestMeta<'_> =
+        serde_json::from_str(r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#).unwrap();
+    assert!(missing.require_modern().unwrap_err().message.contains("clientCapabilities"));
+    for wrong in [
+        r#"{"io.modelcontextprotocol/protocolVersion":null}"#,
+        r#"{"io.modelcontextprotocol/clientCapabilities":[]}"#,
+        r#"{"io.modelcontextprotocol/clientInfo":{"name":"only"}}"#,
+        r#"{"progressToken":1,"progressToken":2}"#,
+    ] {
+        assert!(serde_json::from_str::<RequestMeta<'_>>(wrong).is_err(), "{wrong}");
+    }
+    let object: RequestMeta<'_> = serde_json::from_str(r#"{"progressToken":{"a":1}}"#).unwrap();
+    assert_eq!(object.progress_token(), None, "a token is a string or an integer");
 }
 
 #[test]
