@@ -616,19 +616,15 @@ fn answer(question: &Question, raw: &Value) -> Result<Judged, ErrorObject> {
                 // Accepting a URL question means the user finished the flow on the page.
                 ElicitRequestParams::Url(_) => Ok(Judged::Value(json!({ "action": "accept" }))),
                 ElicitRequestParams::Form(form) => {
-                    let content = result.content.unwrap_or_default();
-                    if let Err(violations) = hitl_schema::validate(&form.requested_schema, &content) {
+                    let mut asked = result.content.unwrap_or_default();
+                    if let Err(violations) = hitl_schema::validate(&form.requested_schema, &asked) {
                         return Err(form_mismatch(key, &violations));
                     }
-                    let asked: Map<String, Value> = content
-                        .iter()
-                        .filter(|(k, _)| form.requested_schema.properties.contains_key(*k))
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect();
+                    // Only the fields asked for: anything else the client sent goes.
+                    asked.retain(|k, _| form.requested_schema.properties.contains_key(k));
                     Ok(Judged::Value(match question.kind {
-                        QuestionKind::Text => asked.get(hitl_schema::RESPONSE_FIELD).cloned().unwrap_or(Value::Null),
-                        QuestionKind::Typed { wrapped: true } => {
-                            asked.get(hitl_schema::RESPONSE_FIELD).cloned().unwrap_or(Value::Null)
+                        QuestionKind::Text | QuestionKind::Typed { wrapped: true } => {
+                            asked.remove(hitl_schema::RESPONSE_FIELD).unwrap_or(Value::Null)
                         }
                         QuestionKind::Typed { wrapped: false } => Value::Object(asked),
                         QuestionKind::Relay { .. } => json!({ "action": "accept", "content": asked }),

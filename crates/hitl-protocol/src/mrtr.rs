@@ -327,6 +327,11 @@ impl ListRootsResult {
 }
 
 fn answer<T: serde::de::DeserializeOwned>(key: &str, value: &Value) -> Result<T, ErrorObject> {
+    // Read plainly first: tracking the path costs allocations on every answer, and is
+    // needed only to say where a wrong one is wrong.
+    if let Ok(read) = T::deserialize(value) {
+        return Ok(read);
+    }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let at = if path == "." { String::new() } else { format!(".{path}") };
