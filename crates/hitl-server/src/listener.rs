@@ -32,6 +32,7 @@ pub(crate) async fn serve(
         .keep_alive_timeout(limits.header_read_timeout);
     let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut accept_errors = AcceptErrors::default();
+    let responses = Arc::new(crate::metrics::Responses::new());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         // A place first, then a connection: past the limit, new connections wait in the
@@ -59,15 +60,16 @@ pub(crate) async fn serve(
         // A response goes out as soon as it is written (one in flight per connection).
         let _ = stream.set_nodelay(true);
         let started = Arc::new(AtomicBool::new(false));
-        let (app, seen) = (app.clone(), started.clone());
+        let (app, seen, responses) = (app.clone(), started.clone(), responses.clone());
         let service = hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
             seen.store(true, Ordering::Relaxed);
             request.extensions_mut().insert(PeerAddr(peer));
             let span = crate::telemetry::request_span(&request);
             let served = tracing::Instrument::instrument(app.serve(request), span);
+            let responses = responses.clone();
             async move {
                 let response = served.await;
-                crate::metrics::responded(response.status());
+                responses.count(response.status());
                 Ok::<_, std::convert::Infallible>(response)
             }
         });

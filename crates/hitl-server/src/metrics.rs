@@ -240,16 +240,32 @@ pub(crate) fn query(query: crate::QueryFn) -> hitl_tower::Endpoint {
     }))
 }
 
-/// Counts a response by its status.
-pub(crate) fn responded(status: http::StatusCode) {
-    // The statuses hitl answers with, without a string made per response.
-    const COMMON: &[&str] =
-        &["200", "202", "204", "400", "401", "403", "404", "405", "406", "413", "415", "429", "500", "503"];
-    let label: metrics::SharedString = match COMMON.iter().find(|c| **c == status.as_str()) {
-        Some(common) => (*common).into(),
-        None => status.as_str().to_owned().into(),
-    };
-    metrics::counter!("hitl_http_responses_total", "status" => label).increment(1);
+/// `hitl_http_responses_total`, by status: the statuses hitl answers with registered
+/// once (made when serving starts, after the recorder is installed), not looked up with
+/// a new key at every response.
+pub(crate) struct Responses {
+    common: Vec<metrics::Counter>,
+}
+
+/// The statuses hitl answers with.
+const COMMON_STATUSES: [u16; 14] = [200, 202, 204, 400, 401, 403, 404, 405, 406, 413, 415, 429, 500, 503];
+
+impl Responses {
+    pub(crate) fn new() -> Self {
+        let common = COMMON_STATUSES
+            .iter()
+            .map(|status| metrics::counter!("hitl_http_responses_total", "status" => status.to_string()))
+            .collect();
+        Self { common }
+    }
+
+    /// Counts a response by its status.
+    pub(crate) fn count(&self, status: http::StatusCode) {
+        match COMMON_STATUSES.iter().position(|c| *c == status.as_u16()) {
+            Some(i) => self.common[i].increment(1),
+            None => metrics::counter!("hitl_http_responses_total", "status" => status.as_str().to_owned()).increment(1),
+        }
+    }
 }
 
 /// Serves `GET /metrics` alone on `listener` (`--metrics-listen`); other paths get 404.

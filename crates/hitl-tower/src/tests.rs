@@ -463,3 +463,30 @@ async fn a_call_that_does_not_read_straight_into_its_types_gets_the_trees_readin
     let straight = post_text(body(&format!(r#"{{"name":"choose_region","arguments":{{}},"_meta":{meta}}}"#))).await;
     assert_eq!(straight["result"]["resultType"], "input_required", "{straight}");
 }
+
+/// A body must be JSON: `application/json` in any case, parameters allowed; anything
+/// else is `415`, before the body is read.
+#[tokio::test]
+async fn a_body_that_is_not_json_by_its_content_type_is_refused() {
+    let svc = service();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta()}}).to_string();
+    let post = |content_type: &'static [u8]| {
+        let svc = svc.clone();
+        let body = body.clone();
+        async move {
+            let request = http::Request::post("/mcp")
+                .header("content-type", http::HeaderValue::from_bytes(content_type).unwrap())
+                .header("mcp-protocol-version", "2026-07-28")
+                .header("mcp-method", "tools/list")
+                .body(Bytes::from(body))
+                .unwrap();
+            svc.oneshot(request).await.unwrap().status()
+        }
+    };
+    for taken in [&b"application/json"[..], b"Application/JSON; charset=utf-8", b"  application/json"] {
+        assert_eq!(post(taken).await, StatusCode::OK, "{}", String::from_utf8_lossy(taken));
+    }
+    for refused in [&b"text/plain"[..], b"application/jso", b"", b"application/\xe9json"] {
+        assert_eq!(post(refused).await, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{}", String::from_utf8_lossy(refused));
+    }
+}

@@ -18,6 +18,9 @@ use serde_json::{Map, Value};
 
 use crate::{Access, Groups, McpBody, PeerAddr, Principal, empty, error_response};
 
+/// The media type a body must have (any case; parameters may follow).
+const JSON: &str = "application/json";
+
 /// Methods served on the modern wire.
 const MODERN_METHODS: &[&str] = &[
     "server/discover",
@@ -119,7 +122,9 @@ pub(crate) fn validate(
     };
     let era = version_header.as_deref().map_or(Era::Legacy, version::era_of);
     if let Some(content_type) = headers.get(header::CONTENT_TYPE)
-        && !content_type.to_str().is_ok_and(|v| v.trim_start().to_ascii_lowercase().starts_with("application/json"))
+        && !content_type
+            .to_str()
+            .is_ok_and(|v| v.trim_start().get(..JSON.len()).is_some_and(|start| start.eq_ignore_ascii_case(JSON)))
     {
         let mut out = error_response(era, None, ErrorObject::invalid_request("Content-Type must be application/json"));
         *out.status_mut() = StatusCode::UNSUPPORTED_MEDIA_TYPE;
