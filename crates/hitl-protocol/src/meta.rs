@@ -1,4 +1,5 @@
-//! `_meta` objects: a map that keeps every key, with typed getters for the reserved ones.
+//! `_meta` objects: a map that keeps every key, with typed getters for the reserved ones;
+//! and a request's, read straight from its text into the keys a server acts on.
 
 use std::borrow::Cow;
 use std::sync::Arc;
