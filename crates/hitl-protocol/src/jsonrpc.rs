@@ -319,6 +319,8 @@ pub fn parse_borrowed(bytes: &[u8]) -> Option<Borrowed<'_>> {
     let id = raw.id?.get();
     let id = match plain_string(id) {
         Some(id) => RequestId::String(id.to_owned()),
+        // JSON reads `-0` as a float, which is no id; Rust reads it as 0.
+        None if id == "-0" => return None,
         None => RequestId::Number(id.parse().ok()?),
     };
     let method = plain_string(raw.method?.get())?;

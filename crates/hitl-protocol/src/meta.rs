@@ -165,23 +165,44 @@ impl Meta {
 }
 
 /// A request's `_meta` read straight from the request's text into the keys a server
-/// acts on: strings borrowed, every other key skipped, no map of it built. A key of the
-/// wrong type (an explicit `null` included) or a repeated one fails the whole read:
-/// [`Meta`] then says which ([`Meta::require_modern`]).
-#[derive(Debug, Default, Deserialize)]
+/// acts on: strings borrowed, every other key skipped, no map of it built. Anything but
+/// an object, a key of the wrong type (an explicit `null` included) or a repeated one
+/// fails the whole read: [`Meta`] then says which ([`Meta::require_modern`]).
+#[derive(Debug, Default)]
 pub struct RequestMeta<'a> {
-    /// `io.modelcontextprotocol/protocolVersion`.
+    fields: RequestMetaFields<'a>,
+}
+
+/// [`RequestMeta`]'s keys, as derived: a derived struct also reads from an array, by
+/// position, which `_meta` must not be.
+#[derive(Debug, Default, Deserialize)]
+struct RequestMetaFields<'a> {
     #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow, default, deserialize_with = "given_text")]
-    pub protocol_version: Option<Cow<'a, str>>,
-    /// `io.modelcontextprotocol/clientCapabilities`.
+    protocol_version: Option<Cow<'a, str>>,
     #[serde(rename = "io.modelcontextprotocol/clientCapabilities", default, deserialize_with = "given")]
-    pub client_capabilities: Option<ClientCapabilities>,
-    /// `io.modelcontextprotocol/clientInfo`, when sent.
+    client_capabilities: Option<ClientCapabilities>,
+    /// Read to be checked; the request path does not use it.
     #[serde(rename = "io.modelcontextprotocol/clientInfo", default, deserialize_with = "given")]
-    pub client_info: Option<Implementation>,
-    /// `progressToken`, as sent.
+    client_info: Option<Implementation>,
     #[serde(rename = "progressToken", default)]
     progress_token: Option<Value>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for RequestMeta<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Object<'a>(std::marker::PhantomData<RequestMeta<'a>>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Object<'a> {
+            type Value = RequestMeta<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<RequestMeta<'a>, A::Error> {
+                let fields = RequestMetaFields::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(RequestMeta { fields })
+            }
+        }
+        deserializer.deserialize_map(Object(std::marker::PhantomData))
+    }
 }
 
 impl<'a> RequestMeta<'a> {
@@ -189,14 +210,24 @@ impl<'a> RequestMeta<'a> {
     /// `-32602` naming the first one missing. Gives the protocol version and the client
     /// capabilities.
     pub fn require_modern(&mut self) -> Result<(Cow<'a, str>, ClientCapabilities), ErrorObject> {
-        let version = self.protocol_version.take().ok_or_else(|| missing(PROTOCOL_VERSION))?;
-        let capabilities = self.client_capabilities.take().ok_or_else(|| missing(CLIENT_CAPABILITIES))?;
+        let version = self.fields.protocol_version.take().ok_or_else(|| missing(PROTOCOL_VERSION))?;
+        let capabilities = self.fields.client_capabilities.take().ok_or_else(|| missing(CLIENT_CAPABILITIES))?;
         Ok((version, capabilities))
+    }
+
+    /// `io.modelcontextprotocol/protocolVersion`, when sent.
+    pub fn protocol_version(&self) -> Option<&str> {
+        self.fields.protocol_version.as_deref()
+    }
+
+    /// `io.modelcontextprotocol/clientInfo`, when sent.
+    pub fn client_info(&self) -> Option<&Implementation> {
+        self.fields.client_info.as_ref()
     }
 
     /// [`Meta::progress_token`].
     pub fn progress_token(&self) -> Option<&Value> {
-        self.progress_token.as_ref().filter(|v| is_progress_token(v))
+        self.fields.progress_token.as_ref().filter(|v| is_progress_token(v))
     }
 }
 

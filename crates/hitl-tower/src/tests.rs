@@ -424,6 +424,12 @@ async fn a_call_that_does_not_read_straight_into_its_types_gets_the_trees_readin
         // type (`null` too) is left to the tree, which names it.
         (r#"{"name":"choose_region","_meta":null}"#.to_owned(), -32602, "Invalid params: _meta must be an object"),
         (
+            r#"{"name":"choose_region","_meta":["2026-07-28",{}]}"#.to_owned(),
+            -32602,
+            "Invalid params: _meta must be an object",
+        ),
+        (r#"{"name":"choose_region","_meta":[]}"#.to_owned(), -32602, "Invalid params: _meta must be an object"),
+        (
             r#"{"name":"choose_region","_meta":{"io.modelcontextprotocol/protocolVersion":3}}"#.to_owned(),
             -32602,
             r#"_meta["io.modelcontextprotocol/protocolVersion"] must be a string"#,

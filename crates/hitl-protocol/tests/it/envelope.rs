@@ -30,6 +30,8 @@ fn a_borrowed_request_is_the_request_parse_reads_and_nothing_else_is_borrowed() 
         r#"{"jsonrpc":"2.0","id":1,"method":"ping","result":null}"#,
         r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
         r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#,
+        // JSON reads `-0` as a float, which is no id.
+        r#"{"jsonrpc":"2.0","id":-0,"method":"ping"}"#,
         r#"{"jsonrpc":"2.0","id":1,"method":3}"#,
         // Escapes are left to `parse`, which reads them.
         r#"{"jsonrpc":"2\u002e0","id":1,"method":"ping"}"#,

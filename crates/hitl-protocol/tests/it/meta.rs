@@ -73,7 +73,9 @@ fn capabilities_keep_unknown_keys_and_refuse_a_repeated_known_one() {
 fn a_request_meta_reads_what_the_server_acts_on() {
     let text = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}},"progressToken":7,"com.example/x":{"deep":[1]}}"#;
     let mut meta: RequestMeta<'_> = serde_json::from_str(text).unwrap();
-    assert!(matches!(meta.protocol_version, Some(std::borrow::Cow::Borrowed("2026-07-28"))), "borrowed, not copied");
+    let text_start = text.as_ptr() as usize..text.as_ptr() as usize + text.len();
+    let version = meta.protocol_version().unwrap();
+    assert!(text_start.contains(&(version.as_ptr() as usize)), "borrowed from the text, not copied");
     assert_eq!(meta.progress_token(), Some(&json!(7)));
     let (version, capabilities) = meta.require_modern().unwrap();
     assert_eq!((&*version, capabilities.elicits_form()), ("2026-07-28", true));
@@ -85,6 +87,9 @@ fn a_request_meta_reads_what_the_server_acts_on() {
         r#"{"io.modelcontextprotocol/clientCapabilities":[]}"#,
         r#"{"io.modelcontextprotocol/clientInfo":{"name":"only"}}"#,
         r#"{"progressToken":1,"progressToken":2}"#,
+        // An object only: a struct would also read from an array, by position.
+        r#"["2026-07-28",{}]"#,
+        "[]",
     ] {
         assert!(serde_json::from_str::<RequestMeta<'_>>(wrong).is_err(), "{wrong}");
     }
