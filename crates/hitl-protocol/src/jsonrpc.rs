@@ -231,10 +231,11 @@ struct RawMessage<P> {
     error: Option<Value>,
 }
 
-/// Keeps an explicit `null` as `Some(Value::Null)`, so that `"id": null` differs from
-/// a missing id.
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
+/// A field that is there reads as its type: an explicit `null` is not absent (it is
+/// `Some(Value::Null)`, or fails a type that takes no `null`), so that `"id": null`
+/// differs from a missing id.
+pub(crate) fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
 /// Parses one JSON-RPC message from bytes.
@@ -279,23 +280,18 @@ pub struct Borrowed<'a> {
 /// envelope.
 #[derive(Deserialize)]
 struct RawText<'a> {
-    #[serde(default, borrow, deserialize_with = "present_text")]
+    #[serde(default, borrow, deserialize_with = "present")]
     jsonrpc: Option<&'a serde_json::value::RawValue>,
-    #[serde(default, borrow, deserialize_with = "present_text")]
+    #[serde(default, borrow, deserialize_with = "present")]
     id: Option<&'a serde_json::value::RawValue>,
-    #[serde(default, borrow, deserialize_with = "present_text")]
+    #[serde(default, borrow, deserialize_with = "present")]
     method: Option<&'a serde_json::value::RawValue>,
     #[serde(default, borrow)]
     params: Option<&'a serde_json::value::RawValue>,
-    #[serde(default, borrow, deserialize_with = "present_text")]
+    #[serde(default, borrow, deserialize_with = "present")]
     result: Option<&'a serde_json::value::RawValue>,
-    #[serde(default, borrow, deserialize_with = "present_text")]
+    #[serde(default, borrow, deserialize_with = "present")]
     error: Option<&'a serde_json::value::RawValue>,
-}
-
-/// [`present`] for a field's text: an explicit `null` is there.
-fn present_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de serde_json::value::RawValue>, D::Error> {
-    <&serde_json::value::RawValue>::deserialize(d).map(Some)
 }
 
 /// The text of a JSON string with no escapes in it, without its quotes.

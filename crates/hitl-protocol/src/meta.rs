@@ -179,10 +179,14 @@ pub struct RequestMeta<'a> {
 struct RequestMetaFields<'a> {
     #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow, default, deserialize_with = "given_text")]
     protocol_version: Option<Cow<'a, str>>,
-    #[serde(rename = "io.modelcontextprotocol/clientCapabilities", default, deserialize_with = "given")]
+    #[serde(
+        rename = "io.modelcontextprotocol/clientCapabilities",
+        default,
+        deserialize_with = "crate::jsonrpc::present"
+    )]
     client_capabilities: Option<ClientCapabilities>,
     /// Read to be checked; the request path does not use it.
-    #[serde(rename = "io.modelcontextprotocol/clientInfo", default, deserialize_with = "given")]
+    #[serde(rename = "io.modelcontextprotocol/clientInfo", default, deserialize_with = "crate::jsonrpc::present")]
     client_info: Option<Implementation>,
     #[serde(rename = "progressToken", default)]
     progress_token: Option<Value>,
@@ -231,12 +235,8 @@ impl<'a> RequestMeta<'a> {
     }
 }
 
-/// A key that is there reads as its type: `null` is not absent.
-fn given<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
-}
-
-/// [`given`] for a string, borrowed from the request's text when it can be.
+/// A string key that is there (`null` is not absent, as [`crate::jsonrpc::present`]
+/// reads), borrowed from the request's text when it can be.
 fn given_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
     crate::text::Text::deserialize(d).map(|text| Some(text.0))
 }
