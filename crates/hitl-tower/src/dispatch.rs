@@ -548,7 +548,7 @@ type Sent = (Option<Map<String, Value>>, Option<hitl_protocol::InputResponses>, 
 
 /// The engine's view of a `tools/call` or `prompts/get`: what was sent, by whom, and how
 /// the request follows the run.
-fn tool_call(
+pub(crate) fn tool_call(
     caller: Caller,
     resumable: Resumable,
     binding: Binding,

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hitl_interrupt::{Agent, Binding, Reply, ToolCall};
+use hitl_interrupt::{Agent, Binding, Reply};
 use hitl_protocol::version::Era;
 use hitl_protocol::{
     ClientRequest, ElicitRequestParams, ErrorObject, InputRequest, InputRequiredResult, InputResponses, RequestId,
@@ -29,6 +29,7 @@ use hitl_protocol::{
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
+use crate::dispatch::tool_call;
 use crate::session::Session;
 use crate::validate::Caller;
 use crate::{Shared, sse};
@@ -222,24 +223,18 @@ impl Shared {
         // Rounds pushed so far (in the requests' ids), and since when a page is awaited.
         let mut pushed: u32 = 0;
         let mut page_wait: Option<tokio::time::Instant> = None;
-        // The session's capabilities, shared by every round's call.
-        let capabilities = Arc::new(session.capabilities.clone());
+        // The caller as its session declared itself: the session's capabilities, shared
+        // by every round's call.
+        let caller = Caller {
+            capabilities: Arc::new(session.capabilities.clone()),
+            session: Some(session.id.clone()),
+            ..caller
+        };
+        let binding = if prompt { Binding::Prompt } else { Binding::Tool };
         loop {
-            let call = ToolCall {
-                arguments: arguments.clone(),
-                input_responses: responses.clone(),
-                request_state: request_state.clone(),
-                context: None,
-                capabilities: capabilities.clone(),
-                principal: caller.principal.clone(),
-                groups: caller.groups.clone(),
-                peer: caller.peer.clone(),
-                resumable: self.resumable(Era::Modern),
-                binding: if prompt { Binding::Prompt } else { Binding::Tool },
-                progress: progress.clone(),
-                cancel: Some(cancel.clone()),
-                session: Some(session.id.clone()),
-            };
+            let sent = (Some(arguments.clone()), responses.clone(), request_state.clone(), None);
+            let resumable = self.resumable(Era::Modern);
+            let call = tool_call(caller.clone(), resumable, binding, sent, progress.clone(), Some(cancel.clone()));
             let answered = self.run(agent, call).await;
             let round = match answered {
                 // A noted round that is gone (finished, expired): the call starts anew.

@@ -49,6 +49,7 @@ fn accepts_sse(headers: &HeaderMap) -> bool {
 }
 
 /// What the dispatch of one request needs besides its params.
+#[derive(Clone)]
 pub(crate) struct Caller {
     pub(crate) era: Era,
     pub(crate) capabilities: Arc<ClientCapabilities>,
