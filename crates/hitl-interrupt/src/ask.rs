@@ -1,6 +1,8 @@
 //! How a round is put to a client: its `input_required` result with the round's
 //! `requestState`, or `-32021` when the client lacks a mode the round needs. Pure.
 
+use std::sync::Arc;
+
 use hitl_protocol::{CallToolResponse, ClientCapabilities, ErrorObject, InputRequests, InputRequiredResult};
 
 use crate::state::{Minted, Secret};
@@ -49,7 +51,41 @@ pub(crate) fn missing_capability(round: &Round, capabilities: &ClientCapabilitie
 /// The round's `input_required` result with its `requestState` (its token `minted`
 /// with the round, when it was just made).
 pub(crate) fn render(thread_id: &str, round: &Round, secret: &Secret, minted: Option<&Minted>) -> CallToolResponse {
-    let requests: InputRequests = round.questions.iter().map(|q| (q.key.clone(), q.request.clone())).collect();
     let request_state = secret.request_state_of(thread_id, round.n, &round.nonce, minted);
+    input_required(copied(round), request_state)
+}
+
+/// A round's reply, made once the round is stored: its questions are moved into it
+/// when nothing else holds the round any more (a store keeps a round encoded, not
+/// shared), and copied only when something does.
+#[derive(Debug)]
+pub(crate) struct Unsent {
+    round: Arc<Round>,
+    request_state: String,
+}
+
+impl Unsent {
+    /// The reply to `round` of thread `thread_id` (its token `minted` with it, when it
+    /// was just made).
+    pub(crate) fn new(thread_id: &str, round: Arc<Round>, secret: &Secret, minted: Option<&Minted>) -> Self {
+        let request_state = secret.request_state_of(thread_id, round.n, &round.nonce, minted);
+        Self { round, request_state }
+    }
+
+    /// The `input_required` result.
+    pub(crate) fn reply(self) -> CallToolResponse {
+        let requests = match Arc::try_unwrap(self.round) {
+            Ok(round) => round.questions.into_iter().map(|q| (q.key, q.request)).collect(),
+            Err(shared) => copied(&shared),
+        };
+        input_required(requests, self.request_state)
+    }
+}
+
+fn copied(round: &Round) -> InputRequests {
+    round.questions.iter().map(|q| (q.key.clone(), q.request.clone())).collect()
+}
+
+fn input_required(requests: InputRequests, request_state: String) -> CallToolResponse {
     CallToolResponse::InputRequired(InputRequiredResult::new(requests, request_state))
 }

@@ -79,10 +79,11 @@ impl<'a> First<'a> {
             match core.store.create_paused(thread, &call.owner(), core.limits.paused).await {
                 Ok(Ok(())) => {
                     core.meters.round(&tool, meter::Outcome::Paused);
-                    if let Some(thread) = &observed {
-                        core.observe(crate::Event::Asked { thread });
+                    if let Some(thread) = observed {
+                        core.observe(crate::Event::Asked { thread: &thread });
                     }
-                    Ok(Ok(reply))
+                    // Made after the observer let go of the round, so that it moves.
+                    Ok(Ok(reply.reply()))
                 }
                 Ok(Err(limit)) => Ok(Err(core.limit_reached(limit))),
                 Err(SaveError::Store(e)) => Err(e.into()),

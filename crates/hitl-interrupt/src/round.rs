@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hitl_graph::{Checkpoint, Interrupt, Outcome, RunError};
-use hitl_protocol::{CallToolResponse, CallToolResult, ClientCapabilities, ErrorObject, InputResponses};
+use hitl_protocol::{CallToolResult, ClientCapabilities, ErrorObject, InputResponses};
 use serde_json::Value;
 
 use crate::answers::NotAskable;
-use crate::ask::{ask, missing_capability, render};
+use crate::ask::{Unsent, ask, missing_capability, render};
 use crate::call::ToolCall;
 use crate::questions::{self, Verdict};
 use crate::resend::{last, replay};
@@ -291,8 +291,8 @@ fn fresh(call: &ToolCall, new: NewThread, state: ThreadState, expires_at_ms: u64
 /// How a new call's first round is asked.
 #[derive(Debug)]
 pub(crate) enum FirstAsk {
-    /// Store the thread (its format set) and answer the round.
-    Ask(Box<Thread>, CallToolResponse),
+    /// Store the thread (its format set), then answer the round.
+    Ask(Box<Thread>, Unsent),
     /// The client lacks a mode the round needs: `-32021`, nothing stored.
     Lacks(ErrorObject),
     /// The record would be too large: the error, nothing stored.
@@ -316,7 +316,8 @@ pub(crate) fn first_ask(
     if let Err(e) = fits(&thread, max_record_bytes) {
         return FirstAsk::TooLarge(e);
     }
-    let reply = render(&thread.id, round, secret, minted);
+    let round = thread.paused().map(|p| p.round.clone()).expect("a new call's thread is paused");
+    let reply = Unsent::new(&thread.id, round, secret, minted);
     FirstAsk::Ask(Box::new(thread), reply)
 }
 

@@ -493,8 +493,10 @@ fn a_new_call_opens_its_thread_at_its_first_round() {
     // Asked: its requestState, or why not (nothing is stored then).
     let asked = |caps: &ClientCapabilities, max: usize| match super::first_ask(open(&call), caps, max, &secret(), None)
     {
-        super::FirstAsk::Ask(_, CallToolResponse::InputRequired(r)) => r.request_state.unwrap(),
-        super::FirstAsk::Ask(..) => "a result".into(),
+        super::FirstAsk::Ask(_, unsent) => match unsent.reply() {
+            CallToolResponse::InputRequired(r) => r.request_state.unwrap(),
+            CallToolResponse::Complete(_) => "a result".into(),
+        },
         super::FirstAsk::Lacks(e) => format!("lacks {}", e.code.0),
         super::FirstAsk::TooLarge(e) => format!("too large {}", e.message.contains("--max-record-bytes")),
     };
