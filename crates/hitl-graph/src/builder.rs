@@ -38,7 +38,8 @@ impl StateGraph {
         Fut: Future<Output = Result<Value, StepError>> + Send + 'static,
     {
         let run: StepFn = Arc::new(move |state, ctx| step(state, ctx).boxed());
-        self.steps.push((name.into(), Step { run }));
+        let name: String = name.into();
+        self.steps.push((name.clone(), Step { name: Arc::from(name.as_str()), run }));
         self
     }
 

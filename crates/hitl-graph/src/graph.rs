@@ -63,6 +63,8 @@ impl Reducer {
 
 #[derive(Clone)]
 pub(crate) struct Step {
+    /// Its name, shared with the context of each of its runs.
+    pub(crate) name: Arc<str>,
     pub(crate) run: StepFn,
 }
 

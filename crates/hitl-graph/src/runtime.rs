@@ -48,7 +48,7 @@ impl Graph {
         }
         let mut steps = inner.steps.clone();
         let run: StepFn = Arc::new(move |state, ctx| guard(state, ctx).boxed());
-        steps.insert(name.to_owned(), Step { run });
+        steps.insert(name.to_owned(), Step { name: Arc::from(name), run });
         let mut edges = inner.edges.clone();
         let start = edges.insert(START.to_owned(), vec![Edge::To(name.to_owned())]).unwrap_or_default();
         let key = verdict.to_owned();
@@ -153,54 +153,20 @@ impl Graph {
     /// Runs the steps of the current superstep that have not written yet, concurrently;
     /// their updates go to `cp.writes`. Returns what the steps that paused asked.
     async fn superstep(&self, cp: &mut Checkpoint, run: &Arc<Run>) -> Result<Vec<Interrupt>, RunError> {
-        let to_run: Vec<String> = cp.next.iter().filter(|s| !cp.writes.contains_key(*s)).cloned().collect();
-        let runs = to_run.iter().map(|name| {
-            let ctx = StepContext {
-                step: Arc::from(name.as_str()),
-                superstep: cp.superstep,
-                run: run.clone(),
-                calls: Arc::new(Mutex::new(StepCalls { resume: cp.resume.clone(), ..StepCalls::default() })),
-            };
-            let fut = (self.inner.steps[name].run)(cp.state.clone(), ctx.clone());
-            async move { (AssertUnwindSafe(fut).catch_unwind().await, ctx) }
-        });
+        let to_run: Vec<&Step> =
+            cp.next.iter().filter(|s| !cp.writes.contains_key(*s)).map(|s| &self.inner.steps[s]).collect();
         let mut interrupts = Vec::new();
-        // One step (most supersteps) is awaited as it is, without a join of one.
-        let ran = match to_run.len() {
-            1 => match runs.into_iter().next() {
-                Some(run) => vec![run.await],
-                None => Vec::new(),
-            },
-            _ => join_all(runs).await,
-        };
-        for (name, (result, ctx)) in to_run.iter().zip(ran) {
-            let failed = |message: String| RunError::StepFailed { step: name.clone(), message };
-            match result {
-                Ok(Ok(update)) => {
-                    cp.writes.insert(name.clone(), update);
-                }
-                Ok(Err(StepError::Interrupted)) => {
-                    let pending = ctx.calls.lock().unwrap_or_else(|p| p.into_inner()).pending.take();
-                    let interrupt =
-                        pending.ok_or_else(|| failed("returned Interrupted without calling interrupt".into()))?;
-                    interrupts.push(interrupt);
-                }
-                Ok(Err(StepError::Failed(e))) => return Err(failed(e.to_string())),
-                Ok(Err(StepError::Transient(e))) => {
-                    return Err(RunError::Transient {
-                        step: name.clone(),
-                        message: e.to_string(),
-                        kept: Box::new(cp.clone()),
-                    });
-                }
-                Err(panic) => {
-                    let message = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_owned())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "unknown panic".into());
-                    return Err(RunError::StepPanicked { step: name.clone(), message });
-                }
+        if let [step] = to_run[..] {
+            // One step (most supersteps), awaited as it is: it is lent the superstep's
+            // resume values, which the checkpoint takes back once it ran.
+            let resume = std::mem::take(&mut cp.resume);
+            let (result, ctx) = start(step, cp, resume, run).await;
+            cp.resume = std::mem::take(&mut ctx.calls.lock().unwrap_or_else(|p| p.into_inner()).resume);
+            took(cp, step, result, &ctx, &mut interrupts)?;
+        } else {
+            let ran = join_all(to_run.iter().map(|step| start(step, cp, cp.resume.clone(), run))).await;
+            for (step, (result, ctx)) in to_run.iter().zip(ran) {
+                took(cp, step, result, &ctx, &mut interrupts)?;
             }
         }
         Ok(interrupts)
@@ -255,23 +221,28 @@ impl Graph {
     fn successors(&self, from: &str, state: &Value) -> Result<Vec<String>, RunError> {
         let mut out = Vec::new();
         for edge in self.inner.edges.get(from).into_iter().flatten() {
-            let targets = match edge {
-                Edge::To(to) => vec![to.clone()],
-                Edge::Route(route) => route(state),
-            };
-            for to in targets {
-                if to == END {
-                    continue;
-                }
-                if !self.inner.steps.contains_key(&to) {
-                    return Err(RunError::BadRoute { from: from.to_owned(), to });
-                }
-                if !out.contains(&to) {
-                    out.push(to);
+            match edge {
+                Edge::To(to) => self.follow(from, to, &mut out)?,
+                Edge::Route(route) => {
+                    for to in route(state) {
+                        self.follow(from, &to, &mut out)?;
+                    }
                 }
             }
         }
         Ok(out)
+    }
+
+    /// Adds `to`, an edge's end, to the steps `out` runs next (once; never [`END`]).
+    fn follow(&self, from: &str, to: &str, out: &mut Vec<String>) -> Result<(), RunError> {
+        if to == END || out.iter().any(|kept| kept == to) {
+            return Ok(());
+        }
+        if !self.inner.steps.contains_key(to) {
+            return Err(RunError::BadRoute { from: from.to_owned(), to: to.to_owned() });
+        }
+        out.push(to.to_owned());
+        Ok(())
     }
 
     fn merge(&self, state: &mut Value, update: Value) {
@@ -285,4 +256,61 @@ impl Graph {
             state.insert(key, merged);
         }
     }
+}
+
+/// A run of `step` in the superstep `cp` stands at, with `resume` as its answers so far:
+/// what it returned or how it panicked, and its context.
+fn start(
+    step: &Step,
+    cp: &Checkpoint,
+    resume: ResumeValues,
+    run: &Arc<Run>,
+) -> impl Future<Output = (std::thread::Result<Result<Value, StepError>>, StepContext)> + Send + 'static {
+    let ctx = StepContext {
+        step: step.name.clone(),
+        superstep: cp.superstep,
+        run: run.clone(),
+        calls: Arc::new(Mutex::new(StepCalls { resume, ..StepCalls::default() })),
+    };
+    let fut = (step.run)(cp.state.clone(), ctx.clone());
+    async move { (AssertUnwindSafe(fut).catch_unwind().await, ctx) }
+}
+
+/// Takes what a run of `step` gave: its update into `cp.writes`, or the question it
+/// asked into `interrupts`; a failure or a panic ends the run.
+fn took(
+    cp: &mut Checkpoint,
+    step: &Step,
+    result: std::thread::Result<Result<Value, StepError>>,
+    ctx: &StepContext,
+    interrupts: &mut Vec<Interrupt>,
+) -> Result<(), RunError> {
+    let name = &*step.name;
+    let failed = |message: String| RunError::StepFailed { step: name.to_owned(), message };
+    match result {
+        Ok(Ok(update)) => {
+            cp.writes.insert(name.to_owned(), update);
+        }
+        Ok(Err(StepError::Interrupted)) => {
+            let pending = ctx.calls.lock().unwrap_or_else(|p| p.into_inner()).pending.take();
+            interrupts.push(pending.ok_or_else(|| failed("returned Interrupted without calling interrupt".into()))?);
+        }
+        Ok(Err(StepError::Failed(e))) => return Err(failed(e.to_string())),
+        Ok(Err(StepError::Transient(e))) => {
+            return Err(RunError::Transient {
+                step: name.to_owned(),
+                message: e.to_string(),
+                kept: Box::new(cp.clone()),
+            });
+        }
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            return Err(RunError::StepPanicked { step: name.to_owned(), message });
+        }
+    }
+    Ok(())
 }
