@@ -38,27 +38,30 @@ impl Shared {
     /// of its own; the others' are boxed, so the call's future (moved into a box per
     /// request) is not the size of the largest of theirs.
     pub(crate) fn dispatch(
-        &self,
+        self: &Arc<Self>,
         request: ClientRequest,
         caller: Caller,
         progress: Option<hitl_graph::ProgressFn>,
         cancel: Option<Arc<AtomicBool>>,
-    ) -> impl Future<Output = Result<ServerResult, ErrorObject>> + Send + '_ {
+    ) -> impl Future<Output = Result<ServerResult, ErrorObject>> + Send + use<> {
         match request {
             ClientRequest::CallTool(params) => Either::Left(self.call_tool(params, caller, progress, cancel)),
-            request => Either::Right(Box::pin(self.dispatch_other(request, caller, progress, cancel))),
+            request => {
+                let this = Arc::clone(self);
+                Either::Right(Box::pin(async move { this.dispatch_other(request, caller, progress, cancel).await }))
+            }
         }
     }
 
     /// A `tools/call`. All that comes before the run is worked out here, before its
     /// future is made: the future keeps the call and what its reply needs, nothing else.
     fn call_tool(
-        &self,
+        self: &Arc<Self>,
         params: CallToolParams,
         caller: Caller,
         progress: Option<hitl_graph::ProgressFn>,
         cancel: Option<Arc<AtomicBool>>,
-    ) -> impl Future<Output = Result<ServerResult, ErrorObject>> + Send + '_ {
+    ) -> impl Future<Output = Result<ServerResult, ErrorObject>> + Send + use<> {
         let era = caller.era;
         // A client that follows tasks; who a task is made for (cloned only then).
         let task = era == Era::Modern && crate::tasks::declared(&caller.capabilities);
@@ -80,17 +83,18 @@ impl Shared {
                 Ok((index, task, answers, call))
             }
         };
+        let this = Arc::clone(self);
         async move {
             let (index, task, answers, call) = prepared?;
             let agent = &tools[index];
             if task && !answers {
-                return Box::pin(self.call_as_task(agent, call)).await;
+                return Box::pin(this.call_as_task(agent, call)).await;
             }
             let reply = if task {
                 // Boxed: only clients that follow tasks take it.
-                self.reply_of(agent, Box::pin(self.engine.tasks().call(agent, call)).await)
+                this.reply_of(agent, Box::pin(this.engine.tasks().call(agent, call)).await)
             } else {
-                self.run(agent, call).await
+                this.run(agent, call).await
             };
             match reply {
                 Reply::Complete(mut r) => {
@@ -99,7 +103,7 @@ impl Shared {
                 }
                 // A client that follows tasks gets the paused call as one.
                 Reply::Paused { thread_id, .. } if task => {
-                    let created = Box::pin(self.created(&thread_id, task_principal.as_deref())).await?;
+                    let created = Box::pin(this.created(&thread_id, task_principal.as_deref())).await?;
                     Ok(ServerResult::CreateTask(created))
                 }
                 Reply::Paused { round, .. } => Ok(ServerResult::InputRequired(round)),

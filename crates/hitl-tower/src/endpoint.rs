@@ -4,6 +4,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::FutureExt as _;
+use futures_util::future::Either;
 use hitl_protocol::version::Era;
 use hitl_protocol::{ClientRequest, ErrorObject, InitializeParams, RequestId, Response, ServerResult};
 use http::{HeaderValue, Method, StatusCode};
@@ -30,15 +32,15 @@ impl Shared {
         self: Arc<Self>,
         request: http::Request<Bytes>,
     ) -> impl Future<Output = http::Response<McpBody>> + Send {
-        let handling = self.prepare(request);
-        async move {
-            let (id, era, request, caller) = match handling {
-                Handling::Done(response) => return response,
-                Handling::Later(later) => return later.await,
-                Handling::Dispatch { id, era, request, caller } => (id, era, request, caller),
-            };
-            let result = self.dispatch(request, caller, None, None).await;
-            self.respond(id, era, result)
+        // Put together from futures made here, so that the request's future keeps only
+        // what is awaited (an async block would also keep the handling it took apart).
+        match self.prepare(request) {
+            Handling::Done(response) => Either::Left(Either::Left(std::future::ready(response))),
+            Handling::Later(later) => Either::Left(Either::Right(later)),
+            Handling::Dispatch { id, era, request, caller } => {
+                let dispatched = self.dispatch(request, caller, None, None);
+                Either::Right(dispatched.map(move |result| self.respond(id, era, result)))
+            }
         }
     }
 
@@ -54,7 +56,12 @@ impl Shared {
     /// state, so the id names the client's session, signed (with what the client can
     /// answer, for push elicitation; the gateway keeps an upstream session per client
     /// session), and every request is served with or without it.
-    async fn initialize(&self, id: RequestId, params: InitializeParams, caller: Caller) -> http::Response<McpBody> {
+    async fn initialize(
+        self: Arc<Self>,
+        id: RequestId,
+        params: InitializeParams,
+        caller: Caller,
+    ) -> http::Response<McpBody> {
         let version = hitl_protocol::version::negotiate_legacy(&params.protocol_version);
         let session = session::issue(self.engine.secret(), version, &params.capabilities);
         let result = self.dispatch(ClientRequest::Initialize(params), caller, None, None).await;
