@@ -75,7 +75,7 @@ impl Secret {
     /// The token of round `round` of `thread` (the part of its `requestState` after the
     /// dot).
     pub fn token(&self, thread: &str, round: u32, nonce: &str) -> String {
-        URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, message(thread, round, nonce).as_bytes()).as_ref())
+        with_message(thread, round, nonce, |message| URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, message).as_ref()))
     }
 
     /// The `requestState` of round `round` of `thread`.
@@ -95,11 +95,14 @@ impl Secret {
     /// Does `token` (the part after the dot) belong to that round, under this secret or
     /// the previous one? Constant-time.
     pub fn verify(&self, thread: &str, round: u32, nonce: &str, token: &str) -> bool {
-        let Ok(given) = URL_SAFE_NO_PAD.decode(token) else { return false };
-        let message = message(thread, round, nonce);
-        std::iter::once(&self.key)
-            .chain(&self.previous)
-            .any(|key| hmac::verify(key, message.as_bytes(), &given).is_ok())
+        // Decoded in place: a token that does not fit is not one this server made.
+        let mut given = [0u8; 48];
+        let Ok(length) = URL_SAFE_NO_PAD.decode_slice(token, &mut given) else { return false };
+        with_message(thread, round, nonce, |message| {
+            std::iter::once(&self.key)
+                .chain(&self.previous)
+                .any(|key| hmac::verify(key, message, &given[..length]).is_ok())
+        })
     }
 }
 
@@ -228,9 +231,19 @@ fn page_message(thread: &str, round: u32, index: usize) -> String {
     format!("hitl/page/v1\n{thread}\n{round}\n{index}")
 }
 
-/// What a round's token signs.
-fn message(thread: &str, round: u32, nonce: &str) -> String {
-    format!("hitl/request-state/v1\n{thread}\n{round}\n{nonce}")
+/// `sign` of what a round's token signs, written on the stack (the thread's id and the
+/// nonce are short; a longer message than the buffer takes is written to the heap).
+fn with_message<R>(thread: &str, round: u32, nonce: &str, sign: impl FnOnce(&[u8]) -> R) -> R {
+    use std::io::Write as _;
+    let mut buffer = [0u8; 160];
+    let written = {
+        let mut rest = &mut buffer[..];
+        write!(rest, "hitl/request-state/v1\n{thread}\n{round}\n{nonce}").ok().map(|()| 160 - rest.len())
+    };
+    match written {
+        Some(length) => sign(&buffer[..length]),
+        None => sign(format!("hitl/request-state/v1\n{thread}\n{round}\n{nonce}").as_bytes()),
+    }
 }
 
 pub(crate) use hitl_thread::proof;
@@ -268,5 +281,27 @@ mod tests {
             );
         }
         assert_eq!(secret.request_state_of("t1", 2, "n", None), secret.request_state("t1", 2, "n"));
+    }
+
+    /// The token signs the same text, however long its parts (a message longer than the
+    /// stack buffer is written to the heap), and a token too long to be one is refused.
+    #[test]
+    fn a_token_is_the_hmac_of_the_rounds_message_whatever_its_length() {
+        use base64::Engine as _;
+        let bytes = [7u8; 32];
+        let secret = Secret::new(&bytes).unwrap();
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes);
+        let thread = "0190b6c2-7c1e-7d7a-9a31-3f0c2a1b4d5e";
+        for nonce in ["AAECAwQFBgcICQoLDA0ODw".to_owned(), "n".repeat(300)] {
+            let message = format!("hitl/request-state/v1\n{thread}\n7\n{nonce}");
+            let expected = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .encode(ring::hmac::sign(&key, message.as_bytes()).as_ref());
+            assert_eq!(secret.token(thread, 7, &nonce), expected, "nonce of {} bytes", nonce.len());
+            assert!(secret.verify(thread, 7, &nonce, &expected));
+            assert!(!secret.verify(thread, 8, &nonce, &expected), "another round");
+        }
+        assert!(!secret.verify(thread, 7, "n", &"A".repeat(64)), "48 bytes of zeros");
+        assert!(!secret.verify(thread, 7, "n", &"A".repeat(65)), "longer than a token");
+        assert!(!secret.verify(thread, 7, "n", "!!"), "not base64url");
     }
 }
