@@ -299,6 +299,107 @@ fn plain_string(text: &str) -> Option<&str> {
     text.strip_prefix('"')?.strip_suffix('"').filter(|inner| !inner.contains(['\\', '"']))
 }
 
+/// A request id written as `text`, as [`parse`] reads it; `None` for anything else.
+fn id_of(text: &str) -> Option<RequestId> {
+    match plain_string(text) {
+        Some(id) => Some(RequestId::String(id.to_owned())),
+        // JSON reads `-0` as a float, which is no id; Rust reads it as 0.
+        None if text == "-0" => None,
+        None => text.parse().ok().map(RequestId::Number),
+    }
+}
+
+/// A request for `method` read in one pass, its params (an object) straight into `P`:
+/// the id and `P`, when the message is an object of `jsonrpc`, `id`, `method` and
+/// `params`, each once, in any order with `method` before `params` (as clients write
+/// requests). `None` for anything else, or anything wrong: [`parse_borrowed`], then
+/// [`parse`], read it and say what is wrong.
+pub fn parse_request_of<'a, P: Deserialize<'a>>(bytes: &'a [u8], method: &str) -> Option<(RequestId, P)> {
+    if !opens_an_object(bytes) {
+        return None;
+    }
+    let mut reader = serde_json::Deserializer::from_slice(bytes);
+    let request =
+        serde::de::DeserializeSeed::deserialize(OnePass { method, params: std::marker::PhantomData }, &mut reader);
+    let request = request.ok()?;
+    reader.end().ok()?;
+    Some(request)
+}
+
+/// What [`parse_request_of`] reads with: the method the params' type is for.
+struct OnePass<'m, P> {
+    method: &'m str,
+    params: std::marker::PhantomData<P>,
+}
+
+impl<'de, P: Deserialize<'de>> serde::de::DeserializeSeed<'de> for OnePass<'_, P> {
+    type Value = (RequestId, P);
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de, P: Deserialize<'de>> serde::de::Visitor<'de> for OnePass<'_, P> {
+    type Value = (RequestId, P);
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a {} request", self.method)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        use serde::de::Error as _;
+        use serde_json::value::RawValue;
+        // The reason is never shown: the message is read again, by the rules.
+        let other = || A::Error::custom("not read in one pass");
+        let (mut jsonrpc, mut id, mut method, mut params) = (false, None, false, None);
+        // A key written with escapes does not read as a borrowed `str`: read again.
+        while let Some(key) = map.next_key::<&'de str>()? {
+            match key {
+                "jsonrpc" if !jsonrpc => {
+                    jsonrpc = map.next_value::<&'de RawValue>()?.get() == "\"2.0\"";
+                    if !jsonrpc {
+                        return Err(other());
+                    }
+                }
+                "id" if id.is_none() => id = Some(id_of(map.next_value::<&'de RawValue>()?.get()).ok_or_else(other)?),
+                "method" if !method => {
+                    method = plain_string(map.next_value::<&'de RawValue>()?.get()) == Some(self.method);
+                    if !method {
+                        return Err(other());
+                    }
+                }
+                "params" if method && params.is_none() => params = Some(map.next_value::<Object<P>>()?.0),
+                _ => return Err(other()),
+            }
+        }
+        match (jsonrpc, id, params) {
+            (true, Some(id), Some(params)) => Ok((id, params)),
+            _ => Err(other()),
+        }
+    }
+}
+
+/// A value read only from a JSON object (a derived struct also reads from an array, by
+/// position, which params by name must not be).
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Fields<T> {
+            type Value = Object<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Object<T>, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Object)
+            }
+        }
+        deserializer.deserialize_map(Fields(std::marker::PhantomData))
+    }
+}
+
 /// A request as [`parse`] reads it, borrowed ([`Borrowed`]). `None` for anything else (a
 /// notification, a response, a message that breaks a rule or does not read straight
 /// into its fields, a `jsonrpc` or method written with escapes): [`parse`] reads it and
@@ -312,13 +413,7 @@ pub fn parse_borrowed(bytes: &[u8]) -> Option<Borrowed<'_>> {
     if raw.jsonrpc?.get() != "\"2.0\"" || raw.result.is_some() || raw.error.is_some() {
         return None;
     }
-    let id = raw.id?.get();
-    let id = match plain_string(id) {
-        Some(id) => RequestId::String(id.to_owned()),
-        // JSON reads `-0` as a float, which is no id; Rust reads it as 0.
-        None if id == "-0" => return None,
-        None => RequestId::Number(id.parse().ok()?),
-    };
+    let id = id_of(raw.id?.get())?;
     let method = plain_string(raw.method?.get())?;
     if let Some(params) = raw.params
         && !params.structured()

@@ -199,17 +199,20 @@ struct CallParams<'a> {
 /// `bytes` as a `tools/call` request whose params read straight into their type, or
 /// `None` (anything else, or anything wrong: the tree's reading says what).
 fn fast_call(bytes: &[u8]) -> Option<FastCall<'_>> {
-    let request = jsonrpc::parse_borrowed(bytes)?;
-    if request.method != "tools/call" {
-        return None;
-    }
-    // An object only: a struct also reads from an array, which params of a request
-    // by name must not be (the tree's reading says so).
-    let params = request.params.filter(|p| p.get().starts_with('{'))?;
-    let CallParams { name, arguments, input_responses, request_state, context, meta } =
-        serde_json::from_str(params.get()).ok()?;
+    // In one pass, as clients write a request; else its envelope first, then its params.
+    let (id, params) = jsonrpc::parse_request_of::<CallParams<'_>>(bytes, "tools/call").or_else(|| {
+        let request = jsonrpc::parse_borrowed(bytes)?;
+        if request.method != "tools/call" {
+            return None;
+        }
+        // An object only: a struct also reads from an array, which params of a request
+        // by name must not be (the tree's reading says so).
+        let params = request.params.filter(|p| p.get().starts_with('{'))?;
+        Some((request.id, serde_json::from_str(params.get()).ok()?))
+    })?;
+    let CallParams { name, arguments, input_responses, request_state, context, meta } = params;
     let params = CallToolParams { name, arguments, input_responses, request_state, context, meta: Meta::new() };
-    Some(FastCall { id: request.id, params, meta })
+    Some(FastCall { id, params, meta })
 }
 
 fn modern(

@@ -46,6 +46,58 @@ fn a_borrowed_request_is_the_request_parse_reads_and_nothing_else_is_borrowed() 
     assert!(empty.params.is_none(), "null params are none, as `parse` reads them");
 }
 
+/// A request read in one pass is the request its envelope, then its params, read: in
+/// the order clients write it (the TypeScript SDK puts `method` and `params` first).
+/// Anything else, or one that breaks a rule, is left to the two readings.
+#[test]
+fn a_request_read_in_one_pass_is_the_request_read_in_two() {
+    #[derive(Debug, PartialEq, serde::Deserialize)]
+    struct Params {
+        name: String,
+        #[serde(default)]
+        arguments: Option<serde_json::Value>,
+    }
+    for text in [
+        r#" {"jsonrpc":"2.0","id":"r1","method":"tools/call","params": {"name":"x","arguments":{"a":[1, 2]}} } "#,
+        r#"{"method":"tools/call","params":{"name":"x"},"jsonrpc":"2.0","id":7}"#,
+        r#"{"id":-3,"method":"tools/call","jsonrpc":"2.0","params":{"arguments":null,"name":"\u0078"}}"#,
+    ] {
+        let (id, params) = jsonrpc::parse_request_of::<Params>(text.as_bytes(), "tools/call").expect(text);
+        let borrowed = jsonrpc::parse_borrowed(text.as_bytes()).expect(text);
+        assert_eq!((&id, "tools/call"), (&borrowed.id, borrowed.method), "{text}");
+        assert_eq!(params, serde_json::from_str::<Params>(borrowed.params.unwrap().get()).unwrap(), "{text}");
+    }
+    for other in [
+        // `params` before `method`: which type they read into is not known yet.
+        r#"{"jsonrpc":"2.0","id":1,"params":{"name":"x"},"method":"tools/call"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"name":"x"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools\/call","params":{"name":"x"}}"#,
+        r#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"x"}}"#,
+        r#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"x"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"},"params":{"name":"y"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"tools/call","params":{"name":"x"}}"#,
+        r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"x"}}"#,
+        r#"{"jsonrpc":"2.0","id":-0,"method":"tools/call","params":{"name":"x"}}"#,
+        r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"x"}}"#,
+        r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"}}"#,
+        r#"{"id":1,"method":"tools/call","params":{"name":"x"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":null}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":["x"]}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":3}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","name":"y"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"},"result":null}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"},"extra":1}"#,
+        r#"{"\u006asonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}} x"#,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}]"#,
+        r#"["2.0",1,"tools/call",{"name":"x"}]"#,
+    ] {
+        assert!(jsonrpc::parse_request_of::<Params>(other.as_bytes(), "tools/call").is_none(), "{other}");
+    }
+}
+
 #[test]
 fn bad_json_is_parse_error() {
     let r = reject(r#"{"jsonrpc":"2.0","#);
@@ -160,6 +212,7 @@ proptest! {
         if let Ok(Message::Request(r)) = jsonrpc::parse(&bytes) {
             let _ = ClientRequest::parse(&r.method, r.params);
         }
+        let _ = jsonrpc::parse_request_of::<serde_json::Value>(&bytes, "tools/call");
     }
 
     #[test]
