@@ -136,39 +136,67 @@ pub struct RequestedSchema {
     pub required: Option<Vec<String>>,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ElicitWire {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    mode: Option<String>,
+    #[serde(default)]
+    mode: Option<Mode>,
     message: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     requested_schema: Option<RequestedSchema>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     url: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     elicitation_id: Option<String>,
-    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "_meta", default)]
     meta: Option<Meta>,
+}
+
+/// An elicitation's `mode`, read without a copy of the two MCP names (it is read on
+/// every decode of a round); another is kept to be named in the error.
+enum Mode {
+    Form,
+    Url,
+    Other(String),
+}
+
+impl<'de> Deserialize<'de> for Mode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = Mode;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, mode: &str) -> Result<Mode, E> {
+                Ok(match mode {
+                    "form" => Mode::Form,
+                    "url" => Mode::Url,
+                    other => Mode::Other(other.to_owned()),
+                })
+            }
+        }
+        d.deserialize_str(Name)
+    }
 }
 
 impl TryFrom<ElicitWire> for ElicitRequestParams {
     type Error = String;
 
     fn try_from(w: ElicitWire) -> Result<Self, String> {
-        match w.mode.as_deref() {
-            None | Some("form") => Ok(Self::Form(FormElicitation {
+        match w.mode {
+            None | Some(Mode::Form) => Ok(Self::Form(FormElicitation {
                 message: w.message,
                 requested_schema: w.requested_schema.ok_or("a form elicitation needs requestedSchema")?,
                 meta: w.meta,
             })),
-            Some("url") => Ok(Self::Url(UrlElicitation {
+            Some(Mode::Url) => Ok(Self::Url(UrlElicitation {
                 message: w.message,
                 url: w.url.ok_or("a url elicitation needs url")?,
                 elicitation_id: w.elicitation_id,
                 meta: w.meta,
             })),
-            Some(other) => Err(format!("unknown elicitation mode {other:?}")),
+            Some(Mode::Other(other)) => Err(format!("unknown elicitation mode {other:?}")),
         }
     }
 }

@@ -121,7 +121,17 @@ fn form_without_mode_is_form() {
 fn unknown_elicitation_mode_is_an_error() {
     let err = serde_json::from_value::<ElicitRequestParams>(serde_json::json!({"mode": "telepathy", "message": "m"}))
         .unwrap_err();
-    assert!(err.to_string().contains("unknown elicitation mode"), "{err}");
+    assert!(err.to_string().contains("unknown elicitation mode \"telepathy\""), "{err}");
+    let err =
+        serde_json::from_value::<ElicitRequestParams>(serde_json::json!({"mode": 3, "message": "m"})).unwrap_err();
+    assert!(err.to_string().contains("invalid type: integer `3`, expected a string"), "{err}");
+    // Both modes read from a JSON tree (owned strings) and from text (borrowed).
+    let url = serde_json::json!({"mode": "url", "message": "m", "url": "https://example.com/x"});
+    assert!(matches!(serde_json::from_value::<ElicitRequestParams>(url.clone()), Ok(ElicitRequestParams::Url(_))));
+    assert!(matches!(serde_json::from_str::<ElicitRequestParams>(&url.to_string()), Ok(ElicitRequestParams::Url(_))));
+    let form =
+        serde_json::json!({"mode": "form", "message": "m", "requestedSchema": {"type": "object", "properties": {}}});
+    assert!(matches!(serde_json::from_str::<ElicitRequestParams>(&form.to_string()), Ok(ElicitRequestParams::Form(_))));
 }
 
 #[test]
