@@ -249,8 +249,11 @@ pub fn parse(bytes: &[u8]) -> Result<Message, Rejection> {
     // An object (every message hitl takes) is read straight into its fields, without a
     // JSON tree of the whole message first. Anything else, and an object that does not
     // read so (bad JSON, a repeated key), takes the path below, whose errors are the rules'.
+    // Checked as text first: reading into fields skips unknown keys' values unchecked,
+    // and bytes that are not UTF-8 anywhere are not JSON.
     if opens_an_object(bytes)
-        && let Ok(raw) = serde_json::from_slice::<RawMessage<Value>>(bytes)
+        && let Ok(text) = std::str::from_utf8(bytes)
+        && let Ok(raw) = serde_json::from_str::<RawMessage<Value>>(text)
     {
         return from_raw(raw);
     }
@@ -318,7 +321,9 @@ pub fn parse_request_of<'a, P: Deserialize<'a>>(bytes: &'a [u8], method: &str) -
     if !opens_an_object(bytes) {
         return None;
     }
-    let mut reader = serde_json::Deserializer::from_slice(bytes);
+    // Text as a whole: a value the reading skips (an unknown key's) is not checked.
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut reader = serde_json::Deserializer::from_str(text);
     let request =
         serde::de::DeserializeSeed::deserialize(OnePass { method, params: std::marker::PhantomData }, &mut reader);
     let request = request.ok()?;
@@ -405,11 +410,12 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
 /// into its fields, a `jsonrpc` or method written with escapes): [`parse`] reads it and
 /// says what is wrong.
 pub fn parse_borrowed(bytes: &[u8]) -> Option<Borrowed<'_>> {
-    // An object only: the fields would also read from an array, by position.
+    // An object only: the fields would also read from an array, by position. Text as a
+    // whole: a value the reading skips (an unknown key's) is not checked.
     if !opens_an_object(bytes) {
         return None;
     }
-    let raw = serde_json::from_slice::<RawText<'_>>(bytes).ok()?;
+    let raw = serde_json::from_str::<RawText<'_>>(std::str::from_utf8(bytes).ok()?).ok()?;
     if raw.jsonrpc?.get() != "\"2.0\"" || raw.result.is_some() || raw.error.is_some() {
         return None;
     }

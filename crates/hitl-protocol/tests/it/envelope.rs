@@ -96,6 +96,19 @@ fn a_request_read_in_one_pass_is_the_request_read_in_two() {
     ] {
         assert!(jsonrpc::parse_request_of::<Params>(other.as_bytes(), "tools/call").is_none(), "{other}");
     }
+    // Bytes that are not UTF-8, where a reading skips them (an unknown key's value, in
+    // the params, their `_meta` or the envelope), are left to `parse`: a parse error.
+    for (before, after) in [
+        (r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","zz":""#, r#""}}"#),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"zz":""#, r#""}}}"#),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"},"zz":""#, r#""}"#),
+    ] {
+        let bytes = [before.as_bytes(), &[0xff], after.as_bytes()].concat();
+        assert!(jsonrpc::parse_request_of::<Params>(&bytes, "tools/call").is_none(), "{before}");
+        assert!(jsonrpc::parse_borrowed(&bytes).is_none(), "{before}");
+        let rejected = jsonrpc::parse(&bytes).expect_err(before);
+        assert_eq!(rejected.error.code, ErrorCode::PARSE_ERROR, "{before}");
+    }
 }
 
 #[test]
