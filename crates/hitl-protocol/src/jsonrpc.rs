@@ -249,10 +249,7 @@ pub fn parse(bytes: &[u8]) -> Result<Message, Rejection> {
     // An object (every message hitl takes) is read straight into its fields, without a
     // JSON tree of the whole message first. Anything else, and an object that does not
     // read so (bad JSON, a repeated key), takes the path below, whose errors are the rules'.
-    // Checked as text first: reading into fields skips unknown keys' values unchecked,
-    // and bytes that are not UTF-8 anywhere are not JSON.
-    if opens_an_object(bytes)
-        && let Ok(text) = std::str::from_utf8(bytes)
+    if let Some(text) = object_text(bytes)
         && let Ok(raw) = serde_json::from_str::<RawMessage<Value>>(text)
     {
         return from_raw(raw);
@@ -261,9 +258,14 @@ pub fn parse(bytes: &[u8]) -> Result<Message, Rejection> {
     from_value(value)
 }
 
-/// Does `bytes`' first non-blank byte open a JSON object?
-fn opens_an_object(bytes: &[u8]) -> bool {
-    bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+/// `bytes` as text when they open a JSON object (a derived struct also reads from an
+/// array, by position) and are UTF-8 throughout: reading into fields skips an unknown
+/// key's value unchecked, and bytes that are not UTF-8 anywhere are not JSON.
+fn object_text(bytes: &[u8]) -> Option<&str> {
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    std::str::from_utf8(bytes).ok()
 }
 
 /// A request as [`parse`] reads it, borrowed from the message's text: its method a
@@ -318,12 +320,7 @@ fn id_of(text: &str) -> Option<RequestId> {
 /// requests). `None` for anything else, or anything wrong: [`parse_borrowed`], then
 /// [`parse`], read it and say what is wrong.
 pub fn parse_request_of<'a, P: Deserialize<'a>>(bytes: &'a [u8], method: &str) -> Option<(RequestId, P)> {
-    if !opens_an_object(bytes) {
-        return None;
-    }
-    // Text as a whole: a value the reading skips (an unknown key's) is not checked.
-    let text = std::str::from_utf8(bytes).ok()?;
-    let mut reader = serde_json::Deserializer::from_str(text);
+    let mut reader = serde_json::Deserializer::from_str(object_text(bytes)?);
     let request =
         serde::de::DeserializeSeed::deserialize(OnePass { method, params: std::marker::PhantomData }, &mut reader);
     let request = request.ok()?;
@@ -410,12 +407,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
 /// into its fields, a `jsonrpc` or method written with escapes): [`parse`] reads it and
 /// says what is wrong.
 pub fn parse_borrowed(bytes: &[u8]) -> Option<Borrowed<'_>> {
-    // An object only: the fields would also read from an array, by position. Text as a
-    // whole: a value the reading skips (an unknown key's) is not checked.
-    if !opens_an_object(bytes) {
-        return None;
-    }
-    let raw = serde_json::from_str::<RawText<'_>>(std::str::from_utf8(bytes).ok()?).ok()?;
+    let raw = serde_json::from_str::<RawText<'_>>(object_text(bytes)?).ok()?;
     if raw.jsonrpc?.get() != "\"2.0\"" || raw.result.is_some() || raw.error.is_some() {
         return None;
     }
