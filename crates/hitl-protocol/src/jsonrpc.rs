@@ -384,7 +384,7 @@ impl<'de, P: Deserialize<'de>> serde::de::Visitor<'de> for OnePass<'_, P> {
 
 /// A value read only from a JSON object (a derived struct also reads from an array, by
 /// position, which params by name must not be).
-struct Object<T>(T);
+pub(crate) struct Object<T>(pub(crate) T);
 
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {

@@ -194,18 +194,7 @@ struct RequestMetaFields<'a> {
 
 impl<'de: 'a, 'a> Deserialize<'de> for RequestMeta<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Object<'a>(std::marker::PhantomData<RequestMeta<'a>>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Object<'a> {
-            type Value = RequestMeta<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<RequestMeta<'a>, A::Error> {
-                let fields = RequestMetaFields::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-                Ok(RequestMeta { fields })
-            }
-        }
-        deserializer.deserialize_map(Object(std::marker::PhantomData))
+        crate::jsonrpc::Object::deserialize(deserializer).map(|fields| RequestMeta { fields: fields.0 })
     }
 }
 
