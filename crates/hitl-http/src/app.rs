@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
+use futures_util::future::{BoxFuture, Either};
 use hitl_protocol::ErrorObject;
 use http::{HeaderValue, StatusCode, header};
 use http_body_util::{BodyExt as _, Limited};
@@ -108,8 +108,26 @@ impl HttpApp {
     }
 
     /// Serves one request. Only the endpoint is cloned (once), so a server can call this
-    /// on a shared app without cloning the app per request.
-    pub fn serve<B>(&self, request: http::Request<B>) -> BoxFuture<'static, http::Response<Body>>
+    /// on a shared app without cloning the app per request. A `POST /mcp`'s future is
+    /// not boxed (a server holding it in its connection's task spares an allocation per
+    /// request); every other path's is.
+    pub fn serve<B>(
+        &self,
+        request: http::Request<B>,
+    ) -> impl Future<Output = http::Response<Body>> + Send + 'static + use<B>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        match self.route(request) {
+            Ok(request) => Either::Left(collected(self.mcp.clone(), self.limits, request)),
+            Err(other) => Either::Right(other),
+        }
+    }
+
+    /// `request` back if it is the endpoint's, or the future of its response on any
+    /// other path.
+    fn route<B>(&self, request: http::Request<B>) -> Result<http::Request<B>, BoxFuture<'static, http::Response<Body>>>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -118,19 +136,20 @@ impl HttpApp {
         let probe = matches!(path, "/healthz" | "/livez");
         if !probe && let Some(why) = self.hosts.as_ref().and_then(|hosts| hosts.refuse_origin(&request, path != "/mcp"))
         {
-            return Box::pin(std::future::ready(crate::origin::forbidden(&why)));
+            return Err(Box::pin(std::future::ready(crate::origin::forbidden(&why))));
         }
         if let Some(route) = self.routes.iter().find(|(p, _)| p == path).map(|(_, r)| r.clone()) {
             let (parts, _) = request.into_parts();
-            return Box::pin(std::future::ready(route(&parts)));
+            return Err(Box::pin(std::future::ready(route(&parts))));
         }
         let mounted = self.mounts.iter().find(|(prefix, _)| {
             path.strip_prefix(prefix.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
         });
         if let Some((_, service)) = mounted {
-            return collected(service.clone(), self.limits, request);
+            return Err(Box::pin(collected(service.clone(), self.limits, request)));
         }
-        match request.uri().path() {
+        Err(match request.uri().path() {
+            "/mcp" => return Ok(request),
             "/healthz" => {
                 let (ready, health) = (self.ready.clone(), self.health.clone());
                 Box::pin(async move {
@@ -155,36 +174,29 @@ impl HttpApp {
             // Alive: no store or upstream is asked (a liveness probe restarts only a
             // process that no longer answers at all).
             "/livez" => Box::pin(std::future::ready(plain(StatusCode::OK, "application/json", r#"{"status":"ok"}"#))),
-            "/mcp" => collected(self.mcp.clone(), self.limits, request),
             _ => Box::pin(std::future::ready(plain(
                 StatusCode::NOT_FOUND,
                 "text/plain",
                 "not found; the MCP endpoint is POST /mcp\n",
             ))),
-        }
+        })
     }
 }
 
 /// `service`'s response to `request`, its body read whole within `limits` first.
-fn collected<B>(
-    service: Endpoint,
-    limits: BodyLimits,
-    request: http::Request<B>,
-) -> BoxFuture<'static, http::Response<Body>>
+async fn collected<B>(service: Endpoint, limits: BodyLimits, request: http::Request<B>) -> http::Response<Body>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    Box::pin(async move {
-        let (parts, incoming) = request.into_parts();
-        match limits.collect(&parts.headers, incoming).await {
-            Ok(bytes) => match service.oneshot(http::Request::from_parts(parts, bytes)).await {
-                Ok(response) => response,
-                Err(never) => match never {},
-            },
-            Err(refused) => refused,
-        }
-    })
+    let (parts, incoming) = request.into_parts();
+    match limits.collect(&parts.headers, incoming).await {
+        Ok(bytes) => match service.oneshot(http::Request::from_parts(parts, bytes)).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        },
+        Err(refused) => refused,
+    }
 }
 
 impl BodyLimits {

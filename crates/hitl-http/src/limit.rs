@@ -4,13 +4,13 @@
 //! A request counts until its response body ends, so a long SSE stream holds its
 //! place for as long as it runs.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use futures_util::TryFutureExt as _;
-use futures_util::future::{Either, MapOk};
+use futures_util::future::Either;
 use hitl_protocol::ErrorObject;
 use http::{HeaderValue, StatusCode, header};
 use http_body::{Frame, SizeHint};
@@ -51,7 +51,6 @@ pub struct MaxConcurrentRequests<S> {
 }
 
 type Busy<E> = std::future::Ready<Result<http::Response<Body>, E>>;
-type Hold<F> = MapOk<F, Box<dyn FnOnce(http::Response<Body>) -> http::Response<Body> + Send>>;
 
 impl<S> Service<http::Request<Bytes>> for MaxConcurrentRequests<S>
 where
@@ -75,9 +74,33 @@ where
         // Call the service that was polled ready, leaving a fresh clone in its place.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let hold: Box<dyn FnOnce(http::Response<Body>) -> http::Response<Body> + Send> =
-            Box::new(move |response| response.map(|body| Holding { body, _permit: permit }.boxed_unsync()));
-        Either::Right(inner.call(request).map_ok(hold))
+        Either::Right(Hold { response: inner.call(request), permit: Some(permit) })
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The inner service's response, its body made to keep the request's place.
+    pub struct Hold<F> {
+        #[pin]
+        response: F,
+        permit: Option<OwnedSemaphorePermit>,
+    }
+}
+
+impl<F, E> Future for Hold<F>
+where
+    F: Future<Output = Result<http::Response<Body>, E>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let response = std::task::ready!(this.response.poll(cx))?;
+        Poll::Ready(Ok(match this.permit.take() {
+            Some(permit) => response.map(|body| Holding { body, _permit: permit }.boxed_unsync()),
+            // Polled again after it answered: nothing is left to hold.
+            None => response,
+        }))
     }
 }
 
