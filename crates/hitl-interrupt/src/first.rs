@@ -140,7 +140,10 @@ impl<'a> First<'a> {
             let ran = round::ran(outcome, false, || core.timed_out(false), &asking, &core.secret);
             match round::end_run(claimed, ran, &core.end_of(&round, responses, call), &core.secret) {
                 Ending::NextRound(next, _) => thread = *next,
-                Ending::Finished(_, result) => return Unstored::Ended(Ok(CallToolResponse::Complete(result))),
+                Ending::Finished(mut ended, own) => {
+                    let result = own.unwrap_or_else(|| round::kept_result(ended.last.take()));
+                    return Unstored::Ended(Ok(CallToolResponse::Complete(result)));
+                }
                 Ending::GiveBack(_, error) => return Unstored::Ended(Err(error)),
                 // Not given for a call that is not stored (see `ran`): it ends.
                 Ending::Retry(_, result) => return Unstored::Ended(Ok(CallToolResponse::Complete(result))),

@@ -317,8 +317,9 @@ impl<'a> Resume<'a> {
                         Err(SaveError::Store(e)) => Err(e.into()),
                     };
                 }
-                Ending::Finished(thread, result) => {
+                Ending::Finished(thread, own) => {
                     let owner = thread.owner.clone();
+                    let last = if own.is_none() { thread.last.clone() } else { None };
                     let (id, tool, principal) = (thread.id.clone(), thread.tool.clone(), thread.principal.clone());
                     let finished = |result: &CallToolResult| {
                         let principal = principal.as_deref();
@@ -326,6 +327,7 @@ impl<'a> Resume<'a> {
                     };
                     let copy = core.store.can_be_unreachable().then(|| (*thread).clone());
                     let saved = core.store.save_finished(*thread, expected, owner.as_deref()).await;
+                    let result = own.unwrap_or_else(|| round::kept_result(last));
                     let saved = match (saved, copy) {
                         (Err(SaveError::Store(e)), Some(thread)) => {
                             let outcome =

@@ -403,8 +403,11 @@ pub(crate) enum Ending {
     /// Release the round unanswered, as [`Ending::GiveBack`], answering with an error
     /// result: the same answers sent again try the failed step again.
     Retry(Box<Thread>, CallToolResult),
-    /// The call ended: store the finished thread (and stop counting it), answer.
-    Finished(Box<Thread>, CallToolResult),
+    /// The call ended: store the finished thread (and stop counting it), answer. The
+    /// result answered is the record's own, taken back with [`kept_result`] once the
+    /// record is stored (not copied while both live), or, when the record keeps an
+    /// error in its place (too large to keep), the one given here.
+    Finished(Box<Thread>, Option<CallToolResult>),
     /// The next round: store the thread (and count it to its new expiry), answer.
     NextRound(Box<Thread>, Answered),
 }
@@ -447,8 +450,9 @@ pub(crate) fn end_run(mut thread: Thread, ran: Ran, end: &EndOf<'_>, secret: &Se
             Ending::Retry(Box::new(thread), result)
         }
         Ran::Done(result) => {
-            let last = last(end.round, end.responses, LastOutcome::Result { result: result.clone() });
-            Ending::Finished(Box::new(finished(thread, last, end.now_ms, end.lifetimes, end.max_record_bytes)), result)
+            let last = last(end.round, end.responses, LastOutcome::Result { result });
+            let (thread, own) = finished_keeping(thread, last, end.now_ms, end.lifetimes, end.max_record_bytes);
+            Ending::Finished(Box::new(thread), own)
         }
         Ran::Paused(checkpoint, next, minted) => {
             let missing = missing_capability(&next, end.capabilities);
@@ -505,12 +509,24 @@ fn keep(thread: &mut Thread, checkpoint: hitl_graph::Checkpoint, end: &EndOf<'_>
 /// lifetime. A result too large to keep is replaced, for resends only, by an error
 /// result that says so.
 pub(crate) fn finished(
-    mut thread: Thread,
+    thread: Thread,
     last: Last,
     now_ms: u64,
     lifetimes: &crate::Lifetimes,
     max_record_bytes: usize,
 ) -> Thread {
+    finished_keeping(thread, last, now_ms, lifetimes, max_record_bytes).0
+}
+
+/// [`finished`], with the result `last` ended on when the record keeps an error in its
+/// place (too large to keep).
+fn finished_keeping(
+    mut thread: Thread,
+    last: Last,
+    now_ms: u64,
+    lifetimes: &crate::Lifetimes,
+    max_record_bytes: usize,
+) -> (Thread, Option<CallToolResult>) {
     thread.version += 1;
     thread.state = ThreadState::Finished;
     if let Some(task) = &mut thread.task {
@@ -519,12 +535,26 @@ pub(crate) fn finished(
     }
     thread.expires_at_ms = now_ms.saturating_add(lifetimes.finished.as_millis() as u64);
     thread.last = Some(Arc::new(last));
+    let mut own = None;
     if let Err(too_large) = fits(&thread, max_record_bytes)
         && let Some(last) = &mut thread.last
     {
-        Arc::make_mut(last).outcome = LastOutcome::Result { result: CallToolResult::error([too_large.message]) };
+        let kept = LastOutcome::Result { result: CallToolResult::error([too_large.message]) };
+        if let LastOutcome::Result { result } = std::mem::replace(&mut Arc::make_mut(last).outcome, kept) {
+            own = Some(result);
+        }
     }
-    thread
+    (thread, own)
+}
+
+/// The result a finished record keeps for resends (`last`, taken from the record once
+/// it is stored): moved out when nothing else holds it, else copied.
+pub(crate) fn kept_result(last: Option<Arc<Last>>) -> CallToolResult {
+    let last = last.expect("a finished record keeps its last round");
+    match Arc::try_unwrap(last).map_or_else(|shared| shared.outcome.clone(), |last| last.outcome) {
+        LastOutcome::Result { result } => result,
+        LastOutcome::NextRound => unreachable!("a finished record keeps the result it ended on"),
+    }
 }
 
 /// Is the record within `max_record_bytes` as JSON? The error says by how much not.

@@ -331,16 +331,20 @@ fn every_end_of_a_claimed_run() {
 
     // Done: finished, kept 10 minutes with the result for resends.
     let result = CallToolResult::json(&json!({"region": "eu-west-1"}));
-    let Ending::Finished(thread, reply) = end_run(Ran::Done(result.clone()), &elicits(), big) else { panic!() };
+    let Ending::Finished(thread, own) = end_run(Ran::Done(result.clone()), &elicits(), big) else { panic!() };
     assert_eq!((thread.version, &thread.state), (6, &ThreadState::Finished));
     assert_eq!(thread.expires_at_ms, NOW + 600_000);
-    assert_eq!(thread.last.unwrap().outcome, LastOutcome::Result { result: result.clone() });
-    assert_eq!(reply, result);
+    assert_eq!(thread.last.as_ref().unwrap().outcome, LastOutcome::Result { result: result.clone() });
+    assert_eq!(own, None, "the reply is the record's result, not a copy of it");
+    let shared = thread.last.clone();
+    assert_eq!(super::kept_result(thread.last.clone()), result, "copied while the record still holds it");
+    drop(thread);
+    assert_eq!(super::kept_result(shared), result, "moved out once the record is stored");
     // Too large to keep: the caller gets it, resends get why not.
-    let Ending::Finished(thread, reply) = end_run(Ran::Done(result.clone()), &elicits(), 200) else { panic!() };
+    let Ending::Finished(thread, own) = end_run(Ran::Done(result.clone()), &elicits(), 200) else { panic!() };
     let LastOutcome::Result { result: kept } = &thread.last.as_deref().unwrap().outcome else { panic!() };
     assert!(kept.content[0].as_text().unwrap().contains("--max-record-bytes"), "{kept:?}");
-    assert_eq!(reply, result);
+    assert_eq!(own, Some(result));
 
     // Paused again: the next round, 24 hours more.
     let next = round(2, "How many replicas?");
