@@ -338,8 +338,7 @@ impl StepContext {
     /// step asked it before), without taking it.
     pub fn has_answer(&self) -> bool {
         let calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
-        let id = format!("{}:{}:{}", self.superstep, self.step, calls.next_index);
-        calls.resume.contains_key(&id)
+        self.with_id(calls.next_index, |id| calls.resume.contains_key(id))
     }
 
     /// The answer the run was resumed with for this step's next question, taken as
@@ -355,8 +354,7 @@ impl StepContext {
     /// before other questions, under rules that no longer review).
     pub fn answered_if(&self, is: impl Fn(&Value) -> bool) -> Option<Value> {
         let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
-        let id = format!("{}:{}:{}", self.superstep, self.step, calls.next_index);
-        let answer = calls.resume.get(&id).filter(|answer| is(answer)).cloned()?;
+        let answer = self.with_id(calls.next_index, |id| calls.resume.get(id).filter(|answer| is(answer)).cloned())?;
         calls.next_index += 1;
         Some(answer)
     }
@@ -365,11 +363,26 @@ impl StepContext {
         let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         let index = calls.next_index;
         calls.next_index += 1;
-        let id = format!("{}:{}:{}", self.superstep, self.step, index);
-        if let Some(answer) = calls.resume.get(&id) {
-            return Ok(answer.clone());
-        }
+        let id = match self.with_id(index, |id| calls.resume.get(id).cloned().ok_or_else(|| id.to_owned())) {
+            Ok(answer) => return Ok(answer),
+            Err(id) => id,
+        };
         calls.pending = Some(Interrupt { id, step: self.step.to_string(), value, response_schema });
         Err(Interrupted)
+    }
+
+    /// `f` of the id of this step's interrupt `index` (`superstep:step:index`), written
+    /// on the stack when it fits: looking an answer up allocates nothing.
+    fn with_id<R>(&self, index: usize, f: impl FnOnce(&str) -> R) -> R {
+        use std::io::Write as _;
+        let mut buffer = [0u8; 128];
+        let capacity = buffer.len();
+        let mut rest = &mut buffer[..];
+        let written = write!(rest, "{}:{}:{}", self.superstep, self.step, index).is_ok();
+        let length = capacity - rest.len();
+        match std::str::from_utf8(&buffer[..length]) {
+            Ok(id) if written => f(id),
+            _ => f(&format!("{}:{}:{}", self.superstep, self.step, index)),
+        }
     }
 }

@@ -49,6 +49,33 @@ fn code_before_interrupt_reruns_and_code_after_runs_once() {
 }
 
 #[test]
+fn an_interrupt_of_a_step_with_a_long_name_is_answered_by_its_id() {
+    // Ids are written on the stack to look answers up; a name past that buffer (or
+    // one of many bytes per character) is looked up the same.
+    for name in ["s".repeat(200), "é".repeat(70), "ask".to_owned()] {
+        let graph = StateGraph::new()
+            .add_step(&name, |_, ctx| async move {
+                let first = ctx.interrupt(json!("q1"))?;
+                let given = ctx.has_answer();
+                let second = ctx.interrupt(json!("q2"))?;
+                assert!(given, "an answer taken was there to be seen");
+                Ok(json!({ "v": [first, second] }))
+            })
+            .add_edge(START, &name)
+            .compile()
+            .unwrap();
+        let (interrupts, cp) = paused(block(graph.invoke(json!({}), Value::Null)).unwrap());
+        assert_eq!(interrupts[0].id, format!("0:{name}:0"));
+        let mut values = answer(&interrupts, json!(1));
+        let (interrupts, cp) = paused(block(graph.resume(cp, values.clone(), Value::Null)).unwrap());
+        assert_eq!(interrupts[0].id, format!("0:{name}:1"));
+        values.extend(answer(&interrupts, json!(2)));
+        let done = block(graph.resume(cp, values, Value::Null)).unwrap();
+        assert_eq!(done, Outcome::Done(json!({"v": [1, 2]})), "{name}");
+    }
+}
+
+#[test]
 fn a_step_that_no_longer_asks_still_takes_the_answer_it_was_given() {
     // The same step under two rules: the first asks, the second (after a reload)
     // takes an answer only if the run was resumed with one.

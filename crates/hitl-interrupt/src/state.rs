@@ -80,14 +80,14 @@ impl Secret {
 
     /// The `requestState` of round `round` of `thread`.
     pub fn request_state(&self, thread: &str, round: u32, nonce: &str) -> String {
-        format!("{thread}.{}", self.token(thread, round, nonce))
+        joined(thread, &self.token(thread, round, nonce))
     }
 
     /// [`Secret::request_state`], with the token `minted` for the round when it was made
     /// (an HMAC not computed twice), if `minted` is that round's.
     pub(crate) fn request_state_of(&self, thread: &str, round: u32, nonce: &str, minted: Option<&Minted>) -> String {
         match minted.filter(|m| m.thread == thread && m.round == round && m.nonce == nonce) {
-            Some(minted) => format!("{thread}.{}", minted.token),
+            Some(minted) => joined(thread, &minted.token),
             None => self.request_state(thread, round, nonce),
         }
     }
@@ -104,6 +104,15 @@ impl Secret {
                 .any(|key| hmac::verify(key, message, &given[..length]).is_ok())
         })
     }
+}
+
+/// `thread.token`, allocated once (`format!` grows its buffer several times for it).
+fn joined(thread: &str, token: &str) -> String {
+    let mut state = String::with_capacity(thread.len() + 1 + token.len());
+    state.push_str(thread);
+    state.push('.');
+    state.push_str(token);
+    state
 }
 
 /// A round's token, as made with the round (its proof is kept in the record): the
