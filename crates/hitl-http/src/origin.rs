@@ -24,8 +24,9 @@ pub struct AllowedHosts {
     hosts: Option<Vec<(String, Option<u16>)>>,
 }
 
-/// Splits `host[:port]` (IPv6 in brackets) into a lowercase host and its port.
-fn split_authority(authority: &str) -> Option<(String, Option<u16>)> {
+/// Splits `host[:port]` (IPv6 in brackets) into a host (as written: compare it ignoring
+/// case) and its port.
+fn split_authority(authority: &str) -> Option<(&str, Option<u16>)> {
     let authority = authority.trim();
     let (host, port) = match authority.rsplit_once(':') {
         // `[::1]:8080`, `host:8080`; a bare `[::1]` has its colons inside brackets.
@@ -34,7 +35,7 @@ fn split_authority(authority: &str) -> Option<(String, Option<u16>)> {
         }
         _ => (authority, None),
     };
-    (!host.is_empty()).then(|| (host.to_ascii_lowercase(), port))
+    (!host.is_empty()).then_some((host, port))
 }
 
 impl AllowedHosts {
@@ -56,6 +57,7 @@ impl AllowedHosts {
             let h = h.into();
             split_authority(&h)
                 .filter(|(host, _)| !host.contains('/'))
+                .map(|(host, port)| (host.to_ascii_lowercase(), port))
                 .ok_or_else(|| format!("{h:?} is not a host or host:port"))
         });
         Ok(Self { hosts: Some(parsed.collect::<Result<_, _>>()?) })
@@ -67,13 +69,13 @@ impl AllowedHosts {
         let Some(hosts) = &self.hosts else { return true };
         let Some((host, port)) = split_authority(authority) else { return false };
         let port = port.unwrap_or(default_port);
-        hosts.iter().any(|(h, p)| *h == host && p.is_none_or(|p| p == port))
+        hosts.iter().any(|(h, p)| h.eq_ignore_ascii_case(host) && p.is_none_or(|p| p == port))
     }
 
     /// Does `authority` (from an `Origin`) name an allowed host, on any port?
     fn allows_host(&self, authority: &str) -> bool {
         let Some(hosts) = &self.hosts else { return true };
-        split_authority(authority).is_some_and(|(host, _)| hosts.iter().any(|(h, _)| *h == host))
+        split_authority(authority).is_some_and(|(host, _)| hosts.iter().any(|(h, _)| h.eq_ignore_ascii_case(host)))
     }
 
     /// Why `request` is refused, if it is.

@@ -231,11 +231,16 @@ impl ToolCall {
 
     /// Whose paused calls this call's thread counts among.
     pub(crate) fn owner(&self) -> String {
-        match (&self.principal, &self.peer) {
-            (Some(principal), _) => format!("principal:{principal}"),
-            (None, Some(peer)) => format!("peer:{peer}"),
-            (None, None) => "anonymous".to_owned(),
-        }
+        let (kind, name) = match (&self.principal, &self.peer) {
+            (Some(principal), _) => ("principal:", principal),
+            (None, Some(peer)) => ("peer:", peer),
+            (None, None) => return "anonymous".to_owned(),
+        };
+        // One allocation (`format!` grows its buffer for these).
+        let mut owner = String::with_capacity(kind.len() + name.len());
+        owner.push_str(kind);
+        owner.push_str(name);
+        owner
     }
 }
 

@@ -134,7 +134,7 @@ pub(crate) fn validate(
     let who = Who {
         principal: request.extensions().get::<Principal>().map(|p| p.0.clone()),
         groups: request.extensions().get::<Groups>().map(|g| g.0.clone()).unwrap_or_default(),
-        peer: request.extensions().get::<PeerAddr>().map(|p| p.0.ip().to_string()),
+        peer: request.extensions().get::<PeerAddr>().map(|p| address_text(p.0.ip())),
     };
     // Over stdio there are no HTTP headers to hold the body's method, name and
     // arguments: only the body says them.
@@ -156,6 +156,15 @@ pub(crate) fn validate(
         }
         Era::Legacy => legacy(headers, tree()?, who),
     }
+}
+
+/// `ip` as text, allocated once (`to_string` grows its buffer as the parts are written).
+fn address_text(ip: std::net::IpAddr) -> String {
+    use std::fmt::Write as _;
+    // The longest IPv6 address as text.
+    let mut text = String::with_capacity(45);
+    let _ = write!(text, "{ip}");
+    text
 }
 
 /// A request's body as read (on the stack, taken apart at once: not boxed).
