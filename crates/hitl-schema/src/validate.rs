@@ -194,6 +194,14 @@ fn plainly_valid(form: &RequestedSchema, content: &Map<String, Value>) -> bool {
 /// schema), sharing the validator cache. Each violation's `field` is the JSON Pointer
 /// of the offending value (`""` for the value as a whole).
 pub fn validate_value(schema: &Value, instance: &Value) -> Result<(), Vec<Violation>> {
+    if plainly_valid_value(schema, instance) {
+        return Ok(());
+    }
+    validated_value(schema, instance)
+}
+
+/// [`validate_value`] by the schema's validator (no check without one first).
+fn validated_value(schema: &Value, instance: &Value) -> Result<(), Vec<Violation>> {
     let made = || (Keyed::Value(schema.clone()), schema.clone());
     let validator = validator(value_key(schema), |kept| matches!(kept, Keyed::Value(v) if v == schema), made)
         .map_err(|v| vec![v])?;
@@ -202,6 +210,52 @@ pub fn validate_value(schema: &Value, instance: &Value) -> Result<(), Vec<Violat
         .map(|error| Violation { field: error.instance_path().as_str().to_owned(), message: error.to_string() })
         .collect();
     if violations.is_empty() { Ok(()) } else { Err(violations) }
+}
+
+/// Whether `instance` fits `schema` by a check that needs no validator (looking the
+/// validator up walks the whole schema): the schema is an object schema saying only its
+/// `type`, `properties` that each say only `type` `string` or `boolean` (and perhaps a
+/// `title` and a `description`), distinct `required` names, a boolean
+/// `additionalProperties`, a `title` and a `description`; every required property is
+/// given, every given one has its type, and no other is given where none may be (a
+/// tool's plain arguments, none at all among them). `false` says nothing: the validator
+/// decides, and names what is wrong.
+fn plainly_valid_value(schema: &Value, instance: &Value) -> bool {
+    let (Some(schema), Some(instance)) = (schema.as_object(), instance.as_object()) else { return false };
+    let (mut object, mut properties, mut required, mut closed) = (false, None, None, false);
+    for (key, value) in schema {
+        match (key.as_str(), value) {
+            ("type", Value::String(t)) if t == "object" => object = true,
+            ("properties", Value::Object(p)) => properties = Some(p),
+            ("required", Value::Array(r)) => required = Some(r),
+            ("additionalProperties", Value::Bool(open)) => closed = !open,
+            ("title" | "description", Value::String(_)) => {}
+            _ => return false,
+        }
+    }
+    let plain = |property: &Value| {
+        let property = property.as_object()?;
+        let annotations = property
+            .iter()
+            .all(|(k, v)| k == "type" || (matches!(k.as_str(), "title" | "description") && v.is_string()));
+        match property.get("type")? {
+            Value::String(t) if annotations && t == "string" => Some(Value::is_string as fn(&Value) -> bool),
+            Value::String(t) if annotations && t == "boolean" => Some(Value::is_boolean as fn(&Value) -> bool),
+            _ => None,
+        }
+    };
+    let empty = Map::new();
+    let properties = properties.unwrap_or(&empty);
+    let required = required.map_or(&[][..], Vec::as_slice);
+    object
+        && properties.values().all(|p| plain(p).is_some())
+        && required.iter().enumerate().all(|(i, name)| {
+            name.as_str().is_some_and(|name| instance.contains_key(name) && !required[..i].iter().any(|n| n == name))
+        })
+        && instance.iter().all(|(key, value)| match properties.get(key) {
+            Some(property) => plain(property).is_some_and(|fits| fits(value)),
+            None => !closed,
+        })
 }
 
 /// Deserializes accepted content into a Rust type, for typed questions: a failure is a
@@ -247,6 +301,65 @@ mod tests {
         cache().lock().unwrap().insert(value_key(&mine), (Keyed::Value(other.clone()), theirs));
         assert!(validate_value(&mine, &json!(true)).is_ok(), "checked by its own schema");
         assert!(validate_value(&mine, &json!(3)).is_err());
+    }
+}
+
+#[cfg(test)]
+mod plain_values {
+    use serde_json::json;
+
+    use super::{plainly_valid_value, validated_value};
+
+    /// The check without a validator never passes what the validator refuses.
+    #[test]
+    fn plain_arguments_pass_without_a_validator_only_where_the_validator_passes_them() {
+        let schemas = [
+            json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            json!({"type": "object", "properties": {"region": {"type": "string", "description": "where"}}, "required": ["region"]}),
+            json!({"type": "object", "properties": {"dry": {"type": "boolean", "title": "Dry run"}}, "additionalProperties": false}),
+            json!({"type": "object", "title": "t", "description": "d"}),
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+            json!({"type": "object", "properties": {"s": {"type": "string", "maxLength": 2}}}),
+            json!({"type": "object", "properties": {"s": {"type": "string", "title": 5}}}),
+            json!({"type": "object", "required": ["a", "a"]}),
+            json!({"type": "object", "required": [1]}),
+            json!({"type": "object", "minProperties": 2}),
+            json!({"properties": {"s": {"type": "string"}}}),
+            json!({"type": ["object", "null"]}),
+            json!({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}),
+            json!(true),
+        ];
+        let instances = [
+            json!({}),
+            json!({"region": "eu"}),
+            json!({"region": 5}),
+            json!({"dry": true}),
+            json!({"dry": "yes"}),
+            json!({"other": 1}),
+            json!({"n": 1.5}),
+            json!({"s": "long"}),
+            json!({"a": 1}),
+            json!([]),
+            json!(null),
+        ];
+        let mut plain = 0;
+        for schema in &schemas {
+            for instance in &instances {
+                if plainly_valid_value(schema, instance) {
+                    plain += 1;
+                    assert!(validated_value(schema, instance).is_ok(), "{schema} {instance}");
+                }
+            }
+        }
+        assert_eq!(plain, 13, "the plain schemas are taken");
+        let closed = &schemas[0];
+        assert!(plainly_valid_value(closed, &json!({})));
+        assert!(!plainly_valid_value(closed, &json!({"other": 1})), "none may be given");
+        assert!(!plainly_valid_value(&schemas[1], &json!({})), "a required argument missing");
+        assert!(!plainly_valid_value(&schemas[1], &json!({"region": 5})), "of another type");
+        assert!(!plainly_valid_value(&schemas[6], &json!({})), "a title that is not text is no annotation");
+        assert!(!plainly_valid_value(&schemas[7], &json!({"a": 1})), "required names repeated");
+        assert!(super::validate_value(closed, &json!({"other": 1})).is_err(), "the validator still decides");
     }
 }
 
