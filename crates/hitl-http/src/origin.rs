@@ -100,7 +100,7 @@ impl AllowedHosts {
         }
         for host in request.headers().get_all(header::HOST) {
             named = true;
-            let host = String::from_utf8_lossy(host.as_bytes());
+            let host = text(host.as_bytes());
             if !self.allows(&host, 80) {
                 return Some(format!("the Host {host:?} is not served here"));
             }
@@ -109,7 +109,7 @@ impl AllowedHosts {
             return Some("the request names no Host".to_owned());
         }
         if let Some(origin) = request.headers().get(header::ORIGIN) {
-            let origin = String::from_utf8_lossy(origin.as_bytes());
+            let origin = text(origin.as_bytes());
             let origin = origin.trim();
             let authority = origin.split_once("://").map_or(origin, |(_, rest)| rest).trim_end_matches('/');
             if origin == "null" && null_origin {
@@ -178,4 +178,10 @@ where
 /// A 403 answer: a JSON-RPC error without an id whose message is `Forbidden: <why>`.
 pub fn forbidden(why: &str) -> http::Response<Body> {
     refusal(StatusCode::FORBIDDEN, ErrorObject::invalid_request(format!("Forbidden: {why}")))
+}
+
+/// A header's value as text: as it is when it is UTF-8 (checked on the short path), else
+/// with replacement characters.
+fn text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    std::str::from_utf8(bytes).map_or_else(|_| String::from_utf8_lossy(bytes), std::borrow::Cow::Borrowed)
 }

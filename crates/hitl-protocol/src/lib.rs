@@ -107,7 +107,8 @@ pub fn rfc3339(ms: u64) -> String {
     put(14, 2, rest % 3600 / 60);
     put(17, 2, rest % 60);
     put(20, 3, millis);
-    String::from_utf8_lossy(&out).into_owned()
+    // ASCII digits and punctuation: the check takes its short path.
+    String::from_utf8(out.to_vec()).unwrap_or_default()
 }
 
 #[cfg(test)]
