@@ -482,8 +482,13 @@ impl Gathered {
                 }
             }
             (_, Judged::Value(value)) => {
-                for id in &question.interrupt_ids {
-                    self.resume.insert(id.clone(), value.clone());
+                // Each interrupt the question stands for gets the answer: the last one
+                // takes it, the others a copy.
+                if let Some((last, others)) = question.interrupt_ids.split_last() {
+                    for id in others {
+                        self.resume.insert(id.clone(), value.clone());
+                    }
+                    self.resume.insert(last.clone(), value);
                 }
             }
             (_, Judged::Declined(action)) => {

@@ -179,12 +179,8 @@ pub struct RequestMeta<'a> {
 struct RequestMetaFields<'a> {
     #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow, default, deserialize_with = "given_text")]
     protocol_version: Option<Cow<'a, str>>,
-    #[serde(
-        rename = "io.modelcontextprotocol/clientCapabilities",
-        default,
-        deserialize_with = "crate::jsonrpc::present"
-    )]
-    client_capabilities: Option<ClientCapabilities>,
+    #[serde(rename = "io.modelcontextprotocol/clientCapabilities", default, deserialize_with = "shared_capabilities")]
+    client_capabilities: Option<Arc<ClientCapabilities>>,
     /// Read to be checked; the request path does not use it.
     #[serde(rename = "io.modelcontextprotocol/clientInfo", default, deserialize_with = "crate::jsonrpc::present")]
     client_info: Option<Implementation>,
@@ -202,7 +198,7 @@ impl<'a> RequestMeta<'a> {
     /// [`Meta::require_modern`]'s check: the keys every 2026-07-28 request must carry,
     /// `-32602` naming the first one missing. Gives the protocol version and the client
     /// capabilities.
-    pub fn require_modern(&mut self) -> Result<(Cow<'a, str>, ClientCapabilities), ErrorObject> {
+    pub fn require_modern(&mut self) -> Result<(Cow<'a, str>, Arc<ClientCapabilities>), ErrorObject> {
         let version = self.fields.protocol_version.take().ok_or_else(|| missing(PROTOCOL_VERSION))?;
         let capabilities = self.fields.client_capabilities.take().ok_or_else(|| missing(CLIENT_CAPABILITIES))?;
         Ok((version, capabilities))
@@ -222,6 +218,36 @@ impl<'a> RequestMeta<'a> {
     pub fn progress_token(&self) -> Option<&Value> {
         self.fields.progress_token.as_ref().filter(|v| is_progress_token(v))
     }
+}
+
+/// The client capabilities that are there (`null` is not absent: it fails, as
+/// [`crate::jsonrpc::present`] reads), read from the request's text once per thread
+/// for as long as its requests send the same text (a client sends the same
+/// capabilities on every request): the last ones read are kept with their text, and
+/// shared. Only text borrowed from the request reads so (a request's `_meta` is read
+/// from its text).
+fn shared_capabilities<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Arc<ClientCapabilities>>, D::Error> {
+    /// The longest text kept: a client's capabilities are a few hundred bytes; a
+    /// larger text is read each time rather than kept.
+    const KEPT_TEXT: usize = 4096;
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(Box<str>, Arc<ClientCapabilities>)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let text = <&serde_json::value::RawValue>::deserialize(d)?.get();
+    LAST.with(|last| {
+        if let Some((kept, capabilities)) = &*last.borrow()
+            && **kept == *text
+        {
+            return Ok(Some(capabilities.clone()));
+        }
+        let capabilities =
+            Arc::new(serde_json::from_str::<ClientCapabilities>(text).map_err(serde::de::Error::custom)?);
+        if text.len() <= KEPT_TEXT {
+            *last.borrow_mut() = Some((text.into(), capabilities.clone()));
+        }
+        Ok(Some(capabilities))
+    })
 }
 
 /// A string key that is there (`null` is not absent, as [`crate::jsonrpc::present`]

@@ -281,7 +281,8 @@ fn modern(
     modern_version(&modern.protocol_version, version_header).map_err(fail)?;
     let typed = ClientRequest::parse(&request.method, params).map_err(fail)?;
     let stream = stream_token(&typed, http_headers, meta.progress_token());
-    checked(tools, access, http_headers, (id, typed, modern.client_capabilities, stream), who, headerless)
+    let capabilities = Arc::new(modern.client_capabilities);
+    checked(tools, access, http_headers, (id, typed, capabilities, stream), who, headerless)
 }
 
 /// The protocol version `_meta` says, against the `MCP-Protocol-Version` header and the
@@ -300,7 +301,7 @@ fn checked(
     tools: &IndexMap<String, Agent>,
     access: Option<&Access>,
     http_headers: &HeaderMap,
-    (id, typed, capabilities, stream): (RequestId, ClientRequest, ClientCapabilities, Option<Value>),
+    (id, typed, capabilities, stream): (RequestId, ClientRequest, Arc<ClientCapabilities>, Option<Value>),
     who: Who,
     headerless: bool,
 ) -> Result<Valid, Refused> {
@@ -315,7 +316,7 @@ fn checked(
     }
     let caller = Caller {
         era: Era::Modern,
-        capabilities: Arc::new(capabilities),
+        capabilities,
         principal: who.principal,
         groups: who.groups,
         peer: who.peer,

@@ -97,6 +97,30 @@ fn a_request_meta_reads_what_the_server_acts_on() {
     assert_eq!(object.progress_token(), None, "a token is a string or an integer");
 }
 
+/// A client sends the same capabilities on every request: read once, then shared, while
+/// other text is read as itself and wrong text still fails the read.
+#[test]
+fn capabilities_sent_again_are_shared_not_read_again() {
+    let capabilities = |text: &str| {
+        let text = format!(
+            r#"{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{text}}}"#
+        );
+        serde_json::from_str::<RequestMeta<'_>>(&text).map(|mut meta| meta.require_modern().unwrap().1)
+    };
+    let (one, again) = (capabilities(r#"{"elicitation":{}}"#).unwrap(), capabilities(r#"{"elicitation":{}}"#).unwrap());
+    assert!(std::sync::Arc::ptr_eq(&one, &again), "the same text, one value");
+    let other = capabilities(r#"{"elicitation":{"url":{}}}"#).unwrap();
+    assert!(other.elicits_url() && !one.elicits_url(), "other text reads as itself");
+    assert!(!capabilities(r#"{"elicitation":{}}"#).unwrap().elicits_url(), "and the first again as itself");
+    for wrong in ["null", "[]", r#"{"elicitation":{},"elicitation":{}}"#, r#"{"elicitation":5}"#] {
+        assert!(capabilities(wrong).is_err(), "{wrong}");
+    }
+    let large = format!(r#"{{"experimental":{{"x":"{}"}}}}"#, "y".repeat(10_000));
+    let (one, again) = (capabilities(&large).unwrap(), capabilities(&large).unwrap());
+    assert!(!std::sync::Arc::ptr_eq(&one, &again), "a large text is not kept");
+    assert_eq!(one, again);
+}
+
 #[test]
 fn needs_render_as_required_capabilities() {
     let needs = Needs { form: true, url: true, ..Needs::default() };
