@@ -244,10 +244,7 @@ where
 }
 
 fn plain(status: StatusCode, content_type: &'static str, text: impl Into<Bytes>) -> http::Response<Body> {
-    let mut out = http::Response::new(body(text));
-    *out.status_mut() = status;
-    out.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    out
+    crate::typed_response(status, content_type, body(text))
 }
 
 /// A JSON-RPC error without an id, as the body of an HTTP error. The connection

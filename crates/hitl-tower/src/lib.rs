@@ -69,7 +69,7 @@ use futures_util::future::BoxFuture;
 use hitl_interrupt::{Agent, Engine, Notes};
 use hitl_protocol::version::Era;
 use hitl_protocol::{ErrorCode, ErrorObject, Implementation, RequestId, Response};
-use http::{HeaderValue, StatusCode, header};
+use http::StatusCode;
 use indexmap::IndexMap;
 use tower::Service;
 
@@ -269,10 +269,7 @@ pub fn store_ready(store: Arc<dyn hitl_interrupt::ThreadStore>) -> ReadyFn {
 }
 
 pub(crate) fn json_response(status: StatusCode, response: &Response) -> http::Response<McpBody> {
-    let mut out = http::Response::new(body(response.to_bytes()));
-    *out.status_mut() = status;
-    out.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    out
+    hitl_http::typed_response(status, "application/json", body(response.to_bytes()))
 }
 
 pub(crate) fn error_response(era: Era, id: Option<RequestId>, error: ErrorObject) -> http::Response<McpBody> {
