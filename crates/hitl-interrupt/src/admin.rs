@@ -52,9 +52,9 @@ impl PausedCall {
             round.questions.iter().filter(|q| !answered(&q.key)).map(|q| q.key.clone()).collect()
         });
         Some(Self {
-            id: thread.id.clone(),
-            tool: thread.tool.clone(),
-            principal: thread.principal.clone(),
+            id: thread.id.to_string(),
+            tool: thread.tool.to_string(),
+            principal: thread.principal.as_deref().map(str::to_owned),
             created_at_ms: created_at_ms(&thread.id),
             expires_at_ms: thread.expires_at_ms,
             round: thread.round().map(|r| r.n),
@@ -105,7 +105,7 @@ enum Cancel {
     /// Not a paused call.
     No,
     /// A call that is not a task: its thread goes, and its owner's count.
-    Delete { owner: Option<String>, tool: String },
+    Delete { owner: Option<Arc<str>>, tool: Arc<str> },
     /// A task: saved cancelled.
     Ended,
 }

@@ -209,10 +209,10 @@ impl ToolCall {
     }
 
     /// The name a thread is bound to.
-    pub(crate) fn bound_to(&self, agent: &Agent) -> String {
+    pub(crate) fn bound_to<'a>(&self, agent: &'a Agent) -> std::borrow::Cow<'a, str> {
         match self.binding {
-            Binding::Tool => agent.name.clone(),
-            Binding::Prompt => format!("prompt:{}", agent.name),
+            Binding::Tool => std::borrow::Cow::Borrowed(&agent.name),
+            Binding::Prompt => std::borrow::Cow::Owned(format!("prompt:{}", agent.name)),
         }
     }
 
@@ -230,23 +230,39 @@ impl ToolCall {
     }
 
     /// Whose paused calls this call's thread counts among.
-    pub(crate) fn owner(&self) -> String {
+    pub(crate) fn owner(&self) -> Arc<str> {
         let (kind, name) = match (&self.principal, &self.peer) {
             (Some(principal), _) => ("principal:", principal),
             (None, Some(peer)) => ("peer:", peer),
-            (None, None) => return "anonymous".to_owned(),
+            (None, None) => return Arc::from("anonymous"),
         };
-        // One allocation (`format!` grows its buffer for these).
-        let mut owner = String::with_capacity(kind.len() + name.len());
-        owner.push_str(kind);
-        owner.push_str(name);
-        owner
+        shared_text(&[kind, name])
     }
+}
+
+/// `parts` joined as a shared string, in one allocation when they are short (joined on
+/// the stack first; `Arc<str>` from a `String` copies it).
+fn shared_text(parts: &[&str]) -> Arc<str> {
+    let len = parts.iter().map(|p| p.len()).sum::<usize>();
+    let mut buffer = [0u8; 256];
+    if len > buffer.len() {
+        return Arc::from(parts.concat());
+    }
+    let mut end = 0;
+    for part in parts {
+        buffer[end..end + part.len()].copy_from_slice(part.as_bytes());
+        end += part.len();
+    }
+    // Whole strings were copied: the bytes are UTF-8.
+    Arc::from(std::str::from_utf8(&buffer[..end]).unwrap_or_default())
 }
 
 /// A call's `arguments` as one JSON value, checked against the agent's input schema,
 /// and their digest (what a thread is bound to).
-pub(crate) fn checked_arguments(agent: &Agent, arguments: Map<String, Value>) -> Result<(Value, String), ErrorObject> {
+pub(crate) fn checked_arguments(
+    agent: &Agent,
+    arguments: Map<String, Value>,
+) -> Result<(Value, Arc<str>), ErrorObject> {
     if let Some(reserved) = reserved_argument(agent, &arguments) {
         let message = format!("{reserved}: argument names beginning with {RESERVED_PREFIX} are reserved");
         return Err(ErrorObject::invalid_params(format!("Invalid arguments for tool {}: {message}", agent.name))
@@ -265,7 +281,7 @@ pub(crate) fn checked_arguments(agent: &Agent, arguments: Map<String, Value>) ->
                 .with_data(serde_json::json!({ "errors": errors }));
         return Err(error);
     }
-    let digest = hitl_thread::digest_hex(&arguments);
+    let digest = hitl_thread::digest_hex_shared(&arguments);
     Ok((arguments, digest))
 }
 

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::call::{ToolCall, checked_arguments, invalid_state};
 use crate::first::First;
 use crate::resume::{Answer, Resume};
-use crate::round;
+use crate::round::{self, Names};
 use crate::shared::{Core, Deadline};
 use crate::state::{self, Secret};
 use crate::waiting::{HoldPolicy, Relay};
@@ -159,7 +159,9 @@ impl Engine {
             // the one its `requestState` names.
             let (answer, thread_id) = match request_state {
                 None => {
-                    let id = uuid::Uuid::now_v7().to_string();
+                    // Shared by the thread and the reply: written once.
+                    let id: Arc<str> =
+                        Arc::from(&*uuid::Uuid::now_v7().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()));
                     let span = span(&id);
                     // Each branch boxed: the future of a call stays small (it is moved into a box
                     // per request), and each request allocates only the branch it takes.
@@ -168,7 +170,7 @@ impl Engine {
                     (tracing::Instrument::instrument(started, span).await, id)
                 }
                 Some(request_state) => {
-                    let id = state::split(&request_state).map_or("", |(id, _)| id).to_owned();
+                    let id: Arc<str> = Arc::from(state::split(&request_state).map_or("", |(id, _)| id));
                     let span = span(&id);
                     // The answers are read only here: taken, not copied.
                     let responses = call.input_responses.take().unwrap_or_default();
@@ -204,16 +206,17 @@ impl Engine {
         &'a self,
         agent: &'a Agent,
         call: ToolCall,
-        id: String,
-        (arguments, args_digest): (Value, String),
+        id: Arc<str>,
+        (arguments, args_digest): (Value, Arc<str>),
         deadline: Deadline,
         task: bool,
     ) -> impl Future<Output = Result<Answered, EngineError>> + Send + 'a {
         async move {
             let started = std::time::Instant::now();
             let span = tracing::info_span!("agent_run", tool = %agent.name, thread_id = %id);
+            let binding: Arc<str> = Arc::from(&*call.bound_to(agent));
             let run = tracing::Instrument::instrument(
-                agent.graph.invoke_run(arguments, self.core.run_of(&call, agent, &id)),
+                agent.graph.invoke_run(arguments, self.core.run_of(&call, agent, (&id, &binding))),
                 span,
             );
             let outcome = deadline.run(run).await;
@@ -223,7 +226,8 @@ impl Engine {
             };
             // Not boxed: this future is in a box of its own, and the run's state is gone
             // by now, so the outcome's state takes its place (one allocation, not two).
-            First::new(&self.core, task).outcome(agent, call, id, args_digest, outcome, deadline).await
+            let names = Names { id, binding, args_digest };
+            First::new(&self.core, task).outcome(agent, call, names, outcome, deadline).await
         }
     }
 

@@ -9,7 +9,7 @@ use hitl_graph::{Agent, Outcome, RunError};
 use hitl_protocol::{CallToolResponse, InputResponses};
 
 use crate::call::ToolCall;
-use crate::round::{self, Ending, FirstAsk, NewThread, Next, Settled};
+use crate::round::{self, Ending, FirstAsk, Names, NewThread, Next, Settled};
 use crate::shared::{Core, Deadline};
 use crate::{Answered, EngineError, MAX_ROUNDS_PER_REQUEST, Thread, meter};
 use hitl_thread::{SaveError, StoreError};
@@ -42,21 +42,20 @@ impl<'a> First<'a> {
         &self,
         agent: &Agent,
         call: ToolCall,
-        id: String,
-        args_digest: String,
+        names: Names,
         outcome: Result<Outcome, RunError>,
         deadline: Deadline,
     ) -> impl Future<Output = Result<Answered, EngineError>> + Send {
         async move {
             let core = self.core;
-            let asking = core.asking(&call, &id, 1);
+            let asking = core.asking(&call, &names.id, 1);
             let now_ms = asking.now_ms;
             let (checkpoint, round, minted) = match round::settle(outcome, &asking, &core.secret) {
                 Settled::Done(result) => return Ok(Ok(CallToolResponse::Complete(result))),
                 Settled::Failed(error) => return Ok(Err(error)),
                 Settled::Paused(checkpoint, round, minted) => (checkpoint, round, minted),
             };
-            let new = NewThread { id, binding: call.bound_to(agent), args_digest, now_ms, task: self.task };
+            let new = NewThread { names, now_ms, task: self.task };
             let mut thread = round::open(*checkpoint, round, &call, new, &core.lifetimes);
             if let Some(responses) = &call.input_responses {
                 thread = match Box::pin(self.answer_unstored(agent, &call, thread, responses, deadline)).await {
@@ -76,7 +75,8 @@ impl<'a> First<'a> {
                 };
             let observed = core.observer.as_ref().map(|_| thread.clone());
             let tool = thread.tool.clone();
-            match core.store.create_paused(thread, &call.owner(), core.limits.paused).await {
+            let owner = thread.owner.clone().unwrap_or_else(|| call.owner());
+            match core.store.create_paused(thread, &owner, core.limits.paused).await {
                 Ok(Ok(())) => {
                     core.meters.round(&tool, meter::Outcome::Paused);
                     if let Some(thread) = observed {
@@ -133,8 +133,9 @@ impl<'a> First<'a> {
                     _ => return Unstored::Paused(Box::new(thread)),
                 };
             let checkpoint = claimed.paused().map(|p| (*p.checkpoint).clone()).expect("a claimed thread is paused");
-            let outcome =
-                deadline.run(agent.graph.resume_run(checkpoint, values, core.run_of(call, agent, &claimed.id))).await;
+            let outcome = deadline
+                .run(agent.graph.resume_run(checkpoint, values, core.run_of(call, agent, (&claimed.id, &claimed.tool))))
+                .await;
             claimed.set_claim(None);
             let asking = core.asking(call, &claimed.id, round.n + 1);
             let ran = round::ran(outcome, false, || core.timed_out(false), &asking, &core.secret);

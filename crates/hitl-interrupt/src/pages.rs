@@ -132,12 +132,12 @@ impl PageView {
         };
         Some(Self {
             id: page.id.clone(),
-            thread_id: thread.id.clone(),
+            thread_id: thread.id.to_string(),
             round: round.n,
             key: question.key.clone(),
-            tool: thread.tool.clone(),
-            principal: thread.principal.clone(),
-            args_digest: thread.args_digest.clone(),
+            tool: thread.tool.to_string(),
+            principal: thread.principal.as_deref().map(str::to_owned),
+            args_digest: thread.args_digest.to_string(),
             message,
             review: match &question.kind {
                 QuestionKind::Review(review) => Some((**review).clone()),

@@ -230,8 +230,7 @@ fn form_request(message: String, requested_schema: hitl_protocol::RequestedSchem
 /// `asked` is `message` as the interrupt's value: the key is the digest of
 /// `{"text": message}`, made without that object.
 fn text_question(message: &str, asked: &Value, interrupt_id: &str) -> Question {
-    let digest = hitl_thread::digest_hex_of_entries(std::iter::once(("text", asked)));
-    let key = format!("answer-{}", &digest[..16]);
+    let key = hitl_thread::prefixed_digest_of_entries("answer-", 16, std::iter::once(("text", asked)));
     Question {
         key,
         request: form_request(message.to_owned(), hitl_schema::text_form()),

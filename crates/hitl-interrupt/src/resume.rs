@@ -228,7 +228,7 @@ impl<'a> Resume<'a> {
     {
         let core = self.core;
         let span = tracing::info_span!("agent_run", tool = %agent.name, thread_id = %thread.id);
-        let base = core.run_of(call, agent, &thread.id);
+        let base = core.run_of(call, agent, (&thread.id, &thread.tool));
         let held = Arc::new(Held {
             store: core.store.clone(),
             thread: tokio::sync::Mutex::new(thread),
@@ -273,7 +273,7 @@ impl<'a> Resume<'a> {
             let Answer { agent, call, .. } = *answer;
             let Some(checkpoint) = thread.paused().map(|p| (*p.checkpoint).clone()) else {
                 let reason = "a claimed thread is not paused".to_owned();
-                return Err(StoreError::Corrupt { id: thread.id.clone(), reason }.into());
+                return Err(StoreError::Corrupt { id: thread.id.to_string(), reason }.into());
             };
             let (outcome, mut thread, begun_in) =
                 self.run_claimed(agent, call, thread, round.n, (checkpoint, values), deadline).await;

@@ -238,15 +238,23 @@ pub(crate) fn new_round(
     Ok((round, minted))
 }
 
+/// A new thread's names, made once per call and shared by the thread, its run and its
+/// observers.
+#[derive(Debug, Clone)]
+pub(crate) struct Names {
+    /// The thread id (a UUIDv7).
+    pub(crate) id: Arc<str>,
+    /// The tool (or `prompt:<name>`) it is bound to.
+    pub(crate) binding: Arc<str>,
+    /// Digest of the call's arguments.
+    pub(crate) args_digest: Arc<str>,
+}
+
 /// What a new thread is made of besides its first state: its id and what binds it.
 #[derive(Debug, Clone)]
 pub(crate) struct NewThread {
-    /// The thread id (a UUIDv7).
-    pub(crate) id: String,
-    /// The tool (or `prompt:<name>`) it is bound to.
-    pub(crate) binding: String,
-    /// Digest of the call's arguments.
-    pub(crate) args_digest: String,
+    /// Its id and what it is bound to.
+    pub(crate) names: Names,
     /// Now, in ms since the epoch.
     pub(crate) now_ms: u64,
     /// The client follows the call as a task (the Tasks extension): its rounds are
@@ -275,11 +283,11 @@ pub(crate) fn open(
 fn fresh(call: &ToolCall, new: NewThread, state: ThreadState, expires_at_ms: u64) -> Thread {
     Thread {
         format: THREAD_FORMAT,
-        id: new.id,
+        id: new.names.id,
         version: 1,
-        tool: new.binding,
-        args_digest: new.args_digest,
-        principal: call.principal.clone(),
+        tool: new.names.binding,
+        args_digest: new.names.args_digest,
+        principal: call.principal.as_deref().map(Arc::from),
         owner: Some(call.owner()),
         state,
         last: None,
@@ -374,7 +382,7 @@ pub(crate) fn pending(interrupts: &[Interrupt]) -> String {
 
 /// Does `thread` belong to this call: its tool, its arguments, its caller?
 pub(crate) fn bound(thread: &Thread, binding: &str, args_digest: &str, principal: Option<&str>) -> bool {
-    thread.tool == binding && thread.args_digest == args_digest && thread.principal.as_deref() == principal
+    *thread.tool == *binding && *thread.args_digest == *args_digest && thread.principal.as_deref() == principal
 }
 
 /// How a claimed round's run ended, as the engine saw it.

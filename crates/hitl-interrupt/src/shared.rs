@@ -86,12 +86,17 @@ impl Core {
     /// The graph run of `call` of `agent` ([`ToolCall::run`]) in thread `thread_id`
     /// (its [`hitl_graph::CallThread`]), with an [`hitl_graph::AuditSink`] that hands its steps' entries to the observer,
     /// when there is one.
-    pub(crate) fn run_of(&self, call: &ToolCall, agent: &hitl_graph::Agent, thread_id: &str) -> hitl_graph::Run {
+    pub(crate) fn run_of(
+        &self,
+        call: &ToolCall,
+        agent: &hitl_graph::Agent,
+        (thread_id, tool): (&Arc<str>, &Arc<str>),
+    ) -> hitl_graph::Run {
         let mut run = call.run(agent);
-        run.extensions.insert(hitl_graph::CallThread(thread_id.to_owned()));
+        run.extensions.insert(hitl_graph::CallThread(thread_id.to_string()));
         if let Some(observer) = &self.observer {
-            let (observer, tool, principal) = (observer.clone(), call.bound_to(agent), call.principal.clone());
-            let thread_id = thread_id.to_owned();
+            let (observer, tool, principal) = (observer.clone(), tool.clone(), call.principal.clone());
+            let thread_id = thread_id.clone();
             run.extensions.insert(hitl_graph::AuditSink::new(move |entry| {
                 let principal = principal.as_deref();
                 observer.observe(&crate::Event::Recorded {

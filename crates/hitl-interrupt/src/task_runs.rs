@@ -10,6 +10,7 @@
 //! started again. `tasks/cancel` stops a run of this process at once, and one of
 //! another replica when it next renews its claim.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use hitl_graph::{Outcome, RunError};
@@ -19,7 +20,7 @@ use tokio::task::{JoinError, JoinHandle};
 use crate::ask::missing_capability;
 use crate::call::{ToolCall, checked_arguments};
 use crate::first::First;
-use crate::round::{self, NewThread, Settled, TaskEnd};
+use crate::round::{self, Names, NewThread, Settled, TaskEnd};
 use crate::shared::Deadline;
 use crate::update::{Step, update_from};
 use crate::{Agent, EngineError, Reply, Tasks, Thread};
@@ -39,10 +40,10 @@ pub enum TaskStart {
 
 /// What the observer and the ledger learn once a working task's end is stored.
 struct Stored {
-    id: String,
-    tool: String,
-    principal: Option<String>,
-    owner: Option<String>,
+    id: Arc<str>,
+    tool: Arc<str>,
+    principal: Option<Arc<str>>,
+    owner: Option<Arc<str>>,
     /// The new expiry: a round's, which the call now counts to.
     until: u64,
     /// The round asked, as the observer is shown it (no checkpoint).
@@ -76,8 +77,9 @@ impl Tasks {
         // there is no stream for progress once it has.
         (call.cancel, call.progress) = (None, None);
         let (graph, tool) = (agent.graph.clone(), agent.name.clone());
-        let id = uuid::Uuid::now_v7().to_string();
-        let run = core.run_of(&call, agent, &id);
+        let id: Arc<str> = Arc::from(uuid::Uuid::now_v7().to_string());
+        let binding: Arc<str> = Arc::from(&*call.bound_to(agent));
+        let run = core.run_of(&call, agent, (&id, &binding));
         let meters = core.meters.clone();
         let mut handle = tokio::spawn(async move {
             let started = std::time::Instant::now();
@@ -90,15 +92,16 @@ impl Tasks {
         {
             let outcome = joined.unwrap_or_else(|e| Err(lost(&e)));
             let deadline = Deadline::after(core.limits.request_timeout);
-            let reply = First::new(core, true).outcome(agent, call, id.clone(), args_digest, outcome, deadline).await?;
+            let names = Names { id: id.clone(), binding, args_digest };
+            let reply = First::new(core, true).outcome(agent, call, names, outcome, deadline).await?;
             return Ok(match reply {
                 Ok(CallToolResponse::Complete(result)) => TaskStart::Complete(result),
-                Ok(CallToolResponse::InputRequired(_)) => TaskStart::Task(id),
+                Ok(CallToolResponse::InputRequired(_)) => TaskStart::Task(id.to_string()),
                 Err(error) => TaskStart::Refused(error),
             });
         }
-        let binding = call.bound_to(agent);
-        let new = NewThread { id: id.clone(), binding, args_digest, now_ms: core.now_ms(), task: true };
+        let names = Names { id: id.clone(), binding, args_digest };
+        let new = NewThread { names, now_ms: core.now_ms(), task: true };
         let thread = round::working(&call, new, &core.lifetimes);
         // The task is stored before its id is answered, and counts as a paused call.
         let created = core.store.create_paused(thread.clone(), &call.owner(), core.limits.paused).await;
@@ -116,7 +119,7 @@ impl Tasks {
         core.running.insert(&id, handle.abort_handle());
         let tasks = self.clone();
         tokio::spawn(async move { tasks.run_on(thread, handle, call).await });
-        Ok(TaskStart::Task(id))
+        Ok(TaskStart::Task(id.to_string()))
     }
 
     /// Waits for a working task's run, renewing its claim, and stores how it ended.

@@ -278,8 +278,8 @@ fn view(thread: &Thread, now: u64) -> TaskView {
         _ => None,
     };
     TaskView {
-        id: thread.id.clone(),
-        tool: thread.tool.clone(),
+        id: thread.id.to_string(),
+        tool: thread.tool.to_string(),
         status,
         created_at_ms: task.created_at_ms,
         updated_at_ms: task.updated_at_ms,

@@ -210,13 +210,13 @@ fn decidable(who: &Session, entries: Vec<Value>, mut threads: std::collections::
         .collect();
     let approver = |e: &AuditEvent| e.approvers.as_deref().is_some_and(|a| who.is(a));
     let theirs = read.iter().filter_map(|(_, e)| e.as_ref()).filter(|e| approver(e));
-    threads.extend(theirs.filter_map(|e| e.thread.clone()));
+    threads.extend(theirs.filter_map(|e| e.thread.as_deref().map(str::to_owned)));
     // An entry about one approval (it names its approvers) only to them: a thread may
     // hold approvals for different people.
     read.into_iter()
         .filter(|(_, typed)| match typed {
             Some(e) if e.about_approval() => approver(e),
-            Some(e) => e.thread.as_ref().is_some_and(|t| threads.contains(t)),
+            Some(e) => e.thread.as_deref().is_some_and(|t| threads.contains(t)),
             None => false,
         })
         .map(|(entry, _)| entry)

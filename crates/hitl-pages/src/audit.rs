@@ -1,6 +1,8 @@
 //! An entry of the audit trail (`[audit] file`, `GET /api/audit`, the store's trail),
 //! typed: what the ledger writes and what the API reads back to filter by reader.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -81,21 +83,22 @@ pub enum AuditPage {
 pub struct AuditEvent {
     /// What happened.
     pub event: AuditKind,
-    /// The call's thread.
+    /// The call's thread. The call's names are shared with the thread's record: a
+    /// round's entries copy no text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub thread: Option<String>,
+    pub thread: Option<Arc<str>>,
     /// The tool (a prompt's name without its `prompt:` prefix).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool: Option<String>,
+    pub tool: Option<Arc<str>>,
     /// Who made the call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub principal: Option<String>,
+    pub principal: Option<Arc<str>>,
     /// The upstream server that runs the call (none: hitl itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream: Option<String>,
     /// The digest of the call's arguments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub args_digest: Option<String>,
+    pub args_digest: Option<Arc<str>>,
     /// The round asked or answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round: Option<u32>,

@@ -66,18 +66,23 @@ impl AuditFile {
 /// The thread of an event, as much of it as the trail needs (a thread's checkpoint is
 /// never copied off the request's path).
 pub(crate) struct CallRef {
-    thread: String,
-    tool: String,
-    principal: Option<String>,
+    thread: Arc<str>,
+    tool: Arc<str>,
+    principal: Option<Arc<str>>,
     /// Known when the event has the thread.
-    args_digest: Option<String>,
+    args_digest: Option<Arc<str>>,
 }
 
 impl CallRef {
+    /// The names shared with the thread, not copied.
     fn of(thread: &Thread) -> Self {
+        let tool = match tool_name(&thread.tool) {
+            name if name.len() == thread.tool.len() => thread.tool.clone(),
+            name => Arc::from(name),
+        };
         Self {
             thread: thread.id.clone(),
-            tool: tool_name(&thread.tool).to_owned(),
+            tool,
             principal: thread.principal.clone(),
             args_digest: Some(thread.args_digest.clone()),
         }
@@ -86,9 +91,9 @@ impl CallRef {
     /// A call known by its thread id, tool and caller only.
     fn named(thread: &str, tool: &str, principal: Option<&str>) -> Self {
         Self {
-            thread: thread.to_owned(),
-            tool: tool_name(tool).to_owned(),
-            principal: principal.map(str::to_owned),
+            thread: Arc::from(thread),
+            tool: Arc::from(tool_name(tool)),
+            principal: principal.map(Arc::from),
             args_digest: None,
         }
     }
@@ -198,10 +203,10 @@ impl Observer for LedgerObserver {
                     tracing::warn!(%entry, "a step's audit entry is not one the trail knows; not written");
                     return;
                 };
-                recorded.thread.get_or_insert_with(|| (*thread_id).to_owned());
-                recorded.tool.get_or_insert_with(|| tool_name(tool).to_owned());
+                recorded.thread.get_or_insert_with(|| Arc::from(*thread_id));
+                recorded.tool.get_or_insert_with(|| Arc::from(tool_name(tool)));
                 if recorded.principal.is_none() {
-                    recorded.principal = principal.map(str::to_owned);
+                    recorded.principal = principal.map(Arc::from);
                 }
                 Note::Audit(Box::new(recorded))
             }
@@ -494,13 +499,13 @@ pub(crate) fn decided_entry(view: &PageView, base_url: &str) -> (ApprovalEntry, 
     let before = view.review.as_ref().map(|r| r.args.clone()).unwrap_or_default();
     let mut decision = answer.clone();
     let mut audit = AuditEvent {
-        thread: Some(view.thread_id.clone()),
-        tool: Some(entry.tool.clone()),
-        principal: view.principal.clone(),
+        thread: Some(view.thread_id.as_str().into()),
+        tool: Some(entry.tool.as_str().into()),
+        principal: view.principal.as_deref().map(Arc::from),
         approver: view.page.answered_by.clone(),
         approval: Some(view.id.clone()),
         approvers: Some(view.approvers().to_vec()),
-        args_digest: Some(view.args_digest.clone()),
+        args_digest: Some(view.args_digest.as_str().into()),
         arguments: Some(Value::Object(before.clone())),
         message: answer.get("message").cloned(),
         ..AuditEvent::new(AuditKind::of_decision(status))
@@ -691,9 +696,9 @@ impl Worker {
             entry.decided_at_ms = Some(now);
             let written = |key: &str| entry.other.get(key).and_then(Value::as_str).map(str::to_owned);
             let audit = AuditEvent {
-                thread: Some(entry.thread.clone()),
-                tool: Some(entry.tool.clone()),
-                principal: entry.caller.clone(),
+                thread: Some(entry.thread.as_str().into()),
+                tool: Some(entry.tool.as_str().into()),
+                principal: entry.caller.as_deref().map(Arc::from),
                 approval: Some(entry.id.clone()),
                 approvers: Some(entry.approvers.clone()),
                 policy: Some(entry.policy.clone()),

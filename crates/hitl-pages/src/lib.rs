@@ -536,7 +536,7 @@ impl Shared {
                 ledger::send(
                     &self.notes,
                     ledger::Note::Audit(Box::new(AuditEvent {
-                        principal: Some(ticket.principal.clone()),
+                        principal: Some(ticket.principal.as_str().into()),
                         approver: Some(ticket.principal.clone()),
                         approval: Some(id.to_owned()),
                         reason: Some("a single-use link never signs in the caller".into()),
@@ -793,9 +793,9 @@ impl Shared {
             ledger::send(
                 &self.notes,
                 ledger::Note::Audit(Box::new(AuditEvent {
-                    thread: Some(view.thread_id.clone()),
-                    tool: view.review.as_ref().map(|r| r.tool.clone()),
-                    principal: view.principal.clone(),
+                    thread: Some(view.thread_id.as_str().into()),
+                    tool: view.review.as_ref().map(|r| r.tool.as_str().into()),
+                    principal: view.principal.as_deref().map(Into::into),
                     approver: Some(who.principal.clone()),
                     approval: Some(id.to_owned()),
                     reason: Some(why.to_owned()),

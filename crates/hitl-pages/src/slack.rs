@@ -515,7 +515,7 @@ pub(crate) async fn interaction(
     crate::ledger::send(
         &shared.notes,
         crate::ledger::Note::Audit(Box::new(crate::AuditEvent {
-            thread: view.as_ref().map(|v| v.thread_id.clone()),
+            thread: view.as_ref().map(|v| v.thread_id.as_str().into()),
             approvers: view.as_ref().map(|v| shared.reload.approvers(v)),
             approver: Some(who.principal.clone()),
             approval: Some(id.to_owned()),

@@ -278,7 +278,7 @@ fn encode(thread: &mut Thread) -> Result<Encoded, StoreError> {
         String::new()
     };
     let json = serde_json::to_string(thread)
-        .map_err(|e| StoreError::Corrupt { id: thread.id.clone(), reason: e.to_string() })?;
+        .map_err(|e| StoreError::Corrupt { id: thread.id.to_string(), reason: e.to_string() })?;
     Ok(Encoded { json, claim, round, proof, binding })
 }
 
@@ -570,7 +570,7 @@ impl ThreadStore for RedisStore {
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
-        if saved == 1 { Ok(()) } else { Err(SaveError::Conflict(thread.id.clone())) }
+        if saved == 1 { Ok(()) } else { Err(SaveError::Conflict(thread.id.to_string())) }
     }
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
@@ -638,10 +638,10 @@ impl PausedLedger for RedisStore {
             .arg(fields.json)
             .arg(thread.expires_at_ms)
             .arg(now_ms())
-            .arg(&thread.id)
+            .arg(&*thread.id)
             .arg(limits.per_owner)
             .arg(limits.total)
-            .arg(&thread.tool)
+            .arg(&*thread.tool)
             .arg(fields.claim)
             .arg(fields.round)
             .arg(fields.proof)
@@ -651,7 +651,7 @@ impl PausedLedger for RedisStore {
             .map_err(unavailable)?;
         match created {
             1 => Ok(Ok(())),
-            0 => Err(SaveError::Conflict(thread.id.clone())),
+            0 => Err(SaveError::Conflict(thread.id.to_string())),
             -1 => Ok(Err(LimitReached::PerOwner)),
             _ => Ok(Err(LimitReached::Total)),
         }
@@ -675,7 +675,7 @@ impl PausedLedger for RedisStore {
             .arg(thread.version)
             .arg(fields.json)
             .arg(thread.expires_at_ms)
-            .arg(&thread.id)
+            .arg(&*thread.id)
             .arg(fields.claim)
             .arg(fields.round)
             .arg(fields.proof)
@@ -683,7 +683,7 @@ impl PausedLedger for RedisStore {
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
-        if saved == 1 { Ok(()) } else { Err(SaveError::Conflict(thread.id.clone())) }
+        if saved == 1 { Ok(()) } else { Err(SaveError::Conflict(thread.id.to_string())) }
     }
 
     async fn uncount_paused(&self, owner: &str, id: &str, tool: &str) -> Result<(), StoreError> {

@@ -13,7 +13,7 @@ use crate::{
 pub(crate) fn thread(id: &str, version: u64, expires_at_ms: u64) -> Thread {
     Thread {
         format: THREAD_FORMAT,
-        id: id.to_owned(),
+        id: id.into(),
         version,
         tool: "choose_region".into(),
         args_digest: "d".into(),

@@ -8,17 +8,72 @@ pub use hitl_protocol::canonical::canonical;
 
 /// SHA-256 of the canonical text, in hex.
 pub fn digest_hex(value: &Value) -> String {
-    let mut out = Vec::with_capacity(256);
-    write(value, &mut out);
-    sha256_hex(&out)
+    with_scratch(|out| {
+        write(value, out);
+        sha256_hex(out)
+    })
 }
 
 /// [`digest_hex`] of the object of `entries`, without making it: the same digest as of
 /// a map holding them.
 pub fn digest_hex_of_entries<'a>(entries: impl Iterator<Item = (&'a str, &'a Value)>) -> String {
-    let mut out = Vec::with_capacity(256);
-    write_object(entries, &mut out);
-    sha256_hex(&out)
+    with_scratch(|out| {
+        write_object(entries, out);
+        sha256_hex(out)
+    })
+}
+
+/// `prefix` and the first `digits` hex digits (at most 64) of [`digest_hex_of_entries`],
+/// in one allocation: a question's key.
+pub fn prefixed_digest_of_entries<'a>(
+    prefix: &str,
+    digits: usize,
+    entries: impl Iterator<Item = (&'a str, &'a Value)>,
+) -> String {
+    let digest = with_scratch(|out| {
+        write_object(entries, out);
+        digest::digest(&digest::SHA256, out)
+    });
+    let mut text = [0u8; 64];
+    let text = hex_into(digest.as_ref(), &mut text);
+    let digits = &text[..digits.min(text.len())];
+    let mut key = String::with_capacity(prefix.len() + digits.len());
+    key.push_str(prefix);
+    key.push_str(digits);
+    key
+}
+
+/// [`digest_hex`] as a shared string (one allocation for the text: the digest of a
+/// call's arguments, which its thread and its observers share).
+pub fn digest_hex_shared(value: &Value) -> std::sync::Arc<str> {
+    let digest = with_scratch(|out| {
+        write(value, out);
+        digest::digest(&digest::SHA256, out)
+    });
+    let mut text = [0u8; 64];
+    let text = hex_into(digest.as_ref(), &mut text);
+    std::sync::Arc::from(text)
+}
+
+/// Runs `f` on this thread's buffer for canonical text, emptied (a new one if it is in
+/// use): the text is digested and dropped, so each digest need not allocate its own.
+fn with_scratch<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    /// Past this, a buffer is not kept for the next digest.
+    const KEPT: usize = 64 * 1024;
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut out) => {
+            out.clear();
+            let result = f(&mut out);
+            if out.capacity() > KEPT {
+                *out = Vec::new();
+            }
+            result
+        }
+        Err(_) => f(&mut Vec::with_capacity(256)),
+    })
 }
 
 /// SHA-256 of `bytes`, in hex.
@@ -33,15 +88,22 @@ pub fn short_digest(value: &Value) -> String {
 
 /// `bytes` as lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
+    let mut out = vec![0; bytes.len() * 2];
+    hex_into(bytes, &mut out);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// `bytes` as lowercase hex, written into the start of `out` (twice their length).
+fn hex_into<'a>(bytes: &[u8], out: &'a mut [u8]) -> &'a str {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     // Each pair written in place (no copy call per byte); ASCII digits only: the UTF-8
     // check takes its fast path.
-    let mut out = vec![0; bytes.len() * 2];
+    let out = &mut out[..bytes.len() * 2];
     for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
         pair[0] = DIGITS[usize::from(b >> 4)];
         pair[1] = DIGITS[usize::from(b & 0x0f)];
     }
-    String::from_utf8(out).unwrap_or_default()
+    std::str::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@
 //!     id: "01a22c5e-5403-766d-9808-1b6b86b6c2c2".into(),
 //!     version: 1,
 //!     tool: "choose_region".into(),
-//!     args_digest: hitl_thread::digest_hex(&serde_json::json!({})),
+//!     args_digest: hitl_thread::digest_hex_shared(&serde_json::json!({})),
 //!     principal: None,
 //!     owner: None,
 //!     state: ThreadState::Finished,
@@ -50,7 +50,9 @@ mod records;
 mod store;
 mod thread;
 
-pub use digest::{canonical, digest_hex, digest_hex_of_entries, hex, short_digest};
+pub use digest::{
+    canonical, digest_hex, digest_hex_of_entries, digest_hex_shared, hex, prefixed_digest_of_entries, short_digest,
+};
 pub use memory::{FinishedLimits, MemoryStore};
 pub use metered::MeteredStore;
 pub use records::{AUDIT_KEPT, AUDIT_KEPT_IN_MEMORY, AuditLine, Records};

@@ -365,9 +365,8 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
             let Some(stored) = shard.threads.get(id).filter(|t| t.expires_at_ms > now) else { return Ok(None) };
             match &stored.record {
                 Record::Live { thread, round } => {
-                    // Kept without its id: the map's key is it.
+                    // Its names are shared: the copy copies no text.
                     let mut thread = Thread::clone(thread);
-                    thread.id = id.to_owned();
                     thread.version = stored.version;
                     thread.set_claim(stored.claim.clone());
                     let round = round.clone();
@@ -432,17 +431,17 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
             ThreadState::Finished => {
                 let mut packed = Vec::with_capacity(1024);
                 rmp_serde::encode::write_named(&mut packed, &thread)
-                    .map_err(|e| StoreError::Corrupt { id: thread.id.clone(), reason: e.to_string() })?;
+                    .map_err(|e| StoreError::Corrupt { id: thread.id.to_string(), reason: e.to_string() })?;
                 let bytes = finished_bytes(&packed, &thread.id);
                 (Record::Finished(packed.into()), bytes, thread.id)
             }
             _ => {
-                let id = std::mem::take(&mut thread.id);
+                let id = thread.id.clone();
                 let round = match thread.paused_mut() {
                     Some(paused) => {
                         let mut packed = Vec::with_capacity(512);
                         rmp_serde::encode::write_named(&mut packed, &*paused.round)
-                            .map_err(|e| StoreError::Corrupt { id: id.clone(), reason: e.to_string() })?;
+                            .map_err(|e| StoreError::Corrupt { id: id.to_string(), reason: e.to_string() })?;
                         // The values go; the record keeps the encoding.
                         paused.round = kept_encoded();
                         Some(packed.into())
@@ -452,7 +451,7 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
                 (Record::Live { thread: Box::new(thread), round }, 0, id)
             }
         };
-        let stored = Stored { version, expires_at_ms, claim, record, finished_bytes };
+        let mut stored = Stored { version, expires_at_ms, claim, record, finished_bytes };
         // A paused call is counted before it is first saved (`expected` is none): its id
         // is kept once, for the ledger and the map alike. Later saves find it in the map,
         // so only a first one takes the ledger's lock (never held with a shard's).
@@ -460,21 +459,24 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
             .is_none()
             .then(|| {
                 let ledger = self.paused.lock().unwrap_or_else(|p| p.into_inner());
-                ledger.counted.get_key_value(id.as_str()).map(|(k, _)| k.clone())
+                ledger.counted.get_key_value(&*id).map(|(k, _)| k.clone())
             })
             .flatten();
         let now = self.clock.now_ms();
         let mut shard = self.shard(&id);
         shard.sweep(now, &self.finished);
-        let current = shard.threads.get_key_value(id.as_str()).filter(|(_, t)| t.expires_at_ms > now);
+        let current = shard.threads.get_key_value(&*id).filter(|(_, t)| t.expires_at_ms > now);
         if current.map(|(_, t)| t.version) != expected {
-            return Err(SaveError::Conflict(id));
+            return Err(SaveError::Conflict(id.to_string()));
         }
         // One copy of the id, for the map and the queues.
         let id = match current {
             Some((id, _)) => id.clone(),
-            None => counted.unwrap_or_else(|| Arc::from(id)),
+            None => counted.unwrap_or(id),
         };
+        if let Record::Live { thread, .. } = &mut stored.record {
+            thread.id = id.clone();
+        }
         shard.expiry.push(Reverse((expires_at_ms, id.clone())));
         self.finished.count(&stored, true);
         if let Some(replaced) = shard.threads.insert(id.clone(), stored) {
@@ -741,6 +743,22 @@ mod tests {
         finished.task = Some(Box::new(task));
         store.save(finished.clone(), None).await.unwrap();
         assert_eq!(store.load("rich").await.unwrap(), Some(finished));
+    }
+
+    /// A paused call is kept as it was saved, with shared names: a load copies no text.
+    #[tokio::test]
+    async fn a_paused_call_loaded_twice_shares_its_names_with_the_store() {
+        use std::sync::Arc;
+        let now = 1_000_000;
+        let store = MemoryStore::with_clock(ManualClock::new(now));
+        let mut paused = claimable("shared", "tok", now + 600_000);
+        paused.owner = Some("principal:alice".into());
+        store.save(paused.clone(), None).await.unwrap();
+        let (one, two) = (store.load("shared").await.unwrap().unwrap(), store.load("shared").await.unwrap().unwrap());
+        assert_eq!(one, paused, "loaded as saved");
+        assert!(Arc::ptr_eq(&one.id, &two.id) && Arc::ptr_eq(&one.tool, &two.tool), "the names are shared");
+        assert!(Arc::ptr_eq(&one.args_digest, &two.args_digest));
+        assert!(Arc::ptr_eq(one.owner.as_ref().unwrap(), two.owner.as_ref().unwrap()));
     }
 
     #[tokio::test]

@@ -182,8 +182,8 @@ impl<'a> BoundCall<'a> {
 
     /// Is `thread` this call's?
     pub fn binds(&self, thread: &Thread) -> bool {
-        thread.tool == self.tool
-            && thread.args_digest == self.args_digest
+        *thread.tool == *self.tool
+            && *thread.args_digest == *self.args_digest
             && thread.principal.as_deref() == self.principal
     }
 

@@ -101,19 +101,20 @@ impl TaskState {
 pub struct Thread {
     /// [`THREAD_FORMAT`] when written.
     pub format: u32,
-    /// A UUIDv7.
-    pub id: String,
+    /// A UUIDv7. The call's names are shared: a thread's copies (a load from memory,
+    /// an observer's, an audit entry's) copy no text.
+    pub id: Arc<str>,
     /// Bumped on every save; saves compare and set on it.
     pub version: u64,
     /// The tool the call was made to.
-    pub tool: String,
+    pub tool: Arc<str>,
     /// Digest of the canonical JSON of the call's arguments.
-    pub args_digest: String,
+    pub args_digest: Arc<str>,
     /// Who made the call, when the server knows.
-    pub principal: Option<String>,
+    pub principal: Option<Arc<str>>,
     /// Whose paused calls this one counts among (the principal, or the caller's
     /// address), while it is counted.
-    pub owner: Option<String>,
+    pub owner: Option<Arc<str>>,
     /// Where the call stands: paused at a round, run before its first round, or ended.
     pub state: ThreadState,
     /// The last round answered and what it led to, for resends. Shared, as the open
@@ -278,10 +279,10 @@ impl Serialize for Thread {
         let paused = self.paused();
         let record = Record {
             format: self.format,
-            id: self.id.as_str(),
+            id: &*self.id,
             version: self.version,
-            tool: self.tool.as_str(),
-            args_digest: self.args_digest.as_str(),
+            tool: &*self.tool,
+            args_digest: &*self.args_digest,
             principal: self.principal.as_deref(),
             owner: self.owner.as_deref(),
             checkpoint: paused.map(|p| &*p.checkpoint),
@@ -298,7 +299,7 @@ impl Serialize for Thread {
 
 impl<'de> Deserialize<'de> for Thread {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let record = Record::<Checkpoint, Round, Last, Claim, TaskState, String>::deserialize(deserializer)?;
+        let record = Record::<Checkpoint, Round, Last, Claim, TaskState, Text>::deserialize(deserializer)?;
         let state = match (record.checkpoint, record.round) {
             (Some(checkpoint), Some(round)) => ThreadState::Paused(Paused {
                 begun: record.begun == Some(round.n),
@@ -321,17 +322,37 @@ impl<'de> Deserialize<'de> for Thread {
         };
         Ok(Thread {
             format: record.format,
-            id: record.id,
+            id: record.id.0,
             version: record.version,
-            tool: record.tool,
-            args_digest: record.args_digest,
-            principal: record.principal,
-            owner: record.owner,
+            tool: record.tool.0,
+            args_digest: record.args_digest.0,
+            principal: record.principal.map(|t| t.0),
+            owner: record.owner.map(|t| t.0),
             state,
             last: record.last.map(Arc::new),
             task: record.task.map(Box::new),
             expires_at_ms: record.expires_at_ms,
         })
+    }
+}
+
+/// A record's name read straight into a shared string (one allocation, as a `String`;
+/// serde's own `Arc<str>` reads a `Box<str>` first and copies it).
+struct Text(Arc<str>);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = Text;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Text, E> {
+                Ok(Text(Arc::from(text)))
+            }
+        }
+        deserializer.deserialize_str(Visit)
     }
 }
 

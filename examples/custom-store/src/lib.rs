@@ -82,10 +82,10 @@ impl ThreadStore for HashMapStore {
     /// A compare-and-set on the version: `expected` must be the stored one.
     async fn save(&self, thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
         let mut maps = self.maps();
-        if maps.threads.get(&thread.id).map(|t| t.version) != expected {
-            return Err(SaveError::Conflict(thread.id));
+        if maps.threads.get(&*thread.id).map(|t| t.version) != expected {
+            return Err(SaveError::Conflict(thread.id.to_string()));
         }
-        maps.threads.insert(thread.id.clone(), thread);
+        maps.threads.insert(thread.id.to_string(), thread);
         Ok(())
     }
 

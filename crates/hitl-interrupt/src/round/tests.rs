@@ -476,9 +476,7 @@ fn a_new_call_opens_its_thread_at_its_first_round() {
     let call =
         crate::ToolCall { principal: Some("alice".into()), capabilities: elicits().into(), ..Default::default() };
     let new = |task| super::NewThread {
-        id: THREAD.into(),
-        binding: "choose_region".into(),
-        args_digest: "digest".into(),
+        names: super::Names { id: THREAD.into(), binding: "choose_region".into(), args_digest: "digest".into() },
         now_ms: NOW,
         task,
     };

@@ -140,7 +140,7 @@ async fn a_working_task_whose_claim_lapsed_shows_failed() {
     let now = engine.now_ms();
     let thread = Thread {
         format: THREAD_FORMAT,
-        id: id.clone(),
+        id: id.as_str().into(),
         version: 1,
         tool: "sleeper".into(),
         args_digest: "d".into(),

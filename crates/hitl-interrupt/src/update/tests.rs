@@ -48,12 +48,12 @@ fn each_step_stores_what_it_says() {
         let saved = update(store.as_ref(), &id, |t| Step::Save(renamed(t, "saved"), "saved")).await.unwrap();
         assert_eq!(saved, Some("saved"));
         let stored = store.load(&id).await.unwrap().unwrap();
-        assert_eq!((stored.version, stored.tool.as_str()), (2, "saved"));
+        assert_eq!((stored.version, &*stored.tool), (2, "saved"));
         assert_eq!(store.paused(0, 10).await.unwrap().1, 1, "still counted");
 
         let finished = update(store.as_ref(), &id, |t| Step::Finish(renamed(t, "done"), ())).await.unwrap();
         assert_eq!(finished, Some(()));
-        assert_eq!(store.load(&id).await.unwrap().unwrap().tool, "done");
+        assert_eq!(store.load(&id).await.unwrap().unwrap().tool, "done".into());
         assert_eq!(store.paused(0, 10).await.unwrap().1, 0, "no longer counted");
     });
 }
@@ -69,7 +69,7 @@ fn a_conflict_is_decided_again_on_the_thread_as_it_is_then() {
         store.save(renamed(&stale, "theirs"), Some(1)).await.unwrap();
         let mut seen = Vec::new();
         let saved = update_from(store.as_ref(), Some(stale), |t| {
-            seen.push((t.version, t.tool.clone()));
+            seen.push((t.version, t.tool.to_string()));
             Step::Save(renamed(t, &format!("{}+mine", t.tool)), t.version)
         })
         .await
@@ -77,6 +77,6 @@ fn a_conflict_is_decided_again_on_the_thread_as_it_is_then() {
         assert_eq!(seen, [(1, "greeter".to_owned()), (2, "theirs".to_owned())]);
         assert_eq!(saved, Some(2), "the answer of the step that saved");
         let stored = store.load(&id).await.unwrap().unwrap();
-        assert_eq!((stored.version, stored.tool.as_str()), (3, "theirs+mine"));
+        assert_eq!((stored.version, &*stored.tool), (3, "theirs+mine"));
     });
 }

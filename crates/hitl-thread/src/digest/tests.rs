@@ -27,3 +27,18 @@ fn an_object_of_entries_digests_as_the_map_of_them() {
         "c37a37820909a4e66d4d9a59e776352af93ff90d4b47184e6ea66ba017cae6b7"
     );
 }
+
+#[test]
+fn every_form_of_a_digest_is_the_same_digest() {
+    let value = json!({"region": "eu-west", "note": "x".repeat(70_000)});
+    let map = value.as_object().unwrap();
+    let entries = || map.iter().map(|(k, v)| (k.as_str(), v));
+    let hex = super::digest_hex(&value);
+    assert_eq!(&*super::digest_hex_shared(&value), hex);
+    assert_eq!(super::prefixed_digest_of_entries("answer-", 16, entries()), format!("answer-{}", &hex[..16]));
+    assert_eq!(super::prefixed_digest_of_entries("k", 99, entries()), format!("k{hex}"), "at most all 64 digits");
+    // A text larger than the buffer kept between digests, then a small one: each digest
+    // starts from an empty buffer.
+    assert_eq!(super::digest_hex(&json!({})), "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a");
+    assert_eq!(super::digest_hex(&value), hex);
+}

@@ -6,7 +6,7 @@ use hitl_protocol::{CallToolResult, ClientCapabilities, ErrorObject, InputRespon
 use serde_json::{Value, json};
 
 use super::{TaskEnd, TaskNext, cancelled, task_answers, task_ended, task_key, working};
-use crate::round::NewThread;
+use crate::round::{Names, NewThread};
 use crate::{Claim, Lifetimes, Round, TaskState, Thread, ThreadState, questions};
 
 const NOW: u64 = 1_000_000;
@@ -173,13 +173,8 @@ fn a_working_task_and_how_its_first_run_ends() {
     let lifetimes = Lifetimes::default();
     let call =
         crate::ToolCall { principal: Some("alice".into()), capabilities: elicits().into(), ..Default::default() };
-    let new = NewThread {
-        id: task().id,
-        binding: "choose_region".into(),
-        args_digest: "digest".into(),
-        now_ms: NOW,
-        task: true,
-    };
+    let names = Names { id: task().id, binding: "choose_region".into(), args_digest: "digest".into() };
+    let new = NewThread { names, now_ms: NOW, task: true };
     let working = working(&call, new, &lifetimes);
     let lease = Claim { round: 0, until_ms: NOW + 30_000 };
     assert_eq!((working.version, &working.state), (1, &ThreadState::Working { claim: Some(lease) }), "its run's lease");
