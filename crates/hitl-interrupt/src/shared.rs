@@ -84,8 +84,9 @@ impl Core {
     }
 
     /// The graph run of `call` of `agent` ([`ToolCall::run`]) in thread `thread_id`
-    /// (its [`hitl_graph::CallThread`]), with an [`hitl_graph::AuditSink`] that hands its steps' entries to the observer,
-    /// when there is one.
+    /// (its [`hitl_graph::CallThread`]), bound to `tool` (the thread's, or a new call's
+    /// binding), with an [`hitl_graph::AuditSink`] that hands its steps' entries to the
+    /// observer, when there is one.
     pub(crate) fn run_of(
         &self,
         call: &ToolCall,

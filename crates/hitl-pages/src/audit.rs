@@ -83,8 +83,8 @@ pub enum AuditPage {
 pub struct AuditEvent {
     /// What happened.
     pub event: AuditKind,
-    /// The call's thread. The call's names are shared with the thread's record: a
-    /// round's entries copy no text.
+    /// The call's thread. Shared (as the tool, principal and digest): the entries the
+    /// ledger makes from a thread copy none of its names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread: Option<Arc<str>>,
     /// The tool (a prompt's name without its `prompt:` prefix).

@@ -167,7 +167,9 @@ impl Meta {
 /// A request's `_meta` read straight from the request's text into the keys a server
 /// acts on: strings borrowed, every other key skipped, no map of it built. Anything but
 /// an object, a key of the wrong type (an explicit `null` included) or a repeated one
-/// fails the whole read: [`Meta`] then says which ([`Meta::require_modern`]).
+/// fails the whole read: [`Meta`] then says which ([`Meta::require_modern`]). It reads
+/// from JSON text (`serde_json::from_str`, `from_slice`), as a request is read: from a
+/// [`Value`] or a reader, a `_meta` with client capabilities does not read.
 #[derive(Debug, Default)]
 pub struct RequestMeta<'a> {
     fields: RequestMetaFields<'a>,
@@ -235,19 +237,21 @@ fn shared_capabilities<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Arc<Cli
             const { std::cell::RefCell::new(None) };
     }
     let text = <&serde_json::value::RawValue>::deserialize(d)?.get();
-    LAST.with(|last| {
+    let read = || serde_json::from_str::<ClientCapabilities>(text).map(Arc::new).map_err(serde::de::Error::custom);
+    // A thread being torn down reads without the one kept.
+    LAST.try_with(|last| {
         if let Some((kept, capabilities)) = &*last.borrow()
             && **kept == *text
         {
             return Ok(Some(capabilities.clone()));
         }
-        let capabilities =
-            Arc::new(serde_json::from_str::<ClientCapabilities>(text).map_err(serde::de::Error::custom)?);
+        let capabilities = read()?;
         if text.len() <= KEPT_TEXT {
             *last.borrow_mut() = Some((text.into(), capabilities.clone()));
         }
         Ok(Some(capabilities))
     })
+    .unwrap_or_else(|_| read().map(Some))
 }
 
 /// A string key that is there (`null` is not absent, as [`crate::jsonrpc::present`]

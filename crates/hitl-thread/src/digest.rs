@@ -55,25 +55,23 @@ pub fn digest_hex_shared(value: &Value) -> std::sync::Arc<str> {
     std::sync::Arc::from(text)
 }
 
-/// Runs `f` on this thread's buffer for canonical text, emptied (a new one if it is in
-/// use): the text is digested and dropped, so each digest need not allocate its own.
+/// Runs `f` on this thread's buffer for canonical text, emptied: the text is digested
+/// and dropped, so each digest need not allocate its own. The buffer is taken out while
+/// `f` runs (a digest within it starts an empty one) and put back after.
 fn with_scratch<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
     /// Past this, a buffer is not kept for the next digest.
     const KEPT: usize = 64 * 1024;
     thread_local! {
-        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
     }
-    SCRATCH.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut out) => {
-            out.clear();
-            let result = f(&mut out);
-            if out.capacity() > KEPT {
-                *out = Vec::new();
-            }
-            result
-        }
-        Err(_) => f(&mut Vec::with_capacity(256)),
-    })
+    let mut out = SCRATCH.try_with(std::cell::Cell::take).unwrap_or_default();
+    out.clear();
+    let result = f(&mut out);
+    if out.capacity() <= KEPT {
+        // A thread being torn down keeps nothing.
+        let _ = SCRATCH.try_with(|kept| kept.set(out));
+    }
+    result
 }
 
 /// SHA-256 of `bytes`, in hex.

@@ -25,8 +25,8 @@ type Fast = foldhash::fast::RandomState;
 /// conformance tests hold other stores to. Sharded, so concurrent rounds rarely wait on
 /// each other's lock; each shard drops expired threads as it goes, from a queue ordered
 /// by expiry, so the cost of a save does not grow with the number of paused calls.
-/// A paused call is kept as its record, not as JSON: a load copies its identity and
-/// shares its checkpoint (a change is made on a copy of its own); its open round, most
+/// A paused call is kept as its record, not as JSON: a load shares its names and its
+/// checkpoint (a change is made on a copy of its own); its open round, most
 /// of its memory, is kept as MessagePack and decoded by the load. A finished call, kept
 /// only for resends, is kept as MessagePack too, smaller than its values or its JSON.
 /// Finished calls are bounded by [`FinishedLimits`]: past either limit the oldest go
