@@ -109,8 +109,8 @@ impl HttpApp {
 
     /// Serves one request. Only the endpoint is cloned (once), so a server can call this
     /// on a shared app without cloning the app per request. A request to `/mcp` has a
-    /// future that is not boxed (a server holding it in its connection's task spares an allocation per
-    /// request); every other path's is.
+    /// future that is not boxed (a server holding it in its connection's task spares an
+    /// allocation per request); every other path's is.
     pub fn serve<B>(
         &self,
         request: http::Request<B>,

@@ -159,9 +159,7 @@ impl Engine {
             // the one its `requestState` names.
             let (answer, thread_id) = match request_state {
                 None => {
-                    // Shared by the thread and the reply: written once.
-                    let id: Arc<str> =
-                        Arc::from(&*uuid::Uuid::now_v7().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()));
+                    let id = Names::new_id();
                     let span = span(&id);
                     // Each branch boxed: the future of a call stays small (it is moved into a box
                     // per request), and each request allocates only the branch it takes.

@@ -75,7 +75,7 @@ impl<'a> First<'a> {
                 };
             let observed = core.observer.as_ref().map(|_| thread.clone());
             let tool = thread.tool.clone();
-            let owner = thread.owner.clone().unwrap_or_else(|| call.owner());
+            let owner = round::owner_of(&thread, &call);
             match core.store.create_paused(thread, &owner, core.limits.paused).await {
                 Ok(Ok(())) => {
                     core.meters.round(&tool, meter::Outcome::Paused);

@@ -250,6 +250,19 @@ pub(crate) struct Names {
     pub(crate) args_digest: Arc<str>,
 }
 
+impl Names {
+    /// A new thread's id: a UUIDv7, written once for the thread and the reply.
+    pub(crate) fn new_id() -> Arc<str> {
+        Arc::from(&*uuid::Uuid::now_v7().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()))
+    }
+}
+
+/// Whose paused calls a new `thread` of `call` counts among: the owner it was made
+/// with (shared, not made again).
+pub(crate) fn owner_of(thread: &Thread, call: &ToolCall) -> Arc<str> {
+    thread.owner.clone().unwrap_or_else(|| call.owner())
+}
+
 /// What a new thread is made of besides its first state: its id and what binds it.
 #[derive(Debug, Clone)]
 pub(crate) struct NewThread {

@@ -77,7 +77,7 @@ impl Tasks {
         // there is no stream for progress once it has.
         (call.cancel, call.progress) = (None, None);
         let (graph, tool) = (agent.graph.clone(), agent.name.clone());
-        let id: Arc<str> = Arc::from(uuid::Uuid::now_v7().to_string());
+        let id = Names::new_id();
         let binding: Arc<str> = Arc::from(&*call.bound_to(agent));
         let run = core.run_of(&call, agent, (&id, &binding));
         let meters = core.meters.clone();
@@ -104,7 +104,8 @@ impl Tasks {
         let new = NewThread { names, now_ms: core.now_ms(), task: true };
         let thread = round::working(&call, new, &core.lifetimes);
         // The task is stored before its id is answered, and counts as a paused call.
-        let created = core.store.create_paused(thread.clone(), &call.owner(), core.limits.paused).await;
+        let created =
+            core.store.create_paused(thread.clone(), &round::owner_of(&thread, &call), core.limits.paused).await;
         if !matches!(created, Ok(Ok(()))) {
             handle.abort();
         }

@@ -8,19 +8,13 @@ pub use hitl_protocol::canonical::canonical;
 
 /// SHA-256 of the canonical text, in hex.
 pub fn digest_hex(value: &Value) -> String {
-    with_scratch(|out| {
-        write(value, out);
-        sha256_hex(out)
-    })
+    hex_digest_of(|out| write(value, out)).as_str().to_owned()
 }
 
 /// [`digest_hex`] of the object of `entries`, without making it: the same digest as of
 /// a map holding them.
 pub fn digest_hex_of_entries<'a>(entries: impl Iterator<Item = (&'a str, &'a Value)>) -> String {
-    with_scratch(|out| {
-        write_object(entries, out);
-        sha256_hex(out)
-    })
+    hex_digest_of(|out| write_object(entries, out)).as_str().to_owned()
 }
 
 /// `prefix` and the first `digits` hex digits (at most 64) of [`digest_hex_of_entries`],
@@ -30,13 +24,8 @@ pub fn prefixed_digest_of_entries<'a>(
     digits: usize,
     entries: impl Iterator<Item = (&'a str, &'a Value)>,
 ) -> String {
-    let digest = with_scratch(|out| {
-        write_object(entries, out);
-        digest::digest(&digest::SHA256, out)
-    });
-    let mut text = [0u8; 64];
-    let text = hex_into(digest.as_ref(), &mut text);
-    let digits = &text[..digits.min(text.len())];
+    let digest = hex_digest_of(|out| write_object(entries, out));
+    let digits = &digest.as_str()[..digits.min(HexDigest::LEN)];
     let mut key = String::with_capacity(prefix.len() + digits.len());
     key.push_str(prefix);
     key.push_str(digits);
@@ -46,13 +35,30 @@ pub fn prefixed_digest_of_entries<'a>(
 /// [`digest_hex`] as a shared string (one allocation for the text: the digest of a
 /// call's arguments, which its thread and its observers share).
 pub fn digest_hex_shared(value: &Value) -> std::sync::Arc<str> {
+    std::sync::Arc::from(hex_digest_of(|out| write(value, out)).as_str())
+}
+
+/// A SHA-256 digest's 64 lowercase hex digits, on the stack.
+struct HexDigest([u8; HexDigest::LEN]);
+
+impl HexDigest {
+    const LEN: usize = 64;
+
+    fn as_str(&self) -> &str {
+        // Written by `hex_into`: ASCII digits only.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+/// The SHA-256 of the canonical text `write` puts in this thread's buffer, in hex.
+fn hex_digest_of(write: impl FnOnce(&mut Vec<u8>)) -> HexDigest {
     let digest = with_scratch(|out| {
-        write(value, out);
+        write(out);
         digest::digest(&digest::SHA256, out)
     });
-    let mut text = [0u8; 64];
-    let text = hex_into(digest.as_ref(), &mut text);
-    std::sync::Arc::from(text)
+    let mut text = HexDigest([0; HexDigest::LEN]);
+    hex_into(digest.as_ref(), &mut text.0);
+    text
 }
 
 /// Runs `f` on this thread's buffer for canonical text, emptied: the text is digested
