@@ -18,6 +18,8 @@
 //!   on one connection, untimed: what `cargo xtask bench --peers` counts instructions
 //!   over under callgrind.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,6 +30,8 @@ use bytes::Bytes;
 use clap::{Parser, Subcommand};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -187,6 +191,55 @@ fn answer_body(key: &str, state: Option<&str>) -> Bytes {
     Bytes::from(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}).to_string())
 }
 
+/// What the load generator reads of a reply: only the fields it checks, borrowed from
+/// the body (a generator that built every reply as a JSON tree would spend on itself
+/// the CPU it shares with the server it measures).
+#[derive(Deserialize)]
+struct Reply<'a> {
+    #[serde(borrow)]
+    result: Option<RoundResult<'a>>,
+    error: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RoundResult<'a> {
+    /// The pause: its questions by key.
+    #[serde(borrow, default)]
+    input_requests: Option<BTreeMap<Cow<'a, str>, IgnoredAny>>,
+    #[serde(borrow, default)]
+    request_state: Option<Cow<'a, str>>,
+    /// The answer: the region, structured or as text.
+    #[serde(borrow, default)]
+    structured_content: Option<Region<'a>>,
+    #[serde(borrow, default)]
+    content: Vec<Text<'a>>,
+    #[serde(default)]
+    is_error: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct Region<'a> {
+    #[serde(borrow, default)]
+    region: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Text<'a> {
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+}
+
+/// The reply's result, or what was wrong with it.
+fn result_of(body: &[u8]) -> anyhow::Result<RoundResult<'_>> {
+    let shown = || String::from_utf8_lossy(body).into_owned();
+    match serde_json::from_slice::<Reply<'_>>(body) {
+        Ok(Reply { result: Some(result), error: None }) => Ok(result),
+        Ok(_) => bail!("the call failed: {}", shown()),
+        Err(e) => bail!("the reply is not a JSON-RPC result ({e}): {}", shown()),
+    }
+}
+
 /// One keep-alive HTTP/1.1 connection.
 struct Connection {
     sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
@@ -243,20 +296,19 @@ async fn step(
             connection.post(pause_body()).await?;
         }
         ("round", None) => {
-            let reply: Value = serde_json::from_slice(&connection.post(pause_body()).await?)?;
-            let result = &reply["result"];
-            let key =
-                result["inputRequests"].as_object().and_then(|m| m.keys().next().cloned()).context("no question")?;
-            *pending = Some((key, result["requestState"].as_str().map(str::to_owned)));
+            let body = connection.post(pause_body()).await?;
+            let result = result_of(&body)?;
+            let key = result.input_requests.and_then(|m| m.into_keys().next()).context("no question")?;
+            *pending = Some((key.into_owned(), result.request_state.map(Cow::into_owned)));
         }
         ("round", Some((key, state))) => {
             // An answered round must end the call: a server that fails it is not counted.
-            let reply: Value = serde_json::from_slice(&connection.post(answer_body(&key, state.as_deref())).await?)?;
-            let result = &reply["result"];
-            let said = result["structuredContent"]["region"] == "eu-west-1"
-                || result["content"][0]["text"].as_str().is_some_and(|t| t.contains("eu-west-1"));
-            if !said || result["isError"] == true {
-                bail!("the answered round did not end with the region: {reply}");
+            let body = connection.post(answer_body(&key, state.as_deref())).await?;
+            let result = result_of(&body)?;
+            let said = result.structured_content.and_then(|c| c.region).is_some_and(|r| r == "eu-west-1")
+                || result.content.first().and_then(|c| c.text.as_deref()).is_some_and(|t| t.contains("eu-west-1"));
+            if !said || result.is_error == Some(true) {
+                bail!("the answered round did not end with the region: {}", String::from_utf8_lossy(&body));
             }
         }
         (other, _) => bail!("unknown scenario {other}"),

@@ -172,3 +172,70 @@ async fn a_value_kept_until_a_time_is_read_until_then() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// Calls past their time are not swept from the counting sets on every pause (each
+/// sweep is a command in the script), but they never pile up: the first pause whose id
+/// ends in `0` sweeps all three sets, and one that would pass a limit sweeps its set
+/// first, so a lapsed call never takes a live one's place.
+#[tokio::test]
+async fn lapsed_calls_leave_the_counting_sets() {
+    let Ok(url) = std::env::var("REDIS_URL") else {
+        cannot_run("REDIS_URL is not set");
+        return;
+    };
+    use hitl_thread::{LimitReached, PausedLedger as _, PausedLimits};
+    let store = RedisStore::connect(&url).await.expect("Redis at REDIS_URL answers");
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut raw = client.get_multiplexed_async_connection().await.expect("Redis answers");
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    let prefix = uuid::Uuid::now_v7().to_string();
+    let (owner, tool) = (format!("{prefix}-owner"), format!("{prefix}-tool"));
+    let sets = [
+        format!("hitl:{{paused}}:owner:{owner}"),
+        "hitl:{paused}:all".to_owned(),
+        format!("hitl:{{paused}}:tool:{tool}"),
+    ];
+    let limits = PausedLimits { per_owner: 3, total: u64::MAX };
+    let held = |set: &str, id: &str| {
+        let (set, id) = (set.to_owned(), id.to_owned());
+        let mut raw = raw.clone();
+        async move { redis::cmd("ZSCORE").arg(set).arg(id).query_async::<Option<f64>>(&mut raw).await.unwrap().is_some() }
+    };
+    // A live call first, so the owner's set lives as long as it does.
+    let live = format!("{prefix}-b1");
+    assert_eq!(store.count_paused(&owner, &live, &tool, now + 60_000, limits).await.unwrap(), Ok(()));
+    let lapsed = [format!("{prefix}-a1"), format!("{prefix}-a2")];
+    for id in &lapsed {
+        assert_eq!(store.count_paused(&owner, id, &tool, now.saturating_sub(1), limits).await.unwrap(), Ok(()));
+    }
+    for set in &sets {
+        assert!(held(set, &lapsed[0]).await, "not swept at a pause whose id does not end in 0 ({set})");
+    }
+    // At the owner's limit of 3 (two lapsed, one live): the lapsed ones make way.
+    let next = format!("{prefix}-b2");
+    assert_eq!(store.count_paused(&owner, &next, &tool, now + 60_000, limits).await.unwrap(), Ok(()));
+    assert!(!held(&sets[0], &lapsed[0]).await, "swept from the owner's set at its limit");
+    let last = format!("{prefix}-b3");
+    assert_eq!(store.count_paused(&owner, &last, &tool, now + 60_000, limits).await.unwrap(), Ok(()));
+    assert_eq!(
+        store.count_paused(&owner, &format!("{prefix}-b4"), &tool, now + 60_000, limits).await.unwrap(),
+        Err(LimitReached::PerOwner),
+        "live calls still fill the limit"
+    );
+    for (set, id) in [(&sets[1], &lapsed[1]), (&sets[2], &lapsed[1])] {
+        assert!(held(set, id).await, "still held before a sweep ({set})");
+    }
+    let sweeping = format!("{prefix}-c0");
+    let other = format!("{prefix}-other");
+    assert_eq!(store.count_paused(&other, &sweeping, &tool, now + 60_000, limits).await.unwrap(), Ok(()));
+    for set in &sets[1..] {
+        for id in &lapsed {
+            assert!(!held(set, id).await, "{id} swept from {set} by a pause whose id ends in 0");
+        }
+        assert!(held(set, &live).await, "a live call stays in {set}");
+    }
+    for (who, id) in [(&owner, &live), (&owner, &next), (&owner, &last), (&other, &sweeping)] {
+        store.uncount_paused(who, id, &tool).await.unwrap();
+    }
+    let _: () = redis::cmd("DEL").arg(&sets[0]).query_async(&mut raw).await.unwrap();
+}
