@@ -180,15 +180,21 @@ fn pause_body() -> Bytes {
 }
 
 /// The retry that answers a round: the `requestState` echoed only when the server gave
-/// one (servers that keep no state give none).
+/// one (servers that keep no state give none). Written as text around the two strings
+/// that change, each JSON-escaped: what a round asks of the load generator beyond the
+/// echo's request is only what it must send.
 fn answer_body(key: &str, state: Option<&str>) -> Bytes {
-    let mut params = json!({
-        "name": "choose_region", "arguments": {}, "_meta": meta(),
-        "inputResponses": { key: {"action": "accept", "content": {"response": "eu-west-1"}} }});
+    let mut body = Vec::with_capacity(512);
+    body.extend_from_slice(br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"choose_region","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}},"inputResponses":{"#);
+    let escaped = |body: &mut Vec<u8>, text: &str| serde_json::to_writer(body, text).expect("a string is written");
+    escaped(&mut body, key);
+    body.extend_from_slice(br#":{"action":"accept","content":{"response":"eu-west-1"}}}"#);
     if let Some(state) = state {
-        params["requestState"] = state.into();
+        body.extend_from_slice(br#","requestState":"#);
+        escaped(&mut body, state);
     }
-    Bytes::from(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}).to_string())
+    body.extend_from_slice(b"}}");
+    Bytes::from(body)
 }
 
 /// What the load generator reads of a reply: only the fields it checks, borrowed from
@@ -238,6 +244,25 @@ fn result_of(body: &[u8]) -> anyhow::Result<RoundResult<'_>> {
         Ok(_) => bail!("the call failed: {}", shown()),
         Err(e) => bail!("the reply is not a JSON-RPC result ({e}): {}", shown()),
     }
+}
+
+/// What answers a pause: its question's key, and its `requestState` if it has one.
+fn question_of(body: &[u8]) -> anyhow::Result<(String, Option<String>)> {
+    let result = result_of(body)?;
+    let key = result.input_requests.and_then(|m| m.into_keys().next()).context("no question")?;
+    Ok((key.into_owned(), result.request_state.map(Cow::into_owned)))
+}
+
+/// An answered round must end the call with the region: a server that fails it is not
+/// counted.
+fn ended_with_the_region(body: &[u8]) -> anyhow::Result<()> {
+    let result = result_of(body)?;
+    let said = result.structured_content.and_then(|c| c.region).is_some_and(|r| r == "eu-west-1")
+        || result.content.first().and_then(|c| c.text.as_deref()).is_some_and(|t| t.contains("eu-west-1"));
+    if !said || result.is_error == Some(true) {
+        bail!("the answered round did not end with the region: {}", String::from_utf8_lossy(body));
+    }
+    Ok(())
 }
 
 /// One keep-alive HTTP/1.1 connection.
@@ -295,21 +320,9 @@ async fn step(
         ("echo" | "pause" | "fill", _) => {
             connection.post(pause_body()).await?;
         }
-        ("round", None) => {
-            let body = connection.post(pause_body()).await?;
-            let result = result_of(&body)?;
-            let key = result.input_requests.and_then(|m| m.into_keys().next()).context("no question")?;
-            *pending = Some((key.into_owned(), result.request_state.map(Cow::into_owned)));
-        }
+        ("round", None) => *pending = Some(question_of(&connection.post(pause_body()).await?)?),
         ("round", Some((key, state))) => {
-            // An answered round must end the call: a server that fails it is not counted.
-            let body = connection.post(answer_body(&key, state.as_deref())).await?;
-            let result = result_of(&body)?;
-            let said = result.structured_content.and_then(|c| c.region).is_some_and(|r| r == "eu-west-1")
-                || result.content.first().and_then(|c| c.text.as_deref()).is_some_and(|t| t.contains("eu-west-1"));
-            if !said || result.is_error == Some(true) {
-                bail!("the answered round did not end with the region: {}", String::from_utf8_lossy(&body));
-            }
+            ended_with_the_region(&connection.post(answer_body(&key, state.as_deref())).await?)?;
         }
         (other, _) => bail!("unknown scenario {other}"),
     }
@@ -445,4 +458,51 @@ async fn load(
         })
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_the_request_it_stands_for() {
+        for (key, state) in [("answer-1", Some("t.mac")), ("k\"\\\u{1}", None)] {
+            let mut params = json!({
+                "name": "choose_region", "arguments": {}, "_meta": meta(),
+                "inputResponses": { key: {"action": "accept", "content": {"response": "eu-west-1"}} }});
+            if let Some(state) = state {
+                params["requestState"] = state.into();
+            }
+            let expected = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params});
+            let sent: Value = serde_json::from_slice(&answer_body(key, state)).expect("JSON");
+            assert_eq!(sent, expected, "{key:?}");
+        }
+    }
+
+    #[test]
+    fn a_pause_gives_its_question_and_state() {
+        let paused = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","inputRequests":{"answer-1":{"method":"elicitation/create","params":{}}},"requestState":"t.mac","_meta":{}}}"#;
+        assert_eq!(question_of(paused).unwrap(), ("answer-1".to_owned(), Some("t.mac".to_owned())));
+        let stateless = br#"{"jsonrpc":"2.0","id":1,"result":{"inputRequests":{"k\u0031":{}}}}"#;
+        assert_eq!(question_of(stateless).unwrap(), ("k1".to_owned(), None), "an escaped key, no state");
+        let none = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#;
+        assert!(question_of(none).is_err(), "a pause without a question");
+    }
+
+    #[test]
+    fn only_an_answer_that_ends_with_the_region_counts() {
+        let structured = br#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"{}"}],"structuredContent":{"region":"eu-west-1"}}}"#;
+        assert!(ended_with_the_region(structured).is_ok());
+        let text = br#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"deployed to eu-west-1"}],"isError":null}}"#;
+        assert!(ended_with_the_region(text).is_ok(), "the region as text");
+        for (body, why) in [
+            (&br#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"eu-west-1"}],"isError":true}}"#[..], "an error result"),
+            (br#"{"jsonrpc":"2.0","id":2,"result":{"structuredContent":{"region":"us-east-1"}}}"#, "another region"),
+            (br#"{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"Invalid or expired requestState"}}"#, "an error"),
+            (br#"{"jsonrpc":"2.0","id":2,"result":{"content":[]},"error":{"code":1,"message":"x"}}"#, "a result beside an error"),
+            (b"<html>", "not JSON"),
+        ] {
+            assert!(ended_with_the_region(body).is_err(), "{why}");
+        }
+    }
 }
