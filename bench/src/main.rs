@@ -197,9 +197,10 @@ fn answer_body(key: &str, state: Option<&str>) -> Bytes {
     Bytes::from(body)
 }
 
-/// What the load generator reads of a reply: only the fields it checks, borrowed from
-/// the body (a generator that built every reply as a JSON tree would spend on itself
-/// the CPU it shares with the server it measures).
+/// What the load generator reads of a reply: only the fields it checks, typed (a
+/// generator that built every reply as a JSON tree would spend on itself the CPU it
+/// shares with the server it measures). A round asks one question, so any key of
+/// `inputRequests` is its key.
 #[derive(Deserialize)]
 struct Reply<'a> {
     #[serde(borrow)]

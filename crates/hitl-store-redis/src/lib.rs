@@ -121,8 +121,9 @@ return 1
 /// Expired calls leave a set when they would make a limit refuse a new call, and from
 /// all three sets at about one call in sixteen (an id ending in `0`, by its last
 /// byte), so they never pile up: whatever reads the sets counts by score
-/// (`ZCOUNT … (now +inf`). Every `redis.call` in a script costs Redis a microsecond or
-/// two beyond the command, so the three sweeps are not run on every pause.
+/// (`ZCOUNT … (now +inf`), and one still in the owner's set past its time counts as
+/// new. Every `redis.call` in a script costs Redis about half a microsecond beyond the
+/// command, so the three sweeps are not run on every pause.
 macro_rules! count_function {
     () => {
         r"
@@ -131,12 +132,13 @@ local function within(set, now, limit)
   return redis.call('ZREMRANGEBYSCORE', set, '-inf', now) > 0 and redis.call('ZCARD', set) < limit
 end
 local function count(owner, all, toolset, tools, now, id, expiry, per_owner, total, tool)
-  if string.byte(id, -1) % 16 == 0 then
+  if (string.byte(id, -1) or 0) % 16 == 0 then
     redis.call('ZREMRANGEBYSCORE', owner, '-inf', now)
     redis.call('ZREMRANGEBYSCORE', all, '-inf', now)
     redis.call('ZREMRANGEBYSCORE', toolset, '-inf', now)
   end
-  if not redis.call('ZSCORE', owner, id) then
+  local counted = redis.call('ZSCORE', owner, id)
+  if not counted or tonumber(counted) <= tonumber(now) then
     if not within(owner, now, tonumber(per_owner)) then return -1 end
     if not within(all, now, tonumber(total)) then return -2 end
   end

@@ -184,9 +184,14 @@ async fn lapsed_calls_leave_the_counting_sets() {
         return;
     };
     use hitl_thread::{LimitReached, PausedLedger as _, PausedLimits};
-    let store = RedisStore::connect(&url).await.expect("Redis at REDIS_URL answers");
-    let client = redis::Client::open(url.as_str()).unwrap();
+    // A database of its own, emptied first: the suite's other tests sweep the shared
+    // set of all paused calls of database 0 at their limits.
+    let base = url.rsplit_once('/').map_or(url.as_str(), |(base, _)| base);
+    let own = format!("{base}/12");
+    let client = redis::Client::open(own.as_str()).unwrap();
     let mut raw = client.get_multiplexed_async_connection().await.expect("Redis answers");
+    let () = redis::cmd("FLUSHDB").query_async(&mut raw).await.unwrap();
+    let store = RedisStore::connect(&own).await.expect("Redis answers");
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
     let prefix = uuid::Uuid::now_v7().to_string();
     let (owner, tool) = (format!("{prefix}-owner"), format!("{prefix}-tool"));
@@ -234,8 +239,22 @@ async fn lapsed_calls_leave_the_counting_sets() {
         }
         assert!(held(set, &live).await, "a live call stays in {set}");
     }
-    for (who, id) in [(&owner, &live), (&owner, &next), (&owner, &last), (&other, &sweeping)] {
-        store.uncount_paused(who, id, &tool).await.unwrap();
-    }
-    let _: () = redis::cmd("DEL").arg(&sets[0]).query_async(&mut raw).await.unwrap();
+    // A call still in the owner's set past its time counts as new when counted again:
+    // at the owner's limit, it is refused (as the memory store does).
+    let full = format!("{prefix}-full");
+    let tight = PausedLimits { per_owner: 1, total: u64::MAX };
+    let stale = format!("{prefix}-d1");
+    assert_eq!(store.count_paused(&full, &format!("{prefix}-d2"), &tool, now + 60_000, tight).await.unwrap(), Ok(()));
+    let () = redis::cmd("ZADD")
+        .arg(format!("hitl:{{paused}}:owner:{full}"))
+        .arg(now.saturating_sub(1))
+        .arg(&stale)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.count_paused(&full, &stale, &tool, now + 60_000, tight).await.unwrap(),
+        Err(LimitReached::PerOwner),
+        "a lapsed call counted again is checked against the limit"
+    );
 }
