@@ -27,6 +27,18 @@ async fn redis_store_conforms() {
     assert!(claimed, "the Redis store claims a round in the step that loads it");
 }
 
+/// Database `n` of the Redis at `url`, emptied first, for a test whose counts the
+/// suite's other tests (which share database 0) must not move: a store on it and a raw
+/// connection to it.
+async fn own_database(url: &str, n: u8) -> (RedisStore, redis::aio::MultiplexedConnection) {
+    let base = url.rsplit_once('/').map_or(url, |(base, _)| base);
+    let own = format!("{base}/{n}");
+    let client = redis::Client::open(own.as_str()).unwrap();
+    let mut raw = client.get_multiplexed_async_connection().await.expect("Redis answers");
+    let () = redis::cmd("FLUSHDB").query_async(&mut raw).await.unwrap();
+    (RedisStore::connect(&own).await.expect("Redis answers"), raw)
+}
+
 /// On a Redis where nothing was ever paused, the count per tool is empty, not an error
 /// (`/metrics` reads it at every scrape).
 #[tokio::test]
@@ -35,13 +47,7 @@ async fn an_empty_redis_counts_no_paused_calls() {
         cannot_run("REDIS_URL is not set");
         return;
     };
-    // A database of its own, emptied first (the suite's other tests share database 0).
-    let base = url.rsplit_once('/').map_or(url.as_str(), |(base, _)| base);
-    let empty = format!("{base}/13");
-    let client = redis::Client::open(empty.as_str()).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.expect("Redis answers");
-    let () = redis::cmd("FLUSHDB").query_async(&mut connection).await.unwrap();
-    let store = RedisStore::connect(&empty).await.expect("Redis answers");
+    let (store, _) = own_database(&url, 13).await;
     use hitl_thread::PausedLedger as _;
     assert_eq!(store.paused_by_tool().await.expect("no error on an empty store"), Vec::<(String, u64)>::new());
 }
@@ -184,14 +190,9 @@ async fn lapsed_calls_leave_the_counting_sets() {
         return;
     };
     use hitl_thread::{LimitReached, PausedLedger as _, PausedLimits};
-    // A database of its own, emptied first: the suite's other tests sweep the shared
-    // set of all paused calls of database 0 at their limits.
-    let base = url.rsplit_once('/').map_or(url.as_str(), |(base, _)| base);
-    let own = format!("{base}/12");
-    let client = redis::Client::open(own.as_str()).unwrap();
-    let mut raw = client.get_multiplexed_async_connection().await.expect("Redis answers");
-    let () = redis::cmd("FLUSHDB").query_async(&mut raw).await.unwrap();
-    let store = RedisStore::connect(&own).await.expect("Redis answers");
+    // The suite's other tests sweep database 0's shared set of all paused calls at
+    // their limits.
+    let (store, mut raw) = own_database(&url, 12).await;
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
     let prefix = uuid::Uuid::now_v7().to_string();
     let (owner, tool) = (format!("{prefix}-owner"), format!("{prefix}-tool"));
