@@ -18,7 +18,6 @@
 //!   on one connection, untimed: what `cargo xtask bench --peers` counts instructions
 //!   over under callgrind.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -202,45 +201,44 @@ fn answer_body(key: &str, state: Option<&str>) -> Bytes {
 /// shares with the server it measures). A round asks one question, so any key of
 /// `inputRequests` is its key.
 #[derive(Deserialize)]
-struct Reply<'a> {
-    #[serde(borrow)]
-    result: Option<RoundResult<'a>>,
+struct Reply {
+    result: Option<RoundResult>,
     error: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RoundResult<'a> {
+struct RoundResult {
     /// The pause: its questions by key.
-    #[serde(borrow, default)]
-    input_requests: Option<BTreeMap<Cow<'a, str>, IgnoredAny>>,
-    #[serde(borrow, default)]
-    request_state: Option<Cow<'a, str>>,
+    #[serde(default)]
+    input_requests: Option<BTreeMap<String, IgnoredAny>>,
+    #[serde(default)]
+    request_state: Option<String>,
     /// The answer: the region, structured or as text.
-    #[serde(borrow, default)]
-    structured_content: Option<Region<'a>>,
-    #[serde(borrow, default)]
-    content: Vec<Text<'a>>,
+    #[serde(default)]
+    structured_content: Option<Region>,
+    #[serde(default)]
+    content: Vec<Text>,
     #[serde(default)]
     is_error: Option<bool>,
 }
 
 #[derive(Deserialize)]
-struct Region<'a> {
-    #[serde(borrow, default)]
-    region: Option<Cow<'a, str>>,
+struct Region {
+    #[serde(default)]
+    region: Option<String>,
 }
 
 #[derive(Deserialize)]
-struct Text<'a> {
-    #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
+struct Text {
+    #[serde(default)]
+    text: Option<String>,
 }
 
 /// The reply's result, or what was wrong with it.
-fn result_of(body: &[u8]) -> anyhow::Result<RoundResult<'_>> {
+fn result_of(body: &[u8]) -> anyhow::Result<RoundResult> {
     let shown = || String::from_utf8_lossy(body).into_owned();
-    match serde_json::from_slice::<Reply<'_>>(body) {
+    match serde_json::from_slice::<Reply>(body) {
         Ok(Reply { result: Some(result), error: None }) => Ok(result),
         Ok(_) => bail!("the call failed: {}", shown()),
         Err(e) => bail!("the reply is not a JSON-RPC result ({e}): {}", shown()),
@@ -251,7 +249,7 @@ fn result_of(body: &[u8]) -> anyhow::Result<RoundResult<'_>> {
 fn question_of(body: &[u8]) -> anyhow::Result<(String, Option<String>)> {
     let result = result_of(body)?;
     let key = result.input_requests.and_then(|m| m.into_keys().next()).context("no question")?;
-    Ok((key.into_owned(), result.request_state.map(Cow::into_owned)))
+    Ok((key, result.request_state))
 }
 
 /// An answered round must end the call with the region: a server that fails it is not
