@@ -371,44 +371,57 @@ pub(crate) fn peers() -> anyhow::Result<()> {
 
     // The rates the targets compare, measured again in turns, each on a fresh server:
     // one 5-second window is at the mercy of what else the shared machine runs in it.
-    let mut turns: Vec<(&str, RatePass<'_>)> = vec![
-        ("echo", Box::new(|| echo_baseline(&release))),
-        ("hitl, memory store", Box::new(|| load(&serve(hitl_for_load(&release, "hitl"))?.url, "round", &[]))),
+    let mut turns = vec![
+        Turn { name: "echo", peer: false, pass: Box::new(|| echo_baseline(&release)) },
+        Turn {
+            name: "hitl, memory store",
+            peer: false,
+            pass: Box::new(|| load(&serve(hitl_for_load(&release, "hitl"))?.url, "round", &[])),
+        },
     ];
     if let Ok(redis) = &redis {
-        turns.push((
-            name,
-            Box::new(move || {
-                redis_flush(redis.port)?;
-                load(&serve(hitl_on_redis(redis))?.url, "round", &[])
-            }),
-        ));
+        let pass = move || {
+            redis_flush(redis.port)?;
+            load(&serve(hitl_on_redis(redis))?.url, "round", &[])
+        };
+        turns.push(Turn { name, peer: false, pass: Box::new(pass) });
     }
     if let Ok(program) = &rmcp {
-        turns.push((RMCP, Box::new(move || load(&serve(Command::new(program))?.url, "round", &[]))));
+        let pass = move || load(&serve(Command::new(program))?.url, "round", &[]);
+        turns.push(Turn { name: RMCP, peer: true, pass: Box::new(pass) });
     }
     for _ in 1..RATE_TURNS {
-        for (name, measure) in &turns {
-            let pass = measure()?;
-            if pass["errors"].as_u64().unwrap_or_default() > 0 {
-                bail!("{name}: {} requests failed in a later pass", pass["errors"]);
-            }
-            if let Some(row) = report.get_mut(*name).filter(|r| r["status"] == "measured" || *name == "echo") {
-                let first = if *name == "echo" { row.clone() } else { row["round"].clone() };
-                let passes = row.as_object_mut().expect("a row is an object").entry("rate_passes");
-                let passes = passes.or_insert_with(|| serde_json::json!([first]));
-                passes.as_array_mut().expect("a list").push(pass);
+        for turn in &turns {
+            // A peer not measured (it failed a pass) is not run again.
+            let Some(row) = report.get_mut(turn.name).filter(|r| r.get("status").is_none_or(|s| s == "measured"))
+            else {
+                continue;
+            };
+            let pass = (turn.pass)().and_then(|pass| match pass["errors"].as_u64() {
+                Some(failed) if failed > 0 => bail!("{failed} requests failed in a later pass"),
+                _ => Ok(pass),
+            });
+            match pass {
+                Ok(pass) => {
+                    let first = rate_mut(row).clone();
+                    let passes = row.as_object_mut().expect("a row is an object").entry("rate_passes");
+                    passes.or_insert_with(|| serde_json::json!([first])).as_array_mut().expect("a list").push(pass);
+                }
+                // As in the first pass: a peer that fails is reported, hitl or the echo
+                // failing stops the run.
+                Err(why) if turn.peer => *row = not_measured(turn.name, &format!("{why:#}")),
+                Err(why) => return Err(why.context(turn.name)),
             }
         }
     }
     println!("  rates again in turns ({RATE_TURNS} passes each, fresh servers), the median of each:");
-    for (name, _) in &turns {
-        let Some(row) = report.get_mut(*name) else { continue };
+    for turn in &turns {
+        let Some(row) = report.get_mut(turn.name) else { continue };
         let Some(median) = median_pass(row) else { continue };
-        let unit = if *name == "echo" { "req/s   " } else { "rounds/s" };
+        let unit = if row.get("round").is_some() { "rounds/s" } else { "req/s   " };
         println!(
             "  {:<44} {:>7.0} {unit}  (passes: {})",
-            name,
+            turn.name,
             median["throughput"].as_f64().unwrap_or_default(),
             row["rate_passes"]
                 .as_array()
@@ -418,13 +431,9 @@ pub(crate) fn peers() -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        if *name == "echo" {
-            for key in ["throughput", "p50_us", "p99_us", "requests", "errors"] {
-                row[key] = median[key].clone();
-            }
-        } else {
-            row["round"] = median;
-        }
+        let passes = row["rate_passes"].take();
+        *rate_mut(row) = median;
+        row["rate_passes"] = passes;
     }
     let hitl_rounds = report["hitl, memory store"]["round"]["throughput"].as_f64().unwrap_or_default();
     let rounds_of = |name: &str| report[name]["round"]["throughput"].as_f64();
@@ -452,8 +461,21 @@ const RMCP: &str = "rmcp 3.11 (StreamableHttpService)";
 /// and keeps every pass (`rate_passes`).
 const RATE_TURNS: usize = 3;
 
-/// One more load run of a server the rate targets compare, on a fresh server.
-type RatePass<'a> = Box<dyn Fn() -> anyhow::Result<serde_json::Value> + 'a>;
+/// A server whose rate the targets compare, measured again in turns.
+struct Turn<'a> {
+    /// Its row in the report.
+    name: &'static str,
+    /// A peer: a failed pass is reported, not an error of the run.
+    peer: bool,
+    /// One more load run, on a fresh server.
+    pass: Box<dyn Fn() -> anyhow::Result<serde_json::Value> + 'a>,
+}
+
+/// Where a row of the report keeps its rate: a server's under `round`, the echo's row
+/// is its load run itself.
+fn rate_mut(row: &mut serde_json::Value) -> &mut serde_json::Value {
+    if row.get("round").is_some() { &mut row["round"] } else { row }
+}
 
 /// The pass of median throughput among a row's `rate_passes`.
 fn median_pass(row: &serde_json::Value) -> Option<serde_json::Value> {
@@ -607,5 +629,14 @@ mod tests {
         assert_eq!(median_pass(&row).unwrap()["p50_us"], 2, "the pass is kept whole");
         assert_eq!(median_pass(&serde_json::json!({"rate_passes": [{"throughput": 7.0}]})).unwrap()["throughput"], 7.0);
         assert!(median_pass(&serde_json::json!({"round": {}})).is_none(), "no passes, no median");
+    }
+
+    #[test]
+    fn a_servers_rate_is_its_round_and_the_echos_its_row() {
+        let mut server = serde_json::json!({"status": "measured", "round": {"throughput": 1.0}});
+        *rate_mut(&mut server) = serde_json::json!({"throughput": 2.0});
+        assert_eq!(server, serde_json::json!({"status": "measured", "round": {"throughput": 2.0}}));
+        let mut echo = serde_json::json!({"throughput": 3.0, "p50_us": 1});
+        assert_eq!(rate_mut(&mut echo)["p50_us"], 1, "the echo's row is its load run");
     }
 }
