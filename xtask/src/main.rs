@@ -17,7 +17,8 @@
 //!   a bare hyper JSON echo server measured in the same run, p99 at half of peak load,
 //!   the same with 100,000 paused calls held, and heap allocations per round counted by
 //!   `hitl-counted`. `--peers`: hitl beside the same tool on the Python SDK, the
-//!   TypeScript SDK v2 and rmcp (`bench/peers/`, installed under `target/peers/`).
+//!   TypeScript SDK v2 and rmcp (`bench/peers/`, installed under `target/peers/`), hitl
+//!   and rmcp as profile-guided builds (`pgo.rs`, under `target/pgo/`).
 //! - `cargo xtask image`: the container image of `Containerfile` (the stripped release
 //!   build, with buildah, which it installs with apt-get when missing), its size checked
 //!   (at most 40 MiB) and the image run and tested: see `image.rs` and docs/deploy.md.
@@ -39,6 +40,7 @@ use anyhow::{Context as _, bail};
 mod bench;
 mod image;
 mod manifests;
+mod pgo;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
