@@ -81,8 +81,8 @@ const WARM_ROUNDS: usize = 500;
 const COUNTED_ROUNDS: usize = 2_000;
 
 /// What callgrind counts of a server per round, its caches and branch predictor
-/// simulated (`--cache-sim=yes --branch-sim=yes`): a 32 KiB first-level instruction
-/// cache, the same for data, and a simple predictor. Once the instructions were halved
+/// simulated (`--cache-sim=yes --branch-sim=yes`): first-level caches as valgrind
+/// detects this machine's (32 KiB each here) and a simple predictor. Once the instructions were halved
 /// the time was not: the round's code, run about once a round, misses the
 /// instruction cache about every twenty instructions, so these say where the time goes
 /// as the instruction count no longer does (docs/performance.md).
@@ -143,7 +143,7 @@ impl RoundCounts {
     }
 
     /// A row's simulated misses as the terminal shows them.
-    fn shown(row: &serde_json::Value) -> String {
+    fn summary(row: &serde_json::Value) -> String {
         format!(
             "{} I1 misses, {} D1 misses, {} branches mispredicted",
             shown(&row["instruction_cache_misses_per_round"]),
@@ -333,9 +333,19 @@ fn typescript_peer() -> anyhow::Result<(PathBuf, PathBuf)> {
 fn rmcp_peer() -> anyhow::Result<PathBuf> {
     crate::pgo::build(&crate::pgo::Build::RMCP, |program| {
         let served = serve(Command::new(program))?;
-        load(&served.url, "round", &["--seconds", "4"])?;
+        trained(load(&served.url, "round", &["--seconds", "4"]))?;
         served.stop()
     })
+}
+
+/// A training load that ran without a failed request: a profile of error paths would
+/// optimize for them.
+fn trained(run: anyhow::Result<serde_json::Value>) -> anyhow::Result<()> {
+    let run = run?;
+    if run["errors"].as_u64() != Some(0) || run["throughput"].as_f64().is_none_or(|t| t <= 0.0) {
+        bail!("the training load failed: {run}");
+    }
+    Ok(())
 }
 
 /// `hitl` as `--peers` measures it: a profile-guided release build (`target/pgo/hitl`),
@@ -353,8 +363,8 @@ fn hitl_pgo() -> anyhow::Result<PathBuf> {
                 command.args(["--store", url]).env("HITL_SECRET", BENCH_SECRET);
             }
             let served = serve(command)?;
-            load(&served.url, "round", &["--seconds", "3"])?;
-            load(&served.url, "pause", &["--seconds", "1"])?;
+            trained(load(&served.url, "round", &["--seconds", "3"]))?;
+            trained(load(&served.url, "pause", &["--seconds", "1"]))?;
             served.stop()?;
         }
         Ok(())
@@ -379,6 +389,8 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     // The load generator, the echo and `hitl-counted` (allocations are counted, not
     // timed) stay the release build's.
     let pgo = hitl_pgo()?;
+    // Built (and trained) before anything is measured, not between the rows.
+    let rmcp = rmcp_peer().map_err(|e| format!("{e:#}"));
     let mut report = serde_json::Map::new();
     let baseline = echo_baseline(&release)?;
     println!("bench --peers (2 cores shared by server and load generator; one run):");
@@ -407,7 +419,7 @@ pub(crate) fn peers() -> anyhow::Result<()> {
         row["bytes_allocated_per_round"].as_f64().unwrap_or_default(),
         row["bytes_per_finished_call"].as_f64().unwrap_or_default(),
     );
-    println!("  {:<44} {} per round (simulated)", "", RoundCounts::shown(&row));
+    println!("  {:<44} {} per round (simulated)", "", RoundCounts::summary(&row));
     report.insert("hitl, memory store".into(), row);
     let redis = if on_path("redis-server") {
         start_redis().map_err(|e| e.to_string())
@@ -426,7 +438,6 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     };
     report.insert(name.into(), row);
 
-    let rmcp = rmcp_peer().map_err(|e| format!("{e:#}"));
     let peers = [
         Peer {
             name: "TypeScript SDK v2 2.4.0 (createMcpHandler)",
@@ -464,7 +475,7 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     {
         RoundCounts::write(counts_per_round(&Command::new(program)), row);
         println!("  {:<44} {} instructions per round", "", shown(&row["instructions_per_round"]));
-        println!("  {:<44} {} per round (simulated)", "", RoundCounts::shown(row));
+        println!("  {:<44} {} per round (simulated)", "", RoundCounts::summary(row));
     }
 
     // The rates the targets compare, measured again in turns, each on a fresh server:

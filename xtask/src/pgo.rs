@@ -41,6 +41,9 @@ impl Build {
 /// `build` made twice: instrumented, trained by `train` (given the instrumented
 /// program, which must exit normally for its counts to be written), then optimized
 /// with the merged profile. The optimized program.
+///
+/// The flags reach build scripts and proc macros too (no `--target`): the counts they
+/// write while building are thrown away before the training.
 pub(crate) fn build(build: &Build, train: impl FnOnce(&Path) -> anyhow::Result<()>) -> anyhow::Result<PathBuf> {
     let profdata = llvm_profdata()?;
     let root = workspace_root();
@@ -50,8 +53,9 @@ pub(crate) fn build(build: &Build, train: impl FnOnce(&Path) -> anyhow::Result<(
         let target = dir.join(kind);
         let mut cargo = cargo();
         cargo.current_dir(&root).args(["build", "--release"]).args(build.args).arg("--target-dir").arg(&target);
-        // Only the flag: a RUSTFLAGS of the caller's would change what is measured.
-        cargo.env("RUSTFLAGS", flag).env_remove("CARGO_ENCODED_RUSTFLAGS");
+        // Only the flag (encoded: a path with a space stays one argument); a RUSTFLAGS
+        // of the caller's would change what is measured.
+        cargo.env("CARGO_ENCODED_RUSTFLAGS", flag).env_remove("RUSTFLAGS");
         run(cargo)?;
         Ok(target.join("release").join(build.program))
     };
@@ -102,7 +106,7 @@ fn llvm_major(verbose: &str) -> Option<u32> {
 
 impl Served {
     /// The server asked to stop (`SIGTERM`) and waited for: an instrumented build
-    /// writes its counts as it exits. Killed after 30 s.
+    /// writes its counts as it exits. After 30 s an error, and the drop kills it.
     pub(crate) fn stop(mut self) -> anyhow::Result<()> {
         let pid = self.child.id().to_string();
         run({

@@ -59,11 +59,12 @@ async fn main() -> std::io::Result<()> {
         StreamableHttpServerConfig::default().with_legacy_session_mode(false).with_json_response(true),
     );
     let router = axum::Router::new().nest_service("/mcp", service);
+    // Stops on SIGTERM by returning, so that a build instrumented for profile-guided
+    // optimization writes its counts as it exits (`cargo xtask bench --peers`); the
+    // handler is in place before the address says the server is up.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     println!("http://{}/mcp", listener.local_addr()?);
-    // Stops on SIGTERM by returning, so that a build instrumented for profile-guided
-    // optimization writes its counts as it exits (`cargo xtask bench --peers`).
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             terminate.recv().await;
