@@ -291,10 +291,7 @@ fn redis_used_memory(port: u16) -> anyhow::Result<u64> {
 /// rounds/s and latency of `choose_region`, its memory after the run, and its memory
 /// per paused call (what it gains pausing `paused` more calls).
 fn measure_peer(name: &str, served: &Served, paused: u64, holds: &Holds) -> anyhow::Result<serde_json::Value> {
-    let round = load(&served.url, "round", &[])?;
-    if round["errors"].as_u64().unwrap_or_default() > 0 {
-        bail!("{name}: {} rounds failed during the run", round["errors"]);
-    }
+    let round = without_failures(load(&served.url, "round", &[])?, name)?;
     let rss_after_run = rss_kib(served.child.id());
     let held_elsewhere = || match holds {
         Holds::Redis(port) => redis_used_memory(*port),
@@ -341,11 +338,21 @@ fn rmcp_peer() -> anyhow::Result<PathBuf> {
 /// A training load that ran without a failed request: a profile of error paths would
 /// optimize for them.
 fn trained(run: anyhow::Result<serde_json::Value>) -> anyhow::Result<()> {
-    let run = run?;
-    if run["errors"].as_u64() != Some(0) || run["throughput"].as_f64().is_none_or(|t| t <= 0.0) {
-        bail!("the training load failed: {run}");
+    let run = without_failures(run?, "the training load")?;
+    if run["throughput"].as_f64().is_none_or(|t| t <= 0.0) {
+        bail!("the training load served nothing: {run}");
     }
     Ok(())
+}
+
+/// A load run in which no request failed, or an error saying how many did (`what`
+/// names the run).
+fn without_failures(run: serde_json::Value, what: &str) -> anyhow::Result<serde_json::Value> {
+    match run["errors"].as_u64() {
+        Some(0) => Ok(run),
+        Some(failed) => bail!("{what}: {failed} requests failed during the run"),
+        None => bail!("{what}: the load generator gave no count of failed requests: {run}"),
+    }
 }
 
 /// `hitl` as `--peers` measures it: a profile-guided release build (`target/pgo/hitl`),
@@ -506,10 +513,7 @@ pub(crate) fn peers() -> anyhow::Result<()> {
             else {
                 continue;
             };
-            let pass = (turn.pass)().and_then(|pass| match pass["errors"].as_u64() {
-                Some(failed) if failed > 0 => bail!("{failed} requests failed in a later pass"),
-                _ => Ok(pass),
-            });
+            let pass = (turn.pass)().and_then(|pass| without_failures(pass, "a later pass"));
             match pass {
                 Ok(pass) => {
                     let first = rate_mut(row).clone();
@@ -721,6 +725,18 @@ pub(crate) fn bench() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_with_a_failed_request_is_refused_wherever_it_is_checked() {
+        let ok = serde_json::json!({"errors": 0, "throughput": 10.0});
+        assert_eq!(without_failures(ok.clone(), "run").unwrap(), ok);
+        let failed = without_failures(serde_json::json!({"errors": 3}), "a later pass").unwrap_err();
+        assert_eq!(failed.to_string(), "a later pass: 3 requests failed during the run");
+        assert!(without_failures(serde_json::json!({}), "run").is_err(), "no count is no success");
+        assert!(trained(Ok(ok)).is_ok());
+        assert!(trained(Ok(serde_json::json!({"errors": 1, "throughput": 10.0}))).is_err());
+        assert!(trained(Ok(serde_json::json!({"errors": 0, "throughput": 0.0}))).is_err(), "nothing served");
+    }
 
     #[test]
     fn a_dumps_totals_are_read_by_their_event_names() {
