@@ -521,6 +521,32 @@ struct Served {
     url: String,
 }
 
+impl Served {
+    /// The server asked to stop (`SIGTERM`) and waited for: an instrumented build
+    /// writes its counts as it exits. After 30 s an error, and the drop kills it.
+    fn stop(mut self) -> anyhow::Result<()> {
+        let pid = self.child.id().to_string();
+        run({
+            let mut kill = Command::new("kill");
+            kill.args(["-TERM", &pid]);
+            kill
+        })?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                if !status.success() {
+                    bail!("process {pid} exited with {status} when asked to stop");
+                }
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("process {pid} did not stop within 30 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.child.kill();

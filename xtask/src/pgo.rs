@@ -13,11 +13,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::{Served, cargo, ensure_apt, on_path, run, workspace_root};
+use crate::{cargo, ensure_apt, on_path, run, workspace_root};
 
 /// What to build: its name (its folder under `target/pgo`), what `cargo build
 /// --release` is told beside the target folder, and the program it makes.
@@ -102,32 +101,6 @@ fn llvm_profdata() -> anyhow::Result<PathBuf> {
 /// The major version of `LLVM version: 22.1.2` in rustc's `-vV`.
 fn llvm_major(verbose: &str) -> Option<u32> {
     verbose.lines().find_map(|line| line.strip_prefix("LLVM version:"))?.trim().split('.').next()?.parse().ok()
-}
-
-impl Served {
-    /// The server asked to stop (`SIGTERM`) and waited for: an instrumented build
-    /// writes its counts as it exits. After 30 s an error, and the drop kills it.
-    pub(crate) fn stop(mut self) -> anyhow::Result<()> {
-        let pid = self.child.id().to_string();
-        run({
-            let mut kill = Command::new("kill");
-            kill.args(["-TERM", &pid]);
-            kill
-        })?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                if !status.success() {
-                    bail!("process {pid} exited with {status} when asked to stop");
-                }
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!("process {pid} did not stop within 30 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
 }
 
 #[cfg(test)]
