@@ -13,9 +13,9 @@
 //! A paused call's round is claimed in the step that loads it
 //! ([`ThreadStore::load_claiming`]): its claim lives beside the record (`c`, with the
 //! open round `r`, the proof of its token `t` and the digest of what binds the call to
-//! it `b`), so a script sets it without rewriting the JSON. Such records are written as
-//! [`CLAIM_BESIDE_FORMAT`], which replicas of builds that look for the claim inside
-//! refuse rather than resume twice.
+//! it `b`; each empty when there is none), so a script sets it without rewriting the
+//! JSON. Such records are written as [`CLAIM_BESIDE_FORMAT`], which replicas of builds
+//! that look for the claim inside refuse rather than resume twice.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), hitl_thread::StoreError> {
@@ -44,23 +44,15 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 /// How long one Redis command may take before the store reports it unavailable.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A Lua function that writes a thread's fields: version, record, claim (`''`: none),
-/// claimable round, its proof and the call's binding digest (`''`: none), and its
-/// expiry; `fresh` when the hash is new, so has no field to delete.
+/// A Lua function that writes a thread's fields: version, record, claim, claimable
+/// round, its proof and the call's binding digest, and its expiry. A field with nothing
+/// in it is written empty rather than deleted: one `HSET` (readers take `''` as none,
+/// and so did the builds before, which deleted them).
 macro_rules! put_function {
     () => {
         r"
-local function put(key, v, d, c, r, t, b, expiry, fresh)
-  local set, gone = {'v', v, 'd', d}, {}
-  if c == '' then gone[#gone + 1] = 'c' else set[#set + 1] = 'c'; set[#set + 1] = c end
-  if r == '' then
-    gone[#gone + 1] = 'r'; gone[#gone + 1] = 't'; gone[#gone + 1] = 'b'
-  else
-    set[#set + 1] = 'r'; set[#set + 1] = r; set[#set + 1] = 't'; set[#set + 1] = t
-    set[#set + 1] = 'b'; set[#set + 1] = b
-  end
-  redis.call('HSET', key, unpack(set))
-  if #gone > 0 and not fresh then redis.call('HDEL', key, unpack(gone)) end
+local function put(key, v, d, c, r, t, b, expiry)
+  redis.call('HSET', key, 'v', v, 'd', d, 'c', c, 'r', r, 't', t, 'b', b)
   redis.call('PEXPIREAT', key, expiry)
 end
 "
@@ -95,7 +87,7 @@ local claimed = 0
 local version = tonumber(f[1])
 local ours = string.sub(f[2], 1, string.len(ARGV[4])) == ARGV[4]
 local proven = f[5] == ARGV[1] and f[6] == ARGV[5]
-if version and ours and f[4] and proven then
+if version and ours and f[4] and f[4] ~= '' and proven then
   local until_ms = f[3] and tonumber(string.match(f[3], ':(%d+)$'))
   if not until_ms or until_ms <= tonumber(ARGV[2]) then
     redis.call('HSET', KEYS[1], 'v', tostring(version + 1), 'c', f[4] .. ':' .. ARGV[3])
@@ -123,7 +115,9 @@ return 1
 /// byte), so they never pile up: whatever reads the sets counts by score
 /// (`ZCOUNT … (now +inf`), and one still in the owner's set past its time counts as
 /// new. Every `redis.call` in a script costs Redis about half a microsecond beyond the
-/// command, so the three sweeps are not run on every pause.
+/// command, so the three sweeps are not run on every pause, a `fresh` id (a new
+/// thread's) is not looked up, and the owner's set is given the call's expiry only
+/// when no call in it expires later (`ZREVRANK` 0: a rank, not a score to format).
 macro_rules! count_function {
     () => {
         r"
@@ -131,13 +125,13 @@ local function within(set, now, limit)
   if redis.call('ZCARD', set) < limit then return true end
   return redis.call('ZREMRANGEBYSCORE', set, '-inf', now) > 0 and redis.call('ZCARD', set) < limit
 end
-local function count(owner, all, toolset, tools, now, id, expiry, per_owner, total, tool)
+local function count(owner, all, toolset, tools, now, id, expiry, per_owner, total, tool, fresh)
   if (string.byte(id, -1) or 0) % 16 == 0 then
     redis.call('ZREMRANGEBYSCORE', owner, '-inf', now)
     redis.call('ZREMRANGEBYSCORE', all, '-inf', now)
     redis.call('ZREMRANGEBYSCORE', toolset, '-inf', now)
   end
-  local counted = redis.call('ZSCORE', owner, id)
+  local counted = not fresh and redis.call('ZSCORE', owner, id)
   if not counted or tonumber(counted) <= tonumber(now) then
     if not within(owner, now, tonumber(per_owner)) then return -1 end
     if not within(all, now, tonumber(total)) then return -2 end
@@ -146,16 +140,13 @@ local function count(owner, all, toolset, tools, now, id, expiry, per_owner, tot
   redis.call('ZADD', all, expiry, id)
   redis.call('ZADD', toolset, expiry, id)
   redis.call('SADD', tools, tool)
-  local last = redis.call('ZRANGE', owner, -1, -1, 'WITHSCORES')
-  redis.call('PEXPIREAT', owner, last[2])
+  if redis.call('ZREVRANK', owner, id) == 0 then redis.call('PEXPIREAT', owner, expiry) end
   return 1
 end
 "
     };
 }
 
-/// Counts a paused call (KEYS: the owner's set, the set of all, the tool's set, the set
-/// of tools; ARGV: now, id, expiry, per-owner limit, total limit, tool).
 /// One call counted in a rate limit's sliding window (KEYS: the sorted set of the
 /// admitted calls' times; ARGV: now, the window, the limit, a unique member): -1 when
 /// counted, else the ms until the oldest call leaves the window (nothing counted).
@@ -171,6 +162,8 @@ redis.call('PEXPIRE', KEYS[1], window)
 return -1
 ";
 
+/// Counts a paused call (KEYS: the owner's set, the set of all, the tool's set, the set
+/// of tools; ARGV: now, id, expiry, per-owner limit, total limit, tool).
 const COUNT: &str = concat!(
     count_function!(),
     "return count(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])"
@@ -185,9 +178,9 @@ const CREATE: &str = concat!(
     put_function!(),
     r"
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local counted = count(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[5], ARGV[3], ARGV[6], ARGV[7], ARGV[8])
+local counted = count(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[5], ARGV[3], ARGV[6], ARGV[7], ARGV[8], true)
 if counted ~= 1 then return counted end
-put(KEYS[1], ARGV[1], ARGV[2], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[3], true)
+put(KEYS[1], ARGV[1], ARGV[2], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[3])
 return 1
 "
 );

@@ -259,3 +259,31 @@ async fn lapsed_calls_leave_the_counting_sets() {
         "a lapsed call counted again is checked against the limit"
     );
 }
+
+/// An owner's counting set lives as long as the last of its calls: a call that ends
+/// sooner than one counted before does not shorten it (a caller could otherwise drop
+/// its own counts early with a short-lived call), and one that ends later lengthens it.
+#[tokio::test]
+async fn an_owners_set_lives_as_long_as_its_last_call() {
+    let Ok(url) = std::env::var("REDIS_URL") else {
+        cannot_run("REDIS_URL is not set");
+        return;
+    };
+    use hitl_thread::{PausedLedger as _, PausedLimits};
+    let (store, mut raw) = own_database(&url, 11).await;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    let prefix = uuid::Uuid::now_v7().to_string();
+    let owner = format!("{prefix}-owner");
+    let set = format!("hitl:{{paused}}:owner:{owner}");
+    let limits = PausedLimits { per_owner: 10, total: u64::MAX };
+    let mut pttl = async || redis::cmd("PTTL").arg(&set).query_async::<i64>(&mut raw).await.unwrap();
+    let minute = 60_000;
+    for (n, (lives_ms, at_least_ms)) in
+        [(10 * minute, 9 * minute), (minute, 9 * minute), (20 * minute, 19 * minute)].into_iter().enumerate()
+    {
+        let id = format!("{prefix}-{n}1");
+        assert_eq!(store.count_paused(&owner, &id, "tool", now + lives_ms, limits).await.unwrap(), Ok(()));
+        let left = pttl().await;
+        assert!(left >= at_least_ms as i64, "after a call living {lives_ms} ms, the set has {left} ms left");
+    }
+}
