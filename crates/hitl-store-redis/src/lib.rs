@@ -446,17 +446,11 @@ impl RedisStore {
         window_ms: u64,
         now_ms: u64,
     ) -> Result<Option<u64>, StoreError> {
-        let mut connection = self.connection().await?;
         let wait: i64 = self
-            .window
-            .key(format!("hitl:rate:{key}"))
-            .arg(now_ms)
-            .arg(window_ms.max(1))
-            .arg(limit)
-            .arg(uuid::Uuid::now_v7().to_string())
-            .invoke_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+            .invoke(&self.window, &[&format!("hitl:rate:{key}")], |c| {
+                c.arg(now_ms).arg(window_ms.max(1)).arg(limit).arg(uuid::Uuid::now_v7().to_string())
+            })
+            .await?;
         Ok(u64::try_from(wait).ok().map(|wait| wait.max(1)))
     }
 
@@ -481,6 +475,46 @@ impl RedisStore {
     pub async fn kept(&self, key: &str) -> Result<Option<String>, StoreError> {
         let mut connection = self.connection().await?;
         redis::cmd("GET").arg(format!("hitl:grant:{key}")).query_async(&mut connection).await.map_err(unavailable)
+    }
+
+    /// `command`'s reply as a `T`. The connection manager's own method, not its
+    /// `ConnectionLike` one, which boxes a future for every command.
+    async fn query<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, StoreError> {
+        let value = self.reply(command).await?.map_err(unavailable)?;
+        redis::from_redis_value(value).map_err(unavailable)
+    }
+
+    /// What Redis answered `command` (its error too, for [`RedisStore::invoke`] to
+    /// read), on the shared connection.
+    async fn reply(&self, command: &redis::Cmd) -> Result<redis::RedisResult<redis::Value>, StoreError> {
+        let reply = match self.connection().await? {
+            Connection::Single(mut c) => c.send_packed_command(command).await,
+            Connection::Cluster(mut c) => redis::aio::ConnectionLike::req_packed_command(&mut c, command).await,
+        };
+        Ok(reply.and_then(redis::Value::extract_error))
+    }
+
+    /// `script` run over `keys` with the arguments `args` adds: its reply as a `T`, the
+    /// script loaded first when Redis does not have it (after a restart, or `SCRIPT
+    /// FLUSH`). One `EVALSHA` built once (a script invocation keeps each key and
+    /// argument apart, then copies them into its command).
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        keys: &[&str],
+        args: impl FnOnce(&mut redis::Cmd) -> &mut redis::Cmd,
+    ) -> Result<T, StoreError> {
+        let mut command = redis::cmd("EVALSHA");
+        args(command.arg(script.get_hash()).arg(keys.len()).arg(keys));
+        let value = match self.reply(&command).await? {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                let mut connection = self.connection().await?;
+                script.load_async(&mut connection).await.map_err(unavailable)?;
+                self.reply(&command).await?
+            }
+            reply => reply,
+        };
+        redis::from_redis_value(value.map_err(unavailable)?).map_err(unavailable)
     }
 
     /// A store for `url`, connected now: fails when Redis cannot be reached.
@@ -520,65 +554,47 @@ impl ThreadStore for RedisStore {
     }
 
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
-        let mut connection = self.connection().await?;
-        let (version, json, claim): (Option<String>, Option<String>, Option<String>) = redis::cmd("HMGET")
-            .arg(thread_key(id))
-            .arg(&["v", "d", "c"])
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+        let (version, json, claim): (Option<String>, Option<String>, Option<String>) =
+            self.query(redis::cmd("HMGET").arg(thread_key(id)).arg(&["v", "d", "c"])).await?;
         let Some(json) = json else { return Ok(None) };
         decode(id, version.as_deref().unwrap_or(""), &json, claim.as_deref().unwrap_or("")).map(Some)
     }
 
     /// One script: the load, and the claim when the token's proof is the open round's.
     async fn load_claiming(&self, id: &str, attempt: ClaimAttempt<'_>) -> Result<Loaded, StoreError> {
-        let mut connection = self.connection().await?;
         let loaded: Option<(String, String, String, i64)> = self
-            .load_claiming
-            .key(thread_key(id))
-            .arg(hitl_thread::proof(attempt.token))
-            .arg(attempt.now_ms)
-            .arg(attempt.until_ms)
-            .arg(claimable_record_start())
-            .arg(attempt.binding.digest())
-            .invoke_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+            .invoke(&self.load_claiming, &[&thread_key(id)], |c| {
+                c.arg(hitl_thread::proof(attempt.token))
+                    .arg(attempt.now_ms)
+                    .arg(attempt.until_ms)
+                    .arg(claimable_record_start())
+                    .arg(attempt.binding.digest())
+            })
+            .await?;
         let Some((version, json, claim, claimed)) = loaded else { return Ok(Loaded { thread: None, claimed: false }) };
         Ok(Loaded { thread: Some(decode(id, &version, &json, &claim)?), claimed: claimed == 1 })
     }
 
     async fn release_claim(&self, id: &str, claimed_version: u64) -> Result<bool, StoreError> {
-        let mut connection = self.connection().await?;
-        let released: i64 = self
-            .release
-            .key(thread_key(id))
-            .arg(claimed_version)
-            .arg(claimed_version + 1)
-            .invoke_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+        let released: i64 =
+            self.invoke(&self.release, &[&thread_key(id)], |c| c.arg(claimed_version).arg(claimed_version + 1)).await?;
         Ok(released == 1)
     }
 
     async fn save(&self, mut thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
         let fields = encode(&mut thread)?;
-        let mut connection = self.connection().await?;
         let saved: i64 = self
-            .save
-            .key(thread_key(&thread.id))
-            .arg(expected.map(|v| v.to_string()).unwrap_or_default())
-            .arg(thread.version)
-            .arg(fields.json)
-            .arg(thread.expires_at_ms)
-            .arg(fields.claim)
-            .arg(fields.round)
-            .arg(fields.proof)
-            .arg(fields.binding)
-            .invoke_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+            .invoke(&self.save, &[&thread_key(&thread.id)], |c| {
+                c.arg(expected.map(|v| v.to_string()).unwrap_or_default())
+                    .arg(thread.version)
+                    .arg(fields.json)
+                    .arg(thread.expires_at_ms)
+                    .arg(fields.claim)
+                    .arg(fields.round)
+                    .arg(fields.proof)
+                    .arg(fields.binding)
+            })
+            .await?;
         if saved == 1 { Ok(()) } else { Err(SaveError::Conflict(thread.id.to_string())) }
     }
 
@@ -599,22 +615,12 @@ impl PausedLedger for RedisStore {
         until_ms: u64,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, StoreError> {
-        let mut connection = self.connection().await?;
+        let keys = [&*owner_key(owner), ALL_PAUSED_KEY, &tool_key(tool), TOOLS_KEY];
         let counted: i64 = self
-            .count
-            .key(owner_key(owner))
-            .key(ALL_PAUSED_KEY)
-            .key(tool_key(tool))
-            .key(TOOLS_KEY)
-            .arg(now_ms())
-            .arg(id)
-            .arg(until_ms)
-            .arg(limits.per_owner)
-            .arg(limits.total)
-            .arg(tool)
-            .invoke_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+            .invoke(&self.count, &keys, |c| {
+                c.arg(now_ms()).arg(id).arg(until_ms).arg(limits.per_owner).arg(limits.total).arg(tool)
+            })
+            .await?;
         Ok(match counted {
             -1 => Err(LimitReached::PerOwner),
             -2 => Err(LimitReached::Total),
@@ -635,29 +641,23 @@ impl PausedLedger for RedisStore {
         }
         let mut thread = thread;
         let fields = encode(&mut thread)?;
-        let mut connection = self.connection().await?;
+        let keys = [&*thread_key(&thread.id), &owner_key(owner), ALL_PAUSED_KEY, &tool_key(&thread.tool), TOOLS_KEY];
         let created: i64 = self
-            .create
-            .key(thread_key(&thread.id))
-            .key(owner_key(owner))
-            .key(ALL_PAUSED_KEY)
-            .key(tool_key(&thread.tool))
-            .key(TOOLS_KEY)
-            .arg(thread.version)
-            .arg(fields.json)
-            .arg(thread.expires_at_ms)
-            .arg(now_ms())
-            .arg(&*thread.id)
-            .arg(limits.per_owner)
-            .arg(limits.total)
-            .arg(&*thread.tool)
-            .arg(fields.claim)
-            .arg(fields.round)
-            .arg(fields.proof)
-            .arg(fields.binding)
-            .invoke_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+            .invoke(&self.create, &keys, |c| {
+                c.arg(thread.version)
+                    .arg(fields.json)
+                    .arg(thread.expires_at_ms)
+                    .arg(now_ms())
+                    .arg(&*thread.id)
+                    .arg(limits.per_owner)
+                    .arg(limits.total)
+                    .arg(&*thread.tool)
+                    .arg(fields.claim)
+                    .arg(fields.round)
+                    .arg(fields.proof)
+                    .arg(fields.binding)
+            })
+            .await?;
         match created {
             1 => Ok(Ok(())),
             0 => Err(SaveError::Conflict(thread.id.to_string())),
@@ -673,25 +673,20 @@ impl PausedLedger for RedisStore {
         };
         let mut thread = thread;
         let fields = encode(&mut thread)?;
-        let mut connection = self.connection().await?;
+        let keys = [&*thread_key(&thread.id), &owner_key(owner), ALL_PAUSED_KEY, &tool_key(&thread.tool)];
         let saved: i64 = self
-            .finish
-            .key(thread_key(&thread.id))
-            .key(owner_key(owner))
-            .key(ALL_PAUSED_KEY)
-            .key(tool_key(&thread.tool))
-            .arg(expected)
-            .arg(thread.version)
-            .arg(fields.json)
-            .arg(thread.expires_at_ms)
-            .arg(&*thread.id)
-            .arg(fields.claim)
-            .arg(fields.round)
-            .arg(fields.proof)
-            .arg(fields.binding)
-            .invoke_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+            .invoke(&self.finish, &keys, |c| {
+                c.arg(expected)
+                    .arg(thread.version)
+                    .arg(fields.json)
+                    .arg(thread.expires_at_ms)
+                    .arg(&*thread.id)
+                    .arg(fields.claim)
+                    .arg(fields.round)
+                    .arg(fields.proof)
+                    .arg(fields.binding)
+            })
+            .await?;
         if saved == 1 { Ok(()) } else { Err(SaveError::Conflict(thread.id.to_string())) }
     }
 
