@@ -287,3 +287,25 @@ async fn an_owners_set_lives_as_long_as_its_last_call() {
         assert!(left >= at_least_ms as i64, "after a call living {lives_ms} ms, the set has {left} ms left");
     }
 }
+
+/// A Redis that lost its scripts (restarted, or `SCRIPT FLUSH`) has them loaded again
+/// by the next command that runs one.
+#[tokio::test]
+async fn scripts_redis_forgot_are_loaded_again() {
+    let Ok(url) = std::env::var("REDIS_URL") else {
+        cannot_run("REDIS_URL is not set");
+        return;
+    };
+    use hitl_thread::{PausedLedger as _, PausedLimits};
+    let (store, mut raw) = own_database(&url, 10).await;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    let prefix = uuid::Uuid::now_v7().to_string();
+    let limits = PausedLimits { per_owner: 10, total: u64::MAX };
+    for n in 1..=2 {
+        let () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut raw).await.unwrap();
+        let id = format!("{prefix}-{n}");
+        assert_eq!(store.count_paused("owner", &id, "tool", now + 60_000, limits).await.unwrap(), Ok(()), "{id}");
+        let counted: u64 = redis::cmd("ZCARD").arg("hitl:{paused}:owner:owner").query_async(&mut raw).await.unwrap();
+        assert_eq!(counted, n, "counted after a flush");
+    }
+}
