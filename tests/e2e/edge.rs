@@ -446,7 +446,7 @@ async fn secrets_given_two_ways_agree_and_a_rotation_keeps_open_rounds() {
     assert_eq!(done.body["result"]["content"][0]["text"], r#"{"region":"eu"}"#, "{:?}", done.body);
     let fresh = after.call_tool(5, json!({"name": "choose_region", "arguments": {}})).await;
     let refused = before.call_tool(6, answer(&fresh.body["result"]["requestState"])).await;
-    assert_eq!(refused.body["error"]["message"], "Invalid or expired requestState");
+    assert_eq!(refused.body["error"]["message"], "Invalid or expired requestState", "{:?}", refused.body);
     let _ = std::fs::remove_file(file);
 }
 
@@ -460,6 +460,11 @@ async fn with_secrets(url: &str, env: &[(&str, &str)]) -> Server {
 
 /// One Redis command over RESP; the reply as text (`None` for a nil).
 async fn redis_command(url: &str, args: &[&str]) -> Option<String> {
+    redis_reply(url, args).await.map(|reply| String::from_utf8(reply).expect("a reply in text"))
+}
+
+/// One Redis command over RESP; the reply's bytes (`None` for a nil).
+async fn redis_reply(url: &str, args: &[&str]) -> Option<Vec<u8>> {
     let authority = url.trim_start_matches("redis://").split('/').next().unwrap();
     let mut stream = TcpStream::connect(authority).await.unwrap();
     let mut out = format!("*{}\r\n", args.len());
@@ -471,21 +476,28 @@ async fn redis_command(url: &str, args: &[&str]) -> Option<String> {
     let mut buf = [0u8; 65536];
     loop {
         let n = stream.read(&mut buf).await.unwrap();
+        assert!(n > 0, "Redis closed the connection after {reply:?}");
         reply.extend_from_slice(&buf[..n]);
-        let text = String::from_utf8_lossy(&reply).into_owned();
-        if let Some(rest) = text.strip_prefix('$') {
-            let (len, data) = rest.split_once("\r\n")?;
-            let len: i64 = len.parse().unwrap();
+        if reply.first() == Some(&b'$') {
+            let Some(end) = reply.windows(2).position(|w| w == b"\r\n") else { continue };
+            let len: i64 = std::str::from_utf8(&reply[1..end]).unwrap().parse().unwrap();
+            let data = &reply[end + 2..];
             if len < 0 {
                 return None;
             }
             if data.len() >= len as usize + 2 {
-                return Some(data[..len as usize].to_owned());
+                return Some(data[..len as usize].to_vec());
             }
-        } else if text.ends_with("\r\n") {
-            return Some(text.trim_end().to_owned());
+        } else if reply.ends_with(b"\r\n") {
+            return Some(reply.trim_ascii_end().to_vec());
         }
     }
+}
+
+/// A thread's record in Redis (`d`), as the server packs it (MessagePack).
+async fn packed_record(url: &str, redis_key: &str) -> Value {
+    let packed = redis_reply(url, &["HGET", redis_key, "d"]).await.expect("the thread has a record");
+    rmp_serde::from_slice(&packed).expect("a packed record")
 }
 
 #[tokio::test]
@@ -553,7 +565,7 @@ async fn a_claim_made_as_the_round_loads_is_given_back_when_the_answer_is_refuse
     assert_eq!(field("t").await.map(|t| t.len()), Some(40), "SHA-1 of the token, in hex");
     assert_eq!(field("b").await.map(|b| b.len()), Some(64), "what binds the call to it, SHA-256 in hex");
     assert_eq!(field("c").await, None, "unclaimed");
-    let record: Value = serde_json::from_str(&field("d").await.unwrap()).unwrap();
+    let record = packed_record(&url, &redis_key).await;
     assert_eq!(record["format"], 4, "a replica that looks for the claim inside refuses it");
 
     // A forged token claims nothing.
@@ -586,9 +598,9 @@ async fn a_paused_call_saved_by_the_build_before_claims_on_load_is_answered() {
     let Some(url) = redis_url("records of the build before") else { return };
     let server = Server::start_on(&url, &[]).await;
     let (key, state, redis_key) = paused_on_redis(&server).await;
-    // Rewritten as the build before wrote it: format 1, no proof, nothing beside the record.
-    let mut record: Value =
-        serde_json::from_str(&redis_command(&url, &["HGET", &redis_key, "d"]).await.unwrap()).unwrap();
+    // Rewritten as the build before wrote it: format 1 in JSON, no proof, nothing beside
+    // the record.
+    let mut record = packed_record(&url, &redis_key).await;
     record["format"] = json!(1);
     record["round"].as_object_mut().unwrap().remove("proof");
     redis_command(&url, &["HSET", &redis_key, "d", &record.to_string()]).await;
@@ -598,8 +610,7 @@ async fn a_paused_call_saved_by_the_build_before_claims_on_load_is_answered() {
     assert_eq!(done.body["result"]["structuredContent"]["region"], "eu", "{:?}", done.body);
     let resend = server.call_tool(11, answer_region(&key, &state, json!({}))).await;
     assert_eq!(resend.body["result"], done.body["result"], "a resend gets the same result");
-    let finished: Value =
-        serde_json::from_str(&redis_command(&url, &["HGET", &redis_key, "d"]).await.unwrap()).unwrap();
+    let finished = packed_record(&url, &redis_key).await;
     assert!(finished["checkpoint"].is_null() && finished["last"]["round"] == 1, "{finished}");
 }
 

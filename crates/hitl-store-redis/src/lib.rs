@@ -3,12 +3,14 @@
 //! restarts and any replica behind a load balancer can answer any round.
 //!
 //! Each thread is one hash, `hitl:{<thread id>}:thread`, with its version (`v`) and its
-//! JSON record (`d`). The braces are a Redis Cluster hash tag: every key of a thread
-//! lands in one slot, so the store works on a cluster too (`redis+cluster://…`).
-//! `rediss://` connects over TLS (rustls), trusting the system's roots or a CA given to
-//! [`RedisStore::with_tls_roots`]. Saves are a compare-and-set on the version in a Lua script, and
-//! the record's expiry is set on the key itself (`PEXPIREAT`), so Redis drops abandoned
-//! calls without a sweeper.
+//! record (`d`), packed by [`hitl_thread::pack`]: the builds before wrote JSON, which
+//! this one reads, and cannot read a packed record, so they refuse it and never resume
+//! it. The braces are a Redis Cluster hash tag: every key of a thread lands in one slot,
+//! so the store works on a cluster too (`redis+cluster://…`). `rediss://` connects over
+//! TLS (rustls), trusting the system's roots or a CA given to
+//! [`RedisStore::with_tls_roots`]. Saves are a compare-and-set on the version in a Lua
+//! script, and the record's expiry is set on the key itself (`PEXPIREAT`), so Redis
+//! drops abandoned calls without a sweeper.
 //!
 //! A paused call's round is claimed in the step that loads it
 //! ([`ThreadStore::load_claiming`]): its claim lives beside the record (`c`, with the
@@ -37,7 +39,7 @@ pub use channels::{Channels, Deliver};
 use async_trait::async_trait;
 use hitl_thread::{
     CLAIM_BESIDE_FORMAT, Claim, ClaimAttempt, LimitReached, Loaded, PausedLedger, PausedLimits, SaveError, StoreError,
-    THREAD_FORMAT, Thread, ThreadStore,
+    Thread, ThreadStore,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
@@ -73,19 +75,23 @@ return 1
 
 /// A thread loaded, its open round claimed when the token proves it, the request is
 /// for the thread's call and no live claim holds it (KEYS: the thread; ARGV: the
-/// token's proof, now, until, the record's start, the request's binding digest): nil
-/// when missing, else the version, record and claim as they were, and 1 when claimed.
-/// The caller makes the proof (what `redis.sha1hex` of the token would give): SHA-1 in
-/// the script cost Redis more than the rest of the check. Only a record of the format
-/// this build writes beside its claim (its JSON starts with that format, the first
-/// field) that [`Thread::claimable`] marked (`r`, `t`, `b`) is claimed: any other is
-/// loaded, and left to the engine.
+/// token's proof, now, until, how a packed record of the claimable format starts after
+/// its map's one byte of header, the request's binding digest, how a JSON one starts):
+/// nil when missing, else the version, record and claim as they were, and 1 when
+/// claimed. The caller makes the proof (what `redis.sha1hex` of the token would give):
+/// SHA-1 in the script cost Redis more than the rest of the check. Only a record of the
+/// format this build writes beside its claim (its first field; packed, a map of fewer
+/// than 16 fields, `0x80`–`0x8f`, or JSON as the builds before wrote it) that
+/// [`Thread::claimable`] marked (`r`, `t`, `b`) is claimed: any other is loaded, and
+/// left to the engine.
 const LOAD_CLAIMING: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'v', 'd', 'c', 'r', 't', 'b')
 if not f[2] then return false end
 local claimed = 0
 local version = tonumber(f[1])
-local ours = string.sub(f[2], 1, string.len(ARGV[4])) == ARGV[4]
+local head = string.byte(f[2], 1) or 0
+local ours = (head >= 128 and head < 144 and string.sub(f[2], 2, 1 + string.len(ARGV[4])) == ARGV[4])
+  or string.sub(f[2], 1, string.len(ARGV[6])) == ARGV[6]
 local proven = f[5] == ARGV[1] and f[6] == ARGV[5]
 if version and ours and f[4] and f[4] ~= '' and proven then
   local until_ms = f[3] and tonumber(string.match(f[3], ':(%d+)$'))
@@ -264,10 +270,10 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
-/// A thread as its hash fields: the record, and beside it the claim and the claimable
-/// round with its proof (empty when none).
+/// A thread as its hash fields: the record (packed), and beside it the claim and the
+/// claimable round with its proof (empty when none).
 struct Encoded {
-    json: String,
+    record: Vec<u8>,
     claim: String,
     round: String,
     proof: String,
@@ -286,41 +292,33 @@ fn encode(thread: &mut Thread) -> Result<Encoded, StoreError> {
     } else {
         String::new()
     };
-    let json = serde_json::to_string(thread)
-        .map_err(|e| StoreError::Corrupt { id: thread.id.to_string(), reason: e.to_string() })?;
-    Ok(Encoded { json, claim, round, proof, binding })
+    Ok(Encoded { record: hitl_thread::pack(thread)?, claim, round, proof, binding })
 }
 
-/// How the JSON of a record written beside its claim starts (`format` is the first
-/// field serialized).
-fn claimable_record_start() -> String {
+/// How the JSON of a record written beside its claim by the builds before, which wrote
+/// JSON, starts (`format` was the first field serialized).
+fn claimable_json_start() -> String {
     format!("{{\"format\":{CLAIM_BESIDE_FORMAT},")
 }
 
-/// The thread in fields `v`, `d` and `c`. One parse: a newer record is refused whether
+/// The thread in fields `v`, `d` and `c`. One read: a newer record is refused whether
 /// or not it parses as this build's.
-fn decode(id: &str, version: &str, json: &str, claim: &str) -> Result<Thread, StoreError> {
+fn decode(id: &str, version: &str, record: &[u8], claim: &str) -> Result<Thread, StoreError> {
     let corrupt = |reason: String| StoreError::Corrupt { id: id.to_owned(), reason };
-    match serde_json::from_str::<Thread>(json) {
-        Ok(thread) if thread.format > THREAD_FORMAT => {
-            Err(StoreError::NewerFormat { id: id.to_owned(), format: thread.format })
+    let mut thread = hitl_thread::unpack(id, record)?;
+    if thread.format == CLAIM_BESIDE_FORMAT {
+        // The fields beside the record are what counts.
+        thread.version = version.parse().map_err(|_| corrupt(format!("bad version {version:?}")))?;
+        let mut beside = None;
+        if !claim.is_empty() {
+            let (round, until) = claim.split_once(':').unwrap_or_default();
+            let parsed = round.parse().ok().zip(until.parse().ok());
+            let (round, until_ms) = parsed.ok_or_else(|| corrupt(format!("bad claim {claim:?}")))?;
+            beside = Some(Claim { round, until_ms });
         }
-        Ok(mut thread) if thread.format == CLAIM_BESIDE_FORMAT => {
-            // The fields beside the record are what counts.
-            thread.version = version.parse().map_err(|_| corrupt(format!("bad version {version:?}")))?;
-            let mut beside = None;
-            if !claim.is_empty() {
-                let (round, until) = claim.split_once(':').unwrap_or_default();
-                let parsed = round.parse().ok().zip(until.parse().ok());
-                let (round, until_ms) = parsed.ok_or_else(|| corrupt(format!("bad claim {claim:?}")))?;
-                beside = Some(Claim { round, until_ms });
-            }
-            thread.set_claim(beside);
-            Ok(thread)
-        }
-        Ok(thread) => Ok(thread),
-        Err(e) => Err(StoreError::newer_format(id, json.as_bytes()).unwrap_or_else(|| corrupt(e.to_string()))),
+        thread.set_claim(beside);
     }
+    Ok(thread)
 }
 
 fn now_ms() -> u64 {
@@ -554,25 +552,28 @@ impl ThreadStore for RedisStore {
     }
 
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
-        let (version, json, claim): (Option<String>, Option<String>, Option<String>) =
+        let (version, record, claim): (Option<String>, Option<Vec<u8>>, Option<String>) =
             self.query(redis::cmd("HMGET").arg(thread_key(id)).arg(&["v", "d", "c"])).await?;
-        let Some(json) = json else { return Ok(None) };
-        decode(id, version.as_deref().unwrap_or(""), &json, claim.as_deref().unwrap_or("")).map(Some)
+        let Some(record) = record else { return Ok(None) };
+        decode(id, version.as_deref().unwrap_or(""), &record, claim.as_deref().unwrap_or("")).map(Some)
     }
 
     /// One script: the load, and the claim when the token's proof is the open round's.
     async fn load_claiming(&self, id: &str, attempt: ClaimAttempt<'_>) -> Result<Loaded, StoreError> {
-        let loaded: Option<(String, String, String, i64)> = self
+        let loaded: Option<(String, Vec<u8>, String, i64)> = self
             .invoke(&self.load_claiming, &[&thread_key(id)], |c| {
                 c.arg(hitl_thread::proof(attempt.token))
                     .arg(attempt.now_ms)
                     .arg(attempt.until_ms)
-                    .arg(claimable_record_start())
+                    .arg(hitl_thread::packed_start(CLAIM_BESIDE_FORMAT))
                     .arg(attempt.binding.digest())
+                    .arg(claimable_json_start())
             })
             .await?;
-        let Some((version, json, claim, claimed)) = loaded else { return Ok(Loaded { thread: None, claimed: false }) };
-        Ok(Loaded { thread: Some(decode(id, &version, &json, &claim)?), claimed: claimed == 1 })
+        let Some((version, record, claim, claimed)) = loaded else {
+            return Ok(Loaded { thread: None, claimed: false });
+        };
+        Ok(Loaded { thread: Some(decode(id, &version, &record, &claim)?), claimed: claimed == 1 })
     }
 
     async fn release_claim(&self, id: &str, claimed_version: u64) -> Result<bool, StoreError> {
@@ -587,7 +588,7 @@ impl ThreadStore for RedisStore {
             .invoke(&self.save, &[&thread_key(&thread.id)], |c| {
                 c.arg(expected.map(|v| v.to_string()).unwrap_or_default())
                     .arg(thread.version)
-                    .arg(fields.json)
+                    .arg(fields.record)
                     .arg(thread.expires_at_ms)
                     .arg(fields.claim)
                     .arg(fields.round)
@@ -645,7 +646,7 @@ impl PausedLedger for RedisStore {
         let created: i64 = self
             .invoke(&self.create, &keys, |c| {
                 c.arg(thread.version)
-                    .arg(fields.json)
+                    .arg(fields.record)
                     .arg(thread.expires_at_ms)
                     .arg(now_ms())
                     .arg(&*thread.id)
@@ -678,7 +679,7 @@ impl PausedLedger for RedisStore {
             .invoke(&self.finish, &keys, |c| {
                 c.arg(expected)
                     .arg(thread.version)
-                    .arg(fields.json)
+                    .arg(fields.record)
                     .arg(thread.expires_at_ms)
                     .arg(&*thread.id)
                     .arg(fields.claim)
@@ -762,14 +763,20 @@ mod tests {
         let mut thread: Thread = serde_json::from_str(json).unwrap();
         assert!(matches!(thread.state, hitl_thread::ThreadState::Working { .. }), "a task's first run");
         let fields = encode(&mut thread).unwrap();
-        assert!(fields.json.starts_with(&claimable_record_start()), "{}", fields.json);
+        let head = fields.record[0];
+        assert!((0x80..0x90).contains(&head), "a map with one byte of header: {head:#x}");
+        assert!(fields.record[1..].starts_with(&hitl_thread::packed_start(CLAIM_BESIDE_FORMAT)));
         assert_eq!((fields.claim.as_str(), fields.round.as_str()), ("1:9", ""), "the claim beside, no open round");
-        let loaded = decode("t", "8", &fields.json, &fields.claim).unwrap();
+        let loaded = decode("t", "8", &fields.record, &fields.claim).unwrap();
         assert_eq!(
             (loaded.version, loaded.claim()),
             (8, Some(&Claim { round: 1, until_ms: 9 })),
             "`v` and `c` are read"
         );
-        assert!(matches!(decode("t", "8", &fields.json, "1:x"), Err(StoreError::Corrupt { .. })), "a bad claim");
+        assert!(matches!(decode("t", "8", &fields.record, "1:x"), Err(StoreError::Corrupt { .. })), "a bad claim");
+        // The JSON the builds before wrote beside its claim: read, its fields beside too.
+        let before = serde_json::to_string(&thread).unwrap();
+        assert!(before.starts_with(&claimable_json_start()), "{before}");
+        assert_eq!(decode("t", "8", before.as_bytes(), &fields.claim).unwrap().claim(), loaded.claim());
     }
 }

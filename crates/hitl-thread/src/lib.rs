@@ -46,6 +46,7 @@ pub mod conformance;
 mod digest;
 mod memory;
 mod metered;
+mod packed;
 mod records;
 mod store;
 mod thread;
@@ -55,6 +56,7 @@ pub use digest::{
 };
 pub use memory::{FinishedLimits, MemoryStore};
 pub use metered::MeteredStore;
+pub use packed::{pack, packed_start, unpack};
 pub use records::{AUDIT_KEPT, AUDIT_KEPT_IN_MEMORY, AuditLine, Records};
 pub use store::{
     BoundCall, ClaimAttempt, Clock, LimitReached, Loaded, ManualClock, Notes, PausedLedger, PausedLimits, SaveError,

@@ -111,15 +111,20 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// The error for a record whose format is newer than [`THREAD_FORMAT`], or `None`
-    /// when the record is not one: stores call it when a record does not parse, so that
-    /// a newer record is reported as such rather than as corrupt.
-    pub fn newer_format(id: &str, json: &[u8]) -> Option<Self> {
+    /// The error for a record (JSON, or packed: [`crate::pack`]) whose format is newer
+    /// than [`THREAD_FORMAT`], or `None` when the record is not one: stores call it when
+    /// a record does not parse, so that a newer record is reported as such rather than
+    /// as corrupt.
+    pub fn newer_format(id: &str, record: &[u8]) -> Option<Self> {
         #[derive(serde::Deserialize)]
         struct Probe {
             format: u32,
         }
-        let probe: Probe = serde_json::from_slice(json).ok()?;
+        let probe: Probe = if crate::packed::is_json(record) {
+            serde_json::from_slice(record).ok()?
+        } else {
+            rmp_serde::from_slice(record).ok()?
+        };
         (probe.format > THREAD_FORMAT).then(|| Self::NewerFormat { id: id.to_owned(), format: probe.format })
     }
 }
