@@ -429,9 +429,7 @@ impl<C: Clock> ThreadStore for MemoryStore<C> {
         let (version, expires_at_ms) = (thread.version, thread.expires_at_ms);
         let (record, finished_bytes, id) = match thread.state {
             ThreadState::Finished => {
-                let mut packed = Vec::with_capacity(1024);
-                rmp_serde::encode::write_named(&mut packed, &thread)
-                    .map_err(|e| StoreError::Corrupt { id: thread.id.to_string(), reason: e.to_string() })?;
+                let packed = crate::pack(&thread)?;
                 let bytes = finished_bytes(&packed, &thread.id);
                 (Record::Finished(packed.into()), bytes, thread.id)
             }
