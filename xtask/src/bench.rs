@@ -129,37 +129,36 @@ impl RoundCounts {
         })
     }
 
-    /// Written into a report row, or why they could not be measured.
-    fn write(counts: anyhow::Result<Self>, row: &mut serde_json::Value) {
+    /// Written into a report row, each name after `prefix` (`redis_` for the Redis
+    /// under a hitl row), or why they could not be measured.
+    fn write(counts: anyhow::Result<Self>, row: &mut serde_json::Value, prefix: &str) {
         let counts = counts.map_err(|e| format!("{e:#}"));
         let field = |pick: fn(&Self) -> f64| match &counts {
             Ok(c) => serde_json::json!(pick(c).round()),
             Err(why) => serde_json::json!(format!("not measured: {why}")),
         };
-        row["instructions_per_round"] = field(|c| c.instructions);
-        row["instruction_cache_misses_per_round"] = field(|c| c.instruction_cache_misses);
-        row["data_cache_misses_per_round"] = field(|c| c.data_cache_misses);
-        row["branch_mispredictions_per_round"] = field(|c| c.branch_mispredictions);
+        row[format!("{prefix}instructions_per_round")] = field(|c| c.instructions);
+        row[format!("{prefix}instruction_cache_misses_per_round")] = field(|c| c.instruction_cache_misses);
+        row[format!("{prefix}data_cache_misses_per_round")] = field(|c| c.data_cache_misses);
+        row[format!("{prefix}branch_mispredictions_per_round")] = field(|c| c.branch_mispredictions);
     }
 
-    /// A row's simulated misses as the terminal shows them.
-    fn summary(row: &serde_json::Value) -> String {
+    /// A row's simulated misses (those named after `prefix`) as the terminal shows them.
+    fn summary(row: &serde_json::Value, prefix: &str) -> String {
         format!(
             "{} I1 misses, {} D1 misses, {} branches mispredicted",
-            shown(&row["instruction_cache_misses_per_round"]),
-            shown(&row["data_cache_misses_per_round"]),
-            shown(&row["branch_mispredictions_per_round"])
+            shown(&row[format!("{prefix}instruction_cache_misses_per_round")]),
+            shown(&row[format!("{prefix}data_cache_misses_per_round")]),
+            shown(&row[format!("{prefix}branch_mispredictions_per_round")])
         )
     }
 }
 
-/// The server `command` starts, run under callgrind and driven by `hitl-bench rounds`
-/// on one connection: what it executes per round (a pause and its answer) over
-/// [`COUNTED_ROUNDS`] rounds after [`WARM_ROUNDS`], its counts zeroed and dumped with
-/// `callgrind_control`. Exact, where a rate on this shared machine is not.
-fn counts_per_round(command: &Command) -> anyhow::Result<RoundCounts> {
+/// `command` run under callgrind, its caches and branches simulated, writing its counts
+/// under `target/bench-callgrind`.
+fn under_callgrind(command: &Command) -> anyhow::Result<Command> {
     crate::ensure_apt("valgrind", "valgrind")?;
-    let dir = workspace_root().join("target/bench-callgrind");
+    let dir = callgrind_dir();
     std::fs::create_dir_all(&dir)?;
     let mut wrapped = Command::new("valgrind");
     wrapped
@@ -174,9 +173,20 @@ fn counts_per_round(command: &Command) -> anyhow::Result<RoundCounts> {
             None => wrapped.env_remove(key),
         };
     }
-    let served = serve(wrapped)?;
-    let pid = served.child.id();
-    let rounds = |count: usize| hitl_bench(&["rounds", "--url", &served.url, "--count", &count.to_string()]);
+    Ok(wrapped)
+}
+
+fn callgrind_dir() -> PathBuf {
+    workspace_root().join("target/bench-callgrind")
+}
+
+/// What the process `pid`, run [`under_callgrind`], executes per round while `url`
+/// (a hitl server: that process, or one that uses it) is driven by `hitl-bench rounds`
+/// on one connection: [`COUNTED_ROUNDS`] rounds after [`WARM_ROUNDS`], its counts zeroed
+/// and dumped with `callgrind_control`. Exact, where a rate on this shared machine is
+/// not.
+fn counted_rounds(pid: u32, url: &str) -> anyhow::Result<RoundCounts> {
+    let rounds = |count: usize| hitl_bench(&["rounds", "--url", url, "--count", &count.to_string()]);
     let control = |what: &str| -> anyhow::Result<()> {
         let status = Command::new("callgrind_control").args([what, &pid.to_string()]).output()?.status;
         if !status.success() {
@@ -189,6 +199,7 @@ fn counts_per_round(command: &Command) -> anyhow::Result<RoundCounts> {
     rounds(COUNTED_ROUNDS)?;
     control("-d")?;
     // The dump is `callgrind.<pid>.<n>`; its `totals:` line counts every thread.
+    let dir = callgrind_dir();
     let prefix = format!("callgrind.{pid}.");
     let mut dumps: Vec<PathBuf> = std::fs::read_dir(&dir)?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
@@ -197,14 +208,29 @@ fn counts_per_round(command: &Command) -> anyhow::Result<RoundCounts> {
     dumps.sort();
     let dump = dumps.last().context("callgrind wrote no dump")?;
     let text = std::fs::read_to_string(dump)?;
-    let counts = RoundCounts::of_dump(&text, COUNTED_ROUNDS).with_context(|| format!("reading {}", dump.display()))?;
-    drop(served);
+    let counts = RoundCounts::of_dump(&text, COUNTED_ROUNDS).with_context(|| format!("reading {}", dump.display()));
     for path in std::fs::read_dir(&dir)?.filter_map(|e| e.ok().map(|e| e.path())) {
         if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.contains(&pid.to_string())) {
             let _ = std::fs::remove_file(path);
         }
     }
-    Ok(counts)
+    counts
+}
+
+/// The server `command` starts, run under callgrind: what it executes per round (a
+/// pause and its answer), [`counted_rounds`].
+fn counts_per_round(command: &Command) -> anyhow::Result<RoundCounts> {
+    let served = serve(under_callgrind(command)?)?;
+    counted_rounds(served.child.id(), &served.url)
+}
+
+/// What Redis executes per round of the hitl server `hitl` makes for it (its scripts,
+/// the audit trail's entries): `redis-server` run under callgrind, hitl not,
+/// [`counted_rounds`].
+fn redis_counts_per_round(hitl: impl Fn(&crate::Redis) -> Command) -> anyhow::Result<RoundCounts> {
+    let redis = crate::redis_server(under_callgrind(&Command::new("redis-server"))?)?;
+    let served = serve(hitl(&redis))?;
+    counted_rounds(redis.child.id(), &served.url)
 }
 
 /// One load run: the JSON line `hitl-bench load` prints.
@@ -417,7 +443,7 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     for key in ["allocations_per_round", "bytes_allocated_per_round", "bytes_per_finished_call"] {
         row[key] = counted[key].clone();
     }
-    RoundCounts::write(counts_per_round(&hitl_for_load(&pgo, "hitl")), &mut row);
+    RoundCounts::write(counts_per_round(&hitl_for_load(&pgo, "hitl")), &mut row, "");
     println!(
         "  {:<44} {} instructions, {:.0} allocations, {:.0} bytes allocated per round; {:.0} B per finished call",
         "",
@@ -426,7 +452,7 @@ pub(crate) fn peers() -> anyhow::Result<()> {
         row["bytes_allocated_per_round"].as_f64().unwrap_or_default(),
         row["bytes_per_finished_call"].as_f64().unwrap_or_default(),
     );
-    println!("  {:<44} {} per round (simulated)", "", RoundCounts::summary(&row));
+    println!("  {:<44} {} per round (simulated)", "", RoundCounts::summary(&row, ""));
     report.insert("hitl, memory store".into(), row);
     let redis = if on_path("redis-server") {
         start_redis().map_err(|e| e.to_string())
@@ -440,7 +466,21 @@ pub(crate) fn peers() -> anyhow::Result<()> {
         command
     };
     let row = match &redis {
-        Ok(redis) => measure_peer(name, &serve(hitl_on_redis(redis))?, 100_000, &Holds::Redis(redis.port))?,
+        Ok(redis) => {
+            let mut row = measure_peer(name, &serve(hitl_on_redis(redis))?, 100_000, &Holds::Redis(redis.port))?;
+            // Both sides of a round on Redis: hitl's, and what hitl has Redis do.
+            RoundCounts::write(counts_per_round(&hitl_on_redis(redis)), &mut row, "");
+            RoundCounts::write(redis_counts_per_round(hitl_on_redis), &mut row, "redis_");
+            for (whose, prefix) in [("hitl", ""), ("Redis", "redis_")] {
+                println!(
+                    "  {:<44} {whose}: {} instructions per round ({})",
+                    "",
+                    shown(&row[format!("{prefix}instructions_per_round")]),
+                    RoundCounts::summary(&row, prefix)
+                );
+            }
+            row
+        }
         Err(why) => not_measured(name, &format!("no Redis: {why}")),
     };
     report.insert(name.into(), row);
@@ -480,9 +520,9 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     if let (Ok(program), Some(row)) = (&rmcp, report.get_mut(RMCP))
         && row["status"] == "measured"
     {
-        RoundCounts::write(counts_per_round(&Command::new(program)), row);
+        RoundCounts::write(counts_per_round(&Command::new(program)), row, "");
         println!("  {:<44} {} instructions per round", "", shown(&row["instructions_per_round"]));
-        println!("  {:<44} {} per round (simulated)", "", RoundCounts::summary(row));
+        println!("  {:<44} {} per round (simulated)", "", RoundCounts::summary(row, ""));
     }
 
     // The rates the targets compare, measured again in turns, each on a fresh server:
@@ -755,9 +795,12 @@ mod tests {
             }
         );
         let mut row = serde_json::json!({});
-        RoundCounts::write(Ok(counts), &mut row);
+        RoundCounts::write(Ok(counts), &mut row, "");
         assert_eq!(row["instruction_cache_misses_per_round"], 150.0);
-        RoundCounts::write(RoundCounts::of_dump("events: Ir\ntotals: 5\n", 1), &mut row);
+        RoundCounts::write(Ok(counts), &mut row, "redis_");
+        assert_eq!(row["redis_branch_mispredictions_per_round"], 80.0, "the Redis under a row, beside it");
+        assert_eq!(RoundCounts::summary(&row, "redis_"), "150 I1 misses, 50 D1 misses, 80 branches mispredicted");
+        RoundCounts::write(RoundCounts::of_dump("events: Ir\ntotals: 5\n", 1), &mut row, "");
         assert_eq!(row["instructions_per_round"], "not measured: no I1mr event", "a dump without the simulation");
         assert!(RoundCounts::of_dump("events: Ir\n", 1).is_err(), "no totals");
     }

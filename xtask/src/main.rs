@@ -168,10 +168,16 @@ impl Drop for Redis {
 }
 
 fn start_redis() -> anyhow::Result<Redis> {
+    redis_server(Command::new("redis-server"))
+}
+
+/// `redis_server` (`redis-server`, or a program that runs it: valgrind) started on a
+/// free port, in a folder of its own, keeping nothing on disk; once it answers `PING`.
+fn redis_server(mut redis_server: Command) -> anyhow::Result<Redis> {
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let dir = std::env::temp_dir().join(format!("hitl-xtask-redis-{port}"));
     std::fs::create_dir_all(&dir)?;
-    let child = Command::new("redis-server")
+    let child = redis_server
         .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "no"])
         .arg("--dir")
         .arg(&dir)
@@ -179,10 +185,11 @@ fn start_redis() -> anyhow::Result<Redis> {
         .spawn()
         .context("starting redis-server")?;
     let redis = Redis { child, dir, port };
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // Under valgrind, Redis takes seconds to start.
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !pong(port) {
         if Instant::now() > deadline {
-            bail!("redis-server did not answer PING on port {port} within 10 s");
+            bail!("redis-server did not answer PING on port {port} within 60 s");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
