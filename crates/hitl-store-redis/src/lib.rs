@@ -16,7 +16,7 @@
 //! ([`ThreadStore::load_claiming`]): its claim lives beside the record (`c`, with the
 //! open round `r`, the proof of its token `t` and the digest of what binds the call to
 //! it `b`; each empty when there is none), so a script sets it without rewriting the
-//! JSON. Such records are written as [`CLAIM_BESIDE_FORMAT`], which replicas of builds
+//! record. Such records are written as [`CLAIM_BESIDE_FORMAT`], which replicas of builds
 //! that look for the claim inside refuse rather than resume twice.
 //!
 //! ```no_run
@@ -120,10 +120,11 @@ return 1
 /// all three sets at about one call in sixteen (an id ending in `0`, by its last
 /// byte), so they never pile up: whatever reads the sets counts by score
 /// (`ZCOUNT … (now +inf`), and one still in the owner's set past its time counts as
-/// new. Every `redis.call` in a script costs Redis about half a microsecond beyond the
-/// command, so the three sweeps are not run on every pause, a `fresh` id (a new
-/// thread's) is not looked up, and the owner's set is given the call's expiry only
-/// when no call in it expires later (`ZREVRANK` 0: a rank, not a score to format).
+/// new. Every `redis.call` in a script costs Redis 3,000–7,000 instructions
+/// (docs/performance.md, stop 50), so the three sweeps are not run on every pause, a
+/// `fresh` id (a new thread's) is not looked up, and the owner's set is given the
+/// call's expiry only when no call in it expires later (`ZREVRANK` 0: a rank, not a
+/// score to format).
 macro_rules! count_function {
     () => {
         r"
