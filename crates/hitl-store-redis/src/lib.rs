@@ -281,6 +281,14 @@ struct Encoded {
     binding: String,
 }
 
+impl Encoded {
+    /// `command` with the fields beside the record, a script's last four arguments:
+    /// claim, round, proof, binding.
+    fn beside<'c>(&self, command: &'c mut redis::Cmd) -> &'c mut redis::Cmd {
+        command.arg(&self.claim).arg(&self.round).arg(&self.proof).arg(&self.binding)
+    }
+}
+
 /// `thread`'s fields. A record with a claim, or one that a load may claim, keeps its
 /// claim beside it ([`CLAIM_BESIDE_FORMAT`]); the thread keeps everything but its claim.
 fn encode(thread: &mut Thread) -> Result<Encoded, StoreError> {
@@ -587,14 +595,12 @@ impl ThreadStore for RedisStore {
         let fields = encode(&mut thread)?;
         let saved: i64 = self
             .invoke(&self.save, &[&thread_key(&thread.id)], |c| {
-                c.arg(expected.map(|v| v.to_string()).unwrap_or_default())
-                    .arg(thread.version)
-                    .arg(fields.record)
-                    .arg(thread.expires_at_ms)
-                    .arg(fields.claim)
-                    .arg(fields.round)
-                    .arg(fields.proof)
-                    .arg(fields.binding)
+                fields.beside(
+                    c.arg(expected.map(|v| v.to_string()).unwrap_or_default())
+                        .arg(thread.version)
+                        .arg(&fields.record)
+                        .arg(thread.expires_at_ms),
+                )
             })
             .await?;
         if saved == 1 { Ok(()) } else { Err(SaveError::Conflict(thread.id.to_string())) }
@@ -646,18 +652,16 @@ impl PausedLedger for RedisStore {
         let keys = [&*thread_key(&thread.id), &owner_key(owner), ALL_PAUSED_KEY, &tool_key(&thread.tool), TOOLS_KEY];
         let created: i64 = self
             .invoke(&self.create, &keys, |c| {
-                c.arg(thread.version)
-                    .arg(fields.record)
-                    .arg(thread.expires_at_ms)
-                    .arg(now_ms())
-                    .arg(&*thread.id)
-                    .arg(limits.per_owner)
-                    .arg(limits.total)
-                    .arg(&*thread.tool)
-                    .arg(fields.claim)
-                    .arg(fields.round)
-                    .arg(fields.proof)
-                    .arg(fields.binding)
+                fields.beside(
+                    c.arg(thread.version)
+                        .arg(&fields.record)
+                        .arg(thread.expires_at_ms)
+                        .arg(now_ms())
+                        .arg(&*thread.id)
+                        .arg(limits.per_owner)
+                        .arg(limits.total)
+                        .arg(&*thread.tool),
+                )
             })
             .await?;
         match created {
@@ -678,15 +682,9 @@ impl PausedLedger for RedisStore {
         let keys = [&*thread_key(&thread.id), &owner_key(owner), ALL_PAUSED_KEY, &tool_key(&thread.tool)];
         let saved: i64 = self
             .invoke(&self.finish, &keys, |c| {
-                c.arg(expected)
-                    .arg(thread.version)
-                    .arg(fields.record)
-                    .arg(thread.expires_at_ms)
-                    .arg(&*thread.id)
-                    .arg(fields.claim)
-                    .arg(fields.round)
-                    .arg(fields.proof)
-                    .arg(fields.binding)
+                fields.beside(
+                    c.arg(expected).arg(thread.version).arg(&fields.record).arg(thread.expires_at_ms).arg(&*thread.id),
+                )
             })
             .await?;
         if saved == 1 { Ok(()) } else { Err(SaveError::Conflict(thread.id.to_string())) }
