@@ -466,22 +466,12 @@ impl RedisStore {
     /// time is past at `now_ms`.
     pub async fn keep_until(&self, key: &str, value: &str, until_ms: u64, now_ms: u64) -> Result<(), StoreError> {
         let Some(ttl_ms) = until_ms.checked_sub(now_ms).filter(|ms| *ms > 0) else { return Ok(()) };
-        let mut connection = self.connection().await?;
-        let _: () = redis::cmd("SET")
-            .arg(format!("hitl:grant:{key}"))
-            .arg(value)
-            .arg("PX")
-            .arg(ttl_ms)
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        Ok(())
+        self.query(redis::cmd("SET").arg(format!("hitl:grant:{key}")).arg(value).arg("PX").arg(ttl_ms)).await
     }
 
     /// What [`RedisStore::keep_until`] keeps under `key`, while it lasts.
     pub async fn kept(&self, key: &str) -> Result<Option<String>, StoreError> {
-        let mut connection = self.connection().await?;
-        redis::cmd("GET").arg(format!("hitl:grant:{key}")).query_async(&mut connection).await.map_err(unavailable)
+        self.query(redis::cmd("GET").arg(format!("hitl:grant:{key}"))).await
     }
 
     /// `command`'s reply as a `T`. The connection manager's own method, not its
@@ -555,8 +545,7 @@ impl RedisStore {
 #[async_trait]
 impl ThreadStore for RedisStore {
     async fn ping(&self) -> Result<(), StoreError> {
-        let mut connection = self.connection().await?;
-        let _: String = redis::cmd("PING").query_async(&mut connection).await.map_err(unavailable)?;
+        let _: String = self.query(&redis::cmd("PING")).await?;
         Ok(())
     }
 
@@ -607,8 +596,7 @@ impl ThreadStore for RedisStore {
     }
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
-        let mut connection = self.connection().await?;
-        let _: i64 = redis::cmd("DEL").arg(thread_key(id)).query_async(&mut connection).await.map_err(unavailable)?;
+        let _: i64 = self.query(redis::cmd("DEL").arg(thread_key(id))).await?;
         Ok(())
     }
 }

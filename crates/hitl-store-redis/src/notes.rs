@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use hitl_thread::{Notes, StoreError};
 
-use crate::{RedisStore, now_ms, unavailable};
+use crate::{RedisStore, now_ms};
 
 /// The key of a note (one key: any Cluster slot).
 fn note_key(key: &str) -> String {
@@ -14,53 +14,29 @@ fn note_key(key: &str) -> String {
 #[async_trait]
 impl Notes for RedisStore {
     async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), StoreError> {
-        let mut connection = self.connection().await?;
         if until_ms <= now_ms() {
-            let _: i64 =
-                redis::cmd("DEL").arg(note_key(key)).query_async(&mut connection).await.map_err(unavailable)?;
+            let _: i64 = self.query(redis::cmd("DEL").arg(note_key(key))).await?;
             return Ok(());
         }
-        let _: () = redis::cmd("SET")
-            .arg(note_key(key))
-            .arg(value)
-            .arg("PXAT")
-            .arg(until_ms)
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        Ok(())
+        self.query(redis::cmd("SET").arg(note_key(key)).arg(value).arg("PXAT").arg(until_ms)).await
     }
 
     async fn take_note(&self, key: &str) -> Result<Option<String>, StoreError> {
-        let mut connection = self.connection().await?;
-        redis::cmd("GETDEL").arg(note_key(key)).query_async(&mut connection).await.map_err(unavailable)
+        self.query(redis::cmd("GETDEL").arg(note_key(key))).await
     }
 
     async fn use_once(&self, key: &str, until_ms: u64) -> Result<bool, StoreError> {
         if until_ms <= now_ms() {
             return Ok(true);
         }
-        let mut connection = self.connection().await?;
-        let set: Option<String> = redis::cmd("SET")
-            .arg(format!("hitl:used:{key}"))
-            .arg(1)
-            .arg("NX")
-            .arg("PXAT")
-            .arg(until_ms)
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+        let set: Option<String> = self
+            .query(redis::cmd("SET").arg(format!("hitl:used:{key}")).arg(1).arg("NX").arg("PXAT").arg(until_ms))
+            .await?;
         Ok(set.is_some())
     }
 
     async fn used(&self, key: &str) -> Result<bool, StoreError> {
-        let mut connection = self.connection().await?;
         // The key's own expiry (PXAT) drops a mark past its time.
-        let found: bool = redis::cmd("EXISTS")
-            .arg(format!("hitl:used:{key}"))
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        Ok(found)
+        self.query(redis::cmd("EXISTS").arg(format!("hitl:used:{key}"))).await
     }
 }

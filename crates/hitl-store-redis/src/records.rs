@@ -71,22 +71,12 @@ impl Records for RedisStore {
     }
 
     async fn approvals(&self) -> Result<Vec<Value>, StoreError> {
-        let mut connection = self.connection().await?;
-        let _: i64 = redis::Script::new(PRUNE)
-            .key(ENTRIES)
-            .key(TIMES)
-            .key(ORDER)
-            .arg(now_ms())
-            .invoke_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        let ids: Vec<String> =
-            redis::cmd("ZRANGE").arg(ORDER).arg(0).arg(-1).query_async(&mut connection).await.map_err(unavailable)?;
+        let _: i64 = self.invoke(&redis::Script::new(PRUNE), &[ENTRIES, TIMES, ORDER], |c| c.arg(now_ms())).await?;
+        let ids: Vec<String> = self.query(redis::cmd("ZRANGE").arg(ORDER).arg(0).arg(-1)).await?;
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let entries: Vec<Option<String>> =
-            redis::cmd("HMGET").arg(ENTRIES).arg(&ids).query_async(&mut connection).await.map_err(unavailable)?;
+        let entries: Vec<Option<String>> = self.query(redis::cmd("HMGET").arg(ENTRIES).arg(&ids)).await?;
         entries.into_iter().flatten().map(|e| serde_json::from_str(&e).map_err(corrupt)).collect()
     }
 
@@ -138,7 +128,6 @@ impl Records for RedisStore {
         }) {
             return Ok(Vec::new());
         }
-        let mut connection = self.connection().await?;
         // Entries are numbered by Redis's clock and filtered by their own `at_ms`: read
         // from a minute before, for clocks that differ, a page at a time.
         let mut start = match after {
@@ -147,15 +136,8 @@ impl Records for RedisStore {
         };
         let mut found = Vec::new();
         loop {
-            let read: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-                .arg(AUDIT)
-                .arg(&start)
-                .arg("+")
-                .arg("COUNT")
-                .arg(PAGE)
-                .query_async(&mut connection)
-                .await
-                .map_err(unavailable)?;
+            let read: Vec<(String, Vec<(String, String)>)> =
+                self.query(redis::cmd("XRANGE").arg(AUDIT).arg(&start).arg("+").arg("COUNT").arg(PAGE)).await?;
             let last = read.last().map(|(id, _)| id.clone());
             for (id, fields) in read {
                 for (_, e) in fields {
