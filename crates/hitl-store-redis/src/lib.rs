@@ -75,24 +75,25 @@ return 1
 
 /// A thread loaded, its open round claimed when the token proves it, the request is
 /// for the thread's call and no live claim holds it (KEYS: the thread; ARGV: the
-/// token's proof, now, until, how a packed record of the claimable format starts after
-/// its map's one byte of header, the request's binding digest, how a JSON one starts):
-/// nil when missing, else the version, record and claim as they were, and 1 when
-/// claimed. The caller makes the proof (what `redis.sha1hex` of the token would give):
-/// SHA-1 in the script cost Redis more than the rest of the check. Only a record of the
-/// format this build writes beside its claim (its first field; packed, a map of fewer
-/// than 16 fields, `0x80`–`0x8f`, or JSON as the builds before wrote it) that
+/// token's proof, now, until, the request's binding digest): nil when missing, else the
+/// version, record and claim as they were, and 1 when claimed. The caller makes the
+/// proof (what `redis.sha1hex` of the token would give): SHA-1 in the script cost Redis
+/// more than the rest of the check. Only a record of the format this build writes
+/// beside its claim (its first field; packed, a map of fewer than 16 fields,
+/// `0x80`–`0x8f`, then `PACKED`, or JSON as the builds before wrote it, `JSON`) that
 /// [`Thread::claimable`] marked (`r`, `t`, `b`) is claimed: any other is loaded, and
-/// left to the engine.
+/// left to the engine. The two starts are written into the text by
+/// [`load_claiming_script`] rather than sent with every call: each argument costs Redis
+/// about 1,200 instructions (docs/performance.md, stop 51).
 const LOAD_CLAIMING: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'v', 'd', 'c', 'r', 't', 'b')
 if not f[2] then return false end
 local claimed = 0
 local version = tonumber(f[1])
 local head = string.byte(f[2], 1) or 0
-local ours = (head >= 128 and head < 144 and string.sub(f[2], 2, 1 + string.len(ARGV[4])) == ARGV[4])
-  or string.sub(f[2], 1, string.len(ARGV[6])) == ARGV[6]
-local proven = f[5] == ARGV[1] and f[6] == ARGV[5]
+local ours = (head >= 128 and head < 144 and string.sub(f[2], 2, 1 + string.len(PACKED)) == PACKED)
+  or string.sub(f[2], 1, string.len(JSON)) == JSON
+local proven = f[5] == ARGV[1] and f[6] == ARGV[4]
 if version and ours and f[4] and f[4] ~= '' and proven then
   local until_ms = f[3] and tonumber(string.match(f[3], ':(%d+)$'))
   if not until_ms or until_ms <= tonumber(ARGV[2]) then
@@ -102,6 +103,26 @@ if version and ours and f[4] and f[4] ~= '' and proven then
 end
 return {f[1] or '', f[2], f[3] or '', claimed}
 ";
+
+/// [`LOAD_CLAIMING`] with how a claimable record starts, packed and as JSON, written in
+/// as Lua string constants (`PACKED`, `JSON`).
+fn load_claiming_script() -> String {
+    format!(
+        "local PACKED = {}\nlocal JSON = {}\n{LOAD_CLAIMING}",
+        lua_string(&hitl_thread::packed_start(CLAIM_BESIDE_FORMAT)),
+        lua_string(claimable_json_start().as_bytes())
+    )
+}
+
+/// `bytes` as a Lua string literal, each byte as a decimal escape.
+fn lua_string(bytes: &[u8]) -> String {
+    let mut literal = String::from("\"");
+    for b in bytes {
+        literal.push_str(&format!("\\{b:03}"));
+    }
+    literal.push('"');
+    literal
+}
 
 /// A claim made by `LOAD_CLAIMING` given back, if the version is still the claimed
 /// one (KEYS: the thread; ARGV: claimed version, next version): 1, or 0.
@@ -178,8 +199,8 @@ const COUNT: &str = concat!(
 
 /// A new paused thread, counted, in one step (KEYS: the thread, the owner's set, the set
 /// of all, the tool's set, the set of tools; ARGV: version, record, expiry, now, id,
-/// per-owner limit, total limit, tool, claim, round, proof, binding): 1, 0 when the
-/// thread exists, or -1/-2 for the limit.
+/// per-owner limit, total limit, tool, round, proof, binding): 1, 0 when the thread
+/// exists, or -1/-2 for the limit. A new thread has no claim (written empty).
 const CREATE: &str = concat!(
     count_function!(),
     put_function!(),
@@ -187,20 +208,21 @@ const CREATE: &str = concat!(
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local counted = count(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[5], ARGV[3], ARGV[6], ARGV[7], ARGV[8], true)
 if counted ~= 1 then return counted end
-put(KEYS[1], ARGV[1], ARGV[2], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[3])
+put(KEYS[1], ARGV[1], ARGV[2], '', ARGV[9], ARGV[10], ARGV[11], ARGV[3])
 return 1
 "
 );
 
 /// A finished thread saved (compare-and-set) and no longer counted, in one step (KEYS:
 /// the thread, the owner's set, the set of all, the tool's set; ARGV: expected, version,
-/// record, expiry, id, claim, round, proof, binding): 1, or 0 on a conflict.
+/// record, expiry, id): 1, or 0 on a conflict. A finished thread has no claim and no
+/// open round, so its fields beside the record are written empty without being sent.
 const FINISH: &str = concat!(
     put_function!(),
     r"
 local current = redis.call('HGET', KEYS[1], 'v')
 if (current or '') ~= ARGV[1] then return 0 end
-put(KEYS[1], ARGV[2], ARGV[3], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[4])
+put(KEYS[1], ARGV[2], ARGV[3], '', '', '', '', ARGV[4])
 redis.call('ZREM', KEYS[2], ARGV[5])
 redis.call('ZREM', KEYS[3], ARGV[5])
 redis.call('ZREM', KEYS[4], ARGV[5])
@@ -285,7 +307,12 @@ impl Encoded {
     /// `command` with the fields beside the record, a script's last four arguments:
     /// claim, round, proof, binding.
     fn beside<'c>(&self, command: &'c mut redis::Cmd) -> &'c mut redis::Cmd {
-        command.arg(&self.claim).arg(&self.round).arg(&self.proof).arg(&self.binding)
+        self.claimable(command.arg(&self.claim))
+    }
+
+    /// `command` with the open round a load may claim: round, proof, binding.
+    fn claimable<'c>(&self, command: &'c mut redis::Cmd) -> &'c mut redis::Cmd {
+        command.arg(&self.round).arg(&self.proof).arg(&self.binding)
     }
 }
 
@@ -433,7 +460,7 @@ impl RedisStore {
             client,
             connection: Arc::new(Mutex::new(None)),
             save: redis::Script::new(SAVE),
-            load_claiming: redis::Script::new(LOAD_CLAIMING),
+            load_claiming: redis::Script::new(&load_claiming_script()),
             release: redis::Script::new(RELEASE),
             count: redis::Script::new(COUNT),
             create: redis::Script::new(CREATE),
@@ -563,9 +590,7 @@ impl ThreadStore for RedisStore {
                 c.arg(hitl_thread::proof(attempt.token))
                     .arg(attempt.now_ms)
                     .arg(attempt.until_ms)
-                    .arg(hitl_thread::packed_start(CLAIM_BESIDE_FORMAT))
                     .arg(attempt.binding.digest())
-                    .arg(claimable_json_start())
             })
             .await?;
         let Some((version, record, claim, claimed)) = loaded else {
@@ -632,7 +657,8 @@ impl PausedLedger for RedisStore {
         owner: &str,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, SaveError> {
-        if matches!(self.client, Client::Cluster(_)) {
+        // The script writes no claim: a thread made with one (none is) takes the steps.
+        if matches!(self.client, Client::Cluster(_)) || thread.claim().is_some() {
             return hitl_thread::create_paused_in_steps(self, thread, owner, limits).await;
         }
         let mut thread = thread;
@@ -640,7 +666,7 @@ impl PausedLedger for RedisStore {
         let keys = [&*thread_key(&thread.id), &owner_key(owner), ALL_PAUSED_KEY, &tool_key(&thread.tool), TOOLS_KEY];
         let created: i64 = self
             .invoke(&self.create, &keys, |c| {
-                fields.beside(
+                fields.claimable(
                     c.arg(thread.version)
                         .arg(&fields.record)
                         .arg(thread.expires_at_ms)
@@ -662,7 +688,11 @@ impl PausedLedger for RedisStore {
 
     /// One script on a single Redis, two steps on a cluster (see `create_paused`).
     async fn save_finished(&self, thread: Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
-        let Some(owner) = owner.filter(|_| matches!(self.client, Client::Single(_))) else {
+        // The script writes no claim and no open round: a thread with either takes the
+        // steps (a finished one has neither).
+        let single =
+            matches!(self.client, Client::Single(_)) && thread.claim().is_none() && thread.claimable().is_none();
+        let Some(owner) = owner.filter(|_| single) else {
             return hitl_thread::save_finished_in_steps(self, thread, expected, owner).await;
         };
         let mut thread = thread;
@@ -670,9 +700,7 @@ impl PausedLedger for RedisStore {
         let keys = [&*thread_key(&thread.id), &owner_key(owner), ALL_PAUSED_KEY, &tool_key(&thread.tool)];
         let saved: i64 = self
             .invoke(&self.finish, &keys, |c| {
-                fields.beside(
-                    c.arg(expected).arg(thread.version).arg(&fields.record).arg(thread.expires_at_ms).arg(&*thread.id),
-                )
+                c.arg(expected).arg(thread.version).arg(&fields.record).arg(thread.expires_at_ms).arg(&*thread.id)
             })
             .await?;
         if saved == 1 { Ok(()) } else { Err(SaveError::Conflict(thread.id.to_string())) }
