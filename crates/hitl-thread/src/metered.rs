@@ -27,12 +27,43 @@ use crate::thread::Thread;
 /// ```
 pub struct MeteredStore<S: ?Sized> {
     inner: Arc<S>,
+    /// Each registered at its first record (the program installs its recorder before it
+    /// serves), not looked up in the recorder's registry at every one.
+    handles: Handles,
 }
 
 impl<S: ?Sized> MeteredStore<S> {
     /// Measures `inner`.
     pub fn new(inner: Arc<S>) -> Self {
-        Self { inner }
+        Self { inner, handles: Handles::default() }
+    }
+
+    /// `work`, store operation `operation`, in `span`, timed and counted.
+    async fn timed<R: Failure>(&self, (operation, span): (Op, tracing::Span), work: impl Future<Output = R>) -> R {
+        let started = Instant::now();
+        let outcome = tracing::Instrument::instrument(work, span).await;
+        let seconds = &self.handles.seconds[operation as usize];
+        seconds.get_or_init(|| operation.seconds()).record(started.elapsed().as_secs_f64());
+        if outcome.failed() {
+            self.handles.errors[operation as usize].get_or_init(|| operation.errors()).increment(1);
+        }
+        outcome
+    }
+}
+
+/// Each operation's handles, by [`Op`] (`op as usize` is its index): a series appears
+/// at its first record, as it did when each record looked its handle up.
+struct Handles {
+    seconds: [std::sync::OnceLock<metrics::Histogram>; Op::COUNT],
+    errors: [std::sync::OnceLock<metrics::Counter>; Op::COUNT],
+}
+
+impl Default for Handles {
+    fn default() -> Self {
+        Self {
+            seconds: std::array::from_fn(|_| std::sync::OnceLock::new()),
+            errors: std::array::from_fn(|_| std::sync::OnceLock::new()),
+        }
     }
 }
 
@@ -63,6 +94,9 @@ macro_rules! operations {
         }
 
         impl Op {
+            /// How many operations there are.
+            const COUNT: usize = [$(Self::$op),*].len();
+
             fn as_str(self) -> &'static str {
                 match self {
                     $(Self::$op => $label),*
@@ -113,17 +147,6 @@ fn op(operation: Op, thread_id: &str) -> (Op, tracing::Span) {
     (operation, tracing::debug_span!("store", operation = operation.as_str(), thread_id))
 }
 
-/// `work`, store operation `operation`, in `span`, timed and counted.
-async fn timed<R: Failure>((operation, span): (Op, tracing::Span), work: impl Future<Output = R>) -> R {
-    let started = Instant::now();
-    let outcome = tracing::Instrument::instrument(work, span).await;
-    operation.seconds().record(started.elapsed().as_secs_f64());
-    if outcome.failed() {
-        operation.errors().increment(1);
-    }
-    outcome
-}
-
 #[async_trait]
 impl<S: ThreadStore + ?Sized> ThreadStore for MeteredStore<S> {
     fn can_be_unreachable(&self) -> bool {
@@ -131,27 +154,27 @@ impl<S: ThreadStore + ?Sized> ThreadStore for MeteredStore<S> {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        timed(op(Op::Ping, ""), self.inner.ping()).await
+        self.timed(op(Op::Ping, ""), self.inner.ping()).await
     }
 
     async fn load(&self, id: &str) -> Result<Option<Thread>, StoreError> {
-        timed(op(Op::Load, id), self.inner.load(id)).await
+        self.timed(op(Op::Load, id), self.inner.load(id)).await
     }
 
     async fn load_claiming(&self, id: &str, attempt: ClaimAttempt<'_>) -> Result<Loaded, StoreError> {
-        timed(op(Op::LoadClaiming, id), self.inner.load_claiming(id, attempt)).await
+        self.timed(op(Op::LoadClaiming, id), self.inner.load_claiming(id, attempt)).await
     }
 
     async fn release_claim(&self, id: &str, claimed_version: u64) -> Result<bool, StoreError> {
-        timed(op(Op::ReleaseClaim, id), self.inner.release_claim(id, claimed_version)).await
+        self.timed(op(Op::ReleaseClaim, id), self.inner.release_claim(id, claimed_version)).await
     }
 
     async fn save(&self, thread: Thread, expected: Option<u64>) -> Result<(), SaveError> {
-        timed(op(Op::Save, &thread.id), self.inner.save(thread, expected)).await
+        self.timed(op(Op::Save, &thread.id), self.inner.save(thread, expected)).await
     }
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
-        timed(op(Op::Delete, id), self.inner.delete(id)).await
+        self.timed(op(Op::Delete, id), self.inner.delete(id)).await
     }
 }
 
@@ -165,19 +188,19 @@ impl<S: PausedLedger + ?Sized> PausedLedger for MeteredStore<S> {
         until_ms: u64,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, StoreError> {
-        timed(op(Op::CountPaused, id), self.inner.count_paused(owner, id, tool, until_ms, limits)).await
+        self.timed(op(Op::CountPaused, id), self.inner.count_paused(owner, id, tool, until_ms, limits)).await
     }
 
     async fn uncount_paused(&self, owner: &str, id: &str, tool: &str) -> Result<(), StoreError> {
-        timed(op(Op::UncountPaused, id), self.inner.uncount_paused(owner, id, tool)).await
+        self.timed(op(Op::UncountPaused, id), self.inner.uncount_paused(owner, id, tool)).await
     }
 
     async fn paused_by_tool(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        timed(op(Op::PausedByTool, ""), self.inner.paused_by_tool()).await
+        self.timed(op(Op::PausedByTool, ""), self.inner.paused_by_tool()).await
     }
 
     async fn paused(&self, offset: usize, limit: usize) -> Result<(Vec<String>, u64), StoreError> {
-        timed(op(Op::Paused, ""), self.inner.paused(offset, limit)).await
+        self.timed(op(Op::Paused, ""), self.inner.paused(offset, limit)).await
     }
 
     async fn create_paused(
@@ -186,29 +209,29 @@ impl<S: PausedLedger + ?Sized> PausedLedger for MeteredStore<S> {
         owner: &str,
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, SaveError> {
-        timed(op(Op::CreatePaused, &thread.id), self.inner.create_paused(thread, owner, limits)).await
+        self.timed(op(Op::CreatePaused, &thread.id), self.inner.create_paused(thread, owner, limits)).await
     }
 
     async fn save_finished(&self, thread: Thread, expected: u64, owner: Option<&str>) -> Result<(), SaveError> {
-        timed(op(Op::SaveFinished, &thread.id), self.inner.save_finished(thread, expected, owner)).await
+        self.timed(op(Op::SaveFinished, &thread.id), self.inner.save_finished(thread, expected, owner)).await
     }
 }
 
 #[async_trait]
 impl<S: Notes + ?Sized> Notes for MeteredStore<S> {
     async fn put_note(&self, key: &str, value: &str, until_ms: u64) -> Result<(), StoreError> {
-        timed(op(Op::PutNote, ""), self.inner.put_note(key, value, until_ms)).await
+        self.timed(op(Op::PutNote, ""), self.inner.put_note(key, value, until_ms)).await
     }
 
     async fn take_note(&self, key: &str) -> Result<Option<String>, StoreError> {
-        timed(op(Op::TakeNote, ""), self.inner.take_note(key)).await
+        self.timed(op(Op::TakeNote, ""), self.inner.take_note(key)).await
     }
 
     async fn use_once(&self, key: &str, until_ms: u64) -> Result<bool, StoreError> {
-        timed(op(Op::UseOnce, ""), self.inner.use_once(key, until_ms)).await
+        self.timed(op(Op::UseOnce, ""), self.inner.use_once(key, until_ms)).await
     }
 
     async fn used(&self, key: &str) -> Result<bool, StoreError> {
-        timed(op(Op::Used, ""), self.inner.used(key)).await
+        self.timed(op(Op::Used, ""), self.inner.used(key)).await
     }
 }
