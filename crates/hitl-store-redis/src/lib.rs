@@ -31,6 +31,8 @@ mod channels;
 mod notes;
 mod records;
 
+pub use records::AUDIT_TRIM_EVERY;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -248,6 +250,9 @@ pub struct RedisStore {
     create: redis::Script,
     finish: redis::Script,
     window: redis::Script,
+    /// Audit entries this store appended since it last trimmed the trail
+    /// ([`AUDIT_TRIM_EVERY`]).
+    untrimmed: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 #[derive(Clone)]
@@ -472,6 +477,9 @@ impl RedisStore {
             create: redis::Script::new(CREATE),
             finish: redis::Script::new(FINISH),
             window: redis::Script::new(WINDOW),
+            // The first append trims: a replica that appends fewer than
+            // `AUDIT_TRIM_EVERY` entries in its life still keeps the cap.
+            untrimmed: Arc::new(std::sync::atomic::AtomicUsize::new(AUDIT_TRIM_EVERY)),
         })
     }
 

@@ -1,6 +1,9 @@
 //! [`Records`] on Redis: the approvals listing is a hash of entries and a sorted set of
 //! their times (`hitl:{approvals}:…`, one hash tag so a script sees both on a cluster);
-//! the audit trail is a stream, `hitl:audit`, capped near [`AUDIT_KEPT`] entries.
+//! the audit trail is a stream, `hitl:audit`, capped near [`AUDIT_KEPT`] entries (trimmed
+//! every [`AUDIT_TRIM_EVERY`] entries a store appends).
+
+use std::sync::atomic::Ordering;
 
 use async_trait::async_trait;
 use hitl_thread::{AUDIT_KEPT, AuditLine, Records, StoreError};
@@ -17,6 +20,12 @@ const AUDIT: &str = "hitl:audit";
 const SKEW_MS: u64 = 60_000;
 /// Audit entries read per `XRANGE`.
 const PAGE: usize = 1_000;
+/// How many audit entries a store appends between trims of the trail to
+/// [`AUDIT_KEPT`] (`XTRIM … MAXLEN ~`, sent with the entries), and at its first append:
+/// the cap checked at every `XADD` cost Redis ~2,800 instructions an entry, a trim
+/// ~5,800 (docs/performance.md, stop 52). The trail passes the cap by at most about this
+/// many entries per replica between trims.
+pub const AUDIT_TRIM_EVERY: usize = 256;
 
 /// Drops entries past their time (KEYS: entries, until, order; ARGV: now).
 const PRUNE: &str = r"
@@ -104,16 +113,26 @@ impl Records for RedisStore {
             return Ok(());
         }
         let mut connection = self.connection().await?;
+        let untrimmed = self.untrimmed.fetch_add(entries.len(), Ordering::Relaxed) + entries.len();
+        let trim = untrimmed >= AUDIT_TRIM_EVERY;
         // Redis numbers the entries by its clock (ms), which `since` reads by. Each
-        // command made with room for its eight arguments, not grown one at a time.
-        let mut pipe = redis::Pipeline::with_capacity(entries.len());
+        // command made with room for its five arguments, not grown one at a time.
+        let mut pipe = redis::Pipeline::with_capacity(entries.len() + usize::from(trim));
         for entry in entries {
-            let mut xadd = redis::Cmd::with_capacity(8, 64 + entry.json.len());
-            xadd.arg("XADD").arg(AUDIT).arg("MAXLEN").arg("~").arg(AUDIT_KEPT).arg("*").arg("e").arg(&*entry.json);
+            let mut xadd = redis::Cmd::with_capacity(5, 32 + entry.json.len());
+            xadd.arg("XADD").arg(AUDIT).arg("*").arg("e").arg(&*entry.json);
             pipe.add_command(xadd).ignore();
         }
-        let () = pipe.query_async(&mut connection).await.map_err(unavailable)?;
-        Ok(())
+        if trim {
+            self.untrimmed.store(0, Ordering::Relaxed);
+            pipe.cmd("XTRIM").arg(AUDIT).arg("MAXLEN").arg("~").arg(AUDIT_KEPT).ignore();
+        }
+        let sent: Result<(), _> = pipe.query_async(&mut connection).await;
+        if sent.is_err() && trim {
+            // Not trimmed: the next append trims.
+            self.untrimmed.store(AUDIT_TRIM_EVERY, Ordering::Relaxed);
+        }
+        sent.map_err(unavailable)
     }
 
     async fn audit_since(&self, since_ms: u64, after: Option<&str>, limit: usize) -> Result<Vec<Value>, StoreError> {

@@ -309,3 +309,57 @@ async fn scripts_redis_forgot_are_loaded_again() {
         assert_eq!(counted, n, "counted after a flush");
     }
 }
+
+/// The audit trail stays near its cap though its entries are added without one: a store
+/// trims it at its first append, whatever the trail held before, and every
+/// `AUDIT_TRIM_EVERY` entries after; the newest entries stay.
+#[tokio::test]
+async fn the_audit_trail_is_trimmed_near_its_cap() {
+    let Ok(url) = std::env::var("REDIS_URL") else {
+        cannot_run("REDIS_URL is not set");
+        return;
+    };
+    use hitl_store_redis::AUDIT_TRIM_EVERY;
+    use hitl_thread::{AUDIT_KEPT, AuditLine, Records as _};
+    let (store, mut raw) = own_database(&url, 8).await;
+    // Over the cap by 5,000 (a trim with `~` removes up to 10,000 at a time).
+    let mut filled = 0;
+    while filled < AUDIT_KEPT + 5_000 {
+        let mut pipe = redis::pipe();
+        for _ in 0..10_000.min(AUDIT_KEPT + 5_000 - filled) {
+            pipe.cmd("XADD").arg("hitl:audit").arg("*").arg("e").arg(r#"{"at_ms":0}"#).ignore();
+            filled += 1;
+        }
+        let () = pipe.query_async(&mut raw).await.unwrap();
+    }
+    // Whole stream nodes (100 entries) are trimmed, so a trimmed trail holds fewer than
+    // 100 over the cap.
+    let slack = 100;
+    let line = |n: usize| AuditLine { at_ms: 1, json: format!(r#"{{"at_ms":1,"n":{n}}}"#).into() };
+    store.append_audit(&[line(0)]).await.unwrap();
+    let length = |mut raw: redis::aio::MultiplexedConnection| async move {
+        redis::cmd("XLEN").arg("hitl:audit").query_async::<usize>(&mut raw).await.unwrap()
+    };
+    let held = length(raw.clone()).await;
+    assert!((AUDIT_KEPT..AUDIT_KEPT + slack).contains(&held), "the first append trims: {held} held");
+    // Batches as the ledger sends them: never past the cap by more than a trim's worth.
+    let mut n = 1;
+    while n < 3 * AUDIT_TRIM_EVERY {
+        let batch: Vec<AuditLine> = (n..n + 37).map(line).collect();
+        store.append_audit(&batch).await.unwrap();
+        n += batch.len();
+        let held = length(raw.clone()).await;
+        assert!(held >= AUDIT_KEPT && held < AUDIT_KEPT + AUDIT_TRIM_EVERY + 37 + slack, "{held} held after {n}");
+    }
+    let newest: Vec<(String, Vec<(String, String)>)> = redis::cmd("XREVRANGE")
+        .arg("hitl:audit")
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(1)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(newest[0].1[0].1, *line(n - 1).json, "the newest entry stays");
+    let () = redis::cmd("FLUSHDB").query_async(&mut raw).await.unwrap();
+}
