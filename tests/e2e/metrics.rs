@@ -1,6 +1,6 @@
 //! `/metrics` over HTTP: each round outcome, the people's answer time, agent run time,
 //! store operations and HTTP statuses move as they should; `--metrics-listen` serves
-//! them on a port of their own.
+//! them on a port of their own; `hitl_runtime_workers` shows `--workers`.
 
 use serde_json::{Value, json};
 
@@ -148,4 +148,42 @@ async fn the_paused_gauge_reads_a_redis_store() {
     assert_eq!(paused - before, 1.0);
     greeter(&server, 2, Some((&state, "Ada"))).await;
     assert_eq!(sample(&scrape(&server).await, "hitl_paused_calls{tool=\"greeter\"}"), before);
+}
+
+/// `--workers` (`HITL_WORKERS`, `[server] workers`) sets the threads that serve
+/// requests, shown in `hitl_runtime_workers`; without it, one per core (or
+/// `TOKIO_WORKER_THREADS`); none is refused, in every form.
+#[tokio::test]
+async fn the_workers_are_as_many_as_asked() {
+    let workers = async |server: &Server| sample(&scrape(server).await, "hitl_runtime_workers");
+    assert_eq!(workers(&Server::start(&["--workers", "1"]).await).await, 1.0, "the flag");
+    let cores = match std::env::var("TOKIO_WORKER_THREADS") {
+        Ok(n) => n.parse().unwrap(),
+        Err(_) => std::thread::available_parallelism().unwrap().get(),
+    };
+    assert_eq!(workers(&Server::start(&[]).await).await, cores as f64, "the default");
+    let mut command = std::process::Command::new(Server::program());
+    command.args(["serve", "--listen", "127.0.0.1:0"]).env("HITL_WORKERS", "3");
+    let from_env = Server::spawn_command(command);
+    from_env.wait_healthy().await;
+    assert_eq!(workers(&from_env).await, 3.0, "the environment");
+
+    let dir = std::env::temp_dir().join(format!("hitl-e2e-workers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("hitl.toml");
+    std::fs::write(&file, "[server]\nworkers = 2\n").unwrap();
+    let path = file.to_str().unwrap();
+    assert_eq!(workers(&Server::start(&["--config", path]).await).await, 2.0, "the file");
+    assert_eq!(workers(&Server::start(&["--config", path, "--workers", "1"]).await).await, 1.0, "the flag over it");
+
+    std::fs::write(&file, "[server]\nworkers = 0\n").unwrap();
+    let (ok, text) = crate::trust::check(&["--config", path]);
+    assert!(!ok && text.contains("server.workers") && text.contains("nonzero"), "{text}");
+    let refused = std::process::Command::new(Server::program())
+        .args(["serve", "--listen", "127.0.0.1:0", "--workers", "0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && stderr.contains("invalid value '0' for '--workers <N>'"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

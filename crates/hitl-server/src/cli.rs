@@ -293,6 +293,12 @@ pub(crate) struct ServeArgs {
     /// dropped first.
     #[arg(long, env = "HITL_MAX_FINISHED_BYTES", default_value_t = 1 << 30)]
     max_finished_bytes: u64,
+    /// Threads that serve requests (default: one per core, or `TOKIO_WORKER_THREADS`).
+    /// On a small machine shared with Redis, fewer can serve more: on 2 cores with Redis
+    /// and the load generator beside it, 1 served a median 13% more rounds than 2
+    /// (docs/performance.md, stop 53).
+    #[arg(long, env = "HITL_WORKERS", value_name = "N")]
+    pub(crate) workers: Option<std::num::NonZeroUsize>,
 }
 
 /// Was `id` given on the command line or in the environment (which override the file)?
@@ -348,7 +354,7 @@ impl ServeArgs {
         take!(max_concurrent_requests, request_timeout, max_paused_per_caller, max_paused_calls, max_record_bytes);
         take!(max_finished_calls, max_finished_bytes);
         take!(conformance_fixtures, allowed_hosts, legacy_elicitation, log_format, stdio_principal);
-        take_some!(redis_ca_file, default_ttl, principal_header, public_url, metrics_listen, otlp_endpoint);
+        take_some!(redis_ca_file, default_ttl, principal_header, public_url, metrics_listen, otlp_endpoint, workers);
         if !explicit(matches, "no_examples")
             && let Some(examples) = file.examples
         {

@@ -451,6 +451,7 @@ pub(crate) struct ServerSection {
     pub(crate) max_finished_calls: Option<u64>,
     pub(crate) max_finished_bytes: Option<u64>,
     pub(crate) stdio_principal: Option<String>,
+    pub(crate) workers: Option<std::num::NonZeroUsize>,
 }
 
 /// Reads and parses `path`. Paths in the file are relative to the file's folder.

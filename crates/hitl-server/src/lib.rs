@@ -66,11 +66,11 @@ pub fn main() -> anyhow::Result<()> {
 pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
     let matches = <cli::Cli as clap::CommandFactory>::command().get_matches();
     let cli = <cli::Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
         cli::Command::Serve(args) => {
             let serve_matches = matches.subcommand_matches("serve").expect("the serve subcommand");
             let args = args.with_file(serve_matches)?;
+            let runtime = runtime(args.workers)?;
             let stdio = args.stdio;
             let served = runtime.block_on(async {
                 let telemetry = telemetry::init(args.log_format, args.otlp_endpoint.as_deref())?;
@@ -88,7 +88,7 @@ pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
         cli::Command::Check(args) => {
             telemetry::init(telemetry::LogFormat::Text, None)?;
             // A verdict, not a crash: the reason on stderr, exit status 1.
-            if let Err(e) = cli::check(args, &runtime) {
+            if let Err(e) = cli::check(args, &runtime(None)?) {
                 eprintln!("error: {e:#}");
                 std::process::exit(1);
             }
@@ -104,7 +104,7 @@ pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
         }
         cli::Command::Audit(crate::audit::AuditArgs { command: crate::audit::AuditCommand::Verify(args) }) => {
             telemetry::init(telemetry::LogFormat::Text, None)?;
-            match runtime.block_on(audit::verify(&args)) {
+            match runtime(None)?.block_on(audit::verify(&args)) {
                 Ok(intact) => println!("{intact}"),
                 Err(e) => {
                     eprintln!("error: {e:#}");
@@ -115,7 +115,7 @@ pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
         }
         cli::Command::Threads(args) => {
             telemetry::init(telemetry::LogFormat::Text, None)?;
-            if let Err(e) = runtime.block_on(threads::run(args, &mut std::io::stdout())) {
+            if let Err(e) = runtime(None)?.block_on(threads::run(args, &mut std::io::stdout())) {
                 eprintln!("error: {e:#}");
                 std::process::exit(1);
             }
@@ -145,4 +145,14 @@ pub fn store_from_url(url: &str, ca_file: Option<&std::path::Path>) -> anyhow::R
     };
     let store = RedisStore::with_tls_roots(url, ca).map_err(|e| anyhow::anyhow!("--store {shown}: {e}"))?;
     Ok(Arc::new(store))
+}
+
+/// The runtime that runs the command: `workers` threads, or tokio's default (one per
+/// core, or `TOKIO_WORKER_THREADS`).
+fn runtime(workers: Option<std::num::NonZeroUsize>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = workers {
+        builder.worker_threads(workers.get());
+    }
+    builder.enable_all().build()
 }

@@ -33,6 +33,7 @@ pub(crate) fn handle() -> PrometheusHandle {
                 describe();
             }
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                metrics::gauge!("hitl_runtime_workers").set(runtime.metrics().num_workers() as f64);
                 let upkeep = handle.clone();
                 runtime.spawn(async move {
                     loop {
@@ -82,6 +83,7 @@ fn describe() {
         "Retries of calls waiting for an approver that this process holds now ([approvals] hold)."
     );
     metrics::describe_gauge!("hitl_paused_calls", "Paused calls now, by tool (read from the store at each scrape).");
+    metrics::describe_gauge!("hitl_runtime_workers", "Threads serving requests (--workers).");
     metrics::describe_gauge!(
         "hitl_unsaved_outcomes",
         "Outcomes of answered rounds this process holds but could not save yet (the store was out of reach)."
