@@ -151,15 +151,22 @@ return 1
 /// (`ZCOUNT … (now +inf`), and one still in the owner's set past its time counts as
 /// new. Every `redis.call` in a script costs Redis 3,000–7,000 instructions
 /// (docs/performance.md, stop 50), so the three sweeps are not run on every pause, a
-/// `fresh` id (a new thread's) is not looked up, and the owner's set is given the
-/// call's expiry only when no call in it expires later (`ZREVRANK` 0: a rank, not a
-/// score to format).
+/// `fresh` id (a new thread's) is not looked up, and the owner's set lives as long as
+/// its last call in one command where it can: a new set takes the call's expiry, an
+/// existing one takes it only if later (`PEXPIREAT … GT`, Redis 7 and later, which
+/// have `redis.REDIS_VERSION_NUM`; on Redis 6.2, when no call in it expires later:
+/// `ZREVRANK` 0). The set always has an expiry once a script made it, so `GT`, which
+/// takes a key without one as never expiring, always sees one.
 macro_rules! count_function {
     () => {
         r"
+local GT = redis.REDIS_VERSION_NUM ~= nil
 local function within(set, now, limit)
-  if redis.call('ZCARD', set) < limit then return true end
-  return redis.call('ZREMRANGEBYSCORE', set, '-inf', now) > 0 and redis.call('ZCARD', set) < limit
+  local n = redis.call('ZCARD', set)
+  if n < limit then return n end
+  if redis.call('ZREMRANGEBYSCORE', set, '-inf', now) == 0 then return false end
+  n = redis.call('ZCARD', set)
+  return n < limit and n
 end
 local function count(owner, all, toolset, tools, now, id, expiry, per_owner, total, tool, fresh)
   if (string.byte(id, -1) or 0) % 16 == 0 then
@@ -168,15 +175,23 @@ local function count(owner, all, toolset, tools, now, id, expiry, per_owner, tot
     redis.call('ZREMRANGEBYSCORE', toolset, '-inf', now)
   end
   local counted = not fresh and redis.call('ZSCORE', owner, id)
+  local held
   if not counted or tonumber(counted) <= tonumber(now) then
-    if not within(owner, now, tonumber(per_owner)) then return -1 end
+    held = within(owner, now, tonumber(per_owner))
+    if not held then return -1 end
     if not within(all, now, tonumber(total)) then return -2 end
   end
   redis.call('ZADD', owner, expiry, id)
   redis.call('ZADD', all, expiry, id)
   redis.call('ZADD', toolset, expiry, id)
   redis.call('SADD', tools, tool)
-  if redis.call('ZREVRANK', owner, id) == 0 then redis.call('PEXPIREAT', owner, expiry) end
+  if held == 0 then
+    redis.call('PEXPIREAT', owner, expiry)
+  elseif GT then
+    redis.call('PEXPIREAT', owner, expiry, 'GT')
+  elseif redis.call('ZREVRANK', owner, id) == 0 then
+    redis.call('PEXPIREAT', owner, expiry)
+  end
   return 1
 end
 "
@@ -787,6 +802,66 @@ impl PausedLedger for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `ZREVRANK` calls Redis has run, server-wide (`INFO commandstats`).
+    async fn zrevranks(raw: &mut redis::aio::MultiplexedConnection) -> u64 {
+        let info: String = redis::cmd("INFO").arg("commandstats").query_async(raw).await.unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_zrevrank:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().unwrap())
+    }
+
+    /// An owner's counting set lives as long as its last call both ways the script can
+    /// keep it so: with `PEXPIREAT … GT` (Redis 7, no `ZREVRANK` run) and as on Redis
+    /// 6.2, which has no `redis.REDIS_VERSION_NUM` (the same script with `GT` off).
+    #[tokio::test]
+    async fn an_owners_set_lives_as_long_as_its_last_call_with_gt_and_without() {
+        let Ok(url) = std::env::var("REDIS_URL") else {
+            assert!(std::env::var_os("CI").is_none(), "REDIS_URL is not set, and CI needs every suite to run");
+            return;
+        };
+        let base = url.rsplit_once('/').map_or(url.as_str(), |(base, _)| base);
+        let client = redis::Client::open(format!("{base}/12")).unwrap();
+        let mut raw = client.get_multiplexed_async_connection().await.expect("Redis answers");
+        let now = now_ms();
+        let minute = 60_000;
+        let gt_line = "local GT = redis.REDIS_VERSION_NUM ~= nil";
+        assert!(COUNT.contains(gt_line));
+        for (gt, text) in [(true, COUNT.to_owned()), (false, COUNT.replace(gt_line, "local GT = false"))] {
+            let script = redis::Script::new(&text);
+            let owner = owner_key(&uuid::Uuid::now_v7().to_string());
+            let before = zrevranks(&mut raw).await;
+            for (n, (lives_ms, at_least_ms)) in
+                [(10 * minute, 9 * minute), (minute, 9 * minute), (20 * minute, 19 * minute)].into_iter().enumerate()
+            {
+                let counted: i64 = script
+                    .key(&owner)
+                    .key(ALL_PAUSED_KEY)
+                    .key(tool_key("tool"))
+                    .key(TOOLS_KEY)
+                    .arg(now)
+                    .arg(format!("{owner}-{n}1"))
+                    .arg(now + lives_ms)
+                    .arg(10)
+                    .arg(u64::MAX)
+                    .arg("tool")
+                    .invoke_async(&mut raw)
+                    .await
+                    .unwrap();
+                assert_eq!(counted, 1);
+                let left: i64 = redis::cmd("PTTL").arg(&owner).query_async(&mut raw).await.unwrap();
+                assert!(left >= at_least_ms as i64, "GT {gt}: after a call living {lives_ms} ms, {left} ms left");
+            }
+            let ranked = zrevranks(&mut raw).await - before;
+            if gt {
+                assert_eq!(ranked, 0, "with GT the set's expiry takes one command");
+            } else {
+                assert!(ranked >= 2, "without GT an existing set is ranked: {ranked}");
+            }
+            let _: () = redis::cmd("DEL").arg(&owner).query_async(&mut raw).await.unwrap();
+        }
+    }
 
     #[test]
     fn the_claiming_script_has_the_starts_of_claimable_records_as_lua_strings() {
