@@ -301,6 +301,9 @@ pub(crate) struct ServeArgs {
     pub(crate) workers: Option<std::num::NonZeroUsize>,
 }
 
+/// The most `--workers` a server takes: each is a thread, made before anything else.
+const MAX_WORKERS: usize = 1024;
+
 /// Was `id` given on the command line or in the environment (which override the file)?
 fn explicit(matches: &ArgMatches, id: &str) -> bool {
     matches!(matches.value_source(id), Some(ValueSource::CommandLine | ValueSource::EnvVariable))
@@ -415,6 +418,7 @@ impl ServeArgs {
             ),
             true => Some(secret.derive(hitl_pages::chain::KEY_LABEL)),
         };
+        self.workers()?;
         if self.max_connections == 0 || self.max_concurrent_requests == 0 {
             bail!("--max-connections and --max-concurrent-requests must be at least 1");
         }
@@ -627,6 +631,17 @@ impl ServeArgs {
 }
 
 impl ServeArgs {
+    /// `--workers` (or `[server] workers`), at most [`MAX_WORKERS`]: read before the
+    /// runtime is made, so a mistyped count is refused instead of spawning its threads.
+    pub(crate) fn workers(&self) -> anyhow::Result<Option<std::num::NonZeroUsize>> {
+        match self.workers {
+            Some(n) if n.get() > MAX_WORKERS => {
+                bail!("--workers must be at most {MAX_WORKERS} (each is a thread), not {n}")
+            }
+            workers => Ok(workers),
+        }
+    }
+
     /// The pages as `[server] public_url`, `[[notify]]`, `[audit]` and `[approvals]`
     /// say, for a server bound to `local`; approvers need sign-in.
     fn pages_config(

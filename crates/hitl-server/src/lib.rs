@@ -70,7 +70,7 @@ pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
         cli::Command::Serve(args) => {
             let serve_matches = matches.subcommand_matches("serve").expect("the serve subcommand");
             let args = args.with_file(serve_matches)?;
-            let runtime = runtime(args.workers)?;
+            let runtime = runtime(args.workers()?)?;
             let stdio = args.stdio;
             let served = runtime.block_on(async {
                 let telemetry = telemetry::init(args.log_format, args.otlp_endpoint.as_deref())?;
