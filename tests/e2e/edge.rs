@@ -367,7 +367,7 @@ async fn hosts_are_checked_with_ports_on_http_1_0_1_1_and_2() {
 
 /// Runs `hitl serve` with `args` and `env` (and no other secret), expecting it to fail
 /// at start; returns its stderr.
-fn failed_start(args: &[&str], env: &[(&str, &str)]) -> String {
+pub(crate) fn failed_start(args: &[&str], env: &[(&str, &str)]) -> String {
     let mut command = Command::new(Server::program());
     command.args(["serve", "--listen", "127.0.0.1:0"]).args(args).env_remove("HITL_SECRET");
     for (k, v) in env {
