@@ -27,27 +27,27 @@ async fn redis_store_conforms() {
     assert!(claimed, "the Redis store claims a round in the step that loads it");
 }
 
-/// Database `n` of the Redis at `url`, emptied first, for a test whose counts the
+/// Database `n` of the Redis at `REDIS_URL`, emptied first, for a test whose counts the
 /// suite's other tests (which share database 0) must not move: a store on it and a raw
-/// connection to it.
-async fn own_database(url: &str, n: u8) -> (RedisStore, redis::aio::MultiplexedConnection) {
-    let base = url.rsplit_once('/').map_or(url, |(base, _)| base);
+/// connection to it. `None` (said by [`cannot_run`]) without `REDIS_URL`.
+async fn own_database(n: u8) -> Option<(RedisStore, redis::aio::MultiplexedConnection)> {
+    let Ok(url) = std::env::var("REDIS_URL") else {
+        cannot_run("REDIS_URL is not set");
+        return None;
+    };
+    let base = url.rsplit_once('/').map_or(url.as_str(), |(base, _)| base);
     let own = format!("{base}/{n}");
     let client = redis::Client::open(own.as_str()).unwrap();
     let mut raw = client.get_multiplexed_async_connection().await.expect("Redis answers");
     let () = redis::cmd("FLUSHDB").query_async(&mut raw).await.unwrap();
-    (RedisStore::connect(&own).await.expect("Redis answers"), raw)
+    Some((RedisStore::connect(&own).await.expect("Redis answers"), raw))
 }
 
 /// On a Redis where nothing was ever paused, the count per tool is empty, not an error
 /// (`/metrics` reads it at every scrape).
 #[tokio::test]
 async fn an_empty_redis_counts_no_paused_calls() {
-    let Ok(url) = std::env::var("REDIS_URL") else {
-        cannot_run("REDIS_URL is not set");
-        return;
-    };
-    let (store, _) = own_database(&url, 13).await;
+    let Some((store, _)) = own_database(13).await else { return };
     use hitl_thread::PausedLedger as _;
     assert_eq!(store.paused_by_tool().await.expect("no error on an empty store"), Vec::<(String, u64)>::new());
 }
@@ -185,14 +185,10 @@ async fn a_value_kept_until_a_time_is_read_until_then() {
 /// first, so a lapsed call never takes a live one's place.
 #[tokio::test]
 async fn lapsed_calls_leave_the_counting_sets() {
-    let Ok(url) = std::env::var("REDIS_URL") else {
-        cannot_run("REDIS_URL is not set");
-        return;
-    };
     use hitl_thread::{LimitReached, PausedLedger as _, PausedLimits};
     // The suite's other tests sweep database 0's shared set of all paused calls at
     // their limits.
-    let (store, mut raw) = own_database(&url, 12).await;
+    let Some((store, mut raw)) = own_database(12).await else { return };
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
     let prefix = uuid::Uuid::now_v7().to_string();
     let (owner, tool) = (format!("{prefix}-owner"), format!("{prefix}-tool"));
@@ -265,12 +261,8 @@ async fn lapsed_calls_leave_the_counting_sets() {
 /// its own counts early with a short-lived call), and one that ends later lengthens it.
 #[tokio::test]
 async fn an_owners_set_lives_as_long_as_its_last_call() {
-    let Ok(url) = std::env::var("REDIS_URL") else {
-        cannot_run("REDIS_URL is not set");
-        return;
-    };
     use hitl_thread::{PausedLedger as _, PausedLimits};
-    let (store, mut raw) = own_database(&url, 11).await;
+    let Some((store, mut raw)) = own_database(11).await else { return };
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
     let prefix = uuid::Uuid::now_v7().to_string();
     let owner = format!("{prefix}-owner");
@@ -292,12 +284,8 @@ async fn an_owners_set_lives_as_long_as_its_last_call() {
 /// by the next command that runs one.
 #[tokio::test]
 async fn scripts_redis_forgot_are_loaded_again() {
-    let Ok(url) = std::env::var("REDIS_URL") else {
-        cannot_run("REDIS_URL is not set");
-        return;
-    };
     use hitl_thread::{PausedLedger as _, PausedLimits};
-    let (store, mut raw) = own_database(&url, 10).await;
+    let Some((store, mut raw)) = own_database(10).await else { return };
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
     let prefix = uuid::Uuid::now_v7().to_string();
     let limits = PausedLimits { per_owner: 10, total: u64::MAX };
@@ -315,13 +303,9 @@ async fn scripts_redis_forgot_are_loaded_again() {
 /// `AUDIT_TRIM_EVERY` entries after; the newest entries stay.
 #[tokio::test]
 async fn the_audit_trail_is_trimmed_near_its_cap() {
-    let Ok(url) = std::env::var("REDIS_URL") else {
-        cannot_run("REDIS_URL is not set");
-        return;
-    };
     use hitl_store_redis::AUDIT_TRIM_EVERY;
     use hitl_thread::{AUDIT_KEPT, AuditLine, Records as _};
-    let (store, mut raw) = own_database(&url, 8).await;
+    let Some((store, mut raw)) = own_database(8).await else { return };
     // Over the cap by 5,000 (a trim with `~` removes up to 10,000 at a time).
     let mut filled = 0;
     while filled < AUDIT_KEPT + 5_000 {
