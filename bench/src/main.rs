@@ -1,7 +1,9 @@
 //! `hitl-bench`: what `cargo xtask bench` runs.
 //!
 //! - `hitl-bench echo --listen ADDR`: a bare hyper server that answers every POST with
-//!   its body as JSON, the baseline hitl's throughput is compared with.
+//!   its body as JSON, the baseline hitl's throughput is compared with. With `--redis
+//!   URL`, the floor of a durable round on Redis instead ([`floor`]): canned replies to
+//!   the `round` scenario, and the three scripts a round needs.
 //! - `hitl-bench load --url URL --scenario S`: closed-loop load over keep-alive HTTP/1.1
 //!   connections (or paced at `--rate`), printing one JSON line of throughput and
 //!   latency percentiles. Scenarios: `echo` (post a `tools/call` body), `pause` (call
@@ -34,6 +36,8 @@ use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 
+mod floor;
+
 #[derive(Parser)]
 struct Cli {
     #[command(subcommand)]
@@ -47,6 +51,9 @@ enum Command {
         /// Where to listen (port 0: a free port, printed on stdout).
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: SocketAddr,
+        /// Serve the floor of a durable round on the Redis at this URL instead.
+        #[arg(long)]
+        redis: Option<String>,
     },
     /// Closed-loop (or paced) load against a URL.
     Load {
@@ -106,7 +113,8 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         match cli.command {
-            Command::Echo { listen } => echo(listen).await,
+            Command::Echo { listen, redis: None } => echo(listen).await,
+            Command::Echo { listen, redis: Some(url) } => floor::serve(TcpListener::bind(listen).await?, &url).await,
             Command::Load { url, scenario, connections, seconds, rate, count, tool, arguments } => {
                 let arguments: Value = serde_json::from_str(&arguments).context("--arguments is not JSON")?;
                 let target = Target { tool, arguments };

@@ -484,6 +484,27 @@ pub(crate) fn peers() -> anyhow::Result<()> {
         Err(why) => not_measured(name, &format!("no Redis: {why}")),
     };
     report.insert(name.into(), row);
+    // What Redis on these cores allows a durable round at best, the Redis row's floor.
+    let floor_on = |redis: &crate::Redis| {
+        redis_flush(redis.port)?;
+        let mut command = Command::new(release.join("hitl-bench"));
+        command.args(["echo", "--listen", "127.0.0.1:0", "--redis", &redis.url()]);
+        without_failures(load(&serve(command)?.url, "round", &[])?, REDIS_FLOOR)
+    };
+    let row = match &redis {
+        Ok(redis) => {
+            let round = floor_on(redis)?;
+            println!(
+                "  {REDIS_FLOOR:<44} {:>7.0} rounds/s   p50 {:>6} µs   p99 {:>6} µs",
+                round["throughput"].as_f64().unwrap_or_default(),
+                round["p50_us"],
+                round["p99_us"],
+            );
+            serde_json::json!({"status": "measured", "round": round})
+        }
+        Err(why) => not_measured(REDIS_FLOOR, &format!("no Redis: {why}")),
+    };
+    report.insert(REDIS_FLOOR.into(), row);
 
     let peers = [
         Peer {
@@ -541,6 +562,7 @@ pub(crate) fn peers() -> anyhow::Result<()> {
             load(&serve(hitl_on_redis(redis))?.url, "round", &[])
         };
         turns.push(Turn { name, peer: false, pass: Box::new(pass) });
+        turns.push(Turn { name: REDIS_FLOOR, peer: false, pass: Box::new(move || floor_on(redis)) });
     }
     if let Ok(program) = &rmcp {
         let pass = move || load(&serve(Command::new(program))?.url, "round", &[]);
@@ -594,7 +616,23 @@ pub(crate) fn peers() -> anyhow::Result<()> {
         .into_iter()
         .filter_map(|name| rounds_of(name).map(|rounds| (name, rounds)))
         .max_by(|a, b| a.1.total_cmp(&b.1));
-    let mut summary = serde_json::json!({"peers": report});
+    let rate_of = |name: &str| {
+        let row = report.get(name)?;
+        row.get("round").unwrap_or(row)["throughput"].as_f64().filter(|r| *r > 0.0)
+    };
+    let mut ratios = serde_json::Map::new();
+    for (key, of, to) in [
+        ("memory_vs_echo", "hitl, memory store", "echo"),
+        ("redis_vs_echo", "hitl, Redis store", "echo"),
+        ("redis_floor_vs_echo", REDIS_FLOOR, "echo"),
+        ("redis_vs_redis_floor", "hitl, Redis store", REDIS_FLOOR),
+    ] {
+        if let (Some(a), Some(b)) = (rate_of(of), rate_of(to)) {
+            println!("  {of} / {to}: {:.1}%", 100.0 * a / b);
+            ratios.insert(key.into(), serde_json::json!(a / b));
+        }
+    }
+    let mut summary = serde_json::json!({"peers": report, "ratios": ratios});
     if let Some((name, rounds)) = best {
         let times = hitl_rounds / rounds.max(1.0);
         println!("  hitl (memory store) answers {times:.1}× the rounds/s of the best peer ({name})");
@@ -605,6 +643,10 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     eprintln!("report: {}", out.display());
     Ok(())
 }
+
+/// The Redis floor's row in the report: `hitl-bench echo --redis`, a bare server
+/// asking of Redis only the three scripts a durable round needs (`bench/src/floor.rs`).
+const REDIS_FLOOR: &str = "Redis floor (bare hyper, three scripts a round)";
 
 /// The rmcp peer's name in the report.
 const RMCP: &str = "rmcp 3.11 (StreamableHttpService)";

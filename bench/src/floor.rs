@@ -1,0 +1,256 @@
+//! `hitl-bench echo --redis URL`: the floor of a durable round on Redis, what the
+//! Redis row of `cargo xtask bench --peers` is read against besides the echo.
+//!
+//! A bare hyper server that answers the `round` scenario with canned replies and asks
+//! of Redis only what a round that survives restarts and is resumed exactly once must:
+//! three scripts, through the client and connection hitl uses. The pause writes the
+//! paused call's record (`CREATE`: a new thread only); the answer claims the open round
+//! if the token's proof and the call's binding are the record's (`CLAIM`, the record
+//! read back), then saves the finished call over the claimed version (`FINISH`). Records
+//! of about the size of hitl's for `choose_region`; no paused-call ledger, no audit
+//! trail, no JSON parsed, no schema, no HMAC: nothing a server does beside Redis.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::net::TcpListener;
+
+/// The sizes of hitl's records for a `choose_region` round (paused, then finished),
+/// as it writes them to Redis today.
+const PAUSED_RECORD_BYTES: usize = 768;
+const FINISHED_RECORD_BYTES: usize = 512;
+
+/// A new paused thread (KEYS: the thread; ARGV: version, record, expiry, round, proof,
+/// binding): 1, or 0 when it exists.
+const CREATE: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'v', ARGV[1], 'd', ARGV[2], 'c', '', 'r', ARGV[4], 't', ARGV[5], 'b', ARGV[6])
+redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+return 1
+";
+
+/// The thread loaded, its open round claimed when the proof and binding are its own and
+/// no claim holds it (KEYS: the thread; ARGV: proof, until, binding): nil when missing,
+/// else the version, record and claim as they were, and 1 when claimed.
+const CLAIM: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'v', 'd', 'c', 'r', 't', 'b')
+if not f[2] then return false end
+local claimed = 0
+if f[3] == '' and f[4] ~= '' and f[5] == ARGV[1] and f[6] == ARGV[3] then
+  redis.call('HSET', KEYS[1], 'v', tostring(tonumber(f[1]) + 1), 'c', f[4] .. ':' .. ARGV[2])
+  claimed = 1
+end
+return {f[1], f[2], f[3], claimed}
+";
+
+/// The finished thread saved over the expected version (KEYS: the thread; ARGV:
+/// expected, version, record, expiry): 1, or 0 on a conflict.
+const FINISH: &str = r"
+if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 'd', ARGV[3], 'c', '', 'r', '', 't', '', 'b', '')
+redis.call('PEXPIREAT', KEYS[1], ARGV[4])
+return 1
+";
+
+/// A token's proof and a call's binding digest, as long as hitl's (SHA-1 and SHA-256 in
+/// hex).
+const PROOF: &str = "5f1d7f2b0a7c4e0e9a3b8c6d2e1f0a9b8c7d6e5f";
+const BINDING: &str = "0d4f8a2c6e1b3d5f7a9c0e2b4d6f8a1c3e5b7d9f0a2c4e6b8d1f3a5c7e9b0d2f";
+
+/// The pause's reply: one question, the thread's number as its `requestState`.
+const PAUSED: (&str, &str) = (
+    r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","inputRequests":{"region":{"method":"elicitation/create","params":{"mode":"form","message":"Which region?","requestedSchema":{"type":"object","properties":{"response":{"type":"string"}},"required":["response"]}}}},"requestState":""#,
+    r#""}}"#,
+);
+
+/// The answer's reply: the call ended with the region.
+const ANSWERED: &str = r#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"{\"region\":\"eu-west-1\"}"}],"structuredContent":{"region":"eu-west-1"}}}"#;
+
+/// How long a call is kept (ms), as hitl keeps a paused one.
+const KEPT_MS: u64 = 24 * 3_600_000;
+
+struct Floor {
+    redis: ConnectionManager,
+    create: redis::Script,
+    claim: redis::Script,
+    finish: redis::Script,
+    /// Makes thread keys unique across runs on one Redis.
+    run: u128,
+    next: AtomicU64,
+    paused_record: Vec<u8>,
+    finished_record: Vec<u8>,
+}
+
+/// Serves the floor on `listener`, its calls kept in the Redis at `url`.
+pub(crate) async fn serve(listener: TcpListener, url: &str) -> anyhow::Result<()> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(Duration::from_secs(2)))
+        .set_number_of_retries(1);
+    let redis = redis::Client::open(url)?.get_connection_manager_with_config(config).await.context("Redis")?;
+    let floor = Arc::new(Floor {
+        redis,
+        create: redis::Script::new(CREATE),
+        claim: redis::Script::new(CLAIM),
+        finish: redis::Script::new(FINISH),
+        run: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos(),
+        next: AtomicU64::new(0),
+        paused_record: vec![b'p'; PAUSED_RECORD_BYTES],
+        finished_record: vec![b'f'; FINISHED_RECORD_BYTES],
+    });
+    println!("echo listening on http://{}/mcp", listener.local_addr()?);
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let floor = floor.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                let floor = floor.clone();
+                async move {
+                    let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                    let reply = floor.round(&body).await;
+                    let (status, body) = match reply {
+                        Ok(body) => (http::StatusCode::OK, body),
+                        Err(e) => (http::StatusCode::INTERNAL_SERVER_ERROR, Bytes::from(format!("{e:#}"))),
+                    };
+                    let mut response = http::Response::new(Full::new(body));
+                    *response.status_mut() = status;
+                    response
+                        .headers_mut()
+                        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+                    Ok::<_, Infallible>(response)
+                }
+            });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+impl Floor {
+    fn key(&self, n: u64) -> String {
+        format!("hitl:{{floor-{}-{n}}}:thread", self.run)
+    }
+
+    /// A pause when `body` has no `requestState`, else its answer.
+    async fn round(&self, body: &[u8]) -> anyhow::Result<Bytes> {
+        match state_of(body) {
+            None => self.pause().await,
+            Some(n) => self.answer(n).await,
+        }
+    }
+
+    async fn pause(&self) -> anyhow::Result<Bytes> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let created: i64 = self
+            .create
+            .key(self.key(n))
+            .arg(1)
+            .arg(&self.paused_record)
+            .arg(now_ms() + KEPT_MS)
+            .arg(1)
+            .arg(PROOF)
+            .arg(BINDING)
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        anyhow::ensure!(created == 1, "thread {n} exists");
+        Ok(Bytes::from(format!("{}{n}{}", PAUSED.0, PAUSED.1)))
+    }
+
+    async fn answer(&self, n: u64) -> anyhow::Result<Bytes> {
+        let key = self.key(n);
+        let mut redis = self.redis.clone();
+        let loaded: Option<(String, Vec<u8>, String, i64)> =
+            self.claim.key(&key).arg(PROOF).arg(now_ms() + 60_000).arg(BINDING).invoke_async(&mut redis).await?;
+        let (version, _record, _claim, claimed) = loaded.with_context(|| format!("no thread {n}"))?;
+        anyhow::ensure!(claimed == 1, "thread {n} was not claimed");
+        let claimed_version = version.parse::<u64>()? + 1;
+        let finished: i64 = self
+            .finish
+            .key(&key)
+            .arg(claimed_version)
+            .arg(claimed_version + 1)
+            .arg(&self.finished_record)
+            .arg(now_ms() + 600_000)
+            .invoke_async(&mut redis)
+            .await?;
+        anyhow::ensure!(finished == 1, "thread {n} changed under its claim");
+        Ok(Bytes::from_static(ANSWERED.as_bytes()))
+    }
+}
+
+/// The thread number an answer's `requestState` carries (the floor's states are
+/// digits), found without parsing the request: the floor parses nothing.
+fn state_of(body: &[u8]) -> Option<u64> {
+    const FIELD: &[u8] = br#""requestState":""#;
+    let at = body.windows(FIELD.len()).position(|w| w == FIELD)? + FIELD.len();
+    let digits = body[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&body[at..at + digits]).ok()?.parse().ok()
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_carries_the_thread_it_answers() {
+        let answer = crate::answer_body("region", Some("42"));
+        assert_eq!(state_of(&answer), Some(42));
+        assert_eq!(state_of(&crate::pause_body()), None, "a pause has no requestState");
+    }
+
+    #[test]
+    fn the_replies_are_what_the_round_scenario_reads() {
+        let paused = format!("{}{}{}", PAUSED.0, 7, PAUSED.1);
+        assert_eq!(crate::question_of(paused.as_bytes()).unwrap(), ("region".to_owned(), Some("7".to_owned())));
+        crate::ended_with_the_region(ANSWERED.as_bytes()).unwrap();
+    }
+
+    /// On a real Redis: rounds of the load generator's `round` scenario pass, each call
+    /// is resumed once (its answer sent again is refused), and a state it never gave is
+    /// refused.
+    #[tokio::test]
+    async fn the_floor_resumes_each_call_once_on_redis() {
+        let Ok(url) = std::env::var("REDIS_URL") else {
+            assert!(std::env::var_os("CI").is_none(), "REDIS_URL is not set, and CI needs every suite to run");
+            return;
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let redis = redis::Client::open(url.as_str()).unwrap();
+        let server = tokio::spawn(async move { serve(listener, &url).await });
+        let target = crate::Target { tool: "choose_region".into(), arguments: serde_json::json!({}) };
+        let url = format!("http://{address}/mcp");
+        let mut connection = crate::Connection::open(&url, &target.tool).await.unwrap();
+        let mut pending = None;
+        for _ in 0..6 {
+            crate::step("round", &target, &mut connection, &mut pending).await.unwrap();
+        }
+        let paused = connection.post(crate::pause_body()).await.unwrap();
+        let (key, state) = crate::question_of(&paused).unwrap();
+        let answer = crate::answer_body(&key, state.as_deref());
+        crate::ended_with_the_region(&connection.post(answer.clone()).await.unwrap()).unwrap();
+        let again = connection.post(answer).await.unwrap_err().to_string();
+        assert!(again.contains("500"), "an answer sent again resumes nothing: {again}");
+        let mut connection = crate::Connection::open(&url, &target.tool).await.unwrap();
+        let never = connection.post(crate::answer_body(&key, Some("999999999"))).await.unwrap_err().to_string();
+        assert!(never.contains("500"), "{never}");
+        server.abort();
+        // The calls are the floor's: none is left for the tests that share this Redis.
+        let mut redis = redis.get_multiplexed_async_connection().await.unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS").arg("hitl:{floor-*").query_async(&mut redis).await.unwrap();
+        assert!(keys.len() >= 4, "{keys:?}");
+        let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut redis).await.unwrap();
+    }
+}
