@@ -485,11 +485,14 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     };
     report.insert(name.into(), row);
     // What Redis on these cores allows a durable round at best, the Redis row's floor.
-    let floor_on = |redis: &crate::Redis| {
-        redis_flush(redis.port)?;
+    let floor_command = |redis: &crate::Redis| {
         let mut command = Command::new(release.join("hitl-bench"));
         command.args(["echo", "--listen", "127.0.0.1:0", "--redis", &redis.url()]);
-        without_failures(load(&serve(command)?.url, "round", &[])?, REDIS_FLOOR)
+        command
+    };
+    let floor_on = move |redis: &crate::Redis| {
+        redis_flush(redis.port)?;
+        without_failures(load(&serve(floor_command(redis))?.url, "round", &[])?, REDIS_FLOOR)
     };
     let row = match &redis {
         Ok(redis) => {
@@ -500,7 +503,16 @@ pub(crate) fn peers() -> anyhow::Result<()> {
                 round["p50_us"],
                 round["p99_us"],
             );
-            serde_json::json!({"status": "measured", "round": round})
+            let mut row = serde_json::json!({"status": "measured", "round": round});
+            // What the floor has Redis do a round, against what hitl has it do.
+            RoundCounts::write(redis_counts_per_round(floor_command), &mut row, "redis_");
+            println!(
+                "  {:<44} Redis: {} instructions per round ({})",
+                "",
+                shown(&row["redis_instructions_per_round"]),
+                RoundCounts::summary(&row, "redis_")
+            );
+            row
         }
         Err(why) => not_measured(REDIS_FLOOR, &format!("no Redis: {why}")),
     };
@@ -646,7 +658,7 @@ pub(crate) fn peers() -> anyhow::Result<()> {
 
 /// The Redis floor's row in the report: `hitl-bench echo --redis`, a bare server
 /// asking of Redis only the three scripts a durable round needs (`bench/src/floor.rs`).
-const REDIS_FLOOR: &str = "Redis floor (bare hyper, three scripts a round)";
+const REDIS_FLOOR: &str = "Redis floor (three scripts a round)";
 
 /// The rmcp peer's name in the report.
 const RMCP: &str = "rmcp 3.11 (StreamableHttpService)";
