@@ -10,15 +10,12 @@
 //! of about the size of hitl's for `choose_region`; no paused-call ledger, no audit
 //! trail, no JSON parsed, no schema, no HMAC: nothing a server does beside Redis.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::net::TcpListener;
 
@@ -105,33 +102,11 @@ pub(crate) async fn serve(listener: TcpListener, url: &str) -> anyhow::Result<()
         paused_record: vec![b'p'; PAUSED_RECORD_BYTES],
         finished_record: vec![b'f'; FINISHED_RECORD_BYTES],
     });
-    println!("echo listening on http://{}/mcp", listener.local_addr()?);
-    loop {
-        let (stream, _) = listener.accept().await?;
+    crate::serve_json(listener, move |body| {
         let floor = floor.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                let floor = floor.clone();
-                async move {
-                    let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-                    let reply = floor.round(&body).await;
-                    let (status, body) = match reply {
-                        Ok(body) => (http::StatusCode::OK, body),
-                        Err(e) => (http::StatusCode::INTERNAL_SERVER_ERROR, Bytes::from(format!("{e:#}"))),
-                    };
-                    let mut response = http::Response::new(Full::new(body));
-                    *response.status_mut() = status;
-                    response
-                        .headers_mut()
-                        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
-                    Ok::<_, Infallible>(response)
-                }
-            });
-            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+        async move { floor.round(&body).await }
+    })
+    .await
 }
 
 impl Floor {

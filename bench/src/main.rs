@@ -136,18 +136,36 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn echo(listen: SocketAddr) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(listen).await?;
+    serve_json(TcpListener::bind(listen).await?, |body| async move { Ok(body) }).await
+}
+
+/// Serves `listener` (HTTP/1.1 and 2), each request's body answered by `answer` as JSON:
+/// the echo's loop, and the Redis floor's. An error is a 500 with its text.
+async fn serve_json<A, F>(listener: TcpListener, answer: A) -> anyhow::Result<()>
+where
+    A: Fn(Bytes) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = anyhow::Result<Bytes>> + Send + 'static,
+{
     println!("echo listening on http://{}/mcp", listener.local_addr()?);
     loop {
         let (stream, _) = listener.accept().await?;
+        let answer = answer.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(|request: http::Request<hyper::body::Incoming>| async move {
-                let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-                let mut response = http::Response::new(Full::new(body));
-                response
-                    .headers_mut()
-                    .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
-                Ok::<_, Infallible>(response)
+            let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                let answer = answer.clone();
+                async move {
+                    let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                    let (status, body) = match answer(body).await {
+                        Ok(body) => (http::StatusCode::OK, body),
+                        Err(e) => (http::StatusCode::INTERNAL_SERVER_ERROR, Bytes::from(format!("{e:#}"))),
+                    };
+                    let mut response = http::Response::new(Full::new(body));
+                    *response.status_mut() = status;
+                    response
+                        .headers_mut()
+                        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+                    Ok::<_, Infallible>(response)
+                }
             });
             let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), service)
