@@ -628,21 +628,10 @@ pub(crate) fn peers() -> anyhow::Result<()> {
         .into_iter()
         .filter_map(|name| rounds_of(name).map(|rounds| (name, rounds)))
         .max_by(|a, b| a.1.total_cmp(&b.1));
-    let rate_of = |name: &str| {
-        let row = report.get(name)?;
-        row.get("round").unwrap_or(row)["throughput"].as_f64().filter(|r| *r > 0.0)
-    };
     let mut ratios = serde_json::Map::new();
-    for (key, of, to) in [
-        ("memory_vs_echo", "hitl, memory store", "echo"),
-        ("redis_vs_echo", "hitl, Redis store", "echo"),
-        ("redis_floor_vs_echo", REDIS_FLOOR, "echo"),
-        ("redis_vs_redis_floor", "hitl, Redis store", REDIS_FLOOR),
-    ] {
-        if let (Some(a), Some(b)) = (rate_of(of), rate_of(to)) {
-            println!("  {of} / {to}: {:.1}%", 100.0 * a / b);
-            ratios.insert(key.into(), serde_json::json!(a / b));
-        }
+    for (key, of, to, ratio) in target_ratios(&report) {
+        println!("  {of} / {to}: {:.1}%", 100.0 * ratio);
+        ratios.insert(key.into(), serde_json::json!(ratio));
     }
     let mut summary = serde_json::json!({"peers": report, "ratios": ratios});
     if let Some((name, rounds)) = best {
@@ -654,6 +643,27 @@ pub(crate) fn peers() -> anyhow::Result<()> {
     std::fs::write(&out, serde_json::to_string_pretty(&summary)?)?;
     eprintln!("report: {}", out.display());
     Ok(())
+}
+
+/// The ratios the targets compare, of the rows' (median) rates: the report's key, the
+/// row, the row it is a ratio to, and the ratio; a ratio only where both rows were
+/// measured.
+fn target_ratios(
+    report: &serde_json::Map<String, serde_json::Value>,
+) -> Vec<(&'static str, &'static str, &'static str, f64)> {
+    let rate_of = |name: &str| {
+        let row = report.get(name)?;
+        row.get("round").unwrap_or(row)["throughput"].as_f64().filter(|r| *r > 0.0)
+    };
+    [
+        ("memory_vs_echo", "hitl, memory store", "echo"),
+        ("redis_vs_echo", "hitl, Redis store", "echo"),
+        ("redis_floor_vs_echo", REDIS_FLOOR, "echo"),
+        ("redis_vs_redis_floor", "hitl, Redis store", REDIS_FLOOR),
+    ]
+    .into_iter()
+    .filter_map(|(key, of, to)| Some((key, of, to, rate_of(of)? / rate_of(to)?)))
+    .collect()
 }
 
 /// The Redis floor's row in the report: `hitl-bench echo --redis`, a bare server
@@ -819,6 +829,31 @@ pub(crate) fn bench() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ratios_are_of_measured_rows_only() {
+        let round = |throughput: f64| serde_json::json!({"status": "measured", "round": {"throughput": throughput}});
+        let mut report = serde_json::Map::new();
+        report.insert("echo".into(), serde_json::json!({"throughput": 200.0}));
+        report.insert("hitl, memory store".into(), round(110.0));
+        report.insert("hitl, Redis store".into(), round(60.0));
+        report.insert(REDIS_FLOOR.into(), round(90.0));
+        let keyed = |report: &serde_json::Map<String, serde_json::Value>| -> Vec<(&str, f64)> {
+            target_ratios(report).into_iter().map(|(key, _, _, ratio)| (key, ratio)).collect()
+        };
+        assert_eq!(
+            keyed(&report),
+            [
+                ("memory_vs_echo", 0.55),
+                ("redis_vs_echo", 0.3),
+                ("redis_floor_vs_echo", 0.45),
+                ("redis_vs_redis_floor", 60.0 / 90.0)
+            ]
+        );
+        report.insert(REDIS_FLOOR.into(), not_measured(REDIS_FLOOR, "no Redis"));
+        report.insert("hitl, Redis store".into(), not_measured("hitl, Redis store", "no Redis"));
+        assert_eq!(keyed(&report), [("memory_vs_echo", 0.55)], "a row not measured has no ratio");
+    }
 
     #[test]
     fn a_run_with_a_failed_request_is_refused_wherever_it_is_checked() {
