@@ -34,15 +34,19 @@ return 1
 ";
 
 /// The thread loaded, its open round claimed when the proof and binding are its own and
-/// no claim holds it (KEYS: the thread; ARGV: proof, until, binding): nil when missing,
-/// else the version, record and claim as they were, and 1 when claimed.
+/// no live claim holds it (a claim that lapsed, its server gone, is taken over) (KEYS:
+/// the thread; ARGV: proof, now, until, binding): nil when missing, else the version,
+/// record and claim as they were, and 1 when claimed.
 const CLAIM: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'v', 'd', 'c', 'r', 't', 'b')
 if not f[2] then return false end
 local claimed = 0
-if f[3] == '' and f[4] ~= '' and f[5] == ARGV[1] and f[6] == ARGV[3] then
-  redis.call('HSET', KEYS[1], 'v', tostring(tonumber(f[1]) + 1), 'c', f[4] .. ':' .. ARGV[2])
-  claimed = 1
+if f[4] ~= '' and f[5] == ARGV[1] and f[6] == ARGV[4] then
+  local until_ms = tonumber(string.match(f[3], ':(%d+)$'))
+  if not until_ms or until_ms <= tonumber(ARGV[2]) then
+    redis.call('HSET', KEYS[1], 'v', tostring(tonumber(f[1]) + 1), 'c', f[4] .. ':' .. ARGV[3])
+    claimed = 1
+  end
 end
 return {f[1], f[2], f[3], claimed}
 ";
@@ -87,36 +91,43 @@ struct Floor {
 
 /// Serves the floor on `listener`, its calls kept in the Redis at `url`.
 pub(crate) async fn serve(listener: TcpListener, url: &str) -> anyhow::Result<()> {
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(2)))
-        .set_response_timeout(Some(Duration::from_secs(2)))
-        .set_number_of_retries(1);
-    let redis = redis::Client::open(url)?.get_connection_manager_with_config(config).await.context("Redis")?;
-    let floor = Arc::new(Floor {
-        redis,
-        create: redis::Script::new(CREATE),
-        claim: redis::Script::new(CLAIM),
-        finish: redis::Script::new(FINISH),
-        run: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos(),
-        next: AtomicU64::new(0),
-        paused_record: vec![b'p'; PAUSED_RECORD_BYTES],
-        finished_record: vec![b'f'; FINISHED_RECORD_BYTES],
-    });
-    crate::serve_json(listener, move |body| {
-        let floor = floor.clone();
-        async move { floor.round(&body).await }
-    })
-    .await
+    Arc::new(Floor::connect(url).await?).serve(listener).await
 }
 
 impl Floor {
+    async fn connect(url: &str) -> anyhow::Result<Self> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)))
+            .set_number_of_retries(1);
+        let redis = redis::Client::open(url)?.get_connection_manager_with_config(config).await.context("Redis")?;
+        Ok(Self {
+            redis,
+            create: redis::Script::new(CREATE),
+            claim: redis::Script::new(CLAIM),
+            finish: redis::Script::new(FINISH),
+            run: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos(),
+            next: AtomicU64::new(0),
+            paused_record: vec![b'p'; PAUSED_RECORD_BYTES],
+            finished_record: vec![b'f'; FINISHED_RECORD_BYTES],
+        })
+    }
+
+    async fn serve(self: Arc<Self>, listener: TcpListener) -> anyhow::Result<()> {
+        crate::serve_json(listener, move |body| {
+            let floor = self.clone();
+            async move { floor.round(&body).await }
+        })
+        .await
+    }
+
     fn key(&self, n: u64) -> String {
         format!("hitl:{{floor-{}-{n}}}:thread", self.run)
     }
 
     /// A pause when `body` has no `requestState`, else its answer.
     async fn round(&self, body: &[u8]) -> anyhow::Result<Bytes> {
-        match state_of(body) {
+        match state_of(body)? {
             None => self.pause().await,
             Some(n) => self.answer(n).await,
         }
@@ -142,8 +153,9 @@ impl Floor {
     async fn answer(&self, n: u64) -> anyhow::Result<Bytes> {
         let key = self.key(n);
         let mut redis = self.redis.clone();
+        let now = now_ms();
         let loaded: Option<(String, Vec<u8>, String, i64)> =
-            self.claim.key(&key).arg(PROOF).arg(now_ms() + 60_000).arg(BINDING).invoke_async(&mut redis).await?;
+            self.claim.key(&key).arg(PROOF).arg(now).arg(now + 60_000).arg(BINDING).invoke_async(&mut redis).await?;
         let (version, _record, _claim, claimed) = loaded.with_context(|| format!("no thread {n}"))?;
         anyhow::ensure!(claimed == 1, "thread {n} was not claimed");
         let claimed_version = version.parse::<u64>()? + 1;
@@ -162,12 +174,18 @@ impl Floor {
 }
 
 /// The thread number an answer's `requestState` carries (the floor's states are
-/// digits), found without parsing the request: the floor parses nothing.
-fn state_of(body: &[u8]) -> Option<u64> {
+/// digits), found without parsing the request (the floor parses nothing): none for a
+/// pause, an error for a state the floor never gave.
+fn state_of(body: &[u8]) -> anyhow::Result<Option<u64>> {
     const FIELD: &[u8] = br#""requestState":""#;
-    let at = body.windows(FIELD.len()).position(|w| w == FIELD)? + FIELD.len();
-    let digits = body[at..].iter().take_while(|b| b.is_ascii_digit()).count();
-    std::str::from_utf8(&body[at..at + digits]).ok()?.parse().ok()
+    let Some(at) = body.windows(FIELD.len()).position(|w| w == FIELD) else { return Ok(None) };
+    let rest = &body[at + FIELD.len()..];
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let n = std::str::from_utf8(&rest[..digits]).ok().and_then(|d| d.parse().ok());
+    match (n, rest.get(digits)) {
+        (Some(n), Some(b'"')) => Ok(Some(n)),
+        _ => anyhow::bail!("not a requestState of the floor's"),
+    }
 }
 
 fn now_ms() -> u64 {
@@ -181,8 +199,12 @@ mod tests {
     #[test]
     fn an_answer_carries_the_thread_it_answers() {
         let answer = crate::answer_body("region", Some("42"));
-        assert_eq!(state_of(&answer), Some(42));
-        assert_eq!(state_of(&crate::pause_body()), None, "a pause has no requestState");
+        assert_eq!(state_of(&answer).unwrap(), Some(42));
+        assert_eq!(state_of(&crate::pause_body()).unwrap(), None, "a pause has no requestState");
+        for made_elsewhere in ["t.mac", "42x", "", "99999999999999999999999"] {
+            let answer = crate::answer_body("region", Some(made_elsewhere));
+            assert!(state_of(&answer).is_err(), "{made_elsewhere:?} is refused, not taken for a pause");
+        }
     }
 
     #[test]
@@ -192,19 +214,36 @@ mod tests {
         crate::ended_with_the_region(ANSWERED.as_bytes()).unwrap();
     }
 
+    /// What the claim script answers for `thread` at `now`: 1 when it claimed.
+    async fn claimed(floor: &Floor, thread: &str, proof: &str, binding: &str, now: u64) -> i64 {
+        let mut redis = floor.redis.clone();
+        let (_, _, _, claimed): (String, Vec<u8>, String, i64) = floor
+            .claim
+            .key(thread)
+            .arg(proof)
+            .arg(now)
+            .arg(now + 60_000)
+            .arg(binding)
+            .invoke_async(&mut redis)
+            .await
+            .unwrap();
+        claimed
+    }
+
     /// On a real Redis: rounds of the load generator's `round` scenario pass, each call
     /// is resumed once (its answer sent again is refused), and a state it never gave is
-    /// refused.
+    /// refused; the claim script claims only with the call's proof and binding, never
+    /// under a live claim, and takes a lapsed one over.
     #[tokio::test]
     async fn the_floor_resumes_each_call_once_on_redis() {
         let Ok(url) = std::env::var("REDIS_URL") else {
             assert!(std::env::var_os("CI").is_none(), "REDIS_URL is not set, and CI needs every suite to run");
             return;
         };
+        let floor = Arc::new(Floor::connect(&url).await.expect("Redis answers"));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        let redis = redis::Client::open(url.as_str()).unwrap();
-        let server = tokio::spawn(async move { serve(listener, &url).await });
+        let server = tokio::spawn(floor.clone().serve(listener));
         let target = crate::Target { tool: "choose_region".into(), arguments: serde_json::json!({}) };
         let url = format!("http://{address}/mcp");
         let mut connection = crate::Connection::open(&url, &target.tool).await.unwrap();
@@ -218,14 +257,37 @@ mod tests {
         crate::ended_with_the_region(&connection.post(answer.clone()).await.unwrap()).unwrap();
         let again = connection.post(answer).await.unwrap_err().to_string();
         assert!(again.contains("500"), "an answer sent again resumes nothing: {again}");
-        let mut connection = crate::Connection::open(&url, &target.tool).await.unwrap();
-        let never = connection.post(crate::answer_body(&key, Some("999999999"))).await.unwrap_err().to_string();
-        assert!(never.contains("500"), "{never}");
+        for state in ["999999999", "t.mac"] {
+            let mut connection = crate::Connection::open(&url, &target.tool).await.unwrap();
+            let never = connection.post(crate::answer_body(&key, Some(state))).await.unwrap_err().to_string();
+            assert!(never.contains("500"), "{state}: {never}");
+        }
         server.abort();
-        // The calls are the floor's: none is left for the tests that share this Redis.
-        let mut redis = redis.get_multiplexed_async_connection().await.unwrap();
-        let keys: Vec<String> = redis::cmd("KEYS").arg("hitl:{floor-*").query_async(&mut redis).await.unwrap();
-        assert!(keys.len() >= 4, "{keys:?}");
+
+        // The claim script alone, on a call paused by the floor.
+        let n = floor.next.load(Ordering::Relaxed);
+        floor.pause().await.unwrap();
+        let thread = floor.key(n);
+        let now = now_ms();
+        assert_eq!(
+            claimed(&floor, &thread, PROOF, &BINDING[1..], now).await,
+            0,
+            "another call's binding claims nothing"
+        );
+        assert_eq!(
+            claimed(&floor, &thread, &PROOF[1..], BINDING, now).await,
+            0,
+            "another token's proof claims nothing"
+        );
+        assert_eq!(claimed(&floor, &thread, PROOF, BINDING, now).await, 1, "the call's own token and binding claim it");
+        assert_eq!(claimed(&floor, &thread, PROOF, BINDING, now + 1).await, 0, "not while the claim holds");
+        assert_eq!(claimed(&floor, &thread, PROOF, BINDING, now + 60_000).await, 1, "a lapsed claim is taken over");
+
+        // The calls are this run's: none is left for the tests that share this Redis.
+        let pattern = format!("hitl:{{floor-{}-*", floor.run);
+        let mut redis = floor.redis.clone();
+        let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut redis).await.unwrap();
+        assert_eq!(keys.len(), 5, "four rounds' calls and the one claimed: {keys:?}");
         let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut redis).await.unwrap();
     }
 }
