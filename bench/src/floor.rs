@@ -12,11 +12,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use anyhow::Context as _;
 use bytes::Bytes;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use tokio::net::TcpListener;
 
 /// The sizes of hitl's records for a `choose_region` round (paused, then finished),
@@ -96,10 +95,7 @@ pub(crate) async fn serve(listener: TcpListener, url: &str) -> anyhow::Result<()
 
 impl Floor {
     async fn connect(url: &str) -> anyhow::Result<Self> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(2)))
-            .set_number_of_retries(1);
+        let config = hitl_store_redis::connection_config();
         let redis = redis::Client::open(url)?.get_connection_manager_with_config(config).await.context("Redis")?;
         Ok(Self {
             redis,

@@ -70,7 +70,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
         ],
     ),
     ("hitl-e2e", &["hitl-graph", "hitl-server", "hitl-upstream", "hitl-model"]),
-    ("hitl-bench", &["hitl-server"]),
+    ("hitl-bench", &["hitl-server", "hitl-store-redis"]),
     ("custom-agents", &["hitl-graph"]),
     ("custom-server", &["hitl-server", "custom-agents"]),
     ("axum-embed", &["hitl-server", "custom-agents"]),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use hitl_thread::StoreError;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use tokio::sync::OnceCell;
 
 use crate::{COMMAND_TIMEOUT, redact_url, unavailable};
@@ -46,11 +46,7 @@ impl Channels {
         let publisher = self
             .publisher
             .get_or_try_init(|| async {
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(COMMAND_TIMEOUT))
-                    .set_response_timeout(Some(COMMAND_TIMEOUT))
-                    .set_number_of_retries(1);
-                self.client.get_connection_manager_with_config(config).await.map_err(unavailable)
+                self.client.get_connection_manager_with_config(crate::connection_config()).await.map_err(unavailable)
             })
             .await?;
         let mut connection = publisher.clone();

@@ -48,6 +48,16 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 /// How long one Redis command may take before the store reports it unavailable.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How every connection manager of this crate connects: [`COMMAND_TIMEOUT`] to connect
+/// and for each reply, one retry. Public so that a program measured beside hitl (the
+/// bench's Redis floor) talks to Redis as hitl does.
+pub fn connection_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(COMMAND_TIMEOUT))
+        .set_response_timeout(Some(COMMAND_TIMEOUT))
+        .set_number_of_retries(1)
+}
+
 /// Room made for a script's command beside its keys: arguments (`EVALSHA`, the hash, the
 /// count of keys, and up to 13 more, as many as a script here takes) and bytes (those
 /// with a record of about 800 bytes, a paused call's; a larger one grows the buffer once).
@@ -586,13 +596,9 @@ impl RedisStore {
             return Ok(c.clone());
         }
         let connection = match &self.client {
-            Client::Single(client) => {
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(COMMAND_TIMEOUT))
-                    .set_response_timeout(Some(COMMAND_TIMEOUT))
-                    .set_number_of_retries(1);
-                Connection::Single(client.get_connection_manager_with_config(config).await.map_err(unavailable)?)
-            }
+            Client::Single(client) => Connection::Single(
+                client.get_connection_manager_with_config(connection_config()).await.map_err(unavailable)?,
+            ),
             Client::Cluster(client) => Connection::Cluster(client.get_async_connection().await.map_err(unavailable)?),
         };
         let mut slot = self.connection.lock().unwrap_or_else(|p| p.into_inner());
