@@ -152,7 +152,8 @@ async fn the_paused_gauge_reads_a_redis_store() {
 
 /// `--workers` (`HITL_WORKERS`, `[server] workers`) sets the threads that serve
 /// requests, shown in `hitl_runtime_workers`; without it, one per core (or
-/// `TOKIO_WORKER_THREADS`); none is refused, in every form.
+/// `TOKIO_WORKER_THREADS`), less one left to a Redis store on this machine; none is
+/// refused, in every form.
 #[tokio::test]
 async fn the_workers_are_as_many_as_asked() {
     let workers = async |server: &Server| sample(&scrape(server).await, "hitl_runtime_workers");
@@ -161,7 +162,7 @@ async fn the_workers_are_as_many_as_asked() {
         Ok(n) => n.parse().unwrap(),
         Err(_) => std::thread::available_parallelism().unwrap().get(),
     };
-    assert_eq!(workers(&Server::start(&[]).await).await, cores as f64, "the default");
+    assert_eq!(workers(&Server::start(&["--store", "memory"]).await).await, cores as f64, "the default");
     let mut command = std::process::Command::new(Server::program());
     command.args(["serve", "--listen", "127.0.0.1:0"]).env("HITL_WORKERS", "3");
     let from_env = Server::spawn_command(command);
@@ -187,4 +188,28 @@ async fn the_workers_are_as_many_as_asked() {
     let stderr = crate::edge::failed_start(&["--workers", "0"], &[]);
     assert!(stderr.contains("invalid value '0' for '--workers <N>'"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Without `--workers`, a Redis store on this machine is left a core of its own (one
+/// worker fewer, at least one); a count asked for, `TOKIO_WORKER_THREADS`, or a Redis
+/// elsewhere leaves the default.
+#[tokio::test]
+async fn a_redis_on_this_machine_is_left_a_core() {
+    let Some(redis) = crate::harness::redis_url("workers beside Redis") else { return };
+    assert!(redis.contains("127.0.0.1") || redis.contains("localhost"), "the suite's Redis is local: {redis}");
+    let workers = async |server: &Server| sample(&scrape(server).await, "hitl_runtime_workers");
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let tokio = std::env::var("TOKIO_WORKER_THREADS").ok().map(|n| n.parse::<usize>().unwrap());
+    let beside = tokio.unwrap_or((cores - 1).max(1));
+    assert_eq!(workers(&Server::start(&["--store", &redis]).await).await, beside as f64, "beside Redis");
+    let asked = Server::start(&["--store", &redis, "--workers", &cores.to_string()]).await;
+    assert_eq!(workers(&asked).await, cores as f64, "beside Redis, as asked");
+    let mut command = std::process::Command::new(Server::program());
+    command.args(["serve", "--listen", "127.0.0.1:0", "--store", &redis]).env("TOKIO_WORKER_THREADS", "3");
+    let from_tokio = Server::spawn_command(command);
+    from_tokio.wait_healthy().await;
+    assert_eq!(workers(&from_tokio).await, 3.0, "TOKIO_WORKER_THREADS");
+    // Not reachable (TEST-NET-1): the server starts and shows its gauge all the same.
+    let elsewhere = Server::spawn(&["--store".to_owned(), "redis://192.0.2.1:6379/0".to_owned()]);
+    assert_eq!(workers(&elsewhere).await, tokio.unwrap_or(cores) as f64, "a Redis elsewhere");
 }

@@ -293,10 +293,11 @@ pub(crate) struct ServeArgs {
     /// dropped first.
     #[arg(long, env = "HITL_MAX_FINISHED_BYTES", default_value_t = 1 << 30)]
     max_finished_bytes: u64,
-    /// Threads that serve requests (default: one per core, or `TOKIO_WORKER_THREADS`).
-    /// On a small machine shared with Redis, fewer can serve more: on 2 cores with Redis
-    /// and the load generator beside it, 1 served a median 13% more rounds than 2
-    /// (docs/performance.md, stop 53).
+    /// Threads that serve requests (default: one per core, or `TOKIO_WORKER_THREADS`;
+    /// with a Redis store on this machine, one core is left to Redis). On a small
+    /// machine shared with Redis, fewer serve more: on 2 cores with Redis and the load
+    /// generator beside it, 1 served 23-34% more rounds than 2 (docs/performance.md,
+    /// stops 53 and 55).
     #[arg(long, env = "HITL_WORKERS", value_name = "N")]
     pub(crate) workers: Option<std::num::NonZeroUsize>,
 }
@@ -639,6 +640,26 @@ impl ServeArgs {
                 bail!("--workers must be at most {MAX_WORKERS} (each is a thread), not {n}")
             }
             workers => Ok(workers),
+        }
+    }
+
+    /// The threads that serve requests: `--workers` as asked; else, when the store is a
+    /// Redis on this machine and `TOKIO_WORKER_THREADS` is not set, one per core but the
+    /// one that Redis, single-threaded, needs (at least 1), with the cores; else `None`,
+    /// tokio's default (one per core). Two workers beside a Redis on 2 cores served
+    /// fewer rounds than one: the threads and Redis took turns on the cores
+    /// (docs/performance.md, stop 55).
+    pub(crate) fn threads(&self) -> anyhow::Result<(Option<std::num::NonZeroUsize>, Option<usize>)> {
+        if let Some(asked) = self.workers()? {
+            return Ok((Some(asked), None));
+        }
+        if std::env::var_os("TOKIO_WORKER_THREADS").is_some() || !hitl_store_redis::on_this_machine(&self.store) {
+            return Ok((None, None));
+        }
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        match std::num::NonZeroUsize::new(cores - 1) {
+            Some(left) => Ok((Some(left), Some(cores))),
+            None => Ok((None, None)),
         }
     }
 

@@ -70,10 +70,18 @@ pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
         cli::Command::Serve(args) => {
             let serve_matches = matches.subcommand_matches("serve").expect("the serve subcommand");
             let args = args.with_file(serve_matches)?;
-            let runtime = runtime(args.workers()?)?;
+            let (workers, cores) = args.threads()?;
+            let runtime = runtime(workers)?;
             let stdio = args.stdio;
             let served = runtime.block_on(async {
                 let telemetry = telemetry::init(args.log_format, args.otlp_endpoint.as_deref())?;
+                if let (Some(workers), Some(cores)) = (workers, cores) {
+                    tracing::info!(
+                        workers,
+                        cores,
+                        "the Redis store runs on this machine: one core left to it (--workers to choose)"
+                    );
+                }
                 let served = cli::serve(args, serve_matches.clone(), agents).await;
                 telemetry.shutdown();
                 served

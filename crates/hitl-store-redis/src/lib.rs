@@ -461,6 +461,36 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// Whether the Redis that `url` names runs on this machine, so that it and hitl share its
+/// cores: a Unix socket, `localhost`, or a loopback address (`127.0.0.0/8`, `::1`); on a
+/// cluster, any seed node so named. Another name or address, a URL that is not Redis's,
+/// or one that does not parse, is taken as elsewhere. The server leaves such a Redis a
+/// core when no worker count is asked for (docs/configuration.md, `workers`).
+pub fn on_this_machine(url: &str) -> bool {
+    use redis::{ConnectionAddr, IntoConnectionInfo as _};
+    let local = |url: &str| match url.into_connection_info().map(|info| info.addr().clone()) {
+        Ok(ConnectionAddr::Unix(_)) => true,
+        Ok(ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. }) => loopback(&host),
+        // An address of a kind this build does not know, or no URL at all.
+        _ => false,
+    };
+    match url.strip_prefix("redis+cluster://") {
+        Some(nodes) => nodes.trim_end_matches('/').split(',').any(|node| local(&format!("redis://{node}"))),
+        None => ["redis://", "rediss://", "redis+unix://"].iter().any(|s| url.starts_with(s)) && local(url),
+    }
+}
+
+/// `localhost` (any case, with or without the root's dot) or a loopback address.
+fn loopback(host: &str) -> bool {
+    let host = host.trim_end_matches('.');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.to_canonical().is_loopback())
+}
+
 impl RedisStore {
     /// A store for `url` that connects on first use, so the server starts while Redis
     /// is down and serves once it is back. `redis://host:port/db` names one Redis;
@@ -899,5 +929,38 @@ mod tests {
         let before = serde_json::to_string(&thread).unwrap();
         assert!(before.starts_with(&claimable_json_start()), "{before}");
         assert_eq!(decode("t", "8", before.as_bytes(), &fields.claim).unwrap().claim(), loaded.claim());
+    }
+
+    #[test]
+    fn a_redis_on_this_machine_is_told_by_its_url() {
+        for here in [
+            "redis://127.0.0.1:6379/0",
+            "redis://127.9.8.7",
+            "redis://localhost",
+            "redis://LOCALHOST.:6379",
+            "redis://user:secret@localhost:6379/2",
+            "redis://[::1]:6379",
+            "redis://[::ffff:127.0.0.1]:6379",
+            "rediss://localhost:6380",
+            "redis+unix:///run/redis.sock",
+            "redis+cluster://10.0.0.1:7000,127.0.0.1:7001",
+            "redis+cluster://localhost:7000/",
+        ] {
+            assert!(on_this_machine(here), "{here}");
+        }
+        for elsewhere in [
+            "redis://10.0.0.5:6379/0",
+            "redis://redis.internal:6379",
+            "redis://localhost.example.com",
+            "redis://[::2]:6379",
+            "rediss://cache.example.com",
+            "redis+cluster://10.0.0.1:7000,10.0.0.2:7001",
+            "memory",
+            "http://127.0.0.1:6379",
+            "redis://bad host",
+            "",
+        ] {
+            assert!(!on_this_machine(elsewhere), "{elsewhere}");
+        }
     }
 }
