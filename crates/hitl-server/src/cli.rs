@@ -16,6 +16,7 @@ use hitl_tower::{AllowedHosts, BodyLimits};
 use tokio::net::TcpListener;
 
 use crate::reload::Live;
+use crate::workers::Workers;
 use crate::{HttpLimits, Server, ServerBuilder, config, secrets};
 
 mod rules;
@@ -294,10 +295,10 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "HITL_MAX_FINISHED_BYTES", default_value_t = 1 << 30)]
     max_finished_bytes: u64,
     /// Threads that serve requests (default: one per core, or `TOKIO_WORKER_THREADS`;
-    /// with a Redis store on this machine, one core is left to Redis). On a small
-    /// machine shared with Redis, fewer serve more: on 2 cores with Redis and the load
-    /// generator beside it, 1 served 23-34% more rounds than 2 (docs/performance.md,
-    /// stops 53 and 55).
+    /// with a Redis store on this machine and no CPU limit, one core is left to Redis).
+    /// On a small machine shared with Redis, fewer serve more: on 2 cores with Redis and
+    /// the load generator beside it, 1 served 13–34% more rounds than 2
+    /// (docs/performance.md, stops 53 and 55).
     #[arg(long, env = "HITL_WORKERS", value_name = "N")]
     pub(crate) workers: Option<std::num::NonZeroUsize>,
 }
@@ -643,24 +644,11 @@ impl ServeArgs {
         }
     }
 
-    /// The threads that serve requests: `--workers` as asked; else, when the store is a
-    /// Redis on this machine and `TOKIO_WORKER_THREADS` is not set, one per core but the
-    /// one that Redis, single-threaded, needs (at least 1), with the cores; else `None`,
-    /// tokio's default (one per core). Two workers beside a Redis on 2 cores served
-    /// fewer rounds than one: the threads and Redis took turns on the cores
-    /// (docs/performance.md, stop 55).
-    pub(crate) fn threads(&self) -> anyhow::Result<(Option<std::num::NonZeroUsize>, Option<usize>)> {
-        if let Some(asked) = self.workers()? {
-            return Ok((Some(asked), None));
-        }
-        if std::env::var_os("TOKIO_WORKER_THREADS").is_some() || !hitl_store_redis::on_this_machine(&self.store) {
-            return Ok((None, None));
-        }
-        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-        match std::num::NonZeroUsize::new(cores - 1) {
-            Some(left) => Ok((Some(left), Some(cores))),
-            None => Ok((None, None)),
-        }
+    /// The threads that serve requests: `--workers` as asked, else one per core, one
+    /// fewer beside a Redis store on this machine ([`Workers::choose`]).
+    pub(crate) fn threads(&self) -> anyhow::Result<Workers> {
+        let redis = crate::is_redis(&self.store).then_some(self.store.as_str());
+        Ok(Workers::choose(self.workers()?, redis))
     }
 
     /// The pages as `[server] public_url`, `[[notify]]`, `[audit]` and `[approvals]`

@@ -40,6 +40,7 @@ mod secrets;
 mod server;
 mod telemetry;
 mod threads;
+mod workers;
 
 pub use hitl_pages::PagesConfig;
 pub use hitl_tower::{BodyLimits, Endpoint};
@@ -70,12 +71,12 @@ pub fn main_with(agents: Vec<hitl_interrupt::Agent>) -> anyhow::Result<()> {
         cli::Command::Serve(args) => {
             let serve_matches = matches.subcommand_matches("serve").expect("the serve subcommand");
             let args = args.with_file(serve_matches)?;
-            let (workers, cores) = args.threads()?;
-            let runtime = runtime(workers)?;
+            let workers = args.threads()?;
+            let runtime = runtime(workers.count())?;
             let stdio = args.stdio;
             let served = runtime.block_on(async {
                 let telemetry = telemetry::init(args.log_format, args.otlp_endpoint.as_deref())?;
-                if let (Some(workers), Some(cores)) = (workers, cores) {
+                if let workers::Workers::BesideRedis { workers, cores } = workers {
                     tracing::info!(
                         workers,
                         cores,
@@ -141,8 +142,7 @@ pub fn store_from_url(url: &str, ca_file: Option<&std::path::Path>) -> anyhow::R
         return Ok(Arc::new(MemoryStore::default()));
     }
     let shown = redact_url(url);
-    let redis = ["redis://", "rediss://", "redis+cluster://", "redis+unix://"];
-    if !redis.iter().any(|scheme| url.starts_with(scheme)) {
+    if !is_redis(url) {
         bail!(
             "unsupported --store {shown:?}: use `memory`, `redis://host:port/db`, `rediss://…` or `redis+cluster://host:port,…`"
         );
@@ -153,6 +153,12 @@ pub fn store_from_url(url: &str, ca_file: Option<&std::path::Path>) -> anyhow::R
     };
     let store = RedisStore::with_tls_roots(url, ca).map_err(|e| anyhow::anyhow!("--store {shown}: {e}"))?;
     Ok(Arc::new(store))
+}
+
+/// Whether `url` names a Redis store (`redis://`, `rediss://`, `redis+cluster://`,
+/// `redis+unix://`).
+fn is_redis(url: &str) -> bool {
+    ["redis://", "rediss://", "redis+cluster://", "redis+unix://"].iter().any(|scheme| url.starts_with(scheme))
 }
 
 /// The runtime that runs the command: `workers` threads, or tokio's default (one per

@@ -461,11 +461,12 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// Whether the Redis that `url` names runs on this machine, so that it and hitl share its
-/// cores: a Unix socket, `localhost`, or a loopback address (`127.0.0.0/8`, `::1`); on a
-/// cluster, any seed node so named. Another name or address, a URL that is not Redis's,
-/// or one that does not parse, is taken as elsewhere. The server leaves such a Redis a
-/// core when no worker count is asked for (docs/configuration.md, `workers`).
+/// Whether the Redis that `url` (as [`RedisStore::new`] takes it) names runs on this
+/// machine, so that it and hitl share its cores: a Unix socket, `localhost`, or a
+/// loopback address (`127.0.0.0/8`, `::1`); on a cluster, any seed node so named.
+/// Another name or address (this machine's own among them), or a URL redis-rs does not
+/// parse, is taken as elsewhere. The server leaves such a Redis a core when no worker
+/// count is asked for (docs/configuration.md, `workers`).
 pub fn on_this_machine(url: &str) -> bool {
     use redis::{ConnectionAddr, IntoConnectionInfo as _};
     let local = |url: &str| match url.into_connection_info().map(|info| info.addr().clone()) {
@@ -476,7 +477,7 @@ pub fn on_this_machine(url: &str) -> bool {
     };
     match url.strip_prefix("redis+cluster://") {
         Some(nodes) => nodes.trim_end_matches('/').split(',').any(|node| local(&format!("redis://{node}"))),
-        None => ["redis://", "rediss://", "redis+unix://"].iter().any(|s| url.starts_with(s)) && local(url),
+        None => local(url),
     }
 }
 
