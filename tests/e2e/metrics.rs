@@ -197,8 +197,20 @@ async fn the_workers_are_as_many_as_asked() {
 async fn a_redis_on_this_machine_is_left_a_core() {
     let Some(redis) = crate::harness::redis_url("workers beside Redis") else { return };
     let cores = std::thread::available_parallelism().unwrap().get();
-    // The suite's Redis is local in CI; a remote one is not left a core.
+    // The suite's Redis is local in CI; a remote one is not left a core, nor is one
+    // beside a process whose CPU quota leaves it fewer cores than it may run on.
     let local = ["127.", "localhost", "[::1]", "redis+unix:"].iter().any(|l| redis.contains(l));
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let allowed = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(|list| {
+        list.trim()
+            .split(',')
+            .map(|range| {
+                let (first, last) = range.split_once('-').unwrap_or((range, range));
+                last.parse::<usize>().unwrap() - first.parse::<usize>().unwrap() + 1
+            })
+            .sum::<usize>()
+    });
+    let local = local && allowed.is_none_or(|allowed| cores >= allowed);
     let serve = |args: &[&str], tokio: Option<&str>| {
         let mut command = std::process::Command::new(Server::program());
         command.args(["serve", "--listen", "127.0.0.1:0", "--store", &redis]).args(args);
