@@ -146,12 +146,24 @@ impl Floor {
         Ok(Bytes::from(format!("{}{n}{}", PAUSED.0, PAUSED.1)))
     }
 
+    /// The claim script run on `key` at `now` with `proof` and `binding`, its claim
+    /// held a minute: nil when missing, else the version, record and claim as they
+    /// were, and 1 when claimed.
+    async fn claim_at(
+        &self,
+        key: &str,
+        proof: &str,
+        binding: &str,
+        now: u64,
+    ) -> redis::RedisResult<Option<(String, Vec<u8>, String, i64)>> {
+        let until = now + 60_000;
+        self.claim.key(key).arg(proof).arg(now).arg(until).arg(binding).invoke_async(&mut self.redis.clone()).await
+    }
+
     async fn answer(&self, n: u64) -> anyhow::Result<Bytes> {
         let key = self.key(n);
         let mut redis = self.redis.clone();
-        let now = now_ms();
-        let loaded: Option<(String, Vec<u8>, String, i64)> =
-            self.claim.key(&key).arg(PROOF).arg(now).arg(now + 60_000).arg(BINDING).invoke_async(&mut redis).await?;
+        let loaded = self.claim_at(&key, PROOF, BINDING, now_ms()).await?;
         let (version, _record, _claim, claimed) = loaded.with_context(|| format!("no thread {n}"))?;
         anyhow::ensure!(claimed == 1, "thread {n} was not claimed");
         let claimed_version = version.parse::<u64>()? + 1;
@@ -212,18 +224,7 @@ mod tests {
 
     /// What the claim script answers for `thread` at `now`: 1 when it claimed.
     async fn claimed(floor: &Floor, thread: &str, proof: &str, binding: &str, now: u64) -> i64 {
-        let mut redis = floor.redis.clone();
-        let (_, _, _, claimed): (String, Vec<u8>, String, i64) = floor
-            .claim
-            .key(thread)
-            .arg(proof)
-            .arg(now)
-            .arg(now + 60_000)
-            .arg(binding)
-            .invoke_async(&mut redis)
-            .await
-            .unwrap();
-        claimed
+        floor.claim_at(thread, proof, binding, now).await.unwrap().expect("the thread").3
     }
 
     /// On a real Redis: rounds of the load generator's `round` scenario pass, each call

@@ -675,8 +675,8 @@ const REDIS_FLOOR: &str = "Redis floor (three scripts a round)";
 const RMCP: &str = "rmcp 3.11 (StreamableHttpService)";
 
 /// How many times `cargo xtask bench --peers` measures the rates its targets compare
-/// (the echo, hitl on either store, the Redis floor, rmcp), in turns: the report gives the median pass
-/// and keeps every pass (`rate_passes`).
+/// (the echo, hitl on either store, the Redis floor, rmcp), in turns: the report gives
+/// the median pass and keeps every pass (`rate_passes`).
 const RATE_TURNS: usize = 3;
 
 /// A server whose rate the targets compare, measured again in turns.
