@@ -31,7 +31,7 @@ mod channels;
 mod notes;
 mod records;
 
-pub use records::AUDIT_TRIM_EVERY;
+pub use records::{AUDIT_LINES_PER_ENTRY, AUDIT_TRIM_EVERY};
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -275,9 +275,8 @@ pub struct RedisStore {
     create: redis::Script,
     finish: redis::Script,
     window: redis::Script,
-    /// Audit entries this store appended since it last trimmed the trail
-    /// ([`AUDIT_TRIM_EVERY`]).
-    untrimmed: Arc<std::sync::atomic::AtomicUsize>,
+    /// What this store appended to the audit trail, for its trims.
+    audit_counts: Arc<records::AuditCounts>,
 }
 
 #[derive(Clone)]
@@ -534,8 +533,8 @@ impl RedisStore {
             finish: redis::Script::new(FINISH),
             window: redis::Script::new(WINDOW),
             // The first append trims: a replica that appends fewer than
-            // `AUDIT_TRIM_EVERY` entries in its life still keeps the cap.
-            untrimmed: Arc::new(std::sync::atomic::AtomicUsize::new(AUDIT_TRIM_EVERY)),
+            // `AUDIT_TRIM_EVERY` lines in its life still keeps the cap.
+            audit_counts: Arc::new(records::AuditCounts::new()),
         })
     }
 

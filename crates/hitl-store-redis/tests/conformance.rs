@@ -300,13 +300,16 @@ async fn scripts_redis_forgot_are_loaded_again() {
 
 /// The audit trail stays near its cap though its entries are added without one: a store
 /// trims it at its first append, whatever the trail held before, and every
-/// `AUDIT_TRIM_EVERY` entries after; the newest entries stay.
+/// `AUDIT_TRIM_EVERY` lines after; the newest lines stay. A batch is one stream entry
+/// (several past `AUDIT_LINES_PER_ENTRY` lines), and a store keeps as many entries as
+/// hold about `AUDIT_KEPT` of its lines.
 #[tokio::test]
 async fn the_audit_trail_is_trimmed_near_its_cap() {
-    use hitl_store_redis::AUDIT_TRIM_EVERY;
+    use hitl_store_redis::{AUDIT_LINES_PER_ENTRY, AUDIT_TRIM_EVERY};
     use hitl_thread::{AUDIT_KEPT, AuditLine, Records as _};
     let Some((store, mut raw)) = own_database(8).await else { return };
-    // Over the cap by 5,000 (a trim with `~` removes up to 10,000 at a time).
+    // Over the cap by 5,000 entries of a line each, as builds before wrote them (a trim
+    // with `~` removes up to 10,000 at a time).
     let mut filled = 0;
     while filled < AUDIT_KEPT + 5_000 {
         let mut pipe = redis::pipe();
@@ -317,33 +320,74 @@ async fn the_audit_trail_is_trimmed_near_its_cap() {
         let () = pipe.query_async(&mut raw).await.unwrap();
     }
     // Whole stream nodes (100 entries) are trimmed, so a trimmed trail holds fewer than
-    // 100 over the cap.
+    // 100 entries over the cap.
     let slack = 100;
     let line = |n: usize| AuditLine { at_ms: 1, json: format!(r#"{{"at_ms":1,"n":{n}}}"#).into() };
     store.append_audit(&[line(0)]).await.unwrap();
-    let length = |mut raw: redis::aio::MultiplexedConnection| async move {
+    let entries = |mut raw: redis::aio::MultiplexedConnection| async move {
         redis::cmd("XLEN").arg("hitl:audit").query_async::<usize>(&mut raw).await.unwrap()
     };
-    let held = length(raw.clone()).await;
+    let held = entries(raw.clone()).await;
     assert!((AUDIT_KEPT..AUDIT_KEPT + slack).contains(&held), "the first append trims: {held} held");
-    // Batches as the ledger sends them: never past the cap by more than a trim's worth.
+    // Batches as the ledger sends them under load, until the trail is all of them and
+    // past the cap: entries of 16, 16 and 5 lines.
+    let batch = 37;
     let mut n = 1;
-    while n < 3 * AUDIT_TRIM_EVERY {
-        let batch: Vec<AuditLine> = (n..n + 37).map(line).collect();
-        store.append_audit(&batch).await.unwrap();
-        n += batch.len();
-        let held = length(raw.clone()).await;
-        assert!(held >= AUDIT_KEPT && held < AUDIT_KEPT + AUDIT_TRIM_EVERY + 37 + slack, "{held} held after {n}");
+    while n < AUDIT_KEPT + AUDIT_KEPT / 2 {
+        let lines: Vec<AuditLine> = (n..n + batch).map(line).collect();
+        store.append_audit(&lines).await.unwrap();
+        n += lines.len();
     }
-    let newest: Vec<(String, Vec<(String, String)>)> = redis::cmd("XREVRANGE")
-        .arg("hitl:audit")
-        .arg("+")
-        .arg("-")
-        .arg("COUNT")
-        .arg(1)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    assert_eq!(newest[0].1[0].1, *line(n - 1).json, "the newest entry stays");
+    let trail: Vec<(String, Vec<(String, String)>)> =
+        redis::cmd("XRANGE").arg("hitl:audit").arg("-").arg("+").query_async(&mut raw).await.unwrap();
+    assert!(trail.iter().all(|(_, fields)| (1..=AUDIT_LINES_PER_ENTRY).contains(&fields.len())), "lines an entry");
+    assert_eq!(trail[trail.len() - 3..].iter().map(|(_, f)| f.len()).collect::<Vec<_>>(), [16, 16, 5], "a batch");
+    let lines_held: usize = trail.iter().map(|(_, fields)| fields.len()).sum();
+    let over = AUDIT_TRIM_EVERY + batch + slack * AUDIT_LINES_PER_ENTRY;
+    assert!(
+        (AUDIT_KEPT - AUDIT_LINES_PER_ENTRY..AUDIT_KEPT + over).contains(&lines_held),
+        "{lines_held} lines held in {} entries",
+        trail.len()
+    );
+    let newest = &trail.last().unwrap().1;
+    assert_eq!(newest.last().unwrap().1, *line(n - 1).json, "the newest line stays");
+    let () = redis::cmd("FLUSHDB").query_async(&mut raw).await.unwrap();
+}
+
+/// A batch is one stream entry, yet a reader pages through it a line at a time: each
+/// line has a seq of its own, the first the entry's id (as every line's was when an
+/// entry held one), and reading on from any of them gives the rest, in order, once.
+#[tokio::test]
+async fn an_audit_batch_is_read_on_from_any_of_its_lines() {
+    use hitl_store_redis::AUDIT_LINES_PER_ENTRY;
+    use hitl_thread::{AuditLine, Records as _};
+    let Some((store, mut raw)) = own_database(7).await else { return };
+    let lines: Vec<AuditLine> =
+        (0..40).map(|n| AuditLine { at_ms: 5, json: format!(r#"{{"at_ms":5,"n":{n}}}"#).into() }).collect();
+    store.append_audit(&lines).await.unwrap();
+    let held: usize = redis::cmd("XLEN").arg("hitl:audit").query_async(&mut raw).await.unwrap();
+    assert_eq!(held, 40_usize.div_ceil(AUDIT_LINES_PER_ENTRY), "one entry for each 16 lines");
+    let all = store.audit_since(0, None, 100).await.unwrap();
+    let seqs: Vec<&str> = all.iter().map(|e| e["seq"].as_str().unwrap()).collect();
+    assert_eq!(seqs.len(), 40);
+    assert!(seqs[0].matches('-').count() == 1 && seqs[1] == format!("{}-1", seqs[0]), "{:?}", &seqs[..2]);
+    assert_eq!(seqs.iter().collect::<std::collections::HashSet<_>>().len(), 40, "no two lines share a seq");
+    for page in [1, 3, 7, 16, 17] {
+        let mut read = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let got = store.audit_since(0, after.as_deref(), page).await.unwrap();
+            read.extend(got.iter().map(|e| e["n"].as_u64().unwrap()));
+            match got.last() {
+                Some(last) if got.len() == page => after = Some(last["seq"].as_str().unwrap().to_owned()),
+                _ => break,
+            }
+        }
+        assert_eq!(read, (0..40).collect::<Vec<u64>>(), "pages of {page}");
+    }
+    // A line past the entry's last, or a seq never given, reads nothing of it.
+    let past = format!("{}-40", seqs[32].split('-').take(2).collect::<Vec<_>>().join("-"));
+    assert!(store.audit_since(0, Some(&past), 10).await.unwrap().is_empty(), "{past}");
+    assert!(store.audit_since(0, Some("1-2-0"), 10).await.unwrap().is_empty());
     let () = redis::cmd("FLUSHDB").query_async(&mut raw).await.unwrap();
 }
