@@ -275,8 +275,9 @@ pub struct RedisStore {
     create: redis::Script,
     finish: redis::Script,
     window: redis::Script,
-    /// What this store appended to the audit trail, for its trims.
-    audit_counts: Arc<records::AuditCounts>,
+    /// Audit stream entries this store appended since it last trimmed the trail
+    /// ([`AUDIT_TRIM_EVERY`]).
+    untrimmed: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 #[derive(Clone)]
@@ -533,8 +534,8 @@ impl RedisStore {
             finish: redis::Script::new(FINISH),
             window: redis::Script::new(WINDOW),
             // The first append trims: a replica that appends fewer than
-            // `AUDIT_TRIM_EVERY` lines in its life still keeps the cap.
-            audit_counts: Arc::new(records::AuditCounts::new()),
+            // `AUDIT_TRIM_EVERY` entries in its life still keeps the cap.
+            untrimmed: Arc::new(std::sync::atomic::AtomicUsize::new(AUDIT_TRIM_EVERY)),
         })
     }
 

@@ -1,9 +1,10 @@
 //! [`Records`] on Redis: the approvals listing is a hash of entries and a sorted set of
 //! their times (`hitl:{approvals}:…`, one hash tag so a script sees both on a cluster);
-//! the audit trail is a stream, `hitl:audit`, a batch of lines an entry, capped near
-//! [`AUDIT_KEPT`] lines (trimmed every [`AUDIT_TRIM_EVERY`] lines a store appends).
+//! the audit trail is a stream, `hitl:audit`, a batch of up to [`AUDIT_LINES_PER_ENTRY`]
+//! lines an entry, capped near [`AUDIT_KEPT`] entries (trimmed every [`AUDIT_TRIM_EVERY`]
+//! entries a store appends).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use async_trait::async_trait;
 use hitl_thread::{AUDIT_KEPT, AuditLine, Records, StoreError};
@@ -20,37 +21,19 @@ const AUDIT: &str = "hitl:audit";
 const SKEW_MS: u64 = 60_000;
 /// Stream entries read per `XRANGE`.
 const PAGE: usize = 1_000;
-/// How many audit lines a store appends between trims of the trail to about
-/// [`AUDIT_KEPT`] lines (`XTRIM … MAXLEN ~`, sent with the lines), and at its first
+/// How many stream entries a store appends between trims of the trail to
+/// [`AUDIT_KEPT`] entries (`XTRIM … MAXLEN ~`, sent with the entries), and at its first
 /// append: the cap checked at every `XADD` cost Redis ~2,800 instructions an entry, a
 /// trim ~5,800 (docs/performance.md, stop 52). The trail passes the cap by at most about
-/// this many lines per replica between trims.
+/// this many entries per replica between trims.
 pub const AUDIT_TRIM_EVERY: usize = 256;
 
 /// Most audit lines one stream entry holds. A batch the ledger hands over is written
-/// as one entry (several past this many), not one `XADD` a line: an `XADD` of one line
-/// cost Redis about as much as six more lines in one (docs/performance.md, stop 56).
-/// The trail is trimmed by entries, as many as hold about [`AUDIT_KEPT`] lines at the
-/// rate this store fills them, so at most this many times the cap even where another
-/// replica filled its entries fuller.
-pub const AUDIT_LINES_PER_ENTRY: usize = 16;
-
-/// What a store has appended to the trail, for its trims.
-#[derive(Default)]
-pub(crate) struct AuditCounts {
-    /// Lines appended since the last trim ([`AUDIT_TRIM_EVERY`]).
-    untrimmed: AtomicUsize,
-    /// Lines, and the stream entries that hold them, appended since the store began.
-    lines: AtomicU64,
-    entries: AtomicU64,
-}
-
-impl AuditCounts {
-    /// Counts for a store that trims at its first append.
-    pub(crate) fn new() -> Self {
-        Self { untrimmed: AtomicUsize::new(AUDIT_TRIM_EVERY), ..Self::default() }
-    }
-}
+/// as entries of this many lines (the last of them fewer), not one `XADD` a line: an
+/// `XADD` of one line cost Redis about as much as six more lines in one
+/// (docs/performance.md, stop 56). The trail keeps [`AUDIT_KEPT`] entries, so at least
+/// that many lines, and at most this many times as many.
+pub const AUDIT_LINES_PER_ENTRY: usize = 4;
 
 /// Drops entries past their time (KEYS: entries, until, order; ARGV: now).
 const PRUNE: &str = r"
@@ -139,10 +122,7 @@ impl Records for RedisStore {
         }
         let mut connection = self.connection().await?;
         let stream_entries = entries.len().div_ceil(AUDIT_LINES_PER_ENTRY);
-        let counts = &self.audit_counts;
-        let lines = counts.lines.fetch_add(entries.len() as u64, Ordering::Relaxed) + entries.len() as u64;
-        let written = counts.entries.fetch_add(stream_entries as u64, Ordering::Relaxed) + stream_entries as u64;
-        let untrimmed = counts.untrimmed.fetch_add(entries.len(), Ordering::Relaxed) + entries.len();
+        let untrimmed = self.untrimmed.fetch_add(stream_entries, Ordering::Relaxed) + stream_entries;
         let trim = untrimmed >= AUDIT_TRIM_EVERY;
         // Redis numbers the entries by its clock (ms), which `since` reads by. Each
         // command made with room for its arguments, not grown one at a time.
@@ -157,13 +137,13 @@ impl Records for RedisStore {
             pipe.add_command(xadd).ignore();
         }
         if trim {
-            counts.untrimmed.store(0, Ordering::Relaxed);
-            pipe.cmd("XTRIM").arg(AUDIT).arg("MAXLEN").arg("~").arg(kept_entries(lines, written)).ignore();
+            self.untrimmed.store(0, Ordering::Relaxed);
+            pipe.cmd("XTRIM").arg(AUDIT).arg("MAXLEN").arg("~").arg(AUDIT_KEPT).ignore();
         }
         let sent: Result<(), _> = pipe.query_async(&mut connection).await;
         if sent.is_err() && trim {
             // Not trimmed: the next append trims.
-            counts.untrimmed.store(AUDIT_TRIM_EVERY, Ordering::Relaxed);
+            self.untrimmed.store(AUDIT_TRIM_EVERY, Ordering::Relaxed);
         }
         sent.map_err(unavailable)
     }
@@ -182,25 +162,29 @@ impl Records for RedisStore {
             None => since_ms.saturating_sub(SKEW_MS).to_string(),
         };
         let mut found = Vec::new();
-        loop {
+        // An entry holds a line at least: the first read asks for no more entries than
+        // lines wanted, and the cursor's own entry besides; any after it (the first was
+        // older than `since`, or its lines fewer) a whole page.
+        let mut count = limit.saturating_add(1).min(PAGE);
+        'pages: while found.len() < limit {
             let read: Vec<(String, Vec<(String, String)>)> =
-                self.query(redis::cmd("XRANGE").arg(AUDIT).arg(&start).arg("+").arg("COUNT").arg(PAGE)).await?;
-            let last = read.last().map(|(id, _)| id.clone());
+                self.query(redis::cmd("XRANGE").arg(AUDIT).arg(&start).arg("+").arg("COUNT").arg(count)).await?;
+            let Some(last) = read.last().map(|(id, _)| format!("({id}")) else { break };
             for (id, fields) in read {
                 let seen = after.filter(|seq| seq.entry == id).map_or(0, |seq| seq.line + 1);
                 for (line, (_, e)) in fields.iter().enumerate().skip(seen) {
                     let entry = AuditLine::read_back(e, Seq::of(&id, line))?;
                     if entry.get("at_ms").and_then(Value::as_u64).unwrap_or(0) >= since_ms {
                         found.push(entry);
+                        if found.len() == limit {
+                            break 'pages;
+                        }
                     }
                 }
             }
-            match last {
-                Some(last) if found.len() < limit => start = format!("({last}"),
-                _ => break,
-            }
+            start = last;
+            count = PAGE;
         }
-        found.truncate(limit);
         Ok(found)
     }
 }
@@ -216,18 +200,20 @@ struct Seq<'a> {
 }
 
 impl<'a> Seq<'a> {
-    /// `seq` read back, or `None` when this store never gave it.
+    /// `seq` read back, or `None` when this store never gave it: numbers as Redis
+    /// writes them (no sign, no leading zero), a line within an entry's.
     fn parse(seq: &'a str) -> Option<Self> {
-        let number = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+        let number = |part: &str| {
+            let digits = !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+            (digits && (part == "0" || !part.starts_with('0'))).then(|| part.parse::<u64>().ok()).flatten()
+        };
         let mut parts = seq.splitn(3, '-');
         let (ms, n) = (parts.next()?, parts.next()?);
-        if !number(ms) || !number(n) || ms.parse::<u64>().is_err() || n.parse::<u64>().is_err() {
-            return None;
-        }
+        number(ms)?;
+        number(n)?;
         let line = match parts.next() {
             None => 0,
-            Some(line) if number(line) && !line.starts_with('0') => line.parse().ok()?,
-            Some(_) => return None,
+            Some(line) => usize::try_from(number(line)?).ok().filter(|&l| (1..AUDIT_LINES_PER_ENTRY).contains(&l))?,
         };
         Some(Self { entry: &seq[..ms.len() + 1 + n.len()], line })
     }
@@ -236,15 +222,6 @@ impl<'a> Seq<'a> {
     fn of(id: &str, line: usize) -> String {
         if line == 0 { id.to_owned() } else { format!("{id}-{line}") }
     }
-}
-
-/// The stream entries to keep, so that they hold about [`AUDIT_KEPT`] lines, as this
-/// store has written them (`lines` in `entries`); never fewer than [`AUDIT_KEPT`] entries
-/// of the fullest kind hold.
-fn kept_entries(lines: u64, entries: u64) -> u64 {
-    let kept = AUDIT_KEPT as u64;
-    let per_entry = AUDIT_LINES_PER_ENTRY as u64;
-    kept.saturating_mul(entries).div_ceil(lines.max(1)).clamp(kept.div_ceil(per_entry), kept)
 }
 
 #[cfg(test)]
@@ -270,23 +247,16 @@ mod tests {
             "1- 2",
             "x-1",
             "18446744073709551616-0",
+            "01-2",
+            "1-02",
+            "1-2-4",
+            "1-2-18446744073709551615",
+            "1-2-99999999999999999999",
         ] {
             assert!(Seq::parse(never).is_none(), "{never:?}");
         }
+        assert_eq!(read("0-0"), Some(("0-0".into(), 0)), "the lowest id Redis gives");
         assert_eq!(Seq::of("5-1", 0), "5-1");
         assert_eq!(Seq::of("5-1", 2), "5-1-2");
-    }
-
-    #[test]
-    fn the_trail_keeps_as_many_entries_as_hold_its_lines() {
-        let kept = AUDIT_KEPT as u64;
-        assert_eq!(kept_entries(10, 10), kept, "a line an entry");
-        assert_eq!(kept_entries(30, 10), kept.div_ceil(3), "three lines an entry");
-        assert_eq!(kept_entries(0, 0), kept.div_ceil(AUDIT_LINES_PER_ENTRY as u64), "none yet");
-        assert_eq!(
-            kept_entries(u64::MAX / kept, 1),
-            kept.div_ceil(AUDIT_LINES_PER_ENTRY as u64),
-            "never below full entries"
-        );
     }
 }

@@ -300,9 +300,9 @@ async fn scripts_redis_forgot_are_loaded_again() {
 
 /// The audit trail stays near its cap though its entries are added without one: a store
 /// trims it at its first append, whatever the trail held before, and every
-/// `AUDIT_TRIM_EVERY` lines after; the newest lines stay. A batch is one stream entry
-/// (several past `AUDIT_LINES_PER_ENTRY` lines), and a store keeps as many entries as
-/// hold about `AUDIT_KEPT` of its lines.
+/// `AUDIT_TRIM_EVERY` stream entries after; the newest entries stay. A batch is written
+/// as entries of `AUDIT_LINES_PER_ENTRY` lines (the last fewer), so the trail never
+/// holds fewer lines than the cap.
 #[tokio::test]
 async fn the_audit_trail_is_trimmed_near_its_cap() {
     use hitl_store_redis::{AUDIT_LINES_PER_ENTRY, AUDIT_TRIM_EVERY};
@@ -329,34 +329,42 @@ async fn the_audit_trail_is_trimmed_near_its_cap() {
     };
     let held = entries(raw.clone()).await;
     assert!((AUDIT_KEPT..AUDIT_KEPT + slack).contains(&held), "the first append trims: {held} held");
-    // Batches as the ledger sends them under load, until the trail is all of them and
-    // past the cap: entries of 16, 16 and 5 lines.
-    let batch = 37;
+    // Batches as the ledger sends them under load: never past the cap by more than a
+    // trim's worth of entries, never under it (so never under it in lines).
+    let batch: usize = 37;
+    let per_batch = batch.div_ceil(AUDIT_LINES_PER_ENTRY);
     let mut n = 1;
-    while n < AUDIT_KEPT + AUDIT_KEPT / 2 {
+    while n < 1 + 3 * AUDIT_TRIM_EVERY * AUDIT_LINES_PER_ENTRY {
         let lines: Vec<AuditLine> = (n..n + batch).map(line).collect();
         store.append_audit(&lines).await.unwrap();
         n += lines.len();
+        let held = entries(raw.clone()).await;
+        assert!(
+            held >= AUDIT_KEPT && held < AUDIT_KEPT + AUDIT_TRIM_EVERY + per_batch + slack,
+            "{held} held after {n}"
+        );
     }
-    let trail: Vec<(String, Vec<(String, String)>)> =
-        redis::cmd("XRANGE").arg("hitl:audit").arg("-").arg("+").query_async(&mut raw).await.unwrap();
-    assert!(trail.iter().all(|(_, fields)| (1..=AUDIT_LINES_PER_ENTRY).contains(&fields.len())), "lines an entry");
-    assert_eq!(trail[trail.len() - 3..].iter().map(|(_, f)| f.len()).collect::<Vec<_>>(), [16, 16, 5], "a batch");
-    let lines_held: usize = trail.iter().map(|(_, fields)| fields.len()).sum();
-    let over = AUDIT_TRIM_EVERY + batch + slack * AUDIT_LINES_PER_ENTRY;
-    assert!(
-        (AUDIT_KEPT - AUDIT_LINES_PER_ENTRY..AUDIT_KEPT + over).contains(&lines_held),
-        "{lines_held} lines held in {} entries",
-        trail.len()
-    );
-    let newest = &trail.last().unwrap().1;
-    assert_eq!(newest.last().unwrap().1, *line(n - 1).json, "the newest line stays");
+    let newest: Vec<(String, Vec<(String, String)>)> = redis::cmd("XREVRANGE")
+        .arg("hitl:audit")
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(per_batch)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let sizes: Vec<usize> = newest.iter().rev().map(|(_, fields)| fields.len()).collect();
+    let mut expected = vec![AUDIT_LINES_PER_ENTRY; batch / AUDIT_LINES_PER_ENTRY];
+    expected.push(batch % AUDIT_LINES_PER_ENTRY);
+    assert_eq!(sizes, expected, "a batch in entries of {AUDIT_LINES_PER_ENTRY} lines, the last fewer");
+    assert_eq!(newest[0].1.last().unwrap().1, *line(n - 1).json, "the newest line stays");
     let () = redis::cmd("FLUSHDB").query_async(&mut raw).await.unwrap();
 }
 
-/// A batch is one stream entry, yet a reader pages through it a line at a time: each
-/// line has a seq of its own, the first the entry's id (as every line's was when an
-/// entry held one), and reading on from any of them gives the rest, in order, once.
+/// A batch is written as few stream entries, yet a reader pages through them a line at
+/// a time: each line has a seq of its own, the first of an entry the entry's id (as
+/// every line's was when an entry held one), and reading on from any of them gives the
+/// rest, in order, once.
 #[tokio::test]
 async fn an_audit_batch_is_read_on_from_any_of_its_lines() {
     use hitl_store_redis::AUDIT_LINES_PER_ENTRY;
@@ -366,18 +374,20 @@ async fn an_audit_batch_is_read_on_from_any_of_its_lines() {
         (0..40).map(|n| AuditLine { at_ms: 5, json: format!(r#"{{"at_ms":5,"n":{n}}}"#).into() }).collect();
     store.append_audit(&lines).await.unwrap();
     let held: usize = redis::cmd("XLEN").arg("hitl:audit").query_async(&mut raw).await.unwrap();
-    assert_eq!(held, 40_usize.div_ceil(AUDIT_LINES_PER_ENTRY), "one entry for each 16 lines");
+    assert_eq!(held, 40_usize.div_ceil(AUDIT_LINES_PER_ENTRY), "an entry for each {AUDIT_LINES_PER_ENTRY} lines");
     let all = store.audit_since(0, None, 100).await.unwrap();
     let seqs: Vec<&str> = all.iter().map(|e| e["seq"].as_str().unwrap()).collect();
     assert_eq!(seqs.len(), 40);
     assert!(seqs[0].matches('-').count() == 1 && seqs[1] == format!("{}-1", seqs[0]), "{:?}", &seqs[..2]);
     assert_eq!(seqs.iter().collect::<std::collections::HashSet<_>>().len(), 40, "no two lines share a seq");
-    for page in [1, 3, 7, 16, 17] {
+    let numbers = |read: &[serde_json::Value]| read.iter().map(|e| e["n"].as_u64().unwrap()).collect::<Vec<_>>();
+    for page in [1, 3, 4, 7, 17] {
         let mut read = Vec::new();
         let mut after: Option<String> = None;
-        loop {
+        // As many pages as the lines take, and one more to find none left.
+        for _ in 0..=40_usize.div_ceil(page) {
             let got = store.audit_since(0, after.as_deref(), page).await.unwrap();
-            read.extend(got.iter().map(|e| e["n"].as_u64().unwrap()));
+            read.extend(numbers(&got));
             match got.last() {
                 Some(last) if got.len() == page => after = Some(last["seq"].as_str().unwrap().to_owned()),
                 _ => break,
@@ -385,9 +395,16 @@ async fn an_audit_batch_is_read_on_from_any_of_its_lines() {
         }
         assert_eq!(read, (0..40).collect::<Vec<u64>>(), "pages of {page}");
     }
-    // A line past the entry's last, or a seq never given, reads nothing of it.
-    let past = format!("{}-40", seqs[32].split('-').take(2).collect::<Vec<_>>().join("-"));
-    assert!(store.audit_since(0, Some(&past), 10).await.unwrap().is_empty(), "{past}");
-    assert!(store.audit_since(0, Some("1-2-0"), 10).await.unwrap().is_empty());
+    // From the last line of the first entry: the entries after it, whole.
+    let last_of_first = format!("{}-{}", seqs[0], AUDIT_LINES_PER_ENTRY - 1);
+    let rest = store.audit_since(0, Some(&last_of_first), 100).await.unwrap();
+    assert_eq!(numbers(&rest), (AUDIT_LINES_PER_ENTRY as u64..40).collect::<Vec<_>>(), "{last_of_first}");
+    // From an entry no longer in the trail (trimmed, or older than any): all after it.
+    assert_eq!(store.audit_since(0, Some("1-0"), 100).await.unwrap().len(), 40, "a cursor older than the trail");
+    // Seqs this store never gives read nothing: a line past an entry's, a line 0, a
+    // leading zero.
+    for never in [format!("{}-{}", seqs[0], AUDIT_LINES_PER_ENTRY), format!("{}-0", seqs[0]), format!("0{}", seqs[0])] {
+        assert!(store.audit_since(0, Some(&never), 10).await.unwrap().is_empty(), "{never}");
+    }
     let () = redis::cmd("FLUSHDB").query_async(&mut raw).await.unwrap();
 }

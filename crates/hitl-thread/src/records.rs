@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use crate::StoreError;
 
-/// The most audit entries a shared store keeps (the oldest go first).
+/// The most audit entries a shared store keeps (the oldest go first). On Redis an entry
+/// is a batch of up to four lines (`hitl_store_redis::AUDIT_LINES_PER_ENTRY`).
 pub const AUDIT_KEPT: usize = 100_000;
 /// The most audit entries the memory store keeps, as JSON text (the `[audit] file`
 /// has them all).
