@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use crate::StoreError;
 
-/// The most audit entries a shared store keeps (the oldest go first). On Redis an entry
-/// is a batch of up to four lines (`hitl_store_redis::AUDIT_LINES_PER_ENTRY`).
+/// The most audit entries a shared store keeps (the oldest go first). A store may keep
+/// a few lines in one entry (Redis keeps up to four), so never fewer lines than this.
 pub const AUDIT_KEPT: usize = 100_000;
 /// The most audit entries the memory store keeps, as JSON text (the `[audit] file`
 /// has them all).
