@@ -509,10 +509,11 @@ async fn a_record_of_a_newer_format_is_left_untouched() {
     let state = first.body["result"]["requestState"].as_str().unwrap().to_owned();
     let id = state.split_once('.').unwrap().0;
     let redis_key = format!("hitl:{{{id}}}:thread");
-    // What a future hitl might write: another format, with fields this one lacks.
+    // What a future hitl might write: another format, with fields this one lacks, at a
+    // version of its own (every write moves the version on).
     let newer =
-        json!({"format": 99, "id": id, "version": 1, "tool": "choose_region", "rounds": [{"n": 1}]}).to_string();
-    redis_command(&url, &["HSET", &redis_key, "d", &newer]).await;
+        json!({"format": 99, "id": id, "version": 2, "tool": "choose_region", "rounds": [{"n": 1}]}).to_string();
+    redis_command(&url, &["HSET", &redis_key, "d", &newer, "v", "2"]).await;
     let reply = server
         .call_tool(
             2,
@@ -523,7 +524,7 @@ async fn a_record_of_a_newer_format_is_left_untouched() {
     assert_eq!(reply.body["error"]["code"], -32603, "{:?}", reply.body);
     assert_eq!(reply.body["error"]["message"], "this paused call was saved by a newer hitl");
     assert_eq!(redis_command(&url, &["HGET", &redis_key, "d"]).await.as_deref(), Some(newer.as_str()), "untouched");
-    assert_eq!(redis_command(&url, &["HGET", &redis_key, "v"]).await.as_deref(), Some("1"), "not claimed");
+    assert_eq!(redis_command(&url, &["HGET", &redis_key, "v"]).await.as_deref(), Some("2"), "not claimed");
     // Operators' listing still lists the others, and names this one as unreadable.
     let listing = std::process::Command::new(Server::program())
         .args(["threads", "list", "--json", "--limit", "1000000", "--store", &url])
@@ -599,11 +600,12 @@ async fn a_paused_call_saved_by_the_build_before_claims_on_load_is_answered() {
     let server = Server::start_on(&url, &[]).await;
     let (key, state, redis_key) = paused_on_redis(&server).await;
     // Rewritten as the build before wrote it: format 1 in JSON, no proof, nothing beside
-    // the record.
+    // the record, at a version of its own (every write moves the version on).
     let mut record = packed_record(&url, &redis_key).await;
     record["format"] = json!(1);
+    record["version"] = json!(2);
     record["round"].as_object_mut().unwrap().remove("proof");
-    redis_command(&url, &["HSET", &redis_key, "d", &record.to_string()]).await;
+    redis_command(&url, &["HSET", &redis_key, "d", &record.to_string(), "v", "2"]).await;
     redis_command(&url, &["HDEL", &redis_key, "r", "t"]).await;
 
     let done = server.call_tool(10, answer_region(&key, &state, json!({}))).await;

@@ -29,8 +29,11 @@
 
 mod channels;
 mod notes;
+mod recent;
 mod records;
+mod tools;
 
+pub use recent::RECENT_PAUSED;
 pub use records::{AUDIT_LINES_PER_ENTRY, AUDIT_TRIM_EVERY};
 
 use std::sync::{Arc, Mutex};
@@ -122,6 +125,21 @@ end
 return {f[1] or '', f[2], f[3] or '', claimed}
 ";
 
+/// The open round of a thread this store wrote claimed without reading its record back
+/// ([`recent`]), when Redis holds it at the version kept and no live claim holds it
+/// (KEYS: the thread; ARGV: the version kept, now, until, the round): nil when the
+/// thread is missing or at another version, else its claim as it was and 1 when
+/// claimed. The caller has checked the token's proof and the call's binding against the
+/// thread kept: at that version they are the fields beside the record.
+const CLAIM_KNOWN: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'v', 'c')
+if f[1] ~= ARGV[1] then return false end
+local until_ms = f[2] and tonumber(string.match(f[2], ':(%d+)$'))
+if until_ms and until_ms > tonumber(ARGV[2]) then return {f[2], 0} end
+redis.call('HSET', KEYS[1], 'v', tostring(tonumber(ARGV[1]) + 1), 'c', ARGV[4] .. ':' .. ARGV[3])
+return {f[2] or '', 1}
+";
+
 /// [`LOAD_CLAIMING`] with how a claimable record starts, packed and as JSON, written in
 /// as Lua string constants (`PACKED`, `JSON`).
 fn load_claiming_script() -> String {
@@ -152,8 +170,9 @@ return 1
 ";
 
 /// A Lua function that counts paused call `id` in the owner's set, the set of all and
-/// its tool's set (scored by its expiry; the tool joins the set of tools), unless a new
-/// one would pass a limit: 1, or -1/-2 for the limit.
+/// its tool's set (scored by its expiry; the tool joins the set of tools unless given
+/// empty, as the store gives a tool it added lately: [`tools`]), unless a new one would
+/// pass a limit: 1, or -1/-2 for the limit.
 ///
 /// Expired calls leave a set when they would make a limit refuse a new call, and from
 /// all three sets at about one call in sixteen (an id ending in `0`, by its last
@@ -194,7 +213,7 @@ local function count(owner, all, toolset, tools, now, id, expiry, per_owner, tot
   redis.call('ZADD', owner, expiry, id)
   redis.call('ZADD', all, expiry, id)
   redis.call('ZADD', toolset, expiry, id)
-  redis.call('SADD', tools, tool)
+  if tool ~= '' then redis.call('SADD', tools, tool) end
   if held == 0 then
     redis.call('PEXPIREAT', owner, expiry)
   elseif GT then
@@ -224,7 +243,7 @@ return -1
 ";
 
 /// Counts a paused call (KEYS: the owner's set, the set of all, the tool's set, the set
-/// of tools; ARGV: now, id, expiry, per-owner limit, total limit, tool).
+/// of tools; ARGV: now, id, expiry, per-owner limit, total limit, tool or empty).
 const COUNT: &str = concat!(
     count_function!(),
     "return count(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])"
@@ -232,7 +251,7 @@ const COUNT: &str = concat!(
 
 /// A new paused thread, counted, in one step (KEYS: the thread, the owner's set, the set
 /// of all, the tool's set, the set of tools; ARGV: version, record, expiry, now, id,
-/// per-owner limit, total limit, tool, round, proof, binding): 1, 0 when the thread
+/// per-owner limit, total limit, tool or empty, round, proof, binding): 1, 0 when the thread
 /// exists, or -1/-2 for the limit. A new thread has no claim (written empty).
 const CREATE: &str = concat!(
     count_function!(),
@@ -270,6 +289,7 @@ pub struct RedisStore {
     connection: Arc<Mutex<Option<Connection>>>,
     save: redis::Script,
     load_claiming: redis::Script,
+    claim_known: redis::Script,
     release: redis::Script,
     count: redis::Script,
     create: redis::Script,
@@ -278,6 +298,10 @@ pub struct RedisStore {
     /// Audit stream entries this store appended since it last trimmed the trail
     /// ([`AUDIT_TRIM_EVERY`]).
     untrimmed: Arc<std::sync::atomic::AtomicUsize>,
+    /// Paused calls this store wrote lately, claimed without reading them back.
+    recent: Arc<recent::Recent>,
+    /// Tools this store put in the set of tools lately: not added again ([`tools`]).
+    joined: Arc<tools::Joined>,
 }
 
 #[derive(Clone)]
@@ -381,16 +405,21 @@ fn decode(id: &str, version: &str, record: &[u8], claim: &str) -> Result<Thread,
     if thread.format == CLAIM_BESIDE_FORMAT {
         // The fields beside the record are what counts.
         thread.version = version.parse().map_err(|_| corrupt(format!("bad version {version:?}")))?;
-        let mut beside = None;
-        if !claim.is_empty() {
-            let (round, until) = claim.split_once(':').unwrap_or_default();
-            let parsed = round.parse().ok().zip(until.parse().ok());
-            let (round, until_ms) = parsed.ok_or_else(|| corrupt(format!("bad claim {claim:?}")))?;
-            beside = Some(Claim { round, until_ms });
-        }
-        thread.set_claim(beside);
+        thread.set_claim(claim_beside(id, claim)?);
     }
     Ok(thread)
+}
+
+/// The claim kept beside a record (`round:until_ms`, empty for none).
+fn claim_beside(id: &str, claim: &str) -> Result<Option<Claim>, StoreError> {
+    if claim.is_empty() {
+        return Ok(None);
+    }
+    let (round, until) = claim.split_once(':').unwrap_or_default();
+    let parsed = round.parse().ok().zip(until.parse().ok());
+    let (round, until_ms) =
+        parsed.ok_or_else(|| StoreError::Corrupt { id: id.to_owned(), reason: format!("bad claim {claim:?}") })?;
+    Ok(Some(Claim { round, until_ms }))
 }
 
 fn now_ms() -> u64 {
@@ -528,6 +557,7 @@ impl RedisStore {
             connection: Arc::new(Mutex::new(None)),
             save: redis::Script::new(SAVE),
             load_claiming: redis::Script::new(&load_claiming_script()),
+            claim_known: redis::Script::new(CLAIM_KNOWN),
             release: redis::Script::new(RELEASE),
             count: redis::Script::new(COUNT),
             create: redis::Script::new(CREATE),
@@ -536,6 +566,8 @@ impl RedisStore {
             // The first append trims: a replica that appends fewer than
             // `AUDIT_TRIM_EVERY` entries in its life still keeps the cap.
             untrimmed: Arc::new(std::sync::atomic::AtomicUsize::new(AUDIT_TRIM_EVERY)),
+            recent: Arc::default(),
+            joined: Arc::default(),
         })
     }
 
@@ -613,6 +645,50 @@ impl RedisStore {
         redis::from_redis_value(value.map_err(unavailable)?).map_err(unavailable)
     }
 
+    /// Keeps `thread`, just written over version `expected`, when its open round can
+    /// be claimed ([`recent`]); else drops what was kept of it. Only a write that moved
+    /// the version on is kept: that version then names this record.
+    fn remember(&self, thread: Thread, expected: Option<u64>) {
+        if thread.claimable().is_some() && expected.is_none_or(|expected| thread.version > expected) {
+            self.recent.keep(thread);
+        } else {
+            self.recent.forget(&thread.id);
+        }
+    }
+
+    /// [`ThreadStore::load_claiming`] of `known`, a paused call this store wrote, when
+    /// the request's token (its `proof`) and call are its open round's: the claim made
+    /// by `CLAIM_KNOWN` if Redis holds the thread at the version written. `None` when
+    /// it does not, or the request is not the round's: the caller reads the record.
+    async fn claim_known(
+        &self,
+        mut known: Thread,
+        proof: &str,
+        attempt: ClaimAttempt<'_>,
+    ) -> Result<Option<Loaded>, StoreError> {
+        let Some((round, _)) = known.claimable().filter(|(_, kept)| *kept == proof) else { return Ok(None) };
+        if !attempt.binding.binds(&known) {
+            return Ok(None);
+        }
+        let key = thread_key(&known.id);
+        let claimed: Option<(String, i64)> = self
+            .invoke(&self.claim_known, &[&key], |c| {
+                c.arg(known.version).arg(attempt.now_ms).arg(attempt.until_ms).arg(round)
+            })
+            .await?;
+        let Some((claim, claimed)) = claimed else {
+            // Written again elsewhere, or gone: what is kept is not the record.
+            self.recent.forget(&known.id);
+            return Ok(None);
+        };
+        known.set_claim(claim_beside(&known.id, &claim)?);
+        if claimed == 1 {
+            // The claim's run writes the thread next.
+            self.recent.forget(&known.id);
+        }
+        Ok(Some(Loaded { thread: Some(known), claimed: claimed == 1 }))
+    }
+
     /// A store for `url`, connected now: fails when Redis cannot be reached.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let store = Self::new(url)?;
@@ -652,13 +728,18 @@ impl ThreadStore for RedisStore {
     }
 
     /// One script: the load, and the claim when the token's proof is the open round's.
+    /// A paused call this store wrote is claimed without its record read back, when
+    /// Redis still holds it at the version written ([`recent`]).
     async fn load_claiming(&self, id: &str, attempt: ClaimAttempt<'_>) -> Result<Loaded, StoreError> {
+        let proof = hitl_thread::proof(attempt.token);
+        if let Some(known) = self.recent.get(id)
+            && let Some(loaded) = self.claim_known(known, &proof, attempt).await?
+        {
+            return Ok(loaded);
+        }
         let loaded: Option<(String, Vec<u8>, String, i64)> = self
             .invoke(&self.load_claiming, &[&thread_key(id)], |c| {
-                c.arg(hitl_thread::proof(attempt.token))
-                    .arg(attempt.now_ms)
-                    .arg(attempt.until_ms)
-                    .arg(attempt.binding.digest())
+                c.arg(&proof).arg(attempt.now_ms).arg(attempt.until_ms).arg(attempt.binding.digest())
             })
             .await?;
         let Some((version, record, claim, claimed)) = loaded else {
@@ -685,10 +766,15 @@ impl ThreadStore for RedisStore {
                 )
             })
             .await?;
-        if saved == 1 { Ok(()) } else { Err(SaveError::Conflict(thread.id.to_string())) }
+        if saved != 1 {
+            return Err(SaveError::Conflict(thread.id.to_string()));
+        }
+        self.remember(thread, expected);
+        Ok(())
     }
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
+        self.recent.forget(id);
         let _: i64 = self.query(redis::cmd("DEL").arg(thread_key(id))).await?;
         Ok(())
     }
@@ -705,11 +791,16 @@ impl PausedLedger for RedisStore {
         limits: PausedLimits,
     ) -> Result<Result<(), LimitReached>, StoreError> {
         let keys = [&*owner_key(owner), ALL_PAUSED_KEY, &tool_key(tool), TOOLS_KEY];
+        let now = std::time::Instant::now();
+        let joining = self.joined.to_add(tool, now);
         let counted: i64 = self
             .invoke(&self.count, &keys, |c| {
-                c.arg(now_ms()).arg(id).arg(until_ms).arg(limits.per_owner).arg(limits.total).arg(tool)
+                c.arg(now_ms()).arg(id).arg(until_ms).arg(limits.per_owner).arg(limits.total).arg(joining)
             })
             .await?;
+        if counted == 1 {
+            self.joined.added(joining, now);
+        }
         Ok(match counted {
             -1 => Err(LimitReached::PerOwner),
             -2 => Err(LimitReached::Total),
@@ -732,6 +823,8 @@ impl PausedLedger for RedisStore {
         let mut thread = thread;
         let fields = encode(&mut thread)?;
         let keys = [&*thread_key(&thread.id), &owner_key(owner), ALL_PAUSED_KEY, &tool_key(&thread.tool), TOOLS_KEY];
+        let now = std::time::Instant::now();
+        let joining = self.joined.to_add(&thread.tool, now);
         let created: i64 = self
             .invoke(&self.create, &keys, |c| {
                 fields.claimable(
@@ -742,12 +835,16 @@ impl PausedLedger for RedisStore {
                         .arg(&*thread.id)
                         .arg(limits.per_owner)
                         .arg(limits.total)
-                        .arg(&*thread.tool),
+                        .arg(joining),
                 )
             })
             .await?;
         match created {
-            1 => Ok(Ok(())),
+            1 => {
+                self.joined.added(joining, now);
+                self.remember(thread, None);
+                Ok(Ok(()))
+            }
             0 => Err(SaveError::Conflict(thread.id.to_string())),
             -1 => Ok(Err(LimitReached::PerOwner)),
             _ => Ok(Err(LimitReached::Total)),
@@ -760,6 +857,7 @@ impl PausedLedger for RedisStore {
         // steps (a finished one has neither).
         let single =
             matches!(self.client, Client::Single(_)) && thread.claim().is_none() && thread.claimable().is_none();
+        self.recent.forget(&thread.id);
         let Some(owner) = owner.filter(|_| single) else {
             return hitl_thread::save_finished_in_steps(self, thread, expected, owner).await;
         };

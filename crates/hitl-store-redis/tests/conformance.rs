@@ -25,6 +25,9 @@ async fn redis_store_conforms() {
     hitl_thread::conformance::records(&store, &prefix, now).await;
     let claimed = hitl_thread::conformance::claims(&store, &format!("{prefix}-again"), now).await;
     assert!(claimed, "the Redis store claims a round in the step that loads it");
+    let replica = RedisStore::connect(&url).await.expect("Redis at REDIS_URL answers");
+    let claimed = hitl_thread::conformance::replicas(&store, &replica, &prefix, now).await;
+    assert!(claimed, "a replica claims a round in the step that loads it, its own or another's");
 }
 
 /// Database `n` of the Redis at `REDIS_URL`, emptied first, for a test whose counts the
@@ -150,6 +153,9 @@ async fn redis_cluster_store_conforms() {
         let prefix = format!("{}-{i}", uuid::Uuid::now_v7());
         hitl_thread::conformance::run(&store, &prefix, now).await;
     }
+    let replica = RedisStore::connect(&url).await.expect("the cluster answers");
+    let prefix = uuid::Uuid::now_v7().to_string();
+    assert!(hitl_thread::conformance::replicas(&store, &replica, &prefix, now).await, "replicas claim on a cluster");
 }
 
 /// What is kept until a time (the approvals that cover later calls) is read until then,

@@ -135,6 +135,46 @@ pub async fn claims<S: ThreadStore + ?Sized>(store: &S, prefix: &str, now_ms: u6
     true
 }
 
+/// Claims between two replicas of a store that share their threads (`a` and `b`): a
+/// round one wrote is claimed by the other, and by itself, to the same thread; a thread
+/// the other wrote again, or deleted, is what a load then sees, whatever the first kept
+/// of it. Returns whether the stores claimed.
+pub async fn replicas<S: ThreadStore + ?Sized>(a: &S, b: &S, prefix: &str, now_ms: u64) -> bool {
+    let later = now_ms + 3_600_000;
+    let bound = BoundCall::new("choose_region", "d", None);
+    let attempt = |token| ClaimAttempt { token, binding: &bound, now_ms, until_ms: now_ms + 30_000 };
+
+    let mut claimed = true;
+    for (n, claimer) in [a, b].into_iter().enumerate() {
+        let id = format!("{prefix}-replicas-{n}");
+        let paused = claimable(&id, "t0ken", later);
+        a.save(paused.clone(), None).await.unwrap();
+        let loaded = claimer.load_claiming(&id, attempt("t0ken")).await.unwrap();
+        assert_eq!(loaded.thread.as_ref(), Some(&paused), "a round written by a replica loads as written ({n})");
+        claimed &= loaded.claimed;
+        let version = if loaded.claimed { 2 } else { 1 };
+        assert_eq!(a.load(&id).await.unwrap().map(|t| t.version), Some(version), "claimed once ({n})");
+    }
+
+    let id = format!("{prefix}-replicas-again");
+    a.save(claimable(&id, "t0ken", later), None).await.unwrap();
+    let second = Thread { version: 2, ..claimable(&id, "s3cond", later) };
+    b.save(second.clone(), Some(1)).await.unwrap();
+    let stale = a.load_claiming(&id, attempt("t0ken")).await.unwrap();
+    assert!(!stale.claimed, "the token of a round another replica moved past claims nothing");
+    assert_eq!(stale.thread.as_ref(), Some(&second), "and the thread loads as the other replica wrote it");
+    let next = a.load_claiming(&id, attempt("s3cond")).await.unwrap();
+    assert_eq!(next.thread.as_ref(), Some(&second), "the round the other replica wrote loads");
+    assert_eq!(next.claimed, claimed, "and is claimed with its own token");
+
+    let gone = format!("{prefix}-replicas-gone");
+    a.save(claimable(&gone, "t0ken", later), None).await.unwrap();
+    b.delete(&gone).await.unwrap();
+    let loaded = a.load_claiming(&gone, attempt("t0ken")).await.unwrap();
+    assert!(loaded.thread.is_none() && !loaded.claimed, "a thread another replica deleted loads as None");
+    claimed
+}
+
 /// What every [`Notes`] must do: a note is put, taken once, replaced, and gone past its
 /// time; a key is used once, and its mark read until its time.
 pub async fn notes<S: Notes + ?Sized>(store: &S, prefix: &str, now_ms: u64) {
