@@ -71,19 +71,7 @@ mod tests {
     use super::*;
 
     fn thread(id: &str, version: u64) -> Thread {
-        Thread {
-            format: hitl_thread::THREAD_FORMAT,
-            id: id.into(),
-            version,
-            tool: "choose_region".into(),
-            args_digest: "d".into(),
-            principal: None,
-            owner: None,
-            state: hitl_thread::ThreadState::Finished,
-            last: None,
-            task: None,
-            expires_at_ms: u64::MAX,
-        }
+        hitl_thread::conformance::thread(id, version, u64::MAX)
     }
 
     #[test]

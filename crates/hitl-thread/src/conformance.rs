@@ -9,8 +9,8 @@ use crate::{
     SaveError, THREAD_FORMAT, Thread, ThreadState, ThreadStore,
 };
 
-/// A finished thread.
-pub(crate) fn thread(id: &str, version: u64, expires_at_ms: u64) -> Thread {
+/// A finished thread (of `choose_region`, no caller), for a store's own tests too.
+pub fn thread(id: &str, version: u64, expires_at_ms: u64) -> Thread {
     Thread {
         format: THREAD_FORMAT,
         id: id.into(),
