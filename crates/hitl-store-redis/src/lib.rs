@@ -17,7 +17,10 @@
 //! open round `r`, the proof of its token `t` and the digest of what binds the call to
 //! it `b`; each empty when there is none), so a script sets it without rewriting the
 //! record. Such records are written as [`CLAIM_BESIDE_FORMAT`], which replicas of builds
-//! that look for the claim inside refuse rather than resume twice.
+//! that look for the claim inside refuse rather than resume twice. An answer that
+//! reaches the replica which paused its call is claimed without the record read back:
+//! the store keeps the last [`RECENT_PAUSED`] it wrote, used while Redis holds them at
+//! the version kept.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), hitl_thread::StoreError> {
