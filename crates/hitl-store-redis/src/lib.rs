@@ -732,7 +732,7 @@ impl ThreadStore for RedisStore {
 
     /// One script: the load, and the claim when the token's proof is the open round's.
     /// A paused call this store wrote is claimed without its record read back, when
-    /// Redis still holds it at the version written ([`recent`]).
+    /// Redis still holds it at the version written ([`RECENT_PAUSED`]).
     async fn load_claiming(&self, id: &str, attempt: ClaimAttempt<'_>) -> Result<Loaded, StoreError> {
         let proof = hitl_thread::proof(attempt.token);
         if let Some(known) = self.recent.get(id)
