@@ -51,6 +51,12 @@ use hitl_thread::{
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+/// A hasher for the maps this store keeps in memory, keyed by what the server made
+/// (thread ids; tool names, which its configuration and upstreams give): fast and
+/// seeded per process, as the memory store's. A request's id is only looked up, and a
+/// call of an unknown tool is refused before it pauses, so flooding is not a concern.
+type Fast = foldhash::fast::RandomState;
+
 /// How long one Redis command may take before the store reports it unavailable.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -14,13 +14,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use hitl_thread::Thread;
 
+use crate::Fast;
+
 /// How many paused calls a store keeps as it wrote them: about 3 KB each (23 MB more
 /// resident memory for `choose_region` with all kept), beside a Redis that holds them.
 pub const RECENT_PAUSED: usize = 8_192;
-
-/// A hasher for ids this process made (a request's id is only looked up): fast and
-/// seeded per process, as the memory store's.
-type Fast = foldhash::fast::RandomState;
 
 #[derive(Default)]
 pub(crate) struct Recent {

@@ -7,12 +7,10 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::Fast;
+
 /// How long a tool this store added counts as in the set of tools.
 pub(crate) const REJOIN: Duration = Duration::from_secs(60);
-
-/// A hasher for tool names, which the server's configuration and upstreams give (a
-/// call of an unknown tool is refused before it pauses): fast and seeded per process.
-type Fast = foldhash::fast::RandomState;
 
 #[derive(Default)]
 pub(crate) struct Joined {
