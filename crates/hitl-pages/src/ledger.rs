@@ -283,8 +283,8 @@ impl Unstored {
 
 /// The worker's state.
 pub(crate) struct Worker {
-    /// Audit entries of the notes taken, written together.
-    pub(crate) batch: Vec<AuditEvent>,
+    /// Audit entries of the notes taken, as their lines, written together.
+    pub(crate) batch: Vec<AuditLine>,
     /// Where each entry is serialized before it is kept as its line.
     pub(crate) line_buffer: Vec<u8>,
     /// Entries the store missed, stored again when it is back.
@@ -747,7 +747,9 @@ impl Worker {
         }
         entry.at_ms = now_ms();
         entry.at = rfc3339(entry.at_ms);
-        self.batch.push(entry);
+        // Serialized now, once for the store and the file: the batch holds lines, not
+        // the entries (over a kilobyte each, copied at every move).
+        self.batch.push(entry.to_line_in(&mut self.line_buffer));
     }
 
     /// Writes the entries taken so far to the store's trail and the audit file.
@@ -755,9 +757,7 @@ impl Worker {
         if self.batch.is_empty() {
             return;
         }
-        // Each entry serialized once, for the store and the file.
-        let buffer = &mut self.line_buffer;
-        let mut batch: Vec<AuditLine> = self.batch.drain(..).map(|entry| entry.to_line_in(buffer)).collect();
+        let mut batch = std::mem::take(&mut self.batch);
         // The file's lines, when there is a file, written before the store takes them.
         // Chained, the store's copy of each names its place in the chain (`chain`), so
         // a file whose last lines were removed can be told by the store.

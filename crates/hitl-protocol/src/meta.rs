@@ -183,9 +183,10 @@ struct RequestMetaFields<'a> {
     protocol_version: Option<Cow<'a, str>>,
     #[serde(rename = "io.modelcontextprotocol/clientCapabilities", default, deserialize_with = "shared_capabilities")]
     client_capabilities: Option<Arc<ClientCapabilities>>,
-    /// Read to be checked; the request path does not use it.
+    /// Read to be checked; the request path does not use it. Boxed: the fields are
+    /// moved a few times as a request is read, and this one is most of their size.
     #[serde(rename = "io.modelcontextprotocol/clientInfo", default, deserialize_with = "crate::jsonrpc::present")]
-    client_info: Option<Implementation>,
+    client_info: Option<Box<Implementation>>,
     #[serde(rename = "progressToken", default)]
     progress_token: Option<Value>,
 }
@@ -213,7 +214,7 @@ impl<'a> RequestMeta<'a> {
 
     /// `io.modelcontextprotocol/clientInfo`, when sent.
     pub fn client_info(&self) -> Option<&Implementation> {
-        self.fields.client_info.as_ref()
+        self.fields.client_info.as_deref()
     }
 
     /// [`Meta::progress_token`].

@@ -1,5 +1,6 @@
 //! Serving one request: validate it, dispatch it, and answer with JSON or a stream.
 
+use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -31,15 +32,16 @@ impl Shared {
     pub(crate) fn handle(
         self: Arc<Self>,
         request: http::Request<Bytes>,
-    ) -> impl Future<Output = http::Response<McpBody>> + Send {
+    ) -> impl Future<Output = Result<http::Response<McpBody>, Infallible>> + Send {
         // Put together from futures made here, so that the request's future keeps only
         // what is awaited (an async block would also keep the handling it took apart).
+        // Its output is the service's, so that no wrapper moves the future once more.
         match self.prepare(request) {
-            Handling::Done(response) => Either::Left(Either::Left(std::future::ready(response))),
-            Handling::Later(later) => Either::Left(Either::Right(later)),
+            Handling::Done(response) => Either::Left(Either::Left(std::future::ready(Ok(response)))),
+            Handling::Later(later) => Either::Left(Either::Right(later.map(Ok))),
             Handling::Dispatch { id, era, request, caller } => {
                 let dispatched = self.dispatch(request, caller, None, None);
-                Either::Right(dispatched.map(move |result| self.respond(id, era, result)))
+                Either::Right(dispatched.map(move |result| Ok(self.respond(id, era, result))))
             }
         }
     }

@@ -237,7 +237,7 @@ impl Service<http::Request<Bytes>> for McpService {
 
     fn call(&mut self, request: http::Request<Bytes>) -> Self::Future {
         // The handling's own future, not one that also keeps the request it moved on.
-        Box::pin(futures_util::FutureExt::map(self.shared.clone().handle(request), Ok))
+        Box::pin(self.shared.clone().handle(request))
     }
 }
 
