@@ -65,9 +65,9 @@ pub(crate) async fn serve(
             seen.store(true, Ordering::Relaxed);
             request.extensions_mut().insert(PeerAddr(peer));
             let span = crate::telemetry::request_span(&request);
-            // Boxed where it is made, so that hyper and the wrappers move a pointer, not
-            // the request's future (over a kilobyte, copied at each move).
-            let served = tracing::Instrument::instrument(Box::pin(app.serve(request)), span);
+            // Mapped, not awaited in an async block, which would hold the request's
+            // future (over a kilobyte, copied at each move) twice.
+            let served = tracing::Instrument::instrument(app.serve(request), span);
             let responses = responses.clone();
             futures_util::FutureExt::map(served, move |response| {
                 responses.count(response.status());
